@@ -1,0 +1,81 @@
+// Definitions of the shipped example batches (see examples.h).
+#include "examples.h"
+
+#include <cmath>
+
+#include "hybridtb/synthetic.h"
+
+namespace hybridtb::examples {
+
+namespace {
+
+// Gemma-3-like local layer, scaled down: GQA 8/2, head 128, window 64, soft cap, bf16. A vLLM-style
+// mixed step: three decodes, a chunk continuing a long prompt, and a fresh prefill.
+BatchFile mixed_swa_bf16() {
+  AttentionConfig c;
+  c.num_heads = 8;
+  c.num_kv_heads = 2;
+  c.head_size = 128;
+  c.block_size = 16;
+  c.scale = 1.0 / std::sqrt(128.0);
+  c.sliding_window = 64;
+  c.logits_soft_cap = 50.0;
+  c.dtype = DType::kBFloat16;
+  BuilderConfig b;
+  b.cudagraph_mode = CudaGraphMode::kFullAndPiecewise;
+  b.cudagraph_capture_sizes = {1, 2, 4, 8, 16, 32};
+  return make_synthetic_batch(c, b, {{200, 1}, {37, 1}, {90, 1}, {130, 48}, {0, 40}}, {.seed = 20261122});
+}
+
+// gpt-oss-like: 16/2 heads of 64, window 128, attention sinks, fp8 e4m3 KV cache with per-tensor
+// scales, fp16 activations.
+BatchFile fp8_kv_sinks_fp16() {
+  AttentionConfig c;
+  c.num_heads = 16;
+  c.num_kv_heads = 2;
+  c.head_size = 64;
+  c.block_size = 32;
+  c.scale = 0.125;
+  c.sliding_window = 128;
+  c.dtype = DType::kFloat16;
+  c.kv_cache_dtype = KvCacheDtype::kFp8E4M3;
+  c.sinks = std::vector<float>{0.5f, -1.0f, 2.0f, 0.0f, 1.5f, -0.5f, 0.25f, 3.0f,
+                               -2.0f, 1.0f, 0.75f, -0.25f, 0.1f, 2.5f, -1.5f, 0.6f};
+  return make_synthetic_batch(c, {}, {{300, 1}, {5, 1}, {150, 20}},
+                              {.seed = 7, .k_scale = 0.05f, .v_scale = 0.04f});
+}
+
+// A decode-only step padded for a full CUDA graph (capture size 8): five real decodes, three
+// padding requests and three padding token rows; ALiBi (linear form), no window, float32.
+BatchFile decode_cudagraph_padded_fp32() {
+  AttentionConfig c;
+  c.num_heads = 4;
+  c.num_kv_heads = 4;
+  c.head_size = 64;
+  c.block_size = 16;
+  c.scale = 0.125;
+  c.dtype = DType::kFloat32;
+  c.alibi_slopes = std::vector<float>{0.5f, 0.25f, 0.125f, 0.0625f};
+  c.mamba_block_size = 4096;
+  BuilderConfig b;
+  b.cudagraph_mode = CudaGraphMode::kFullDecodeOnly;
+  b.cudagraph_capture_sizes = {1, 2, 4, 8};
+  return make_synthetic_batch(c, b, {{12, 1}, {40, 1}, {3, 1}, {64, 1}, {17, 1}},
+                              {.seed = 3, .padding_tokens = 3, .padding_requests = 3});
+}
+
+}  // namespace
+
+const std::vector<Example>& all() {
+  static const std::vector<Example> examples = {
+      {"mixed_swa_bf16.h5", "mixed decode + chunked/fresh prefill, GQA 8/2, window 64, soft cap, bf16",
+       mixed_swa_bf16},
+      {"fp8_kv_sinks_fp16.h5", "fp8 e4m3 KV cache with per-tensor scales, sinks, window 128, fp16",
+       fp8_kv_sinks_fp16},
+      {"decode_cudagraph_padded_fp32.h5", "decode-only step padded to a CUDA-graph size 8, ALiBi, fp32",
+       decode_cudagraph_padded_fp32},
+  };
+  return examples;
+}
+
+}  // namespace hybridtb::examples

@@ -1,0 +1,72 @@
+// Summaries printed by `hybridtb run` and `hybridtb info`.
+#include "summary.h"
+
+#include <cmath>
+#include <iomanip>
+
+namespace hybridtb::cli {
+
+void print_config(std::ostream& out, const AttentionConfig& c, const BuilderConfig& b) {
+  out << "config:   heads " << c.num_heads << "/" << c.num_kv_heads << " (q/kv), head_size " << c.head_size
+      << ", block_size " << c.block_size << ", scale " << c.scale << "\n"
+      << "          dtype " << to_string(c.dtype) << ", kv_cache " << to_string(c.kv_cache_dtype) << ", "
+      << to_string(c.attn_type) << ", window " << (c.sliding_window ? std::to_string(c.sliding_window) : "none")
+      << ", soft_cap " << (c.logits_soft_cap > 0 ? std::to_string(c.logits_soft_cap) : "off") << "\n"
+      << "          alibi " << (c.alibi_slopes ? (c.use_alibi_sqrt ? "sqrt" : "linear") : "off") << ", sinks "
+      << (c.sinks ? "on" : "off") << ", ssm_mode " << c.ssm_mode << ", mamba_cache_mode "
+      << to_string(c.mamba_cache_mode) << " (block " << c.mamba_block_size << "), speculative tokens "
+      << c.num_speculative_tokens << "\n"
+      << "builder:  cudagraph_mode " << to_string(b.cudagraph_mode) << ", capture sizes "
+      << b.cudagraph_capture_sizes.size() << ", max_num_seqs " << b.max_num_seqs << "\n";
+}
+
+void print_batch(std::ostream& out, const BatchDescription& b) {
+  int64_t decodes = 0, prefills = 0, padding = 0, context = 0;
+  for (int64_t r = 0; r < b.num_reqs(); ++r) {
+    if (b.query_len(r) == 0) {
+      ++padding;
+    } else if (b.query_len(r) == 1) {
+      ++decodes;
+    } else {
+      ++prefills;
+    }
+    context += b.context_len(r);
+  }
+  out << "batch:    " << b.num_reqs() << " requests (" << decodes << " single-token, " << prefills
+      << " multi-token, " << padding << " padding), " << b.num_actual_tokens << " tokens + "
+      << b.num_tokens() - b.num_actual_tokens << " padding rows, max query " << b.max_query_len()
+      << ", max seq " << b.max_seq_len() << ", total context " << context << "\n";
+}
+
+void print_metadata(std::ostream& out, const HybridMetadata& m) {
+  out << "metadata: split " << m.mamba.num_decodes << " decodes (" << m.mamba.num_decode_tokens << " tokens) + "
+      << m.mamba.num_prefills << " prefills (" << m.mamba.num_prefill_tokens << " tokens); attention path "
+      << (m.attention.use_3d_path ? "3D (split softmax)" : "2D") << ", seq_threshold_3D "
+      << m.attention.seq_threshold_3d << (m.mamba.cudagraph_padded ? ", CUDA-graph padded" : "") << "\n";
+}
+
+void print_outputs(std::ostream& out, const BatchFile& file, const StepOutputs& o) {
+  const TensorView v = o.output;
+  const int64_t row = file.config.num_heads * file.config.head_size;
+  const int64_t real = file.batch.num_actual_tokens * row;
+  double max_abs = 0.0, sum_sq = 0.0;
+  int64_t non_finite = 0, padding_written = 0;
+  for (int64_t i = 0; i < v.numel(); ++i) {
+    const double x = load_as_double(v.data(), v.dtype(), i);
+    if (i < real) {
+      if (!std::isfinite(x)) {
+        ++non_finite;
+      } else {
+        max_abs = std::max(max_abs, std::fabs(x));
+        sum_sq += x * x;
+      }
+    } else if (!std::isnan(x)) {
+      ++padding_written;
+    }
+  }
+  out << "outputs:  " << to_string(v.dtype()) << " " << shape_to_string(v.shape()) << ": max |x| " << max_abs
+      << ", rms " << (real > 0 ? std::sqrt(sum_sq / static_cast<double>(real)) : 0.0) << ", non-finite "
+      << non_finite << ", padding elements written " << padding_written << "\n";
+}
+
+}  // namespace hybridtb::cli

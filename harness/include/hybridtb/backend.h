@@ -1,0 +1,90 @@
+// The one interface every hybridtb backend implements: the CPU reference (ground truth) and,
+// when built with CUDA, the GPU backend. Host-only; compiles without nvcc.
+//
+// A backend is created for one layer configuration (like vLLM's AttentionImpl). A step runs in
+// two phases that are kept apart on purpose:
+//   1. build_metadata()   — the plan: plain integers (metadata.h), comparable across backends;
+//   2. write_kv_cache(), attention_forward() — the run, on tensors in the backend's memory.
+// Later issues add the SSM branch and the fused hybrid forward to the run phase.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hybridtb/batch.h"
+#include "hybridtb/config.h"
+#include "hybridtb/metadata.h"
+#include "hybridtb/tensor.h"
+
+namespace hybridtb {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  virtual Device device() const = 0;
+  // Element type of the outputs this backend writes: float64 for the reference (ground truth is
+  // never rounded), the model dtype (or fp8 with output_scale) for a GPU backend.
+  virtual DType output_dtype() const = 0;
+
+  // --- memory on this backend's device -------------------------------------------------------
+  virtual Tensor allocate(DType dtype, const Shape& shape) = 0;
+  // Copies between equal-shaped contiguous views; either side may be host or this device.
+  virtual void copy(const TensorView& dst, const TensorView& src) = 0;
+  virtual void synchronize() = 0;
+
+  // --- plan ------------------------------------------------------------------------------------
+  virtual HybridMetadata build_metadata(const BatchDescription& batch) = 0;
+
+  // --- run -------------------------------------------------------------------------------------
+  // reshape_and_cache_flash: writes this step's key/value rows into the paged cache at their slots
+  // (slot −1 skipped), quantising for fp8 and per-token-head cache dtypes.
+  virtual void write_kv_cache(const BatchDescription& batch, const StepTensors& tensors) = 0;
+  // Unified paged attention over the whole varlen batch; writes rows [0, num_actual_tokens) of
+  // `output` ([T, Hq, D] in output_dtype()) and nothing else.
+  virtual void attention_forward(const HybridMetadata& metadata, const BatchDescription& batch,
+                                 const StepTensors& tensors, const TensorView& output) = 0;
+};
+
+struct BackendSettings {
+  AttentionConfig attention;
+  BuilderConfig builder;
+};
+
+// Backends by name ("reference", later "cuda"). Registration is explicit (see
+// register_builtin_backends) rather than through static initialisers, which a static library
+// link would silently drop.
+class BackendRegistry {
+ public:
+  using Factory = std::function<std::unique_ptr<Backend>(const BackendSettings&)>;
+
+  static BackendRegistry& instance();
+
+  // Throws Error if `name` is already registered.
+  void add(const std::string& name, const std::string& description, Factory factory);
+  bool contains(const std::string& name) const;
+  std::vector<std::string> names() const;
+  std::string description(const std::string& name) const;
+  // Throws Error listing the registered names if `name` is unknown.
+  std::unique_ptr<Backend> create(const std::string& name, const BackendSettings& settings) const;
+
+ private:
+  struct Entry {
+    std::string name;
+    std::string description;
+    Factory factory;
+  };
+  std::vector<Entry> entries_;
+};
+
+// Registers every backend compiled into this build (defined in harness/src/builtin_backends.cpp,
+// which is the only place that knows the concrete backends). Idempotent.
+void register_builtin_backends();
+
+// register_builtin_backends() followed by BackendRegistry::instance().create(name, settings).
+std::unique_ptr<Backend> create_backend(const std::string& name, const BackendSettings& settings);
+
+}  // namespace hybridtb

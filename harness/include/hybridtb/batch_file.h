@@ -1,0 +1,63 @@
+// The hybrid-batch HDF5 file (schema "hybrid-batch" 1.x, documented in datasets/SCHEMA.md):
+// reading, validating and atomically writing it.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hybridtb/batch.h"
+#include "hybridtb/config.h"
+#include "hybridtb/metadata.h"
+#include "hybridtb/tensor.h"
+
+namespace hybridtb {
+
+inline constexpr const char* kSchemaName = "hybrid-batch";
+inline constexpr int kSchemaMajor = 1;
+inline constexpr int kSchemaMinor = 0;  // the version this build writes
+
+// What a backend produced for one step (/outputs), or what a trusted run recorded (/expected).
+struct StepOutputs {
+  std::string backend;    // root attribute `backend` for /outputs; group attribute for /expected
+  Tensor output;          // [T, Hq, D] final output (attention + SSM contribution when present)
+  Tensor attn_output;     // [T, Hq, D] attention alone
+  Tensor kv_cache;        // [NB, 2, BS, Hkv, D] after the KV write
+  Tensor k_scale_cache;   // [NB, BS, Hkv] after the write (per-token-head modes only)
+  Tensor v_scale_cache;
+  HybridMetadata metadata;
+};
+
+struct BatchFile {
+  std::string schema_version = "1.0";  // as read; written as kSchemaMajor.kSchemaMinor
+  AttentionConfig config;
+  BuilderConfig builder;
+  BatchDescription batch;
+  BatchInputs inputs;
+  std::optional<StepOutputs> outputs;
+  std::optional<StepOutputs> expected;
+  // Free-form string attributes of the root group (producer, seed, notes, …), kept on rewrite.
+  std::map<std::string, std::string> provenance;
+};
+
+// Reads and validates a batch file. Throws Error naming the dataset/attribute and the constraint
+// (missing item, wrong dtype or shape, schema other than 1.x, unreadable or truncated file).
+BatchFile read_batch_file(const std::string& path);
+
+// Writes `file` to a temporary name next to `path` and renames it on success; on any failure the
+// temporary is removed and no file appears at `path`.
+void write_batch_file(const std::string& path, const BatchFile& file);
+
+// One HDF5 object, for `hybridtb info`.
+struct FileEntry {
+  std::string path;        // "/inputs/query"
+  std::string kind;        // "group" | "dataset"
+  std::string dtype_name;  // the dtype_name attribute, or the HDF5 type in words
+  Shape shape;             // datasets only
+};
+// Lists every group and dataset in the file without validating it (works on invalid files that
+// HDF5 can open). Throws Error if HDF5 cannot open the file at all.
+std::vector<FileEntry> list_file_entries(const std::string& path);
+
+}  // namespace hybridtb

@@ -1,0 +1,88 @@
+// The layer configuration (vLLM's attention-impl constructor arguments plus the hybrid SSM
+// settings) and the engine settings the metadata builders read (CUDA-graph mode and sizes).
+// Stored in the `/config` group of a hybrid-batch file; see datasets/SCHEMA.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hybridtb/dtype.h"
+
+namespace hybridtb {
+
+// How the paged KV cache stores keys and values (vLLM's `kv_cache_dtype` strings).
+enum class KvCacheDtype : uint8_t {
+  kAuto,              // same dtype as query/key/value
+  kFp8E4M3,           // per-tensor scales k_scale / v_scale
+  kFp8E5M2,           // per-tensor scales k_scale / v_scale
+  kInt8PerTokenHead,  // one float32 scale per (block, slot, kv head) in k/v_scale_cache
+  kFp8PerTokenHead,   // as above, e4m3fn storage
+};
+std::string_view to_string(KvCacheDtype kv);
+KvCacheDtype kv_cache_dtype_from_string(std::string_view name);  // also accepts vLLM's "fp8"
+bool is_per_token_head(KvCacheDtype kv);
+bool is_quantized(KvCacheDtype kv);
+// Storage element type of the cache for a model dtype.
+DType kv_storage_dtype(KvCacheDtype kv, DType model_dtype);
+
+enum class AttnType : uint8_t { kDecoder, kEncoderOnly };
+std::string_view to_string(AttnType type);
+AttnType attn_type_from_string(std::string_view name);
+
+// vLLM's `mamba_cache_mode` (vllm/config/cache.py).
+enum class MambaCacheMode : uint8_t { kNone, kAll, kAlign };
+std::string_view to_string(MambaCacheMode mode);
+MambaCacheMode mamba_cache_mode_from_string(std::string_view name);
+
+// vLLM's CUDAGraphMode, as far as the builders look at it.
+enum class CudaGraphMode : uint8_t { kNone, kPiecewise, kFull, kFullDecodeOnly, kFullAndPiecewise };
+std::string_view to_string(CudaGraphMode mode);
+CudaGraphMode cudagraph_mode_from_string(std::string_view name);
+bool has_full_cudagraphs(CudaGraphMode mode);  // FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE
+
+// Sentinel for padded tokens in slot_mapping and padded rows of SSM state indices
+// (vllm/v1/attention/backends/utils.py: PAD_SLOT_ID).
+inline constexpr int32_t kPadSlotId = -1;
+
+struct AttentionConfig {
+  int64_t num_heads = 0;     // query heads (Hq)
+  int64_t num_kv_heads = 0;  // key/value heads (Hkv); Hq % Hkv == 0, query head h uses h / (Hq/Hkv)
+  int64_t head_size = 0;     // D ≥ 32
+  int64_t block_size = 0;    // tokens per KV-cache block, a multiple of 16
+  double scale = 0.0;        // softmax scale, applied to the q·k dot product
+  int64_t sliding_window = 0;    // 0 = none; w > 0: a query at position p sees keys p-w+1 … p
+  double logits_soft_cap = 0.0;  // 0 = off; otherwise s ← c·tanh(s/c) after scaling
+  bool use_alibi_sqrt = false;   // ALiBi bias −slope·sqrt(p−k) instead of slope·(k − context_len)
+  DType dtype = DType::kBFloat16;  // query, key, value (and output unless fp8 output is requested)
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
+  AttnType attn_type = AttnType::kDecoder;
+  std::string ssm_mode = "none";  // the SSM history branch; "none" = plain attention layer
+  MambaCacheMode mamba_cache_mode = MambaCacheMode::kNone;
+  int64_t mamba_block_size = 0;   // tokens per SSM state block (vLLM: max_model_len when mode none)
+  int64_t num_speculative_tokens = 0;
+  std::optional<std::vector<float>> alibi_slopes;  // [num_heads] (optional)
+  std::optional<std::vector<float>> sinks;         // [num_heads] attention-sink logits (optional)
+
+  int64_t num_queries_per_kv() const { return num_heads / num_kv_heads; }
+  bool has_ssm_branch() const { return ssm_mode != "none"; }
+};
+
+// Engine-side settings that change what the metadata builders produce.
+struct BuilderConfig {
+  CudaGraphMode cudagraph_mode = CudaGraphMode::kNone;
+  std::vector<int64_t> cudagraph_capture_sizes;  // in vLLM's list order (ties resolve to the first)
+  int64_t max_num_seqs = 256;                    // scheduler_config.max_num_seqs
+
+  // Largest decode batch a full CUDA graph is captured for (BaseMambaAttentionMetadataBuilder:
+  // min(max_num_seqs, max_cudagraph_capture_size)).
+  int64_t decode_cudagraph_max_bs() const;
+};
+
+// Throws Error naming the field if a config value is out of its documented range.
+void validate(const AttentionConfig& config);
+void validate(const BuilderConfig& config);
+
+}  // namespace hybridtb

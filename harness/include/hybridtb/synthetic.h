@@ -1,0 +1,44 @@
+// Seeded synthetic batches: a list of requests (context length, query length) turned into a
+// complete, valid hybrid-batch with realistic paging. Used by the tests, by the shipped example
+// batches, and as the core of `hybridtb gen`.
+//
+// Paging follows vLLM: block 0 is the null block and is never given to a request; each request
+// gets ceil(seq_len / block_size) physical blocks, shuffled across the pool by default; blocks that
+// slid out of the sliding window for every query of the request are pointed at the null block,
+// which is filled with NaN (integer caches: with the most negative value). Tensor data is
+// standard-normal, never zeros. The KV cache holds random values at every allocated slot,
+// including the slots this step will overwrite.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "hybridtb/batch_file.h"
+#include "hybridtb/config.h"
+
+namespace hybridtb {
+
+struct RequestSpec {
+  int64_t context_len = 0;  // tokens already in the cache (num_computed_tokens)
+  int64_t query_len = 1;    // tokens scheduled this step (1 = a decode)
+  // (optional) inclusive absolute bidirectional ranges for mm_prefix_range
+  std::vector<std::pair<int32_t, int32_t>> mm_prefix_ranges;
+};
+
+struct SyntheticOptions {
+  uint64_t seed = 0;
+  bool shuffle_blocks = true;      // false: request blocks are consecutive ids in request order
+  int64_t spare_blocks = 3;        // unused blocks in the pool besides the null block
+  bool null_out_of_window = true;  // point blocks outside every query's window at block 0 (NaN)
+  int64_t padding_tokens = 0;      // CUDA-graph padding rows appended to the token axis (slot −1)
+  int64_t padding_requests = 0;    // trailing requests with query_len 0 and seq_len 0
+  float k_scale = 1.0f;            // per-tensor fp8 scales
+  float v_scale = 1.0f;
+  std::optional<float> output_scale;  // request fp8 output
+};
+
+BatchFile make_synthetic_batch(const AttentionConfig& config, const BuilderConfig& builder,
+                               const std::vector<RequestSpec>& requests, const SyntheticOptions& options);
+
+}  // namespace hybridtb

@@ -1,0 +1,47 @@
+// The backend registry: name → factory.
+#include "hybridtb/backend.h"
+
+#include "hybridtb/error.h"
+
+namespace hybridtb {
+
+BackendRegistry& BackendRegistry::instance() {
+  static BackendRegistry registry;
+  return registry;
+}
+
+void BackendRegistry::add(const std::string& name, const std::string& description, Factory factory) {
+  HYBRIDTB_CHECK(!contains(name), "backend '", name, "' is registered twice");
+  entries_.push_back({name, description, std::move(factory)});
+}
+
+bool BackendRegistry::contains(const std::string& name) const {
+  for (const auto& entry : entries_) {
+    if (entry.name == name) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> BackendRegistry::names() const {
+  std::vector<std::string> result;
+  for (const auto& entry : entries_) result.push_back(entry.name);
+  return result;
+}
+
+std::string BackendRegistry::description(const std::string& name) const {
+  for (const auto& entry : entries_) {
+    if (entry.name == name) return entry.description;
+  }
+  throw Error(detail::concat("unknown backend '", name, "'"));
+}
+
+std::unique_ptr<Backend> BackendRegistry::create(const std::string& name, const BackendSettings& settings) const {
+  for (const auto& entry : entries_) {
+    if (entry.name == name) return entry.factory(settings);
+  }
+  std::string known;
+  for (const auto& entry : entries_) known += (known.empty() ? "" : ", ") + entry.name;
+  throw Error(detail::concat("unknown backend '", name, "' (this build has: ", known.empty() ? "none" : known, ")"));
+}
+
+}  // namespace hybridtb

@@ -1,0 +1,210 @@
+// BatchDescription helpers and the consistency checks of a batch against its config. Every
+// failure names the field (schema path) and the constraint, so `hybridtb info` can say exactly
+// what is wrong with a captured file.
+#include "hybridtb/batch.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "hybridtb/error.h"
+
+namespace hybridtb {
+
+int64_t BatchDescription::max_query_len() const {
+  int64_t m = 0;
+  for (int64_t r = 0; r < num_reqs(); ++r) m = std::max(m, query_len(r));
+  return m;
+}
+
+int64_t BatchDescription::max_seq_len() const {
+  int64_t m = 0;
+  for (int64_t r = 0; r < num_reqs(); ++r) m = std::max(m, seq_len(r));
+  return m;
+}
+
+IntArray BatchDescription::num_computed_tokens() const {
+  std::vector<int32_t> computed;
+  for (int64_t r = 0; r < num_reqs(); ++r) computed.push_back(static_cast<int32_t>(context_len(r)));
+  return IntArray::vector(std::move(computed));
+}
+
+StepTensors BatchInputs::views() const {
+  StepTensors t;
+  t.query = query;
+  t.key = key;
+  t.value = value;
+  t.kv_cache = kv_cache;
+  t.k_scale_cache = k_scale_cache;
+  t.v_scale_cache = v_scale_cache;
+  t.k_scale = k_scale;
+  t.v_scale = v_scale;
+  t.output_scale = output_scale;
+  return t;
+}
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void check_query_start_loc(const BatchDescription& b) {
+  const IntArray& qsl = b.query_start_loc;
+  HYBRIDTB_CHECK(qsl.rank() == 1 && qsl.numel() >= 1, "/batch/query_start_loc must be int32 [R+1] with R >= 0, got ",
+                 qsl.describe());
+  HYBRIDTB_CHECK(qsl[0] == 0, "/batch/query_start_loc[0] must be 0, got ", qsl[0]);
+  for (int64_t r = 0; r + 1 < qsl.numel(); ++r) {
+    HYBRIDTB_CHECK(qsl[r + 1] >= qsl[r], "/batch/query_start_loc must be non-decreasing: [", r, "] = ", qsl[r],
+                   " > [", r + 1, "] = ", qsl[r + 1]);
+  }
+  HYBRIDTB_CHECK(b.num_actual_tokens >= 0 && b.num_actual_tokens <= b.num_tokens(),
+                 "/batch num_actual_tokens (", b.num_actual_tokens, ") must be in [0, T = ", b.num_tokens(),
+                 "] (T = length of /batch/slot_mapping)");
+  HYBRIDTB_CHECK(qsl[qsl.numel() - 1] == b.num_actual_tokens, "/batch/query_start_loc[R] (",
+                 qsl[qsl.numel() - 1], ") must equal num_actual_tokens (", b.num_actual_tokens, ")");
+}
+
+void check_requests(const AttentionConfig& config, const BatchDescription& b) {
+  const int64_t R = b.num_reqs();
+  HYBRIDTB_CHECK(b.seq_lens.rank() == 1 && b.seq_lens.numel() == R, "/batch/seq_lens must be int32 [R = ", R,
+                 "], got ", b.seq_lens.describe());
+  bool seen_padding_request = false;
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t q = b.query_len(r);
+    const int64_t s = b.seq_len(r);
+    HYBRIDTB_CHECK(s >= q, "/batch/seq_lens[", r, "] = ", s, " is smaller than the request's query_len ", q,
+                   " (seq_len counts context + this step's tokens)");
+    if (q == 0) {
+      HYBRIDTB_CHECK(s == 0, "request ", r, " has query_len 0 but /batch/seq_lens[", r, "] = ", s,
+                     ": a padding request must have seq_len 0");
+      seen_padding_request = true;
+    } else {
+      HYBRIDTB_CHECK(!seen_padding_request, "request ", r,
+                     " has tokens but follows a padding request (query_len 0): padding requests must be trailing");
+    }
+    if (config.attn_type == AttnType::kEncoderOnly) {
+      HYBRIDTB_CHECK(s == q, "/batch/seq_lens[", r, "] = ", s, " must equal query_len ", q,
+                     " for attn_type encoder_only (no KV cache, no context)");
+    }
+  }
+}
+
+void check_paging(const AttentionConfig& config, const BatchDescription& b, int64_t num_blocks) {
+  const int64_t R = b.num_reqs();
+  const int64_t BS = config.block_size;
+  const IntArray& table = b.block_table;
+  HYBRIDTB_CHECK(table.rank() == 2 && table.size(0) == R, "/batch/block_table must be int32 [R = ", R,
+                 ", max_blocks], got ", table.describe());
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t needed = ceil_div(b.seq_len(r), BS);
+    HYBRIDTB_CHECK(table.size(1) >= needed, "/batch/block_table has ", table.size(1), " columns but request ", r,
+                   " needs ceil(seq_len ", b.seq_len(r), " / block_size ", BS, ") = ", needed);
+    for (int64_t i = 0; i < needed; ++i) {
+      const int32_t block = table.at(r, i);
+      HYBRIDTB_CHECK(0 <= block && block < num_blocks, "/batch/block_table[", r, ", ", i, "] = ", block,
+                     " is not a block of the KV cache [0, ", num_blocks, ")");
+    }
+  }
+  // Every real token's slot must be where its request's block table puts its position: the KV write
+  // and the attention read must agree, or the batch was captured inconsistently.
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t context = b.context_len(r);
+    for (int64_t i = 0; i < b.query_len(r); ++i) {
+      const int64_t t = b.query_start_loc[r] + i;
+      const int64_t pos = context + i;
+      const int64_t expected = int64_t{table.at(r, pos / BS)} * BS + pos % BS;
+      HYBRIDTB_CHECK(b.slot_mapping[static_cast<size_t>(t)] == expected, "/batch/slot_mapping[", t, "] = ",
+                     b.slot_mapping[static_cast<size_t>(t)], " but request ", r, " position ", pos,
+                     " lives at block_table[", r, ", ", pos / BS, "]·", BS, " + ", pos % BS, " = ", expected);
+    }
+  }
+}
+
+void check_padding_rows(const BatchDescription& b) {
+  for (int64_t t = b.num_actual_tokens; t < b.num_tokens(); ++t) {
+    HYBRIDTB_CHECK(b.slot_mapping[static_cast<size_t>(t)] == kPadSlotId, "/batch/slot_mapping[", t, "] = ",
+                   b.slot_mapping[static_cast<size_t>(t)], " is a CUDA-graph padding row (>= num_actual_tokens ",
+                   b.num_actual_tokens, ") and must be ", kPadSlotId);
+  }
+}
+
+void check_optional_arrays(const BatchDescription& b) {
+  const int64_t R = b.num_reqs();
+  if (b.mm_prefix_range) {
+    const IntArray& m = *b.mm_prefix_range;
+    HYBRIDTB_CHECK(m.rank() == 3 && m.size(0) == R && m.size(2) == 2, "/batch/mm_prefix_range must be int32 [R = ",
+                   R, ", M, 2], got ", m.describe());
+    for (int32_t v : m.values) {
+      HYBRIDTB_CHECK(v >= 0, "/batch/mm_prefix_range entries must be >= 0 (absolute positions), got ", v);
+    }
+  }
+  if (b.ssm_block_table) {
+    HYBRIDTB_CHECK(b.ssm_block_table->rank() == 2 && b.ssm_block_table->size(0) == R,
+                   "/batch/ssm_block_table must be int32 [R = ", R, ", max_ssm_blocks], got ",
+                   b.ssm_block_table->describe());
+  }
+  if (b.num_accepted_tokens) {
+    HYBRIDTB_CHECK(b.num_accepted_tokens->rank() == 1 && b.num_accepted_tokens->numel() == R,
+                   "/batch/num_accepted_tokens must be int32 [R = ", R, "], got ", b.num_accepted_tokens->describe());
+  }
+}
+
+void check_tensor(const TensorView& view, const char* name, DType dtype, const Shape& shape, const char* dims) {
+  HYBRIDTB_CHECK(!view.empty(), "missing ", name, " (required: ", to_string(dtype), " ", dims, ")");
+  HYBRIDTB_CHECK(view.dtype() == dtype, name, ": dtype ", to_string(view.dtype()), " does not match the expected ",
+                 to_string(dtype));
+  HYBRIDTB_CHECK(view.shape() == shape, name, ": shape ", shape_to_string(view.shape()), " does not match ", dims,
+                 " = ", shape_to_string(shape));
+}
+
+}  // namespace
+
+void validate(const AttentionConfig& config, const BatchDescription& batch, int64_t num_blocks) {
+  check_query_start_loc(batch);
+  check_requests(config, batch);
+  check_padding_rows(batch);
+  check_optional_arrays(batch);
+  if (config.attn_type == AttnType::kDecoder) check_paging(config, batch, num_blocks);
+}
+
+void validate(const AttentionConfig& config, const BatchDescription& batch, const BatchInputs& in) {
+  validate(config);
+  const int64_t T = batch.num_tokens();
+  check_tensor(in.query, "/inputs/query", config.dtype, {T, config.num_heads, config.head_size},
+               "[T, num_heads, head_size]");
+  check_tensor(in.key, "/inputs/key", config.dtype, {T, config.num_kv_heads, config.head_size},
+               "[T, num_kv_heads, head_size]");
+  check_tensor(in.value, "/inputs/value", config.dtype, {T, config.num_kv_heads, config.head_size},
+               "[T, num_kv_heads, head_size]");
+  HYBRIDTB_CHECK(std::isfinite(in.k_scale) && in.k_scale > 0, "/inputs/k_scale must be finite and > 0, got ",
+                 in.k_scale);
+  HYBRIDTB_CHECK(std::isfinite(in.v_scale) && in.v_scale > 0, "/inputs/v_scale must be finite and > 0, got ",
+                 in.v_scale);
+  if (in.output_scale) {
+    HYBRIDTB_CHECK(std::isfinite(*in.output_scale) && *in.output_scale > 0,
+                   "/inputs/output_scale must be finite and > 0, got ", *in.output_scale);
+  }
+  int64_t num_blocks = 0;
+  if (config.attn_type == AttnType::kDecoder || !in.kv_cache.empty()) {
+    HYBRIDTB_CHECK(!in.kv_cache.empty() && in.kv_cache.view().rank() == 5,
+                   "/inputs/kv_cache must be [num_blocks, 2, block_size, num_kv_heads, head_size], got ",
+                   in.kv_cache.empty() ? std::string("nothing") : in.kv_cache.view().describe());
+    num_blocks = in.kv_cache.size(0);
+    HYBRIDTB_CHECK(num_blocks >= 1, "/inputs/kv_cache must hold at least one block");
+    check_tensor(in.kv_cache, "/inputs/kv_cache", kv_storage_dtype(config.kv_cache_dtype, config.dtype),
+                 {num_blocks, 2, config.block_size, config.num_kv_heads, config.head_size},
+                 "[num_blocks, 2, block_size, num_kv_heads, head_size]");
+  }
+  if (is_per_token_head(config.kv_cache_dtype)) {
+    const Shape scale_shape{num_blocks, config.block_size, config.num_kv_heads};
+    check_tensor(in.k_scale_cache, "/inputs/k_scale_cache", DType::kFloat32, scale_shape,
+                 "[num_blocks, block_size, num_kv_heads]");
+    check_tensor(in.v_scale_cache, "/inputs/v_scale_cache", DType::kFloat32, scale_shape,
+                 "[num_blocks, block_size, num_kv_heads]");
+  } else {
+    HYBRIDTB_CHECK(in.k_scale_cache.empty() && in.v_scale_cache.empty(),
+                   "/inputs/k_scale_cache and v_scale_cache are only valid with a per-token-head kv_cache_dtype, "
+                   "not ", to_string(config.kv_cache_dtype));
+  }
+  validate(config, batch, num_blocks);
+}
+
+}  // namespace hybridtb

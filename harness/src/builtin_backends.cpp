@@ -1,0 +1,29 @@
+// The one place that knows which concrete backends this build contains.
+#include <mutex>
+
+#include "hybridtb/backend.h"
+#include "hybridtb/reference/reference_backend.h"
+#ifdef HYBRIDTB_HAVE_CUDA
+#include "hybridtb/cuda/cuda_backend.h"
+#endif
+
+namespace hybridtb {
+
+void register_builtin_backends() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto& registry = BackendRegistry::instance();
+    registry.add("reference", "CPU ground truth: plain C++ on Eigen, float64 arithmetic, deterministic",
+                 [](const BackendSettings& settings) { return reference::make_reference_backend(settings); });
+#ifdef HYBRIDTB_HAVE_CUDA
+    cuda::register_cuda_backend(registry);
+#endif
+  });
+}
+
+std::unique_ptr<Backend> create_backend(const std::string& name, const BackendSettings& settings) {
+  register_builtin_backends();
+  return BackendRegistry::instance().create(name, settings);
+}
+
+}  // namespace hybridtb

@@ -1,0 +1,881 @@
+// Reading, validating and atomically writing hybrid-batch files (schema in datasets/SCHEMA.md).
+//
+// The reader is liberal where h5py users differ (integer widths, fixed or variable strings, 0-d or
+// one-element scalars) and strict about meaning: every required item must be present with the
+// shape the config implies, and errors name the dataset and the expected shape. The writer is
+// strict and canonical. Tested by tests/io/.
+#include "hybridtb/batch_file.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <map>
+#include <new>
+
+#include "hybridtb/error.h"
+#include "io/hdf5.h"
+
+namespace hybridtb {
+
+namespace {
+
+using h5::AttributeKind;
+using h5::Dataset;
+using h5::Group;
+using h5::ObjectKind;
+
+constexpr const char* kDtypeName = "dtype_name";
+
+// --- shapes ------------------------------------------------------------------------------------
+
+// One expected dimension: a named size ("T=7"), a literal ("2") or a free one (size < 0).
+struct Dim {
+  std::string name;
+  int64_t size = -1;
+};
+using Dims = std::vector<Dim>;
+
+std::string dims_to_string(const Dims& dims) {
+  std::string out = "[";
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i > 0) out += ", ";
+    if (dims[i].name.empty()) {
+      out += std::to_string(dims[i].size);
+    } else if (dims[i].size < 0) {
+      out += dims[i].name;
+    } else {
+      out += dims[i].name + "=" + std::to_string(dims[i].size);
+    }
+  }
+  return out + "]";
+}
+
+// "[T, num_heads, head_size]": the dims without sizes, for "required: …" messages.
+std::string dim_names(const Dims& dims) {
+  Dims names = dims;
+  for (Dim& dim : names) {
+    if (!dim.name.empty()) dim.size = -1;
+  }
+  return dims_to_string(names);
+}
+
+void check_shape(const std::string& path, const Shape& shape, const Dims& dims) {
+  bool ok = shape.size() == dims.size();
+  for (size_t i = 0; ok && i < dims.size(); ++i) ok = dims[i].size < 0 || dims[i].size == shape[i];
+  HYBRIDTB_CHECK(ok, path, ": shape ", shape_to_string(shape), " does not match ", dims_to_string(dims));
+}
+
+Dims token_dims(int64_t tokens, const AttentionConfig& c, bool kv_heads) {
+  return {{"T", tokens},
+          kv_heads ? Dim{"num_kv_heads", c.num_kv_heads} : Dim{"num_heads", c.num_heads},
+          {"head_size", c.head_size}};
+}
+Dims kv_cache_dims(int64_t num_blocks, const AttentionConfig& c) {
+  return {{"num_blocks", num_blocks}, {"", 2}, {"block_size", c.block_size}, {"num_kv_heads", c.num_kv_heads},
+          {"head_size", c.head_size}};
+}
+Dims scale_cache_dims(int64_t num_blocks, const AttentionConfig& c) {
+  return {{"num_blocks", num_blocks}, {"block_size", c.block_size}, {"num_kv_heads", c.num_kv_heads}};
+}
+
+// --- element types -----------------------------------------------------------------------------
+
+bool is_integer_dtype(DType dtype) {
+  return dtype == DType::kInt8 || dtype == DType::kInt32 || dtype == DType::kInt64;
+}
+
+// Whether HDF5 storage `info` can hold elements of `dtype` bit for bit.
+bool storage_holds(DType dtype, const h5::TypeInfo& info) {
+  const bool integer = info.type_class == H5T_INTEGER;
+  switch (dtype) {
+    case DType::kFloat64:
+    case DType::kFloat32:
+      return info.float_dtype == dtype;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      // uint16/int16 bit patterns are what h5py users write when they cannot build a float type.
+      return info.float_dtype == dtype || (integer && info.size == 2);
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2:
+      return integer && info.size == 1;
+    case DType::kInt8:
+      return integer && info.size == 1 && info.is_signed;
+    case DType::kInt32:
+      return integer && info.size == 4 && info.is_signed;
+    case DType::kInt64:
+      return integer && info.size == 8 && info.is_signed;
+    case DType::kBool:
+      return (integer || info.type_class == H5T_ENUM) && info.size == 1;  // h5py stores bool as an enum
+  }
+  return false;
+}
+
+void check_little_endian(const Dataset& dataset, const h5::TypeInfo& info) {
+  HYBRIDTB_CHECK(!(info.big_endian && info.size > 1), dataset.path(),
+                 ": big-endian data is not supported (store it little-endian, e.g. numpy '<' dtypes)");
+}
+
+std::optional<DType> named_dtype(const Dataset& dataset) {
+  if (!dataset.has_attribute(kDtypeName)) return std::nullopt;
+  const std::string where = "attribute " + dataset.child_path(kDtypeName);
+  return dtype_from_string(dataset.read_string_attribute(kDtypeName), where);
+}
+
+// The element type of a tensor dataset: its dtype_name when present (checked against the
+// storage), else what the HDF5 type unambiguously says.
+DType tensor_dtype(const Dataset& dataset) {
+  const h5::Type type = dataset.file_type();
+  const h5::TypeInfo info = h5::inspect_type(type.id());
+  check_little_endian(dataset, info);
+  if (const std::optional<DType> named = named_dtype(dataset)) {
+    HYBRIDTB_CHECK(storage_holds(*named, info), dataset.path(), ": dtype_name ", to_string(*named),
+                   " does not match its HDF5 storage ", h5::describe_type(type.id()));
+    return *named;
+  }
+  if (info.float_dtype) return *info.float_dtype;
+  if (info.type_class == H5T_INTEGER) {
+    if (info.size == 1 && info.is_signed) return DType::kInt8;
+    if (info.size == 4 && info.is_signed) return DType::kInt32;
+    if (info.size == 8 && info.is_signed) return DType::kInt64;
+    HYBRIDTB_CHECK(!(info.size == 1 && !info.is_signed), dataset.path(),
+                   ": uint8 storage is ambiguous (float8_e4m3fn, float8_e5m2 or bool?): add a string attribute "
+                   "dtype_name");
+  }
+  if (info.type_class == H5T_ENUM && info.size == 1) return DType::kBool;
+  throw Error(detail::concat(dataset.path(), ": unsupported HDF5 type ", h5::describe_type(type.id()),
+                             " (add a dtype_name attribute or store a supported type, see datasets/SCHEMA.md)"));
+}
+
+// --- lookups -----------------------------------------------------------------------------------
+
+std::optional<Dataset> find_dataset(const Group& group, const std::string& name) {
+  switch (group.child_kind(name)) {
+    case ObjectKind::kMissing: return std::nullopt;
+    case ObjectKind::kDataset: return group.open_dataset(name);
+    case ObjectKind::kGroup: throw Error(group.child_path(name) + " is a group, expected a dataset");
+    case ObjectKind::kOther: break;
+  }
+  throw Error(group.child_path(name) + " is not a dataset (a dangling link or a named datatype?)");
+}
+
+Dataset require_dataset(const Group& group, const std::string& name, const std::string& requirement) {
+  std::optional<Dataset> dataset = find_dataset(group, name);
+  HYBRIDTB_CHECK(dataset.has_value(), "missing dataset ", group.child_path(name), " (required: ", requirement, ")");
+  return std::move(*dataset);
+}
+
+std::optional<Group> find_group(const Group& parent, const std::string& name) {
+  switch (parent.child_kind(name)) {
+    case ObjectKind::kMissing: return std::nullopt;
+    case ObjectKind::kGroup: return parent.open_group(name);
+    default: break;
+  }
+  throw Error(parent.child_path(name) + " is not a group");
+}
+
+Group require_group(const Group& parent, const std::string& name) {
+  std::optional<Group> group = find_group(parent, name);
+  HYBRIDTB_CHECK(group.has_value(), "missing group ", parent.child_path(name));
+  return std::move(*group);
+}
+
+void require_attribute(const h5::Object& object, const std::string& name, const std::string& requirement) {
+  HYBRIDTB_CHECK(object.has_attribute(name), "missing attribute ", object.child_path(name), " (required: ",
+                 requirement, ")");
+}
+
+int64_t int_attribute(const h5::Object& object, const std::string& name, const std::string& requirement) {
+  require_attribute(object, name, requirement);
+  return object.read_int_attribute(name);
+}
+double float_attribute(const h5::Object& object, const std::string& name, const std::string& requirement) {
+  require_attribute(object, name, requirement);
+  return object.read_float_attribute(name);
+}
+std::string string_attribute(const h5::Object& object, const std::string& name, const std::string& requirement) {
+  require_attribute(object, name, requirement);
+  return object.read_string_attribute(name);
+}
+
+// --- reading data ------------------------------------------------------------------------------
+
+// product(shape), refusing shapes whose byte size would overflow (a corrupt or hostile header).
+int64_t checked_numel(const std::string& path, const Shape& shape) {
+  int64_t count = 1;
+  for (const int64_t dim : shape) {
+    HYBRIDTB_CHECK(dim == 0 || count <= std::numeric_limits<int64_t>::max() / 16 / dim, path, ": shape ",
+                   shape_to_string(shape), " is too large");
+    count *= dim;
+  }
+  return count;
+}
+
+Tensor allocate(const std::string& path, DType dtype, const Shape& shape) {
+  try {
+    return Tensor::host(dtype, shape);
+  } catch (const std::bad_alloc&) {
+    throw Error(detail::concat(path, ": cannot allocate ", to_string(dtype), shape_to_string(shape)));
+  }
+}
+
+// Reads the whole dataset in its own storage type (HDF5 converts nothing) into a tensor of `dtype`.
+Tensor read_tensor_data(const Dataset& dataset, DType dtype, const Shape& shape) {
+  HYBRIDTB_CHECK(shape.size() <= static_cast<size_t>(TensorView::kMaxRank), dataset.path(), ": rank ", shape.size(),
+                 " is above the supported ", TensorView::kMaxRank);
+  checked_numel(dataset.path(), shape);
+  Tensor tensor = allocate(dataset.path(), dtype, shape);
+  if (tensor.numel() > 0) {
+    const h5::Type type = dataset.file_type();
+    dataset.read_raw(type.id(), tensor.data());
+  }
+  return tensor;
+}
+
+// A tensor dataset with checked shape and (when `expected` is set) dtype; `expected_what`
+// describes where the expected dtype comes from ("/config dtype bfloat16").
+Tensor read_tensor(const Dataset& dataset, const Dims& dims, std::optional<DType> expected,
+                   const std::string& expected_what) {
+  const DType dtype = tensor_dtype(dataset);
+  HYBRIDTB_CHECK(!expected || dtype == *expected, dataset.path(), ": dtype ", to_string(dtype), " does not match ",
+                 expected_what);
+  const Shape shape = dataset.shape();
+  check_shape(dataset.path(), shape, dims);
+  return read_tensor_data(dataset, dtype, shape);
+}
+
+// Integers of any width and sign, converted exactly to int64 (uint64 above int64 max is refused).
+std::vector<int64_t> read_integers(const Dataset& dataset, Shape* shape_out) {
+  const h5::Type type = dataset.file_type();
+  const h5::TypeInfo info = h5::inspect_type(type.id());
+  HYBRIDTB_CHECK(info.type_class == H5T_INTEGER && info.size <= 8, dataset.path(), ": expected an integer dataset, found ",
+                 h5::describe_type(type.id()));
+  check_little_endian(dataset, info);
+  if (const std::optional<DType> named = named_dtype(dataset)) {
+    HYBRIDTB_CHECK(is_integer_dtype(*named) && storage_holds(*named, info), dataset.path(), ": dtype_name ",
+                   to_string(*named), " does not match its HDF5 storage ", h5::describe_type(type.id()));
+  }
+  const Shape shape = dataset.shape();
+  const int64_t count = checked_numel(dataset.path(), shape);
+  std::vector<unsigned char> bytes;
+  try {
+    bytes.resize(static_cast<size_t>(count) * info.size);
+  } catch (const std::bad_alloc&) {
+    throw Error(detail::concat(dataset.path(), ": cannot allocate ", count, " integers"));
+  }
+  if (count > 0) dataset.read_raw(type.id(), bytes.data());
+  std::vector<int64_t> values(static_cast<size_t>(count));
+  for (size_t i = 0; i < values.size(); ++i) {
+    const unsigned char* p = bytes.data() + i * info.size;
+    switch (info.size) {
+      case 1: values[i] = info.is_signed ? int64_t{static_cast<int8_t>(p[0])} : int64_t{p[0]}; break;
+      case 2: {
+        uint16_t v = 0;
+        std::memcpy(&v, p, 2);
+        values[i] = info.is_signed ? int64_t{static_cast<int16_t>(v)} : int64_t{v};
+        break;
+      }
+      case 4: {
+        uint32_t v = 0;
+        std::memcpy(&v, p, 4);
+        values[i] = info.is_signed ? int64_t{static_cast<int32_t>(v)} : int64_t{v};
+        break;
+      }
+      case 8: {
+        uint64_t v = 0;
+        std::memcpy(&v, p, 8);
+        HYBRIDTB_CHECK(info.is_signed || v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+                       dataset.path(), ": value ", v, " at index ", i, " does not fit int64");
+        values[i] = static_cast<int64_t>(v);
+        break;
+      }
+      default:
+        throw Error(detail::concat(dataset.path(), ": unsupported integer size ", info.size));
+    }
+  }
+  if (shape_out != nullptr) *shape_out = shape;
+  return values;
+}
+
+IntArray read_int_array(const Dataset& dataset, const Dims* dims) {
+  if (dataset.is_null()) {
+    // The writer's form of a default-constructed IntArray (no shape, no values).
+    HYBRIDTB_CHECK(dims == nullptr, dataset.path(), ": dataset has no elements (null dataspace), expected ",
+                   dims_to_string(*dims));
+    return IntArray();
+  }
+  Shape shape;
+  const std::vector<int64_t> wide = read_integers(dataset, &shape);
+  if (dims != nullptr) check_shape(dataset.path(), shape, *dims);
+  std::vector<int32_t> values(wide.size());
+  for (size_t i = 0; i < wide.size(); ++i) {
+    HYBRIDTB_CHECK(wide[i] >= std::numeric_limits<int32_t>::min() && wide[i] <= std::numeric_limits<int32_t>::max(),
+                   dataset.path(), ": value ", wide[i], " at index ", i, " does not fit int32");
+    values[i] = static_cast<int32_t>(wide[i]);
+  }
+  return IntArray(std::move(shape), std::move(values));
+}
+
+// A float scalar: a 0-d or one-element dataset (float32/float64, or an integer), else an attribute
+// of the same name on the group.
+std::optional<double> read_scalar(const Group& group, const std::string& name) {
+  std::optional<Dataset> dataset = find_dataset(group, name);
+  if (!dataset) {
+    if (group.has_attribute(name)) return group.read_float_attribute(name);
+    return std::nullopt;
+  }
+  const Shape shape = dataset->shape();
+  const int64_t count = checked_numel(dataset->path(), shape);
+  HYBRIDTB_CHECK(count == 1 && shape.size() <= 1, dataset->path(), ": expected a scalar (0-d or [1]), found shape ",
+                 shape_to_string(shape));
+  const h5::TypeInfo info = dataset->type_info();
+  if (info.type_class == H5T_INTEGER) return static_cast<double>(read_integers(*dataset, nullptr).at(0));
+  const DType dtype = tensor_dtype(*dataset);
+  HYBRIDTB_CHECK(is_floating(dtype) || is_integer_dtype(dtype), dataset->path(), ": expected a number, found ",
+                 to_string(dtype));
+  const Tensor value = read_tensor_data(*dataset, dtype, shape);
+  return load_as_double(value.data(), dtype, 0);
+}
+
+// float32/float64 (or any float dtype) [n] → float values.
+std::vector<float> read_float_vector(const Dataset& dataset, const Dims& dims) {
+  const DType dtype = tensor_dtype(dataset);
+  HYBRIDTB_CHECK(is_floating(dtype), dataset.path(), ": dtype ", to_string(dtype), " is not a float type (expected float32)");
+  const Shape shape = dataset.shape();
+  check_shape(dataset.path(), shape, dims);
+  const Tensor values = read_tensor_data(dataset, dtype, shape);
+  std::vector<float> out(static_cast<size_t>(values.numel()));
+  for (int64_t i = 0; i < values.numel(); ++i) {
+    out[static_cast<size_t>(i)] = static_cast<float>(load_as_double(values.data(), dtype, i));
+  }
+  return out;
+}
+
+// --- root, config and batch --------------------------------------------------------------------
+
+// "1.0" / "1.2.3" → (major, minor); throws naming the attribute otherwise.
+std::pair<int, int> parse_version(const std::string& text) {
+  int major = 0, minor = 0, consumed = 0;
+  const bool two = std::sscanf(text.c_str(), "%d.%d%n", &major, &minor, &consumed) == 2;
+  bool ok = two && major >= 0 && minor >= 0;
+  if (ok && static_cast<size_t>(consumed) != text.size()) {
+    int patch = 0, more = 0;
+    ok = std::sscanf(text.c_str() + consumed, ".%d%n", &patch, &more) == 1 &&
+         static_cast<size_t>(consumed + more) == text.size();
+  }
+  HYBRIDTB_CHECK(ok, "root attribute schema_version '", text, "' is not of the form <major>.<minor>");
+  return {major, minor};
+}
+
+std::string number_to_string(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.17g", value);
+  return buffer;
+}
+
+void read_root(const Group& root, BatchFile& file, bool has_outputs) {
+  const std::string schema =
+      string_attribute(root, "schema", std::string("\"") + kSchemaName + "\"; is this a hybrid-batch file?");
+  HYBRIDTB_CHECK(schema == kSchemaName, "root attribute schema is '", schema, "', expected '", kSchemaName, "'");
+  file.schema_version = string_attribute(root, "schema_version", "a string such as \"1.0\"");
+  // Any minor version is fine: newer minors only add optional items, which this reader ignores.
+  const int major = parse_version(file.schema_version).first;
+  HYBRIDTB_CHECK(major == kSchemaMajor, "schema_version ", file.schema_version, " is not supported: this build reads ",
+                 kSchemaName, " ", kSchemaMajor, ".x");
+  for (const std::string& name : root.attribute_names()) {
+    if (name == "schema" || name == "schema_version" || (name == "backend" && has_outputs)) continue;
+    switch (root.attribute_kind(name)) {
+      case AttributeKind::kString: file.provenance[name] = root.read_string_attribute(name); break;
+      // Numbers (seed = 42) are kept as their decimal text; arrays and other types are not provenance.
+      case AttributeKind::kInteger:
+        try {
+          file.provenance[name] = std::to_string(root.read_int_attribute(name));
+        } catch (const Error&) {
+        }
+        break;
+      case AttributeKind::kFloat:
+        try {
+          file.provenance[name] = number_to_string(root.read_float_attribute(name));
+        } catch (const Error&) {
+        }
+        break;
+      case AttributeKind::kOther: break;
+    }
+  }
+}
+
+void read_config(const Group& root, BatchFile& file) {
+  const Group g = require_group(root, "config");
+  AttentionConfig& c = file.config;
+  c.num_heads = int_attribute(g, "num_heads", "int");
+  c.num_kv_heads = int_attribute(g, "num_kv_heads", "int");
+  c.head_size = int_attribute(g, "head_size", "int");
+  c.block_size = int_attribute(g, "block_size", "int");
+  c.scale = float_attribute(g, "scale", "float");
+  c.sliding_window = int_attribute(g, "sliding_window", "int, 0 = none");
+  c.logits_soft_cap = float_attribute(g, "logits_soft_cap", "float, 0 = off");
+  const int64_t alibi_sqrt = int_attribute(g, "use_alibi_sqrt", "int 0 or 1");
+  HYBRIDTB_CHECK(alibi_sqrt == 0 || alibi_sqrt == 1, "attribute /config/use_alibi_sqrt must be 0 or 1, got ", alibi_sqrt);
+  c.use_alibi_sqrt = alibi_sqrt == 1;
+  c.dtype = dtype_from_string(string_attribute(g, "dtype", "\"float32\" | \"float16\" | \"bfloat16\""),
+                              "attribute /config/dtype");
+  HYBRIDTB_CHECK(c.dtype == DType::kFloat32 || c.dtype == DType::kFloat16 || c.dtype == DType::kBFloat16,
+                 "attribute /config/dtype must be float32, float16 or bfloat16, got ", to_string(c.dtype));
+  c.kv_cache_dtype = kv_cache_dtype_from_string(string_attribute(
+      g, "kv_cache_dtype", "\"auto\" | \"fp8_e4m3\" | \"fp8_e5m2\" | \"int8_per_token_head\" | \"fp8_per_token_head\""));
+  c.attn_type = attn_type_from_string(string_attribute(g, "attn_type", "\"decoder\" | \"encoder_only\""));
+  c.ssm_mode = string_attribute(g, "ssm_mode", "string, \"none\" for a plain attention layer");
+  c.mamba_cache_mode =
+      mamba_cache_mode_from_string(string_attribute(g, "mamba_cache_mode", "\"none\" | \"all\" | \"align\""));
+  c.mamba_block_size = int_attribute(g, "mamba_block_size", "int");
+  c.num_speculative_tokens = int_attribute(g, "num_speculative_tokens", "int");
+  const Dims per_head{{"num_heads", c.num_heads}};
+  if (std::optional<Dataset> d = find_dataset(g, "alibi_slopes")) c.alibi_slopes = read_float_vector(*d, per_head);
+  if (std::optional<Dataset> d = find_dataset(g, "sinks")) c.sinks = read_float_vector(*d, per_head);
+
+  // Builder settings (optional, with the engine defaults).
+  BuilderConfig& b = file.builder;
+  if (g.has_attribute("cudagraph_mode")) b.cudagraph_mode = cudagraph_mode_from_string(g.read_string_attribute("cudagraph_mode"));
+  if (g.has_attribute("max_num_seqs")) b.max_num_seqs = g.read_int_attribute("max_num_seqs");
+  if (std::optional<Dataset> d = find_dataset(g, "cudagraph_capture_sizes")) {
+    Shape shape;
+    const std::vector<int64_t> sizes = read_integers(*d, &shape);
+    check_shape(d->path(), shape, {{"n", -1}});
+    b.cudagraph_capture_sizes = sizes;
+  }
+}
+
+void read_batch(const Group& root, BatchFile& file) {
+  const Group g = require_group(root, "batch");
+  BatchDescription& b = file.batch;
+  const Dataset qsl = require_dataset(g, "query_start_loc", "int32 [R+1]");
+  b.query_start_loc = read_int_array(qsl, nullptr);
+  HYBRIDTB_CHECK(b.query_start_loc.rank() == 1 && b.query_start_loc.numel() >= 1, qsl.path(), ": shape ",
+                 shape_to_string(b.query_start_loc.shape), " does not match [R+1] (at least one entry)");
+  const int64_t R = b.query_start_loc.numel() - 1;
+  const Dims per_request{{"R", R}};
+  b.seq_lens = read_int_array(require_dataset(g, "seq_lens", "int32 [R]"), &per_request);
+
+  const Dims table_dims{{"R", R}, {"max_blocks", -1}};
+  if (std::optional<Dataset> d = find_dataset(g, "block_table")) {
+    b.block_table = read_int_array(*d, &table_dims);
+  } else {
+    HYBRIDTB_CHECK(file.config.attn_type == AttnType::kEncoderOnly,
+                   "missing dataset /batch/block_table (required: int32 [R, max_blocks])");
+    b.block_table = IntArray::matrix(R, 0);
+  }
+
+  const Dataset slots = require_dataset(g, "slot_mapping", "int64 [T]");
+  Shape slot_shape;
+  b.slot_mapping = read_integers(slots, &slot_shape);
+  check_shape(slots.path(), slot_shape, {{"T", -1}});
+  b.num_actual_tokens = int_attribute(g, "num_actual_tokens", "int");
+
+  if (std::optional<Dataset> d = find_dataset(g, "mm_prefix_range")) {
+    const Dims dims{{"R", R}, {"M", -1}, {"", 2}};
+    b.mm_prefix_range = read_int_array(*d, &dims);
+  }
+  if (std::optional<Dataset> d = find_dataset(g, "ssm_block_table")) {
+    const Dims dims{{"R", R}, {"max_ssm_blocks", -1}};
+    b.ssm_block_table = read_int_array(*d, &dims);
+  }
+  if (std::optional<Dataset> d = find_dataset(g, "num_accepted_tokens")) {
+    b.num_accepted_tokens = read_int_array(*d, &per_request);
+  }
+}
+
+// --- inputs and outputs ------------------------------------------------------------------------
+
+std::string required_tensor(DType dtype, const Dims& dims) { return std::string(to_string(dtype)) + " " + dim_names(dims); }
+
+void read_inputs(const Group& root, BatchFile& file) {
+  const Group g = require_group(root, "inputs");
+  const AttentionConfig& c = file.config;
+  BatchInputs& in = file.inputs;
+  const int64_t T = file.batch.num_tokens();
+  const std::string config_dtype = "/config dtype " + std::string(to_string(c.dtype));
+  const auto token_tensor = [&](const char* name, bool kv_heads) {
+    const Dims dims = token_dims(T, c, kv_heads);
+    return read_tensor(require_dataset(g, name, required_tensor(c.dtype, dims)), dims, c.dtype, config_dtype);
+  };
+  in.query = token_tensor("query", false);
+  in.key = token_tensor("key", true);
+  in.value = token_tensor("value", true);
+
+  const DType storage = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
+  const std::string storage_what = detail::concat("the cache storage dtype ", to_string(storage), " (kv_cache_dtype ",
+                                                  to_string(c.kv_cache_dtype), ")");
+  std::optional<Dataset> cache = find_dataset(g, "kv_cache");
+  HYBRIDTB_CHECK(cache || c.attn_type == AttnType::kEncoderOnly, "missing dataset /inputs/kv_cache (required: ",
+                 required_tensor(storage, kv_cache_dims(-1, c)), ")");
+  int64_t num_blocks = -1;
+  if (cache) {
+    in.kv_cache = read_tensor(*cache, kv_cache_dims(-1, c), storage, storage_what);
+    num_blocks = in.kv_cache.size(0);
+  }
+
+  const auto scale = [&](const char* name) { return read_scalar(g, name); };
+  in.k_scale = static_cast<float>(scale("k_scale").value_or(1.0));
+  in.v_scale = static_cast<float>(scale("v_scale").value_or(1.0));
+  if (const std::optional<double> s = scale("output_scale")) in.output_scale = static_cast<float>(*s);
+
+  const Dims scale_dims = scale_cache_dims(num_blocks, c);
+  for (const auto& [name, target] : {std::pair<const char*, Tensor*>{"k_scale_cache", &in.k_scale_cache},
+                                     std::pair<const char*, Tensor*>{"v_scale_cache", &in.v_scale_cache}}) {
+    std::optional<Dataset> d = find_dataset(g, name);
+    if (is_per_token_head(c.kv_cache_dtype)) {
+      HYBRIDTB_CHECK(d.has_value(), "missing dataset ", g.child_path(name), " (required with kv_cache_dtype ",
+                     to_string(c.kv_cache_dtype), ": float32 ", dim_names(scale_dims), ")");
+      *target = read_tensor(*d, scale_dims, DType::kFloat32, "float32 (per-token-head scales)");
+    } else {
+      HYBRIDTB_CHECK(!d.has_value(), d ? d->path() : std::string(), ": present, but kv_cache_dtype ",
+                     to_string(c.kv_cache_dtype), " is not a per-token-head mode");
+    }
+  }
+}
+
+// Every field of the metadata tree: integer attributes are scalars, datasets are int32 arrays.
+void collect_metadata(const Group& group, const std::string& prefix, std::vector<MetadataField>& fields, int depth) {
+  HYBRIDTB_CHECK(depth < 16, group.path(), ": metadata groups nest too deeply (a link cycle?)");
+  for (const std::string& name : group.attribute_names()) {
+    fields.push_back({prefix + name, group.read_int_attribute(name)});
+  }
+  for (const std::string& name : group.child_names()) {
+    switch (group.child_kind(name)) {
+      case ObjectKind::kGroup:
+        collect_metadata(group.open_group(name), prefix + name + "/", fields, depth + 1);
+        break;
+      case ObjectKind::kDataset:
+        fields.push_back({prefix + name, read_int_array(group.open_dataset(name), nullptr)});
+        break;
+      default:
+        throw Error(group.child_path(name) + " is neither a group nor a dataset");
+    }
+  }
+}
+
+// `backend_holder`: /outputs names its backend at the root (it describes how the file was
+// produced); /expected carries its own, as it may come from another run.
+StepOutputs read_outputs(const Group& g, const h5::Object& backend_holder, const BatchFile& file) {
+  const AttentionConfig& c = file.config;
+  const int64_t T = file.batch.num_tokens();
+  StepOutputs out;
+  if (backend_holder.has_attribute("backend")) out.backend = backend_holder.read_string_attribute("backend");
+
+  // Outputs keep whatever dtype the producer used (the reference writes float64), so only shapes
+  // are checked here.
+  const Dims tokens = token_dims(T, c, false);
+  out.output = read_tensor(require_dataset(g, "output", "[T, num_heads, head_size]"), tokens, std::nullopt, "");
+  out.attn_output = read_tensor(require_dataset(g, "attn_output", "[T, num_heads, head_size]"), tokens, std::nullopt, "");
+  const bool has_cache = !file.inputs.kv_cache.empty();
+  const int64_t num_blocks = has_cache ? file.inputs.kv_cache.size(0) : -1;
+  std::optional<Dataset> cache = find_dataset(g, "kv_cache");
+  HYBRIDTB_CHECK(cache || !has_cache, "missing dataset ", g.child_path("kv_cache"), " (required: ",
+                 dims_to_string(kv_cache_dims(num_blocks, c)), ", the cache after the write)");
+  if (cache) out.kv_cache = read_tensor(*cache, kv_cache_dims(num_blocks, c), std::nullopt, "");
+  const Dims scale_dims = scale_cache_dims(num_blocks, c);
+  if (std::optional<Dataset> d = find_dataset(g, "k_scale_cache")) out.k_scale_cache = read_tensor(*d, scale_dims, std::nullopt, "");
+  if (std::optional<Dataset> d = find_dataset(g, "v_scale_cache")) out.v_scale_cache = read_tensor(*d, scale_dims, std::nullopt, "");
+
+  const Group metadata = require_group(g, "metadata");
+  std::vector<MetadataField> fields;
+  collect_metadata(metadata, "", fields, 0);
+  try {
+    out.metadata = unflatten(fields);
+  } catch (const Error& e) {
+    throw Error(metadata.path() + ": " + e.what());
+  }
+  return out;
+}
+
+// --- writing -----------------------------------------------------------------------------------
+
+void write_tensor(const Group& group, const std::string& name, const TensorView& view) {
+  HYBRIDTB_CHECK(view.device() == Device::kHost, group.child_path(name), ": tensor is on ", to_string(view.device()),
+                 "; copy it to the host before writing");
+  const Tensor contiguous = view.is_contiguous() ? Tensor() : clone_host(view);
+  const TensorView& source = view.is_contiguous() ? view : contiguous.view();
+  const h5::Type type = h5::storage_type(source.dtype());
+  const Dataset dataset = group.create_dataset(name, type.id(), source.shape());
+  if (source.numel() > 0) dataset.write_raw(type.id(), source.data());
+  dataset.write_string_attribute(kDtypeName, std::string(to_string(source.dtype())));
+}
+
+void write_int32(const Group& group, const std::string& name, const IntArray& array) {
+  const h5::Type type = h5::storage_type(DType::kInt32);
+  if (array.shape.empty() && array.values.empty()) {
+    // A default-constructed IntArray has no shape at all; a null dataspace keeps it distinct from [0].
+    group.create_null_dataset(name, type.id()).write_string_attribute(kDtypeName, "int32");
+    return;
+  }
+  const Shape& shape = array.shape;
+  int64_t count = 1;
+  for (const int64_t dim : shape) count *= dim;
+  HYBRIDTB_CHECK(count == array.numel(), group.child_path(name), ": IntArray shape ", shape_to_string(shape), " holds ",
+                 count, " values but has ", array.numel());
+  const Dataset dataset = group.create_dataset(name, type.id(), shape);
+  if (count > 0) dataset.write_raw(type.id(), array.values.data());
+  dataset.write_string_attribute(kDtypeName, "int32");
+}
+
+void write_float32_scalar(const Group& group, const std::string& name, float value) {
+  const h5::Type type = h5::storage_type(DType::kFloat32);
+  const Dataset dataset = group.create_dataset(name, type.id(), {});
+  dataset.write_raw(type.id(), &value);
+  dataset.write_string_attribute(kDtypeName, "float32");
+}
+
+void write_float32_vector(const Group& group, const std::string& name, const std::vector<float>& values) {
+  const h5::Type type = h5::storage_type(DType::kFloat32);
+  const Dataset dataset = group.create_dataset(name, type.id(), {static_cast<int64_t>(values.size())});
+  if (!values.empty()) dataset.write_raw(type.id(), values.data());
+  dataset.write_string_attribute(kDtypeName, "float32");
+}
+
+void write_config(const Group& root, const BatchFile& file) {
+  const Group g = root.create_group("config");
+  const AttentionConfig& c = file.config;
+  g.write_int_attribute("num_heads", c.num_heads);
+  g.write_int_attribute("num_kv_heads", c.num_kv_heads);
+  g.write_int_attribute("head_size", c.head_size);
+  g.write_int_attribute("block_size", c.block_size);
+  g.write_float_attribute("scale", c.scale);
+  g.write_int_attribute("sliding_window", c.sliding_window);
+  g.write_float_attribute("logits_soft_cap", c.logits_soft_cap);
+  g.write_int_attribute("use_alibi_sqrt", c.use_alibi_sqrt ? 1 : 0);
+  g.write_string_attribute("dtype", std::string(to_string(c.dtype)));
+  g.write_string_attribute("kv_cache_dtype", std::string(to_string(c.kv_cache_dtype)));
+  g.write_string_attribute("attn_type", std::string(to_string(c.attn_type)));
+  g.write_string_attribute("ssm_mode", c.ssm_mode);
+  g.write_string_attribute("mamba_cache_mode", std::string(to_string(c.mamba_cache_mode)));
+  g.write_int_attribute("mamba_block_size", c.mamba_block_size);
+  g.write_int_attribute("num_speculative_tokens", c.num_speculative_tokens);
+  if (c.alibi_slopes) write_float32_vector(g, "alibi_slopes", *c.alibi_slopes);
+  if (c.sinks) write_float32_vector(g, "sinks", *c.sinks);
+
+  const BuilderConfig& b = file.builder;
+  g.write_string_attribute("cudagraph_mode", std::string(to_string(b.cudagraph_mode)));
+  g.write_int_attribute("max_num_seqs", b.max_num_seqs);
+  std::vector<int32_t> sizes;
+  for (const int64_t size : b.cudagraph_capture_sizes) {
+    HYBRIDTB_CHECK(size >= 0 && size <= std::numeric_limits<int32_t>::max(),
+                   "/config/cudagraph_capture_sizes: value ", size, " does not fit int32");
+    sizes.push_back(static_cast<int32_t>(size));
+  }
+  write_int32(g, "cudagraph_capture_sizes", IntArray::vector(std::move(sizes)));
+}
+
+void write_batch(const Group& root, const BatchFile& file) {
+  const Group g = root.create_group("batch");
+  const BatchDescription& b = file.batch;
+  write_int32(g, "query_start_loc", b.query_start_loc);
+  write_int32(g, "seq_lens", b.seq_lens);
+  // An encoder-only batch may leave the table default-constructed; store it as [R, 0].
+  const bool no_table = b.block_table.shape.empty() && b.block_table.values.empty();
+  write_int32(g, "block_table", no_table ? IntArray::matrix(b.num_reqs(), 0) : b.block_table);
+  const h5::Type slot_type = h5::storage_type(DType::kInt64);
+  const Dataset slots = g.create_dataset("slot_mapping", slot_type.id(), {b.num_tokens()});
+  if (b.num_tokens() > 0) slots.write_raw(slot_type.id(), b.slot_mapping.data());
+  slots.write_string_attribute(kDtypeName, "int64");
+  g.write_int_attribute("num_actual_tokens", b.num_actual_tokens);
+  if (b.mm_prefix_range) write_int32(g, "mm_prefix_range", *b.mm_prefix_range);
+  if (b.ssm_block_table) write_int32(g, "ssm_block_table", *b.ssm_block_table);
+  if (b.num_accepted_tokens) write_int32(g, "num_accepted_tokens", *b.num_accepted_tokens);
+}
+
+void write_inputs(const Group& root, const BatchFile& file) {
+  const Group g = root.create_group("inputs");
+  const BatchInputs& in = file.inputs;
+  write_tensor(g, "query", in.query);
+  write_tensor(g, "key", in.key);
+  write_tensor(g, "value", in.value);
+  if (!in.kv_cache.empty()) write_tensor(g, "kv_cache", in.kv_cache);
+  write_float32_scalar(g, "k_scale", in.k_scale);
+  write_float32_scalar(g, "v_scale", in.v_scale);
+  if (in.output_scale) write_float32_scalar(g, "output_scale", *in.output_scale);
+  if (!in.k_scale_cache.empty()) write_tensor(g, "k_scale_cache", in.k_scale_cache);
+  if (!in.v_scale_cache.empty()) write_tensor(g, "v_scale_cache", in.v_scale_cache);
+}
+
+// "attention/use_3d_path" → int64 attribute use_3d_path on metadata/attention; arrays → datasets.
+void write_metadata(const Group& parent, const HybridMetadata& metadata) {
+  std::map<std::string, Group> groups;
+  groups.emplace("", parent.create_group("metadata"));
+  const std::function<const Group&(const std::string&)> group_for = [&](const std::string& prefix) -> const Group& {
+    const auto found = groups.find(prefix);
+    if (found != groups.end()) return found->second;
+    const size_t slash = prefix.rfind('/');
+    const std::string up = slash == std::string::npos ? "" : prefix.substr(0, slash);
+    const std::string leaf = slash == std::string::npos ? prefix : prefix.substr(slash + 1);
+    Group created = group_for(up).create_group(leaf);
+    return groups.emplace(prefix, std::move(created)).first->second;
+  };
+  for (const MetadataField& field : flatten(metadata)) {
+    const size_t slash = field.name.rfind('/');
+    const std::string prefix = slash == std::string::npos ? "" : field.name.substr(0, slash);
+    const std::string leaf = slash == std::string::npos ? field.name : field.name.substr(slash + 1);
+    const Group& group = group_for(prefix);
+    if (const auto* scalar = std::get_if<int64_t>(&field.value)) {
+      group.write_int_attribute(leaf, *scalar);
+    } else {
+      write_int32(group, leaf, std::get<IntArray>(field.value));
+    }
+  }
+}
+
+void write_outputs(const Group& root, const char* name, const StepOutputs& out, const BatchFile& file) {
+  const Group g = root.create_group(name);
+  const AttentionConfig& c = file.config;
+  const Dims tokens = token_dims(file.batch.num_tokens(), c, false);
+  const int64_t num_blocks = file.inputs.kv_cache.empty() ? -1 : file.inputs.kv_cache.size(0);
+  for (const auto& [field, tensor] : {std::pair<const char*, const Tensor*>{"output", &out.output},
+                                      std::pair<const char*, const Tensor*>{"attn_output", &out.attn_output}}) {
+    HYBRIDTB_CHECK(!tensor->empty(), "missing dataset ", g.child_path(field), " (required: ", dim_names(tokens),
+                   "): the StepOutputs tensor is empty");
+    check_shape(g.child_path(field), tensor->shape(), tokens);
+    write_tensor(g, field, *tensor);
+  }
+  HYBRIDTB_CHECK(!out.kv_cache.empty() || file.inputs.kv_cache.empty(), "missing dataset ", g.child_path("kv_cache"),
+                 " (required: the cache after the write): the StepOutputs tensor is empty");
+  if (!out.kv_cache.empty()) {
+    check_shape(g.child_path("kv_cache"), out.kv_cache.shape(), kv_cache_dims(num_blocks, c));
+    write_tensor(g, "kv_cache", out.kv_cache);
+  }
+  for (const auto& [field, tensor] : {std::pair<const char*, const Tensor*>{"k_scale_cache", &out.k_scale_cache},
+                                      std::pair<const char*, const Tensor*>{"v_scale_cache", &out.v_scale_cache}}) {
+    if (tensor->empty()) continue;
+    check_shape(g.child_path(field), tensor->shape(), scale_cache_dims(num_blocks, c));
+    write_tensor(g, field, *tensor);
+  }
+  if (std::strcmp(name, "outputs") == 0) {
+    root.write_string_attribute("backend", out.backend);
+  } else {
+    g.write_string_attribute("backend", out.backend);
+  }
+  write_metadata(g, out.metadata);
+}
+
+void write_file_contents(const h5::File& h5file, const BatchFile& file) {
+  const Group root = h5file.root();
+  root.write_string_attribute("schema", kSchemaName);
+  root.write_string_attribute("schema_version", std::to_string(kSchemaMajor) + "." + std::to_string(kSchemaMinor));
+  for (const auto& [key, value] : file.provenance) {
+    HYBRIDTB_CHECK(key != "schema" && key != "schema_version", "provenance key '", key,
+                   "' is reserved for the schema");
+    if (key == "backend" && file.outputs) continue;  // outputs->backend owns this attribute then
+    root.write_string_attribute(key, value);
+  }
+  write_config(root, file);
+  write_batch(root, file);
+  write_inputs(root, file);
+  if (file.outputs) write_outputs(root, "outputs", *file.outputs, file);
+  if (file.expected) write_outputs(root, "expected", *file.expected, file);
+}
+
+// Runs `body`, turning anything that is not already an Error (bad_alloc, filesystem errors) into one
+// prefixed with `context`, so callers only ever see hybridtb::Error.
+template <typename Body>
+auto with_context(const std::string& context, Body&& body) {
+  try {
+    return body();
+  } catch (const NotSupported& e) {
+    throw NotSupported(context + e.what());
+  } catch (const Error& e) {
+    throw Error(context + e.what());
+  } catch (const std::exception& e) {
+    throw Error(context + e.what());
+  }
+}
+
+}  // namespace
+
+BatchFile read_batch_file(const std::string& path) {
+  const h5::ErrorSilencer silence;
+  h5::File h5file = h5::File::open_read_only(path);  // its errors already name the path
+  return with_context(path + ": ", [&] {
+    const Group root = h5file.root();
+    BatchFile file;
+    const bool has_outputs = find_group(root, "outputs").has_value();
+    read_root(root, file, has_outputs);
+    read_config(root, file);
+    validate(file.config);
+    validate(file.builder);
+    read_batch(root, file);
+    read_inputs(root, file);
+    validate(file.config, file.batch, file.inputs);
+    if (std::optional<Group> g = find_group(root, "outputs")) file.outputs = read_outputs(*g, root, file);
+    if (std::optional<Group> g = find_group(root, "expected")) file.expected = read_outputs(*g, *g, file);
+    return file;
+  });
+}
+
+void write_batch_file(const std::string& path, const BatchFile& file) {
+  const h5::ErrorSilencer silence;
+  with_context("cannot write '" + path + "': ", [&] {
+    validate(file.config);
+    validate(file.builder);
+    validate(file.config, file.batch, file.inputs);
+  });
+  // Written under a temporary name in the same directory (so the rename is atomic on POSIX) and
+  // renamed only once HDF5 has closed it: readers never see a partial file.
+  const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
+  with_context("cannot write '" + path + "': ", [&] {
+    try {
+      h5::File h5file = h5::File::create(temporary);
+      write_file_contents(h5file, file);
+      h5file.close();
+      std::filesystem::rename(temporary, path);
+    } catch (...) {
+      std::error_code ignored;
+      std::filesystem::remove(temporary, ignored);
+      throw;
+    }
+  });
+}
+
+std::vector<FileEntry> list_file_entries(const std::string& path) {
+  const h5::ErrorSilencer silence;
+  const h5::File h5file = h5::File::open_read_only(path);
+  return with_context(path + ": ", [&] {
+    std::vector<FileEntry> entries;
+    entries.push_back({"/", "group", "", {}});
+    const std::function<void(const Group&, int)> visit = [&](const Group& group, int depth) {
+      if (depth > 32) return;  // hard-link cycles: HDF5 allows them, a listing need not follow
+      for (const std::string& name : group.child_names()) {
+        if (!group.is_hard_link(name)) continue;
+        switch (group.child_kind(name)) {
+          case ObjectKind::kGroup: {
+            const Group child = group.open_group(name);
+            entries.push_back({child.path(), "group", "", {}});
+            visit(child, depth + 1);
+            break;
+          }
+          case ObjectKind::kDataset: {
+            const Dataset dataset = group.open_dataset(name);
+            FileEntry entry{dataset.path(), "dataset", "", {}};
+            try {
+              entry.dtype_name = dataset.has_attribute(kDtypeName) &&
+                                         dataset.attribute_kind(kDtypeName) == AttributeKind::kString
+                                     ? dataset.read_string_attribute(kDtypeName)
+                                     : h5::describe_type(dataset.file_type().id());
+              entry.shape = dataset.shape();
+            } catch (const Error&) {
+              // A listing describes broken files too; leave what could not be read empty.
+            }
+            entries.push_back(std::move(entry));
+            break;
+          }
+          default:
+            break;
+        }
+      }
+    };
+    visit(h5file.root(), 0);
+    return entries;
+  });
+}
+
+}  // namespace hybridtb

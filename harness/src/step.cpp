@@ -1,0 +1,76 @@
+// run_step: one step of a batch file on any backend, through the Backend interface only.
+#include "hybridtb/step.h"
+
+#include "hybridtb/error.h"
+
+namespace hybridtb {
+
+namespace {
+
+// A copy of `host` in the backend's memory (an empty tensor stays empty).
+Tensor upload(Backend& backend, const Tensor& host) {
+  if (host.empty()) return {};
+  Tensor device = backend.allocate(host.dtype(), host.shape());
+  backend.copy(device, host);
+  return device;
+}
+
+Tensor download(Backend& backend, const Tensor& device) {
+  if (device.empty()) return {};
+  Tensor host = Tensor::host(device.dtype(), device.shape());
+  backend.copy(host, device);
+  return host;
+}
+
+// An output buffer of the backend's output dtype filled with kOutputPoison.
+Tensor poisoned_output(Backend& backend, const Shape& shape) {
+  Tensor host = Tensor::host(backend.output_dtype(), shape);
+  fill_host(host, kOutputPoison);
+  return upload(backend, host);
+}
+
+}  // namespace
+
+StepOutputs run_step(Backend& backend, const BatchFile& file) {
+  const AttentionConfig& config = file.config;
+  if (config.has_ssm_branch()) {
+    throw NotSupported(detail::concat("/config ssm_mode '", config.ssm_mode, "': this build runs attention layers ",
+                                      "only (ssm_mode \"none\"); the SSM history branch is not available yet"));
+  }
+  const BatchInputs& in = file.inputs;
+  StepOutputs out;
+  out.backend = backend.name();
+  out.metadata = backend.build_metadata(file.batch);
+
+  BatchInputs device;
+  device.query = upload(backend, in.query);
+  device.key = upload(backend, in.key);
+  device.value = upload(backend, in.value);
+  device.kv_cache = upload(backend, in.kv_cache);
+  device.k_scale_cache = upload(backend, in.k_scale_cache);
+  device.v_scale_cache = upload(backend, in.v_scale_cache);
+  device.k_scale = in.k_scale;
+  device.v_scale = in.v_scale;
+  device.output_scale = in.output_scale;
+  const StepTensors tensors = device.views();
+
+  const Shape output_shape{file.batch.num_tokens(), config.num_heads, config.head_size};
+  Tensor attn_output = poisoned_output(backend, output_shape);
+  Tensor output = poisoned_output(backend, output_shape);
+
+  backend.write_kv_cache(file.batch, tensors);
+  backend.attention_forward(out.metadata, file.batch, tensors, attn_output);
+  // Without an SSM branch the layer's output is the attention output (HybridAttentionImpl returns
+  // early when the layer has no adapter).
+  backend.copy(output, attn_output);
+  backend.synchronize();
+
+  out.output = download(backend, output);
+  out.attn_output = download(backend, attn_output);
+  out.kv_cache = download(backend, device.kv_cache);
+  out.k_scale_cache = download(backend, device.k_scale_cache);
+  out.v_scale_cache = download(backend, device.v_scale_cache);
+  return out;
+}
+
+}  // namespace hybridtb

@@ -1,0 +1,93 @@
+// The synthetic batch generator: valid, seeded, vLLM-like paging with a NaN null block.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "hybridtb/synthetic.h"
+
+namespace hybridtb {
+namespace {
+
+AttentionConfig windowed_config() {
+  AttentionConfig c;
+  c.num_heads = 8;
+  c.num_kv_heads = 2;
+  c.head_size = 64;
+  c.block_size = 16;
+  c.scale = 0.125;
+  c.sliding_window = 32;
+  c.dtype = DType::kFloat16;
+  return c;
+}
+
+TEST(Synthetic, SameSeedSameBytesOtherSeedOtherBytes) {
+  const std::vector<RequestSpec> requests{{100, 1}, {0, 33}};
+  const BatchFile a = make_synthetic_batch(windowed_config(), {}, requests, {.seed = 5});
+  const BatchFile b = make_synthetic_batch(windowed_config(), {}, requests, {.seed = 5});
+  const BatchFile c = make_synthetic_batch(windowed_config(), {}, requests, {.seed = 6});
+  EXPECT_TRUE(bitwise_equal(a.inputs.query, b.inputs.query));
+  EXPECT_TRUE(bitwise_equal(a.inputs.kv_cache, b.inputs.kv_cache));
+  EXPECT_EQ(a.batch.block_table, b.batch.block_table);
+  EXPECT_FALSE(bitwise_equal(a.inputs.query, c.inputs.query));
+}
+
+TEST(Synthetic, RequestsGetDistinctNonNullBlocksAndOutOfWindowBlocksPointAtNull) {
+  // Context 100, window 32: the first query (position 100) sees keys 69..100, so blocks 0..3
+  // (positions 0..63) are out of every query's window; block 4 (64..79) is partly visible.
+  const BatchFile f = make_synthetic_batch(windowed_config(), {}, {{100, 1}, {0, 33}}, {.seed = 1});
+  const IntArray& table = f.batch.block_table;
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(table.at(0, i), 0) << "block " << i;
+  std::set<int32_t> used;
+  for (int64_t i = 4; i < 7; ++i) used.insert(table.at(0, i));
+  for (int64_t i = 0; i < 3; ++i) used.insert(table.at(1, i));
+  EXPECT_EQ(used.size(), 6u);
+  EXPECT_EQ(used.count(0), 0u);
+  // The null block holds NaN in keys and values.
+  const auto& cache = f.inputs.kv_cache;
+  const int64_t per_block = cache.numel() / cache.size(0);
+  for (int64_t i = 0; i < per_block; ++i) {
+    EXPECT_TRUE(std::isnan(load_as_double(cache.data(), cache.dtype(), i)));
+  }
+}
+
+TEST(Synthetic, ShuffledByDefaultConsecutiveOnRequest) {
+  AttentionConfig c = windowed_config();
+  c.sliding_window = 0;
+  const BatchFile shuffled = make_synthetic_batch(c, {}, {{300, 1}}, {.seed = 2});
+  const BatchFile ordered = make_synthetic_batch(c, {}, {{300, 1}}, {.seed = 2, .shuffle_blocks = false});
+  std::vector<int32_t> row_ordered, row_shuffled;
+  for (int64_t i = 0; i < 19; ++i) {
+    row_ordered.push_back(ordered.batch.block_table.at(0, i));
+    row_shuffled.push_back(shuffled.batch.block_table.at(0, i));
+    EXPECT_EQ(row_ordered.back(), i + 1);
+  }
+  EXPECT_NE(row_shuffled, row_ordered);
+}
+
+TEST(Synthetic, PaddingRowsAndRequests) {
+  const BatchFile f = make_synthetic_batch(windowed_config(), {}, {{5, 1}, {9, 1}},
+                                           {.padding_tokens = 6, .padding_requests = 6});
+  EXPECT_EQ(f.batch.num_reqs(), 8);
+  EXPECT_EQ(f.batch.num_actual_tokens, 2);
+  EXPECT_EQ(f.batch.num_tokens(), 8);
+  for (int64_t t = 2; t < 8; ++t) EXPECT_EQ(f.batch.slot_mapping[static_cast<size_t>(t)], kPadSlotId);
+  for (int64_t r = 2; r < 8; ++r) {
+    EXPECT_EQ(f.batch.query_len(r), 0);
+    EXPECT_EQ(f.batch.seq_len(r), 0);
+  }
+}
+
+TEST(Synthetic, PerTokenHeadScalesAreStoredAndNullBlockScalesAreNaN) {
+  AttentionConfig c = windowed_config();
+  c.kv_cache_dtype = KvCacheDtype::kInt8PerTokenHead;
+  const BatchFile f = make_synthetic_batch(c, {}, {{20, 3}}, {});
+  ASSERT_FALSE(f.inputs.k_scale_cache.empty());
+  const auto* scales = f.inputs.k_scale_cache.data_as<float>();
+  const int64_t per_block = c.block_size * c.num_kv_heads;
+  EXPECT_TRUE(std::isnan(scales[0]));
+  for (int64_t i = per_block; i < f.inputs.k_scale_cache.numel(); ++i) EXPECT_GT(scales[i], 0.0f);
+}
+
+}  // namespace
+}  // namespace hybridtb
