@@ -64,6 +64,50 @@ BatchFile decode_cudagraph_padded_fp32() {
                               {.seed = 3, .padding_tokens = 3, .padding_requests = 3});
 }
 
+// A multimodal prompt chunk: int8 per-token-head KV cache with its scale caches, a bidirectional
+// mm_prefix range over an image span, sqrt-form ALiBi, bf16.
+BatchFile int8_kv_mm_prefix_bf16() {
+  AttentionConfig c;
+  c.num_heads = 4;
+  c.num_kv_heads = 1;
+  c.head_size = 64;
+  c.block_size = 16;
+  c.scale = 0.125;
+  c.dtype = DType::kBFloat16;
+  c.kv_cache_dtype = KvCacheDtype::kInt8PerTokenHead;
+  c.alibi_slopes = std::vector<float>{0.25f, 0.125f, 0.0625f, 0.03125f};
+  c.use_alibi_sqrt = true;
+  return make_synthetic_batch(c, {}, {{30, 1}, {10, 50, {{12, 40}}}}, {.seed = 11});
+}
+
+// An encoder-only layer (bidirectional, no KV cache) with a symmetric window of 16, fp16.
+BatchFile encoder_only_fp16() {
+  AttentionConfig c;
+  c.num_heads = 6;
+  c.num_kv_heads = 3;
+  c.head_size = 32;
+  c.block_size = 16;
+  c.scale = 1.0 / std::sqrt(32.0);
+  c.sliding_window = 16;
+  c.dtype = DType::kFloat16;
+  c.attn_type = AttnType::kEncoderOnly;
+  return make_synthetic_batch(c, {}, {{0, 40}, {0, 9}}, {.seed = 5});
+}
+
+// fp8 e5m2 KV cache with per-tensor scales and fp8 output (output_scale), bf16 activations.
+BatchFile fp8_e5m2_kv_fp8_output_bf16() {
+  AttentionConfig c;
+  c.num_heads = 8;
+  c.num_kv_heads = 8;
+  c.head_size = 128;
+  c.block_size = 16;
+  c.scale = 1.0 / std::sqrt(128.0);
+  c.dtype = DType::kBFloat16;
+  c.kv_cache_dtype = KvCacheDtype::kFp8E5M2;
+  return make_synthetic_batch(c, {}, {{70, 1}, {0, 24}},
+                              {.seed = 13, .k_scale = 0.5f, .v_scale = 0.25f, .output_scale = 0.02f});
+}
+
 }  // namespace
 
 const std::vector<Example>& all() {
@@ -74,6 +118,11 @@ const std::vector<Example>& all() {
        fp8_kv_sinks_fp16},
       {"decode_cudagraph_padded_fp32.h5", "decode-only step padded to a CUDA-graph size 8, ALiBi, fp32",
        decode_cudagraph_padded_fp32},
+      {"int8_kv_mm_prefix_bf16.h5", "int8 per-token-head KV cache, mm_prefix range, sqrt ALiBi, bf16",
+       int8_kv_mm_prefix_bf16},
+      {"encoder_only_fp16.h5", "encoder-only (bidirectional, no cache), window 16, fp16", encoder_only_fp16},
+      {"fp8_e5m2_kv_fp8_output_bf16.h5", "fp8 e5m2 KV cache, fp8 output with output_scale, bf16",
+       fp8_e5m2_kv_fp8_output_bf16},
   };
   return examples;
 }

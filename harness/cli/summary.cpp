@@ -39,10 +39,15 @@ void print_batch(std::ostream& out, const BatchDescription& b) {
 }
 
 void print_metadata(std::ostream& out, const HybridMetadata& m) {
-  out << "metadata: split " << m.mamba.num_decodes << " decodes (" << m.mamba.num_decode_tokens << " tokens) + "
-      << m.mamba.num_prefills << " prefills (" << m.mamba.num_prefill_tokens << " tokens); attention path "
-      << (m.attention.use_3d_path ? "3D (split softmax)" : "2D") << ", seq_threshold_3D "
-      << m.attention.seq_threshold_3d << (m.mamba.cudagraph_padded ? ", CUDA-graph padded" : "") << "\n";
+  out << "metadata: ";
+  if (m.mamba) {
+    out << "split " << m.mamba->num_decodes << " decodes (" << m.mamba->num_decode_tokens << " tokens) + "
+        << m.mamba->num_prefills << " prefills (" << m.mamba->num_prefill_tokens << " tokens); ";
+  } else {
+    out << "no SSM-state metadata (encoder-only layer); ";
+  }
+  out << "attention path " << (m.attention.use_3d_path ? "3D (split softmax)" : "2D") << ", seq_threshold_3D "
+      << m.attention.seq_threshold_3d << (m.mamba && m.mamba->cudagraph_padded ? ", CUDA-graph padded" : "") << "\n";
 }
 
 void print_outputs(std::ostream& out, const BatchFile& file, const StepOutputs& o) {

@@ -135,6 +135,9 @@ void validate(const AttentionConfig& c) {
     for (float s : *c.sinks) HYBRIDTB_CHECK(std::isfinite(s), "/config/sinks must be finite");
   }
   if (c.attn_type == AttnType::kEncoderOnly) {
+    HYBRIDTB_CHECK(!c.has_ssm_branch(), "/config ssm_mode '", c.ssm_mode,
+                   "' is not supported with attn_type encoder_only (the seed's HybridAttentionImpl raises "
+                   "NotImplementedError for encoder attention)");
     HYBRIDTB_CHECK(!is_quantized(c.kv_cache_dtype), "/config kv_cache_dtype ", to_string(c.kv_cache_dtype),
                    " is not supported with attn_type encoder_only (vLLM raises NotImplementedError)");
   }

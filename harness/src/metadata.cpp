@@ -74,8 +74,10 @@ std::vector<MetadataField> flatten(const HybridMetadata& metadata) {
     }
   };
   visit_attention(metadata.attention, add);
-  visit_mamba(metadata.mamba, add);
-  if (metadata.mamba.causal_conv1d) visit_conv1d(*metadata.mamba.causal_conv1d, add);
+  if (metadata.mamba) {
+    visit_mamba(*metadata.mamba, add);
+    if (metadata.mamba->causal_conv1d) visit_conv1d(*metadata.mamba->causal_conv1d, add);
+  }
   return fields;
 }
 
@@ -83,10 +85,11 @@ static std::set<std::string> known_field_names() {
   std::set<std::string> names;
   auto record = [&](const char* name, const auto&) { names.insert(name); };
   HybridMetadata scratch;
-  scratch.mamba.causal_conv1d.emplace();
+  MambaAttentionMetadata mamba;
+  mamba.causal_conv1d.emplace();
   visit_attention(scratch.attention, record);
-  visit_mamba(scratch.mamba, record);
-  visit_conv1d(*scratch.mamba.causal_conv1d, record);
+  visit_mamba(mamba, record);
+  visit_conv1d(*mamba.causal_conv1d, record);
   return names;
 }
 
@@ -119,12 +122,16 @@ HybridMetadata unflatten(const std::vector<MetadataField>& fields) {
   };
   HybridMetadata metadata;
   visit_attention(metadata.attention, take);
-  visit_mamba(metadata.mamba, take);
-  const bool has_conv = std::any_of(fields.begin(), fields.end(),
-                                    [](const MetadataField& f) { return starts_with(f.name, kConvPrefix); });
-  if (has_conv) {
-    metadata.mamba.causal_conv1d.emplace();
-    visit_conv1d(*metadata.mamba.causal_conv1d, take);
+  const auto has_prefix = [&](const char* prefix) {
+    return std::any_of(fields.begin(), fields.end(), [&](const MetadataField& f) { return starts_with(f.name, prefix); });
+  };
+  if (has_prefix("mamba/")) {
+    MambaAttentionMetadata& mamba = metadata.mamba.emplace();
+    visit_mamba(mamba, take);
+    if (has_prefix(kConvPrefix)) {
+      mamba.causal_conv1d.emplace();
+      visit_conv1d(*mamba.causal_conv1d, take);
+    }
   }
   return metadata;
 }

@@ -57,6 +57,7 @@ Shape TensorView::shape() const { return Shape(shape_.begin(), shape_.begin() + 
 Shape TensorView::strides() const { return Shape(strides_.begin(), strides_.begin() + rank_); }
 
 int64_t TensorView::numel() const {
+  if (data_ == nullptr) return 0;  // an empty (absent) view has no elements, whatever its rank
   return std::accumulate(shape_.begin(), shape_.begin() + rank_, int64_t{1}, std::multiplies<>());
 }
 
@@ -90,8 +91,12 @@ std::string TensorView::describe() const {
 }
 
 Tensor Tensor::host(DType dtype, const Shape& shape) {
-  const TensorView probe(nullptr, dtype, shape);
-  const auto bytes = static_cast<size_t>(probe.nbytes());
+  int64_t count = 1;
+  for (int64_t extent : shape) {
+    HYBRIDTB_CHECK(extent >= 0, "Tensor::host: negative extent in shape ", shape_to_string(shape));
+    count *= extent;
+  }
+  const auto bytes = static_cast<size_t>(count * element_size(dtype));
   // One extra byte keeps the pointer non-null for empty tensors, so "empty()" means "absent".
   std::shared_ptr<void> storage(new unsigned char[bytes + 1](), std::default_delete<unsigned char[]>());
   return Tensor(storage, TensorView(storage.get(), dtype, shape));
@@ -123,6 +128,7 @@ void require_host(const TensorView& view, const char* what) {
 }  // namespace
 
 Tensor clone_host(const TensorView& source) {
+  if (source.empty()) return {};
   require_host(source, "clone_host");
   Tensor copy = Tensor::host(source.dtype(), source.shape());
   const int64_t size = element_size(source.dtype());
@@ -155,6 +161,7 @@ void fill_host(const TensorView& view, double value) {
 bool bitwise_equal(const TensorView& a, const TensorView& b) {
   require_host(a, "bitwise_equal");
   require_host(b, "bitwise_equal");
+  if (a.empty() || b.empty()) return a.empty() && b.empty();
   if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
   const Tensor ca = clone_host(a);
   const Tensor cb = clone_host(b);

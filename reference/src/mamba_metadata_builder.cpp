@@ -335,7 +335,8 @@ HybridMetadata build_hybrid_metadata(const AttentionConfig& config, const Builde
                                      const BatchDescription& batch) {
   HybridMetadata metadata;
   metadata.attention = build_triton_metadata(config, builder, batch);
-  metadata.mamba = build_mamba_metadata(config, builder, batch);
+  // Encoder-only layers keep no recurrent state and have no block table to index one with.
+  if (config.attn_type == AttnType::kDecoder) metadata.mamba = build_mamba_metadata(config, builder, batch);
   return metadata;
 }
 

@@ -22,8 +22,10 @@ struct FeatureCase {
 
 // Chunked prefill, decodes and a fresh prefill in one batch; the long contexts give the windowed
 // cases null blocks.
+// Includes a chunk of 150 rows so that position-dependent terms (ALiBi, windows) are checked on
+// query-row tiles after the first (the reference tiles rows by 64).
 std::vector<RequestSpec> mixed_requests() {
-  return {{0, 37, {}}, {70, 1, {}}, {45, 20, {}}, {130, 1, {}}, {20, 3, {}}};
+  return {{0, 37, {}}, {70, 1, {}}, {45, 20, {}}, {130, 1, {}}, {20, 3, {}}, {10, 150, {}}};
 }
 
 std::vector<float> slopes(int64_t heads) {

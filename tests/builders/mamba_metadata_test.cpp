@@ -414,7 +414,8 @@ TEST(HybridMetadata, ReturnsBothBuilders) {
   expected.mamba = reference::build_mamba_metadata(config, builder, batch);
   EXPECT_TRUE(metadata_differences(hybrid, expected).empty());
   EXPECT_EQ(hybrid.attention.max_query_len, 6);
-  EXPECT_EQ(hybrid.mamba.num_prefills, 2);
+  ASSERT_TRUE(hybrid.mamba.has_value());
+  EXPECT_EQ(hybrid.mamba->num_prefills, 2);
 }
 
 TEST(UpdateBlockTable, RejectsAMismatchedRequestCount) {

@@ -150,20 +150,21 @@ TEST(BatchFileRoundTrip, SparseMetadata) {
   HybridMetadata& m = file.outputs->metadata;
   m = HybridMetadata{};
   m.attention.use_3d_path = 1;
-  m.mamba.num_decodes = 3;
-  m.mamba.state_indices_tensor_d = IntArray({3, 1}, {4, 5, -1});
-  m.mamba.num_accepted_tokens = IntArray::vector({});  // shape [0], distinct from the shapeless seq_lens
+  m.mamba.emplace().num_decodes = 3;
+  m.mamba->state_indices_tensor_d = IntArray({3, 1}, {4, 5, -1});
+  m.mamba->num_accepted_tokens = IntArray::vector({});  // shape [0], distinct from the shapeless seq_lens
   const BatchFile back = round_trip(file);
   ASSERT_TRUE(back.outputs.has_value());
   EXPECT_TRUE(back.outputs->metadata == m) << metadata_differences(back.outputs->metadata, m).front();
-  EXPECT_FALSE(back.outputs->metadata.mamba.causal_conv1d.has_value());
-  EXPECT_FALSE(back.outputs->metadata.mamba.query_start_loc_p.has_value());
-  EXPECT_TRUE(back.outputs->metadata.mamba.seq_lens.shape.empty());
-  EXPECT_EQ(back.outputs->metadata.mamba.num_accepted_tokens->shape, std::vector<int64_t>{0});
+  EXPECT_FALSE(back.outputs->metadata.mamba->causal_conv1d.has_value());
+  EXPECT_FALSE(back.outputs->metadata.mamba->query_start_loc_p.has_value());
+  EXPECT_TRUE(back.outputs->metadata.mamba->seq_lens.shape.empty());
+  EXPECT_EQ(back.outputs->metadata.mamba->num_accepted_tokens->shape, std::vector<int64_t>{0});
 }
 
 TEST(BatchFileRoundTrip, EncoderOnlyWithoutKvCache) {
   AttentionConfig config = full_config(DType::kFloat16, KvCacheDtype::kAuto, AttnType::kEncoderOnly);
+  config.ssm_mode = "none";  // encoder-only layers have no SSM branch
   BatchFile file = small_batch_file(config);
   file.outputs = sample_outputs(file, DType::kFloat64, "reference", 80);
   const BatchFile back = round_trip(file);

@@ -155,7 +155,7 @@ TEST(H5pyInterop, ReadScriptChecksOurFiles) {
   files.back().expected = sample_outputs(files.back(), DType::kBFloat16, "cuda", 2);
   files.push_back(small_batch_file(full_config(DType::kFloat32, KvCacheDtype::kInt8PerTokenHead)));
   files.back().outputs = sample_outputs(files.back(), DType::kFloat32, "cuda", 3);
-  files.back().outputs->metadata.mamba.seq_lens = IntArray();  // stored with a null dataspace
+  files.back().outputs->metadata.mamba->seq_lens = IntArray();  // stored with a null dataspace
   files.push_back(small_batch_file(full_config(DType::kFloat16, KvCacheDtype::kAuto, AttnType::kEncoderOnly)));
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string path = (dir / ("batch" + std::to_string(i) + ".h5")).string();

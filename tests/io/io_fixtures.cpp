@@ -123,7 +123,7 @@ AttentionConfig full_config(DType dtype, KvCacheDtype kv, AttnType attn) {
   c.dtype = dtype;
   c.kv_cache_dtype = kv;
   c.attn_type = attn;
-  c.ssm_mode = "prefix_sum";
+  c.ssm_mode = attn == AttnType::kEncoderOnly ? "none" : "prefix_sum";  // encoder layers have no SSM branch
   c.mamba_cache_mode = MambaCacheMode::kAlign;
   c.mamba_block_size = 64;
   c.num_speculative_tokens = 2;
@@ -190,7 +190,7 @@ BatchFile small_batch_file(const AttentionConfig& config, bool with_optionals) {
 HybridMetadata full_metadata() {
   HybridMetadata m;
   m.attention = {6, 3, 23, 32, 16, 32, 1};
-  MambaAttentionMetadata& s = m.mamba;
+  MambaAttentionMetadata& s = m.mamba.emplace();
   s.num_prefills = 2;
   s.num_prefill_tokens = 5;
   s.num_decodes = 1;

@@ -65,7 +65,9 @@ struct MambaAttentionMetadata {
 // HybridAttentionMetadataBuilder (seed 000, version fa75bcc3): both builders' results.
 struct HybridMetadata {
   TritonAttentionMetadata attention;
-  MambaAttentionMetadata mamba;
+  // Absent for encoder_only layers: they have no block table and no recurrent state (the seed's
+  // HybridAttentionImpl rejects encoder attention), so there is nothing for the Mamba builder.
+  std::optional<MambaAttentionMetadata> mamba;
 };
 
 // --- field-by-field access ---------------------------------------------------------------------

@@ -42,7 +42,7 @@ class TensorView {
   int64_t stride(int dim) const;
   Shape shape() const;
   Shape strides() const;
-  int64_t numel() const;
+  int64_t numel() const;  // 0 for an empty view
   int64_t nbytes() const { return numel() * element_size(dtype_); }
   bool is_contiguous() const;
 
