@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/synthetic.h"
 
 namespace hybridtb::examples {
@@ -108,6 +109,58 @@ BatchFile fp8_e5m2_kv_fp8_output_bf16() {
                               {.seed = 13, .k_scale = 0.5f, .v_scale = 0.25f, .output_scale = 0.02f});
 }
 
+// Adds random weights and state pools for the file's SSM mode, one slot per id its SSM table uses.
+BatchFile with_ssm_tensors(BatchFile file, uint64_t seed) {
+  auto tensors = reference::ssm::make_random_ssm_tensors(file.config, ssm_slots_needed(file.batch), seed);
+  file.inputs.ssm_state = std::move(tensors.ssm_state);
+  file.inputs.weights = std::move(tensors.weights);
+  return file;
+}
+
+AttentionConfig small_hybrid_layer(const std::string& ssm_mode) {
+  AttentionConfig c;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_size = 32;
+  c.block_size = 16;
+  c.scale = 1.0 / std::sqrt(32.0);
+  c.sliding_window = 32;
+  c.dtype = DType::kBFloat16;
+  c.ssm_mode = ssm_mode;
+  return c;
+}
+
+// The hybrid layer of the seed with the full Mamba-1 history branch: decodes, a continued chunk
+// (starts from its saved state) and a fresh prefill, with prefix caching (mamba_cache_mode all:
+// states written at every 16-token boundary).
+BatchFile hybrid_mamba1_bf16() {
+  AttentionConfig c = small_hybrid_layer("mamba1");
+  c.ssm_params = {{"intermediate_size", 64}, {"state_size", 8}, {"conv_kernel", 4}, {"dt_rank", 8}};
+  c.mamba_cache_mode = MambaCacheMode::kAll;
+  c.mamba_block_size = 16;
+  BatchFile f = make_synthetic_batch(c, {}, {{40, 1}, {7, 1}, {50, 30}, {0, 21}}, {.seed = 17, .ssm_block_table = true});
+  return with_ssm_tensors(std::move(f), 18);
+}
+
+// The per-request running-sum branch (prefix_sum) on a decode-only step padded for a CUDA graph:
+// padding requests have slot −1 and must leave the pools untouched.
+BatchFile hybrid_prefix_sum_padded_fp16() {
+  AttentionConfig c = small_hybrid_layer("prefix_sum");
+  c.dtype = DType::kFloat16;
+  BuilderConfig b;
+  b.cudagraph_mode = CudaGraphMode::kFullDecodeOnly;
+  b.cudagraph_capture_sizes = {1, 2, 4, 8};
+  BatchFile f = make_synthetic_batch(c, b, {{20, 1}, {3, 1}, {60, 1}},
+                                     {.seed = 19, .padding_tokens = 1, .padding_requests = 1, .ssm_block_table = true});
+  return with_ssm_tensors(std::move(f), 20);
+}
+
+// The seed prototype's flattened cumsum (prefix_sum_flat), for replaying its captured batches.
+BatchFile hybrid_prefix_sum_flat_bf16() {
+  AttentionConfig c = small_hybrid_layer("prefix_sum_flat");
+  return make_synthetic_batch(c, {}, {{10, 1}, {30, 1}, {0, 12}}, {.seed = 21});
+}
+
 }  // namespace
 
 const std::vector<Example>& all() {
@@ -123,6 +176,12 @@ const std::vector<Example>& all() {
       {"encoder_only_fp16.h5", "encoder-only (bidirectional, no cache), window 16, fp16", encoder_only_fp16},
       {"fp8_e5m2_kv_fp8_output_bf16.h5", "fp8 e5m2 KV cache, fp8 output with output_scale, bf16",
        fp8_e5m2_kv_fp8_output_bf16},
+      {"hybrid_mamba1_bf16.h5", "hybrid layer with the Mamba-1 branch, prefix caching (mode all), bf16",
+       hybrid_mamba1_bf16},
+      {"hybrid_prefix_sum_padded_fp16.h5", "prefix_sum branch on a CUDA-graph padded decode step, fp16",
+       hybrid_prefix_sum_padded_fp16},
+      {"hybrid_prefix_sum_flat_bf16.h5", "the seed prototype's flattened cumsum (prefix_sum_flat), bf16",
+       hybrid_prefix_sum_flat_bf16},
   };
   return examples;
 }

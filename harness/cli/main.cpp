@@ -12,6 +12,7 @@
 #include "hybridtb/backend.h"
 #include "hybridtb/batch_file.h"
 #include "hybridtb/error.h"
+#include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/step.h"
 #include "summary.h"
 
@@ -55,6 +56,10 @@ int info_command(const std::string& path) {
   }
   try {
     const BatchFile file = read_batch_file(path);
+    if (file.config.has_ssm_branch()) {
+      const StepTensors views = file.inputs.views();
+      reference::ssm::validate_ssm_tensors(file.config, views.ssm_state, views.weights);
+    }
     std::cout << "valid:    hybrid-batch " << file.schema_version << "\n";
     for (const auto& [key, value] : file.provenance) std::cout << "          " << key << " = " << value << "\n";
     print_config(std::cout, file.config, file.builder);

@@ -50,8 +50,9 @@ void print_metadata(std::ostream& out, const HybridMetadata& m) {
       << m.attention.seq_threshold_3d << (m.mamba && m.mamba->cudagraph_padded ? ", CUDA-graph padded" : "") << "\n";
 }
 
-void print_outputs(std::ostream& out, const BatchFile& file, const StepOutputs& o) {
-  const TensorView v = o.output;
+namespace {
+void print_tensor_stats(std::ostream& out, const char* label, const BatchFile& file, const TensorView& v) {
+  if (v.empty()) return;
   const int64_t row = file.config.num_heads * file.config.head_size;
   const int64_t real = file.batch.num_actual_tokens * row;
   double max_abs = 0.0, sum_sq = 0.0;
@@ -69,9 +70,19 @@ void print_outputs(std::ostream& out, const BatchFile& file, const StepOutputs& 
       ++padding_written;
     }
   }
-  out << "outputs:  " << to_string(v.dtype()) << " " << shape_to_string(v.shape()) << ": max |x| " << max_abs
+  out << label << " " << to_string(v.dtype()) << " " << shape_to_string(v.shape()) << ": max |x| " << max_abs
       << ", rms " << (real > 0 ? std::sqrt(sum_sq / static_cast<double>(real)) : 0.0) << ", non-finite "
       << non_finite << ", padding elements written " << padding_written << "\n";
+}
+}  // namespace
+
+void print_outputs(std::ostream& out, const BatchFile& file, const StepOutputs& o) {
+  print_tensor_stats(out, "output:   ", file, o.output);
+  print_tensor_stats(out, "attention:", file, o.attn_output);
+  if (!o.ssm_output.empty()) print_tensor_stats(out, "ssm:      ", file, o.ssm_output);
+  for (const auto& [name, pool] : o.ssm_state) {
+    out << "ssm pool: " << name << " " << pool.view().describe() << "\n";
+  }
 }
 
 }  // namespace hybridtb::cli

@@ -3,8 +3,10 @@
 
 Shows what a Python user sees: every group's attributes and every dataset's h5py dtype, shape and
 dtype_name (bfloat16 arrives as float32, fp8 as raw uint8 bytes). --check verifies the root
-attributes, the required items and their shapes against /config (datasets/SCHEMA.md) and exits 1
-on the first problem. The hybridtb tests run it on files written by the C++ writer.
+attributes, the required items and their shapes against /config, and the generic rules of the SSM
+branch of schema 1.1 (/config/ssm, /inputs/ssm, /weights, ssm_output, the pools after the step),
+as datasets/SCHEMA.md states them; it prints every problem and exits 1 if there is any. The
+hybridtb tests run it on files written by the C++ writer.
 
     /usr/bin/python3 harness/scripts/read_batch_h5py.py FILE [--check]
 """
@@ -14,6 +16,8 @@ import sys
 import h5py
 import numpy as np
 
+SSM_FLOATS = ("float64", "float32", "float16", "bfloat16")
+FLOATS = SSM_FLOATS + ("float8_e4m3fn", "float8_e5m2")
 KV_STORAGE = {"fp8_e4m3": "float8_e4m3fn", "fp8_per_token_head": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
               "int8_per_token_head": "int8"}
 
@@ -78,6 +82,8 @@ def check(f):
         if dtype_name is not None and text(ds.attrs.get("dtype_name", "")) != dtype_name:
             problems.append(f"/{path}: dtype_name {text(ds.attrs.get('dtype_name', ''))!r} != {dtype_name!r}")
 
+    problems += check_ssm(f, tokens, heads, head_size)
+
     def every_dataset(name, obj):
         if isinstance(obj, h5py.Dataset):
             if "dtype_name" not in obj.attrs:
@@ -85,6 +91,68 @@ def check(f):
             obj[()]  # every dataset must be readable
 
     f.visititems(every_dataset)
+    return problems
+
+
+def check_ssm(f, tokens, heads, head_size):
+    """The SSM branch (1.1): generic rules only; each mode's names and shapes are the reference's."""
+    problems = []
+
+    def named_tensors(path, what):
+        """{name: shape} of the float datasets in group `path` (problems for anything else)."""
+        if path not in f:
+            return {}
+        if not isinstance(f[path], h5py.Group):
+            problems.append(f"/{path} is not a group")
+            return {}
+        shapes = {}
+        for name, ds in f[path].items():
+            if not isinstance(ds, h5py.Dataset):
+                problems.append(f"/{path}/{name} is a group, expected a dataset")
+                continue
+            dtype_name = text(ds.attrs.get("dtype_name", ""))
+            if dtype_name not in SSM_FLOATS:
+                problems.append(f"/{path}/{name}: dtype_name {dtype_name!r} is not allowed "
+                                f"({what} must be one of {', '.join(SSM_FLOATS)})")
+            if ds.shape is None or len(ds.shape) < 1:
+                problems.append(f"/{path}/{name}: {what} must have rank >= 1")
+                continue
+            shapes[name] = tuple(ds.shape)
+        return shapes
+
+    def same_num_slots(path, pools):
+        slots = {name: shape[0] for name, shape in pools.items()}
+        if len(set(slots.values())) > 1:
+            problems.append(f"/{path}: the pools do not share num_slots (dimension 0): {slots}")
+
+    if "config/ssm" in f:
+        for key, value in f["config/ssm"].attrs.items():
+            v = np.asarray(value)  # any integer width; the C++ reader also takes integral floats
+            integral = v.size == 1 and (v.dtype.kind in "iu" or (v.dtype.kind == "f" and float(v.flat[0]).is_integer()))
+            if not integral:
+                problems.append(f"/config/ssm: attribute {key} = {text(value)!r} is not an integer")
+    before = named_tensors("inputs/ssm", "state pools")
+    same_num_slots("inputs/ssm", before)
+    named_tensors("weights", "weights")
+    for group in ("outputs", "expected"):
+        if f"{group}/ssm_output" in f:
+            ds = f[f"{group}/ssm_output"]
+            if tuple(ds.shape or ()) != (tokens, heads, head_size):
+                problems.append(f"/{group}/ssm_output: shape {list(ds.shape or ())} != {[tokens, heads, head_size]}")
+            if text(ds.attrs.get("dtype_name", "")) not in FLOATS:
+                problems.append(f"/{group}/ssm_output: dtype_name {text(ds.attrs.get('dtype_name', ''))!r} "
+                                "is not a float type")
+        after = named_tensors(f"{group}/ssm", "state pools")
+        same_num_slots(f"{group}/ssm", after)
+        if before and after:  # the pools after the step are the pools before it
+            for name in sorted(set(before) | set(after)):
+                if name not in after:
+                    problems.append(f"missing dataset /{group}/ssm/{name} (the pool /inputs/ssm/{name} after the step)")
+                elif name not in before:
+                    problems.append(f"/{group}/ssm/{name}: no state pool of that name in /inputs/ssm")
+                elif after[name] != before[name]:
+                    problems.append(f"/{group}/ssm/{name}: shape {list(after[name])} != /inputs/ssm/{name} "
+                                    f"{list(before[name])}")
     return problems
 
 

@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""Write a small, valid hybrid-batch 1.0 file with h5py + numpy (schema: datasets/SCHEMA.md).
+"""Write a small, valid hybrid-batch 1.x file with h5py + numpy (schema: datasets/SCHEMA.md).
 
 An example for capture code. `write_hybrid_batch()` takes plain numpy arrays and stores them as the
-schema asks. `example_batch()` makes a tiny, consistent batch to feed it. The hybridtb tests read
-this script's output with read_batch_file (tests/io/h5py_interop_test.cpp).
+schema asks. `example_batch()` makes a tiny, consistent batch to feed it; with `--ssm prefix_sum`
+it also writes the SSM branch of schema 1.1 (/config ssm_mode and the state pool
+/inputs/ssm/state), the way to store any mode's params, pools and weights (`example_ssm()`). The
+file records the lowest version that describes it: 1.0, or 1.1 with SSM items. The hybridtb tests
+read this script's output with read_batch_file (tests/io/h5py_interop_test.cpp).
 
     /usr/bin/python3 harness/scripts/write_batch_h5py.py out.h5 [--dtype bfloat16] [--kv-cache-dtype auto]
+                                                         [--ssm none|prefix_sum] [--seed 0]
 """
 import argparse
 
@@ -68,12 +72,33 @@ def kv_storage_dtype(kv_cache_dtype, dtype):
             "fp8_e5m2": "float8_e5m2", "int8_per_token_head": "int8"}[kv_cache_dtype]
 
 
-def write_hybrid_batch(path, config, batch, inputs, provenance=None):
+def float_dtype_name(array):
+    """The dtype_name of a float numpy array (bfloat16 has no numpy dtype: pass (bits_or_values, "bfloat16"))."""
+    names = {"f8": "float64", "f4": "float32", "f2": "float16"}
+    key = np.asarray(array).dtype.str[1:]
+    if key not in names:
+        raise ValueError(f"SSM tensors must be float64, float32, float16 or bfloat16, got {np.asarray(array).dtype}")
+    return names[key]
+
+
+def write_named_tensors(group, tensors):
+    """/inputs/ssm/<name> or /weights/<name>: each value a float numpy array or (array, dtype_name)."""
+    for name, value in tensors.items():
+        array, dtype_name = value if isinstance(value, tuple) else (value, float_dtype_name(value))
+        write_tensor(group, name, array, dtype_name)
+
+
+def write_hybrid_batch(path, config, batch, inputs, provenance=None, ssm=None):
     """config: dict of /config attributes (+ optional "sinks"/"alibi_slopes" arrays);
-    batch: dict of /batch arrays + "num_actual_tokens"; inputs: dict of /inputs arrays and scalars."""
+    batch: dict of /batch arrays + "num_actual_tokens"; inputs: dict of /inputs arrays and scalars;
+    ssm (schema 1.1, optional): {"params": {name: int}, "state": {name: array}, "weights": {name: array}}
+    with the names config["ssm_mode"] defines (reference/ssm/README.md). State pools are
+    [num_slots, ...] and all share num_slots; arrays are float64/32/16 numpy arrays, or
+    (values_or_bits, "bfloat16")."""
+    ssm = ssm or {}
     with h5py.File(path, "w") as f:  # default libver (earliest): readable by HDF5 1.8 and later
         f.attrs["schema"] = "hybrid-batch"  # str -> variable-length UTF-8
-        f.attrs["schema_version"] = "1.0"
+        f.attrs["schema_version"] = "1.1" if any(ssm.values()) else "1.0"  # 1.1 added the SSM items
         for key, value in (provenance or {}).items():
             f.attrs[key] = value
 
@@ -106,6 +131,16 @@ def write_hybrid_batch(path, config, batch, inputs, provenance=None):
         for key in ("k_scale", "v_scale", "output_scale"):
             if key in inputs:
                 write_scalar(g, key, inputs[key])
+
+        # The SSM branch (1.1): each item only when there is something to store.
+        if ssm.get("params"):
+            params = f["config"].create_group("ssm")
+            for key, value in ssm["params"].items():
+                params.attrs[key] = int(value)  # int -> int64
+        if ssm.get("state"):
+            write_named_tensors(g.create_group("ssm"), ssm["state"])
+        if ssm.get("weights"):
+            write_named_tensors(f.create_group("weights"), ssm["weights"])
 
 
 def example_batch(dtype="bfloat16", kv_cache_dtype="auto", seed=0):
@@ -153,16 +188,36 @@ def example_batch(dtype="bfloat16", kv_cache_dtype="auto", seed=0):
     return config, batch, inputs
 
 
+def example_ssm(ssm_mode, config, num_slots, seed=0):
+    """The SSM items of `ssm_mode` for `example_batch()`'s config (which it updates), or None.
+
+    prefix_sum (reference/ssm/README.md): no params, no weights, one float32 pool `state`
+    [num_slots, num_heads, head_size]. Slots are indexed by the state block table (here
+    /batch/block_table, whose ids are < num_blocks), so num_slots = num_blocks covers them."""
+    if ssm_mode == "none":
+        return None
+    if ssm_mode != "prefix_sum":
+        raise ValueError(f"no example for ssm_mode {ssm_mode!r}")
+    config["ssm_mode"] = ssm_mode
+    rng = np.random.default_rng(seed + 1)
+    state = (0.1 * rng.standard_normal((num_slots, config["num_heads"], config["head_size"]))).astype("<f4")
+    return {"params": {}, "state": {"state": state}, "weights": {}}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3", "fp8_e5m2"])
+    parser.add_argument("--ssm", default="none", choices=["none", "prefix_sum"],
+                        help="also write the SSM branch of this mode (schema 1.1)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     config, batch, inputs = example_batch(args.dtype, args.kv_cache_dtype, args.seed)
+    num_blocks = inputs["kv_cache"].shape[0]
+    ssm = example_ssm(args.ssm, config, num_blocks, args.seed)
     write_hybrid_batch(args.path, config, batch, inputs,
-                       provenance={"producer": "write_batch_h5py.py", "seed": args.seed})
+                       provenance={"producer": "write_batch_h5py.py", "seed": args.seed}, ssm=ssm)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ StepTensors BatchInputs::views() const {
   t.k_scale = k_scale;
   t.v_scale = v_scale;
   t.output_scale = output_scale;
+  for (const auto& [name, pool] : ssm_state) t.ssm_state[name] = pool;
+  for (const auto& [name, weight] : weights) t.weights[name] = weight;
   return t;
 }
 

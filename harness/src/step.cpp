@@ -33,10 +33,6 @@ Tensor poisoned_output(Backend& backend, const Shape& shape) {
 
 StepOutputs run_step(Backend& backend, const BatchFile& file) {
   const AttentionConfig& config = file.config;
-  if (config.has_ssm_branch()) {
-    throw NotSupported(detail::concat("/config ssm_mode '", config.ssm_mode, "': this build runs attention layers ",
-                                      "only (ssm_mode \"none\"); the SSM history branch is not available yet"));
-  }
   const BatchInputs& in = file.inputs;
   StepOutputs out;
   out.backend = backend.name();
@@ -52,24 +48,26 @@ StepOutputs run_step(Backend& backend, const BatchFile& file) {
   device.k_scale = in.k_scale;
   device.v_scale = in.v_scale;
   device.output_scale = in.output_scale;
+  for (const auto& [name, pool] : in.ssm_state) device.ssm_state[name] = upload(backend, pool);
+  for (const auto& [name, weight] : in.weights) device.weights[name] = upload(backend, weight);
   const StepTensors tensors = device.views();
 
   const Shape output_shape{file.batch.num_tokens(), config.num_heads, config.head_size};
-  Tensor attn_output = poisoned_output(backend, output_shape);
   Tensor output = poisoned_output(backend, output_shape);
+  Tensor attn_output = poisoned_output(backend, output_shape);
+  Tensor ssm_output = config.has_ssm_branch() ? poisoned_output(backend, output_shape) : Tensor();
 
   backend.write_kv_cache(file.batch, tensors);
-  backend.attention_forward(out.metadata, file.batch, tensors, attn_output);
-  // Without an SSM branch the layer's output is the attention output (HybridAttentionImpl returns
-  // early when the layer has no adapter).
-  backend.copy(output, attn_output);
+  backend.hybrid_forward(out.metadata, file.batch, tensors, {output, attn_output, ssm_output});
   backend.synchronize();
 
   out.output = download(backend, output);
   out.attn_output = download(backend, attn_output);
+  out.ssm_output = download(backend, ssm_output);
   out.kv_cache = download(backend, device.kv_cache);
   out.k_scale_cache = download(backend, device.k_scale_cache);
   out.v_scale_cache = download(backend, device.v_scale_cache);
+  for (const auto& [name, pool] : device.ssm_state) out.ssm_state[name] = download(backend, pool);
   return out;
 }
 

@@ -171,6 +171,26 @@ BatchFile make_synthetic_batch(const AttentionConfig& config, const BuilderConfi
     b.mm_prefix_range = std::move(ranges);
   }
 
+  if (options.ssm_block_table) {
+    const bool per_block = config.mamba_cache_mode != MambaCacheMode::kNone;
+    HYBRIDTB_CHECK(!per_block || config.mamba_block_size > 0,
+                   "make_synthetic_batch: ssm_block_table needs mamba_block_size > 0 in mamba_cache_mode ",
+                   to_string(config.mamba_cache_mode));
+    auto slots_of = [&](int64_t seq_len) {
+      return per_block ? std::max<int64_t>(1, ceil_div(seq_len, config.mamba_block_size))
+                       : 1 + config.num_speculative_tokens;
+    };
+    int64_t width = 1;
+    for (int64_t r = 0; r < num_real; ++r) width = std::max(width, slots_of(seq_lens[static_cast<size_t>(r)]));
+    if (per_block) width += config.num_speculative_tokens;
+    IntArray table = IntArray::matrix(R, width, 0);
+    int32_t next_slot = 1;  // slot 0 stays unused, like vLLM's null block
+    for (int64_t r = 0; r < num_real; ++r) {
+      for (int64_t i = 0; i < width; ++i) table.at(r, i) = next_slot++;
+    }
+    b.ssm_block_table = std::move(table);
+  }
+
   // Tensors.
   BatchInputs& in = file.inputs;
   in.query = random_tensor(rng, config.dtype, {T, config.num_heads, config.head_size});
@@ -183,6 +203,12 @@ BatchFile make_synthetic_batch(const AttentionConfig& config, const BuilderConfi
 
   validate(config, b, in);  // a generator bug must not produce an invalid file
   return file;
+}
+
+int64_t ssm_slots_needed(const BatchDescription& batch) {
+  int64_t largest = -1;
+  for (int32_t slot : batch.state_block_table().values) largest = std::max<int64_t>(largest, slot);
+  return largest + 1;
 }
 
 }  // namespace hybridtb

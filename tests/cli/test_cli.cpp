@@ -57,6 +57,15 @@ TEST(Cli, CommittedExamplesMatchTheirGenerator) {
     EXPECT_EQ(committed.batch.block_table, regenerated.batch.block_table);
     EXPECT_EQ(committed.batch.slot_mapping, regenerated.batch.slot_mapping);
     EXPECT_EQ(committed.config.sinks, regenerated.config.sinks);
+    EXPECT_EQ(committed.config.ssm_params, regenerated.config.ssm_params);
+    ASSERT_EQ(committed.inputs.ssm_state.size(), regenerated.inputs.ssm_state.size());
+    for (const auto& [name, pool] : regenerated.inputs.ssm_state) {
+      EXPECT_TRUE(bitwise_equal(committed.inputs.ssm_state.at(name), pool)) << name;
+    }
+    ASSERT_EQ(committed.inputs.weights.size(), regenerated.inputs.weights.size());
+    for (const auto& [name, weight] : regenerated.inputs.weights) {
+      EXPECT_TRUE(bitwise_equal(committed.inputs.weights.at(name), weight)) << name;
+    }
   }
 }
 
@@ -87,6 +96,20 @@ TEST(Cli, RunWritesOutputsForEveryExampleAndLeavesPaddingRowsUnwritten) {
       }
     }
     EXPECT_EQ(result.outputs->metadata.attention.num_actual_tokens, result.batch.num_actual_tokens);
+    // The fused output is the attention output plus the SSM contribution (seed HybridAttentionImpl).
+    if (result.config.has_ssm_branch()) {
+      ASSERT_FALSE(result.outputs->ssm_output.empty());
+      const TensorView a = result.outputs->attn_output, s = result.outputs->ssm_output;
+      for (int64_t i = 0; i < result.batch.num_actual_tokens * row; ++i) {
+        ASSERT_EQ(load_as_double(o.data(), o.dtype(), i),
+                  load_as_double(a.data(), a.dtype(), i) + load_as_double(s.data(), s.dtype(), i))
+            << "element " << i;
+      }
+      EXPECT_EQ(result.outputs->ssm_state.size(), result.inputs.ssm_state.size());
+    } else {
+      EXPECT_TRUE(result.outputs->ssm_output.empty());
+      EXPECT_TRUE(bitwise_equal(result.outputs->output, result.outputs->attn_output));
+    }
     std::string info;
     EXPECT_EQ(run_command(cli() + " info " + out_path.string(), &info), 0) << info;
     EXPECT_THAT(info, HasSubstr("valid:"));

@@ -89,5 +89,27 @@ TEST(Synthetic, PerTokenHeadScalesAreStoredAndNullBlockScalesAreNaN) {
   for (int64_t i = per_block; i < f.inputs.k_scale_cache.numel(); ++i) EXPECT_GT(scales[i], 0.0f);
 }
 
+TEST(Synthetic, SsmBlockTableGivesEachRequestDistinctNonNullSlots) {
+  AttentionConfig c = windowed_config();
+  c.mamba_cache_mode = MambaCacheMode::kAll;
+  c.mamba_block_size = 16;
+  // Request 0's early attention blocks are nulled by the window; its SSM slots must not be.
+  const BatchFile f = make_synthetic_batch(c, {}, {{100, 1}, {0, 33}}, {.padding_requests = 1, .ssm_block_table = true});
+  ASSERT_TRUE(f.batch.ssm_block_table.has_value());
+  const IntArray& t = *f.batch.ssm_block_table;
+  EXPECT_EQ(t.size(0), 3);
+  EXPECT_EQ(t.size(1), 7);  // ceil(101 / 16) blocks for the longest request
+  std::set<int32_t> slots;
+  for (int64_t r = 0; r < 2; ++r) {
+    for (int64_t i = 0; i < t.size(1); ++i) {
+      EXPECT_GT(t.at(r, i), 0);
+      slots.insert(t.at(r, i));
+    }
+  }
+  EXPECT_EQ(slots.size(), 14u);
+  for (int64_t i = 0; i < t.size(1); ++i) EXPECT_EQ(t.at(2, i), 0);  // the padding request
+  EXPECT_EQ(ssm_slots_needed(f.batch), 15);
+}
+
 }  // namespace
 }  // namespace hybridtb

@@ -1,13 +1,15 @@
 // What read_batch_file accepts and refuses. Liberal cases are the ways h5py users differ from our
 // canonical writer (string padding, integer widths, float attributes, 1-element scalars, uint16
-// bf16 bits); malformed cases must fail with an Error naming the item. Also: write_batch_file
-// leaves nothing behind when it fails. Files are made by writing a valid batch and editing it.
+// bf16 bits), and files of every 1.x version (1.0 without the SSM items of 1.1); malformed cases
+// must fail with an Error naming the item. Also: write_batch_file refuses bad input and leaves
+// nothing behind when it fails. Files are made by writing a valid batch and editing it.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <fstream>
+#include <functional>
 
 #include "hybridtb/batch_file.h"
 #include "io_fixtures.h"
@@ -36,6 +38,32 @@ WrittenBatch written_batch(KvCacheDtype kv = KvCacheDtype::kAuto) {
   w.file.outputs = sample_outputs(w.file, DType::kFloat64, "reference", 7);
   write_batch_file(w.path.string(), w.file);
   return w;
+}
+
+// The same with a mamba1-shaped SSM section (tests/io/io_fixtures.h): bf16 pools and weights,
+// float64 results under /outputs, bf16 results under /expected.
+WrittenBatch written_ssm_batch() {
+  WrittenBatch w;
+  w.dir = scratch_dir();
+  w.path = w.dir / "batch.h5";
+  w.file = small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kAuto));
+  add_ssm_inputs(w.file, DType::kBFloat16, 11);
+  w.file.outputs = sample_outputs(w.file, DType::kFloat64, "reference", 7);
+  add_ssm_outputs(*w.file.outputs, w.file, DType::kFloat64, 21);
+  w.file.expected = sample_outputs(w.file, DType::kBFloat16, "cuda", 31);
+  add_ssm_outputs(*w.file.expected, w.file, DType::kBFloat16, 41);
+  write_batch_file(w.path.string(), w.file);
+  return w;
+}
+
+// Replaces the dataset at `path` with `tensor` (raw bits, its storage type) and its dtype_name.
+void replace_tensor(const h5::Group& root, const std::string& path, const Tensor& tensor) {
+  const h5::Type type = h5::storage_type(tensor.dtype());
+  replace_dataset(root, path, type.id(), tensor.shape(), tensor.data());
+  const size_t slash = path.rfind('/');
+  group_at(root, path.substr(0, slash))
+      .open_dataset(path.substr(slash + 1))
+      .write_string_attribute("dtype_name", std::string(to_string(tensor.dtype())));
 }
 
 std::string read_error(const std::filesystem::path& path) {
@@ -175,6 +203,72 @@ TEST(BatchFileReaderLiberal, FutureMinorVersionWithUnknownItems) {
   const BatchFile back = read_batch_file(w.path.string());
   EXPECT_EQ(back.schema_version, "1.7");
   EXPECT_EQ(back.provenance.at("seed"), "42");
+}
+
+// Files of the previous version: "1.0", none of the SSM items. They read as before, with empty
+// SSM maps, and keep their recorded version.
+TEST(BatchFileReaderLiberal, Version10FilesWithoutSsmItems) {
+  const WrittenBatch w = written_batch();
+  edit_file(w.path, [](const h5::Group& root) { root.write_string_attribute("schema_version", "1.0"); });
+  const BatchFile back = read_batch_file(w.path.string());
+  EXPECT_EQ(back.schema_version, "1.0");
+  EXPECT_TRUE(back.config.ssm_params.empty());
+  EXPECT_TRUE(back.inputs.ssm_state.empty());
+  EXPECT_TRUE(back.inputs.weights.empty());
+  ASSERT_TRUE(back.outputs.has_value());
+  EXPECT_TRUE(back.outputs->ssm_output.empty());
+  EXPECT_TRUE(back.outputs->ssm_state.empty());
+  expect_same_tensor(w.file.inputs.query, back.inputs.query, "/inputs/query");
+  // Rewriting records the version this build writes.
+  write_batch_file((w.dir / "rewritten.h5").string(), back);
+  EXPECT_EQ(read_batch_file((w.dir / "rewritten.h5").string()).schema_version, kWrittenSchemaVersion);
+}
+
+// A reader does not look at the version to decide what to read: SSM items labelled 1.0 (a capture
+// script that forgot to bump it) are read too.
+TEST(BatchFileReaderLiberal, SsmItemsUnderAnyMinorVersion) {
+  const WrittenBatch w = written_ssm_batch();
+  edit_file(w.path, [](const h5::Group& root) { root.write_string_attribute("schema_version", "1.0"); });
+  const BatchFile back = read_batch_file(w.path.string());
+  EXPECT_EQ(back.inputs.ssm_state.size(), 2u);
+  EXPECT_EQ(back.config.ssm_params.size(), 4u);
+}
+
+TEST(BatchFileReaderLiberal, SsmParamsOfAnyIntegerWidth) {
+  const WrittenBatch w = written_ssm_batch();
+  edit_file(w.path, [](const h5::Group& root) {
+    const h5::Group params = group_at(root, "/config/ssm");
+    const int32_t state_size = 4;
+    write_typed_attribute(params, "state_size", H5T_STD_I32LE, &state_size);
+    const uint8_t conv_kernel = 4;
+    write_typed_attribute(params, "conv_kernel", H5T_STD_U8LE, &conv_kernel);
+    const int16_t dt_rank_be = static_cast<int16_t>(__builtin_bswap16(2));
+    const h5::Type big_endian = h5::Type::copy_of(H5T_STD_I16BE);
+    write_typed_attribute(params, "dt_rank", big_endian.id(), &dt_rank_be);
+    const double intermediate_size = 8.0;  // numpy arithmetic can turn counts into floats
+    write_typed_attribute(params, "intermediate_size", H5T_IEEE_F64LE, &intermediate_size);
+  });
+  const BatchFile back = read_batch_file(w.path.string());
+  EXPECT_EQ(back.config.ssm_params, w.file.config.ssm_params);
+}
+
+// Pools and weights in the forms h5py users produce: bf16 as uint16 bits with dtype_name, floats
+// without dtype_name (the HDF5 type decides), chunked and compressed storage.
+TEST(BatchFileReaderLiberal, SsmTensorsInH5pyForms) {
+  const WrittenBatch w = written_ssm_batch();
+  const Tensor& conv_state = w.file.inputs.ssm_state.at("conv_state");
+  const Tensor d_weight = patterned_tensor(DType::kFloat32, {8}, 5);
+  edit_file(w.path, [&](const h5::Group& root) {
+    replace_dataset(root, "/inputs/ssm/conv_state", H5T_STD_U16LE, conv_state.shape(), conv_state.data());
+    group_at(root, "/inputs/ssm").open_dataset("conv_state").write_string_attribute("dtype_name", "bfloat16");
+    replace_dataset(root, "/weights/D", H5T_IEEE_F32LE, {8}, d_weight.data());  // no dtype_name
+    group_at(root, "/inputs/ssm").open_dataset("ssm_state").remove_attribute("dtype_name");  // bf16 by its layout
+  });
+  const BatchFile back = read_batch_file(w.path.string());
+  expect_same_tensor(conv_state, back.inputs.ssm_state.at("conv_state"), "/inputs/ssm/conv_state");
+  expect_same_tensor(w.file.inputs.ssm_state.at("ssm_state"), back.inputs.ssm_state.at("ssm_state"),
+                     "/inputs/ssm/ssm_state");
+  expect_same_tensor(d_weight, back.inputs.weights.at("D"), "/weights/D");
 }
 
 // --- malformed files ---------------------------------------------------------------------------
@@ -372,6 +466,135 @@ TEST(BatchFileReaderErrors, MalformedOutputs) {
   EXPECT_THAT(read_error(missing.path), AllOf(HasSubstr("/outputs/metadata"), HasSubstr("mamba/num_decodes")));
 }
 
+TEST(BatchFileReaderErrors, SsmPoolWithAnIntegerOrFp8Dtype) {
+  const WrittenBatch w = written_ssm_batch();
+  edit_file(w.path, [](const h5::Group& root) {
+    replace_tensor(root, "/inputs/ssm/conv_state", patterned_tensor(DType::kInt32, {kSsmSlots, 8, 3}, 1));
+  });
+  EXPECT_THAT(read_error(w.path),
+              AllOf(HasSubstr("batch.h5: /inputs/ssm/conv_state: dtype int32 is not allowed"),
+                    HasSubstr("state pools must be float64, float32, float16 or bfloat16")));
+
+  edit_file(w.path, [](const h5::Group& root) {
+    replace_tensor(root, "/inputs/ssm/conv_state", patterned_tensor(DType::kFloat8E4M3, {kSsmSlots, 8, 3}, 1));
+  });
+  EXPECT_THAT(read_error(w.path), HasSubstr("/inputs/ssm/conv_state: dtype float8_e4m3fn is not allowed"));
+
+  // uint8 without dtype_name is ambiguous before it is anything else.
+  edit_file(w.path, [](const h5::Group& root) {
+    group_at(root, "/inputs/ssm").open_dataset("conv_state").remove_attribute("dtype_name");
+  });
+  EXPECT_THAT(read_error(w.path), HasSubstr("/inputs/ssm/conv_state: uint8 storage is ambiguous"));
+}
+
+TEST(BatchFileReaderErrors, SsmPoolsWithDifferentNumSlots) {
+  const WrittenBatch w = written_ssm_batch();
+  edit_file(w.path, [](const h5::Group& root) {
+    replace_tensor(root, "/inputs/ssm/ssm_state", patterned_tensor(DType::kBFloat16, {kSsmSlots - 1, 8, 4}, 1));
+  });
+  EXPECT_THAT(read_error(w.path),
+              HasSubstr("/inputs/ssm/ssm_state: shape [11, 8, 4] has num_slots 11 (dimension 0), but "
+                        "/inputs/ssm/conv_state [12, 8, 3] has 12; every state pool must hold the same slots"));
+}
+
+TEST(BatchFileReaderErrors, SsmTensorsOfRankZero) {
+  const WrittenBatch w = written_ssm_batch();
+  edit_file(w.path, [](const h5::Group& root) {
+    replace_tensor(root, "/inputs/ssm/conv_state", patterned_tensor(DType::kFloat32, {}, 1));
+  });
+  EXPECT_THAT(read_error(w.path), AllOf(HasSubstr("/inputs/ssm/conv_state: shape [] (a scalar) is not allowed"),
+                                        HasSubstr("[num_slots, ...]")));
+  const WrittenBatch weights = written_ssm_batch();
+  edit_file(weights.path, [](const h5::Group& root) {
+    replace_tensor(root, "/weights/D", patterned_tensor(DType::kFloat32, {}, 1));
+  });
+  EXPECT_THAT(read_error(weights.path),
+              HasSubstr("/weights/D: shape [] (a scalar) is not allowed (weights must have rank >= 1)"));
+}
+
+TEST(BatchFileReaderErrors, WeightWithAnIntegerDtype) {
+  const WrittenBatch w = written_ssm_batch();
+  edit_file(w.path, [](const h5::Group& root) {
+    replace_tensor(root, "/weights/A_log", patterned_tensor(DType::kInt64, {8, 4}, 1));
+  });
+  EXPECT_THAT(read_error(w.path), HasSubstr("/weights/A_log: dtype int64 is not allowed (weights must be float64"));
+}
+
+// The pools after the step are the pools before it: same names, same shapes (dtypes may differ).
+TEST(BatchFileReaderErrors, PoolsAfterTheStepDifferFromInputs) {
+  const WrittenBatch w = written_ssm_batch();
+  edit_file(w.path, [](const h5::Group& root) {
+    replace_tensor(root, "/outputs/ssm/ssm_state", patterned_tensor(DType::kFloat64, {kSsmSlots, 8, 5}, 1));
+  });
+  EXPECT_THAT(read_error(w.path), HasSubstr("/outputs/ssm/ssm_state: shape [12, 8, 5] does not match "
+                                            "/inputs/ssm/ssm_state [12, 8, 4] (the same pool before the step)"));
+
+  const WrittenBatch expected = written_ssm_batch();
+  edit_file(expected.path, [](const h5::Group& root) {
+    // Consistent among themselves (12 → 13 slots in both), but not with /inputs/ssm.
+    replace_tensor(root, "/expected/ssm/ssm_state", patterned_tensor(DType::kBFloat16, {kSsmSlots + 1, 8, 4}, 1));
+    replace_tensor(root, "/expected/ssm/conv_state", patterned_tensor(DType::kBFloat16, {kSsmSlots + 1, 8, 3}, 2));
+  });
+  EXPECT_THAT(read_error(expected.path), HasSubstr("/expected/ssm/conv_state: shape [13, 8, 3] does not match "
+                                                   "/inputs/ssm/conv_state [12, 8, 3]"));
+
+  const WrittenBatch missing = written_ssm_batch();
+  edit_file(missing.path, [](const h5::Group& root) { group_at(root, "/outputs/ssm").remove_child("conv_state"); });
+  EXPECT_THAT(read_error(missing.path),
+              AllOf(HasSubstr("missing dataset /outputs/ssm/conv_state (required: [12, 8, 3], the pool "
+                              "/inputs/ssm/conv_state after the step"),
+                    HasSubstr("every pool is stored when /outputs/ssm exists")));
+
+  const WrittenBatch extra = written_ssm_batch();
+  edit_file(extra.path, [](const h5::Group& root) {
+    replace_tensor(root, "/expected/ssm/bogus", patterned_tensor(DType::kBFloat16, {kSsmSlots, 2}, 1));
+  });
+  EXPECT_THAT(read_error(extra.path), HasSubstr("/expected/ssm/bogus: no state pool of that name in /inputs/ssm "
+                                                "(conv_state, ssm_state)"));
+}
+
+TEST(BatchFileReaderErrors, SsmOutputOfTheWrongShapeOrDtype) {
+  const WrittenBatch w = written_ssm_batch();
+  edit_file(w.path, [](const h5::Group& root) {
+    replace_tensor(root, "/outputs/ssm_output", patterned_tensor(DType::kFloat64, {kSmallTokens, 4, 16}, 1));
+  });
+  EXPECT_THAT(read_error(w.path),
+              HasSubstr("/outputs/ssm_output: shape [7, 4, 16] does not match [T=7, num_heads=4, head_size=32]"));
+  edit_file(w.path, [](const h5::Group& root) {
+    replace_tensor(root, "/outputs/ssm_output", patterned_tensor(DType::kInt32, {kSmallTokens, 4, 32}, 1));
+  });
+  EXPECT_THAT(read_error(w.path), HasSubstr("/outputs/ssm_output: dtype int32 is not a float type"));
+}
+
+TEST(BatchFileReaderErrors, SsmParamThatIsNotAnInteger) {
+  const WrittenBatch w = written_ssm_batch();
+  edit_file(w.path, [](const h5::Group& root) { group_at(root, "/config/ssm").write_string_attribute("state_size", "4"); });
+  EXPECT_THAT(read_error(w.path), HasSubstr("attribute /config/ssm/state_size: expected an integer, found string"));
+  edit_file(w.path, [](const h5::Group& root) { group_at(root, "/config/ssm").write_float_attribute("state_size", 2.5); });
+  EXPECT_THAT(read_error(w.path), HasSubstr("attribute /config/ssm/state_size: expected an integer, found 2.5"));
+}
+
+TEST(BatchFileReaderErrors, SsmItemsOfTheWrongKind) {
+  const WrittenBatch w = written_ssm_batch();
+  edit_file(w.path, [](const h5::Group& root) {
+    group_at(root, "/inputs/ssm").create_group("nested");
+  });
+  EXPECT_THAT(read_error(w.path), HasSubstr("/inputs/ssm/nested is a group, expected a dataset"));
+  edit_file(w.path, [](const h5::Group& root) {
+    group_at(root, "/inputs").remove_child("ssm");
+    const float value = 1.0f;
+    replace_dataset(root, "/inputs/ssm", H5T_IEEE_F32LE, {1}, &value);
+  });
+  EXPECT_THAT(read_error(w.path), HasSubstr("/inputs/ssm is not a group"));
+  const WrittenBatch weights = written_ssm_batch();
+  edit_file(weights.path, [](const h5::Group& root) {
+    root.remove_child("weights");
+    const float value = 1.0f;
+    replace_dataset(root, "/weights", H5T_IEEE_F32LE, {1}, &value);
+  });
+  EXPECT_THAT(read_error(weights.path), HasSubstr("/weights is not a group"));
+}
+
 TEST(BatchFileReaderErrors, TruncatedFile) {
   const WrittenBatch w = written_batch();
   const auto size = std::filesystem::file_size(w.path);
@@ -453,6 +676,89 @@ TEST(BatchFileWriter, InvalidBatchIsRefusedBeforeWriting) {
   file.provenance["schema_version"] = "9.9";
   EXPECT_THAT(error_of([&] { write_batch_file((dir / "batch.h5").string(), file); }), HasSubstr("reserved"));
   EXPECT_TRUE(directory_listing(dir).empty());
+}
+
+// The writer checks the SSM inputs before it creates anything: no file, not even a temporary.
+TEST(BatchFileWriter, BadSsmInputsAreRefusedBeforeWriting) {
+  const std::filesystem::path dir = scratch_dir();
+  const std::string target = (dir / "batch.h5").string();
+  BatchFile base = small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kAuto));
+  add_ssm_inputs(base, DType::kFloat32, 1);
+  const auto refused = [&](const std::function<void(BatchFile&)>& change) {
+    BatchFile file = base;
+    change(file);
+    return error_of([&] { write_batch_file(target, file); });
+  };
+  EXPECT_THAT(refused([](BatchFile& f) {
+                f.inputs.ssm_state["conv_state"] = patterned_tensor(DType::kInt32, {kSsmSlots, 8, 3}, 2);
+              }),
+              AllOf(HasSubstr("cannot write '" + target + "'"),
+                    HasSubstr("/inputs/ssm/conv_state: dtype int32 is not allowed")));
+  EXPECT_THAT(refused([](BatchFile& f) {
+                f.inputs.ssm_state["ssm_state"] = patterned_tensor(DType::kFloat32, {kSsmSlots + 3, 8, 4}, 2);
+              }),
+              HasSubstr("/inputs/ssm/ssm_state: shape [15, 8, 4] has num_slots 15 (dimension 0), but "
+                        "/inputs/ssm/conv_state [12, 8, 3] has 12"));
+  EXPECT_THAT(refused([](BatchFile& f) { f.inputs.weights["D"] = Tensor(); }),
+              HasSubstr("/weights/D: the tensor is empty (absent)"));
+  EXPECT_THAT(refused([](BatchFile& f) { f.inputs.weights["D"] = patterned_tensor(DType::kFloat32, {}, 2); }),
+              HasSubstr("/weights/D: shape [] (a scalar) is not allowed"));
+  EXPECT_THAT(refused([](BatchFile& f) { f.inputs.weights["x/y"] = patterned_tensor(DType::kFloat32, {2}, 2); }),
+              HasSubstr("/weights: weight name 'x/y' is not a valid item name"));
+  EXPECT_THAT(refused([](BatchFile& f) { f.inputs.ssm_state[""] = patterned_tensor(DType::kFloat32, {kSsmSlots}, 2); }),
+              HasSubstr("/inputs/ssm: state pool name '' is not a valid item name"));
+  EXPECT_THAT(refused([](BatchFile& f) { f.config.ssm_params["a/b"] = 1; }),
+              HasSubstr("/config/ssm: parameter name 'a/b' is not a valid item name"));
+  EXPECT_TRUE(directory_listing(dir).empty());
+}
+
+// SSM results are checked while /outputs or /expected is written: the temporary is removed and an
+// existing file at the target is kept.
+TEST(BatchFileWriter, BadSsmResultsLeaveNoFileAndKeepTheOldOne) {
+  const std::filesystem::path dir = scratch_dir();
+  const std::filesystem::path target = dir / "batch.h5";
+  BatchFile base = small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kAuto));
+  add_ssm_inputs(base, DType::kFloat32, 1);
+  base.outputs = sample_outputs(base, DType::kFloat64, "reference", 2);
+  add_ssm_outputs(*base.outputs, base, DType::kFloat64, 3);
+  base.expected = sample_outputs(base, DType::kFloat32, "cuda", 4);
+  add_ssm_outputs(*base.expected, base, DType::kFloat32, 5);
+  const auto refused = [&](const std::function<void(BatchFile&)>& change) {
+    BatchFile file = base;
+    change(file);
+    return error_of([&] { write_batch_file(target.string(), file); });
+  };
+  const auto check_all = [&] {
+    EXPECT_THAT(refused([](BatchFile& f) {
+                  f.outputs->ssm_state["ssm_state"] = patterned_tensor(DType::kFloat64, {kSsmSlots, 8, 5}, 6);
+                }),
+                HasSubstr("/outputs/ssm/ssm_state: shape [12, 8, 5] does not match /inputs/ssm/ssm_state [12, 8, 4]"));
+    EXPECT_THAT(refused([](BatchFile& f) { f.expected->ssm_state.erase("conv_state"); }),
+                HasSubstr("missing dataset /expected/ssm/conv_state"));
+    EXPECT_THAT(refused([](BatchFile& f) {
+                  f.expected->ssm_state["extra"] = patterned_tensor(DType::kFloat32, {kSsmSlots, 2}, 6);
+                }),
+                HasSubstr("/expected/ssm/extra: no state pool of that name in /inputs/ssm"));
+    EXPECT_THAT(refused([](BatchFile& f) {
+                  f.outputs->ssm_state["conv_state"] = patterned_tensor(DType::kInt8, {kSsmSlots, 8, 3}, 6);
+                }),
+                HasSubstr("/outputs/ssm/conv_state: dtype int8 is not allowed"));
+    EXPECT_THAT(refused([](BatchFile& f) {
+                  f.expected->ssm_output = patterned_tensor(DType::kFloat32, {kSmallTokens + 1, 4, 32}, 6);
+                }),
+                HasSubstr("/expected/ssm_output: shape [8, 4, 32] does not match [T=7, num_heads=4, head_size=32]"));
+    EXPECT_THAT(refused([](BatchFile& f) {
+                  f.outputs->ssm_output = patterned_tensor(DType::kInt32, {kSmallTokens, 4, 32}, 6);
+                }),
+                HasSubstr("/outputs/ssm_output: dtype int32 is not a float type"));
+  };
+  check_all();
+  EXPECT_TRUE(directory_listing(dir).empty());
+
+  write_batch_file(target.string(), base);
+  check_all();
+  EXPECT_THAT(directory_listing(dir), ElementsAre("batch.h5"));
+  expect_same_batch_file(base, read_batch_file(target.string()));
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Round trips of hybrid-batch files through write_batch_file/read_batch_file: every tensor dtype
 // bit for bit (signed zeros, subnormals, infinities, NaN payloads), every config and builder field,
-// optional items, provenance, /outputs and /expected with their metadata, plus the on-disk layout
-// the schema promises (datasets/SCHEMA.md). Run: ctest -L io.
+// optional items, provenance, /outputs and /expected with their metadata, the SSM branch of 1.1
+// (/config/ssm, /inputs/ssm, /weights, ssm_output, the pools after the step), plus the on-disk
+// layout the schema promises (datasets/SCHEMA.md). Run: ctest -L io.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -244,6 +245,152 @@ TEST(BatchFileRoundTrip, NoHdf5HandlesLeak) {
   EXPECT_EQ(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), 0);
 }
 
+// --- the SSM branch (schema 1.1) ---------------------------------------------------------------
+
+TEST(BatchFileRoundTripSsm, SchemaVersionWrittenIsTheHeaderConstant) {
+  EXPECT_EQ(std::string(kWrittenSchemaVersion), std::to_string(kSchemaMajor) + "." + std::to_string(kSchemaMinor));
+  const BatchFile back = round_trip(small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kAuto)));
+  EXPECT_EQ(back.schema_version, "1.1");
+}
+
+// Params, pools, weights, ssm_output and the pools after the step, in every float dtype, bit for
+// bit (signed zeros, subnormals, infinities, NaN payloads), under /outputs and /expected alike.
+TEST(BatchFileRoundTripSsm, EveryFloatDtype) {
+  for (const DType dtype : {DType::kFloat64, DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(std::string(to_string(dtype)));
+    BatchFile file = small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kAuto));
+    add_ssm_inputs(file, dtype, 200);
+    file.outputs = sample_outputs(file, dtype, "reference", 210);
+    add_ssm_outputs(*file.outputs, file, dtype, 220);
+    file.expected = sample_outputs(file, dtype, "cuda", 230);
+    add_ssm_outputs(*file.expected, file, dtype, 240);
+    const BatchFile back = round_trip(file);
+    expect_same_batch_file(file, back);
+    EXPECT_EQ(back.config.ssm_mode, "mamba1");
+    EXPECT_EQ(back.config.ssm_params, (std::map<std::string, int64_t>{
+                                          {"conv_kernel", 4}, {"dt_rank", 2}, {"intermediate_size", 8}, {"state_size", 4}}));
+    ASSERT_EQ(back.inputs.ssm_state.size(), 2u);
+    EXPECT_EQ(back.inputs.ssm_state.at("conv_state").shape(), (Shape{kSsmSlots, 8, 3}));
+    EXPECT_EQ(back.inputs.ssm_state.at("ssm_state").dtype(), dtype);
+    EXPECT_EQ(back.inputs.weights.size(), 12u);
+    EXPECT_EQ(back.inputs.weights.at("extra_rank3").shape(), (Shape{2, 3, 5}));
+    EXPECT_EQ(back.inputs.weights.at("D").shape(), Shape{8});
+    ASSERT_TRUE(back.expected.has_value());
+    EXPECT_EQ(back.expected->ssm_output.dtype(), dtype);
+    EXPECT_EQ(back.expected->ssm_state.at("ssm_state").shape(), (Shape{kSsmSlots, 8, 4}));
+  }
+}
+
+TEST(BatchFileRoundTripSsm, Bfloat16PoolsAndWeightsKeepTheirBits) {
+  BatchFile file = small_batch_file(full_config(DType::kFloat32, KvCacheDtype::kAuto));
+  add_ssm_inputs(file, DType::kBFloat16, 250);
+  file.outputs = sample_outputs(file, DType::kFloat32, "cuda", 260);
+  add_ssm_outputs(*file.outputs, file, DType::kBFloat16, 270);
+  const BatchFile back = round_trip(file);
+  const std::vector<uint16_t> specials = bfloat16_specials();
+  for (const Tensor* tensor : {&back.inputs.ssm_state.at("conv_state"), &back.inputs.weights.at("in_proj_bias"),
+                               &back.outputs->ssm_output, &back.outputs->ssm_state.at("ssm_state")}) {
+    ASSERT_EQ(tensor->dtype(), DType::kBFloat16);
+    ASSERT_GE(tensor->numel(), static_cast<int64_t>(specials.size()));
+    const auto* bits = tensor->data_as<uint16_t>();
+    for (size_t i = 0; i < specials.size(); ++i) EXPECT_EQ(bits[i], specials[i]) << "element " << i;
+  }
+}
+
+// Each pool and weight keeps its own dtype; results may differ from the inputs' dtype (the
+// reference writes float64), and ssm_output may be any float type, fp8 included (fp8 output).
+TEST(BatchFileRoundTripSsm, MixedDtypes) {
+  BatchFile file = small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kFp8E4M3));
+  add_ssm_inputs(file, DType::kFloat32, 300);
+  file.inputs.ssm_state["conv_state"] = patterned_tensor(DType::kBFloat16, {kSsmSlots, 8, 3}, 301);
+  file.inputs.weights["in_proj"] = patterned_tensor(DType::kFloat16, {16, 128}, 302);
+  file.inputs.weights["A_log"] = patterned_tensor(DType::kFloat64, {8, 4}, 303);
+  file.outputs = sample_outputs(file, DType::kFloat8E4M3, "cuda", 310);
+  add_ssm_outputs(*file.outputs, file, DType::kFloat64, 320);
+  file.outputs->ssm_output = patterned_tensor(DType::kFloat8E4M3, {kSmallTokens, 4, 32}, 321);
+  const BatchFile back = round_trip(file);
+  expect_same_batch_file(file, back);
+  EXPECT_EQ(back.inputs.ssm_state.at("conv_state").dtype(), DType::kBFloat16);
+  EXPECT_EQ(back.inputs.ssm_state.at("ssm_state").dtype(), DType::kFloat32);
+  EXPECT_EQ(back.inputs.weights.at("in_proj").dtype(), DType::kFloat16);
+  EXPECT_EQ(back.inputs.weights.at("A_log").dtype(), DType::kFloat64);
+  EXPECT_EQ(back.outputs->ssm_output.dtype(), DType::kFloat8E4M3);
+  EXPECT_EQ(back.outputs->ssm_state.at("conv_state").dtype(), DType::kFloat64);
+}
+
+// Every SSM item is optional on its own: params without tensors, pools without weights, results
+// without the pools after the step, pools of zero slots, and none at all.
+TEST(BatchFileRoundTripSsm, EachItemIsOptional) {
+  const BatchFile base = small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kAuto));
+  {
+    SCOPED_TRACE("params only");
+    BatchFile file = base;
+    file.config.ssm_params = {{"width", 3}, {"negative_is_fine_here", -7}, {"big", int64_t{1} << 40}};
+    expect_same_batch_file(file, round_trip(file));
+  }
+  {
+    SCOPED_TRACE("pools only, with zero slots");
+    BatchFile file = base;
+    file.config.ssm_mode = "prefix_sum";
+    file.inputs.ssm_state["state"] = Tensor::host(DType::kFloat32, {0, 4, 32});
+    file.outputs = sample_outputs(file, DType::kFloat64, "reference", 330);
+    file.outputs->ssm_state["state"] = Tensor::host(DType::kFloat64, {0, 4, 32});
+    const BatchFile back = round_trip(file);
+    expect_same_batch_file(file, back);
+    EXPECT_EQ(back.inputs.ssm_state.at("state").shape(), (Shape{0, 4, 32}));
+    EXPECT_TRUE(back.inputs.weights.empty());
+    EXPECT_TRUE(back.config.ssm_params.empty());
+  }
+  {
+    SCOPED_TRACE("weights only");
+    BatchFile file = base;
+    file.config.ssm_mode = "ema";
+    file.inputs.weights["a"] = patterned_tensor(DType::kFloat32, {128}, 331);
+    expect_same_batch_file(file, round_trip(file));
+  }
+  {
+    SCOPED_TRACE("ssm_output without pools, pools after the step without ssm_output");
+    BatchFile file = base;
+    add_ssm_inputs(file, DType::kFloat32, 332);
+    file.outputs = sample_outputs(file, DType::kFloat64, "reference", 333);
+    file.outputs->ssm_output = patterned_tensor(DType::kFloat64, {kSmallTokens, 4, 32}, 334);
+    file.expected = sample_outputs(file, DType::kFloat32, "cuda", 335);
+    add_ssm_outputs(*file.expected, file, DType::kFloat32, 336);
+    file.expected->ssm_output = Tensor();
+    const BatchFile back = round_trip(file);
+    expect_same_batch_file(file, back);
+    EXPECT_TRUE(back.outputs->ssm_state.empty());
+    EXPECT_TRUE(back.expected->ssm_output.empty());
+  }
+  {
+    SCOPED_TRACE("pools after the step without pools before (nothing to compare them with)");
+    BatchFile file = base;
+    file.outputs = sample_outputs(file, DType::kFloat64, "reference", 337);
+    file.outputs->ssm_state["state"] = patterned_tensor(DType::kFloat64, {3, 128}, 338);
+    expect_same_batch_file(file, round_trip(file));
+  }
+  {
+    SCOPED_TRACE("none");
+    const BatchFile back = round_trip(base);
+    EXPECT_TRUE(back.config.ssm_params.empty());
+    EXPECT_TRUE(back.inputs.ssm_state.empty());
+    EXPECT_TRUE(back.inputs.weights.empty());
+  }
+}
+
+TEST(BatchFileRoundTripSsm, RewriteIsByteIdentical) {
+  BatchFile file = small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kAuto));
+  add_ssm_inputs(file, DType::kBFloat16, 340);
+  file.outputs = sample_outputs(file, DType::kFloat64, "reference", 341);
+  add_ssm_outputs(*file.outputs, file, DType::kFloat64, 342);
+  file.expected = sample_outputs(file, DType::kBFloat16, "cuda", 343);
+  add_ssm_outputs(*file.expected, file, DType::kBFloat16, 344);
+  const std::filesystem::path dir = scratch_dir();
+  write_batch_file((dir / "first.h5").string(), file);
+  write_batch_file((dir / "second.h5").string(), read_batch_file((dir / "first.h5").string()));
+  EXPECT_EQ(file_bytes(dir / "first.h5"), file_bytes(dir / "second.h5"));
+}
+
 // --- the layout on disk ------------------------------------------------------------------------
 
 std::string attribute_type_of(const h5::Object& object, const std::string& name) {
@@ -267,7 +414,7 @@ TEST(BatchFileLayout, CanonicalTypesAndPaths) {
   const h5::File h5file = h5::File::open_read_only(path.string());
   const h5::Group root = h5file.root();
   EXPECT_EQ(root.read_string_attribute("schema"), "hybrid-batch");
-  EXPECT_EQ(root.read_string_attribute("schema_version"), "1.0");
+  EXPECT_EQ(root.read_string_attribute("schema_version"), kWrittenSchemaVersion);
   EXPECT_EQ(root.read_string_attribute("backend"), "reference");
   EXPECT_EQ(attribute_type_of(root, "schema"), "string utf8");
   const h5::Group config = group_at(root, "/config");
@@ -306,6 +453,55 @@ TEST(BatchFileLayout, CanonicalTypesAndPaths) {
     EXPECT_EQ(h5::describe_type(dataset.file_type().id()), expected_types.at(name));
   }
   EXPECT_GT(datasets, 30);
+}
+
+TEST(BatchFileLayout, SsmItems) {
+  BatchFile file = small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kAuto));
+  add_ssm_inputs(file, DType::kBFloat16, 400);
+  file.inputs.weights["D"] = patterned_tensor(DType::kFloat32, {8}, 401);
+  file.outputs = sample_outputs(file, DType::kFloat64, "reference", 402);
+  add_ssm_outputs(*file.outputs, file, DType::kFloat64, 403);
+  file.expected = sample_outputs(file, DType::kFloat16, "cuda", 404);
+  add_ssm_outputs(*file.expected, file, DType::kFloat16, 405);
+  const std::filesystem::path path = scratch_dir() / "batch.h5";
+  write_batch_file(path.string(), file);
+
+  std::map<std::string, FileEntry> by_path;
+  for (const FileEntry& entry : list_file_entries(path.string())) by_path[entry.path] = entry;
+  EXPECT_EQ(by_path.at("/config/ssm").kind, "group");
+  EXPECT_EQ(by_path.at("/inputs/ssm").kind, "group");
+  EXPECT_EQ(by_path.at("/weights").kind, "group");
+  EXPECT_EQ(by_path.at("/inputs/ssm/conv_state").dtype_name, "bfloat16");
+  EXPECT_EQ(by_path.at("/inputs/ssm/conv_state").shape, (Shape{kSsmSlots, 8, 3}));
+  EXPECT_EQ(by_path.at("/weights/in_proj").shape, (Shape{16, 128}));
+  EXPECT_EQ(by_path.at("/weights/D").dtype_name, "float32");
+  EXPECT_EQ(by_path.at("/outputs/ssm_output").dtype_name, "float64");
+  EXPECT_EQ(by_path.at("/outputs/ssm_output").shape, (Shape{kSmallTokens, 4, 32}));
+  EXPECT_EQ(by_path.at("/outputs/ssm/ssm_state").shape, (Shape{kSsmSlots, 8, 4}));
+  EXPECT_EQ(by_path.at("/expected/ssm/ssm_state").dtype_name, "float16");
+  EXPECT_EQ(by_path.at("/expected/ssm_output").dtype_name, "float16");
+
+  const h5::ErrorSilencer silence;
+  const h5::File h5file = h5::File::open_read_only(path.string());
+  const h5::Group root = h5file.root();
+  EXPECT_EQ(root.read_string_attribute("schema_version"), "1.1");
+  const h5::Group params = group_at(root, "/config/ssm");
+  EXPECT_EQ(params.attribute_names(),
+            (std::vector<std::string>{"conv_kernel", "dt_rank", "intermediate_size", "state_size"}));
+  EXPECT_EQ(attribute_type_of(params, "state_size"), "int64");
+  EXPECT_EQ(params.read_int_attribute("intermediate_size"), 8);
+  EXPECT_EQ(h5::describe_type(group_at(root, "/inputs/ssm").open_dataset("ssm_state").file_type().id()), "bfloat16");
+  EXPECT_EQ(h5::describe_type(group_at(root, "/expected/ssm").open_dataset("conv_state").file_type().id()), "float16");
+  EXPECT_TRUE(group_at(root, "/inputs/ssm").attribute_names().empty());
+
+  // Absent maps and tensors write nothing at all (a 1.1 file without SSM items is a 1.0 layout).
+  const BatchFile plain = small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kAuto));
+  write_batch_file(path.string(), plain);
+  std::vector<std::string> paths;
+  for (const FileEntry& entry : list_file_entries(path.string())) paths.push_back(entry.path);
+  for (const char* absent : {"/config/ssm", "/inputs/ssm", "/weights", "/outputs"}) {
+    EXPECT_THAT(paths, ::testing::Not(::testing::Contains(std::string(absent))));
+  }
 }
 
 TEST(BatchFileLayout, ListFileEntries) {

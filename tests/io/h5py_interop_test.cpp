@@ -1,7 +1,8 @@
 // Interoperability with h5py, the library users capture batches with: files we write read in h5py
-// as the schema promises (bf16 as exact float32, fp16 as '<f2', fp8 as raw bytes, typed attributes),
-// and files written by harness/scripts/write_batch_h5py.py read correctly here. Skipped, with the
-// reason, when no python3 with h5py was found at configure time.
+// as the schema promises (bf16 as exact float32, fp16 as '<f2', fp8 as raw bytes, typed attributes,
+// the SSM items of 1.1), and files written by harness/scripts/write_batch_h5py.py or by h5py code
+// (1.0 files, SSM sections) read correctly here. Skipped, with the reason, when no python3 with
+// h5py was found at configure time.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -79,6 +80,27 @@ std::string as_h5py_sees(const Tensor& tensor) {
   return bytes;
 }
 
+// `bytes` (what h5py read) equal as_h5py_sees(tensor), except that a bfloat16 NaN may come back as
+// any NaN (HDF5 converts the custom type to float32 and does not keep NaN payloads, SCHEMA.md §3).
+void expect_h5py_saw(const std::string& bytes, const Tensor& tensor, const std::string& what) {
+  const std::string expected = as_h5py_sees(tensor);
+  if (tensor.dtype() != DType::kBFloat16) {
+    EXPECT_EQ(bytes, expected) << what;
+    return;
+  }
+  ASSERT_EQ(bytes.size(), expected.size()) << what;
+  for (size_t i = 0; i < bytes.size(); i += 4) {
+    float seen = 0, wanted = 0;
+    std::memcpy(&seen, bytes.data() + i, 4);
+    std::memcpy(&wanted, expected.data() + i, 4);
+    if (std::isnan(wanted)) {
+      EXPECT_TRUE(std::isnan(seen)) << what << " element " << i / 4;
+    } else {
+      EXPECT_EQ(bytes.compare(i, 4, expected, i, 4), 0) << what << " element " << i / 4;
+    }
+  }
+}
+
 TEST(H5pyInterop, Bfloat16ReadsAsExactFloat32) {
   SKIP_WITHOUT_H5PY();
   const std::filesystem::path dir = scratch_dir();
@@ -132,7 +154,7 @@ with h5py.File(sys.argv[1], "r") as f:
 )", {(dir / "batch.h5").string(), (dir / "query.bin").string(), (dir / "kv.bin").string()});
   EXPECT_THAT(output, HasSubstr("query <f2\n"));
   EXPECT_THAT(output, HasSubstr("kv_cache |u1 float8_e4m3fn\n"));
-  EXPECT_THAT(output, HasSubstr("schema str hybrid-batch 1.0\n"));
+  EXPECT_THAT(output, HasSubstr("schema str hybrid-batch 1.1\n"));
   EXPECT_THAT(output, HasSubstr("backend reference\n"));
   EXPECT_THAT(output, HasSubstr("num_heads int64 4\n"));
   EXPECT_THAT(output, HasSubstr("scale float64 0.17677669529663687\n"));
@@ -157,6 +179,12 @@ TEST(H5pyInterop, ReadScriptChecksOurFiles) {
   files.back().outputs = sample_outputs(files.back(), DType::kFloat32, "cuda", 3);
   files.back().outputs->metadata.mamba->seq_lens = IntArray();  // stored with a null dataspace
   files.push_back(small_batch_file(full_config(DType::kFloat16, KvCacheDtype::kAuto, AttnType::kEncoderOnly)));
+  files.push_back(small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kAuto)));
+  add_ssm_inputs(files.back(), DType::kBFloat16, 4);
+  files.back().outputs = sample_outputs(files.back(), DType::kFloat64, "reference", 5);
+  add_ssm_outputs(*files.back().outputs, files.back(), DType::kFloat64, 6);
+  files.back().expected = sample_outputs(files.back(), DType::kFloat16, "cuda", 7);
+  add_ssm_outputs(*files.back().expected, files.back(), DType::kFloat16, 8);
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string path = (dir / ("batch" + std::to_string(i) + ".h5")).string();
     write_batch_file(path, files[i]);
@@ -205,6 +233,9 @@ TEST(H5pyInterop, FilesFromTheWriteScriptReadCorrectly) {
     EXPECT_EQ(file.inputs.k_scale, std::string(c.kv_cache_dtype) == "auto" ? 1.0f : 0.5f);
     EXPECT_EQ(file.provenance.at("producer"), "write_batch_h5py.py");
     EXPECT_EQ(file.provenance.at("seed"), "5");
+    EXPECT_EQ(file.schema_version, "1.0");  // no SSM items: the script records 1.0, as before 1.1
+    EXPECT_EQ(file.config.ssm_mode, "none");
+    EXPECT_TRUE(file.inputs.ssm_state.empty());
 
     // The tensors hold what h5py sees, element for element.
     const std::string output = run_python(dir, R"(
@@ -219,6 +250,163 @@ with h5py.File(sys.argv[1], "r") as f:
     const std::string sinks(reinterpret_cast<const char*>(file.config.sinks->data()), file.config.sinks->size() * 4);
     EXPECT_EQ(file_bytes(dir / "sinks.bin"), sinks);
   }
+}
+
+// --- the SSM branch (schema 1.1) ---------------------------------------------------------------
+
+// What h5py sees of our SSM items: int64 params, each pool and weight in its dtype (bf16 as exact
+// float32), ssm_output and the pools after the step under /outputs and /expected.
+TEST(H5pyInterop, SsmItemsAsTheSchemaSays) {
+  SKIP_WITHOUT_H5PY();
+  const std::filesystem::path dir = scratch_dir();
+  BatchFile file = small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kAuto));
+  add_ssm_inputs(file, DType::kBFloat16, 1);
+  file.inputs.weights["in_proj"] = patterned_tensor(DType::kFloat16, {16, 128}, 2);
+  file.inputs.weights["D"] = patterned_tensor(DType::kFloat64, {8}, 3);
+  file.outputs = sample_outputs(file, DType::kFloat64, "reference", 4);
+  add_ssm_outputs(*file.outputs, file, DType::kFloat64, 5);
+  file.expected = sample_outputs(file, DType::kFloat32, "cuda", 6);
+  add_ssm_outputs(*file.expected, file, DType::kFloat32, 7);
+  const std::string path = (dir / "batch.h5").string();
+  write_batch_file(path, file);
+  const std::string output = run_python(dir, R"(
+import os, sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    print("version", f.attrs["schema_version"])
+    for k, v in sorted(f["config/ssm"].attrs.items()):
+        print("param", k, type(v).__name__, v)
+    for path in ("inputs/ssm/conv_state", "inputs/ssm/ssm_state", "weights/in_proj", "weights/D", "weights/extra_rank3",
+                 "outputs/ssm_output", "outputs/ssm/ssm_state", "expected/ssm_output", "expected/ssm/conv_state"):
+        ds = f[path]
+        print(path, ds.dtype.str, ds.attrs["dtype_name"], list(ds.shape))
+        open(os.path.join(sys.argv[2], path.replace("/", "_") + ".bin"), "wb").write(ds[()].tobytes())
+)", {path, dir.string()});
+  EXPECT_THAT(output, HasSubstr("version 1.1\n"));
+  EXPECT_THAT(output, HasSubstr("param conv_kernel int64 4\nparam dt_rank int64 2\nparam intermediate_size int64 8\n"
+                                "param state_size int64 4\n"));
+  EXPECT_THAT(output, HasSubstr("inputs/ssm/conv_state <f4 bfloat16 [12, 8, 3]\n"));
+  EXPECT_THAT(output, HasSubstr("inputs/ssm/ssm_state <f4 bfloat16 [12, 8, 4]\n"));
+  EXPECT_THAT(output, HasSubstr("weights/in_proj <f2 float16 [16, 128]\n"));
+  EXPECT_THAT(output, HasSubstr("weights/D <f8 float64 [8]\n"));
+  EXPECT_THAT(output, HasSubstr("weights/extra_rank3 <f4 bfloat16 [2, 3, 5]\n"));
+  EXPECT_THAT(output, HasSubstr("outputs/ssm_output <f8 float64 [7, 4, 32]\n"));
+  EXPECT_THAT(output, HasSubstr("outputs/ssm/ssm_state <f8 float64 [12, 8, 4]\n"));
+  EXPECT_THAT(output, HasSubstr("expected/ssm_output <f4 float32 [7, 4, 32]\n"));
+  EXPECT_THAT(output, HasSubstr("expected/ssm/conv_state <f4 float32 [12, 8, 3]\n"));
+  expect_h5py_saw(file_bytes(dir / "inputs_ssm_conv_state.bin"), file.inputs.ssm_state.at("conv_state"), "conv_state");
+  expect_h5py_saw(file_bytes(dir / "weights_extra_rank3.bin"), file.inputs.weights.at("extra_rank3"), "extra_rank3");
+  expect_h5py_saw(file_bytes(dir / "weights_in_proj.bin"), file.inputs.weights.at("in_proj"), "in_proj");
+  expect_h5py_saw(file_bytes(dir / "weights_D.bin"), file.inputs.weights.at("D"), "D");
+  expect_h5py_saw(file_bytes(dir / "outputs_ssm_output.bin"), file.outputs->ssm_output, "/outputs/ssm_output");
+  expect_h5py_saw(file_bytes(dir / "expected_ssm_conv_state.bin"), file.expected->ssm_state.at("conv_state"),
+                  "/expected/ssm/conv_state");
+}
+
+TEST(H5pyInterop, ReadScriptFlagsBadSsmItems) {
+  SKIP_WITHOUT_H5PY();
+  const std::filesystem::path dir = scratch_dir();
+  BatchFile file = small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kAuto));
+  add_ssm_inputs(file, DType::kFloat32, 1);
+  file.outputs = sample_outputs(file, DType::kFloat64, "reference", 2);
+  add_ssm_outputs(*file.outputs, file, DType::kFloat64, 3);
+  const std::filesystem::path path = dir / "batch.h5";
+  write_batch_file(path.string(), file);
+  edit_file(path, [](const h5::Group& root) {
+    const Tensor pool = patterned_tensor(DType::kFloat32, {kSsmSlots - 1, 8, 4}, 4);
+    replace_dataset(root, "/inputs/ssm/ssm_state", H5T_IEEE_F32LE, pool.shape(), pool.data());
+    group_at(root, "/inputs/ssm").open_dataset("ssm_state").write_string_attribute("dtype_name", "float32");
+    const std::vector<int32_t> weight(8, 1);
+    replace_dataset(root, "/weights/D", H5T_STD_I32LE, {8}, weight.data());
+    group_at(root, "/weights").open_dataset("D").write_string_attribute("dtype_name", "int32");
+    group_at(root, "/config/ssm").write_string_attribute("state_size", "four");
+  });
+  int status = 0;
+  const std::string output = run_script("read_batch_h5py.py", {path.string(), "--check"}, &status);
+  EXPECT_EQ(status, 1) << output;
+  EXPECT_THAT(output, HasSubstr("/inputs/ssm: the pools do not share num_slots"));
+  EXPECT_THAT(output, HasSubstr("/outputs/ssm/ssm_state: shape [12, 8, 4] != /inputs/ssm/ssm_state [11, 8, 4]"));
+  EXPECT_THAT(output, HasSubstr("/weights/D: dtype_name 'int32' is not allowed"));
+  EXPECT_THAT(output, HasSubstr("/config/ssm: attribute state_size = 'four' is not an integer"));
+}
+
+// The write script's SSM example: prefix_sum's float32 pool `state` [num_slots, num_heads, head_size].
+TEST(H5pyInterop, WriteScriptPrefixSumSection) {
+  SKIP_WITHOUT_H5PY();
+  const std::filesystem::path dir = scratch_dir();
+  const std::string path = (dir / "prefix_sum.h5").string();
+  int status = 0;
+  const std::string written = run_script("write_batch_h5py.py", {path, "--ssm", "prefix_sum", "--seed", "3"}, &status);
+  ASSERT_EQ(status, 0) << written;
+  const BatchFile file = read_batch_file(path);
+  EXPECT_EQ(file.schema_version, "1.1");
+  EXPECT_EQ(file.config.ssm_mode, "prefix_sum");
+  EXPECT_TRUE(file.config.ssm_params.empty());
+  EXPECT_TRUE(file.inputs.weights.empty());
+  ASSERT_EQ(file.inputs.ssm_state.size(), 1u);
+  const Tensor& state = file.inputs.ssm_state.at("state");
+  EXPECT_EQ(state.dtype(), DType::kFloat32);
+  EXPECT_EQ(state.shape(), (Shape{8, 4, 32}));
+  run_python(dir, R"(
+import sys, h5py
+with h5py.File(sys.argv[1], "r") as f:
+    open(sys.argv[2], "wb").write(f["inputs/ssm/state"][()].tobytes())
+)", {path, (dir / "state.bin").string()});
+  expect_h5py_saw(file_bytes(dir / "state.bin"), state, "/inputs/ssm/state");
+  const std::string checked = run_script("read_batch_h5py.py", {path, "--check"}, &status);
+  EXPECT_EQ(status, 0) << checked;
+}
+
+// SSM items written by h5py code in every float dtype (bf16 from float values and from bits, numpy
+// int32/uint8 params) read here as h5py sees them.
+TEST(H5pyInterop, H5pyWrittenSsmItemsRead) {
+  SKIP_WITHOUT_H5PY();
+  const std::filesystem::path dir = scratch_dir();
+  const std::string path = (dir / "mamba1.h5").string();
+  run_python(dir, R"(
+import os, sys, importlib.util, h5py, numpy as np
+spec = importlib.util.spec_from_file_location("w", sys.argv[1])
+w = importlib.util.module_from_spec(spec); spec.loader.exec_module(w)
+config, batch, inputs = w.example_batch("bfloat16", "auto", 9)
+config["ssm_mode"] = "mamba1"
+rng = np.random.default_rng(9)
+I, N, K, R, H, slots = 8, 4, 4, 2, 4 * 32, 8
+bits = rng.integers(0, 1 << 16, size=(slots, I, N), dtype=np.uint64).astype("<u2")
+ssm = {
+    "params": {"intermediate_size": np.int32(I), "state_size": np.uint8(N), "conv_kernel": K, "dt_rank": R},
+    "state": {"conv_state": (rng.standard_normal((slots, I, K - 1)).astype("<f4"), "bfloat16"),
+              "ssm_state": (bits, "bfloat16")},
+    "weights": {"in_proj": rng.standard_normal((2 * I, H)).astype("<f2"),
+                "A_log": rng.standard_normal((I, N)).astype("<f8"),
+                "D": rng.standard_normal(I).astype("<f4")},
+}
+w.write_hybrid_batch(sys.argv[2], config, batch, inputs, provenance={"producer": "test"}, ssm=ssm)
+open(os.path.join(sys.argv[3], "ssm_state_bits.bin"), "wb").write(bits.tobytes())
+with h5py.File(sys.argv[2], "r") as f:
+    for path in ("inputs/ssm/conv_state", "inputs/ssm/ssm_state", "weights/in_proj", "weights/A_log", "weights/D"):
+        open(os.path.join(sys.argv[3], path.replace("/", "_") + ".bin"), "wb").write(f[path][()].tobytes())
+)", {(source_dir() / "harness/scripts/write_batch_h5py.py").string(), path, dir.string()});
+  const BatchFile file = read_batch_file(path);
+  EXPECT_EQ(file.schema_version, "1.1");
+  EXPECT_EQ(file.config.ssm_params, (std::map<std::string, int64_t>{
+                                        {"conv_kernel", 4}, {"dt_rank", 2}, {"intermediate_size", 8}, {"state_size", 4}}));
+  const std::map<std::string, Tensor>& pools = file.inputs.ssm_state;
+  const std::map<std::string, Tensor>& weights = file.inputs.weights;
+  ASSERT_EQ(pools.size(), 2u);
+  ASSERT_EQ(weights.size(), 3u);
+  EXPECT_EQ(pools.at("conv_state").dtype(), DType::kBFloat16);
+  EXPECT_EQ(pools.at("ssm_state").shape(), (Shape{8, 8, 4}));
+  EXPECT_EQ(weights.at("in_proj").dtype(), DType::kFloat16);
+  EXPECT_EQ(weights.at("A_log").dtype(), DType::kFloat64);
+  EXPECT_EQ(weights.at("D").dtype(), DType::kFloat32);
+  expect_h5py_saw(file_bytes(dir / "inputs_ssm_conv_state.bin"), pools.at("conv_state"), "conv_state");
+  expect_h5py_saw(file_bytes(dir / "inputs_ssm_ssm_state.bin"), pools.at("ssm_state"), "ssm_state");
+  // bf16 given as bits (NaN payloads included) arrives bit for bit.
+  EXPECT_EQ(file_bytes(dir / "ssm_state_bits.bin"),
+            std::string(static_cast<const char*>(pools.at("ssm_state").data()),
+                        static_cast<size_t>(pools.at("ssm_state").nbytes())));
+  expect_h5py_saw(file_bytes(dir / "weights_in_proj.bin"), weights.at("in_proj"), "in_proj");
+  expect_h5py_saw(file_bytes(dir / "weights_A_log.bin"), weights.at("A_log"), "A_log");
+  expect_h5py_saw(file_bytes(dir / "weights_D.bin"), weights.at("D"), "D");
 }
 
 // The h5py writer's bf16 rounding agrees with ours (round to nearest even; NaN stays NaN).

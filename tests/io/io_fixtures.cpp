@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <optional>
+#include <utility>
 
 #include "hybridtb/error.h"
 
@@ -241,6 +243,31 @@ StepOutputs sample_outputs(const BatchFile& file, DType dtype, const std::string
   return out;
 }
 
+void add_ssm_inputs(BatchFile& file, DType dtype, uint64_t seed) {
+  AttentionConfig& c = file.config;
+  const int64_t I = 8, N = 4, K = 4, R = 2, H = c.num_heads * c.head_size;
+  c.ssm_mode = "mamba1";
+  c.ssm_params = {{"intermediate_size", I}, {"state_size", N}, {"conv_kernel", K}, {"dt_rank", R}};
+  BatchInputs& in = file.inputs;
+  in.ssm_state["conv_state"] = patterned_tensor(dtype, {kSsmSlots, I, K - 1}, seed);
+  in.ssm_state["ssm_state"] = patterned_tensor(dtype, {kSsmSlots, I, N}, seed + 1);
+  const std::vector<std::pair<std::string, Shape>> weights{
+      {"in_proj", {2 * I, H}},      {"in_proj_bias", {2 * I}}, {"conv1d_weight", {I, K}},
+      {"conv1d_bias", {I}},         {"x_proj", {R + 2 * N, I}}, {"dt_proj", {I, R}},
+      {"dt_proj_bias", {I}},        {"A_log", {I, N}},          {"D", {I}},
+      {"out_proj", {H, I}},         {"out_proj_bias", {H}},     {"extra_rank3", {2, 3, 5}},
+  };
+  uint64_t next = seed + 2;
+  for (const auto& [name, shape] : weights) in.weights[name] = patterned_tensor(dtype, shape, next++);
+}
+
+void add_ssm_outputs(StepOutputs& out, const BatchFile& file, DType dtype, uint64_t seed) {
+  const AttentionConfig& c = file.config;
+  out.ssm_output = patterned_tensor(dtype, {kSmallTokens, c.num_heads, c.head_size}, seed);
+  uint64_t next = seed + 1;
+  for (const auto& [name, pool] : file.inputs.ssm_state) out.ssm_state[name] = patterned_tensor(dtype, pool.shape(), next++);
+}
+
 void expect_same_tensor(const Tensor& expected, const Tensor& actual, const std::string& what) {
   ASSERT_EQ(expected.empty(), actual.empty()) << what << ": presence differs";
   if (expected.empty()) return;
@@ -256,6 +283,18 @@ namespace {
 template <typename T>
 bool same_bits(const T& a, const T& b) {
   return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+void expect_same_tensors(const std::map<std::string, Tensor>& e, const std::map<std::string, Tensor>& a,
+                         const std::string& what) {
+  std::vector<std::string> expected_names, actual_names;
+  for (const auto& [name, tensor] : e) expected_names.push_back(name);
+  for (const auto& [name, tensor] : a) actual_names.push_back(name);
+  EXPECT_EQ(expected_names, actual_names) << what << ": names differ";
+  for (const auto& [name, tensor] : e) {
+    const auto found = a.find(name);
+    if (found != a.end()) expect_same_tensor(tensor, found->second, what + "/" + name);
+  }
 }
 
 bool same_floats(const std::optional<std::vector<float>>& a, const std::optional<std::vector<float>>& b) {
@@ -274,6 +313,8 @@ void expect_same_outputs(const std::optional<StepOutputs>& e, const std::optiona
   expect_same_tensor(e->kv_cache, a->kv_cache, what + "/kv_cache");
   expect_same_tensor(e->k_scale_cache, a->k_scale_cache, what + "/k_scale_cache");
   expect_same_tensor(e->v_scale_cache, a->v_scale_cache, what + "/v_scale_cache");
+  expect_same_tensor(e->ssm_output, a->ssm_output, what + "/ssm_output");
+  expect_same_tensors(e->ssm_state, a->ssm_state, what + "/ssm");
   const std::vector<std::string> differences = metadata_differences(e->metadata, a->metadata);
   EXPECT_TRUE(differences.empty()) << what << "/metadata differs, first: " << differences.front();
 }
@@ -281,7 +322,7 @@ void expect_same_outputs(const std::optional<StepOutputs>& e, const std::optiona
 }  // namespace
 
 void expect_same_batch_file(const BatchFile& e, const BatchFile& a) {
-  EXPECT_EQ(a.schema_version, "1.0");
+  EXPECT_EQ(a.schema_version, kWrittenSchemaVersion);
   EXPECT_EQ(e.provenance, a.provenance);
   const AttentionConfig &ec = e.config, &ac = a.config;
   EXPECT_EQ(ec.num_heads, ac.num_heads);
@@ -296,6 +337,7 @@ void expect_same_batch_file(const BatchFile& e, const BatchFile& a) {
   EXPECT_EQ(ec.kv_cache_dtype, ac.kv_cache_dtype);
   EXPECT_EQ(ec.attn_type, ac.attn_type);
   EXPECT_EQ(ec.ssm_mode, ac.ssm_mode);
+  EXPECT_EQ(ec.ssm_params, ac.ssm_params);
   EXPECT_EQ(ec.mamba_cache_mode, ac.mamba_cache_mode);
   EXPECT_EQ(ec.mamba_block_size, ac.mamba_block_size);
   EXPECT_EQ(ec.num_speculative_tokens, ac.num_speculative_tokens);
@@ -329,6 +371,8 @@ void expect_same_batch_file(const BatchFile& e, const BatchFile& a) {
   if (ei.output_scale && ai.output_scale) {
     EXPECT_TRUE(same_bits(*ei.output_scale, *ai.output_scale));
   }
+  expect_same_tensors(ei.ssm_state, ai.ssm_state, "/inputs/ssm");
+  expect_same_tensors(ei.weights, ai.weights, "/weights");
 
   expect_same_outputs(e.outputs, a.outputs, "/outputs");
   expect_same_outputs(e.expected, a.expected, "/expected");

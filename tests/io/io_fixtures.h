@@ -45,6 +45,18 @@ HybridMetadata full_metadata();
 // storage dtype, scale caches for per-token-head modes.
 StepOutputs sample_outputs(const BatchFile& file, DType dtype, const std::string& backend, uint64_t seed);
 
+// The SSM branch (schema 1.1). A mamba1-shaped section, because the I/O layer is generic and the
+// names are just names: /config/ssm params I=8, N=4, K=4, R=2; pools conv_state [kSsmSlots, I, K-1]
+// and ssm_state [kSsmSlots, I, N]; every mamba1 weight (ranks 1 and 2, H = num_heads·head_size)
+// plus a rank-3 extra one. Tensors in `dtype`, patterned like every other tensor; ssm_mode "mamba1".
+inline constexpr int64_t kSsmSlots = 12;  // small_batch_file's ssm_block_table uses ids up to 11
+void add_ssm_inputs(BatchFile& file, DType dtype, uint64_t seed);
+// ssm_output [T, Hq, D] and the pools after the step (same names and shapes as the inputs'), in `dtype`.
+void add_ssm_outputs(StepOutputs& out, const BatchFile& file, DType dtype, uint64_t seed);
+
+// The schema_version write_batch_file records (kSchemaMajor.kSchemaMinor, spelled out).
+inline constexpr const char* kWrittenSchemaVersion = "1.1";
+
 // Field-by-field equality with bitwise comparison of every float (EXPECT_* failures name the field).
 void expect_same_batch_file(const BatchFile& expected, const BatchFile& actual);
 void expect_same_tensor(const Tensor& expected, const Tensor& actual, const std::string& what);

@@ -47,6 +47,26 @@ class Backend {
   // `output` ([T, Hq, D] in output_dtype()) and nothing else.
   virtual void attention_forward(const HybridMetadata& metadata, const BatchDescription& batch,
                                  const StepTensors& tensors, const TensorView& output) = 0;
+
+  // The SSM history branch of config.ssm_mode: its contribution for the hidden states
+  // query[:num_actual_tokens] viewed as [T, Hq·D], written to rows [0, num_actual_tokens) of
+  // `contribution` ([T, Hq, D] in output_dtype()); updates tensors.ssm_state in place. Requests
+  // whose state slot is < 0 contribute zeros and touch no state. Throws NotSupported for a mode
+  // this backend does not implement (never a silent fallback).
+  virtual void ssm_forward(const HybridMetadata& metadata, const BatchDescription& batch, const StepTensors& tensors,
+                           const TensorView& contribution) = 0;
+
+  // HybridAttentionImpl.forward: attention, then (if the layer has an SSM branch) its contribution
+  // added into the output. Each view is [T, Hq, D] in output_dtype(); `attn_output` and
+  // `ssm_output` receive the two parts alone (ssm_output may be empty for ssm_mode "none").
+  // Only rows [0, num_actual_tokens) of any of them are written.
+  struct HybridOutputs {
+    TensorView output;
+    TensorView attn_output;
+    TensorView ssm_output;
+  };
+  virtual void hybrid_forward(const HybridMetadata& metadata, const BatchDescription& batch, const StepTensors& tensors,
+                              const HybridOutputs& outputs) = 0;
 };
 
 struct BackendSettings {

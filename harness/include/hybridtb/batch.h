@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "hybridtb/config.h"
@@ -52,6 +54,9 @@ struct StepTensors {
   float k_scale = 1.0f;      // per-tensor fp8 scales (dequantised value = stored · scale)
   float v_scale = 1.0f;
   std::optional<float> output_scale;  // fp8 output: stored output = clamp(o / output_scale)
+  // SSM branch, by name (each mode documents its names; reference/ssm/README.md):
+  std::map<std::string, TensorView> ssm_state;  // state pools [num_slots, ...]; updated in place
+  std::map<std::string, TensorView> weights;    // the mode's weights (read only)
 };
 
 // Host-owned inputs as read from (or written to) a batch file.
@@ -62,6 +67,8 @@ struct BatchInputs {
   float k_scale = 1.0f;
   float v_scale = 1.0f;
   std::optional<float> output_scale;
+  std::map<std::string, Tensor> ssm_state;  // /inputs/ssm/<name>: pools before this step
+  std::map<std::string, Tensor> weights;    // /weights/<name>
 
   StepTensors views() const;
 };

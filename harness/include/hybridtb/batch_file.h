@@ -16,7 +16,7 @@ namespace hybridtb {
 
 inline constexpr const char* kSchemaName = "hybrid-batch";
 inline constexpr int kSchemaMajor = 1;
-inline constexpr int kSchemaMinor = 0;  // the version this build writes
+inline constexpr int kSchemaMinor = 1;  // the version this build writes (1.1: SSM branch items)
 
 // What a backend produced for one step (/outputs), or what a trusted run recorded (/expected).
 struct StepOutputs {
@@ -26,11 +26,13 @@ struct StepOutputs {
   Tensor kv_cache;        // [NB, 2, BS, Hkv, D] after the KV write
   Tensor k_scale_cache;   // [NB, BS, Hkv] after the write (per-token-head modes only)
   Tensor v_scale_cache;
+  Tensor ssm_output;      // [T, Hq, D] the SSM contribution alone (absent when ssm_mode is "none")
+  std::map<std::string, Tensor> ssm_state;  // /outputs/ssm/<name>: the state pools after the step
   HybridMetadata metadata;
 };
 
 struct BatchFile {
-  std::string schema_version = "1.0";  // as read; written as kSchemaMajor.kSchemaMinor
+  std::string schema_version = "1.1";  // as read; always written as kSchemaMajor.kSchemaMinor
   AttentionConfig config;
   BuilderConfig builder;
   BatchDescription batch;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,6 +61,9 @@ struct AttentionConfig {
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
   AttnType attn_type = AttnType::kDecoder;
   std::string ssm_mode = "none";  // the SSM history branch; "none" = plain attention layer
+  // Integer hyper-parameters of the SSM mode (/config/ssm attributes), e.g. mamba1's
+  // intermediate_size, state_size, conv_kernel, dt_rank. Each mode documents its own.
+  std::map<std::string, int64_t> ssm_params;
   MambaCacheMode mamba_cache_mode = MambaCacheMode::kNone;
   int64_t mamba_block_size = 0;   // tokens per SSM state block (vLLM: max_model_len when mode none)
   int64_t num_speculative_tokens = 0;

@@ -35,8 +35,18 @@ struct SyntheticOptions {
   int64_t padding_requests = 0;    // trailing requests with query_len 0 and seq_len 0
   float k_scale = 1.0f;            // per-tensor fp8 scales
   float v_scale = 1.0f;
-  std::optional<float> output_scale;  // request fp8 output
+  std::optional<float> output_scale;  // fp8 output: stored output = clamp(o / output_scale)
+  // Give the SSM branch its own /batch/ssm_block_table: distinct state slots per request, one per
+  // mamba_block_size tokens in mamba_cache_mode all/align (1 + num_speculative_tokens in mode
+  // none). Slot 0 is never used (vLLM's null block); padding requests get rows of 0. Without it
+  // the SSM branch indexes the attention block table, as the seed's builder does — where a
+  // sliding window has pointed early blocks at the null block, requests then share slot 0.
+  bool ssm_block_table = false;
 };
+
+// The number of SSM state slots a batch addresses (1 + the largest id in the table the SSM
+// branch uses), i.e. the smallest num_slots its state pools may have.
+int64_t ssm_slots_needed(const BatchDescription& batch);
 
 BatchFile make_synthetic_batch(const AttentionConfig& config, const BuilderConfig& builder,
                                const std::vector<RequestSpec>& requests, const SyntheticOptions& options);

@@ -354,6 +354,123 @@ std::vector<float> read_float_vector(const Dataset& dataset, const Dims& dims) {
   return out;
 }
 
+// --- the SSM branch (schema 1.1) ---------------------------------------------------------------
+//
+// Generic on purpose: /config/ssm, /inputs/ssm, /weights and /outputs/ssm hold whatever names the
+// layer's ssm_mode defines (reference/ssm/README.md), and the mode checks its own names and shapes
+// (reference::ssm::validate_ssm_tensors). This layer checks only element types, ranks and the
+// invariants every mode shares: all pools hold the same slots, and the pools after the step are
+// the pools before it.
+
+// State pools and weights are kept in a model float type (fp8 would need scales no mode defines).
+bool is_ssm_tensor_dtype(DType dtype) {
+  return dtype == DType::kFloat64 || dtype == DType::kFloat32 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
+}
+
+// A name that is one HDF5 link or attribute name, so that the item lands where the schema says.
+void check_item_name(const std::string& group_path, const std::string& name, const char* what) {
+  HYBRIDTB_CHECK(!name.empty() && name != "." && name.find('/') == std::string::npos &&
+                     name.find('\0') == std::string::npos,
+                 group_path, ": ", what, " name '", name, "' is not a valid item name (non-empty, no '/', not '.')");
+}
+
+// One state pool or weight: a float type and rank >= 1 (`what`: "state pools" or "weights").
+void check_ssm_tensor(const std::string& path, DType dtype, const Shape& shape, const char* what) {
+  HYBRIDTB_CHECK(is_ssm_tensor_dtype(dtype), path, ": dtype ", to_string(dtype), " is not allowed (", what,
+                 " must be float64, float32, float16 or bfloat16)");
+  HYBRIDTB_CHECK(!shape.empty(), path, ": shape [] (a scalar) is not allowed (", what, " must have rank >= 1",
+                 std::strcmp(what, "state pools") == 0 ? ": [num_slots, ...])" : ")");
+}
+
+std::string names_of(const std::map<std::string, Tensor>& tensors) {
+  std::string out;
+  for (const auto& [name, tensor] : tensors) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+// Every pool of a group holds the same slots: the first dimensions (num_slots) agree.
+void check_num_slots(const std::string& group_path, const std::map<std::string, Tensor>& pools) {
+  if (pools.empty()) return;
+  const auto& [first_name, first] = *pools.begin();
+  for (const auto& [name, pool] : pools) {
+    HYBRIDTB_CHECK(pool.size(0) == first.size(0), group_path, "/", name, ": shape ", shape_to_string(pool.shape()),
+                   " has num_slots ", pool.size(0), " (dimension 0), but ", group_path, "/", first_name, " ",
+                   shape_to_string(first.shape()), " has ", first.size(0),
+                   "; every state pool must hold the same slots");
+  }
+}
+
+// /outputs/ssm or /expected/ssm (the pools after the step) against /inputs/ssm (before it): when
+// both are present, the same names with the same shapes. Dtypes may differ (results keep the
+// producer's dtype).
+void check_pools_after(const std::string& group_path, const std::map<std::string, Tensor>& after,
+                       const std::map<std::string, Tensor>& before) {
+  if (after.empty() || before.empty()) return;
+  for (const auto& [name, pool] : after) {
+    const auto found = before.find(name);
+    HYBRIDTB_CHECK(found != before.end(), group_path, "/", name, ": no state pool of that name in /inputs/ssm (",
+                   names_of(before), "); the pools after the step must be the pools before it");
+    HYBRIDTB_CHECK(pool.shape() == found->second.shape(), group_path, "/", name, ": shape ",
+                   shape_to_string(pool.shape()), " does not match /inputs/ssm/", name, " ",
+                   shape_to_string(found->second.shape()), " (the same pool before the step)");
+  }
+  for (const auto& [name, pool] : before) {
+    HYBRIDTB_CHECK(after.count(name) == 1, "missing dataset ", group_path, "/", name, " (required: ",
+                   shape_to_string(pool.shape()), ", the pool /inputs/ssm/", name,
+                   " after the step; every pool is stored when ", group_path, " exists)");
+  }
+}
+
+// Every child of `group` as a named float tensor (the reader side of /inputs/ssm, /weights, …).
+std::map<std::string, Tensor> read_named_tensors(const Group& group, const char* what) {
+  std::map<std::string, Tensor> tensors;
+  for (const std::string& name : group.child_names()) {
+    const std::optional<Dataset> dataset = find_dataset(group, name);
+    if (!dataset) continue;
+    const DType dtype = tensor_dtype(*dataset);
+    const Shape shape = dataset->shape();
+    check_ssm_tensor(dataset->path(), dtype, shape, what);
+    tensors.emplace(name, read_tensor_data(*dataset, dtype, shape));
+  }
+  return tensors;
+}
+
+// /config/ssm: the mode's integer hyper-parameters (any integer width; absent = none).
+void read_ssm_params(const Group& config, AttentionConfig& c) {
+  const std::optional<Group> g = find_group(config, "ssm");
+  if (!g) return;
+  for (const std::string& name : g->attribute_names()) c.ssm_params[name] = g->read_int_attribute(name);
+}
+
+// /inputs/ssm/<name> (the pools before the step) and /weights/<name>, both optional.
+void read_ssm_inputs(const Group& root, const Group& inputs, BatchInputs& in) {
+  if (const std::optional<Group> g = find_group(inputs, "ssm")) {
+    in.ssm_state = read_named_tensors(*g, "state pools");
+    check_num_slots(g->path(), in.ssm_state);
+  }
+  if (const std::optional<Group> g = find_group(root, "weights")) in.weights = read_named_tensors(*g, "weights");
+}
+
+// The writer side: names that HDF5 stores as given, present tensors, float types, rank >= 1
+// (`item`: "state pool" or "weight"; `what`: "state pools" or "weights").
+void check_tensors_to_write(const std::string& group_path, const std::map<std::string, Tensor>& tensors,
+                            const char* item, const char* what) {
+  for (const auto& [name, tensor] : tensors) {
+    check_item_name(group_path, name, item);
+    const std::string path = group_path + "/" + name;
+    HYBRIDTB_CHECK(!tensor.empty(), path, ": the tensor is empty (absent); leave it out of the map instead");
+    check_ssm_tensor(path, tensor.dtype(), tensor.shape(), what);
+  }
+}
+
+// The writer's checks of the SSM inputs, made before anything is created.
+void check_ssm_inputs(const BatchFile& file) {
+  for (const auto& [name, value] : file.config.ssm_params) check_item_name("/config/ssm", name, "parameter");
+  check_tensors_to_write("/inputs/ssm", file.inputs.ssm_state, "state pool", "state pools");
+  check_num_slots("/inputs/ssm", file.inputs.ssm_state);
+  check_tensors_to_write("/weights", file.inputs.weights, "weight", "weights");
+}
+
 // --- root, config and batch --------------------------------------------------------------------
 
 // "1.0" / "1.2.3" → (major, minor); throws naming the attribute otherwise.
@@ -380,7 +497,7 @@ void read_root(const Group& root, BatchFile& file, bool has_outputs) {
   const std::string schema =
       string_attribute(root, "schema", std::string("\"") + kSchemaName + "\"; is this a hybrid-batch file?");
   HYBRIDTB_CHECK(schema == kSchemaName, "root attribute schema is '", schema, "', expected '", kSchemaName, "'");
-  file.schema_version = string_attribute(root, "schema_version", "a string such as \"1.0\"");
+  file.schema_version = string_attribute(root, "schema_version", "a string such as \"1.1\"");
   // Any minor version is fine: newer minors only add optional items, which this reader ignores.
   const int major = parse_version(file.schema_version).first;
   HYBRIDTB_CHECK(major == kSchemaMajor, "schema_version ", file.schema_version, " is not supported: this build reads ",
@@ -435,6 +552,7 @@ void read_config(const Group& root, BatchFile& file) {
   const Dims per_head{{"num_heads", c.num_heads}};
   if (std::optional<Dataset> d = find_dataset(g, "alibi_slopes")) c.alibi_slopes = read_float_vector(*d, per_head);
   if (std::optional<Dataset> d = find_dataset(g, "sinks")) c.sinks = read_float_vector(*d, per_head);
+  read_ssm_params(g, c);
 
   // Builder settings (optional, with the engine defaults).
   BuilderConfig& b = file.builder;
@@ -535,6 +653,7 @@ void read_inputs(const Group& root, BatchFile& file) {
                      to_string(c.kv_cache_dtype), " is not a per-token-head mode");
     }
   }
+  read_ssm_inputs(root, g, in);
 }
 
 // Every field of the metadata tree: integer attributes are scalars, datasets are int32 arrays.
@@ -579,6 +698,18 @@ StepOutputs read_outputs(const Group& g, const h5::Object& backend_holder, const
   const Dims scale_dims = scale_cache_dims(num_blocks, c);
   if (std::optional<Dataset> d = find_dataset(g, "k_scale_cache")) out.k_scale_cache = read_tensor(*d, scale_dims, std::nullopt, "");
   if (std::optional<Dataset> d = find_dataset(g, "v_scale_cache")) out.v_scale_cache = read_tensor(*d, scale_dims, std::nullopt, "");
+
+  // The SSM branch (1.1, optional): its contribution alone and the state pools after the step.
+  if (std::optional<Dataset> d = find_dataset(g, "ssm_output")) {
+    const DType dtype = tensor_dtype(*d);
+    HYBRIDTB_CHECK(is_floating(dtype), d->path(), ": dtype ", to_string(dtype), " is not a float type");
+    out.ssm_output = read_tensor(*d, tokens, dtype, "");
+  }
+  if (std::optional<Group> ssm = find_group(g, "ssm")) {
+    out.ssm_state = read_named_tensors(*ssm, "state pools");
+    check_num_slots(ssm->path(), out.ssm_state);
+    check_pools_after(ssm->path(), out.ssm_state, file.inputs.ssm_state);
+  }
 
   const Group metadata = require_group(g, "metadata");
   std::vector<MetadataField> fields;
@@ -655,6 +786,10 @@ void write_config(const Group& root, const BatchFile& file) {
   g.write_int_attribute("num_speculative_tokens", c.num_speculative_tokens);
   if (c.alibi_slopes) write_float32_vector(g, "alibi_slopes", *c.alibi_slopes);
   if (c.sinks) write_float32_vector(g, "sinks", *c.sinks);
+  if (!c.ssm_params.empty()) {
+    const Group ssm = g.create_group("ssm");
+    for (const auto& [name, value] : c.ssm_params) ssm.write_int_attribute(name, value);
+  }
 
   const BuilderConfig& b = file.builder;
   g.write_string_attribute("cudagraph_mode", std::string(to_string(b.cudagraph_mode)));
@@ -698,6 +833,15 @@ void write_inputs(const Group& root, const BatchFile& file) {
   if (in.output_scale) write_float32_scalar(g, "output_scale", *in.output_scale);
   if (!in.k_scale_cache.empty()) write_tensor(g, "k_scale_cache", in.k_scale_cache);
   if (!in.v_scale_cache.empty()) write_tensor(g, "v_scale_cache", in.v_scale_cache);
+  // The SSM branch (1.1): checked by check_ssm_inputs() before the file was created.
+  if (!in.ssm_state.empty()) {
+    const Group ssm = g.create_group("ssm");
+    for (const auto& [name, pool] : in.ssm_state) write_tensor(ssm, name, pool);
+  }
+  if (!in.weights.empty()) {
+    const Group weights = root.create_group("weights");
+    for (const auto& [name, weight] : in.weights) write_tensor(weights, name, weight);
+  }
 }
 
 // "attention/use_3d_path" → int64 attribute use_3d_path on metadata/attention; arrays → datasets.
@@ -749,6 +893,21 @@ void write_outputs(const Group& root, const char* name, const StepOutputs& out, 
     if (tensor->empty()) continue;
     check_shape(g.child_path(field), tensor->shape(), scale_cache_dims(num_blocks, c));
     write_tensor(g, field, *tensor);
+  }
+  if (!out.ssm_output.empty()) {
+    const std::string path = g.child_path("ssm_output");
+    check_shape(path, out.ssm_output.shape(), tokens);
+    HYBRIDTB_CHECK(is_floating(out.ssm_output.dtype()), path, ": dtype ", to_string(out.ssm_output.dtype()),
+                   " is not a float type");
+    write_tensor(g, "ssm_output", out.ssm_output);
+  }
+  if (!out.ssm_state.empty()) {
+    const std::string group_path = g.child_path("ssm");
+    check_tensors_to_write(group_path, out.ssm_state, "state pool", "state pools");
+    check_num_slots(group_path, out.ssm_state);
+    check_pools_after(group_path, out.ssm_state, file.inputs.ssm_state);
+    const Group ssm = g.create_group("ssm");
+    for (const auto& [pool_name, pool] : out.ssm_state) write_tensor(ssm, pool_name, pool);
   }
   if (std::strcmp(name, "outputs") == 0) {
     root.write_string_attribute("backend", out.backend);
@@ -818,6 +977,7 @@ void write_batch_file(const std::string& path, const BatchFile& file) {
     validate(file.config);
     validate(file.builder);
     validate(file.config, file.batch, file.inputs);
+    check_ssm_inputs(file);
   });
   // Written under a temporary name in the same directory (so the rename is atomic on POSIX) and
   // renamed only once HDF5 has closed it: readers never see a partial file.

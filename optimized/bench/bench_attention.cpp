@@ -1,0 +1,258 @@
+// hybridtb_bench_attention [--out FILE.json] [--quick]: times the CUDA attention kernels (prepare
+// once, launch timed with CUDA events, warm-up, median) on Llama-3-8B shapes (32 query / 8 kv heads,
+// head 128, bf16, block 16, shuffled paged KV), with the ceilings measured in the same run (read-only
+// streaming kernel and D2D copy for bandwidth, a cuBLAS bf16 GEMM for tensor-core FLOP/s).
+// Bytes count each in-window K/V byte once plus Q and O; FLOPs are 4·D·Hq·(visible query-key
+// pairs) (../shared/notes/perf-anchors.md §6). Run by harness/scripts/gpu-check.sh.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/attention_plan.h"
+#include "bench/bench_kernels.h"
+#include "common/cuda_check.h"
+#include "common/device_memory.h"
+
+namespace {
+
+using namespace hybridtb;
+using namespace hybridtb::cuda;
+
+struct Request {
+  int64_t context_len;
+  int64_t query_len;
+};
+
+struct BenchCase {
+  std::string name;
+  std::string kind;  // decode | prefill | mixed
+  std::vector<Request> requests;
+  int64_t window = 0;
+};
+
+std::vector<Request> repeat(int64_t count, Request r) { return std::vector<Request>(static_cast<size_t>(count), r); }
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(size_t bytes) { HYBRIDTB_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 256))); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+template <typename Fn>
+double median_ms(int reps, cudaStream_t stream, Fn fn) {
+  cudaEvent_t start;
+  cudaEvent_t stop;
+  HYBRIDTB_CUDA_CHECK(cudaEventCreate(&start));
+  HYBRIDTB_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> times;
+  for (int r = 0; r < reps; ++r) {
+    HYBRIDTB_CUDA_CHECK(cudaEventRecord(start, stream));
+    fn();
+    HYBRIDTB_CUDA_CHECK(cudaEventRecord(stop, stream));
+    HYBRIDTB_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    HYBRIDTB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  HYBRIDTB_CUDA_CHECK(cudaEventDestroy(start));
+  HYBRIDTB_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  return static_cast<double>(times[times.size() / 2]);
+}
+
+double gemm_tflops(cudaStream_t stream) {
+  const int n = 8192;
+  const size_t bytes = static_cast<size_t>(n) * n * 2;
+  DeviceBuffer a(bytes), b(bytes), c(bytes);
+  bench::fill_normal_16bit(a.ptr, static_cast<int64_t>(n) * n, false, 1, stream);
+  bench::fill_normal_16bit(b.ptr, static_cast<int64_t>(n) * n, false, 2, stream);
+  cublasHandle_t handle;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw Error("cublasCreate failed");
+  cublasSetStream(handle, stream);
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  auto run = [&] {
+    const cublasStatus_t status =
+        cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.ptr, CUDA_R_16BF, n, b.ptr, CUDA_R_16BF, n,
+                     &beta, c.ptr, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (status != CUBLAS_STATUS_SUCCESS) throw Error("cublasGemmEx failed");
+  };
+  run();
+  const double ms = median_ms(10, stream, run);
+  cublasDestroy(handle);
+  return 2.0 * n * static_cast<double>(n) * n / (ms * 1e-3) / 1e12;
+}
+
+nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, bool quick) {
+  AttentionConfig config;
+  config.num_heads = 32;
+  config.num_kv_heads = 8;
+  config.head_size = 128;
+  config.block_size = 16;
+  config.scale = 1.0 / std::sqrt(128.0);
+  config.dtype = DType::kBFloat16;
+  config.sliding_window = bc.window;
+  const int64_t bs = config.block_size;
+  const int64_t hq = config.num_heads;
+  const int64_t hkv = config.num_kv_heads;
+  const int64_t d = config.head_size;
+
+  // Batch: shuffled physical blocks (block 0 reserved as vLLM's null block).
+  BatchDescription batch;
+  std::vector<int32_t> qsl{0};
+  std::vector<int32_t> seq_lens;
+  int64_t total_blocks = 0;
+  int64_t max_blocks = 1;
+  for (const Request& r : bc.requests) {
+    qsl.push_back(static_cast<int32_t>(qsl.back() + r.query_len));
+    seq_lens.push_back(static_cast<int32_t>(r.context_len + r.query_len));
+    const int64_t blocks = (r.context_len + r.query_len + bs - 1) / bs;
+    total_blocks += blocks;
+    max_blocks = std::max(max_blocks, blocks);
+  }
+  const int64_t num_blocks = total_blocks + 1;
+  std::vector<int32_t> ids(static_cast<size_t>(total_blocks));
+  std::iota(ids.begin(), ids.end(), 1);
+  std::mt19937_64 rng(42);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const auto num_reqs = static_cast<int64_t>(bc.requests.size());
+  batch.query_start_loc = IntArray::vector(qsl);
+  batch.seq_lens = IntArray::vector(seq_lens);
+  batch.block_table = IntArray::matrix(num_reqs, max_blocks, 0);
+  size_t next = 0;
+  int64_t pairs = 0;      // visible (query, key) pairs
+  int64_t kv_tokens = 0;  // distinct keys read per kv head (each once)
+  for (int64_t r = 0; r < num_reqs; ++r) {
+    const Request& q = bc.requests[static_cast<size_t>(r)];
+    const int64_t seq = q.context_len + q.query_len;
+    for (int64_t b = 0; b < (seq + bs - 1) / bs; ++b) batch.block_table.at(r, b) = ids[next++];
+    for (int64_t i = 0; i < q.query_len; ++i) {
+      const int64_t p = q.context_len + i;
+      batch.slot_mapping.push_back(static_cast<int64_t>(batch.block_table.at(r, p / bs)) * bs + p % bs);
+      pairs += bc.window > 0 ? std::min<int64_t>(bc.window, p + 1) : p + 1;
+    }
+    const int64_t first = bc.window > 0 ? std::max<int64_t>(0, q.context_len - bc.window + 1) : 0;
+    kv_tokens += seq - first;
+  }
+  batch.num_actual_tokens = qsl.back();
+  const int64_t t = batch.num_actual_tokens;
+
+  DeviceBuffer cache(static_cast<size_t>(num_blocks * 2 * bs * hkv * d * 2));
+  DeviceBuffer query(static_cast<size_t>(t * hq * d * 2));
+  DeviceBuffer output(static_cast<size_t>(t * hq * d * 2));
+  bench::fill_normal_16bit(cache.ptr, num_blocks * 2 * bs * hkv * d, false, 3, stream);
+  bench::fill_normal_16bit(query.ptr, t * hq * d, false, 4, stream);
+  StepTensors tensors;
+  tensors.query = TensorView(query.ptr, DType::kBFloat16, {t, hq, d}, Device::kCuda);
+  tensors.kv_cache = TensorView(cache.ptr, DType::kBFloat16, {num_blocks, 2, bs, hkv, d}, Device::kCuda);
+  const TensorView out(output.ptr, DType::kBFloat16, {t, hq, d}, Device::kCuda);
+
+  DeviceMemory memory;
+  AttentionRunner runner(config, memory, num_sms);
+  runner.prepare(batch, tensors, out, stream);
+  runner.launch(stream);  // warm-up
+  runner.launch(stream);
+  HYBRIDTB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const double once = median_ms(1, stream, [&] { runner.launch(stream); });
+  const int reps = std::clamp(static_cast<int>((quick ? 100.0 : 300.0) / std::max(once, 1e-3)), 5, 50);
+  const double ms = median_ms(reps, stream, [&] { runner.launch(stream); });
+
+  const double bytes = static_cast<double>(kv_tokens) * static_cast<double>(hkv * d * 2 * 2) +
+                       2.0 * static_cast<double>(t * hq * d * 2);
+  const double flops = 4.0 * static_cast<double>(d * hq) * static_cast<double>(pairs);
+  nlohmann::json j;
+  j["name"] = bc.name;
+  j["kind"] = bc.kind;
+  j["window"] = bc.window;
+  j["median_us"] = ms * 1e3;
+  j["reps"] = reps;
+  j["bytes"] = bytes;
+  j["GBps"] = bytes / (ms * 1e-3) / 1e9;
+  j["flops"] = flops;
+  j["TFLOPs"] = flops / (ms * 1e-3) / 1e12;
+  j["plan"] = runner.summary().describe();
+  return j;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out_path;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--out" && i + 1 < argc) {
+      out_path = argv[++i];
+    } else if (arg == "--quick") {
+      quick = true;
+    } else {
+      std::cerr << "usage: hybridtb_bench_attention [--out FILE.json] [--quick]\n";
+      return 2;
+    }
+  }
+  try {
+    cudaDeviceProp prop{};
+    HYBRIDTB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    cudaStream_t stream;
+    HYBRIDTB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    nlohmann::json report;
+    report["device"] = prop.name;
+    report["sms"] = prop.multiProcessorCount;
+    const double read = bench::measure_read_bandwidth(int64_t{4} << 30, 10, stream);
+    const double copy = bench::measure_copy_bandwidth(int64_t{2} << 30, 10, stream);
+    const double gemm = gemm_tflops(stream);
+    report["ceilings"] = {{"read_GBps", read / 1e9}, {"copy_GBps", copy / 1e9}, {"bf16_gemm_TFLOPs", gemm}};
+    std::vector<BenchCase> cases = {
+        {"decode 64x4k", "decode", repeat(64, {4095, 1})},
+        {"decode 256x4k", "decode", repeat(256, {4095, 1})},
+        {"decode 64x4k w4096", "decode", repeat(64, {4095, 1}), 4096},
+        {"decode 1x32k", "decode", repeat(1, {32767, 1})},
+        {"decode 4x32k", "decode", repeat(4, {32767, 1})},
+        {"decode 8x32k", "decode", repeat(8, {32767, 1})},
+        {"decode 64x32k", "decode", repeat(64, {32767, 1})},
+        {"decode 64x32k w4096", "decode", repeat(64, {32767, 1}), 4096},
+        {"prefill 1x2k", "prefill", repeat(1, {0, 2048})},
+        {"prefill 1x4k", "prefill", repeat(1, {0, 4096})},
+    };
+    std::vector<Request> mixed = repeat(64, {4095, 1});
+    mixed.push_back({0, 2048});
+    cases.push_back({"mixed 2048+64x4k", "mixed", mixed});
+    nlohmann::json results = nlohmann::json::array();
+    std::printf("%-22s %10s %9s %7s %9s  %s\n", "case", "median_us", "GB/s", "%read", "TFLOP/s", "plan");
+    for (const BenchCase& bc : cases) {
+      nlohmann::json j = run_case(bc, prop.multiProcessorCount, stream, quick);
+      j["pct_of_read_ceiling"] = 100.0 * j["GBps"].get<double>() * 1e9 / read;
+      j["pct_of_gemm_ceiling"] = 100.0 * j["TFLOPs"].get<double>() / gemm;
+      std::printf("%-22s %10.1f %9.1f %6.1f%% %9.1f  %s\n", bc.name.c_str(), j["median_us"].get<double>(),
+                  j["GBps"].get<double>(), j["pct_of_read_ceiling"].get<double>(), j["TFLOPs"].get<double>(),
+                  j["plan"].get<std::string>().c_str());
+      std::fflush(stdout);
+      results.push_back(j);
+    }
+    report["cases"] = results;
+    std::printf("ceilings: read %.0f GB/s, copy %.0f GB/s (read+write), bf16 GEMM %.0f TFLOP/s\n", read / 1e9,
+                copy / 1e9, gemm);
+    std::printf("note: prefill and the mixed step's chunk run on the generic SIMT kernel in this increment\n");
+    if (!out_path.empty()) {
+      std::ofstream(out_path) << report.dump(2) << "\n";
+    }
+    HYBRIDTB_CUDA_CHECK(cudaStreamDestroy(stream));
+  } catch (const std::exception& e) {
+    std::cerr << "hybridtb_bench_attention: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

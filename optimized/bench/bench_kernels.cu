@@ -1,0 +1,113 @@
+// Device helpers of the attention benchmark (see bench_kernels.h).
+#include "bench/bench_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "common/cuda_check.h"
+
+namespace hybridtb::cuda::bench {
+
+namespace {
+
+__device__ __forceinline__ uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+__global__ void fill_kernel(void* data, int64_t count, bool is_half, uint64_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint64_t h = mix(seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(i));
+    // Sum of four uniforms, centred and scaled: mean 0, variance 1, never exactly 0 in practice.
+    float s = 0.0f;
+    for (int k = 0; k < 4; ++k) s += static_cast<float>((h >> (16 * k)) & 0xffff) / 65536.0f;
+    const float x = (s - 2.0f) * 1.7320508f + 1e-3f;
+    if (is_half) {
+      static_cast<__half*>(data)[i] = __float2half_rn(x);
+    } else {
+      static_cast<__nv_bfloat16*>(data)[i] = __float2bfloat16_rn(x);
+    }
+  }
+}
+
+__global__ void read_kernel(const uint4* data, int64_t count, unsigned* sink) {
+  uint32_t acc = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcs(data + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x12345678u) *sink = acc;  // keeps the loads alive
+}
+
+template <typename Fn>
+double median_ms(int reps, cudaStream_t stream, Fn fn) {
+  cudaEvent_t start;
+  cudaEvent_t stop;
+  HYBRIDTB_CUDA_CHECK(cudaEventCreate(&start));
+  HYBRIDTB_CUDA_CHECK(cudaEventCreate(&stop));
+  fn();  // warm-up
+  std::vector<float> times;
+  for (int r = 0; r < reps; ++r) {
+    HYBRIDTB_CUDA_CHECK(cudaEventRecord(start, stream));
+    fn();
+    HYBRIDTB_CUDA_CHECK(cudaEventRecord(stop, stream));
+    HYBRIDTB_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    HYBRIDTB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  HYBRIDTB_CUDA_CHECK(cudaEventDestroy(start));
+  HYBRIDTB_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+void fill_normal_16bit(void* data, int64_t count, bool is_half, uint64_t seed, cudaStream_t stream) {
+  fill_kernel<<<1024, 256, 0, stream>>>(data, count, is_half, seed);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+double measure_read_bandwidth(int64_t bytes, int reps, cudaStream_t stream) {
+  void* buffer = nullptr;
+  unsigned* sink = nullptr;
+  HYBRIDTB_CUDA_CHECK(cudaMalloc(&buffer, static_cast<size_t>(bytes)));
+  HYBRIDTB_CUDA_CHECK(cudaMalloc(&sink, sizeof(unsigned)));
+  fill_normal_16bit(buffer, bytes / 2, false, 7, stream);
+  int sms = 0;
+  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const int64_t count = bytes / 16;
+  const double ms = median_ms(reps, stream, [&] {
+    read_kernel<<<sms * 8, 512, 0, stream>>>(static_cast<const uint4*>(buffer), count, sink);
+    HYBRIDTB_CUDA_CHECK_LAUNCH();
+  });
+  HYBRIDTB_CUDA_CHECK(cudaFree(buffer));
+  HYBRIDTB_CUDA_CHECK(cudaFree(sink));
+  return static_cast<double>(bytes) / (ms * 1e-3);
+}
+
+double measure_copy_bandwidth(int64_t bytes, int reps, cudaStream_t stream) {
+  void* a = nullptr;
+  void* b = nullptr;
+  HYBRIDTB_CUDA_CHECK(cudaMalloc(&a, static_cast<size_t>(bytes)));
+  HYBRIDTB_CUDA_CHECK(cudaMalloc(&b, static_cast<size_t>(bytes)));
+  fill_normal_16bit(a, bytes / 2, false, 9, stream);
+  const double ms = median_ms(reps, stream, [&] {
+    HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(b, a, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream));
+  });
+  HYBRIDTB_CUDA_CHECK(cudaFree(a));
+  HYBRIDTB_CUDA_CHECK(cudaFree(b));
+  return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
+}
+
+}  // namespace hybridtb::cuda::bench

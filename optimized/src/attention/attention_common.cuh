@@ -1,0 +1,116 @@
+// Device helpers shared by the attention kernels: visibility (the rule of
+// reference/src/attention_mask.h, key_visible(), cited here literally), logits (scale, soft cap,
+// ALiBi in vLLM's order), cache addressing and the epilogue (sinks, fp8 output).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "attention/attention_params.h"
+#include "common/elements.cuh"
+
+namespace hybridtb::cuda {
+
+constexpr float kNegInf = -INFINITY;
+
+// reference::key_visible: decoder (k ≤ p AND (W == 0 OR p − k < W)) OR mm_prefix(p, k);
+// encoder_only W == 0 OR |p − k| < W; k must lie in [0, seq_len).
+__device__ __forceinline__ bool key_visible(const AttentionParams& p, int request, int seq_len, int pos, int k) {
+  if (k < 0 || k >= seq_len) return false;
+  const int w = p.sliding_window;
+  if (p.encoder) {
+    const int distance = pos >= k ? pos - k : k - pos;
+    return w == 0 || distance < w;
+  }
+  if (k <= pos && (w == 0 || pos - k < w)) return true;
+  const int32_t* mm = p.mm_prefix + static_cast<int64_t>(request) * p.num_mm_ranges * 2;
+  for (int r = 0; r < p.num_mm_ranges; ++r) {
+    const int start = mm[2 * r];
+    const int end = mm[2 * r + 1];
+    if (start < end && start <= pos && pos <= end && start <= k && k <= end) return true;
+  }
+  return false;
+}
+
+// Whether some row with position in [pos_lo, pos_hi] sees key k (decoder): k in the union of the
+// rows' causal/window intervals [causal_begin, causal_end), or in an mm range that one of the rows
+// lies in. Keys for which this is false are never read (null-block safety).
+__device__ __forceinline__ bool key_needed(const AttentionParams& p, int request, int seq_len, int pos_lo, int pos_hi,
+                                           int causal_begin, int causal_end, int k) {
+  if (k < 0 || k >= seq_len) return false;
+  if (k >= causal_begin && k < causal_end) return true;
+  if (p.encoder) return false;
+  const int32_t* mm = p.mm_prefix + static_cast<int64_t>(request) * p.num_mm_ranges * 2;
+  for (int r = 0; r < p.num_mm_ranges; ++r) {
+    const int start = mm[2 * r];
+    const int end = mm[2 * r + 1];
+    if (start < end && start <= pos_hi && end >= pos_lo && start <= k && k <= end) return true;
+  }
+  return false;
+}
+
+// scale · dot, then the soft cap, then ALiBi (vLLM's order, reference logit()). Encoder_only
+// layers get none of soft cap / ALiBi (the host clears them).
+__device__ __forceinline__ float attention_logit(const AttentionParams& p, float dot, int head, int pos, int k,
+                                                 int context_len) {
+  float s = p.scale * dot;
+  if (p.soft_cap > 0.0f) s = p.soft_cap * tanhf(s / p.soft_cap);
+  if (p.alibi_slopes != nullptr) {
+    const float slope = p.alibi_slopes[head];
+    if (p.alibi_sqrt) {
+      const int rel = k - pos;
+      s += slope * (rel <= 0 ? -sqrtf(static_cast<float>(-rel)) : 0.0f);
+    } else {
+      s += slope * static_cast<float>(k - context_len);
+    }
+  }
+  return s;
+}
+
+// Element offset of key/value row k (half 0/1) of kv head `kv_head` of `request` in the cache.
+__device__ __forceinline__ int64_t cache_row_offset(const AttentionParams& p, int request, int k, int half,
+                                                    int kv_head) {
+  const int64_t block = p.block_table[static_cast<int64_t>(request) * p.block_table_stride + k / p.block_size];
+  const int64_t slot = k % p.block_size;
+  return block * p.cache_stride_block + half * p.cache_stride_half + slot * p.cache_stride_slot +
+         static_cast<int64_t>(kv_head) * p.cache_stride_head;
+}
+
+// Per-token-head scale of key/value row k (index into k/v_scale_cache).
+__device__ __forceinline__ int64_t scale_index(const AttentionParams& p, int request, int k, int kv_head) {
+  const int64_t block = p.block_table[static_cast<int64_t>(request) * p.block_table_stride + k / p.block_size];
+  return (block * p.block_size + k % p.block_size) * p.num_kv_heads + kv_head;
+}
+
+// exp with a −inf guard: exp(a − b) for finite b, 0 when a is −inf.
+__device__ __forceinline__ float exp_diff(float a, float b) { return a == kNegInf ? 0.0f : __expf(a - b); }
+
+// The stored value of one output element from the row's softmax state (m = running max over the
+// visible keys, l = Σ e^{s−m}, acc = Σ e^{s−m}·v): a sink σ adds e^{σ} to the denominator only; a
+// row without visible keys outputs 0 (reference: has_keys false); fp8 output stores
+// e4m3(clamp(o / output_scale, ±448)), exactly representable in the model dtype.
+struct RowScale {
+  float acc_factor;  // multiply acc by this
+  float zero;        // 1: row has no keys → 0
+};
+__device__ __forceinline__ RowScale row_finalize(const AttentionParams& p, int head, float m, float l) {
+  if (m == kNegInf && l == 0.0f) return {0.0f, 1.0f};
+  float denom = l;
+  float factor = 1.0f;
+  if (p.sinks != nullptr) {
+    const float sink = p.sinks[head];
+    const float mx = fmaxf(m, sink);
+    factor = __expf(m - mx);
+    denom = l * factor + __expf(sink - mx);
+  }
+  return {factor / denom, 0.0f};
+}
+
+__device__ __forceinline__ float output_value(const AttentionParams& p, float o) {
+  if (!p.fp8_output) return o;
+  float y = __fdiv_rn(o, p.output_scale);
+  y = y < -448.0f ? -448.0f : (448.0f < y ? 448.0f : y);
+  return round_to_e4m3(y);
+}
+
+}  // namespace hybridtb::cuda

@@ -1,0 +1,109 @@
+// Parameters of the paged-attention kernels (host-only POD; strides in elements). One struct for
+// the whole call; the per-CTA work comes from host-built item lists (attention_launch.cu).
+#pragma once
+
+#include <cstdint>
+
+#include "kv_cache_write/kv_cache_write_params.h"  // ElementKind
+
+namespace hybridtb::cuda {
+
+enum class KvScaleMode : int32_t {
+  kNone = 0,          // auto: stored values are the keys/values
+  kPerTensor = 1,     // fp8: value = stored · k_scale (v_scale)
+  kPerTokenHead = 2,  // value = stored · k_scale_cache[block, slot, kv head]
+};
+
+// A tile of the generic kernel: query rows (token, head) of one request and one kv head, with the
+// keys it may need. Rows: r → token token_begin + r / num_heads, head head_begin + r % num_heads.
+struct GenericItem {
+  int32_t request;
+  int32_t token_begin;   // query row of the request (0-based within the request)
+  int32_t num_tokens;
+  int32_t head_begin;    // query head (all share kv head head_begin / queries_per_kv)
+  int32_t num_heads;
+  int32_t key_begin;     // keys [key_begin, key_end): the hull of every row's visible keys
+  int32_t key_end;
+  int32_t causal_begin;  // keys [causal_begin, causal_end): the union of the rows' causal/window
+  int32_t causal_end;    //   intervals; outside it only mm_prefix ranges can make a key visible
+};
+
+// One CTA of the decode kernel: keys [key_begin, key_end) of one decode request (for every kv head
+// via gridDim.y). With num_splits > 1 it writes a partial softmax state into partial slot
+// `partial_slot` and the combine kernel finishes the row.
+struct DecodeItem {
+  int32_t request;
+  int32_t token;          // global query row
+  int32_t key_begin;
+  int32_t key_end;
+  int32_t causal_begin;   // as in GenericItem
+  int32_t causal_end;
+  int32_t num_splits;
+  int32_t partial_slot;   // first slot of this request's splits + split index
+};
+
+// A decode row finished by the combine kernel: partial slots [first_slot, first_slot + num_splits).
+struct CombineItem {
+  int32_t token;
+  int32_t first_slot;
+  int32_t num_splits;
+  int32_t pad;
+};
+
+struct AttentionParams {
+  // --- tensors --------------------------------------------------------------------------------
+  const void* query;           // [T, Hq, D], last dim contiguous
+  int64_t q_stride_token;
+  int64_t q_stride_head;
+  void* output;                // [T, Hq, D]
+  int64_t o_stride_token;
+  int64_t o_stride_head;
+  const void* kv_cache;        // [NB, 2, BS, Hkv, D] (decoder)
+  int64_t cache_stride_block;
+  int64_t cache_stride_half;
+  int64_t cache_stride_slot;
+  int64_t cache_stride_head;
+  const void* key;             // [T, Hkv, D] (encoder_only: keys/values come from here)
+  const void* value;
+  int64_t k_stride_token;
+  int64_t k_stride_head;
+  int64_t v_stride_token;
+  int64_t v_stride_head;
+  const float* k_scale_cache;  // [NB, BS, Hkv] contiguous (per-token-head)
+  const float* v_scale_cache;
+  // --- batch (device copies of the host description) -----------------------------------------
+  const int32_t* query_start_loc;  // [R + 1]
+  const int32_t* seq_lens;         // [R]
+  const int32_t* block_table;      // [R, block_table_stride]
+  int64_t block_table_stride;
+  const int32_t* mm_prefix;        // (optional) [R, num_mm_ranges, 2] inclusive ranges
+  int32_t num_mm_ranges;
+  const float* alibi_slopes;       // (optional) [Hq]
+  const float* sinks;              // (optional) [Hq]
+  // --- layer ----------------------------------------------------------------------------------
+  int32_t num_heads;
+  int32_t num_kv_heads;
+  int32_t queries_per_kv;
+  int32_t head_size;
+  int32_t block_size;
+  int32_t sliding_window;  // 0 = none
+  float scale;
+  float soft_cap;          // 0 = off
+  int32_t alibi_sqrt;      // 1: −slope·sqrt(p − k); 0: slope·(k − context_len)
+  int32_t encoder;         // 1: encoder_only (bidirectional window, keys from key/value)
+  KvScaleMode kv_scale_mode;
+  ElementKind q_kind;      // model dtype: query, output (and keys/values for auto/encoder)
+  ElementKind kv_kind;     // cache element
+  float k_scale;
+  float v_scale;
+  int32_t fp8_output;      // 1: store e4m3(clamp(o / output_scale, ±448)) in the model dtype
+  float output_scale;
+  // --- work -----------------------------------------------------------------------------------
+  const GenericItem* generic_items;
+  const DecodeItem* decode_items;
+  const CombineItem* combine_items;
+  float* partial_acc;      // [slots, Hq, D] unnormalised numerators
+  float* partial_ml;       // [slots, Hq, 2] (running max, denominator)
+};
+
+}  // namespace hybridtb::cuda

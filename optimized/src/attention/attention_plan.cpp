@@ -1,0 +1,373 @@
+// The attention planner/runner (see attention_plan.h). The visibility hulls computed here follow
+// reference/src/attention_mask.h: a decoder row at position p sees [p − W + 1, p] ∩ [0, seq_len)
+// plus the mm_prefix ranges that contain p; an encoder row sees |p − k| < W within the request.
+#include "attention/attention_plan.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <sstream>
+
+#include "attention/attention_launch.h"
+#include "common/cuda_check.h"
+#include "hybridtb/error.h"
+
+namespace hybridtb::cuda {
+
+namespace {
+
+int32_t to_i32(int64_t v) { return static_cast<int32_t>(v); }
+
+void check_view(const TensorView& view, const char* name, const Shape& expected, DType dtype) {
+  HYBRIDTB_CHECK(!view.empty(), name, " is missing");
+  HYBRIDTB_CHECK(view.device() == Device::kCuda, name, " must be a CUDA tensor, got ", view.describe());
+  HYBRIDTB_CHECK(view.shape() == expected, name, " must have shape ", shape_to_string(expected), ", got ",
+                 view.describe());
+  HYBRIDTB_CHECK(view.dtype() == dtype, name, " must be ", to_string(dtype), ", got ", view.describe());
+  HYBRIDTB_CHECK(view.stride(view.rank() - 1) == 1, name, " must be contiguous in its last dimension, got strides ",
+                 shape_to_string(view.strides()));
+}
+
+// Appends `count` trivially copyable values to the staging bytes at a 16-byte boundary; returns
+// the byte offset.
+template <typename T>
+size_t append(std::vector<unsigned char>& bytes, const T* values, size_t count) {
+  const size_t offset = (bytes.size() + 15) / 16 * 16;
+  bytes.resize(offset + count * sizeof(T));
+  if (count > 0) std::memcpy(bytes.data() + offset, values, count * sizeof(T));
+  return offset;
+}
+
+struct KeyRange {
+  int32_t key_begin, key_end, causal_begin, causal_end;
+};
+
+// Keys that rows at positions [pos_lo, pos_hi] of request r may see.
+KeyRange key_range(const AttentionConfig& config, const BatchDescription& batch, int64_t r, int64_t pos_lo,
+                   int64_t pos_hi) {
+  const int64_t seq_len = batch.seq_len(r);
+  const int64_t w = config.sliding_window;
+  int64_t causal_begin = 0;
+  int64_t causal_end = seq_len;
+  if (config.attn_type == AttnType::kEncoderOnly) {
+    if (w > 0) {
+      causal_begin = std::max<int64_t>(0, pos_lo - w + 1);
+      causal_end = std::min<int64_t>(seq_len, pos_hi + w);
+    }
+  } else {
+    causal_begin = w > 0 ? std::max<int64_t>(0, pos_lo - w + 1) : 0;
+    causal_end = std::min<int64_t>(seq_len, pos_hi + 1);
+  }
+  int64_t begin = causal_begin;
+  int64_t end = causal_end;
+  if (config.attn_type == AttnType::kDecoder && batch.mm_prefix_range) {
+    const IntArray& mm = *batch.mm_prefix_range;
+    const int64_t m = mm.size(1);
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t start = mm.values[static_cast<size_t>((r * m + i) * 2)];
+      const int64_t stop = mm.values[static_cast<size_t>((r * m + i) * 2 + 1)];
+      if (start < stop && start <= pos_hi && stop >= pos_lo) {
+        begin = std::min(begin, std::max<int64_t>(0, start));
+        end = std::max(end, std::min(stop + 1, seq_len));
+      }
+    }
+  }
+  if (end <= begin) begin = end = causal_begin;
+  return {to_i32(begin), to_i32(end), to_i32(causal_begin), to_i32(causal_end)};
+}
+
+}  // namespace
+
+ElementKind element_kind(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return ElementKind::kFloat32;
+    case DType::kFloat16:
+      return ElementKind::kFloat16;
+    case DType::kBFloat16:
+      return ElementKind::kBFloat16;
+    case DType::kFloat8E4M3:
+      return ElementKind::kFp8E4M3;
+    case DType::kFloat8E5M2:
+      return ElementKind::kFp8E5M2;
+    case DType::kInt8:
+      return ElementKind::kInt8;
+    default:
+      throw NotSupported(detail::concat("cuda backend: no kernel element type for ", to_string(dtype)));
+  }
+}
+
+std::string AttentionPlanSummary::describe() const {
+  std::ostringstream out;
+  out << "decode fast path: " << decode_rows << " rows (" << split_rows << " split, " << decode_ctas
+      << " key CTAs); generic path: " << generic_rows << " rows in " << generic_items << " CTAs";
+  return out.str();
+}
+
+AttentionRunner::AttentionRunner(const AttentionConfig& config, DeviceMemory& memory, int num_sms)
+    : config_(config), memory_(memory), num_sms_(num_sms), meta_(memory), partials_(memory) {
+  const int64_t hq = config.num_heads;
+  if (config.alibi_slopes) {
+    alibi_ = memory_.allocate(static_cast<size_t>(hq) * sizeof(float));
+    HYBRIDTB_CUDA_CHECK(cudaMemcpy(alibi_.get(), config.alibi_slopes->data(), static_cast<size_t>(hq) * sizeof(float),
+                                   cudaMemcpyHostToDevice));
+  }
+  if (config.sinks) {
+    sinks_ = memory_.allocate(static_cast<size_t>(hq) * sizeof(float));
+    HYBRIDTB_CUDA_CHECK(
+        cudaMemcpy(sinks_.get(), config.sinks->data(), static_cast<size_t>(hq) * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  heads_per_pass_ = decode_heads_per_pass(config.num_queries_per_kv());
+  if (std::has_single_bit(static_cast<uint64_t>(config.block_size))) {
+    block_shift_ = std::countr_zero(static_cast<uint64_t>(config.block_size));
+  }
+}
+
+void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& tensors, const TensorView& output,
+                              cudaStream_t stream) {
+  const AttentionConfig& c = config_;
+  const bool encoder = c.attn_type == AttnType::kEncoderOnly;
+  const int64_t t = batch.num_tokens();
+  const int64_t r_count = batch.num_reqs();
+  const int64_t hq = c.num_heads;
+  const int64_t hkv = c.num_kv_heads;
+  const int64_t d = c.head_size;
+  const int64_t qpk = c.num_queries_per_kv();
+  HYBRIDTB_CHECK(batch.num_actual_tokens >= 0 && batch.num_actual_tokens <= t, "num_actual_tokens (",
+                 batch.num_actual_tokens, ") must lie in [0, ", t, "]");
+  HYBRIDTB_CHECK(batch.seq_lens.numel() == r_count, "seq_lens has ", batch.seq_lens.numel(), " entries for ", r_count,
+                 " requests");
+  check_view(tensors.query, "query", {t, hq, d}, c.dtype);
+  check_view(output, "output", {t, hq, d}, c.dtype);
+  if (encoder && is_quantized(c.kv_cache_dtype)) {
+    throw NotSupported(detail::concat("kv_cache_dtype ", to_string(c.kv_cache_dtype),
+                                      " not supported for encoder_only (vLLM raises NotImplementedError)"));
+  }
+  AttentionParams& p = params_;
+  p = AttentionParams{};
+  p.query = tensors.query.data();
+  p.q_stride_token = tensors.query.stride(0);
+  p.q_stride_head = tensors.query.stride(1);
+  p.output = output.data();
+  p.o_stride_token = output.stride(0);
+  p.o_stride_head = output.stride(1);
+  const DType storage = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
+  bool cache_vectorisable = false;
+  if (encoder) {
+    check_view(tensors.key, "key", {t, hkv, d}, c.dtype);
+    check_view(tensors.value, "value", {t, hkv, d}, c.dtype);
+    p.key = tensors.key.data();
+    p.value = tensors.value.data();
+    p.k_stride_token = tensors.key.stride(0);
+    p.k_stride_head = tensors.key.stride(1);
+    p.v_stride_token = tensors.value.stride(0);
+    p.v_stride_head = tensors.value.stride(1);
+  } else {
+    const TensorView& cache = tensors.kv_cache;
+    HYBRIDTB_CHECK(!cache.empty() && cache.rank() == 5, "kv_cache must be [NB, 2, BS, Hkv, D], got ", cache.describe());
+    check_view(cache, "kv_cache", {cache.size(0), 2, c.block_size, hkv, d}, storage);
+    p.kv_cache = cache.data();
+    p.cache_stride_block = cache.stride(0);
+    p.cache_stride_half = cache.stride(1);
+    p.cache_stride_slot = cache.stride(2);
+    p.cache_stride_head = cache.stride(3);
+    // The decode kernel reads 8 elements per lane in one 16-byte (8-byte) load.
+    const int64_t align = 8;
+    cache_vectorisable = p.cache_stride_block % align == 0 && p.cache_stride_half % align == 0 &&
+                         p.cache_stride_slot % align == 0 && p.cache_stride_head % align == 0 &&
+                         reinterpret_cast<uintptr_t>(cache.data()) % 16 == 0;
+    if (is_per_token_head(c.kv_cache_dtype)) {
+      for (const TensorView* scales : {&tensors.k_scale_cache, &tensors.v_scale_cache}) {
+        check_view(*scales, "k_scale_cache/v_scale_cache", {cache.size(0), c.block_size, hkv}, DType::kFloat32);
+        HYBRIDTB_CHECK(scales->is_contiguous(), "k_scale_cache/v_scale_cache must be contiguous");
+      }
+      p.k_scale_cache = static_cast<const float*>(tensors.k_scale_cache.data());
+      p.v_scale_cache = static_cast<const float*>(tensors.v_scale_cache.data());
+    }
+    HYBRIDTB_CHECK(batch.block_table.rank() == 2 && batch.block_table.size(0) >= r_count,
+                   "block_table must have one row per request, got ", batch.block_table.describe());
+    // Block ids are consulted on the device without bounds checks: check them here.
+    for (int64_t r = 0; r < r_count; ++r) {
+      const int64_t blocks = (batch.seq_len(r) + c.block_size - 1) / c.block_size;
+      HYBRIDTB_CHECK(blocks <= batch.block_table.size(1), "request ", r, ": seq_len ", batch.seq_len(r),
+                     " needs more blocks than block_table has columns (", batch.block_table.size(1), ")");
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t id = batch.block_table.at(r, b);
+        HYBRIDTB_CHECK(id >= 0 && id < cache.size(0), "request ", r, ": block_table entry ", id,
+                       " is outside the cache's ", cache.size(0), " blocks");
+      }
+    }
+  }
+  p.num_heads = to_i32(hq);
+  p.num_kv_heads = to_i32(hkv);
+  p.queries_per_kv = to_i32(qpk);
+  p.head_size = to_i32(d);
+  p.block_size = to_i32(c.block_size);
+  p.sliding_window = to_i32(c.sliding_window);
+  p.scale = static_cast<float>(c.scale);
+  p.encoder = encoder ? 1 : 0;
+  p.q_kind = element_kind(c.dtype);
+  p.kv_kind = element_kind(storage);
+  p.kv_scale_mode = is_per_token_head(c.kv_cache_dtype) ? KvScaleMode::kPerTokenHead
+                    : is_quantized(c.kv_cache_dtype)    ? KvScaleMode::kPerTensor
+                                                        : KvScaleMode::kNone;
+  p.k_scale = tensors.k_scale;
+  p.v_scale = tensors.v_scale;
+  // vLLM's encoder path drops soft cap, ALiBi, sinks and the fp8 output scale (reference make_layer).
+  if (!encoder) {
+    p.soft_cap = static_cast<float>(c.logits_soft_cap);
+    p.alibi_slopes = static_cast<const float*>(alibi_.get());
+    p.alibi_sqrt = c.use_alibi_sqrt ? 1 : 0;
+    p.sinks = static_cast<const float*>(sinks_.get());
+    if (tensors.output_scale) {
+      p.fp8_output = 1;
+      p.output_scale = *tensors.output_scale;
+    }
+  }
+
+  // --- work lists ----------------------------------------------------------------------------------
+  const bool decode_ok = !encoder && !force_generic && decode_supported(p.kv_kind, d) && cache_vectorisable;
+  std::vector<GenericItem> generic;
+  std::vector<DecodeItem> decode;
+  std::vector<CombineItem> combine;
+  struct DecodeRow {
+    int64_t request;
+    KeyRange range;
+  };
+  std::vector<DecodeRow> decode_rows;
+  summary_ = AttentionPlanSummary{};
+  const int64_t tokens_per_item = qpk >= 32 ? 1 : 32 / qpk;
+  const int64_t heads_per_item = std::min<int64_t>(qpk, 32);
+  for (int64_t r = 0; r < r_count; ++r) {
+    const int64_t q_len = batch.query_len(r);
+    const int64_t start = batch.query_start_loc[r];
+    HYBRIDTB_CHECK(q_len >= 0 && start >= 0 && start + q_len <= batch.num_actual_tokens, "request ", r,
+                   ": query rows [", start, ", ", start + q_len, ") must lie within num_actual_tokens (",
+                   batch.num_actual_tokens, ")");
+    HYBRIDTB_CHECK(batch.seq_len(r) >= q_len, "request ", r, ": seq_len (", batch.seq_len(r), ") < query_len (", q_len,
+                   ")");
+    HYBRIDTB_CHECK(!encoder || batch.seq_len(r) == q_len, "request ", r, ": encoder_only needs seq_len (",
+                   batch.seq_len(r), ") == query_len (", q_len, ")");
+    if (q_len == 0) continue;  // a padding request
+    const int64_t context_len = batch.seq_len(r) - q_len;
+    if (decode_ok && q_len == 1) {
+      decode_rows.push_back({r, key_range(c, batch, r, context_len, context_len)});
+      continue;
+    }
+    for (int64_t tb = 0; tb < q_len; tb += tokens_per_item) {
+      const int64_t nt = std::min(tokens_per_item, q_len - tb);
+      const KeyRange range = key_range(c, batch, r, context_len + tb, context_len + tb + nt - 1);
+      for (int64_t kvh = 0; kvh < hkv; ++kvh) {
+        for (int64_t hb = 0; hb < qpk; hb += heads_per_item) {
+          const int64_t nh = std::min(heads_per_item, qpk - hb);
+          generic.push_back({to_i32(r), to_i32(tb), to_i32(nt), to_i32(kvh * qpk + hb), to_i32(nh), range.key_begin,
+                             range.key_end, range.causal_begin, range.causal_end});
+        }
+      }
+    }
+    summary_.generic_rows += q_len;
+  }
+  // Decode splits: about decode_ctas_per_sm CTAs per SM over the whole decode grid.
+  if (!decode_rows.empty()) {
+    const int64_t passes = (qpk + heads_per_pass_ - 1) / heads_per_pass_;
+    int64_t total_keys = 0;
+    for (const DecodeRow& row : decode_rows) total_keys += row.range.key_end - row.range.key_begin;
+    const int64_t target_ctas = std::max<int64_t>(1, decode_ctas_per_sm * num_sms_);
+    int64_t chunk = (total_keys * hkv * passes + target_ctas - 1) / target_ctas;
+    chunk = std::clamp<int64_t>((chunk + 63) / 64 * 64, decode_min_split_keys, decode_max_split_keys);
+    int32_t next_slot = 0;
+    for (const DecodeRow& row : decode_rows) {
+      const int64_t n = row.range.key_end - row.range.key_begin;
+      const int64_t splits = std::max<int64_t>(1, (n + chunk - 1) / chunk);
+      const int32_t token = batch.query_start_loc[row.request];
+      for (int64_t s = 0; s < splits; ++s) {
+        const int64_t kb = row.range.key_begin + s * chunk;
+        const int64_t ke = std::min<int64_t>(row.range.key_end, kb + chunk);
+        decode.push_back({to_i32(row.request), token, to_i32(kb), to_i32(ke), row.range.causal_begin,
+                          row.range.causal_end, to_i32(splits), splits > 1 ? next_slot + to_i32(s) : 0});
+      }
+      if (splits > 1) {
+        combine.push_back({token, next_slot, to_i32(splits), 0});
+        next_slot += to_i32(splits);
+        ++summary_.split_rows;
+      }
+    }
+    summary_.decode_rows = static_cast<int64_t>(decode_rows.size());
+    summary_.decode_ctas = static_cast<int64_t>(decode.size());
+    if (next_slot > 0) {
+      const auto slots = static_cast<size_t>(next_slot) * static_cast<size_t>(hq);
+      auto* base = static_cast<unsigned char*>(partials_.device(slots * static_cast<size_t>(d + 2) * sizeof(float)));
+      p.partial_acc = reinterpret_cast<float*>(base);
+      p.partial_ml = reinterpret_cast<float*>(base + slots * static_cast<size_t>(d) * sizeof(float));
+    }
+  }
+  summary_.generic_items = static_cast<int64_t>(generic.size());
+
+  // --- one upload --------------------------------------------------------------------------------
+  staging_.clear();
+  const size_t o_qsl = append(staging_, batch.query_start_loc.values.data(), batch.query_start_loc.values.size());
+  const size_t o_seq = append(staging_, batch.seq_lens.values.data(), batch.seq_lens.values.size());
+  const size_t o_bt = append(staging_, batch.block_table.values.data(), batch.block_table.values.size());
+  size_t o_mm = 0;
+  if (batch.mm_prefix_range && !encoder) {
+    const IntArray& mm = *batch.mm_prefix_range;
+    HYBRIDTB_CHECK(mm.rank() == 3 && mm.size(0) == r_count && mm.size(2) == 2,
+                   "mm_prefix_range must have shape [num_reqs, M, 2], got ", mm.describe());
+    o_mm = append(staging_, mm.values.data(), mm.values.size());
+    p.num_mm_ranges = to_i32(mm.size(1));
+  }
+  const size_t o_gen = append(staging_, generic.data(), generic.size());
+  const size_t o_dec = append(staging_, decode.data(), decode.size());
+  const size_t o_com = append(staging_, combine.data(), combine.size());
+  auto* dev = static_cast<unsigned char*>(meta_.device(staging_.size() + 16));
+  // Pageable source: cudaMemcpyAsync returns once the bytes are staged, so staging_ may be reused.
+  HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(dev, staging_.data(), staging_.size(), cudaMemcpyHostToDevice, stream));
+  p.query_start_loc = reinterpret_cast<const int32_t*>(dev + o_qsl);
+  p.seq_lens = reinterpret_cast<const int32_t*>(dev + o_seq);
+  p.block_table = reinterpret_cast<const int32_t*>(dev + o_bt);
+  p.block_table_stride = batch.block_table.rank() == 2 ? batch.block_table.size(1) : 0;
+  p.mm_prefix = p.num_mm_ranges > 0 ? reinterpret_cast<const int32_t*>(dev + o_mm) : nullptr;
+  p.generic_items = reinterpret_cast<const GenericItem*>(dev + o_gen);
+  p.decode_items = reinterpret_cast<const DecodeItem*>(dev + o_dec);
+  p.combine_items = reinterpret_cast<const CombineItem*>(dev + o_com);
+  num_generic_ = static_cast<int64_t>(generic.size());
+  num_decode_ = static_cast<int64_t>(decode.size());
+  num_combine_ = static_cast<int64_t>(combine.size());
+}
+
+void AttentionRunner::launch(cudaStream_t stream) const {
+  launch_decode_attention(params_, params_.kv_kind, num_decode_, heads_per_pass_, block_shift_, stream);
+  launch_decode_combine(params_, num_combine_, stream);
+  launch_generic_attention(params_, params_.encoder ? params_.q_kind : params_.kv_kind, num_generic_, stream);
+}
+
+// --- capability (NOTE: must agree with attention_inst_decode.cuh) ------------------------------------
+bool decode_supported(ElementKind kv_kind, int64_t head_size) {
+  const bool kind_ok = kv_kind != ElementKind::kFloat32;
+  return kind_ok && (head_size == 64 || head_size == 128 || head_size == 256);
+}
+
+int decode_heads_per_pass(int64_t queries_per_kv) {
+  if (queries_per_kv <= 1) return 1;
+  if (queries_per_kv <= 4) return 4;
+  return 8;
+}
+
+void launch_decode_attention(const AttentionParams& params, ElementKind kv_kind, int64_t num_items,
+                             int heads_per_pass, int block_shift, cudaStream_t stream) {
+  if (num_items == 0) return;
+  switch (kv_kind) {
+    case ElementKind::kFloat16:
+      return launch_decode_f16(params, num_items, heads_per_pass, block_shift, stream);
+    case ElementKind::kBFloat16:
+      return launch_decode_bf16(params, num_items, heads_per_pass, block_shift, stream);
+    case ElementKind::kFp8E4M3:
+    case ElementKind::kFp8E5M2:
+    case ElementKind::kInt8:
+      return launch_decode_u8(params, num_items, heads_per_pass, block_shift, stream);
+    default:
+      throw Error("decode attention: float32 caches take the generic kernel");
+  }
+}
+
+}  // namespace hybridtb::cuda

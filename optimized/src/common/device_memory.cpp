@@ -1,0 +1,65 @@
+// The caching device allocator (see device_memory.h).
+#include "common/device_memory.h"
+
+#include <bit>
+
+#include "common/cuda_check.h"
+
+namespace hybridtb::cuda {
+
+struct DeviceMemory::Pool {
+  std::mutex mutex;
+  std::map<size_t, std::vector<void*>> free_blocks;  // size class → cached blocks
+  size_t reserved = 0;
+
+  ~Pool() {
+    for (auto& [size, blocks] : free_blocks) {
+      for (void* block : blocks) cudaFree(block);  // NOLINT: a destructor cannot throw; best effort
+    }
+  }
+};
+
+namespace {
+size_t size_class(size_t bytes) { return std::bit_ceil(bytes < 512 ? size_t{512} : bytes); }
+}  // namespace
+
+DeviceMemory::DeviceMemory() : pool_(std::make_shared<Pool>()) {}
+DeviceMemory::~DeviceMemory() = default;
+
+std::shared_ptr<void> DeviceMemory::allocate(size_t bytes) {
+  const size_t size = size_class(bytes);
+  void* block = nullptr;
+  {
+    const std::lock_guard<std::mutex> lock(pool_->mutex);
+    auto it = pool_->free_blocks.find(size);
+    if (it != pool_->free_blocks.end() && !it->second.empty()) {
+      block = it->second.back();
+      it->second.pop_back();
+    }
+  }
+  if (block == nullptr) {
+    HYBRIDTB_CUDA_CHECK(cudaMalloc(&block, size));
+    const std::lock_guard<std::mutex> lock(pool_->mutex);
+    pool_->reserved += size;
+  }
+  std::shared_ptr<Pool> pool = pool_;  // the deleter keeps the pool alive
+  return std::shared_ptr<void>(block, [pool, size](void* p) {
+    const std::lock_guard<std::mutex> lock(pool->mutex);
+    pool->free_blocks[size].push_back(p);
+  });
+}
+
+size_t DeviceMemory::reserved_bytes() const {
+  const std::lock_guard<std::mutex> lock(pool_->mutex);
+  return pool_->reserved;
+}
+
+void* Workspace::device(size_t bytes) {
+  if (bytes > size_ || !block_) {
+    block_ = memory_.allocate(bytes);
+    size_ = std::bit_ceil(bytes < 512 ? size_t{512} : bytes);
+  }
+  return block_.get();
+}
+
+}  // namespace hybridtb::cuda

@@ -1,0 +1,46 @@
+// A caching device allocator owned by one backend: blocks are rounded up to a size class (powers
+// of two from 512 bytes), returned to a free list when their last user lets go, and reused; the
+// only cudaMalloc happens the first time a size class is needed. A Workspace is a growable
+// scratch buffer on top of it (grown only when a step needs more than ever before).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace hybridtb::cuda {
+
+class DeviceMemory {
+ public:
+  DeviceMemory();
+  ~DeviceMemory();
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+
+  // A device block of at least `bytes` (256-byte aligned); the deleter returns it to the cache.
+  std::shared_ptr<void> allocate(size_t bytes);
+  // Bytes currently held from cudaMalloc (cached + in use).
+  size_t reserved_bytes() const;
+
+ private:
+  struct Pool;
+  std::shared_ptr<Pool> pool_;
+};
+
+// Scratch device memory that only grows, plus a pinned host mirror for uploads.
+class Workspace {
+ public:
+  explicit Workspace(DeviceMemory& memory) : memory_(memory) {}
+  // At least `bytes` of device memory (contents undefined).
+  void* device(size_t bytes);
+
+ private:
+  DeviceMemory& memory_;
+  std::shared_ptr<void> block_;
+  size_t size_ = 0;
+};
+
+}  // namespace hybridtb::cuda

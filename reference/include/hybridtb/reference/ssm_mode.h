@@ -1,0 +1,125 @@
+// SSM modes of the reference backend: the small interface one mode implements, the registry that
+// finds modes by name, and the driver that runs a mode over a whole varlen batch.
+//
+// A mode only does the math of ONE request: it advances that request's state over consecutive
+// tokens and returns the contribution of each token. Everything batch-shaped — which tokens are
+// decodes or prefill chunks, which pool slot holds a request's state (mamba_cache_mode none/all/
+// align), whether a prefill starts from its saved state, padding (slot < 0), writing states at
+// block boundaries for prefix caching — lives in the driver (reference/ssm/ssm_driver.cpp), so a
+// new mode is one file plus one registration line (see reference/ssm/README.md).
+#pragma once
+
+#include <Eigen/Core>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hybridtb/batch.h"
+#include "hybridtb/config.h"
+#include "hybridtb/metadata.h"
+#include "hybridtb/tensor.h"
+
+namespace hybridtb::reference::ssm {
+
+using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// The sizes a mode's tensors depend on.
+struct ModeShape {
+  int64_t hidden_size = 0;               // H = num_heads · head_size (the query row, viewed flat)
+  std::map<std::string, int64_t> params;  // /config/ssm attributes (AttentionConfig::ssm_params)
+  int64_t num_heads = 0;                  // Hq and D of the query, for modes whose state keeps the
+  int64_t head_size = 0;                  // head structure (prefix_sum: [num_heads, head_size])
+  // The named parameter; throws Error naming "/config/ssm <name>" if absent or not positive.
+  int64_t param(const std::string& name) const;
+};
+// The shape of config's layer: H = num_heads · head_size, its ssm_params, Hq and D.
+ModeShape mode_shape(const AttentionConfig& config);
+
+// One named tensor of a mode: a weight (shape = the whole tensor) or one slot of a state pool
+// (the pool in the file is [num_slots, shape...]).
+struct TensorSpec {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::kFloat32;  // what generators write; readers accept any floating dtype
+  bool optional = false;
+  std::string meaning;            // one line for docs and error messages, e.g. "x rows first, then z rows"
+  // How generators draw random values: uniform in [init_low, init_high) when init_low < init_high,
+  // otherwise normal(0, init_std). Chosen per tensor so random models stay numerically sane
+  // (e.g. mamba1's A_log, dt bias and projection scales).
+  double init_std = 1.0;
+  double init_low = 0.0;
+  double init_high = 0.0;
+};
+
+// Float64 working copies, by name. Weights keep their shape flattened to 2-d ([rows, cols];
+// 1-d weights are [1, n]); a request's state holds one slot of each pool, flattened row-major.
+using Weights = std::map<std::string, Matrix>;
+using State = std::map<std::string, Eigen::VectorXd>;
+
+class Mode {
+ public:
+  virtual ~Mode() = default;
+  virtual std::string name() const = 0;
+  virtual std::string description() const = 0;
+  // Names of the integer hyper-parameters read from /config/ssm.
+  virtual std::vector<std::string> parameters() const { return {}; }
+  // One slot of each state pool (empty for a stateless mode).
+  virtual std::vector<TensorSpec> state_specs(const ModeShape& shape) const = 0;
+  virtual std::vector<TensorSpec> weight_specs(const ModeShape& shape) const = 0;
+
+  // Advances one request over consecutive tokens. `x` is [L, H]: the tokens' hidden states;
+  // `y` is resized by the caller to [L, H] and receives their contributions. `state` holds the
+  // request's state before the first token (all zeros when the request has no initial state)
+  // and must hold the state after the last token on return. `decode` is true when the call is one
+  // decode token (modes may use a dedicated single-step update; it must agree with the scan).
+  virtual void advance(const Weights& weights, State& state, const Matrix& x, Matrix& y, bool decode) const = 0;
+
+  // Modes whose rule is not per request (prefix_sum_flat) override this and return true after
+  // writing the whole step themselves. `hidden` is [num_actual_tokens, H]; `contribution` is
+  // [num_actual_tokens, H], zero-filled on entry.
+  virtual bool forward_whole_step(const MambaAttentionMetadata& /*metadata*/, const Matrix& /*hidden*/,
+                                  Matrix& /*contribution*/) const {
+    return false;
+  }
+};
+
+// Modes by name. Registration is explicit, one line per mode, in reference/ssm/modes.cpp.
+class ModeRegistry {
+ public:
+  static ModeRegistry& instance();  // filled with the built-in modes on first use
+  void add(std::unique_ptr<Mode> mode);  // throws Error on a duplicate name
+  // Throws Error listing the known modes if `name` is unknown.
+  const Mode& find(const std::string& name) const;
+  bool contains(const std::string& name) const;
+  std::vector<std::string> names() const;
+
+ private:
+  std::vector<std::unique_ptr<Mode>> modes_;
+};
+
+// Called once by ModeRegistry::instance(); defined in reference/ssm/modes.cpp.
+void register_builtin_modes(ModeRegistry& registry);
+
+// Checks the SSM tensors of a step against the mode's specs: every required weight and pool
+// present with the right shape (pools: [num_slots, slot shape...], the same num_slots for all)
+// and a floating dtype; every parameter present. Throws Error naming the item, e.g.
+// "missing weight /weights/x_proj (required by ssm_mode mamba1: [dt_rank + 2·state_size, intermediate_size])".
+void validate_ssm_tensors(const AttentionConfig& config, const std::map<std::string, TensorView>& ssm_state,
+                          const std::map<std::string, TensorView>& weights);
+
+// Runs config.ssm_mode over the batch (host tensors): writes rows [0, num_actual_tokens) of
+// `contribution` ([T, Hq, D], any float dtype) and updates tensors.ssm_state in place.
+void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
+                 const StepTensors& tensors, const TensorView& contribution);
+
+// Seeded random weights and state pools for a mode, drawn as each TensorSpec says (used by tests
+// and the batch generator). Pools are [num_slots, ...]; optional weights are included.
+struct RandomSsmTensors {
+  std::map<std::string, Tensor> ssm_state;
+  std::map<std::string, Tensor> weights;
+};
+RandomSsmTensors make_random_ssm_tensors(const AttentionConfig& config, int64_t num_slots, uint64_t seed);
+
+}  // namespace hybridtb::reference::ssm

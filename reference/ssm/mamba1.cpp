@@ -1,0 +1,328 @@
+// SSM mode `mamba1`: the Mamba-1 mixer as vLLM's MambaMixer.forward_cuda computes it, for one
+// request, in float64 (../shared/notes/vllm-semantics.md §4 and Appendix B). Prefill is a scan over
+// the chunk (causal_conv1d_fn + selective_scan_fn); a decode token uses the single-step form
+// (causal_conv1d_update + selective_state_update). Checked against an independent token-by-token
+// loop, a hand-computed case and the driver by tests/ssm_mamba1 (ctest -L mamba1).
+//
+// Per token, with I = intermediate_size, N = state_size, K = conv_kernel, R = dt_rank:
+//   [x; z] = in_proj·hidden (+ in_proj_bias)                                x, z: [I]
+//   c      = silu(Σ_j conv1d_weight[:, j] ⊙ window[j] + conv1d_bias)         window = [K−1 saved inputs | x]
+//   [dt_in; B; C] = x_proj·c                                                [R], [N], [N]
+//   Δ      = softplus(dt_proj·dt_in + dt_proj_bias)                         threshold 20, as vLLM
+//   h      = exp(Δ ⊗ A) ⊙ h + (Δ ⊙ c) ⊗ B,  A = −exp(A_log)                 h: [I, N]
+//   y      = (h·C + D ⊙ c) ⊙ silu(z);  contribution = out_proj·y (+ out_proj_bias)
+//
+// Knowingly differs from vLLM: the conv state's layout. Our pool is [num_slots, I, K−1], channel
+// major, oldest input first (the hybrid-batch file layout). vLLM allocates conv_cache as
+// [num_blocks, K−1, I] (the "SD" layout) and the mixer views it transposed as [num_blocks, I, K−1]
+// with unit stride along I; the logical values are the same, so a captured vLLM cache must be
+// transposed (per slot) when written to a batch file. Everything is float64 here; vLLM rounds to
+// the model dtype between the projections and runs the scan in float32 (the tolerances absorb it).
+#include <Eigen/Core>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hybridtb/error.h"
+#include "hybridtb/reference/ssm_mode.h"
+
+namespace hybridtb::reference::ssm {
+namespace {
+
+using Vector = Eigen::VectorXd;
+using RowVector = Eigen::RowVectorXd;
+
+// vLLM (selective_scan_fwd.cu, _selective_scan_update_kernel) and torch's F.softplus switch to the
+// identity above 20; log1p keeps small outputs exact.
+double softplus(double v) { return v > 20.0 ? v : std::log1p(std::exp(v)); }
+
+double silu(double v) { return v / (1.0 + std::exp(-v)); }
+
+// The hyper-parameters, read once from /config/ssm.
+struct Sizes {
+  int64_t hidden = 0;        // H
+  int64_t intermediate = 0;  // I
+  int64_t state = 0;         // N
+  int64_t kernel = 0;        // K ≥ 2
+  int64_t dt_rank = 0;       // R
+
+  explicit Sizes(const ModeShape& shape)
+      : hidden(shape.hidden_size),
+        intermediate(shape.param("intermediate_size")),
+        state(shape.param("state_size")),
+        kernel(shape.param("conv_kernel")),
+        dt_rank(shape.param("dt_rank")) {
+    HYBRIDTB_CHECK(kernel >= 2, "/config/ssm conv_kernel must be >= 2 for ssm_mode mamba1 (the conv state keeps ",
+                   "conv_kernel - 1 inputs), got ", kernel);
+  }
+};
+
+const Matrix& require(const Weights& weights, const char* name, int64_t rows, int64_t cols) {
+  const auto it = weights.find(name);
+  HYBRIDTB_CHECK(it != weights.end(), "missing weight /weights/", name, " (required by ssm_mode mamba1)");
+  HYBRIDTB_CHECK(it->second.rows() == rows && it->second.cols() == cols, "/weights/", name, " is [",
+                 it->second.rows(), ", ", it->second.cols(), "], ssm_mode mamba1 needs [", rows, ", ", cols, "]");
+  return it->second;
+}
+
+// A 1-d weight of length n (a [1, n] row of the Weights map) as a column vector; zeros if it is
+// optional and absent.
+Vector vector_weight(const Weights& weights, const char* name, int64_t n, bool optional) {
+  if (optional && weights.find(name) == weights.end()) return Vector::Zero(n);
+  return require(weights, name, 1, n).row(0).transpose();
+}
+
+// The weights of one layer with their logical shapes, checked. The matrices are references into
+// the Weights map (no copies of the large projections per request); vectors and A are small.
+struct Layer {
+  const Matrix& in_proj;   // [2I, H]: x rows first, then z rows
+  Vector in_bias;          // [2I] (zeros when absent)
+  const Matrix& conv_w;    // [I, K]: column K−1 multiplies the current token
+  Vector conv_bias;        // [I] (zeros when absent)
+  const Matrix& x_proj;    // [R + 2N, I]: dt_in rows, then B rows, then C rows
+  const Matrix& dt_proj;   // [I, R]
+  Vector dt_bias;          // [I]
+  Matrix A;                // [I, N] = −exp(A_log)
+  Vector D;                // [I]
+  const Matrix& out_proj;  // [H, I]
+  Vector out_bias;         // [H] (zeros when absent)
+
+  Layer(const Weights& weights, const Sizes& s)
+      : in_proj(require(weights, "in_proj", 2 * s.intermediate, s.hidden)),
+        in_bias(vector_weight(weights, "in_proj_bias", 2 * s.intermediate, true)),
+        conv_w(require(weights, "conv1d_weight", s.intermediate, s.kernel)),
+        conv_bias(vector_weight(weights, "conv1d_bias", s.intermediate, true)),
+        x_proj(require(weights, "x_proj", s.dt_rank + 2 * s.state, s.intermediate)),
+        dt_proj(require(weights, "dt_proj", s.intermediate, s.dt_rank)),
+        dt_bias(vector_weight(weights, "dt_proj_bias", s.intermediate, false)),
+        A(-require(weights, "A_log", s.intermediate, s.state).array().exp().matrix()),
+        D(vector_weight(weights, "D", s.intermediate, false)),
+        out_proj(require(weights, "out_proj", s.hidden, s.intermediate)),
+        out_bias(vector_weight(weights, "out_proj_bias", s.hidden, true)) {}
+};
+
+// One slot of a state pool, checked for its size.
+Vector& state_slot(State& state, const char* name, int64_t size) {
+  const auto it = state.find(name);
+  HYBRIDTB_CHECK(it != state.end(), "missing state pool /inputs/ssm/", name, " (required by ssm_mode mamba1)");
+  HYBRIDTB_CHECK(it->second.size() == size, "state /inputs/ssm/", name, " slot has ", it->second.size(),
+                 " values, ssm_mode mamba1 needs ", size);
+  return it->second;
+}
+
+// Everything after the convolution, for the tokens of `c` ([L, I], conv outputs after SiLU):
+// Δ [L, I], B [L, N] and C [L, N] from x_proj and dt_proj.
+struct ScanInputs {
+  Matrix delta;
+  Matrix B;
+  Matrix C;
+};
+
+ScanInputs scan_inputs(const Layer& layer, const Sizes& s, const Matrix& c) {
+  const Matrix dbc = c * layer.x_proj.transpose();  // [L, R + 2N]
+  ScanInputs in;
+  in.delta = dbc.leftCols(s.dt_rank) * layer.dt_proj.transpose();  // [L, I], bias added inside softplus
+  for (Eigen::Index t = 0; t < in.delta.rows(); ++t) {
+    for (Eigen::Index i = 0; i < in.delta.cols(); ++i) in.delta(t, i) = softplus(in.delta(t, i) + layer.dt_bias(i));
+  }
+  in.B = dbc.middleCols(s.dt_rank, s.state);
+  in.C = dbc.rightCols(s.state);
+  return in;
+}
+
+// y_t ⊙ silu(z_t) through out_proj: [L, I] → [L, H].
+void gate_and_project_out(const Layer& layer, const Matrix& y_ssm, const Matrix& z, Matrix& out) {
+  Matrix gated = y_ssm;
+  for (Eigen::Index t = 0; t < gated.rows(); ++t) {
+    for (Eigen::Index i = 0; i < gated.cols(); ++i) gated(t, i) *= silu(z(t, i));
+  }
+  out = gated * layer.out_proj.transpose();
+  out.rowwise() += layer.out_bias.transpose();
+}
+
+class Mamba1Mode final : public Mode {
+ public:
+  std::string name() const override { return "mamba1"; }
+
+  std::string description() const override {
+    return "Mamba-1 mixer as vLLM's MambaMixer: in_proj -> causal conv1d + SiLU -> x_proj -> dt_proj + softplus -> "
+           "selective scan (A = -exp(A_log), D skip) -> silu(z) gate -> out_proj";
+  }
+
+  std::vector<std::string> parameters() const override {
+    return {"intermediate_size", "state_size", "conv_kernel", "dt_rank"};
+  }
+
+  std::vector<TensorSpec> state_specs(const ModeShape& shape) const override {
+    const Sizes s(shape);
+    return {
+        // Random states are standard normal (the default init): the conv inputs are in_proj
+        // outputs of O(1) hidden states, and h stays O(1) under a decay ≤ 1.
+        {"conv_state", {s.intermediate, s.kernel - 1}, DType::kFloat32, false,
+         "the last conv_kernel - 1 conv inputs (x after in_proj, before the conv) per channel, oldest first "
+         "(vLLM keeps them as [K-1, I] in memory)"},
+        {"ssm_state", {s.intermediate, s.state}, DType::kFloat32, false, "the selective-scan state h"},
+    };
+  }
+
+  std::vector<TensorSpec> weight_specs(const ModeShape& shape) const override {
+    const Sizes s(shape);
+    const int64_t H = s.hidden, I = s.intermediate, N = s.state, K = s.kernel, R = s.dt_rank;
+    const auto normal = [](const char* name, Shape dims, double std, bool optional, const char* meaning) {
+      TensorSpec spec{name, std::move(dims), DType::kFloat32, optional, meaning};
+      spec.init_std = std;
+      return spec;
+    };
+    const auto uniform = [](const char* name, Shape dims, double low, double high, const char* meaning) {
+      TensorSpec spec{name, std::move(dims), DType::kFloat32, false, meaning};
+      spec.init_low = low;
+      spec.init_high = high;
+      return spec;
+    };
+    const auto inv_sqrt = [](int64_t fan_in) { return 1.0 / std::sqrt(static_cast<double>(fan_in)); };
+    // Random models follow mamba_ssm's initialisation where it keeps values sane: projections
+    // normal(0, 1/sqrt(fan_in)) so every stage stays O(1); biases small; dt_proj_bias uniform in
+    // [−6.9, −2.25) = softplus⁻¹ of [1e-3, 0.1) (mamba draws dt log-uniform in that range);
+    // A_log uniform in [0, log 16) so A spans mamba's S4D-real −1 … −16 for any N; D around 1
+    // (mamba: ones).
+    return {
+        normal("in_proj", {2 * I, H}, inv_sqrt(H), false, "x rows (0..I-1) first, then z (gate) rows"),
+        normal("in_proj_bias", {2 * I}, 0.1, true, "added to in_proj's output, x part first"),
+        normal("conv1d_weight", {I, K}, inv_sqrt(K), false,
+               "depthwise causal conv taps per channel; column K-1 multiplies the current token"),
+        normal("conv1d_bias", {I}, 0.1, true, "conv bias, before the SiLU"),
+        normal("x_proj", {R + 2 * N, I}, inv_sqrt(I), false, "dt rows (R) first, then B rows (N), then C rows (N)"),
+        normal("dt_proj", {I, R}, inv_sqrt(R), false, "dt_rank -> intermediate_size"),
+        uniform("dt_proj_bias", {I}, -6.9, -2.25, "added before the softplus (threshold 20)"),
+        uniform("A_log", {I, N}, 0.0, std::log(16.0), "A = -exp(A_log)"),
+        uniform("D", {I}, 0.5, 1.5, "skip connection y += D * u"),
+        normal("out_proj", {H, I}, inv_sqrt(I), false, "intermediate_size -> hidden (the contribution)"),
+        normal("out_proj_bias", {H}, 0.1, true, "added to out_proj's output"),
+    };
+  }
+
+  void advance(const Weights& weights, State& state, const Matrix& x, Matrix& y, bool decode) const override {
+    const Sizes s = sizes_from(weights);
+    HYBRIDTB_CHECK(x.cols() == s.hidden, "mamba1: hidden rows have ", x.cols(), " values, in_proj expects ", s.hidden);
+    const Layer layer(weights, s);
+    Vector& conv_state = state_slot(state, "conv_state", s.intermediate * (s.kernel - 1));
+    Vector& ssm_state = state_slot(state, "ssm_state", s.intermediate * s.state);
+
+    Matrix xz = x * layer.in_proj.transpose();  // [L, 2I]
+    xz.rowwise() += layer.in_bias.transpose();
+    const Matrix u = xz.leftCols(s.intermediate);
+    const Matrix z = xz.rightCols(s.intermediate);
+
+    Matrix y_ssm;
+    if (decode) {
+      HYBRIDTB_CHECK(x.rows() == 1, "mamba1: a decode call has one token, got ", x.rows());
+      y_ssm = decode_step(layer, s, conv_state, ssm_state, u);
+    } else {
+      y_ssm = prefill_scan(layer, s, conv_state, ssm_state, u);
+    }
+    gate_and_project_out(layer, y_ssm, z, y);
+  }
+
+ private:
+  // I, N, K, R, H as the weights' shapes give them (in_proj [2I, H], A_log [I, N],
+  // conv1d_weight [I, K], dt_proj [I, R]); Layer checks every other shape against them, and
+  // the driver has checked them against /config/ssm.
+  static Sizes sizes_from(const Weights& weights) {
+    const auto dims = [&](const char* name) -> const Matrix& {
+      const auto it = weights.find(name);
+      HYBRIDTB_CHECK(it != weights.end(), "missing weight /weights/", name, " (required by ssm_mode mamba1)");
+      return it->second;
+    };
+    ModeShape shape;
+    shape.hidden_size = dims("in_proj").cols();
+    shape.params = {{"intermediate_size", dims("A_log").rows()},
+                    {"state_size", dims("A_log").cols()},
+                    {"conv_kernel", dims("conv1d_weight").cols()},
+                    {"dt_rank", dims("dt_proj").cols()}};
+    return Sizes(shape);
+  }
+
+  // causal_conv1d_fn + selective_scan_fn over a chunk of L tokens. `u` is [L, I] (x after
+  // in_proj); returns the pre-gate y [L, I] and leaves both states after the last token.
+  static Matrix prefill_scan(const Layer& layer, const Sizes& s, Vector& conv_state, Vector& ssm_state,
+                             const Matrix& u) {
+    const int64_t I = s.intermediate, N = s.state, K = s.kernel;
+    const int64_t L = u.rows();
+
+    // xfull = [prior | x]: K−1 saved inputs (oldest first), then the chunk; [K−1+L, I].
+    Matrix window(K - 1 + L, I);
+    for (int64_t j = 0; j < K - 1; ++j) {
+      for (int64_t i = 0; i < I; ++i) window(j, i) = conv_state(i * (K - 1) + j);
+    }
+    window.bottomRows(L) = u;
+
+    // c[t, i] = silu(bias_i + Σ_j w[i, j]·xfull[t + j, i]); w[:, K−1] meets token t itself.
+    Matrix c(L, I);
+    for (int64_t t = 0; t < L; ++t) {
+      for (int64_t i = 0; i < I; ++i) {
+        double acc = layer.conv_bias(i);
+        for (int64_t j = 0; j < K; ++j) acc += layer.conv_w(i, j) * window(t + j, i);
+        c(t, i) = silu(acc);
+      }
+    }
+    // The new conv state is the last K−1 rows of xfull (older saved inputs shift in when L < K−1).
+    for (int64_t j = 0; j < K - 1; ++j) {
+      for (int64_t i = 0; i < I; ++i) conv_state(i * (K - 1) + j) = window(L + j, i);
+    }
+
+    // The selective scan, sequential over the chunk (vLLM runs it as a parallel prefix scan).
+    const ScanInputs in = scan_inputs(layer, s, c);
+    Eigen::Map<Matrix> h(ssm_state.data(), I, N);
+    Matrix y(L, I);
+    for (int64_t t = 0; t < L; ++t) {
+      for (int64_t i = 0; i < I; ++i) {
+        const double delta = in.delta(t, i);
+        double acc = layer.D(i) * c(t, i);
+        for (int64_t n = 0; n < N; ++n) {
+          h(i, n) = std::exp(delta * layer.A(i, n)) * h(i, n) + delta * c(t, i) * in.B(t, n);
+          acc += h(i, n) * in.C(t, n);
+        }
+        y(t, i) = acc;
+      }
+    }
+    return y;
+  }
+
+  // causal_conv1d_update + selective_state_update for one decode token; `u` is [1, I].
+  static Matrix decode_step(const Layer& layer, const Sizes& s, Vector& conv_state, Vector& ssm_state,
+                            const Matrix& u) {
+    const int64_t I = s.intermediate, N = s.state, K = s.kernel;
+
+    // The conv reads the saved columns before the state shifts left by one and takes the token.
+    Matrix c(1, I);
+    for (int64_t i = 0; i < I; ++i) {
+      double* saved = conv_state.data() + i * (K - 1);
+      double acc = layer.conv_bias(i);
+      for (int64_t j = 0; j < K - 1; ++j) acc += layer.conv_w(i, j) * saved[j];
+      acc += layer.conv_w(i, K - 1) * u(0, i);
+      c(0, i) = silu(acc);
+      for (int64_t j = 0; j + 1 < K - 1; ++j) saved[j] = saved[j + 1];
+      saved[K - 2] = u(0, i);
+    }
+
+    // state = state·dA + dB·x;  out = state·C + D·x.
+    const ScanInputs in = scan_inputs(layer, s, c);
+    const RowVector dt = in.delta.row(0);
+    Eigen::Map<Matrix> h(ssm_state.data(), I, N);
+    const Matrix dA = (dt.transpose().asDiagonal() * layer.A).array().exp().matrix();  // [I, N]
+    const Matrix dB = dt.transpose() * in.B.row(0);                                    // [I, N]
+    h = h.cwiseProduct(dA) + dB.cwiseProduct(c.row(0).transpose().replicate(1, N));
+    Matrix y(1, I);
+    y.row(0) = (h * in.C.row(0).transpose() + layer.D.cwiseProduct(c.row(0).transpose())).transpose();
+    return y;
+  }
+};
+
+}  // namespace
+
+// Registered by modes.cpp (HYBRIDTB_SSM_MODE(registry, mamba1), which declares this factory).
+std::unique_ptr<Mode> make_mamba1_mode() { return std::make_unique<Mamba1Mode>(); }
+
+}  // namespace hybridtb::reference::ssm

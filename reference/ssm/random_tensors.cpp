@@ -1,0 +1,62 @@
+// make_random_ssm_tensors: seeded random weights and state pools for a mode, drawn as each
+// TensorSpec asks (uniform in [init_low, init_high) or normal(0, init_std)), stored in the spec's
+// dtype. Each tensor has its own generator, seeded from (seed, weight/pool, name), so adding a
+// tensor to a mode does not change the others. Used by the tests and the batch generator.
+#include <cstdint>
+#include <random>
+#include <string>
+
+#include "hybridtb/error.h"
+#include "hybridtb/reference/ssm_mode.h"
+
+namespace hybridtb::reference::ssm {
+namespace {
+
+enum class Kind : uint32_t { kWeight = 0, kPool = 1 };
+
+// FNV-1a, 64 bit: a stable hash of the tensor name (std::hash is not stable across libraries).
+uint64_t fnv1a(const std::string& text) {
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+Tensor random_tensor(const TensorSpec& spec, const Shape& shape, uint64_t seed, Kind kind) {
+  const uint64_t name_hash = fnv1a(spec.name);
+  std::seed_seq seeds{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32), static_cast<uint32_t>(kind),
+                      static_cast<uint32_t>(name_hash), static_cast<uint32_t>(name_hash >> 32)};
+  std::mt19937_64 rng(seeds);
+  Tensor tensor = Tensor::host(spec.dtype, shape);
+  if (spec.init_low < spec.init_high) {
+    std::uniform_real_distribution<double> uniform(spec.init_low, spec.init_high);
+    for (int64_t i = 0; i < tensor.numel(); ++i) store_from_double(tensor.data(), spec.dtype, i, uniform(rng));
+  } else {
+    std::normal_distribution<double> normal(0.0, spec.init_std);
+    for (int64_t i = 0; i < tensor.numel(); ++i) store_from_double(tensor.data(), spec.dtype, i, normal(rng));
+  }
+  return tensor;
+}
+
+}  // namespace
+
+RandomSsmTensors make_random_ssm_tensors(const AttentionConfig& config, int64_t num_slots, uint64_t seed) {
+  const Mode& mode = ModeRegistry::instance().find(config.ssm_mode);
+  HYBRIDTB_CHECK(num_slots >= 1, "make_random_ssm_tensors: num_slots must be >= 1, got ", num_slots);
+  const ModeShape shape = mode_shape(config);
+  for (const std::string& name : mode.parameters()) shape.param(name);  // a missing parameter fails here, named
+  RandomSsmTensors out;
+  for (const TensorSpec& spec : mode.weight_specs(shape)) {
+    out.weights[spec.name] = random_tensor(spec, spec.shape, seed, Kind::kWeight);
+  }
+  for (const TensorSpec& spec : mode.state_specs(shape)) {
+    Shape pool{num_slots};
+    pool.insert(pool.end(), spec.shape.begin(), spec.shape.end());
+    out.ssm_state[spec.name] = random_tensor(spec, pool, seed, Kind::kPool);
+  }
+  return out;
+}
+
+}  // namespace hybridtb::reference::ssm

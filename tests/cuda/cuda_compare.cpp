@@ -1,0 +1,127 @@
+// Comparison helpers of tests/cuda (see cuda_compare.h).
+#include "cuda_compare.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "hybridtb/dtype.h"
+#include "hybridtb/metadata.h"
+
+namespace hybridtb::testing {
+
+std::string cuda_unavailable_reason() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(status);
+  if (count == 0) return "no CUDA device: cudaGetDeviceCount returned 0";
+  return "";
+}
+
+Tolerance cuda_attention_tolerance(const BatchFile& step) {
+  const int64_t n = step.batch.max_seq_len() + 1;
+  const int64_t d = step.config.head_size;
+  if (step.inputs.output_scale && step.config.attn_type == AttnType::kDecoder) {
+    return tolerance_for(ToleranceCase::kCudaAttentionFp8Output, n, d);
+  }
+  switch (step.config.dtype) {
+    case DType::kFloat32:
+      return tolerance_for(ToleranceCase::kCudaAttentionFloat32, n, d);
+    case DType::kFloat16:
+      return tolerance_for(ToleranceCase::kCudaAttentionFloat16, n, d);
+    default:
+      return tolerance_for(ToleranceCase::kCudaAttentionBFloat16, n, d);
+  }
+}
+
+namespace {
+
+// Rows [0, num_actual_tokens) of `actual` against `expected` ([T, Hq, D]); max error and the worst
+// element decoded to (token, head, dim); NaN mismatches counted.
+::testing::AssertionResult close_rows(const char* what, const Tensor& actual, const Tensor& expected, int64_t rows,
+                                      const Tolerance& tolerance) {
+  if (actual.shape() != expected.shape()) {
+    return ::testing::AssertionFailure() << what << ": shape " << shape_to_string(actual.shape()) << " vs "
+                                         << shape_to_string(expected.shape());
+  }
+  const int64_t h = actual.size(1);
+  const int64_t d = actual.size(2);
+  int64_t failures = 0;
+  int64_t nan_mismatch = 0;
+  double max_abs = 0.0;
+  double worst_excess = -1.0;
+  int64_t worst = -1;
+  for (int64_t i = 0; i < rows * h * d; ++i) {
+    const double a = load_as_double(actual.data(), actual.dtype(), i);
+    const double e = load_as_double(expected.data(), expected.dtype(), i);
+    if (std::isnan(a) != std::isnan(e)) ++nan_mismatch;
+    if (!std::isnan(a) && !std::isnan(e)) max_abs = std::max(max_abs, std::fabs(a - e));
+    if (!tolerance.allows(a, e)) {
+      ++failures;
+      const double excess = std::fabs(a - e) - (tolerance.atol + tolerance.rtol * std::fabs(e));
+      if (std::isnan(excess) || excess > worst_excess) {
+        worst_excess = std::isnan(excess) ? 1e300 : excess;
+        worst = i;
+      }
+    }
+  }
+  if (failures == 0) return ::testing::AssertionSuccess() << what << ": max |err| " << max_abs;
+  std::ostringstream out;
+  out << what << ": " << failures << " of " << rows * h * d << " elements outside atol " << tolerance.atol
+      << " rtol " << tolerance.rtol << " (" << tolerance.rationale << "); NaN mismatches " << nan_mismatch
+      << "; max |err| " << max_abs << "; worst at (token " << worst / (h * d) << ", head " << (worst / d) % h
+      << ", dim " << worst % d << "): " << load_as_double(actual.data(), actual.dtype(), worst) << " vs "
+      << load_as_double(expected.data(), expected.dtype(), worst);
+  return ::testing::AssertionFailure() << out.str();
+}
+
+::testing::AssertionResult padding_untouched(const char* what, const Tensor& actual, int64_t begin) {
+  for (int64_t i = begin * actual.size(1) * actual.size(2); i < actual.numel(); ++i) {
+    if (!std::isnan(load_as_double(actual.data(), actual.dtype(), i))) {
+      return ::testing::AssertionFailure() << what << ": padding element " << i << " was written";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult same_bytes(const char* what, const Tensor& a, const Tensor& b) {
+  if (a.empty() && b.empty()) return ::testing::AssertionSuccess();
+  if (a.empty() != b.empty() || !bitwise_equal(a, b)) {
+    int64_t first = -1;
+    if (!a.empty() && !b.empty() && a.nbytes() == b.nbytes()) {
+      const auto* x = static_cast<const unsigned char*>(a.data());
+      const auto* y = static_cast<const unsigned char*>(b.data());
+      for (int64_t i = 0; i < a.nbytes(); ++i) {
+        if (x[i] != y[i]) {
+          first = i / element_size(a.dtype());
+          break;
+        }
+      }
+    }
+    return ::testing::AssertionFailure() << what << " differs from the reference's (first element " << first << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace
+
+::testing::AssertionResult cuda_matches_reference(const BatchFile& step, const StepOutputs& cuda,
+                                                  const StepOutputs& reference) {
+  const std::vector<std::string> diffs = metadata_differences(cuda.metadata, reference.metadata);
+  if (!diffs.empty()) return ::testing::AssertionFailure() << "metadata differs: " << diffs.front();
+  const int64_t rows = step.batch.num_actual_tokens;
+  const Tolerance tolerance = cuda_attention_tolerance(step);
+  for (const auto& result :
+       {close_rows("attn_output", cuda.attn_output, reference.attn_output, rows, tolerance),
+        close_rows("output", cuda.output, reference.output, rows, tolerance),
+        padding_untouched("attn_output", cuda.attn_output, rows), padding_untouched("output", cuda.output, rows),
+        same_bytes("kv_cache after the write", cuda.kv_cache, reference.kv_cache),
+        same_bytes("k_scale_cache after the write", cuda.k_scale_cache, reference.k_scale_cache),
+        same_bytes("v_scale_cache after the write", cuda.v_scale_cache, reference.v_scale_cache)}) {
+    if (!result) return result;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+}  // namespace hybridtb::testing

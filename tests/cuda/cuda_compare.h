@@ -1,0 +1,25 @@
+// Comparison helpers of tests/cuda: a step run on the "cuda" backend against the same step on the
+// reference, element by element with the tolerance table (hybridtb/tolerance.h), KV cache bytes
+// exactly, padding rows untouched (still NaN), metadata field by field.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "hybridtb/batch_file.h"
+#include "hybridtb/tolerance.h"
+
+namespace hybridtb::testing {
+
+// "" if a CUDA device is usable, else the reason ("no CUDA device: <cudaGetErrorString>").
+std::string cuda_unavailable_reason();
+
+// The row of the tolerance table for the CUDA backend's output of this step.
+Tolerance cuda_attention_tolerance(const BatchFile& step);
+
+// Every check of a CUDA step against the reference's (see the file comment).
+::testing::AssertionResult cuda_matches_reference(const BatchFile& step, const StepOutputs& cuda,
+                                                  const StepOutputs& reference);
+
+}  // namespace hybridtb::testing

@@ -1,0 +1,176 @@
+// Helpers for the mamba1 tests (see mamba1_support.h).
+#include "mamba1_support.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <sstream>
+
+#include "hybridtb/dtype.h"
+
+// The mode's factory (reference/ssm/mamba1.cpp; private to the library, registered by modes.cpp).
+// The mode-level tests use it directly so they test the file itself; registration and the driver
+// are tested through the registry (mamba1_driver_test.cpp).
+namespace hybridtb::reference::ssm {
+std::unique_ptr<Mode> make_mamba1_mode();
+}  // namespace hybridtb::reference::ssm
+
+namespace hybridtb::testing {
+
+namespace ssm = reference::ssm;
+
+namespace {
+
+size_t at(int64_t i) { return static_cast<size_t>(i); }
+
+std::vector<double> normal_values(int64_t count, double std, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> dist(0.0, std);
+  std::vector<double> values(at(count));
+  for (double& v : values) v = dist(rng);
+  return values;
+}
+
+}  // namespace
+
+const ssm::Mode& mamba1_mode() {
+  static const std::unique_ptr<ssm::Mode> mode = ssm::make_mamba1_mode();
+  return *mode;
+}
+
+std::map<std::string, int64_t> mamba1_params(const Mamba1Sizes& s) {
+  return {{"intermediate_size", s.I}, {"state_size", s.N}, {"conv_kernel", s.K}, {"dt_rank", s.R}};
+}
+
+ssm::ModeShape mamba1_shape(const Mamba1Sizes& s) {
+  ssm::ModeShape shape;
+  shape.hidden_size = s.H;
+  shape.params = mamba1_params(s);
+  return shape;
+}
+
+std::map<std::string, Tensor> random_weights(const Mamba1Sizes& sizes, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::map<std::string, Tensor> tensors;
+  for (const ssm::TensorSpec& spec : mamba1_mode().weight_specs(mamba1_shape(sizes))) {
+    Tensor tensor = Tensor::host(spec.dtype, spec.shape);
+    std::normal_distribution<double> normal(0.0, spec.init_std);
+    std::uniform_real_distribution<double> uniform(spec.init_low, spec.init_high);
+    for (int64_t i = 0; i < tensor.numel(); ++i) {
+      const double v = spec.init_low < spec.init_high ? uniform(rng) : normal(rng);
+      store_from_double(tensor.data(), tensor.dtype(), i, v);
+    }
+    tensors.emplace(spec.name, tensor);
+  }
+  return tensors;
+}
+
+NaiveMamba1State random_state(const Mamba1Sizes& s, uint64_t seed) {
+  NaiveMamba1State state;
+  state.conv = normal_values(s.I * (s.K - 1), 1.0, seed);
+  state.ssm = normal_values(s.I * s.N, 1.0, seed + 1);
+  return state;
+}
+
+NaiveMamba1State zero_state(const Mamba1Sizes& s) {
+  NaiveMamba1State state;
+  state.conv.assign(at(s.I * (s.K - 1)), 0.0);
+  state.ssm.assign(at(s.I * s.N), 0.0);
+  return state;
+}
+
+std::vector<double> random_hidden(const Mamba1Sizes& s, int64_t num_tokens, uint64_t seed) {
+  return normal_values(num_tokens * s.H, 1.0, seed);
+}
+
+std::map<std::string, TensorView> views(const std::map<std::string, Tensor>& tensors) {
+  std::map<std::string, TensorView> out;
+  for (const auto& [name, tensor] : tensors) out.emplace(name, tensor.view());
+  return out;
+}
+
+ssm::Weights to_weights(const std::map<std::string, Tensor>& tensors) {
+  ssm::Weights weights;
+  for (const auto& [name, tensor] : tensors) {
+    const int64_t rows = tensor.view().rank() == 1 ? 1 : tensor.size(0);
+    const int64_t cols = tensor.numel() / rows;
+    ssm::Matrix m(rows, cols);
+    for (int64_t i = 0; i < tensor.numel(); ++i) m(i / cols, i % cols) = load_as_double(tensor.data(), tensor.dtype(), i);
+    weights.emplace(name, m);
+  }
+  return weights;
+}
+
+ssm::State to_mode_state(const NaiveMamba1State& state) {
+  ssm::State out;
+  out["conv_state"] = Eigen::Map<const Eigen::VectorXd>(state.conv.data(), static_cast<Eigen::Index>(state.conv.size()));
+  out["ssm_state"] = Eigen::Map<const Eigen::VectorXd>(state.ssm.data(), static_cast<Eigen::Index>(state.ssm.size()));
+  return out;
+}
+
+NaiveMamba1State from_mode_state(const ssm::State& state) {
+  NaiveMamba1State out;
+  const Eigen::VectorXd& conv = state.at("conv_state");
+  const Eigen::VectorXd& h = state.at("ssm_state");
+  out.conv.assign(conv.data(), conv.data() + conv.size());
+  out.ssm.assign(h.data(), h.data() + h.size());
+  return out;
+}
+
+ssm::Matrix to_matrix(const std::vector<double>& values, int64_t rows, int64_t cols) {
+  ssm::Matrix m(rows, cols);
+  for (int64_t i = 0; i < rows * cols; ++i) m(i / cols, i % cols) = values[at(i)];
+  return m;
+}
+
+std::vector<double> to_vector(const ssm::Matrix& matrix) {
+  std::vector<double> out(at(matrix.size()));
+  for (Eigen::Index r = 0; r < matrix.rows(); ++r) {
+    for (Eigen::Index c = 0; c < matrix.cols(); ++c) out[at(r * matrix.cols() + c)] = matrix(r, c);
+  }
+  return out;
+}
+
+std::vector<double> run_mode(const ssm::Weights& weights, NaiveMamba1State& state, const std::vector<double>& hidden,
+                             int64_t H, int64_t begin, int64_t end, bool decode) {
+  const std::vector<double> rows(hidden.begin() + static_cast<std::ptrdiff_t>(begin * H),
+                                 hidden.begin() + static_cast<std::ptrdiff_t>(end * H));
+  ssm::State mode_state = to_mode_state(state);
+  ssm::Matrix y(end - begin, H);
+  mamba1_mode().advance(weights, mode_state, to_matrix(rows, end - begin, H), y, decode);
+  state = from_mode_state(mode_state);
+  return to_vector(y);
+}
+
+void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, const Tolerance& tolerance,
+                  const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  size_t bad = 0, worst = 0;
+  double max_abs = 0.0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    if (tolerance.allows(actual[i], expected[i])) continue;
+    const double diff = std::isnan(actual[i]) ? INFINITY : std::fabs(actual[i] - expected[i]);
+    if (bad++ == 0 || diff > max_abs) {
+      max_abs = diff;
+      worst = i;
+    }
+  }
+  if (bad > 0) {
+    ADD_FAILURE() << what << ": " << bad << " of " << actual.size() << " elements out of tolerance; worst [" << worst
+                  << "] = " << actual[worst] << ", expected " << expected[worst] << " (|diff| " << max_abs << "; "
+                  << tolerance.rationale << ")";
+  }
+}
+
+void expect_state_close(const NaiveMamba1State& actual, const NaiveMamba1State& expected, const Tolerance& tolerance,
+                        const std::string& what) {
+  expect_close(actual.conv, expected.conv, tolerance, what + " conv_state");
+  expect_close(actual.ssm, expected.ssm, tolerance, what + " ssm_state");
+}
+
+Tolerance mamba1_tolerance(const Mamba1Sizes& s, int64_t num_tokens) {
+  return tolerance_for(ToleranceCase::kMamba1Float64, num_tokens, std::max({s.H, s.I, s.R + 2 * s.N}));
+}
+
+}  // namespace hybridtb::testing
