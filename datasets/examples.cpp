@@ -161,6 +161,21 @@ BatchFile hybrid_prefix_sum_flat_bf16() {
   return make_synthetic_batch(c, {}, {{10, 1}, {30, 1}, {0, 12}}, {.seed = 21});
 }
 
+// The guide's example mode (ema, reference/ssm/ema.cpp) with prefix caching in align mode, fp32.
+BatchFile hybrid_ema_align_fp32() {
+  AttentionConfig c = small_hybrid_layer("ema");
+  c.dtype = DType::kFloat32;
+  c.mamba_cache_mode = MambaCacheMode::kAlign;
+  c.mamba_block_size = 16;
+  BatchFile f = make_synthetic_batch(c, {}, {{33, 1}, {16, 9}, {0, 18}}, {.seed = 23, .ssm_block_table = true});
+  return with_ssm_tensors(std::move(f), 24);
+}
+
+// The seed's default adapter ("disabled"): a zero contribution, so output == attention output.
+BatchFile hybrid_zero_bf16() {
+  return make_synthetic_batch(small_hybrid_layer("zero"), {}, {{12, 1}, {0, 9}}, {.seed = 25});
+}
+
 }  // namespace
 
 const std::vector<Example>& all() {
@@ -182,6 +197,8 @@ const std::vector<Example>& all() {
        hybrid_prefix_sum_padded_fp16},
       {"hybrid_prefix_sum_flat_bf16.h5", "the seed prototype's flattened cumsum (prefix_sum_flat), bf16",
        hybrid_prefix_sum_flat_bf16},
+      {"hybrid_ema_align_fp32.h5", "the guide's ema mode with prefix caching (mode align), fp32", hybrid_ema_align_fp32},
+      {"hybrid_zero_bf16.h5", "the seed's default zero contribution, bf16", hybrid_zero_bf16},
   };
   return examples;
 }
