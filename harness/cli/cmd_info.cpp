@@ -1,0 +1,54 @@
+// hybridtb info: describe a batch file and say whether it is a valid hybrid-batch 1.x file.
+#include <iomanip>
+#include <iostream>
+#include <memory>
+
+#include "commands.h"
+#include "hybridtb/batch_file.h"
+#include "hybridtb/error.h"
+#include "hybridtb/reference/ssm_mode.h"
+#include "summary.h"
+
+namespace hybridtb::cli {
+
+namespace {
+int describe(const std::string& path) {
+  const std::vector<FileEntry> entries = list_file_entries(path);
+  std::cout << path << ":\n";
+  for (const FileEntry& e : entries) {
+    std::cout << "  " << std::left << std::setw(48) << e.path << " " << e.kind;
+    if (e.kind == "dataset") std::cout << " " << e.dtype_name << " " << shape_to_string(e.shape);
+    std::cout << "\n";
+  }
+  try {
+    const BatchFile file = read_batch_file(path);
+    if (file.config.has_ssm_branch()) {
+      const StepTensors views = file.inputs.views();
+      reference::ssm::validate_ssm_tensors(file.config, views.ssm_state, views.weights);
+    }
+    std::cout << "valid:    hybrid-batch " << file.schema_version << "\n";
+    for (const auto& [key, value] : file.provenance) std::cout << "          " << key << " = " << value << "\n";
+    print_config(std::cout, file.config, file.builder);
+    print_batch(std::cout, file.batch);
+    if (file.outputs) {
+      std::cout << "/outputs: from backend '" << file.outputs->backend << "'\n";
+      print_metadata(std::cout, file.outputs->metadata);
+      print_outputs(std::cout, file, *file.outputs);
+    }
+    if (file.expected) std::cout << "/expected: recorded by backend '" << file.expected->backend << "'\n";
+    return 0;
+  } catch (const Error& e) {
+    std::cout << "INVALID:  " << e.what() << "\n";
+    return 1;
+  }
+}
+}  // namespace
+
+Command add_info_command(CLI::App& app) {
+  auto path = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("info", "Describe a batch file and validate it (exit 1 if invalid)");
+  cmd->add_option("file", *path, "HDF5 file")->required()->check(CLI::ExistingFile);
+  return {cmd, [path] { return describe(*path); }};
+}
+
+}  // namespace hybridtb::cli

@@ -1,0 +1,22 @@
+// The subcommands of `hybridtb`, one source file each. Each add_*_command() registers its
+// options on the app and returns the function that runs it; main() dispatches to the parsed one.
+// Exit status of every command: 0 success, 1 invalid input or failed run (message on stderr),
+// 2 usage error (later commands may refine this; see their --help).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace hybridtb::cli {
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+Command add_run_command(CLI::App& app);       // cmd_run.cpp
+Command add_info_command(CLI::App& app);      // cmd_info.cpp
+Command add_backends_command(CLI::App& app);  // cmd_backends.cpp
+
+}  // namespace hybridtb::cli
