@@ -18,5 +18,9 @@ struct Command {
 Command add_run_command(CLI::App& app);       // cmd_run.cpp
 Command add_info_command(CLI::App& app);      // cmd_info.cpp
 Command add_backends_command(CLI::App& app);  // cmd_backends.cpp
+Command add_gen_command(CLI::App& app);       // cmd_gen.cpp
+Command add_record_command(CLI::App& app);    // cmd_record.cpp (exit 0 ok, 2 bad input)
+Command add_parity_command(CLI::App& app);    // cmd_parity.cpp (exit 0 pass, 1 mismatch, 2 bad input)
+Command add_replay_command(CLI::App& app);    // cmd_parity.cpp (exit 0 pass, 1 mismatch, 2 bad input)
 
 }  // namespace hybridtb::cli

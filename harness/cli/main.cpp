@@ -16,6 +16,10 @@ int main(int argc, char** argv) {
       add_run_command(app),
       add_info_command(app),
       add_backends_command(app),
+      add_gen_command(app),
+      add_record_command(app),
+      add_parity_command(app),
+      add_replay_command(app),
   };
   try {
     app.parse(argc, argv);

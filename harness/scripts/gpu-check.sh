@@ -3,9 +3,9 @@
 #   bash harness/scripts/gpu-check.sh OUTDIR
 # configure + build (build-gpu/, all cores) → ctest (every test, GPU ones included) →
 # compute-sanitizer memcheck + racecheck on the Small* GPU cases (one of each kind) →
-# `hybridtb run --backend cuda` vs `--backend reference` on every datasets/examples/*.h5 →
+# `hybridtb parity --backend cuda` against the reference on every datasets/examples/*.h5 →
 # the attention benchmark (JSON). Writes build.log, ctest.log, sanitizer.log, examples.log,
-# bench.log, bench.json and summary.txt into OUTDIR and prints the summary table last.
+# parity.json, bench.log, bench.json and summary.txt into OUTDIR and prints the summary table last.
 # Exit status: 0 if every stage passed, 1 otherwise (later stages still run).
 set -uo pipefail
 
@@ -65,41 +65,13 @@ done
 record sanitizer "$([[ $san_rc -eq 0 ]] && echo ok || echo FAIL)" \
   "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tr '\n' ';') ($(( $(date +%s) - t0 )) s)"
 
-# --- example batches through the CLI -------------------------------------------------------------
+# --- example batches: `hybridtb parity` (cuda against reference, the one tolerance table) -------
 t0=$(date +%s)
-: >"$OUT/examples.log"
-tmp=$(mktemp -d)
-ex_ok=0
-ex_fail=0
-ex_ns=0
-for f in datasets/examples/*.h5; do
-  name=$(basename "$f" .h5)
-  echo "=== $name ===" >>"$OUT/examples.log"
-  if ! "$BUILD/harness/cli/hybridtb" run --quiet --backend reference --batch "$f" --out "$tmp/$name.ref.h5" \
-      >>"$OUT/examples.log" 2>&1; then
-    echo "reference run failed" >>"$OUT/examples.log"
-    ex_fail=$((ex_fail + 1))
-    continue
-  fi
-  if ! "$BUILD/harness/cli/hybridtb" run --quiet --backend cuda --batch "$f" --out "$tmp/$name.cuda.h5" \
-      >>"$OUT/examples.log" 2>&1; then
-    if grep -q "not supported\|NotSupported\|CUDA backend II" "$OUT/examples.log"; then
-      echo "NOT SUPPORTED (see above)" >>"$OUT/examples.log"
-      ex_ns=$((ex_ns + 1))
-    else
-      ex_fail=$((ex_fail + 1))
-    fi
-    continue
-  fi
-  if "$BUILD/optimized/hybridtb_compare" "$tmp/$name.ref.h5" "$tmp/$name.cuda.h5" >>"$OUT/examples.log" 2>&1; then
-    ex_ok=$((ex_ok + 1))
-  else
-    ex_fail=$((ex_fail + 1))
-  fi
-done
-rm -rf "$tmp"
-record examples "$([[ $ex_fail -eq 0 ]] && echo ok || echo FAIL)" \
-  "$ex_ok match, $ex_fail fail, $ex_ns not supported ($(( $(date +%s) - t0 )) s)"
+"$BUILD/harness/cli/hybridtb" parity --backend cuda --against reference --report "$OUT/parity.json" \
+  datasets/examples/*.h5 >"$OUT/examples.log" 2>&1
+rc=$?
+record examples "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" \
+  "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/examples.log" | tail -1); $(grep -E 'not supported' "$OUT/examples.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
 
 # --- benchmark -----------------------------------------------------------------------------------
 t0=$(date +%s)

@@ -2,6 +2,7 @@
 #include "hybridtb/tolerance.h"
 
 #include <cmath>
+#include <utility>
 
 #include "hybridtb/error.h"
 
@@ -68,36 +69,122 @@ Tolerance tolerance_for(ToleranceCase which, int64_t reduction_length, int64_t i
                        detail::concat("float64 vs float64 (SSM mode recurrence): 2·γ_{n+m}(float64)·(1024 + 8n) with n=",
                                       reduction_length, " tokens, m=", inner_length)};
     }
-    case ToleranceCase::kCudaAttentionFloat32:
-    case ToleranceCase::kCudaAttentionFloat16:
-    case ToleranceCase::kCudaAttentionBFloat16:
-    case ToleranceCase::kCudaAttentionFp8Output: {
-      // float32 kernel arithmetic (dot of D, __expf, sums of n) on O(1) data (|v| ≤ 6, |logit| ≤ 32),
-      // then one rounding to the stored dtype (tolerance.h).
-      constexpr double kMaxAbsValue = 6.0;
-      constexpr double kMaxAbsLogit = 32.0;
-      const double exp_error = std::ldexp(1.0, -22) * (2.0 + kMaxAbsLogit);
-      const double e32 = (2.0 * gamma_n(DType::kFloat32, reduction_length) +
-                          2.0 * gamma_n(DType::kFloat32, inner_length) * kMaxAbsLogit + 2.0 * exp_error) *
-                         kMaxAbsValue;
-      if (which == ToleranceCase::kCudaAttentionFp8Output) {
-        constexpr double kMinOutputScale = 0.25;
-        return Tolerance{std::ldexp(1.0, -10) + e32 / kMinOutputScale, unit_roundoff(DType::kFloat8E4M3),
-                         detail::concat("cuda fp8 output vs float64: atol 2^-10 + e32/0.25, rtol u(e4m3), ",
-                                        "e32 = (2γ_n + 2γ_D·32 + 2^-21·34)(float32)·6 with n=", reduction_length,
-                                        ", D=", inner_length)};
-      }
-      const DType out = which == ToleranceCase::kCudaAttentionFloat32   ? DType::kFloat32
-                        : which == ToleranceCase::kCudaAttentionFloat16 ? DType::kFloat16
-                                                                        : DType::kBFloat16;
-      const double u = unit_roundoff(out);
-      return Tolerance{e32 + u * std::ldexp(1.0, -6), u,
-                       detail::concat("cuda ", to_string(out), " vs float64: atol e32 + u·2^-6, rtol u, ",
-                                      "e32 = (2γ_n + 2γ_D·32 + 2^-21·34)(float32)·6 with n=", reduction_length,
-                                      ", D=", inner_length)};
-    }
   }
   throw Error("tolerance_for: unknown case");
+}
+
+std::string_view to_string(Quantity quantity) {
+  switch (quantity) {
+    case Quantity::kOutput:
+      return "output";
+    case Quantity::kAttnOutput:
+      return "attn_output";
+    case Quantity::kSsmOutput:
+      return "ssm_output";
+    case Quantity::kKvCache:
+      return "kv_cache";
+    case Quantity::kScaleCache:
+      return "scale_cache";
+    case Quantity::kSsmState:
+      return "ssm_state";
+  }
+  return "?";
+}
+
+namespace {
+
+// Magnitudes of O(1) data (tolerance.h, "parity").
+constexpr double kParityMaxAbsValue = 6.0;   // V
+constexpr double kParityMaxAbsLogit = 32.0;  // Λ
+constexpr double kParityLogitNorm2 = 1.0;    // Λ₂ = scale·‖q∘k‖₂
+constexpr double kParityLambda = 6.0;        // probabilistic-bound confidence (Higham & Mary 2019)
+constexpr double kParityMinOutputScale = 0.25;
+constexpr double kSsmChainRatio = 64.0;
+constexpr double kSsmMaxAbsInput = 8.0;
+
+bool is_16bit_float(DType dtype) { return dtype == DType::kFloat16 || dtype == DType::kBFloat16; }
+
+// Attention in a float32 kernel against float64: the atol before the final store, and its formula.
+std::pair<double, std::string> attention_error_fp32(const ParityKey& key) {
+  const double V = kParityMaxAbsValue;
+  const double e32 = (2.0 * gamma_n(DType::kFloat32, key.reduction_length) +
+                      2.0 * gamma_n(DType::kFloat32, key.inner_length) * kParityMaxAbsLogit +
+                      2.0 * std::ldexp(1.0, -22) * (2.0 + kParityMaxAbsLogit)) *
+                     V;
+  const double u_m = unit_roundoff(key.model_dtype);
+  const double e_p = is_16bit_float(key.model_dtype) ? u_m * V : 0.0;
+  const bool per_tensor_fp8 = is_quantized(key.kv_cache_dtype) && !is_per_token_head(key.kv_cache_dtype);
+  const double e_kv = per_tensor_fp8 ? u_m * V + 2.0 * kParityLambda * u_m * kParityLogitNorm2 * V : 0.0;
+  std::string formula = detail::concat("e32 = (2γ_n + 2γ_D·32 + 2^-21·34)(float32)·6 = ", e32, " [n=",
+                                       key.reduction_length, " keys, D=", key.inner_length, "]");
+  if (e_p > 0) formula += detail::concat(" + e_P = u_m·6 = ", e_p, " [P rounded to ", to_string(key.model_dtype), "]");
+  if (e_kv > 0) {
+    formula += detail::concat(" + e_KV = u_m·6 + 2·6·u_m·1·6 = ", e_kv, " [fp8 K/V dequantised to ",
+                              to_string(key.model_dtype), "]");
+  }
+  return {e32 + e_p + e_kv, formula};
+}
+
+Tolerance ssm_tolerance(const ParityKey& key, DType stored) {
+  if (key.compute_dtype == DType::kFloat64) {
+    Tolerance t = tolerance_for(ToleranceCase::kSsmModeFloat64, key.reduction_length, key.inner_length);
+    if (stored != DType::kFloat64) {
+      // Both sides round their float64 result to the stored dtype once: at most one ulp apart.
+      t.rtol += 2.0 * unit_roundoff(stored);
+      t.rationale += detail::concat(", rtol += 2u(", to_string(stored), ") for the store");
+    }
+    return t;
+  }
+  const double factor = kSsmChainRatio + kSsmMaxAbsInput * static_cast<double>(key.history_length);
+  const double bound = gamma_n(DType::kFloat32, key.reduction_length + key.inner_length) * factor;
+  const double u_store = unit_roundoff(stored);
+  return Tolerance{bound, bound + u_store,
+                   detail::concat("float32 SSM kernel vs float64: atol γ_{n+m}(float32)·(64 + 8N) = ", bound,
+                                  " [n=", key.reduction_length, " tokens, m=", key.inner_length, ", N=",
+                                  key.history_length, "], rtol += u(", to_string(stored), ") for the store")};
+}
+
+}  // namespace
+
+Tolerance parity_tolerance(const ParityKey& key) {
+  const bool float64 = key.compute_dtype == DType::kFloat64 && key.candidate_dtype == DType::kFloat64;
+  switch (key.quantity) {
+    case Quantity::kKvCache:
+    case Quantity::kScaleCache:
+      return Tolerance{0.0, 0.0,
+                       "bit-exact: the KV write is a deterministic quantisation (reshape_and_cache_flash) that "
+                       "every correct backend reproduces exactly"};
+    case Quantity::kSsmOutput:
+      return ssm_tolerance(key, key.candidate_dtype);
+    case Quantity::kSsmState:
+      return ssm_tolerance(key, key.candidate_dtype);
+    case Quantity::kAttnOutput:
+    case Quantity::kOutput: {
+      Tolerance attention;
+      if (float64) {
+        attention = tolerance_for(ToleranceCase::kAttentionFloat64, key.reduction_length, key.inner_length);
+      } else if (key.fp8_output) {
+        const auto [e, formula] = attention_error_fp32(key);
+        attention = Tolerance{std::ldexp(1.0, -10) + e / kParityMinOutputScale, unit_roundoff(DType::kFloat8E4M3),
+                              detail::concat("fp8 output vs float64: atol 2^-10 + (", formula, ")/0.25, rtol u(e4m3)")};
+      } else {
+        const double u_out = unit_roundoff(key.candidate_dtype);
+        const auto [e, formula] = attention_error_fp32(key);
+        attention = Tolerance{e + u_out * std::ldexp(1.0, -6), u_out,
+                              detail::concat(to_string(key.candidate_dtype), " kernel vs float64: atol ", formula,
+                                             " + u_out·2^-6, rtol u_out = u(", to_string(key.candidate_dtype), ")")};
+      }
+      return attention;  // the fused output of a layer with an SSM branch: fused_parity_tolerance
+    }
+  }
+  throw Error("parity_tolerance: unknown quantity");
+}
+
+Tolerance fused_parity_tolerance(const ParityKey& attention_key, const ParityKey& ssm_key) {
+  const Tolerance a = parity_tolerance(attention_key);
+  const Tolerance s = parity_tolerance(ssm_key);
+  return Tolerance{a.atol + s.atol, a.rtol + s.rtol,
+                   detail::concat("fused = attention + SSM: (", a.rationale, ") + (", s.rationale, ")")};
 }
 
 }  // namespace hybridtb

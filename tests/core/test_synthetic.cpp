@@ -111,5 +111,58 @@ TEST(Synthetic, SsmBlockTableGivesEachRequestDistinctNonNullSlots) {
   EXPECT_EQ(ssm_slots_needed(f.batch), 15);
 }
 
+TEST(Synthetic, FastFillIsSeededNonZeroAndRoughlyStandardNormal) {
+  const std::vector<RequestSpec> requests{{100, 1}, {0, 33}};
+  const SyntheticOptions fast{.seed = 5, .fast_fill = true};
+  const BatchFile a = make_synthetic_batch(windowed_config(), {}, requests, fast);
+  const BatchFile b = make_synthetic_batch(windowed_config(), {}, requests, fast);
+  const BatchFile historical = make_synthetic_batch(windowed_config(), {}, requests, {.seed = 5});
+  EXPECT_TRUE(bitwise_equal(a.inputs.query, b.inputs.query));
+  EXPECT_TRUE(bitwise_equal(a.inputs.kv_cache, b.inputs.kv_cache));
+  EXPECT_EQ(a.batch.block_table, historical.batch.block_table);  // same paging, other data
+  EXPECT_FALSE(bitwise_equal(a.inputs.query, historical.inputs.query));
+  EXPECT_FALSE(bitwise_equal(a.inputs.query, a.inputs.key));  // tensors do not share a stream
+  double sum = 0, sum_sq = 0;
+  const auto& q = a.inputs.query;
+  for (int64_t i = 0; i < q.numel(); ++i) {
+    const double v = load_as_double(q.data(), q.dtype(), i);
+    EXPECT_NE(v, 0.0);
+    sum += v;
+    sum_sq += v * v;
+  }
+  const double n = static_cast<double>(q.numel());
+  EXPECT_NEAR(sum / n, 0.0, 0.05);
+  EXPECT_NEAR(sum_sq / n, 1.0, 0.05);
+}
+
+TEST(Synthetic, CompactPagingDrawsNoBlockForNulledEntries) {
+  const BatchFile loose = make_synthetic_batch(windowed_config(), {}, {{100, 1}, {0, 33}}, {.seed = 1});
+  const BatchFile compact = make_synthetic_batch(windowed_config(), {}, {{100, 1}, {0, 33}}, {.seed = 1, .compact = true});
+  // Request 0 has 7 blocks, 4 of them nulled; request 1 has 3: 6 live blocks + null + 3 spare.
+  EXPECT_EQ(loose.inputs.kv_cache.size(0), 1 + 10 + 3);
+  EXPECT_EQ(compact.inputs.kv_cache.size(0), 1 + 6 + 3);
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(compact.batch.block_table.at(0, i), 0);
+}
+
+TEST(Synthetic, SharedPrefixAliasesTheFirstBlocks) {
+  AttentionConfig c = windowed_config();
+  c.sliding_window = 0;
+  const BatchFile f = make_synthetic_batch(c, {}, {{70, 1}, {40, 8}, {20, 1}}, {.seed = 2, .shared_prefix_tokens = 32});
+  const IntArray& t = f.batch.block_table;
+  EXPECT_EQ(t.at(0, 0), t.at(1, 0));
+  EXPECT_EQ(t.at(0, 1), t.at(1, 1));
+  EXPECT_NE(t.at(0, 2), t.at(1, 2));
+  EXPECT_NE(t.at(2, 0), t.at(0, 0));  // context 20 < 32: no hit
+}
+
+TEST(Synthetic, NumAcceptedTokensOnlyWhenGiven) {
+  EXPECT_FALSE(make_synthetic_batch(windowed_config(), {}, {{10, 1}}, {}).batch.num_accepted_tokens.has_value());
+  RequestSpec spec{.context_len = 10, .query_len = 3};
+  spec.num_accepted_tokens = 2;
+  const BatchFile f = make_synthetic_batch(windowed_config(), {}, {{5, 1}, spec}, {.padding_requests = 1});
+  ASSERT_TRUE(f.batch.num_accepted_tokens.has_value());
+  EXPECT_EQ(f.batch.num_accepted_tokens->values, (std::vector<int32_t>{1, 2, 1}));
+}
+
 }  // namespace
 }  // namespace hybridtb

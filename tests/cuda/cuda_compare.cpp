@@ -19,20 +19,18 @@ std::string cuda_unavailable_reason() {
   return "";
 }
 
+// The parity row of the one tolerance table for a float32-arithmetic kernel's attention output.
 Tolerance cuda_attention_tolerance(const BatchFile& step) {
-  const int64_t n = step.batch.max_seq_len() + 1;
-  const int64_t d = step.config.head_size;
-  if (step.inputs.output_scale && step.config.attn_type == AttnType::kDecoder) {
-    return tolerance_for(ToleranceCase::kCudaAttentionFp8Output, n, d);
-  }
-  switch (step.config.dtype) {
-    case DType::kFloat32:
-      return tolerance_for(ToleranceCase::kCudaAttentionFloat32, n, d);
-    case DType::kFloat16:
-      return tolerance_for(ToleranceCase::kCudaAttentionFloat16, n, d);
-    default:
-      return tolerance_for(ToleranceCase::kCudaAttentionBFloat16, n, d);
-  }
+  ParityKey key;
+  key.quantity = Quantity::kAttnOutput;
+  key.model_dtype = step.config.dtype;
+  key.kv_cache_dtype = step.config.kv_cache_dtype;
+  key.candidate_dtype = step.config.dtype;
+  key.compute_dtype = DType::kFloat32;
+  key.fp8_output = step.inputs.output_scale.has_value() && step.config.attn_type == AttnType::kDecoder;
+  key.reduction_length = step.batch.max_seq_len() + 1;
+  key.inner_length = step.config.head_size;
+  return parity_tolerance(key);
 }
 
 namespace {

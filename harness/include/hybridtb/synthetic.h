@@ -8,6 +8,10 @@
 // which is filled with NaN (integer caches: with the most negative value). Tensor data is
 // standard-normal, never zeros. The KV cache holds random values at every allocated slot,
 // including the slots this step will overwrite.
+//
+// `hybridtb gen` turns on the options below the line in SyntheticOptions (compact paging, a fast
+// counter-based fill, prefix sharing, aliasing); with them off, the output is bit-identical to
+// what this generator always produced (the shipped examples depend on it).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +28,10 @@ struct RequestSpec {
   int64_t query_len = 1;    // tokens scheduled this step (1 = a decode)
   // (optional) inclusive absolute bidirectional ranges for mm_prefix_range
   std::vector<std::pair<int32_t, int32_t>> mm_prefix_ranges;
+  // (optional) speculative decoding: tokens accepted in the previous step, in [1, 1 + drafts];
+  // 0 = not given. If any request gives it, the batch gets /batch/num_accepted_tokens, with 1 for
+  // the other requests (and padding requests).
+  int32_t num_accepted_tokens = 0;
 };
 
 struct SyntheticOptions {
@@ -42,6 +50,27 @@ struct SyntheticOptions {
   // the SSM branch indexes the attention block table, as the seed's builder does — where a
   // sliding window has pointed early blocks at the null block, requests then share slot 0.
   bool ssm_block_table = false;
+
+  // --- used by `hybridtb gen` (all off: the historical output, bit for bit) -----------------------
+  // Compact paging as vLLM does it: a block that slid out of the window gets no physical block
+  // (it was freed; the table points at block 0), and an SSM table row holds only the slots its
+  // request uses (ceil(seq_len / mamba_block_size) + num_speculative_tokens, the rest 0).
+  bool compact = false;
+  // Tensor data from a counter-based generator (splitmix64 of seed, tensor and element index;
+  // approximately standard-normal: an Irwin–Hall sum of four uniforms, |x| ≤ 3.47, never 0),
+  // filled on several threads. Deterministic and independent of the thread count, and an order
+  // of magnitude faster than std::normal_distribution for large caches.
+  bool fast_fill = false;
+  // Prefix-cache hits: requests whose context_len >= shared_prefix_tokens use the SAME physical
+  // blocks for their first shared_prefix_tokens / block_size blocks (full blocks only, never
+  // written this step), so the block tables alias. In mamba_cache_mode all the SSM table rows
+  // share their first shared_prefix_tokens / mamba_block_size slots the same way.
+  int64_t shared_prefix_tokens = 0;
+  // Random aliasing (vLLM's unified-attention test draws block tables with repeats): every block
+  // entry a request only reads this step is drawn with replacement from a pool of a quarter as
+  // many physical blocks, so ids repeat within and across rows. Blocks written this step (the
+  // block of the first query position onwards) stay distinct, so the KV write is well defined.
+  bool alias_blocks = false;
 };
 
 // The number of SSM state slots a batch addresses (1 + the largest id in the table the SSM

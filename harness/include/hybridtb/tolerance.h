@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "hybridtb/config.h"
 #include "hybridtb/dtype.h"
 
 namespace hybridtb {
@@ -63,33 +64,75 @@ enum class ToleranceCase {
   // a running sum additionally carries Σ|x_j| ≤ 8·n for n O(1) terms (|x| < 8); the two sides
   // contribute twice: atol = rtol = 2·γ_{n+m}(float64)·(1024 + 8·n).
   kSsmModeFloat64,
-  // The CUDA backend's attention output (stored in the model dtype) against the float64 reference,
-  // per output dtype. The kernels read the exact stored K/V (dequantised in float32), form logits
-  // in float32 (a dot of length D, then scale, soft cap, ALiBi), run an online softmax with __expf
-  // (ex2.approx: relative error ≲ 2^-22·(2 + |x|)) and accumulate P·V and Σp in float32 over the
-  // n visible keys, then round once to the output dtype. P is NOT rounded to the model dtype before
-  // P·V on any path of this increment (a tensor-core path that rounds P to bf16/fp16 must add
-  // u(model)·max|v| to atol). Error budget of o = Σp·v / Σp: the positive-weight sums are within
-  // γ_n relative, so o is within γ_n·(max|v| + |o|) ≤ 2γ_n·max|v|; a logit error δ changes each
-  // weight by a factor e^δ, so o moves by ≤ 2δ·max|v|, with δ ≤ γ_D·max|logit| (the dot) + the exp
-  // error 2^-22·(2 + max|logit|). With O(1) inputs (standard-normal data: |v| ≤ 6, |logit| ≤ 32 in
-  // every test): e32 = (2γ_n(float32) + 2γ_D(float32)·32 + 2·2^-22·34)·6; the final store adds
-  // u(out)·|o|: atol = e32 + u(out)·2^-6 (outputs near zero), rtol = u(out).
-  kCudaAttentionFloat32,
-  kCudaAttentionFloat16,
-  kCudaAttentionBFloat16,
-  // fp8 output (decoder with output_scale): the CUDA backend stores e4m3(clamp(o / output_scale))
-  // (in the model dtype, which holds it exactly) against the reference's unrounded clamp: rtol =
-  // u(e4m3) = 2^-4; atol = 2^-10 (half the e4m3 subnormal spacing) + e32 / 0.25, 0.25 being the
-  // smallest output_scale the tests use.
-  kCudaAttentionFp8Output,
 };
 
 // `reduction_length` is n (visible keys) and `inner_length` is the dot-product length (head size);
 // for kMamba1Float64, n = tokens the recurrence ran and the inner length is max(H, I, R + 2N).
 // For kSsmModeFloat64, n = tokens the recurrence ran and the inner length is m (above).
-// For kCudaAttention*, n = the longest key range (max seq_len) + 1 (a sink) and the inner length
-// is the head size.
 Tolerance tolerance_for(ToleranceCase which, int64_t reduction_length, int64_t inner_length);
+
+// --- parity: a backend's step results against the expected (reference) ones ----------------------
+// The rows `hybridtb parity` / `replay` use, keyed by the output, the model dtype, the KV-cache
+// dtype and the candidate's output dtype (compare.h fills the key from the batch). Notation:
+// u_out = u(candidate output dtype), u_m = u(model dtype), n = reduction length, D = head size.
+// Data magnitudes are those of O(1) (standard-normal-like) inputs: |v| ≤ V = 6, |logit| ≤ Λ = 32, and scale·‖q∘k‖₂ ≤ Λ₂ = 1 (exactly the normalisation a
+// softmax scale of D^-1/2 gives unit-rms data). Each row states its derivation in `rationale`.
+//
+// float64 candidate (the reference against itself or any float64 implementation): the float64
+// rows of tolerance_for (kAttentionFloat64 for attention, kSsmModeFloat64 for the SSM contribution
+// and pools; the fused output gets their sum). Deterministic code gives zero error.
+//
+// Attention output, float32/float16/bfloat16 candidate (a kernel that computes in float32):
+//   e32   = (2γ_n + 2γ_D·Λ + 2·2^-22·(2 + Λ))(float32)·V     fp32 sums of n keys, dot of D, __expf
+//           (the positive-weight sums are within γ_n relative, so o = Σp·v/Σp is within
+//           2γ_n·V; a logit error δ ≤ γ_D·Λ + the __expf error moves o by ≤ 2δ·V);
+//   e_P   = u_m·V   when the model dtype is 16-bit: P (or P·v_scale for per-token-head) is rounded to
+//           the value dtype before P·V; each term p·v gets relative error ≤ u_m, so Σp·v/Σp moves by
+//           ≤ u_m·V. (float32 models: no rounding of P; a kernel using TF32 must use the float16 row.)
+//   e_KV  = u_m·V + 2·λ·u_m·Λ₂·V  for fp8 per-tensor KV with a 16-bit model: the dequantised K and V
+//           are re-rounded to the model dtype. V: a convex combination of values each within u_m·V.
+//           K: the logit error Σ_i scale·q_i·k_i·ε_i (|ε_i| ≤ u_m) is bounded with the probabilistic
+//           model of Higham & Mary (2019; independent mean-zero roundings, Hoeffding) by λ·u_m·Λ₂,
+//           λ = 6 (failure probability ≤ 2e^-18 per logit); the worst-case bound u_m·Σ|q k| is ~√D
+//           looser than what any kernel shows. Per-token-head KV casts the raw int8/fp8 to the model
+//           dtype exactly and applies the scale in float32 (no extra term; the V scale is in e_P).
+//   atol  = e32 + e_P + e_KV + u_out·2^-6 (outputs near zero), rtol = u_out (the final store).
+// fp8 output (output_scale set): the stored value is e4m3(clamp(o / s)); the reference stores the
+// unrounded clamp: rtol = u(e4m3) = 2^-4, atol = 2^-10 (half the e4m3 subnormal spacing) +
+// (e32 + e_P + e_KV)/s_min with s_min = 0.25, the smallest output_scale hybridtb generates.
+// SSM contribution and pools, float32 kernel: the kSsmModeFloat64 chain argument in float32 — a
+// per-token chain of sums of ≤ m terms, errors adding (never growing, decay ≤ 1) over the n tokens
+// of this step: γ_{n+m}(float32)·(64 + 8·N) with 64 the chain's magnitude ratio (mamba1 with its
+// specs' initialisation) and 8·N the magnitude of a running-sum state after N = max seq_len tokens
+// of |x| < 8; rtol adds u_out (contribution stored in the output dtype) or u_pool (state stored in
+// the pool's dtype). A mode with a larger magnitude ratio needs its own row.
+// Fused output: attention row + SSM row (o = a + s, then one store: rtol = u_out + SSM rtol).
+// KV cache and per-token-head scale caches: bit-exact (tolerance 0): the write is a deterministic
+// quantisation (reshape_and_cache_flash) that every correct backend reproduces exactly.
+enum class Quantity : uint8_t {
+  kOutput,       // fused output [T, Hq, D]
+  kAttnOutput,   // attention alone [T, Hq, D]
+  kSsmOutput,    // SSM contribution [T, Hq, D]
+  kKvCache,      // [NB, 2, BS, Hkv, D] after the write
+  kScaleCache,   // k/v_scale_cache [NB, BS, Hkv] after the write
+  kSsmState,     // a state pool [S, ...] after the step
+};
+std::string_view to_string(Quantity quantity);
+
+struct ParityKey {
+  Quantity quantity = Quantity::kOutput;
+  DType model_dtype = DType::kBFloat16;
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
+  DType candidate_dtype = DType::kFloat64;  // the candidate's stored dtype for this quantity
+  DType compute_dtype = DType::kFloat32;    // the candidate's arithmetic: float64 selects the float64 rows
+  bool fp8_output = false;                  // output_scale set (decoder fp8 output)
+  int64_t reduction_length = 1;  // attention: max seq_len + 1 (a sink); SSM: max query_len (tokens scanned)
+  int64_t inner_length = 1;      // attention: head size; SSM: m = largest dimension of H, pools, weights
+  int64_t history_length = 0;    // SSM: max seq_len (tokens summarised by a state)
+};
+Tolerance parity_tolerance(const ParityKey& key);
+// The fused output of a layer with an SSM branch: the attention row plus the SSM row (atol and rtol
+// add: o = a + s, each part within its own bound).
+Tolerance fused_parity_tolerance(const ParityKey& attention_key, const ParityKey& ssm_key);
 
 }  // namespace hybridtb

@@ -1,0 +1,206 @@
+// hybridtb gen: realistic batch files from a model preset and a one-line mix (presets.h, mix.h).
+// Every file records the seed and the exact command that regenerates it bit for bit. Documented
+// in datasets/GENERATING.md; checked end to end by tests/gen/test_gen_cli.cpp.
+#include <chrono>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "commands.h"
+#include "hybridtb/batch_file.h"
+#include "hybridtb/error.h"
+#include "hybridtb/mix.h"
+#include "hybridtb/presets.h"
+
+namespace hybridtb::cli {
+
+namespace {
+
+const char* kGrammarHelp = R"(
+Mix grammar: terms joined by '+' (spaces around terms ignored), in any order:
+  dN@C      N decodes (1 token each) at context C
+  pNxL      N fresh prefills of L tokens (context 0)
+  cNxL@C    N chunks of L tokens continuing requests at context C >= 1
+  sNxK@C    N speculative decodes of K tokens (K = 1 + num_speculative_tokens >= 2) at context C;
+            sets num_speculative_tokens = K-1 and draws num_accepted_tokens in [1, K]
+  L, K and C take a k suffix (x1024): d64@4k = 64 decodes at context 4096.
+Requests come out decodes first, then chunks, then prefills (vLLM's order), whatever the order
+written. The canonical form (file names, provenance) writes multiples of 1024 with k.
+Example: hybridtb gen --preset mistral-7b --mix d32@8k+c1x512@2k+p2x1k --out step.h5
+         hybridtb gen --preset all --mix d64@4k --mix p1x2k --out-dir grid/
+                      (writes grid/<preset>__<canonical mix>.h5 for each pair)
+)";
+
+std::string presets_help() {
+  std::ostringstream out;
+  out << "\nPresets (--preset NAME, a comma list, or all):\n";
+  for (const Preset& p : presets()) {
+    out << "  " << p.name << ": " << p.description << "\n     ";
+    for (const std::string& s : p.settings) out << " " << s;
+    out << "\n";
+  }
+  out << "\nSettings (--set key=value, repeatable, applied after the preset):\n" << settings_help();
+  return out.str();
+}
+
+// Quotes a word for a POSIX shell if it holds anything but safe characters.
+std::string shell_word(const std::string& word) {
+  const bool safe = !word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                            "0123456789_.,@+=:/-%") == std::string::npos;
+  if (safe) return word;
+  std::string quoted = "'";
+  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+std::string human_bytes(int64_t bytes) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(1);
+  if (bytes >= (int64_t{1} << 30)) {
+    out << static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30) << " GiB";
+  } else {
+    out << static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 20) << " MiB";
+  }
+  return out.str();
+}
+
+}  // namespace
+
+Command add_gen_command(CLI::App& app) {
+  struct Options {
+    std::string preset;
+    std::vector<std::string> mixes;
+    std::vector<std::string> settings;
+    uint64_t seed = 0;
+    std::string out_path;
+    std::string out_dir;
+    int64_t pad_to = 0;
+    std::string prefix_hits = "0";
+    bool alias_blocks = false;
+    std::string ssm_slots = "auto";
+    bool no_shuffle = false;
+    std::string mamba_cache_mode, cudagraph_mode, capture_sizes;
+    bool list_presets = false;
+    bool quiet = false;
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand("gen", "Generate realistic batch files from a model preset and a mix");
+  cmd->add_option("--preset", opt->preset, "Model preset: a name, a comma list, or all (see below)");
+  cmd->add_option("--mix", opt->mixes, "The step's mix, e.g. d64@4k+p2x2k (repeatable or comma-separated; grammar below)")
+      ->delimiter(',');
+  cmd->add_option("--set", opt->settings, "Override a field: key=value (repeatable; keys below)");
+  cmd->add_option("--seed", opt->seed, "Seed of every random choice (printed and stored in the file)")
+      ->capture_default_str();
+  cmd->add_option("--out", opt->out_path, "Output file (one preset and one mix); written atomically");
+  cmd->add_option("--out-dir", opt->out_dir, "Output directory: writes DIR/<preset>__<canonical mix>.h5 for each pair");
+  cmd->add_option("--pad-to", opt->pad_to,
+                  "CUDA-graph padding of a decode-only mix: padding requests and token rows up to N (turns on full "
+                  "CUDA graphs with N among the capture sizes)");
+  cmd->add_option("--prefix-hits", opt->prefix_hits,
+                  "Prefix-cache hits: requests with context >= T tokens share the physical blocks of their first T "
+                  "tokens (k suffix allowed; full blocks only; mamba_cache_mode all also shares the SSM states)")
+      ->capture_default_str();
+  cmd->add_flag("--alias-blocks", opt->alias_blocks,
+                "Random block-table aliasing: blocks a request only reads are drawn with repeats from a small pool");
+  cmd->add_option("--ssm-slots", opt->ssm_slots,
+                  "A dedicated /batch/ssm_block_table: auto (on when the layer has an SSM branch) | on | off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  cmd->add_flag("--no-shuffle", opt->no_shuffle, "Consecutive block ids instead of shuffled ones");
+  cmd->add_option("--mamba-cache-mode", opt->mamba_cache_mode, "Same as --set mamba_cache_mode=...");
+  cmd->add_option("--cudagraph-mode", opt->cudagraph_mode, "Same as --set cudagraph_mode=...");
+  cmd->add_option("--capture-sizes", opt->capture_sizes, "Same as --set cudagraph_capture_sizes=... (comma list)");
+  cmd->add_flag("--list-presets", opt->list_presets, "Print the presets and the settings, then exit");
+  cmd->add_flag("--quiet", opt->quiet, "Print nothing on success");
+  cmd->footer(std::string(kGrammarHelp) + presets_help() +
+              "\nExit status: 0 success, 1 invalid settings or failed generation, 2 usage error.");
+
+  return {cmd, [opt] {
+            if (opt->list_presets) {
+              std::cout << presets_help();
+              return 0;
+            }
+            if (opt->preset.empty() || opt->mixes.empty()) {
+              std::cerr << "hybridtb gen: --preset and --mix are required (see hybridtb gen --help)\n";
+              return 2;
+            }
+            if (opt->out_path.empty() == opt->out_dir.empty()) {
+              std::cerr << "hybridtb gen: give exactly one of --out FILE and --out-dir DIR\n";
+              return 2;
+            }
+            // Everything is parsed and checked before anything is written.
+            const std::vector<std::string> preset_names = expand_preset_list(opt->preset);
+            std::vector<Mix> mixes;
+            for (const std::string& m : opt->mixes) mixes.push_back(parse_mix(m));
+            if (!opt->out_path.empty() && preset_names.size() * mixes.size() != 1) {
+              std::cerr << "hybridtb gen: --out takes one preset and one mix; use --out-dir for "
+                        << preset_names.size() * mixes.size() << " files\n";
+              return 2;
+            }
+            std::vector<std::string> settings = opt->settings;
+            if (!opt->mamba_cache_mode.empty()) settings.push_back("mamba_cache_mode=" + opt->mamba_cache_mode);
+            if (!opt->cudagraph_mode.empty()) settings.push_back("cudagraph_mode=" + opt->cudagraph_mode);
+            if (!opt->capture_sizes.empty()) settings.push_back("cudagraph_capture_sizes=" + opt->capture_sizes);
+            GenOptions gen;
+            gen.seed = opt->seed;
+            gen.pad_to = opt->pad_to;
+            try {
+              LayerSettings probe;  // reuse the integer parser (k suffix) of the settings
+              apply_setting(probe, "mamba_block_size=" + opt->prefix_hits);
+              gen.prefix_hit_tokens = probe.attention.mamba_block_size;
+            } catch (const Error&) {
+              throw Error("--prefix-hits: expected a token count (k suffix allowed), got '" + opt->prefix_hits + "'");
+            }
+            gen.alias_blocks = opt->alias_blocks;
+            gen.shuffle_blocks = !opt->no_shuffle;
+            if (opt->ssm_slots != "auto") gen.ssm_slots = opt->ssm_slots == "on";
+            std::vector<Layer> layers;
+            for (const std::string& name : preset_names) layers.push_back(make_layer(name, settings));
+
+            if (!opt->out_dir.empty()) std::filesystem::create_directories(opt->out_dir);
+            if (!opt->quiet) std::cout << "hybridtb gen: seed " << opt->seed << "\n";
+            for (size_t p = 0; p < preset_names.size(); ++p) {
+              for (const Mix& mix : mixes) {
+                const std::string mix_name = to_string(mix);
+                const std::string path = !opt->out_path.empty()
+                                             ? opt->out_path
+                                             : (std::filesystem::path(opt->out_dir) /
+                                                (preset_names[p] + "__" + mix_name + ".h5"))
+                                                   .string();
+                // The command that regenerates exactly this file (one preset, one mix).
+                std::string command = "hybridtb gen --preset " + preset_names[p] + " --mix " + mix_name +
+                                      " --seed " + std::to_string(opt->seed);
+                for (const std::string& s : settings) command += " --set " + shell_word(s);
+                if (gen.pad_to > 0) command += " --pad-to " + std::to_string(gen.pad_to);
+                if (gen.prefix_hit_tokens > 0) command += " --prefix-hits " + std::to_string(gen.prefix_hit_tokens);
+                if (gen.alias_blocks) command += " --alias-blocks";
+                if (gen.ssm_slots) command += std::string(" --ssm-slots ") + (*gen.ssm_slots ? "on" : "off");
+                if (!gen.shuffle_blocks) command += " --no-shuffle";
+                command += " --out " + shell_word(path);
+                GenOptions file_options = gen;
+                file_options.provenance = {{"preset", preset_names[p]}, {"generator_command", command}};
+
+                const auto start = std::chrono::steady_clock::now();
+                write_batch_file(path, generate_batch(layers[p], mix, file_options));  // freed before the check
+                const BatchFile check = read_batch_file(path);  // the reader validates what we wrote
+                const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+                if (!opt->quiet) {
+                  const BatchDescription& b = check.batch;
+                  const AttentionConfig& c = check.config;
+                  std::cout << "wrote " << path << ": " << preset_names[p] << " " << mix_name << ", " << b.num_reqs()
+                            << " requests, " << b.num_actual_tokens << " tokens";
+                  if (b.num_tokens() != b.num_actual_tokens) std::cout << " (padded to " << b.num_tokens() << ")";
+                  std::cout << ", " << (c.attn_type == AttnType::kDecoder ? check.inputs.kv_cache.size(0) : 0)
+                            << " KV blocks, " << to_string(c.dtype) << "/" << to_string(c.kv_cache_dtype)
+                            << ", ssm " << c.ssm_mode << ", " << human_bytes(batch_bytes(check)) << ", " << std::fixed
+                            << std::setprecision(2) << seconds << " s\n";
+                }
+              }
+            }
+            return 0;
+          }};
+}
+
+}  // namespace hybridtb::cli

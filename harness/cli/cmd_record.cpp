@@ -1,0 +1,65 @@
+// hybridtb record: run a trusted backend (the reference) on batch files and store its results as
+// /expected, atomically (temporary file + rename). Tested by tests/compare (`ctest -L compare`).
+// Exit status: 0 every file recorded, 2 bad input (unreadable or invalid file, unknown backend,
+// the backend rejected the batch) — the other files are still recorded.
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+#include "commands.h"
+#include "hybridtb/backend.h"
+#include "hybridtb/batch_file.h"
+#include "hybridtb/error.h"
+#include "hybridtb/step.h"
+#include "progress.h"
+
+namespace hybridtb::cli {
+
+Command add_record_command(CLI::App& app) {
+  struct Options {
+    std::vector<std::string> files;
+    std::string backend = "reference";
+    bool in_place = false;
+    std::string out_dir;
+    bool quiet = false;
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand(
+      "record", "Run a trusted backend on batch files and store its results as /expected (exit 0 ok, 2 bad input)");
+  cmd->add_option("files", opt->files, "hybrid-batch HDF5 files")->required();
+  cmd->add_option("--backend", opt->backend, "Backend whose results become /expected")->capture_default_str();
+  auto* in_place = cmd->add_flag("--in-place", opt->in_place, "Rewrite each file in place (the default)");
+  cmd->add_option("--out-dir", opt->out_dir, "Write <out-dir>/<file name> instead of rewriting the inputs")
+      ->excludes(in_place);
+  cmd->add_flag("--quiet", opt->quiet, "Print only errors");
+  return {cmd, [opt] {
+            int bad = 0;
+            if (!opt->out_dir.empty()) std::filesystem::create_directories(opt->out_dir);
+            ProgressBar progress(static_cast<int64_t>(opt->files.size()), !opt->quiet);
+            for (size_t i = 0; i < opt->files.size(); ++i) {
+              const std::string& path = opt->files[i];
+              progress.update(static_cast<int64_t>(i), path);
+              const std::string target =
+                  opt->out_dir.empty() ? path
+                                       : (std::filesystem::path(opt->out_dir) / std::filesystem::path(path).filename()).string();
+              try {
+                BatchFile file = read_batch_file(path);
+                auto backend = create_backend(opt->backend, BackendSettings{file.config, file.builder});
+                StepOutputs expected = run_step(*backend, file);
+                expected.backend = opt->backend;
+                file.expected = std::move(expected);
+                write_batch_file(target, file);
+                progress.clear();
+                if (!opt->quiet) std::cout << "recorded " << target << " (backend " << opt->backend << ")\n";
+              } catch (const Error& e) {
+                progress.clear();
+                std::cerr << "hybridtb record: " << path << ": error: " << e.what() << "\n";
+                ++bad;
+              }
+            }
+            progress.clear();
+            return bad > 0 ? 2 : 0;
+          }};
+}
+
+}  // namespace hybridtb::cli

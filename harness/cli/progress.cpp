@@ -1,0 +1,60 @@
+// The stderr progress bar (progress.h).
+#include "progress.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <sstream>
+
+namespace hybridtb::cli {
+
+namespace {
+constexpr double kShowAfterSeconds = 1.0;
+constexpr double kRedrawIntervalSeconds = 0.1;
+}  // namespace
+
+ProgressBar::ProgressBar(int64_t total, bool enabled, std::FILE* stream)
+    : total_(total),
+      active_(enabled && stream != nullptr && isatty(fileno(stream)) != 0),
+      stream_(stream),
+      start_(std::chrono::steady_clock::now()),
+      last_draw_(start_) {}
+
+ProgressBar::~ProgressBar() { clear(); }
+
+std::string ProgressBar::format_line(int64_t done, int64_t total, double elapsed_s, const std::string& label,
+                                     int width) {
+  const double fraction = total > 0 ? std::clamp(static_cast<double>(done) / static_cast<double>(total), 0.0, 1.0) : 1.0;
+  const int filled = static_cast<int>(std::lround(fraction * width));
+  std::ostringstream line;
+  line << "[" << std::string(static_cast<size_t>(filled), '#') << std::string(static_cast<size_t>(width - filled), '.')
+       << "] " << done << "/" << total << "  " << std::fixed << std::setprecision(1) << elapsed_s << "s";
+  if (done > 0 && done < total) {
+    line << "  ETA " << elapsed_s / static_cast<double>(done) * static_cast<double>(total - done) << "s";
+  }
+  if (!label.empty()) line << "  " << label;
+  return line.str();
+}
+
+void ProgressBar::update(int64_t done, const std::string& label) {
+  if (!active_) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  if (elapsed < kShowAfterSeconds) return;
+  if (drawn_ && std::chrono::duration<double>(now - last_draw_).count() < kRedrawIntervalSeconds) return;
+  last_draw_ = now;
+  drawn_ = true;
+  std::fprintf(stream_, "\r\033[K%s", format_line(done, total_, elapsed, label).c_str());
+  std::fflush(stream_);
+}
+
+void ProgressBar::clear() {
+  if (!active_ || !drawn_) return;
+  std::fprintf(stream_, "\r\033[K");
+  std::fflush(stream_);
+  drawn_ = false;
+}
+
+}  // namespace hybridtb::cli

@@ -1,0 +1,111 @@
+// The parity rows of the tolerance table (tolerance.h, parity_tolerance): positive, monotone in
+// the reduction length and in the dtype's unit roundoff, explained, and sharp at their edge; and
+// the progress bar's line. Run: ctest -L compare.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "hybridtb/error.h"
+#include "hybridtb/tolerance.h"
+#include "progress.h"
+
+namespace hybridtb {
+namespace {
+
+ParityKey key(Quantity q, DType dtype, KvCacheDtype kv, int64_t n, int64_t inner = 128) {
+  ParityKey k;
+  k.quantity = q;
+  k.model_dtype = dtype == DType::kFloat64 ? DType::kFloat32 : dtype;
+  k.kv_cache_dtype = kv;
+  k.candidate_dtype = dtype;
+  k.compute_dtype = dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+  k.reduction_length = n;
+  k.inner_length = inner;
+  k.history_length = n;
+  return k;
+}
+
+const DType kDtypesByRoundoff[] = {DType::kFloat64, DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+const KvCacheDtype kKvDtypes[] = {KvCacheDtype::kAuto, KvCacheDtype::kFp8E4M3, KvCacheDtype::kFp8E5M2,
+                                  KvCacheDtype::kInt8PerTokenHead, KvCacheDtype::kFp8PerTokenHead};
+const Quantity kFloatQuantities[] = {Quantity::kAttnOutput, Quantity::kOutput, Quantity::kSsmOutput,
+                                     Quantity::kSsmState};
+
+TEST(ParityTolerance, PositiveExplainedAndMonotone) {
+  for (const Quantity q : kFloatQuantities) {
+    for (const KvCacheDtype kv : kKvDtypes) {
+      double previous_atol = 0, previous_rtol = 0;
+      for (const DType dtype : kDtypesByRoundoff) {
+        SCOPED_TRACE(detail::concat(to_string(q), " ", to_string(kv), " ", to_string(dtype)));
+        const Tolerance short_t = parity_tolerance(key(q, dtype, kv, 16));
+        const Tolerance long_t = parity_tolerance(key(q, dtype, kv, 4096));
+        EXPECT_GT(short_t.atol, 0.0);
+        EXPECT_GT(short_t.rtol, 0.0);
+        EXPECT_FALSE(short_t.rationale.empty());
+        EXPECT_GT(long_t.atol, short_t.atol) << "monotone in the reduction length";
+        EXPECT_GE(long_t.rtol, short_t.rtol);
+        // Monotone in the unit roundoff: the error allowed at |expected| = 1 grows strictly (the
+        // SSM rows' atol is the float32 kernel's for every stored dtype; their rtol carries the store).
+        EXPECT_GE(long_t.atol, previous_atol);
+        EXPECT_GT(long_t.atol + long_t.rtol, previous_atol + previous_rtol) << "monotone in the unit roundoff";
+        previous_atol = long_t.atol;
+        previous_rtol = long_t.rtol;
+      }
+    }
+  }
+}
+
+TEST(ParityTolerance, FusedIsTheSumAndFp8OutputIsLooser) {
+  const ParityKey a = key(Quantity::kOutput, DType::kBFloat16, KvCacheDtype::kAuto, 512);
+  const ParityKey s = key(Quantity::kSsmOutput, DType::kBFloat16, KvCacheDtype::kAuto, 512);
+  const Tolerance fused = fused_parity_tolerance(a, s);
+  EXPECT_DOUBLE_EQ(fused.atol, parity_tolerance(a).atol + parity_tolerance(s).atol);
+  EXPECT_DOUBLE_EQ(fused.rtol, parity_tolerance(a).rtol + parity_tolerance(s).rtol);
+  ParityKey fp8 = a;
+  fp8.fp8_output = true;
+  EXPECT_GT(parity_tolerance(fp8).atol, parity_tolerance(a).atol);
+  EXPECT_EQ(parity_tolerance(fp8).rtol, std::ldexp(1.0, -4));
+  // fp8 KV adds the dequantisation term; per-token-head does not.
+  EXPECT_GT(parity_tolerance(key(Quantity::kAttnOutput, DType::kBFloat16, KvCacheDtype::kFp8E4M3, 512)).atol,
+            parity_tolerance(key(Quantity::kAttnOutput, DType::kBFloat16, KvCacheDtype::kInt8PerTokenHead, 512)).atol);
+  // Sanity against vLLM's own bf16 test tolerance (atol 1.5e-2): same order of magnitude.
+  const double bf16 = parity_tolerance(key(Quantity::kAttnOutput, DType::kBFloat16, KvCacheDtype::kAuto, 2048)).atol;
+  EXPECT_GT(bf16, 1.5e-3);
+  EXPECT_LT(bf16, 1.5e-1);
+}
+
+TEST(ParityTolerance, KvCacheIsExact) {
+  for (const DType dtype : kDtypesByRoundoff) {
+    const Tolerance t = parity_tolerance(key(Quantity::kKvCache, dtype, KvCacheDtype::kFp8E4M3, 100));
+    EXPECT_EQ(t.atol, 0.0);
+    EXPECT_EQ(t.rtol, 0.0);
+    EXPECT_FALSE(t.rationale.empty());
+    EXPECT_TRUE(t.allows(0.5, 0.5));
+    EXPECT_FALSE(t.allows(std::nextafter(0.5, 1.0), 0.5));
+  }
+}
+
+TEST(ParityTolerance, JustInsidePassesJustOutsideFails) {
+  for (const DType dtype : kDtypesByRoundoff) {
+    const Tolerance t = parity_tolerance(key(Quantity::kAttnOutput, dtype, KvCacheDtype::kAuto, 300));
+    const double expected = 1.0 / 1024;  // small, so that 1e-3 of a float64 allowance is representable
+    const double allowed = t.atol + t.rtol * expected;
+    EXPECT_TRUE(t.allows(expected + allowed * (1 - 1e-3), expected)) << to_string(dtype);
+    EXPECT_TRUE(t.allows(expected - allowed * (1 - 1e-3), expected)) << to_string(dtype);
+    EXPECT_FALSE(t.allows(expected + allowed * (1 + 1e-3), expected)) << to_string(dtype);
+    EXPECT_FALSE(t.allows(expected - allowed * (1 + 1e-3), expected)) << to_string(dtype);
+  }
+}
+
+TEST(ProgressBar, LineShowsCountsElapsedEtaAndLabel) {
+  const std::string line = cli::ProgressBar::format_line(3, 12, 1.5, "a.h5", 8);
+  EXPECT_EQ(line, "[##......] 3/12  1.5s  ETA 4.5s  a.h5");
+  EXPECT_EQ(cli::ProgressBar::format_line(12, 12, 2.0, "", 4), "[####] 12/12  2.0s");
+  // Not a terminal: every call is a no-op (nothing to observe but no crash).
+  cli::ProgressBar bar(2, true, stderr);
+  bar.update(1, "x");
+  bar.clear();
+}
+
+}  // namespace
+}  // namespace hybridtb
