@@ -109,7 +109,7 @@ TEST(Compare, PerturbedAttentionElementIsLocated) {
   store_from_double(attn.data(), attn.dtype(), index, load_as_double(attn.data(), attn.dtype(), index) + 0.5);
   const ComparisonReport report = compare_step(c.file, candidate, c.expected);
   EXPECT_FALSE(report.passed());
-  const QuantityReport& q = quantity(report, "attn_output");
+  const QuantityReport q = quantity(report, "attn_output");
   EXPECT_FALSE(q.passed);
   EXPECT_EQ(q.outside, 1);
   ASSERT_TRUE(q.worst.has_value());
@@ -131,7 +131,7 @@ TEST(Compare, InjectedNaNIsCountedAsAMismatch) {
   store_from_double(out.data(), out.dtype(), 5, std::numeric_limits<double>::quiet_NaN());
   store_from_double(out.data(), out.dtype(), 9, std::numeric_limits<double>::infinity());
   const ComparisonReport report = compare_step(c.file, candidate, c.expected);
-  const QuantityReport& q = quantity(report, "output");
+  const QuantityReport q = quantity(report, "output");
   EXPECT_FALSE(q.passed);
   EXPECT_EQ(q.nan_mismatch, 1);
   EXPECT_EQ(q.inf_mismatch, 1);
@@ -147,7 +147,7 @@ TEST(Compare, WrittenPaddingRowIsReported) {
   const TensorView out = candidate.attn_output;
   store_from_double(out.data(), out.dtype(), out.offset({c.file.batch.num_actual_tokens, 0, 0}), 0.0);
   const ComparisonReport report = compare_step(c.file, candidate, c.expected);
-  const QuantityReport& q = quantity(report, "attn_output");
+  const QuantityReport q = quantity(report, "attn_output");
   EXPECT_FALSE(q.passed);
   EXPECT_EQ(q.outside, 0);
   EXPECT_EQ(q.padding_written, 1);
@@ -167,7 +167,7 @@ TEST(Compare, FlippedKvCacheByteIsLocated) {
   bytes[index] ^= 0x01;
   if (std::isnan(before) || std::isnan(load_as_double(kv.data(), kv.dtype(), index))) bytes[index] ^= 0x03;
   const ComparisonReport report = compare_step(c.file, candidate, c.expected);
-  const QuantityReport& q = quantity(report, "kv_cache");
+  const QuantityReport q = quantity(report, "kv_cache");
   EXPECT_FALSE(q.passed);
   EXPECT_EQ(q.tolerance.atol, 0.0);
   EXPECT_EQ(q.outside, 1);
@@ -200,7 +200,7 @@ TEST(Compare, ChangedPoolSlotIsLocatedAndStrayWritesAreCaught) {
     const int64_t index = touched * slot_size + 1;
     store_from_double(p.data(), p.dtype(), index, load_as_double(p.data(), p.dtype(), index) + 4.0);
     const ComparisonReport report = compare_step(c.file, candidate, c.expected);
-    const QuantityReport& q = quantity(report, "ssm/" + name);
+    const QuantityReport q = quantity(report, "ssm/" + name);
     EXPECT_FALSE(q.passed);
     ASSERT_TRUE(q.worst.has_value());
     EXPECT_EQ(q.worst->at("slot"), touched);
@@ -225,7 +225,7 @@ TEST(Compare, ChangedPoolSlotIsLocatedAndStrayWritesAreCaught) {
       store_from_double(p.data(), p.dtype(), stray * (p.numel() / p.size(0)), 123.0);
     }
     const ComparisonReport report = compare_step(c.file, candidate, expected);
-    const QuantityReport& q = quantity(report, "ssm/" + name);
+    const QuantityReport q = quantity(report, "ssm/" + name);
     EXPECT_FALSE(q.passed);
     EXPECT_EQ(q.outside, 0);
     EXPECT_EQ(q.untouched_written, 1);
