@@ -1,5 +1,6 @@
 // hybridtb — the command-line tool: one binary, one subcommand per file (commands.h).
-// Exit status: 0 success, 1 invalid input or failed run (message on stderr), 2 usage error.
+// Exit status: 0 success, 1 invalid input or failed run (message on stderr), 2 usage error;
+// parity/replay/record refine it (0 pass, 1 mismatch, 2 bad input: see cmd_parity.cpp).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
