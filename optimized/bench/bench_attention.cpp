@@ -8,7 +8,9 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <ctime>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -94,6 +96,27 @@ double gemm_tflops(cudaStream_t stream) {
   const double ms = median_ms(10, stream, run);
   cublasDestroy(handle);
   return 2.0 * n * static_cast<double>(n) * n / (ms * 1e-3) / 1e12;
+}
+
+// What a recorded result must carry: commit, build, date, driver/runtime and the clocks the device
+// reports (cudaDeviceGetAttribute; CUDA 13 removed cudaDeviceProp::clockRate). The clocks are the
+// maximum ones; a throttled run shows as a lower achieved bandwidth against the same-run ceiling.
+nlohmann::json run_environment() {
+  int driver = 0, runtime = 0, sm_khz = 0, mem_khz = 0;
+  HYBRIDTB_CUDA_CHECK(cudaDriverGetVersion(&driver));
+  HYBRIDTB_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, 0));
+  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, 0));
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return {{"commit", HYBRIDTB_GIT_COMMIT},
+          {"build_type", HYBRIDTB_BUILD_TYPE},
+          {"date_utc", date},
+          {"cuda_driver_version", driver},
+          {"cuda_runtime_version", runtime},
+          {"max_sm_clock_mhz", sm_khz / 1000},
+          {"max_mem_clock_mhz", mem_khz / 1000}};
 }
 
 nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, bool quick) {
@@ -211,6 +234,7 @@ int main(int argc, char** argv) {
     nlohmann::json report;
     report["device"] = prop.name;
     report["sms"] = prop.multiProcessorCount;
+    report["environment"] = run_environment();
     const double read = bench::measure_read_bandwidth(int64_t{4} << 30, 10, stream);
     const double copy = bench::measure_copy_bandwidth(int64_t{2} << 30, 10, stream);
     const double gemm = gemm_tflops(stream);
