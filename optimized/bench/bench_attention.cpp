@@ -23,6 +23,7 @@
 
 #include "attention/attention_plan.h"
 #include "bench/bench_kernels.h"
+#include "bench/event_timer.h"
 #include "common/cuda_check.h"
 #include "common/device_memory.h"
 
@@ -53,27 +54,6 @@ struct DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 };
 
-template <typename Fn>
-double median_ms(int reps, cudaStream_t stream, Fn fn) {
-  cudaEvent_t start;
-  cudaEvent_t stop;
-  HYBRIDTB_CUDA_CHECK(cudaEventCreate(&start));
-  HYBRIDTB_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> times;
-  for (int r = 0; r < reps; ++r) {
-    HYBRIDTB_CUDA_CHECK(cudaEventRecord(start, stream));
-    fn();
-    HYBRIDTB_CUDA_CHECK(cudaEventRecord(stop, stream));
-    HYBRIDTB_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    HYBRIDTB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  HYBRIDTB_CUDA_CHECK(cudaEventDestroy(start));
-  HYBRIDTB_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(times.begin(), times.end());
-  return static_cast<double>(times[times.size() / 2]);
-}
 
 double gemm_tflops(cudaStream_t stream) {
   const int n = 8192;
@@ -93,7 +73,7 @@ double gemm_tflops(cudaStream_t stream) {
     if (status != CUBLAS_STATUS_SUCCESS) throw Error("cublasGemmEx failed");
   };
   run();
-  const double ms = median_ms(10, stream, run);
+  const double ms = bench::median_ms(10, stream, run);
   cublasDestroy(handle);
   return 2.0 * n * static_cast<double>(n) * n / (ms * 1e-3) / 1e12;
 }
@@ -189,9 +169,9 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
   runner.launch(stream);  // warm-up
   runner.launch(stream);
   HYBRIDTB_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const double once = median_ms(1, stream, [&] { runner.launch(stream); });
+  const double once = bench::median_ms(1, stream, [&] { runner.launch(stream); });
   const int reps = std::clamp(static_cast<int>((quick ? 100.0 : 300.0) / std::max(once, 1e-3)), 5, 50);
-  const double ms = median_ms(reps, stream, [&] { runner.launch(stream); });
+  const double ms = bench::median_ms(reps, stream, [&] { runner.launch(stream); });
 
   const double bytes = static_cast<double>(kv_tokens) * static_cast<double>(hkv * d * 2 * 2) +
                        2.0 * static_cast<double>(t * hq * d * 2);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "bench/event_timer.h"
 #include "common/cuda_check.h"
 
 namespace hybridtb::cuda::bench {
@@ -48,28 +49,6 @@ __global__ void read_kernel(const uint4* data, int64_t count, unsigned* sink) {
   if (acc == 0x12345678u) *sink = acc;  // keeps the loads alive
 }
 
-template <typename Fn>
-double median_ms(int reps, cudaStream_t stream, Fn fn) {
-  cudaEvent_t start;
-  cudaEvent_t stop;
-  HYBRIDTB_CUDA_CHECK(cudaEventCreate(&start));
-  HYBRIDTB_CUDA_CHECK(cudaEventCreate(&stop));
-  fn();  // warm-up
-  std::vector<float> times;
-  for (int r = 0; r < reps; ++r) {
-    HYBRIDTB_CUDA_CHECK(cudaEventRecord(start, stream));
-    fn();
-    HYBRIDTB_CUDA_CHECK(cudaEventRecord(stop, stream));
-    HYBRIDTB_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    HYBRIDTB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  HYBRIDTB_CUDA_CHECK(cudaEventDestroy(start));
-  HYBRIDTB_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
 
 }  // namespace
 
@@ -90,7 +69,7 @@ double measure_read_bandwidth(int64_t bytes, int reps, cudaStream_t stream) {
   const double ms = median_ms(reps, stream, [&] {
     read_kernel<<<sms * 8, 512, 0, stream>>>(static_cast<const uint4*>(buffer), count, sink);
     HYBRIDTB_CUDA_CHECK_LAUNCH();
-  });
+  }, /*warmup=*/1);
   HYBRIDTB_CUDA_CHECK(cudaFree(buffer));
   HYBRIDTB_CUDA_CHECK(cudaFree(sink));
   return static_cast<double>(bytes) / (ms * 1e-3);
@@ -104,7 +83,7 @@ double measure_copy_bandwidth(int64_t bytes, int reps, cudaStream_t stream) {
   fill_normal_16bit(a, bytes / 2, false, 9, stream);
   const double ms = median_ms(reps, stream, [&] {
     HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(b, a, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream));
-  });
+  }, /*warmup=*/1);
   HYBRIDTB_CUDA_CHECK(cudaFree(a));
   HYBRIDTB_CUDA_CHECK(cudaFree(b));
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
