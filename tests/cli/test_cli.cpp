@@ -9,6 +9,7 @@
 
 #include "examples.h"
 #include "hybridtb/batch_file.h"
+#include "batch_checks.h"
 #include "test_paths.h"
 
 namespace hybridtb {
@@ -50,22 +51,7 @@ TEST(Cli, CommittedExamplesMatchTheirGenerator) {
     SCOPED_TRACE(example.file_name);
     const BatchFile committed = read_batch_file(example_path(example.file_name).string());
     const BatchFile regenerated = example.make();
-    EXPECT_TRUE(bitwise_equal(committed.inputs.query, regenerated.inputs.query));
-    EXPECT_TRUE(bitwise_equal(committed.inputs.key, regenerated.inputs.key));
-    EXPECT_TRUE(bitwise_equal(committed.inputs.value, regenerated.inputs.value));
-    EXPECT_TRUE(bitwise_equal(committed.inputs.kv_cache, regenerated.inputs.kv_cache));
-    EXPECT_EQ(committed.batch.block_table, regenerated.batch.block_table);
-    EXPECT_EQ(committed.batch.slot_mapping, regenerated.batch.slot_mapping);
-    EXPECT_EQ(committed.config.sinks, regenerated.config.sinks);
-    EXPECT_EQ(committed.config.ssm_params, regenerated.config.ssm_params);
-    ASSERT_EQ(committed.inputs.ssm_state.size(), regenerated.inputs.ssm_state.size());
-    for (const auto& [name, pool] : regenerated.inputs.ssm_state) {
-      EXPECT_TRUE(bitwise_equal(committed.inputs.ssm_state.at(name), pool)) << name;
-    }
-    ASSERT_EQ(committed.inputs.weights.size(), regenerated.inputs.weights.size());
-    for (const auto& [name, weight] : regenerated.inputs.weights) {
-      EXPECT_TRUE(bitwise_equal(committed.inputs.weights.at(name), weight)) << name;
-    }
+    testing::expect_same_batch_inputs(committed, regenerated);
   }
 }
 

@@ -26,6 +26,7 @@
 #include <sstream>
 
 #include "hybridtb/batch_file.h"
+#include "batch_checks.h"
 #include "test_paths.h"
 
 namespace hybridtb {
@@ -95,14 +96,6 @@ TEST(RecordedDatasets, AllFilesReplayOnTheReference) {
   EXPECT_NE(out.find(want), std::string::npos) << "expected '" << want << "' in:\n" << out;
 }
 
-void expect_same_tensor_map(const std::map<std::string, Tensor>& a, const std::map<std::string, Tensor>& b) {
-  ASSERT_EQ(a.size(), b.size());
-  for (const auto& [name, t] : a) {
-    ASSERT_TRUE(b.count(name)) << name;
-    EXPECT_TRUE(bitwise_equal(t, b.at(name))) << name;
-  }
-}
-
 TEST(RecordedDatasets, QuickFileRegeneratesBitIdentically) {
   const nlohmann::json m = manifest();
   const auto it = std::find_if(m["datasets"].begin(), m["datasets"].end(),
@@ -118,25 +111,7 @@ TEST(RecordedDatasets, QuickFileRegeneratesBitIdentically) {
   const BatchFile committed = read_batch_file((recorded_dir() / file).string());
   const BatchFile regenerated = read_batch_file((dir / file).string());
   EXPECT_EQ(committed.provenance, regenerated.provenance);  // seed, mix, preset, generator_command
-  EXPECT_EQ(committed.batch.query_start_loc, regenerated.batch.query_start_loc);
-  EXPECT_EQ(committed.batch.seq_lens, regenerated.batch.seq_lens);
-  EXPECT_EQ(committed.batch.block_table, regenerated.batch.block_table);
-  EXPECT_EQ(committed.batch.slot_mapping, regenerated.batch.slot_mapping);
-  EXPECT_EQ(committed.batch.num_actual_tokens, regenerated.batch.num_actual_tokens);
-  EXPECT_EQ(committed.batch.ssm_block_table, regenerated.batch.ssm_block_table);
-  EXPECT_EQ(committed.batch.num_accepted_tokens, regenerated.batch.num_accepted_tokens);
-  EXPECT_EQ(committed.config.sinks, regenerated.config.sinks);
-  EXPECT_EQ(committed.config.ssm_params, regenerated.config.ssm_params);
-  EXPECT_TRUE(bitwise_equal(committed.inputs.query, regenerated.inputs.query));
-  EXPECT_TRUE(bitwise_equal(committed.inputs.key, regenerated.inputs.key));
-  EXPECT_TRUE(bitwise_equal(committed.inputs.value, regenerated.inputs.value));
-  EXPECT_TRUE(bitwise_equal(committed.inputs.kv_cache, regenerated.inputs.kv_cache));
-  EXPECT_TRUE(bitwise_equal(committed.inputs.k_scale_cache, regenerated.inputs.k_scale_cache));
-  EXPECT_TRUE(bitwise_equal(committed.inputs.v_scale_cache, regenerated.inputs.v_scale_cache));
-  EXPECT_EQ(committed.inputs.k_scale, regenerated.inputs.k_scale);
-  EXPECT_EQ(committed.inputs.v_scale, regenerated.inputs.v_scale);
-  expect_same_tensor_map(committed.inputs.ssm_state, regenerated.inputs.ssm_state);
-  expect_same_tensor_map(committed.inputs.weights, regenerated.inputs.weights);
+  testing::expect_same_batch_inputs(committed, regenerated);
 }
 
 TEST(Capture, SyntheticCaptureValidatesRecordsAndReplays) {

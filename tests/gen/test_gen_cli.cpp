@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "batch_checks.h"
 #include "hybridtb/batch_file.h"
 #include "test_paths.h"
 
@@ -16,22 +17,6 @@ using ::testing::HasSubstr;
 using testing::run_command;
 
 std::string cli() { return HYBRIDTB_CLI; }
-
-void expect_same_file_contents(const BatchFile& a, const BatchFile& b) {
-  EXPECT_TRUE(bitwise_equal(a.inputs.query, b.inputs.query));
-  EXPECT_TRUE(bitwise_equal(a.inputs.key, b.inputs.key));
-  EXPECT_TRUE(bitwise_equal(a.inputs.value, b.inputs.value));
-  EXPECT_TRUE(bitwise_equal(a.inputs.kv_cache, b.inputs.kv_cache));
-  EXPECT_EQ(a.batch.block_table, b.batch.block_table);
-  EXPECT_EQ(a.batch.slot_mapping, b.batch.slot_mapping);
-  EXPECT_EQ(a.batch.ssm_block_table, b.batch.ssm_block_table);
-  EXPECT_EQ(a.config.sinks, b.config.sinks);
-  EXPECT_EQ(a.config.ssm_params, b.config.ssm_params);
-  ASSERT_EQ(a.inputs.weights.size(), b.inputs.weights.size());
-  for (const auto& [name, w] : a.inputs.weights) EXPECT_TRUE(bitwise_equal(w, b.inputs.weights.at(name))) << name;
-  ASSERT_EQ(a.inputs.ssm_state.size(), b.inputs.ssm_state.size());
-  for (const auto& [name, s] : a.inputs.ssm_state) EXPECT_TRUE(bitwise_equal(s, b.inputs.ssm_state.at(name))) << name;
-}
 
 TEST(GenCli, HelpDocumentsTheGrammarThePresetsAndTheKeys) {
   std::string out;
@@ -91,7 +76,7 @@ TEST(GenCli, TheRecordedCommandRegeneratesTheFileBitForBit) {
   command = cli() + command.substr(std::string("hybridtb").size(), out_at - 8) + " --out " + second.string();
   ASSERT_EQ(run_command(command, &out), 0) << command << "\n" << out;
   const BatchFile b = read_batch_file(second.string());
-  expect_same_file_contents(a, b);
+  testing::expect_same_batch_inputs(a, b);
   EXPECT_EQ(b.provenance.at("generator_command").substr(0, out_at), a.provenance.at("generator_command").substr(0, out_at));
 }
 

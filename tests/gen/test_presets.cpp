@@ -7,6 +7,7 @@
 #include <cmath>
 #include <set>
 
+#include "batch_checks.h"
 #include "hybridtb/backend.h"
 #include "hybridtb/error.h"
 #include "hybridtb/presets.h"
@@ -37,20 +38,6 @@ void expect_replays(const BatchFile& file) {
   expect_finite_rows(out.output, file.batch.num_actual_tokens, "output");
   expect_finite_rows(out.attn_output, file.batch.num_actual_tokens, "attn_output");
   if (file.config.has_ssm_branch()) expect_finite_rows(out.ssm_output, file.batch.num_actual_tokens, "ssm_output");
-}
-
-void expect_same_inputs(const BatchFile& a, const BatchFile& b) {
-  EXPECT_TRUE(bitwise_equal(a.inputs.query, b.inputs.query));
-  EXPECT_TRUE(bitwise_equal(a.inputs.key, b.inputs.key));
-  EXPECT_TRUE(bitwise_equal(a.inputs.value, b.inputs.value));
-  EXPECT_TRUE(bitwise_equal(a.inputs.kv_cache, b.inputs.kv_cache));
-  EXPECT_EQ(a.batch.block_table, b.batch.block_table);
-  EXPECT_EQ(a.batch.slot_mapping, b.batch.slot_mapping);
-  EXPECT_EQ(a.batch.ssm_block_table, b.batch.ssm_block_table);
-  ASSERT_EQ(a.inputs.weights.size(), b.inputs.weights.size());
-  for (const auto& [name, w] : a.inputs.weights) EXPECT_TRUE(bitwise_equal(w, b.inputs.weights.at(name))) << name;
-  ASSERT_EQ(a.inputs.ssm_state.size(), b.inputs.ssm_state.size());
-  for (const auto& [name, s] : a.inputs.ssm_state) EXPECT_TRUE(bitwise_equal(s, b.inputs.ssm_state.at(name))) << name;
 }
 
 // A cheap hybrid layer on the hymba-small preset (the mode and its sizes shrunk).
@@ -205,7 +192,7 @@ TEST(Presets, SameSeedSameBytesOtherSeedOtherBytes) {
   const BatchFile a = generate_batch(layer, mix, {.seed = 11});
   const BatchFile b = generate_batch(layer, mix, {.seed = 11});
   const BatchFile c = generate_batch(layer, mix, {.seed = 12});
-  expect_same_inputs(a, b);
+  testing::expect_same_batch_inputs(a, b);
   EXPECT_FALSE(bitwise_equal(a.inputs.query, c.inputs.query));
   EXPECT_FALSE(bitwise_equal(a.inputs.kv_cache, c.inputs.kv_cache));
   EXPECT_FALSE(bitwise_equal(a.inputs.weights.at("in_proj"), c.inputs.weights.at("in_proj")));

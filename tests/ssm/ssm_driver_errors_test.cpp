@@ -26,23 +26,6 @@ namespace {
 namespace ssm = reference::ssm;
 using ::testing::HasSubstr;
 
-// A per-request mode whose behaviour is set by its name; stateless unless it declares pools.
-class TestMode : public ssm::Mode {
- public:
-  explicit TestMode(std::string name) : name_(std::move(name)) {}
-  std::string name() const override { return name_; }
-  std::string description() const override { return "a deliberately broken test-only mode"; }
-  std::vector<ssm::TensorSpec> state_specs(const ssm::ModeShape& /*shape*/) const override { return {}; }
-  std::vector<ssm::TensorSpec> weight_specs(const ssm::ModeShape& /*shape*/) const override { return {}; }
-  void advance(const ssm::Weights& /*weights*/, ssm::State& /*state*/, const Matrix& x, Matrix& y,
-               bool /*decode*/) const override {
-    y.setZero(x.rows(), x.cols());
-  }
-
- private:
-  std::string name_;
-};
-
 // Returns one column too many: the seed's HybridAttentionImpl shape check must fire.
 class BrokenShapeMode final : public TestMode {
  public:

@@ -117,27 +117,11 @@ TEST(SsmModeRegistry, UnknownNameListsTheKnownModes) {
   for (const std::string& name : ssm::ModeRegistry::instance().names()) EXPECT_THAT(message, HasSubstr(name));
 }
 
-class NamedMode final : public ssm::Mode {
- public:
-  explicit NamedMode(std::string name) : name_(std::move(name)) {}
-  std::string name() const override { return name_; }
-  std::string description() const override { return "test"; }
-  std::vector<ssm::TensorSpec> state_specs(const ssm::ModeShape& /*shape*/) const override { return {}; }
-  std::vector<ssm::TensorSpec> weight_specs(const ssm::ModeShape& /*shape*/) const override { return {}; }
-  void advance(const ssm::Weights& /*weights*/, ssm::State& /*state*/, const Matrix& x, Matrix& y,
-               bool /*decode*/) const override {
-    y.setZero(x.rows(), x.cols());
-  }
-
- private:
-  std::string name_;
-};
-
 TEST(SsmModeRegistry, RejectsDuplicateNamesAndNone) {
   ssm::ModeRegistry registry;  // a private one: the global registry stays as built
-  registry.add(std::make_unique<NamedMode>("a"));
-  EXPECT_THAT(error_of([&] { registry.add(std::make_unique<NamedMode>("a")); }), HasSubstr("registered twice"));
-  EXPECT_THAT(error_of([&] { registry.add(std::make_unique<NamedMode>("none")); }), HasSubstr("invalid ssm_mode name"));
+  registry.add(std::make_unique<TestMode>("a"));
+  EXPECT_THAT(error_of([&] { registry.add(std::make_unique<TestMode>("a")); }), HasSubstr("registered twice"));
+  EXPECT_THAT(error_of([&] { registry.add(std::make_unique<TestMode>("none")); }), HasSubstr("invalid ssm_mode name"));
   EXPECT_EQ(registry.names(), std::vector<std::string>{"a"});
 }
 

@@ -28,6 +28,28 @@ using Pools = std::map<std::string, Tensor>;
 inline constexpr int64_t kGenericParameterValue = 4;
 
 const reference::ssm::Mode& mode_named(const std::string& name);
+
+// A test-only per-request mode with the name it is given: stateless, no weights, a zero
+// contribution. Tests derive from it to break one thing at a time, or register it by name.
+class TestMode : public reference::ssm::Mode {
+ public:
+  explicit TestMode(std::string name) : name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+  std::string description() const override { return "a test-only mode"; }
+  std::vector<reference::ssm::TensorSpec> state_specs(const reference::ssm::ModeShape& /*shape*/) const override {
+    return {};
+  }
+  std::vector<reference::ssm::TensorSpec> weight_specs(const reference::ssm::ModeShape& /*shape*/) const override {
+    return {};
+  }
+  void advance(const reference::ssm::Weights& /*weights*/, reference::ssm::State& /*state*/, const Matrix& x,
+               Matrix& y, bool /*decode*/) const override {
+    y.setZero(x.rows(), x.cols());
+  }
+
+ private:
+  std::string name_;
+};
 // True for modes whose rule is not per request (forward_whole_step takes the step): the
 // per-request relations (chunked == one-shot, mixed == alone, slots) do not apply to them.
 bool runs_whole_steps(const reference::ssm::Mode& mode);
