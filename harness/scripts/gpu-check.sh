@@ -2,10 +2,14 @@
 # The whole GPU check in one go, on the GPU machine (H100/H200, no network):
 #   bash harness/scripts/gpu-check.sh OUTDIR
 # configure + build (build-gpu/, all cores) → ctest (every test, GPU ones included) →
-# compute-sanitizer memcheck + racecheck on the Small* GPU cases (one of each kind) →
+# compute-sanitizer memcheck + racecheck on the Small* cases of every GPU test binary →
 # `hybridtb parity --backend cuda` against the reference on every datasets/examples/*.h5 →
-# the attention benchmark (JSON). Writes build.log, ctest.log, sanitizer.log, examples.log,
-# parity.json, bench.log, bench.json and summary.txt into OUTDIR and prints the summary table last.
+# the generated parity sweep (harness/scripts/parity-sweep.sh) → the attention benchmark (JSON)
+# → the SSM benchmark (when built) → the PyTorch peer on the same shapes and the ratio to it.
+# Writes build.log, ctest.log, sanitizer.log, examples.log, parity.json, sweep/, bench.log,
+# bench.json, bench-ssm.*, peer.log, peer.json, peer-ratio.json and summary.txt into OUTDIR and
+# prints the summary table last. HYBRIDTB_GIT_COMMIT in the environment names the commit where the
+# tree has no .git (the device machine gets a copy without it).
 # Exit status: 0 if every stage passed, 1 otherwise (later stages still run).
 set -uo pipefail
 
@@ -27,14 +31,15 @@ START=$(date +%s)
 
 record() {  # record STAGE STATUS DETAIL
   printf '%-12s %-5s %s\n' "$1" "$2" "$3" >>"$SUMMARY"
-  [[ "$2" == "ok" ]] || FAILED=1
+  [[ "$2" == "ok" || "$2" == "skip" ]] || FAILED=1
 }
 
 # --- build --------------------------------------------------------------------------------------
 t0=$(date +%s)
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv || true
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DHYBRIDTB_CUDA=ON &&
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DHYBRIDTB_CUDA=ON \
+    ${HYBRIDTB_GIT_COMMIT:+-DHYBRIDTB_GIT_COMMIT=$HYBRIDTB_GIT_COMMIT} &&
     cmake --build "$BUILD" -j"$JOBS"
 } >"$OUT/build.log" 2>&1
 if [[ $? -ne 0 ]]; then
@@ -57,10 +62,14 @@ record ctest "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$line; $gpu_skipped s
 t0=$(date +%s)
 : >"$OUT/sanitizer.log"
 san_rc=0
-for tool in memcheck racecheck; do
-  echo "=== compute-sanitizer --tool $tool (Small* cases) ===" >>"$OUT/sanitizer.log"
-  compute-sanitizer --tool "$tool" --error-exitcode 3 \
-    "$BUILD/tests/cuda/cuda_backend_test" --gtest_filter='*Small*' >>"$OUT/sanitizer.log" 2>&1 || san_rc=1
+for binary in "$BUILD"/tests/cuda/cuda_*_test; do
+  [[ -x "$binary" ]] || continue
+  "$binary" --gtest_list_tests 2>/dev/null | grep -q 'Small' || continue
+  for tool in memcheck racecheck; do
+    echo "=== compute-sanitizer --tool $tool $(basename "$binary") (Small* cases) ===" >>"$OUT/sanitizer.log"
+    compute-sanitizer --tool "$tool" --error-exitcode 3 "$binary" --gtest_filter='*Small*' \
+      >>"$OUT/sanitizer.log" 2>&1 || san_rc=1
+  done
 done
 record sanitizer "$([[ $san_rc -eq 0 ]] && echo ok || echo FAIL)" \
   "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tr '\n' ';') ($(( $(date +%s) - t0 )) s)"
@@ -73,11 +82,38 @@ rc=$?
 record examples "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" \
   "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/examples.log" | tail -1); $(grep -E 'not supported' "$OUT/examples.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
 
-# --- benchmark -----------------------------------------------------------------------------------
+# --- generated parity sweep (every preset x the standard mixes x dtypes x KV dtypes) -----------
+if [[ -f harness/scripts/parity-sweep.sh ]]; then
+  t0=$(date +%s)
+  PATH="$ROOT/$BUILD/harness/cli:$PATH" bash harness/scripts/parity-sweep.sh "$OUT/sweep" --backend cuda \
+    >"$OUT/sweep.log" 2>&1
+  rc=$?
+  record sweep "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$(tail -1 "$OUT/sweep.log") ($(( $(date +%s) - t0 )) s)"
+fi
+
+# --- benchmarks ----------------------------------------------------------------------------------
 t0=$(date +%s)
 "$BUILD/optimized/hybridtb_bench_attention" --out "$OUT/bench.json" >"$OUT/bench.log" 2>&1
 rc=$?
 record bench "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "bench.json ($(( $(date +%s) - t0 )) s)"
+if [[ -x "$BUILD/optimized/hybridtb_bench_ssm" ]]; then
+  t0=$(date +%s)
+  "$BUILD/optimized/hybridtb_bench_ssm" --out "$OUT/bench-ssm.json" >"$OUT/bench-ssm.log" 2>&1
+  rc=$?
+  record bench-ssm "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "bench-ssm.json ($(( $(date +%s) - t0 )) s)"
+fi
+
+# --- PyTorch peer on the same shapes (torch is on the GPU machine) -------------------------------
+if python3 -c 'import torch' 2>/dev/null; then
+  t0=$(date +%s)
+  python3 experiments/peers/torch_attention_peer.py --out "$OUT/peer.json" >"$OUT/peer.log" 2>&1 &&
+    python3 experiments/peers/peer_ratio.py "$OUT/bench.json" "$OUT/peer.json" --out "$OUT/peer-ratio.json" \
+      >"$OUT/peer-ratio.log" 2>&1
+  rc=$?
+  record peer "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "peer.json, peer-ratio.json ($(( $(date +%s) - t0 )) s)"
+else
+  record peer skip "python3 cannot import torch"
+fi
 
 # --- summary -------------------------------------------------------------------------------------
 {
@@ -86,6 +122,8 @@ record bench "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "bench.json ($(( $(dat
   grep -E '\*\*\*Failed|Failed  |\(Failed\)' "$OUT/ctest.log" | head -20
   echo "--- benchmark ---"
   cat "$OUT/bench.log"
+  [[ -f "$OUT/bench-ssm.log" ]] && { echo "--- SSM benchmark ---"; cat "$OUT/bench-ssm.log"; }
+  [[ -f "$OUT/peer-ratio.log" ]] && { echo "--- PyTorch peer (ratio > 1: hybridtb faster) ---"; cat "$OUT/peer-ratio.log"; }
   echo "total: $(( $(date +%s) - START )) s"
 } >>"$SUMMARY"
 echo

@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Joins hybridtb_bench_attention's JSON with the PyTorch peer's JSON (same case names, same run)
+and prints, per case, our median beside each peer's and the speed ratio peer_us / ours_us
+(> 1: hybridtb is faster). Writes the joined table as JSON with --out.
+
+    python3 experiments/peers/peer_ratio.py bench.json peer.json [--out ratios.json]
+"""
+import argparse
+import json
+import sys
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("ours")
+    parser.add_argument("peer")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    with open(args.ours) as f:
+        ours = {c["name"]: c for c in json.load(f)["cases"]}
+    with open(args.peer) as f:
+        peer_cases = json.load(f)["cases"]
+    peers = {}
+    for c in peer_cases:
+        peers.setdefault(c["name"], {})[c["peer"]] = c
+    rows = []
+    print(f"{'case':<22} {'ours_us':>9} {'sdpa_us':>9} {'flex_us':>9} {'sdpa/ours':>9} {'flex/ours':>9}")
+    for name, mine in ours.items():
+        row = {"name": name, "ours_us": mine["median_us"]}
+        cells = []
+        for peer in ("sdpa", "flex"):
+            entry = peers.get(name, {}).get(peer)
+            if entry is None or "median_us" not in entry:
+                row[f"{peer}_us"] = None
+                row[f"{peer}_ratio"] = None
+                row[f"{peer}_note"] = entry.get("skipped") if entry else "not run"
+                continue
+            row[f"{peer}_us"] = entry["median_us"]
+            row[f"{peer}_ratio"] = entry["median_us"] / mine["median_us"]
+        for key in ("sdpa_us", "flex_us", "sdpa_ratio", "flex_ratio"):
+            value = row[key]
+            cells.append(f"{value:>9.2f}" if value is not None and "ratio" in key else
+                         f"{value:>9.1f}" if value is not None else f"{'-':>9}")
+        print(f"{name:<22} {mine['median_us']:>9.1f} " + " ".join(cells))
+        rows.append(row)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"ratios": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
