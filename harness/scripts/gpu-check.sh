@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The whole GPU check in one go, on the GPU machine (H100/H200, no network):
-#   bash harness/scripts/gpu-check.sh OUTDIR
+#   bash harness/scripts/gpu-check.sh OUTDIR [STAGE...]
+# STAGEs (default: all, in this order): ctest sanitizer examples sweep bench peer suite. The build
+# always runs first (incremental when build-gpu/ exists), so a long check can be split over two
+# calls of the device tool, e.g. `... OUT ctest sanitizer examples sweep` then `... OUT bench peer suite`.
 # configure + build (build-gpu/, all cores) → ctest (every test, GPU ones included) →
 # compute-sanitizer memcheck + racecheck on the Small* cases of every GPU test binary →
 # `hybridtb parity --backend cuda` against the reference on every datasets/examples/*.h5 →
@@ -13,19 +16,26 @@
 # Exit status: 0 if every stage passed, 1 otherwise (later stages still run).
 set -uo pipefail
 
-if [[ $# -ne 1 ]]; then
-  echo "usage: bash harness/scripts/gpu-check.sh OUTDIR" >&2
+ALL_STAGES="ctest sanitizer examples sweep bench peer suite"
+if [[ $# -lt 1 ]]; then
+  echo "usage: bash harness/scripts/gpu-check.sh OUTDIR [STAGE...]   (stages: $ALL_STAGES)" >&2
   exit 2
 fi
 mkdir -p "$1"
 OUT=$(cd "$1" && pwd)
+shift
+STAGES="${*:-$ALL_STAGES}"
+for stage in $STAGES; do
+  [[ " $ALL_STAGES " == *" $stage "* ]] || { echo "gpu-check: unknown stage '$stage' (stages: $ALL_STAGES)" >&2; exit 2; }
+done
+want() { [[ " $STAGES " == *" $1 "* ]]; }
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$ROOT"
 BUILD=build-gpu
 JOBS=$(nproc)
 export PATH="$PATH:/usr/local/cuda/bin"
 SUMMARY="$OUT/summary.txt"
-: >"$SUMMARY"
+echo "== gpu-check $(date -u +%FT%TZ): build $STAGES" >>"$SUMMARY"  # appended: a split check keeps both halves
 FAILED=0
 START=$(date +%s)
 
@@ -51,77 +61,99 @@ fi
 record build ok "$(( $(date +%s) - t0 )) s, $(grep -ci 'warning' "$OUT/build.log") lines mentioning warnings"
 
 # --- tests --------------------------------------------------------------------------------------
-t0=$(date +%s)
-ctest --test-dir "$BUILD" --output-on-failure -j"$JOBS" --timeout 600 >"$OUT/ctest.log" 2>&1
-rc=$?
-line=$(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)
-gpu_skipped=$(grep -c 'Skipped' "$OUT/ctest.log")
-record ctest "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$line; $gpu_skipped skipped ($(( $(date +%s) - t0 )) s)"
-
-# --- compute-sanitizer ---------------------------------------------------------------------------
-t0=$(date +%s)
-: >"$OUT/sanitizer.log"
-san_rc=0
-for binary in "$BUILD"/tests/cuda/cuda_*_test; do
-  [[ -x "$binary" ]] || continue
-  "$binary" --gtest_list_tests 2>/dev/null | grep -q 'Small' || continue
-  for tool in memcheck racecheck; do
-    echo "=== compute-sanitizer --tool $tool $(basename "$binary") (Small* cases) ===" >>"$OUT/sanitizer.log"
-    compute-sanitizer --tool "$tool" --error-exitcode 3 "$binary" --gtest_filter='*Small*' \
-      >>"$OUT/sanitizer.log" 2>&1 || san_rc=1
-  done
-done
-record sanitizer "$([[ $san_rc -eq 0 ]] && echo ok || echo FAIL)" \
-  "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tr '\n' ';') ($(( $(date +%s) - t0 )) s)"
-
-# --- example batches: `hybridtb parity` (cuda against reference, the one tolerance table) -------
-t0=$(date +%s)
-"$BUILD/harness/cli/hybridtb" parity --backend cuda --against reference --report "$OUT/parity.json" \
-  datasets/examples/*.h5 >"$OUT/examples.log" 2>&1
-rc=$?
-record examples "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" \
-  "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/examples.log" | tail -1); $(grep -E 'not supported' "$OUT/examples.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
-
-# --- generated parity sweep (every preset x the standard mixes x dtypes x KV dtypes) -----------
-if [[ -f harness/scripts/parity-sweep.sh ]]; then
+if want ctest; then
   t0=$(date +%s)
-  PATH="$ROOT/$BUILD/harness/cli:$PATH" bash harness/scripts/parity-sweep.sh "$OUT/sweep" --backend cuda \
-    >"$OUT/sweep.log" 2>&1
+  ctest --test-dir "$BUILD" --output-on-failure -j"$JOBS" --timeout 600 >"$OUT/ctest.log" 2>&1
   rc=$?
-  record sweep "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$(tail -1 "$OUT/sweep.log") ($(( $(date +%s) - t0 )) s)"
+  line=$(grep -E 'tests passed|tests failed' "$OUT/ctest.log" | tail -1)
+  gpu_skipped=$(grep -c 'Skipped' "$OUT/ctest.log")
+  record ctest "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$line; $gpu_skipped skipped ($(( $(date +%s) - t0 )) s)"
 fi
 
-# --- benchmarks ----------------------------------------------------------------------------------
-t0=$(date +%s)
-"$BUILD/optimized/hybridtb_bench_attention" --out "$OUT/bench.json" >"$OUT/bench.log" 2>&1
-rc=$?
-record bench "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "bench.json ($(( $(date +%s) - t0 )) s)"
-if [[ -x "$BUILD/optimized/hybridtb_bench_ssm" ]]; then
+# --- compute-sanitizer ---------------------------------------------------------------------------
+if want sanitizer; then
   t0=$(date +%s)
-  "$BUILD/optimized/hybridtb_bench_ssm" --out "$OUT/bench-ssm.json" >"$OUT/bench-ssm.log" 2>&1
+  : >"$OUT/sanitizer.log"
+  san_rc=0
+  for binary in "$BUILD"/tests/cuda/cuda_*_test; do
+    [[ -x "$binary" ]] || continue
+    "$binary" --gtest_list_tests 2>/dev/null | grep -q 'Small' || continue
+    for tool in memcheck racecheck; do
+      echo "=== compute-sanitizer --tool $tool $(basename "$binary") (Small* cases) ===" >>"$OUT/sanitizer.log"
+      compute-sanitizer --tool "$tool" --error-exitcode 3 "$binary" --gtest_filter='*Small*' \
+        >>"$OUT/sanitizer.log" 2>&1 || san_rc=1
+    done
+  done
+  record sanitizer "$([[ $san_rc -eq 0 ]] && echo ok || echo FAIL)" \
+    "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tr '\n' ';') ($(( $(date +%s) - t0 )) s)"
+fi
+
+# --- example batches: `hybridtb parity` (cuda against reference, the one tolerance table) -------
+if want examples; then
+  t0=$(date +%s)
+  "$BUILD/harness/cli/hybridtb" parity --backend cuda --against reference --report "$OUT/parity.json" \
+    datasets/examples/*.h5 >"$OUT/examples.log" 2>&1
   rc=$?
-  record bench-ssm "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "bench-ssm.json ($(( $(date +%s) - t0 )) s)"
+  record examples "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" \
+    "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/examples.log" | tail -1); $(grep -E 'not supported' "$OUT/examples.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+fi
+
+# --- generated parity sweep (every preset x the standard mixes x dtypes x KV dtypes) -----------
+if want sweep; then
+  if [[ -f harness/scripts/parity-sweep.sh ]]; then
+    t0=$(date +%s)
+    PATH="$ROOT/$BUILD/harness/cli:$PATH" bash harness/scripts/parity-sweep.sh "$OUT/sweep" --backend cuda \
+      >"$OUT/sweep.log" 2>&1
+    rc=$?
+    record sweep "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$(tail -1 "$OUT/sweep.log") ($(( $(date +%s) - t0 )) s)"
+  else
+    record sweep skip "harness/scripts/parity-sweep.sh not present"
+  fi
+fi
+
+# --- kernel benchmarks ---------------------------------------------------------------------------
+if want bench; then
+  t0=$(date +%s)
+  "$BUILD/optimized/hybridtb_bench_attention" --out "$OUT/bench.json" >"$OUT/bench.log" 2>&1
+  rc=$?
+  record bench "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "bench.json ($(( $(date +%s) - t0 )) s)"
+  if [[ -x "$BUILD/optimized/hybridtb_bench_ssm" ]]; then
+    t0=$(date +%s)
+    "$BUILD/optimized/hybridtb_bench_ssm" --out "$OUT/bench-ssm.json" >"$OUT/bench-ssm.log" 2>&1
+    rc=$?
+    record bench-ssm "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "bench-ssm.json ($(( $(date +%s) - t0 )) s)"
+  fi
 fi
 
 # --- PyTorch peer on the same shapes (torch is on the GPU machine) -------------------------------
-if python3 -c 'import torch' 2>/dev/null; then
-  t0=$(date +%s)
-  python3 experiments/peers/torch_attention_peer.py --out "$OUT/peer.json" >"$OUT/peer.log" 2>&1 &&
-    python3 experiments/peers/peer_ratio.py "$OUT/bench.json" "$OUT/peer.json" --out "$OUT/peer-ratio.json" \
-      >"$OUT/peer-ratio.log" 2>&1
-  rc=$?
-  record peer "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "peer.json, peer-ratio.json ($(( $(date +%s) - t0 )) s)"
-else
-  record peer skip "python3 cannot import torch"
+if want peer; then
+  if ! python3 -c 'import torch' 2>/dev/null; then
+    record peer skip "python3 cannot import torch"
+  elif [[ ! -f "$OUT/bench.json" ]]; then
+    record peer FAIL "needs bench.json from the bench stage in the same OUTDIR"
+  else
+    t0=$(date +%s)
+    python3 experiments/peers/torch_attention_peer.py --out "$OUT/peer.json" >"$OUT/peer.log" 2>&1 &&
+      python3 experiments/peers/peer_ratio.py "$OUT/bench.json" "$OUT/peer.json" --out "$OUT/peer-ratio.json" \
+        >"$OUT/peer-ratio.log" 2>&1
+    rc=$?
+    record peer "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "peer.json, peer-ratio.json ($(( $(date +%s) - t0 )) s)"
+  fi
+fi
+
+# --- the standard benchmark suite (experiments/) ---------------------------------------------------
+if want suite; then
+  record suite skip "not wired yet"
 fi
 
 # --- summary -------------------------------------------------------------------------------------
 {
   echo
-  echo "--- failing tests (ctest) ---"
-  grep -E '\*\*\*Failed|Failed  |\(Failed\)' "$OUT/ctest.log" | head -20
-  echo "--- benchmark ---"
-  cat "$OUT/bench.log"
+  if [[ -f "$OUT/ctest.log" ]]; then
+    echo "--- failing tests (ctest) ---"
+    grep -E '\*\*\*Failed|Failed  |\(Failed\)' "$OUT/ctest.log" | head -20
+  fi
+  [[ -f "$OUT/bench.log" ]] && { echo "--- benchmark ---"; cat "$OUT/bench.log"; }
   [[ -f "$OUT/bench-ssm.log" ]] && { echo "--- SSM benchmark ---"; cat "$OUT/bench-ssm.log"; }
   [[ -f "$OUT/peer-ratio.log" ]] && { echo "--- PyTorch peer (ratio > 1: hybridtb faster) ---"; cat "$OUT/peer-ratio.log"; }
   echo "total: $(( $(date +%s) - START )) s"
