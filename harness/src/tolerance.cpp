@@ -104,20 +104,39 @@ constexpr double kSsmMaxAbsInput = 8.0;
 
 bool is_16bit_float(DType dtype) { return dtype == DType::kFloat16 || dtype == DType::kBFloat16; }
 
+// Smallest positive subnormal of a 16-bit model dtype (η_m): float16 2^-24, bfloat16 2^-133.
+double smallest_subnormal(DType dtype) {
+  return dtype == DType::kFloat16 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -133);
+}
+
 // Attention in a float32 kernel against float64: the atol before the final store, and its formula.
 std::pair<double, std::string> attention_error_fp32(const ParityKey& key) {
   const double V = kParityMaxAbsValue;
+  const bool model16 = is_16bit_float(key.model_dtype);
+  // 16-bit models may run on the tensor-core (mma) prefill path, whose dot products truncate
+  // (tolerance.h, e32): the dot-product length counts 3·D there.
+  const int64_t dot_length = model16 ? 3 * key.inner_length : key.inner_length;
   const double e32 = (2.0 * gamma_n(DType::kFloat32, key.reduction_length) +
-                      2.0 * gamma_n(DType::kFloat32, key.inner_length) * kParityMaxAbsLogit +
+                      2.0 * gamma_n(DType::kFloat32, dot_length) * kParityMaxAbsLogit +
                       2.0 * std::ldexp(1.0, -22) * (2.0 + kParityMaxAbsLogit)) *
                      V;
   const double u_m = unit_roundoff(key.model_dtype);
-  const double e_p = is_16bit_float(key.model_dtype) ? u_m * V : 0.0;
+  const double e_p =
+      model16 ? (u_m + static_cast<double>(key.reduction_length) * smallest_subnormal(key.model_dtype) *
+                           std::ldexp(1.0, -16)) *
+                    V
+              : 0.0;
   const bool per_tensor_fp8 = is_quantized(key.kv_cache_dtype) && !is_per_token_head(key.kv_cache_dtype);
   const double e_kv = per_tensor_fp8 ? u_m * V + 2.0 * kParityLambda * u_m * kParityLogitNorm2 * V : 0.0;
-  std::string formula = detail::concat("e32 = (2γ_n + 2γ_D·32 + 2^-21·34)(float32)·6 = ", e32, " [n=",
-                                       key.reduction_length, " keys, D=", key.inner_length, "]");
-  if (e_p > 0) formula += detail::concat(" + e_P = u_m·6 = ", e_p, " [P rounded to ", to_string(key.model_dtype), "]");
+  std::string formula =
+      model16 ? detail::concat("e32 = (2γ_n + 2γ_{3D}·32 + 2^-21·34)(float32)·6 = ", e32, " [n=", key.reduction_length,
+                               " keys, D=", key.inner_length, "; 3D: truncating tensor-core dot products]")
+              : detail::concat("e32 = (2γ_n + 2γ_D·32 + 2^-21·34)(float32)·6 = ", e32, " [n=", key.reduction_length,
+                               " keys, D=", key.inner_length, "]");
+  if (e_p > 0) {
+    formula += detail::concat(" + e_P = (u_m + n·η_m·2^-16)·6 = ", e_p, " [P rounded to ", to_string(key.model_dtype),
+                              " in [0, 2^15] before P·V]");
+  }
   if (e_kv > 0) {
     formula += detail::concat(" + e_KV = u_m·6 + 2·6·u_m·1·6 = ", e_kv, " [fp8 K/V dequantised to ",
                               to_string(key.model_dtype), "]");

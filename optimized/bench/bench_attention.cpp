@@ -3,7 +3,10 @@
 // head 128, bf16, block 16, shuffled paged KV), with the ceilings measured in the same run (read-only
 // streaming kernel and D2D copy for bandwidth, a cuBLAS bf16 GEMM for tensor-core FLOP/s).
 // Bytes count each in-window K/V byte once plus Q and O; FLOPs are 4·D·Hq·(visible query-key
-// pairs) (../shared/notes/perf-anchors.md §6). Run by harness/scripts/gpu-check.sh.
+// pairs) (../shared/notes/perf-anchors.md §6): a window counts only its in-window pairs.
+// Prefill cases (issue 5): 1×2k/4k/8k/32k tokens, no window and window 4096, on the tensor-core
+// path, plus 1×4k on the generic SIMT kernel for comparison; the mixed step is also reported as a
+// ratio to the sum of its parts (decode 64×4k + prefill 1×2k). Run by harness/scripts/gpu-check.sh.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -42,6 +45,8 @@ struct BenchCase {
   std::string kind;  // decode | prefill | mixed
   std::vector<Request> requests;
   int64_t window = 0;
+  bool generic = false;  // keep non-decode rows on the generic SIMT kernel (the before/after line)
+  int variant = -1;      // prefill tile variant (-1: the default for the head size)
 };
 
 std::vector<Request> repeat(int64_t count, Request r) { return std::vector<Request>(static_cast<size_t>(count), r); }
@@ -165,6 +170,8 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
 
   DeviceMemory memory;
   AttentionRunner runner(config, memory, num_sms);
+  runner.disable_prefill = bc.generic;
+  runner.prefill_variant = bc.variant;
   runner.prepare(batch, tensors, out, stream);
   runner.launch(stream);  // warm-up
   runner.launch(stream);
@@ -230,6 +237,17 @@ int main(int argc, char** argv) {
         {"decode 64x32k w4096", "decode", repeat(64, {32767, 1}), 4096},
         {"prefill 1x2k", "prefill", repeat(1, {0, 2048})},
         {"prefill 1x4k", "prefill", repeat(1, {0, 4096})},
+        {"prefill 1x4k generic", "prefill", repeat(1, {0, 4096}), 0, true},
+        {"prefill 1x8k", "prefill", repeat(1, {0, 8192})},
+        {"prefill 1x8k w4096", "prefill", repeat(1, {0, 8192}), 4096},
+        {"prefill 1x32k", "prefill", repeat(1, {0, 32768})},
+        {"prefill 1x32k w4096", "prefill", repeat(1, {0, 32768}), 4096},
+        // The other tile variants of the prefill kernel at D 128 (prefill_config; the default is
+        // 1 = 2 m-tiles per warp, 128 rows × 32 keys): 0 = 64 rows × 64 keys, 2 = 64 rows × 32
+        // keys at 3 CTAs per SM.
+        {"prefill 1x4k v0", "prefill", repeat(1, {0, 4096}), 0, false, 0},
+        {"prefill 1x4k v2", "prefill", repeat(1, {0, 4096}), 0, false, 2},
+        {"prefill 1x8k v0", "prefill", repeat(1, {0, 8192}), 0, false, 0},
     };
     std::vector<Request> mixed = repeat(64, {4095, 1});
     mixed.push_back({0, 2048});
@@ -247,9 +265,21 @@ int main(int argc, char** argv) {
       results.push_back(j);
     }
     report["cases"] = results;
+    // The mixed step against the sum of its parts (target: at most 1.1x).
+    double mixed_us = 0, decode_us = 0, prefill_us = 0;
+    for (const nlohmann::json& j : results) {
+      if (j["name"] == "mixed 2048+64x4k") mixed_us = j["median_us"].get<double>();
+      if (j["name"] == "decode 64x4k") decode_us = j["median_us"].get<double>();
+      if (j["name"] == "prefill 1x2k") prefill_us = j["median_us"].get<double>();
+    }
+    if (decode_us + prefill_us > 0) {
+      report["mixed_over_parts"] = mixed_us / (decode_us + prefill_us);
+      std::printf("mixed step %.1f us = %.2fx (decode 64x4k %.1f + prefill 1x2k %.1f)\n", mixed_us,
+                  mixed_us / (decode_us + prefill_us), decode_us, prefill_us);
+    }
     std::printf("ceilings: read %.0f GB/s, copy %.0f GB/s (read+write), bf16 GEMM %.0f TFLOP/s\n", read / 1e9,
                 copy / 1e9, gemm);
-    std::printf("note: prefill and the mixed step's chunk run on the generic SIMT kernel in this increment\n");
+    std::printf("note: prefill rows run on the mma.sync tensor-core kernel ('generic' rows: the SIMT kernel)\n");
     if (!out_path.empty()) {
       std::ofstream(out_path) << report.dump(2) << "\n";
     }

@@ -1,7 +1,8 @@
 // The "cuda" backend: hybridtb::Backend on one NVIDIA GPU. The plan (build_metadata) is the
-// reference builders' host-side plain data, as in vLLM; the run phase is the KV-cache write kernel
-// and the attention kernels (decode fast path + generic path, attention/attention_plan.h), all on
-// one stream owned by the backend, with device memory from its caching allocator.
+// reference builders' host-side plain data, as in vLLM; the run phase is the KV-cache write kernel,
+// the attention kernels (decode fast path + generic path, attention/attention_plan.h) and the SSM
+// branch (ssm/ssm_gpu_mode.h: the GPU driver and one GPU mode per reference mode), all on one
+// stream owned by the backend, with device memory from its caching allocator.
 // Checked against the reference by tests/cuda; `hybridtb run --backend cuda` runs a batch file.
 //
 // Output dtype: config.dtype. With an fp8 output scale (decoder layers) the kernels store
@@ -18,6 +19,8 @@
 #include "hybridtb/error.h"
 #include "hybridtb/reference/metadata_builders.h"
 #include "kv_cache_write/kv_cache_write.h"
+#include "ssm/ssm_gpu_mode.h"
+#include "ssm/ssm_kernels.h"
 
 namespace hybridtb::cuda {
 
@@ -55,11 +58,13 @@ class CudaBackend final : public Backend {
     memory_ = std::make_unique<DeviceMemory>();
     slots_ = std::make_unique<Workspace>(*memory_);
     runner_ = std::make_unique<AttentionRunner>(settings_.attention, *memory_, num_sms);
+    ssm_ = std::make_unique<ssm::SsmContext>(*memory_, stream_);
   }
 
   ~CudaBackend() override {
     if (stream_ != nullptr) {
       cudaStreamSynchronize(stream_);  // NOLINT: best effort in a destructor
+      ssm_.reset();                    // its cuBLAS handle is bound to the stream
       cudaStreamDestroy(stream_);
     }
   }
@@ -172,26 +177,48 @@ class CudaBackend final : public Backend {
     runner_->launch(stream_);
   }
 
-  void ssm_forward(const HybridMetadata& /*metadata*/, const BatchDescription& /*batch*/,
-                   const StepTensors& /*tensors*/, const TensorView& /*contribution*/) override {
-    throw NotSupported(detail::concat("cuda backend: ssm_mode '", settings_.attention.ssm_mode,
-                                      "': the SSM branch on the GPU is issue 'CUDA backend II'"));
+  void ssm_forward(const HybridMetadata& metadata, const BatchDescription& batch, const StepTensors& tensors,
+                   const TensorView& contribution) override {
+    const AttentionConfig& config = settings_.attention;
+    HYBRIDTB_CHECK(config.has_ssm_branch(), "ssm_forward called for a layer without an SSM branch (ssm_mode none)");
+    HYBRIDTB_CHECK(metadata.mamba.has_value(), "ssm_mode ", config.ssm_mode,
+                   " needs the Mamba metadata, which encoder-only layers do not have");
+    ssm::ssm_forward(config, *metadata.mamba, batch, tensors, contribution, *ssm_);
   }
 
+  // HybridAttentionImpl.forward: the SSM branch first (so an unsupported or invalid SSM step is
+  // refused before anything is written), then attention, then output = attention + contribution
+  // for rows [0, num_actual_tokens) in one separate add pass (launch_add_rows; phase 2 fuses the
+  // add into the attention epilogue). Padding rows are never written.
   void hybrid_forward(const HybridMetadata& metadata, const BatchDescription& batch, const StepTensors& tensors,
                       const HybridOutputs& outputs) override {
-    // Refuse before writing anything.
-    if (settings_.attention.has_ssm_branch()) ssm_forward(metadata, batch, tensors, outputs.ssm_output);
+    const bool has_ssm = settings_.attention.has_ssm_branch();
+    if (has_ssm) {
+      HYBRIDTB_CHECK(outputs.ssm_output.shape() == tensors.query.shape(), "the SSM contribution buffer ",
+                     outputs.ssm_output.describe(), " must have the query's shape ", tensors.query.describe());
+      ssm_forward(metadata, batch, tensors, outputs.ssm_output);
+    }
     attention_forward(metadata, batch, tensors, outputs.attn_output);
-    // Without an SSM branch the layer's output is the attention output: rows [0, num_actual_tokens)
-    // only (padding rows are never written).
     const TensorView& src = outputs.attn_output;
     const TensorView& dst = outputs.output;
     HYBRIDTB_CHECK(dst.device() == Device::kCuda && dst.dtype() == src.dtype() && dst.shape() == src.shape() &&
                        dst.is_contiguous() && src.is_contiguous(),
                    "hybrid_forward: output must match attn_output (contiguous CUDA tensors), got ", dst.describe(),
                    " and ", src.describe());
-    const int64_t bytes = src.slice_rows(0, batch.num_actual_tokens).nbytes();
+    const int64_t rows = batch.num_actual_tokens;
+    if (has_ssm) {
+      const TensorView& ssm_out = outputs.ssm_output;
+      HYBRIDTB_CHECK(ssm_out.device() == Device::kCuda && ssm_out.dtype() == src.dtype() && ssm_out.is_contiguous(),
+                     "hybrid_forward: ssm_output must be a contiguous CUDA tensor like attn_output, got ",
+                     ssm_out.describe());
+      const int64_t width = settings_.attention.num_heads * settings_.attention.head_size;
+      const ElementKind kind = ssm::gpu_element_kind(src.dtype(), "the output");
+      ssm::launch_add_rows(ssm::RowsRef{dst.data(), kind, width}, ssm::RowsRef{src.data(), kind, width},
+                           ssm::RowsRef{ssm_out.data(), kind, width}, width, rows, stream_);
+      return;
+    }
+    // Without an SSM branch the layer's output is the attention output.
+    const int64_t bytes = src.slice_rows(0, rows).nbytes();
     if (bytes > 0) {
       HYBRIDTB_CUDA_CHECK(
           cudaMemcpyAsync(dst.data(), src.data(), static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream_));
@@ -204,6 +231,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<DeviceMemory> memory_;
   std::unique_ptr<Workspace> slots_;
   std::unique_ptr<AttentionRunner> runner_;
+  std::unique_ptr<ssm::SsmContext> ssm_;  // after memory_: destroyed before it
 };
 
 }  // namespace
@@ -214,7 +242,8 @@ std::unique_ptr<Backend> make_cuda_backend(const BackendSettings& settings) {
 
 void register_cuda_backend(BackendRegistry& registry) {
   registry.add("cuda",
-               "NVIDIA GPU (sm_90): KV-cache write + paged attention (decode split-KV fast path, generic SIMT path)",
+               "NVIDIA GPU (sm_90): KV-cache write + paged attention (decode split-KV fast path, generic SIMT path) + "
+               "SSM branch (every mode)",
                [](const BackendSettings& settings) { return make_cuda_backend(settings); });
 }
 

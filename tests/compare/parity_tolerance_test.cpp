@@ -74,6 +74,37 @@ TEST(ParityTolerance, FusedIsTheSumAndFp8OutputIsLooser) {
   EXPECT_LT(bf16, 1.5e-1);
 }
 
+// The 16-bit rows carry the tensor-core prefill terms (tolerance.h: e32 with the truncating mma dot
+// of length 3·D, e_P = (u_m + n·η_m·2^-16)·V for P rounded to the model dtype); float32 rows do not.
+TEST(ParityTolerance, TensorCorePrefillTermsIn16BitRows) {
+  const int64_t n = 8193;
+  const int64_t d = 128;
+  const double V = 6.0;
+  const double u32 = std::ldexp(1.0, -24);
+  const auto gamma32 = [&](int64_t len) {
+    const double l = static_cast<double>(len);
+    return l * u32 / (1 - l * u32);
+  };
+  for (const DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(to_string(dtype));
+    const Tolerance t = parity_tolerance(key(Quantity::kAttnOutput, dtype, KvCacheDtype::kAuto, n, d));
+    const double u_m = unit_roundoff(dtype);
+    const double eta = dtype == DType::kFloat16 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -133);
+    const double e32 = (2 * gamma32(n) + 2 * gamma32(3 * d) * 32 + 2 * std::ldexp(1.0, -22) * 34) * V;
+    const double e_p = (u_m + n * eta * std::ldexp(1.0, -16)) * V;
+    EXPECT_NEAR(t.atol, e32 + e_p + u_m * std::ldexp(1.0, -6), 1e-12);
+    EXPECT_NE(t.rationale.find("γ_{3D}"), std::string::npos) << t.rationale;
+    EXPECT_NE(t.rationale.find("e_P"), std::string::npos) << t.rationale;
+    // The P rounding alone (one u_m·V shift of an output) is inside the row, with room for e32.
+    EXPECT_TRUE(t.allows(1.0 / 1024 + u_m * V, 1.0 / 1024));
+  }
+  // float32 models never round P and never take the mma path: plain γ_D, no e_P.
+  const Tolerance f32 = parity_tolerance(key(Quantity::kAttnOutput, DType::kFloat32, KvCacheDtype::kAuto, n, d));
+  const double e32 = (2 * gamma32(n) + 2 * gamma32(d) * 32 + 2 * std::ldexp(1.0, -22) * 34) * V;
+  EXPECT_NEAR(f32.atol, e32 + u32 * std::ldexp(1.0, -6), 1e-12);
+  EXPECT_EQ(f32.rationale.find("e_P"), std::string::npos) << f32.rationale;
+}
+
 TEST(ParityTolerance, KvCacheIsExact) {
   for (const DType dtype : kDtypesByRoundoff) {
     const Tolerance t = parity_tolerance(key(Quantity::kKvCache, dtype, KvCacheDtype::kFp8E4M3, 100));

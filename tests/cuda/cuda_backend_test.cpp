@@ -221,12 +221,24 @@ TEST(CudaExamples, MatchReference) {
 }
 
 // Unsupported configurations are refused with NotSupported, never run on a pretend path.
-TEST(CudaBackend, RefusesTheSsmBranch) {
+// A layer without an SSM branch (ssm_mode "none"): calling the branch is a caller error on both
+// backends (Error, not NotSupported: nothing is missing from the cuda backend here).
+TEST(CudaBackend, SsmForwardWithoutAnSsmBranchIsAnErrorLikeTheReference) {
   const std::string reason = cuda_unavailable_reason();
   if (!reason.empty()) GTEST_SKIP() << reason;
   const BatchFile step = make_step({.name = "ssm", .requests = kSmall});
-  auto backend = create_backend("cuda", {step.config, step.builder});
-  EXPECT_THROW(backend->ssm_forward({}, step.batch, {}, {}), NotSupported);
+  ASSERT_FALSE(step.config.has_ssm_branch());
+  for (const std::string name : {"reference", "cuda"}) {
+    auto backend = create_backend(name, {step.config, step.builder});
+    try {
+      backend->ssm_forward({}, step.batch, {}, {});
+      ADD_FAILURE() << name << ": ssm_forward without an SSM branch did not throw";
+    } catch (const NotSupported& e) {
+      ADD_FAILURE() << name << ": expected a plain Error, got NotSupported: " << e.what();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("ssm"), std::string::npos) << name << ": " << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -83,12 +83,28 @@ Tolerance tolerance_for(ToleranceCase which, int64_t reduction_length, int64_t i
 // and pools; the fused output gets their sum). Deterministic code gives zero error.
 //
 // Attention output, float32/float16/bfloat16 candidate (a kernel that computes in float32):
-//   e32   = (2γ_n + 2γ_D·Λ + 2·2^-22·(2 + Λ))(float32)·V     fp32 sums of n keys, dot of D, __expf
+//   e32   = (2γ_n + 2γ_L·Λ + 2·2^-22·(2 + Λ))(float32)·V     fp32 sums of n keys, dot of D, __expf/exp2
 //           (the positive-weight sums are within γ_n relative, so o = Σp·v/Σp is within
-//           2γ_n·V; a logit error δ ≤ γ_D·Λ + the __expf error moves o by ≤ 2δ·V);
-//   e_P   = u_m·V   when the model dtype is 16-bit: P (or P·v_scale for per-token-head) is rounded to
-//           the value dtype before P·V; each term p·v gets relative error ≤ u_m, so Σp·v/Σp moves by
-//           ≤ u_m·V. (float32 models: no rounding of P; a kernel using TF32 must use the float16 row.)
+//           2γ_n·V; a logit error δ ≤ γ_L·Λ + the exp error moves o by ≤ 2δ·V). L = D for a float32
+//           model (SIMT dots, IEEE round-to-nearest). L = 3·D for a 16-bit model, which may run on the
+//           tensor-core prefill path (mma.sync m16n8k16, float32 accumulation): the products of 16-bit
+//           inputs are exact, but each k-step adds its 16 products and the accumulator in one fused
+//           operation that aligns the 17 addends to the largest exponent and truncates (Fasi, Higham,
+//           Mikaitis & Pranesh 2021, "Numerical behavior of NVIDIA tensor cores"), so a k-step errs by
+//           ≤ 17·2u·max|addend| ≤ 34u·Σ|addends|; over D/16 k-steps ≤ 34u·(D/16)·Σ|q_i k_i| =
+//           2.125·D·u·Σ|q_i k_i| ≤ γ_{3D}·Σ|q_i k_i| (Σ|q_i k_i|·scale bounded by Λ as in the SIMT row).
+//   e_P   = (u_m + n·η_m·2^-16)·V  when the model dtype is 16-bit (η_m its smallest subnormal:
+//           float16 2^-24, bfloat16 2^-133): P (or P·v_scale for per-token-head) is rounded to the
+//           value dtype before P·V (vLLM's Triton kernel; our tensor-core prefill path), while the
+//           denominator l = Σp is summed from the unrounded float32 p. Per term |p̃ − p| ≤ u_m·p in the
+//           normal range plus ≤ η_m/2 below it, so |Σp̃·v − Σp·v| / Σp ≤ u_m·V + n·(η_m/2)·V / Σp.
+//           Rescaling: a tile's p is taken against the running max at that time and later multiplied
+//           by α = 2^{m_old − m_new} ≤ 1 (float32, in e32): the relative u_m survives unchanged and the
+//           absolute η_m/2 only shrinks. The tensor-core kernel rounds P·2^15 ∈ [0, 2^15] (exact
+//           power of two, cancels in o = Σp·v/Σp; float16 max 65504), so after the final rescale the
+//           row's largest term is 2^15 and Σp ≥ 2^15: n·(η_m/2)/2^15 = n·η_m·2^-16 — negligible for
+//           n ≤ 2^20 (a kernel rounding unscaled p ∈ [0, 1] to float16 needs n·2^-25·V instead).
+//           (float32 models: no rounding of P; a kernel using TF32 must use the float16 row.)
 //   e_KV  = u_m·V + 2·λ·u_m·Λ₂·V  for fp8 per-tensor KV with a 16-bit model: the dequantised K and V
 //           are re-rounded to the model dtype. V: a convex combination of values each within u_m·V.
 //           K: the logit error Σ_i scale·q_i·k_i·ε_i (|ε_i| ≤ u_m) is bounded with the probabilistic

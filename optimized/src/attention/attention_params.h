@@ -14,7 +14,7 @@ enum class KvScaleMode : int32_t {
   kPerTokenHead = 2,  // value = stored · k_scale_cache[block, slot, kv head]
 };
 
-// A tile of the generic kernel: query rows (token, head) of one request and one kv head, with the
+// A tile of the generic kernel (and of the tensor-core prefill kernel): query rows (token, head) of one request and one kv head, with the
 // keys it may need. Rows: r → token token_begin + r / num_heads, head head_begin + r % num_heads.
 struct GenericItem {
   int32_t request;
@@ -100,6 +100,7 @@ struct AttentionParams {
   float output_scale;
   // --- work -----------------------------------------------------------------------------------
   const GenericItem* generic_items;
+  const GenericItem* prefill_items;  // tensor-core prefill path (rows ≤ prefill_rows_per_item per item)
   const DecodeItem* decode_items;
   const CombineItem* combine_items;
   float* partial_acc;      // [slots, Hq, D] unnormalised numerators

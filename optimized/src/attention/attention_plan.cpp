@@ -10,6 +10,7 @@
 
 #include "attention/attention_launch.h"
 #include "common/cuda_check.h"
+#include "common/debug_slowdown.h"
 #include "hybridtb/error.h"
 
 namespace hybridtb::cuda {
@@ -100,7 +101,11 @@ ElementKind element_kind(DType dtype) {
 std::string AttentionPlanSummary::describe() const {
   std::ostringstream out;
   out << "decode fast path: " << decode_rows << " rows (" << split_rows << " split, " << decode_ctas
-      << " key CTAs); generic path: " << generic_rows << " rows in " << generic_items << " CTAs";
+      << " key CTAs; tensor-core: " << decode_mma_rows << " rows in " << decode_mma_ctas << " key CTAs, SIMT: "
+      << decode_rows - decode_mma_rows << " rows" << (decode_fallback.empty() ? "" : " [" + decode_fallback + "]")
+      << "); tensor-core prefill path: " << prefill_rows << " rows in " << prefill_items
+      << " CTAs; generic path: " << generic_rows << " rows in " << generic_items << " CTAs";
+  if (!prefill_fallback.empty()) out << " (not on the tensor-core path: " << prefill_fallback << ")";
   return out.str();
 }
 
@@ -227,17 +232,64 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
 
   // --- work lists ----------------------------------------------------------------------------------
   const bool decode_ok = !encoder && !force_generic && decode_supported(p.kv_kind, d) && cache_vectorisable;
+  // Tensor-core prefill: 16-bit model dtype = cache element, D 64/128/256, 16-byte aligned rows
+  // (cp.async) and 4-byte aligned output pairs.
+  std::string prefill_why;
+  {
+    const auto aligned = [](const void* ptr, int64_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; };
+    const ElementKind kv_elem = encoder ? p.q_kind : p.kv_kind;
+    bool rows_aligned = p.q_stride_token % 8 == 0 && p.q_stride_head % 8 == 0 && aligned(p.query, 16) &&
+                        p.o_stride_token % 2 == 0 && p.o_stride_head % 2 == 0 && aligned(p.output, 4);
+    if (encoder) {
+      rows_aligned = rows_aligned && p.k_stride_token % 8 == 0 && p.k_stride_head % 8 == 0 &&
+                     p.v_stride_token % 8 == 0 && p.v_stride_head % 8 == 0 && aligned(p.key, 16) &&
+                     aligned(p.value, 16);
+    } else {
+      rows_aligned = rows_aligned && cache_vectorisable;
+    }
+    if (force_generic || disable_prefill) {
+      prefill_why = "forced generic";
+    } else if (!prefill_supported(p.q_kind, kv_elem, d)) {
+      prefill_why = detail::concat("dtype ", to_string(c.dtype), ", kv_cache_dtype ", to_string(c.kv_cache_dtype),
+                                   ", head size ", d, " (needs float16/bfloat16 with a 16-bit auto cache, D 64/128/256)");
+    } else if (!rows_aligned) {
+      prefill_why = "query/output/cache rows not 16-byte aligned";
+    }
+  }
+  const bool prefill_ok = prefill_why.empty();
   std::vector<GenericItem> generic;
+  std::vector<GenericItem> prefill;
   std::vector<DecodeItem> decode;
   std::vector<CombineItem> combine;
+  std::vector<DecodeItem> decode_mma;
   struct DecodeRow {
     int64_t request;
     KeyRange range;
   };
-  std::vector<DecodeRow> decode_rows;
+  std::vector<DecodeRow> decode_rows;      // SIMT decode kernel
+  std::vector<DecodeRow> decode_mma_rows;  // tensor-core decode kernel
+  // Tensor-core decode: 16-bit model dtype = cache element (auto), D 64/128/256, 16-byte cache rows;
+  // per row additionally: its mm_prefix ranges add no key (visibility = the causal/window interval).
+  std::string decode_mma_why;
+  if (!decode_ok) {
+    decode_mma_why = "no decode path";
+  } else if (disable_decode_mma) {
+    decode_mma_why = "tensor-core decode disabled";
+  } else if (!decode_mma_supported(p.q_kind, p.kv_kind, d)) {
+    decode_mma_why = detail::concat("kv_cache_dtype ", to_string(c.kv_cache_dtype), " / dtype ", to_string(c.dtype),
+                                    " (needs a float16/bfloat16 auto cache; 1-byte caches take the SIMT decode kernel)");
+  }
   summary_ = AttentionPlanSummary{};
   const int64_t tokens_per_item = qpk >= 32 ? 1 : 32 / qpk;
   const int64_t heads_per_item = std::min<int64_t>(qpk, 32);
+  HYBRIDTB_CHECK(prefill_variant >= -1 && prefill_variant < prefill_num_variants(), "prefill_variant ",
+                 prefill_variant, " is not one of -1 (default) … ", prefill_num_variants() - 1);
+  prefill_variant_used_ = prefill_variant >= 0 ? prefill_variant : prefill_default_variant(d);
+  HYBRIDTB_CHECK(!prefill_ok || prefill_variant_supported(d, prefill_variant_used_), "prefill_variant ",
+                 prefill_variant_used_, " is not instantiated for head size ", d);
+  const int64_t prefill_rows = prefill_rows_per_item(d, prefill_variant_used_);
+  const int64_t prefill_heads = std::min<int64_t>(qpk, prefill_rows);
+  const int64_t prefill_tokens = std::max<int64_t>(1, prefill_rows / prefill_heads);
   for (int64_t r = 0; r < r_count; ++r) {
     const int64_t q_len = batch.query_len(r);
     const int64_t start = batch.query_start_loc[r];
@@ -251,7 +303,29 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
     if (q_len == 0) continue;  // a padding request
     const int64_t context_len = batch.seq_len(r) - q_len;
     if (decode_ok && q_len == 1) {
-      decode_rows.push_back({r, key_range(c, batch, r, context_len, context_len)});
+      const KeyRange range = key_range(c, batch, r, context_len, context_len);
+      const bool mm_free = range.key_begin == range.causal_begin && range.key_end == range.causal_end;
+      if (decode_mma_why.empty() && mm_free) {
+        decode_mma_rows.push_back({r, range});
+      } else {
+        if (decode_mma_why.empty()) summary_.decode_fallback = "mm_prefix ranges widen the visible keys";
+        decode_rows.push_back({r, range});
+      }
+      continue;
+    }
+    if (prefill_ok) {
+      for (int64_t tb = 0; tb < q_len; tb += prefill_tokens) {
+        const int64_t nt = std::min(prefill_tokens, q_len - tb);
+        const KeyRange range = key_range(c, batch, r, context_len + tb, context_len + tb + nt - 1);
+        for (int64_t kvh = 0; kvh < hkv; ++kvh) {
+          for (int64_t hb = 0; hb < qpk; hb += prefill_heads) {
+            const int64_t nh = std::min(prefill_heads, qpk - hb);
+            prefill.push_back({to_i32(r), to_i32(tb), to_i32(nt), to_i32(kvh * qpk + hb), to_i32(nh),
+                               range.key_begin, range.key_end, range.causal_begin, range.causal_end});
+          }
+        }
+      }
+      summary_.prefill_rows += q_len;
       continue;
     }
     for (int64_t tb = 0; tb < q_len; tb += tokens_per_item) {
@@ -267,24 +341,28 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
     }
     summary_.generic_rows += q_len;
   }
-  // Decode splits: about decode_ctas_per_sm CTAs per SM over the whole decode grid.
-  if (!decode_rows.empty()) {
-    const int64_t passes = (qpk + heads_per_pass_ - 1) / heads_per_pass_;
+  // Decode splits, per kernel: the chunk (keys per CTA) is chosen so that the kernel's grid
+  // (items × kv heads × head passes) has about ctas_per_sm CTAs per SM — several waves of the
+  // resident CTAs even for one long row (1×32k: 128 splits of 256 keys) — within [min, max] keys.
+  // Partial slots are numbered across both kernels; decode_combine_kernel finishes every split row.
+  int32_t next_slot = 0;
+  const auto split_rows = [&](const std::vector<DecodeRow>& rows, int64_t passes, int64_t ctas_per_sm,
+                              int64_t min_keys, std::vector<DecodeItem>& items) {
+    if (rows.empty()) return;
     int64_t total_keys = 0;
-    for (const DecodeRow& row : decode_rows) total_keys += row.range.key_end - row.range.key_begin;
-    const int64_t target_ctas = std::max<int64_t>(1, decode_ctas_per_sm * num_sms_);
+    for (const DecodeRow& row : rows) total_keys += row.range.key_end - row.range.key_begin;
+    const int64_t target_ctas = std::max<int64_t>(1, ctas_per_sm * num_sms_);
     int64_t chunk = (total_keys * hkv * passes + target_ctas - 1) / target_ctas;
-    chunk = std::clamp<int64_t>((chunk + 63) / 64 * 64, decode_min_split_keys, decode_max_split_keys);
-    int32_t next_slot = 0;
-    for (const DecodeRow& row : decode_rows) {
+    chunk = std::clamp<int64_t>((chunk + 63) / 64 * 64, min_keys, decode_max_split_keys);
+    for (const DecodeRow& row : rows) {
       const int64_t n = row.range.key_end - row.range.key_begin;
       const int64_t splits = std::max<int64_t>(1, (n + chunk - 1) / chunk);
       const int32_t token = batch.query_start_loc[row.request];
       for (int64_t s = 0; s < splits; ++s) {
         const int64_t kb = row.range.key_begin + s * chunk;
         const int64_t ke = std::min<int64_t>(row.range.key_end, kb + chunk);
-        decode.push_back({to_i32(row.request), token, to_i32(kb), to_i32(ke), row.range.causal_begin,
-                          row.range.causal_end, to_i32(splits), splits > 1 ? next_slot + to_i32(s) : 0});
+        items.push_back({to_i32(row.request), token, to_i32(kb), to_i32(ke), row.range.causal_begin,
+                         row.range.causal_end, to_i32(splits), splits > 1 ? next_slot + to_i32(s) : 0});
       }
       if (splits > 1) {
         combine.push_back({token, next_slot, to_i32(splits), 0});
@@ -292,16 +370,32 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
         ++summary_.split_rows;
       }
     }
-    summary_.decode_rows = static_cast<int64_t>(decode_rows.size());
-    summary_.decode_ctas = static_cast<int64_t>(decode.size());
-    if (next_slot > 0) {
-      const auto slots = static_cast<size_t>(next_slot) * static_cast<size_t>(hq);
-      auto* base = static_cast<unsigned char*>(partials_.device(slots * static_cast<size_t>(d + 2) * sizeof(float)));
-      p.partial_acc = reinterpret_cast<float*>(base);
-      p.partial_ml = reinterpret_cast<float*>(base + slots * static_cast<size_t>(d) * sizeof(float));
-    }
+  };
+  split_rows(decode_rows, (qpk + heads_per_pass_ - 1) / heads_per_pass_, decode_ctas_per_sm, decode_min_split_keys,
+             decode);
+  const int64_t mma_heads = decode_mma_heads_per_pass(qpk, d);
+  split_rows(decode_mma_rows, (qpk + mma_heads - 1) / mma_heads, decode_mma_ctas_per_sm, decode_mma_min_split_keys,
+             decode_mma);
+  summary_.decode_rows = static_cast<int64_t>(decode_rows.size() + decode_mma_rows.size());
+  summary_.decode_ctas = static_cast<int64_t>(decode.size() + decode_mma.size());
+  summary_.decode_mma_rows = static_cast<int64_t>(decode_mma_rows.size());
+  summary_.decode_mma_ctas = static_cast<int64_t>(decode_mma.size());
+  if (!decode_rows.empty() && summary_.decode_fallback.empty()) summary_.decode_fallback = decode_mma_why;
+  if (next_slot > 0) {
+    const auto slots = static_cast<size_t>(next_slot) * static_cast<size_t>(hq);
+    auto* base = static_cast<unsigned char*>(partials_.device(slots * static_cast<size_t>(d + 2) * sizeof(float)));
+    p.partial_acc = reinterpret_cast<float*>(base);
+    p.partial_ml = reinterpret_cast<float*>(base + slots * static_cast<size_t>(d) * sizeof(float));
   }
   summary_.generic_items = static_cast<int64_t>(generic.size());
+  summary_.prefill_items = static_cast<int64_t>(prefill.size());
+  if (summary_.generic_rows > 0) summary_.prefill_fallback = prefill_why;
+  // Longest key spans first (causal tails, long contexts), so the short CTAs fill the last wave.
+  // Stable: the order is a pure function of the batch; each CTA writes its own rows, so the order
+  // never changes a result bit.
+  std::stable_sort(prefill.begin(), prefill.end(), [](const GenericItem& a, const GenericItem& b) {
+    return a.key_end - a.key_begin > b.key_end - b.key_begin;
+  });
 
   // --- one upload --------------------------------------------------------------------------------
   staging_.clear();
@@ -317,7 +411,9 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
     p.num_mm_ranges = to_i32(mm.size(1));
   }
   const size_t o_gen = append(staging_, generic.data(), generic.size());
+  const size_t o_pre = append(staging_, prefill.data(), prefill.size());
   const size_t o_dec = append(staging_, decode.data(), decode.size());
+  const size_t o_dec_mma = append(staging_, decode_mma.data(), decode_mma.size());
   const size_t o_com = append(staging_, combine.data(), combine.size());
   auto* dev = static_cast<unsigned char*>(meta_.device(staging_.size() + 16));
   // Pageable source: cudaMemcpyAsync returns once the bytes are staged, so staging_ may be reused.
@@ -328,23 +424,72 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
   p.block_table_stride = batch.block_table.rank() == 2 ? batch.block_table.size(1) : 0;
   p.mm_prefix = p.num_mm_ranges > 0 ? reinterpret_cast<const int32_t*>(dev + o_mm) : nullptr;
   p.generic_items = reinterpret_cast<const GenericItem*>(dev + o_gen);
+  p.prefill_items = reinterpret_cast<const GenericItem*>(dev + o_pre);
   p.decode_items = reinterpret_cast<const DecodeItem*>(dev + o_dec);
+  decode_mma_items_ = reinterpret_cast<const DecodeItem*>(dev + o_dec_mma);
   p.combine_items = reinterpret_cast<const CombineItem*>(dev + o_com);
   num_generic_ = static_cast<int64_t>(generic.size());
+  num_prefill_ = static_cast<int64_t>(prefill.size());
   num_decode_ = static_cast<int64_t>(decode.size());
+  num_decode_mma_ = static_cast<int64_t>(decode_mma.size());
   num_combine_ = static_cast<int64_t>(combine.size());
 }
 
 void AttentionRunner::launch(cudaStream_t stream) const {
   launch_decode_attention(params_, params_.kv_kind, num_decode_, heads_per_pass_, block_shift_, stream);
+  if (num_decode_mma_ > 0) {
+    AttentionParams mma_params = params_;
+    mma_params.decode_items = decode_mma_items_;
+    launch_decode_mma(mma_params, num_decode_mma_, block_shift_, stream);
+  }
   launch_decode_combine(params_, num_combine_, stream);
+  launch_prefill_attention(params_, num_prefill_, prefill_variant_used_, stream);
   launch_generic_attention(params_, params_.encoder ? params_.q_kind : params_.kv_kind, num_generic_, stream);
+  debug_slowdown(stream);  // a no-op unless configured with -DHYBRIDTB_DEBUG_SLOWDOWN_US=N
 }
 
-// --- capability (NOTE: must agree with attention_inst_decode.cuh) ------------------------------------
+// --- capability (NOTE: must agree with attention_inst_decode.cuh / attention_inst_prefill.cuh) ------------------------------------
 bool decode_supported(ElementKind kv_kind, int64_t head_size) {
   const bool kind_ok = kv_kind != ElementKind::kFloat32;
   return kind_ok && (head_size == 64 || head_size == 128 || head_size == 256);
+}
+
+bool prefill_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_size) {
+  const bool kind_ok = (q_kind == ElementKind::kFloat16 || q_kind == ElementKind::kBFloat16) && kv_kind == q_kind;
+  return kind_ok && (head_size == 64 || head_size == 128 || head_size == 256);
+}
+
+void launch_prefill_attention(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream) {
+  if (num_items == 0) return;
+  switch (params.q_kind) {
+    case ElementKind::kFloat16:
+      return launch_prefill_f16(params, num_items, variant, stream);
+    case ElementKind::kBFloat16:
+      return launch_prefill_bf16(params, num_items, variant, stream);
+    default:
+      throw Error("prefill attention: the tensor-core path takes float16/bfloat16 only");
+  }
+}
+
+bool decode_mma_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_size) {
+  const bool kind_ok = (q_kind == ElementKind::kFloat16 || q_kind == ElementKind::kBFloat16) && kv_kind == q_kind;
+  return kind_ok && (head_size == 64 || head_size == 128 || head_size == 256);
+}
+
+int decode_mma_heads_per_pass(int64_t queries_per_kv, int64_t head_size) {
+  return queries_per_kv <= 8 || head_size > 128 ? 8 : 16;
+}
+
+void launch_decode_mma(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream) {
+  if (num_items == 0) return;
+  switch (params.q_kind) {
+    case ElementKind::kFloat16:
+      return launch_decode_mma_f16(params, num_items, block_shift, stream);
+    case ElementKind::kBFloat16:
+      return launch_decode_mma_bf16(params, num_items, block_shift, stream);
+    default:
+      throw Error("decode attention: the tensor-core path takes float16/bfloat16 only");
+  }
 }
 
 int decode_heads_per_pass(int64_t queries_per_kv) {

@@ -1,36 +1,81 @@
 // The second pass of split decode rows (decode_kernel.cuh): the partial softmax states of a row's
-// splits reduced in split order (deterministic), then sinks, normalisation and fp8 output.
+// splits reduced in fixed orders (deterministic), then sinks, normalisation and fp8 output.
 #pragma once
 
 #include "attention/attention_common.cuh"
 
 namespace hybridtb::cuda {
 
-// Finishes split decode rows: one CTA per (row, query head), the splits reduced in split order.
-__global__ void __launch_bounds__(128) decode_combine_kernel(const __grid_constant__ AttentionParams p) {
+// Finishes split decode rows: one CTA per (row, query head). The split weights
+// e^{m_s − max} are computed once per chunk of kCombineChunk splits into shared memory (every
+// thread a strided subset), the denominator is reduced over the threads by a fixed tree, and each
+// output element sums its splits in split order (unrolled: the loads of several splits in flight,
+// which a long row — 128 splits at 1×32k — needs; the earlier one-thread-per-element loop paid an
+// L2 latency per split and pass). Deterministic: fixed orders, no atomics.
+constexpr int kCombineThreads = 128;
+constexpr int kCombineChunk = 512;
+__global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const __grid_constant__ AttentionParams p) {
+  __shared__ float sm_w[kCombineChunk];
+  __shared__ float sm_red[kCombineThreads];
   const CombineItem item = p.combine_items[blockIdx.x];
   const int head = static_cast<int>(blockIdx.y);
+  const int tid = static_cast<int>(threadIdx.x);
   const int d = p.head_size;
+  const float* ml = p.partial_ml + (static_cast<int64_t>(item.first_slot) * p.num_heads + head) * 2;
+  const int64_t ml_stride = static_cast<int64_t>(p.num_heads) * 2;
+  // Max over the splits (exact: order-free).
   float mx = kNegInf;
-  for (int s = 0; s < item.num_splits; ++s) {
-    mx = fmaxf(mx, p.partial_ml[(static_cast<int64_t>(item.first_slot + s) * p.num_heads + head) * 2]);
+  for (int s = tid; s < item.num_splits; s += kCombineThreads) mx = fmaxf(mx, ml[s * ml_stride]);
+  sm_red[tid] = mx;
+  __syncthreads();
+  for (int o = kCombineThreads / 2; o > 0; o /= 2) {
+    if (tid < o) sm_red[tid] = fmaxf(sm_red[tid], sm_red[tid + o]);
+    __syncthreads();
   }
-  float l = 0.0f;
-  for (int s = 0; s < item.num_splits; ++s) {
-    const int64_t slot = static_cast<int64_t>(item.first_slot + s) * p.num_heads + head;
-    l += p.partial_ml[slot * 2 + 1] * (mx == kNegInf ? 0.0f : exp_diff(p.partial_ml[slot * 2], mx));
-  }
-  const RowScale f = row_finalize(p, head, mx, l);
-  for (int c = static_cast<int>(threadIdx.x); c < d; c += static_cast<int>(blockDim.x)) {
-    float a = 0.0f;
-    for (int s = 0; s < item.num_splits; ++s) {
-      const int64_t slot = static_cast<int64_t>(item.first_slot + s) * p.num_heads + head;
-      const float w = mx == kNegInf ? 0.0f : exp_diff(p.partial_ml[slot * 2], mx);
-      a += p.partial_acc[slot * d + c] * w;
+  mx = sm_red[0];
+  __syncthreads();
+  float l_part = 0.0f;
+  constexpr int kMaxDimsPerThread = 4;  // head size ≤ 512
+  float acc[kMaxDimsPerThread] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const float* pacc = p.partial_acc + (static_cast<int64_t>(item.first_slot) * p.num_heads + head) * d;
+  const int64_t acc_stride = static_cast<int64_t>(p.num_heads) * d;
+  for (int base = 0; base < item.num_splits; base += kCombineChunk) {
+    const int n = min(kCombineChunk, item.num_splits - base);
+    for (int s = tid; s < n; s += kCombineThreads) {
+      const float* e = ml + (base + s) * ml_stride;
+      const float w = mx == kNegInf ? 0.0f : exp_diff(e[0], mx);
+      sm_w[s] = w;
+      l_part += e[1] * w;
     }
-    const float o = f.zero != 0.0f ? 0.0f : a * f.acc_factor;
-    store_element(p.output, static_cast<int64_t>(item.token) * p.o_stride_token + static_cast<int64_t>(head) * p.o_stride_head + c,
-                  p.q_kind, output_value(p, o));
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kMaxDimsPerThread; ++i) {
+      const int c = tid + i * kCombineThreads;
+      if (c < d) {
+        const float* a = pacc + static_cast<int64_t>(base) * acc_stride + c;
+        float sum = acc[i];
+#pragma unroll 8
+        for (int s = 0; s < n; ++s) sum += a[s * acc_stride] * sm_w[s];
+        acc[i] = sum;
+      }
+    }
+    __syncthreads();
+  }
+  sm_red[tid] = l_part;
+  __syncthreads();
+  for (int o = kCombineThreads / 2; o > 0; o /= 2) {
+    if (tid < o) sm_red[tid] += sm_red[tid + o];
+    __syncthreads();
+  }
+  const RowScale f = row_finalize(p, head, mx, sm_red[0]);
+#pragma unroll
+  for (int i = 0; i < kMaxDimsPerThread; ++i) {
+    const int c = tid + i * kCombineThreads;
+    if (c < d) {
+      const float o = f.zero != 0.0f ? 0.0f : acc[i] * f.acc_factor;
+      store_element(p.output, static_cast<int64_t>(item.token) * p.o_stride_token + static_cast<int64_t>(head) * p.o_stride_head + c,
+                    p.q_kind, output_value(p, o));
+    }
   }
 }
 

@@ -1,0 +1,279 @@
+// hybridtb_bench_ssm [--out FILE.json]: the mamba1 kernels of the cuda backend's SSM branch
+// (optimized/src/ssm/mamba1_kernels.cu) on one GPU, against ceilings measured in the same run:
+//   decode: the single-step state update (launch_mamba1_scan on decode requests) for d_inner 5120,
+//           state 16, 64 and 256 sequences; bytes = ssm_state read + write (fp32) + per-token
+//           inputs; % of the measured device-to-device copy bandwidth (read + write counted);
+//   prefill: the one-pass selective scan (block scan over channel tiles; gating fused) of one
+//           request of 8k and 32k tokens (with a sweep of its tilings, "variants_us"), and the causal
+//           conv; tokens/s against t_min = max(bytes / copy bandwidth, D·N·T / 4.17e12 exp/s)
+//           (perf-anchors.md §6.3).
+// Inputs are deterministic non-zero values (a hash fill); every timing is the median of CUDA-event
+// samples after warm-up, with the ssm_state pool restored and L2 flushed (256 MiB read) before
+// every sample, outside the events (a 256 MiB read: clean lines, no write-back in the timed region). The GEMMs (cuBLAS) are not timed here. Case names ("name")
+// match experiments/peers/torch_mamba1_peer.py's (peer_ratio_ssm.py joins the two JSON files).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/event_timer.h"
+#include "common/cuda_check.h"
+#include "ssm/ssm_kernels.h"
+
+using namespace hybridtb::cuda;
+using namespace hybridtb::cuda::ssm;
+
+namespace {
+
+__global__ void fill_kernel(float* p, int64_t n, float low, float high, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    p[i] = low + (high - low) * static_cast<float>(h & 0xFFFFFF) / 16777216.0f;
+  }
+}
+
+// Evicts L2 by reading `count` 16-byte words (the lines it leaves are clean: no write-back competes
+// with the timed kernel, as it would after a memset flush).
+__global__ void read_flush_kernel(const uint4* p, int64_t count, uint32_t* sink) {
+  uint32_t acc = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    const uint4 v = p[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;  // never true for the zero-filled buffer; keeps the loads
+}
+
+float* device_filled(int64_t n, float low, float high, uint32_t seed) {
+  float* p = nullptr;
+  HYBRIDTB_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float)));
+  fill_kernel<<<1024, 256>>>(p, n, low, high, seed);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+  return p;
+}
+
+template <typename T>
+T* upload(const std::vector<T>& v) {
+  T* p = nullptr;
+  HYBRIDTB_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(1, v.size()) * sizeof(T)));
+  HYBRIDTB_CUDA_CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return p;
+}
+
+constexpr int I = 5120, N = 16, K = 4, R = 160;
+
+struct Setup {
+  Mamba1Params p;
+  std::vector<void*> owned;
+  float* pool_saved = nullptr;  // the ssm_state pool before any run (restored before every sample)
+  size_t pool_bytes = 0;
+};
+
+// The median of `reps` CUDA-event samples of fn() after `warmup` untimed calls; before every sample,
+// outside the events: the ssm_state pool restored and L2 flushed (a 256 MiB read, clean lines).
+template <typename Fn>
+double median_ms_flushed(int reps, int warmup, cudaStream_t stream, const Setup& s, void* flush, size_t flush_bytes,
+                         Fn fn) {
+  cudaEvent_t start;
+  cudaEvent_t stop;
+  HYBRIDTB_CUDA_CHECK(cudaEventCreate(&start));
+  HYBRIDTB_CUDA_CHECK(cudaEventCreate(&stop));
+  std::vector<float> times;
+  for (int r = 0; r < warmup + reps; ++r) {
+    HYBRIDTB_CUDA_CHECK(
+        cudaMemcpyAsync(s.p.ssm_state.data, s.pool_saved, s.pool_bytes, cudaMemcpyDeviceToDevice, stream));
+    read_flush_kernel<<<1056, 256, 0, stream>>>(static_cast<const uint4*>(flush),
+                                                static_cast<int64_t>(flush_bytes / sizeof(uint4)),
+                                                static_cast<uint32_t*>(flush));
+    HYBRIDTB_CUDA_CHECK_LAUNCH();
+    HYBRIDTB_CUDA_CHECK(cudaEventRecord(start, stream));
+    fn();
+    HYBRIDTB_CUDA_CHECK(cudaEventRecord(stop, stream));
+    HYBRIDTB_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    HYBRIDTB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    if (r >= warmup) times.push_back(ms);
+  }
+  HYBRIDTB_CUDA_CHECK(cudaEventDestroy(start));
+  HYBRIDTB_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(times.begin(), times.end());
+  return static_cast<double>(times[times.size() / 2]);
+}
+
+// `requests` requests of `length` tokens each (length 1: decodes), fp32 weights and pools.
+Setup make_setup(int requests, int length) {
+  Setup s;
+  Mamba1Params& p = s.p;
+  const int64_t T = int64_t{requests} * length;
+  p.I = I;
+  p.N = N;
+  p.K = K;
+  p.R = R;
+  p.num_tokens = T;
+  auto own = [&](float* ptr) {
+    s.owned.push_back(ptr);
+    return ptr;
+  };
+  p.xz = own(device_filled(T * 2 * I, -1.0f, 1.0f, 1));
+  p.c = own(device_filled(T * I, -1.0f, 1.0f, 2));
+  p.dbc = own(device_filled(T * (R + 2 * N), -1.0f, 1.0f, 3));
+  p.dt = own(device_filled(T * I, -4.6f, -2.3f, 4));  // softplus → Δ ≈ 0.01 … 0.1
+  p.y = own(device_filled(T * I, 0.0f, 0.0f, 5));
+  p.conv_w = WeightRef{own(device_filled(int64_t{I} * K, -0.5f, 0.5f, 6)), ElementKind::kFloat32};
+  p.conv_bias = WeightRef{own(device_filled(I, -0.1f, 0.1f, 7)), ElementKind::kFloat32};
+  p.dt_bias = WeightRef{own(device_filled(I, -0.1f, 0.1f, 8)), ElementKind::kFloat32};
+  p.A_log = WeightRef{own(device_filled(int64_t{I} * N, 0.0f, 2.77f, 9)), ElementKind::kFloat32};
+  p.D = WeightRef{own(device_filled(I, 0.5f, 1.5f, 10)), ElementKind::kFloat32};
+  p.in_bias = WeightRef{own(device_filled(2 * I, -0.1f, 0.1f, 11)), ElementKind::kFloat32};
+  const int slots = requests + 1;
+  p.ssm_state = PoolRef{own(device_filled(int64_t{slots} * I * N, -1.0f, 1.0f, 12)), ElementKind::kFloat32,
+                        int64_t{I} * N};
+  p.conv_state = PoolRef{own(device_filled(int64_t{slots} * I * (K - 1), -1.0f, 1.0f, 13)), ElementKind::kFloat32,
+                         int64_t{I} * (K - 1)};
+  std::vector<GpuRequest> reqs;
+  std::vector<GpuChunk> chunks;
+  std::vector<int32_t> first;
+  std::vector<GpuConvWrite> writes;
+  for (int r = 0; r < requests; ++r) {
+    GpuRequest q;
+    q.begin = r * length;
+    q.end = (r + 1) * length;
+    q.read_slot = r + 1;
+    q.write_slot = r + 1;
+    q.decode = length == 1 ? 1 : 0;
+    reqs.push_back(q);
+    first.push_back(static_cast<int32_t>(chunks.size()));
+    const int size = std::max(64, (length + 127) / 128);
+    for (int b = q.begin; b < q.end; b += size) {
+      const int e = std::min(q.end, b + size);
+      chunks.push_back(GpuChunk{r, b, e, e == q.end ? 1 : 0});
+    }
+    writes.push_back(GpuConvWrite{r, length, r + 1, 0});
+  }
+  p.wave.requests = upload(reqs);
+  p.wave.num_requests = requests;
+  p.wave.max_tokens = length;
+  p.chunks = upload(chunks);
+  p.num_chunks = static_cast<int32_t>(chunks.size());
+  p.request_first_chunk = upload(first);
+  p.conv_writes = upload(writes);
+  p.num_conv_writes = static_cast<int32_t>(writes.size());
+  p.boundary_slot = upload(std::vector<int32_t>(static_cast<size_t>(T), -1));
+  s.owned.insert(s.owned.end(), {(void*)p.wave.requests, (void*)p.chunks, (void*)p.request_first_chunk,
+                                 (void*)p.conv_writes, (void*)p.boundary_slot});
+  p.conv_stash = own(device_filled(int64_t{requests} * I * (K - 1), 0.0f, 0.0f, 14));
+  p.decode_end = length == 1 ? requests : 0;
+  p.prefill_begin = length == 1 ? requests : 0;
+  s.pool_bytes = static_cast<size_t>(slots) * I * N * sizeof(float);
+  s.pool_saved = own(device_filled(int64_t{slots} * I * N, 0.0f, 0.0f, 17));
+  HYBRIDTB_CUDA_CHECK(cudaMemcpy(s.pool_saved, p.ssm_state.data, s.pool_bytes, cudaMemcpyDeviceToDevice));
+  HYBRIDTB_CUDA_CHECK(cudaDeviceSynchronize());
+  return s;
+}
+
+void release(Setup& s) {
+  for (void* p : s.owned) cudaFree(p);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out_path;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--out") == 0) out_path = argv[i + 1];
+  }
+  cudaStream_t stream = nullptr;
+  HYBRIDTB_CUDA_CHECK(cudaStreamCreate(&stream));
+  cudaDeviceProp prop{};
+  HYBRIDTB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+
+  // Ceiling: device-to-device copy of 1 GiB (read + write counted).
+  const size_t copy_bytes = size_t{1} << 30;
+  void* a = nullptr;
+  void* b = nullptr;
+  HYBRIDTB_CUDA_CHECK(cudaMalloc(&a, copy_bytes));
+  HYBRIDTB_CUDA_CHECK(cudaMalloc(&b, copy_bytes));
+  HYBRIDTB_CUDA_CHECK(cudaMemset(a, 1, copy_bytes));
+  const double copy_ms = bench::median_ms(20, stream, [&] {
+    HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(b, a, copy_bytes, cudaMemcpyDeviceToDevice, stream));
+  }, 3);
+  const double copy_bw = 2.0 * static_cast<double>(copy_bytes) / (copy_ms * 1e-3);
+  cudaFree(a);
+  cudaFree(b);
+  const double exp_rate = 4.17e12;  // perf-anchors §6.3 (H100 SFU exp throughput)
+
+  std::string json = "{\n  \"gpu\": \"" + std::string(prop.name) + "\",\n  \"copy_bandwidth_Bps\": " +
+                     std::to_string(copy_bw) + ",\n  \"exp_rate_per_s\": " + std::to_string(exp_rate) +
+                     ",\n  \"I\": 5120, \"N\": 16, \"K\": 4, \"R\": 160,\n  \"cases\": [\n";
+  bool first_case = true;
+  auto add_case = [&](const std::string& text) {
+    json += (first_case ? "    " : ",\n    ") + text;
+    first_case = false;
+    std::printf("%s\n", text.c_str());
+  };
+
+  const size_t flush_bytes = size_t{256} << 20;
+  void* flush = nullptr;
+  HYBRIDTB_CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
+  HYBRIDTB_CUDA_CHECK(cudaMemset(flush, 0, flush_bytes));
+  const auto num = [](double v) { return std::to_string(v); };
+
+  // Case names ("name") match experiments/peers/torch_mamba1_peer.py's; "median_us" is the time.
+  for (const int seqs : {64, 256}) {
+    Setup s = make_setup(seqs, 1);
+    const double ms = median_ms_flushed(50, 5, stream, s, flush, flush_bytes, [&] { launch_mamba1_scan(s.p, stream); });
+    // ssm_state read + write, plus dt, c, z in and y out per channel, and B/C per sequence.
+    const double state_bytes = seqs * (2.0 * I * N * 4);
+    const double bytes = state_bytes + seqs * (4.0 * I * 4 + 2.0 * N * 4);
+    const double pct = 100.0 * (bytes / copy_bw) / (ms * 1e-3);
+    add_case("{\"name\": \"decode " + std::to_string(seqs) + " seqs\", \"case\": \"decode_state_update\", \"seqs\": " +
+             std::to_string(seqs) + ", \"median_us\": " + num(ms * 1e3) + ", \"us\": " + num(ms * 1e3) +
+             ", \"bytes\": " + num(bytes) + ", \"state_bytes\": " + num(state_bytes) + ", \"GBps\": " +
+             num(bytes / (ms * 1e-3) / 1e9) + ", \"pct_of_copy_bw\": " + num(pct) + ", \"launches\": 1}");
+    release(s);
+  }
+  for (const int tokens : {8192, 32768}) {
+    Setup s = make_setup(1, tokens);
+    // The tiling sweep (scan_variant; 0 = the default the backend uses).
+    const char* variant_names[] = {"warps4_seg8_5blk", "warps8_seg4_3blk", "warps4_seg8_4blk", "warps8_seg8_2blk",
+                                   "warps2_seg8_10blk"};
+    std::string variants;
+    double scan_ms = 0.0;
+    for (int v = 4; v >= 0; --v) {
+      s.p.scan_variant = v;
+      const double ms = median_ms_flushed(10, 2, stream, s, flush, flush_bytes, [&] { launch_mamba1_scan(s.p, stream); });
+      variants += std::string(variants.empty() ? "" : ", ") + "\"" + variant_names[v] + "\": " + num(ms * 1e3);
+      if (v == 0) scan_ms = ms;
+    }
+    s.p.scan_variant = 0;
+    const double conv_ms = median_ms_flushed(10, 2, stream, s, flush, flush_bytes, [&] { launch_mamba1_conv(s.p, stream); });
+    // Minimal traffic of the scan with our float32 I/O: dt, c, z in, y out (4 B each per channel) + B, C.
+    const double bytes = static_cast<double>(tokens) * (4.0 * I * 4 + 2.0 * N * 4);
+    const double t_bw = bytes / copy_bw;
+    const double t_exp = static_cast<double>(I) * N * tokens / exp_rate;
+    const double t_min = std::max(t_bw, t_exp);
+    add_case("{\"name\": \"prefill " + std::to_string(tokens / 1024) + "k\", \"case\": \"prefill_scan\", \"tokens\": " +
+             std::to_string(tokens) + ", \"median_us\": " + num(scan_ms * 1e3) + ", \"scan_us\": " +
+             num(scan_ms * 1e3) + ", \"conv_us\": " + num(conv_ms * 1e3) + ", \"scan_tokens_per_s\": " +
+             num(tokens / (scan_ms * 1e-3)) + ", \"t_min_bw_us\": " + num(t_bw * 1e6) + ", \"t_min_exp_us\": " +
+             num(t_exp * 1e6) + ", \"pct_of_bound\": " + num(100.0 * t_min / (scan_ms * 1e-3)) +
+             ", \"variants_us\": {" + variants + "}}");
+    release(s);
+  }
+  cudaFree(flush);
+  json += "\n  ]\n}\n";
+  if (!out_path.empty()) {
+    FILE* f = std::fopen(out_path.c_str(), "w");
+    if (f == nullptr) return 1;
+    std::fputs(json.c_str(), f);
+    std::fclose(f);
+  }
+  cudaStreamDestroy(stream);
+  return 0;
+}

@@ -1,0 +1,10 @@
+// Instantiations of the tensor-core prefill kernel for __nv_bfloat16: head sizes 64/128/256 × plain/featured logits.
+#include "attention/attention_inst_prefill.cuh"
+
+namespace hybridtb::cuda {
+
+void launch_prefill_bf16(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream) {
+  launch_prefill_typed<__nv_bfloat16>(params, num_items, variant, stream);
+}
+
+}  // namespace hybridtb::cuda

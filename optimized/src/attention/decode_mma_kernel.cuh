@@ -1,0 +1,404 @@
+// The tensor-core decode path: one query row per request (query_len 1, decoder), head size D in
+// {64, 128, 256}, float16 / bfloat16 caches (kv_cache_dtype auto), GQA packed into the N side of
+// mma.sync m16n8k16 (float32 accumulation).
+//
+// Orientation: the query heads of one kv head are few (1–16), the keys many, so the kernel computes
+// the transposed products — Sᵀ = K·Qᵀ (M = 16 keys, N = 8·NT query heads, K = D) and
+// Oᵀ += Vᵀ·Pᵀ (M = 16 dims, N = heads, K = 16 keys). K and Vᵀ are the A operands (ldmatrix /
+// ldmatrix.trans from the cp.async ring), Qᵀ is a B fragment kept in registers for the whole CTA,
+// Pᵀ goes from the Sᵀ accumulator to a B fragment with movmatrix.trans (no shared memory). Unused
+// head columns (qpk < 8·NT) are zero queries, computed and never stored.
+//
+// One CTA = one DecodeItem (a request's key split) × one kv head × one pass of 8·NT query heads.
+// Each of its W warps streams its own 16-key tiles (tile t of the CTA goes to warp t mod W) through
+// its own S-stage cp.async ring (16-byte chunks, XOR swizzle; the block-table entry of a tile's 16
+// keys is loaded one tile ahead, one lane per key, and broadcast by shuffle), so no CTA barrier
+// sits in the key loop; all S stages are in flight while a warp waits. Per tile: Sᵀ (D/16 mma per
+// 8 heads), logits in base 2 (scale·log2e in one multiply on the plain path; soft cap / ALiBi via
+// attention_logit otherwise), online softmax per head column (max over the tile by 3 shuffles,
+// exp2), P rounded to the model dtype (the P·V operand, as vLLM's Triton kernel and FlashAttention
+// do; P is scaled by 2^kDecodeMmaPShift — exact, it cancels in Σp·v / Σp — so that float16 keeps
+// small weights normal), Oᵀ += Vᵀ·Pᵀ. The warps' states are merged in shared memory in warp
+// order; then sinks (row_finalize), fp8 output (output_value) and the store — or, for split rows,
+// the partial state (natural-log max, denominator, numerators) for decode_combine_kernel.
+//
+// Masks: only tiles not entirely inside the visible range evaluate key_visible()
+// (attention_common.cuh) per element; masked scores are *selected* to −inf. Keys outside the
+// item's range or invisible to the row (key_needed false: outside the window, at/after seq_len)
+// are never read: cp.async zero-fills them (null-block safety). No atomics, fixed orders: bitwise
+// reproducible. The planner (attention_plan.cpp) sends here only rows whose mm_prefix ranges add no
+// key (then visibility is the causal/window interval). Checked by tests/cuda/cuda_decode_mma_test.cpp.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "attention/attention_common.cuh"
+#include "attention/attention_launch.h"
+#include "common/cuda_check.h"
+#include "common/mma.cuh"
+
+namespace hybridtb::cuda {
+
+constexpr int kDecodeMmaKeys = 16;          // keys per warp tile (M of Sᵀ, K of Oᵀ)
+constexpr float kDecodeMmaPShift = 15.0f;   // P ∈ [0, 2^15]: fits float16, no subnormal loss
+
+// Warps per CTA and ring stages per warp by head size: 64/96/96 KB of shared memory per CTA
+// (3/2/2 CTAs per SM), i.e. about 128–190 KB of K/V in flight per SM.
+__host__ __device__ constexpr int decode_mma_warps(int d) { return d <= 128 ? 4 : 2; }
+__host__ __device__ constexpr int decode_mma_stages(int d) { return d <= 64 ? 4 : 3; }
+__host__ __device__ constexpr int decode_mma_merge_stride(int d) { return d + 4; }  // floats per column
+__host__ __device__ constexpr int decode_mma_smem_bytes(int d) {
+  const int ring = decode_mma_warps(d) * decode_mma_stages(d) * 2 * kDecodeMmaKeys * d * 2;
+  const int merge = decode_mma_warps(d) * 16 * (decode_mma_merge_stride(d) + 2) * 4;
+  return ring > merge ? ring : merge;
+}
+
+// T: model dtype = cache element; D: head size; NT: head columns / 8 (1 or 2); Plain: no soft cap
+// and no ALiBi.
+template <typename T, int D, int NT, bool Plain>
+__global__ void __launch_bounds__(32 * decode_mma_warps(D))
+    decode_mma_kernel(const __grid_constant__ AttentionParams p, int block_shift) {
+  using namespace mma;
+  constexpr int W = decode_mma_warps(D);
+  constexpr int S = decode_mma_stages(D);
+  constexpr int BK = kDecodeMmaKeys;
+  constexpr int kCols = 8 * NT;
+  constexpr int kChunks = D / 8;                 // 16-byte chunks per key row
+  constexpr int kTileBytes = BK * D * 2;         // one K (or V) tile
+  constexpr int kStageBytes = 2 * kTileBytes;    // K tile, then V tile
+  constexpr int kMd = D / 16;                    // k-steps of Sᵀ = m-tiles of Oᵀ
+  constexpr int kLoads = BK * kChunks / 32;      // 16-byte copies per lane per tile (each of K, V)
+  constexpr int kRowStep = 32 / kChunks;         // rows between a lane's copies
+  constexpr int kMs = decode_mma_merge_stride(D);
+  constexpr float kLog2e = 1.4426950408889634f;
+  constexpr float kLn2 = 0.6931471805599453f;
+  static_assert(D % 64 == 0 && kChunks <= 32, "head size 64, 128 or 256");
+  static_assert(NT == 1 || NT == 2, "8 or 16 head columns");
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+
+  const DecodeItem item = p.decode_items[blockIdx.x];
+  const int kv_head = static_cast<int>(blockIdx.y);
+  const int head0 = kv_head * p.queries_per_kv + static_cast<int>(blockIdx.z) * kCols;
+  const int nh = min(kCols, p.queries_per_kv - static_cast<int>(blockIdx.z) * kCols);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int g = lane / 4;
+  const int t4 = lane % 4;
+  const int request = item.request;
+  const int seq_len = p.seq_lens[request];
+  const int pos = seq_len - 1;  // the query row's position
+  const int context_len = seq_len - 1;
+  const uint32_t s_ring = s_base + static_cast<uint32_t>(warp * S * kStageBytes);
+
+  // --- Qᵀ as B fragments: column n = head head0 + n (zeros past nh), k = dims ---------------------
+  uint32_t qf[NT][kMd][2];
+  {
+    const auto* q = static_cast<const uint16_t*>(p.query);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int col = nt * 8 + g;
+      const bool ok = col < nh;
+      const int64_t row = static_cast<int64_t>(item.token) * p.q_stride_token +
+                          static_cast<int64_t>(head0 + (ok ? col : 0)) * p.q_stride_head;
+#pragma unroll
+      for (int kk = 0; kk < kMd; ++kk) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t e = row + kk * 16 + 2 * t4 + 8 * h;
+          const uint32_t lo = ok ? q[e] : 0u;
+          const uint32_t hi = ok ? q[e + 1] : 0u;
+          qf[nt][kk][h] = lo | (hi << 16);
+        }
+      }
+    }
+  }
+  // Heads of this thread's accumulator columns (padding columns use head0: valid for the ALiBi slope).
+  int col_head[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int col = nt * 8 + 2 * t4 + j;
+      col_head[nt][j] = head0 + (col < nh ? col : 0);
+    }
+  }
+
+  // --- tiles: CTA tile t covers keys tile0 + 16·t + [0, 16); warp w takes t = w, w + W, ... ------
+  const int tile0 = item.key_begin & ~(BK - 1);
+  const int num_tiles = item.key_end > tile0 ? (item.key_end - tile0 + BK - 1) / BK : 0;
+  const int my_tiles = num_tiles > warp ? (num_tiles - warp + W - 1) / W : 0;
+  auto tile_key = [&](int i) { return tile0 + (i * W + warp) * BK; };
+  const int lo = max(item.key_begin, item.causal_begin);  // every key of [lo, hi) is visible
+  const int hi = min(item.key_end, item.causal_end);
+
+  // Element offset of the K row of key kt + (lane & 15), or −1 if that key is not read.
+  const int64_t table_row = static_cast<int64_t>(request) * p.block_table_stride;
+  const int64_t head_offset = static_cast<int64_t>(kv_head) * p.cache_stride_head;
+  auto row_offset = [&](int i) -> int64_t {
+    if (i >= my_tiles) return -1;
+    const int k = tile_key(i) + (lane & (BK - 1));
+    if (k < item.key_begin || k >= item.key_end ||
+        !key_needed(p, request, seq_len, pos, pos, item.causal_begin, item.causal_end, k)) {
+      return -1;
+    }
+    const int blk = block_shift >= 0 ? (k >> block_shift) : k / p.block_size;
+    const int64_t block = __ldg(p.block_table + table_row + blk);
+    return block * p.cache_stride_block + static_cast<int64_t>(k - blk * p.block_size) * p.cache_stride_slot +
+           head_offset;
+  };
+  const T* cache = static_cast<const T*>(p.kv_cache);
+  // Tile i into stage i % S (always commits a group, possibly empty, so the counts stay uniform).
+  auto issue = [&](int i, int64_t off) {
+    if (i < my_tiles) {
+      const int lo_word = static_cast<int>(static_cast<uint64_t>(off) & 0xffffffffu);
+      const int hi_word = static_cast<int>(static_cast<uint64_t>(off) >> 32);
+      const uint32_t sk = s_ring + static_cast<uint32_t>((i % S) * kStageBytes);
+#pragma unroll
+      for (int c = 0; c < kLoads; ++c) {
+        const int r = lane / kChunks + c * kRowStep;
+        const int ch = lane % kChunks;
+        const uint32_t rl = static_cast<uint32_t>(__shfl_sync(0xffffffffu, lo_word, r));
+        const uint32_t rh = static_cast<uint32_t>(__shfl_sync(0xffffffffu, hi_word, r));
+        const auto ro = static_cast<int64_t>((static_cast<uint64_t>(rh) << 32) | rl);
+        const bool ok = ro >= 0;
+        const T* src = cache + (ok ? ro : 0) + ch * 8;
+        const uint32_t so = swizzle<D>(r, ch);
+        cp_async_16(sk + so, src, ok);
+        cp_async_16(sk + kTileBytes + so, src + (ok ? p.cache_stride_half : 0), ok);
+      }
+    }
+    cp_async_commit();
+  };
+
+  float o[kMd][NT][4];
+#pragma unroll
+  for (int md = 0; md < kMd; ++md) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) o[md][nt][0] = o[md][nt][1] = o[md][nt][2] = o[md][nt][3] = 0.0f;
+  }
+  float col_m[NT][2];  // running max of the base-2 logits (uniform over the g lanes)
+  float col_l[NT][2];  // this thread's part of Σ 2^{t − (m − shift)}
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    col_m[nt][0] = col_m[nt][1] = kNegInf;
+    col_l[nt][0] = col_l[nt][1] = 0.0f;
+  }
+  const float scale_log2 = p.scale * kLog2e;
+
+#pragma unroll
+  for (int i = 0; i < S; ++i) issue(i, row_offset(i));
+
+  for (int i = 0; i < my_tiles; ++i) {
+    const int64_t next_off = row_offset(i + S);  // block table of the refill, before the wait
+    cp_async_wait<S - 1>();
+    __syncwarp();  // every lane's copies of tile i are visible to the warp
+    const uint32_t sk = s_ring + static_cast<uint32_t>((i % S) * kStageBytes);
+    const uint32_t sv = sk + kTileBytes;
+    const int kt = tile_key(i);
+
+    // --- Sᵀ = K·Qᵀ ----------------------------------------------------------------------------
+    float s[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kMd; ++kk) {
+      uint32_t a[4];
+      ldmatrix_x4(a, sk + swizzle<D>(lane % 16, 2 * kk + lane / 16));
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) Mma<T>::run(s[nt], a, qf[nt][kk][0], qf[nt][kk][1]);
+    }
+
+    // --- logits (base 2) and masks: element e is key kt + g + 8·(e / 2), column 2·t4 + e % 2 -----
+    const bool full = kt >= lo && kt + BK <= hi;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int k = kt + g + 8 * (e / 2);
+        if constexpr (Plain) {
+          s[nt][e] *= scale_log2;
+        } else {
+          s[nt][e] = attention_logit(p, s[nt][e], col_head[nt][e % 2], pos, k, context_len) * kLog2e;
+        }
+        // Select, never multiply: a masked score is −inf whatever the key held.
+        if (!full && !(k >= item.key_begin && k < item.key_end && key_visible(p, request, seq_len, pos, k))) {
+          s[nt][e] = kNegInf;
+        }
+      }
+    }
+
+    // --- online softmax per head column; Pᵀ fragments -----------------------------------------------
+    uint32_t pb[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float m_ref[2];
+      float alpha[2];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        float mx = fmaxf(s[nt][j], s[nt][j + 2]);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+        const float m_new = fmaxf(col_m[nt][j], mx);
+        m_ref[j] = m_new == kNegInf ? 0.0f : m_new - kDecodeMmaPShift;
+        alpha[j] = col_m[nt][j] == kNegInf ? 0.0f : exp2_approx(col_m[nt][j] - m_new);
+        col_m[nt][j] = m_new;
+      }
+      float pr[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) pr[e] = exp2_approx(s[nt][e] - m_ref[e % 2]);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) col_l[nt][j] = col_l[nt][j] * alpha[j] + (pr[j] + pr[j + 2]);
+      // (key g, columns 2t4..2t4+1) → transposed: (keys 2t4..2t4+1, column g) = B fragment of Pᵀ.
+      pb[nt][0] = movmatrix_trans(Mma<T>::pack(pr[0], pr[1]));
+      pb[nt][1] = movmatrix_trans(Mma<T>::pack(pr[2], pr[3]));
+#pragma unroll
+      for (int md = 0; md < kMd; ++md) {
+        o[md][nt][0] *= alpha[0];
+        o[md][nt][1] *= alpha[1];
+        o[md][nt][2] *= alpha[0];
+        o[md][nt][3] *= alpha[1];
+      }
+    }
+
+    // --- Oᵀ += Vᵀ·Pᵀ ------------------------------------------------------------------------------
+#pragma unroll
+    for (int md = 0; md < kMd; ++md) {
+      uint32_t a[4];
+      ldmatrix_x4_trans(a, sv + swizzle<D>((lane / 16) * 8 + lane % 8, 2 * md + (lane / 8) % 2));
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) Mma<T>::run(o[md][nt], a, pb[nt][0], pb[nt][1]);
+    }
+    __syncwarp();  // every lane is done reading stage i % S before it is refilled
+    issue(i + S, next_off);
+  }
+  cp_async_wait<0>();  // only empty groups can be pending; none may be in flight at the merge
+
+  // --- per-warp state → shared memory; merge the warps in order --------------------------------------
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float l = col_l[nt][j];
+      l += __shfl_xor_sync(0xffffffffu, l, 4);
+      l += __shfl_xor_sync(0xffffffffu, l, 8);
+      l += __shfl_xor_sync(0xffffffffu, l, 16);
+      col_l[nt][j] = l;
+    }
+  }
+  __syncthreads();  // every warp is done with its ring (the merge area overlaps it)
+  auto* sm_acc = reinterpret_cast<float*>(smem);                 // [W][16][kMs]
+  float* sm_m = sm_acc + W * 16 * kMs;                            // [W][16]
+  float* sm_l = sm_m + W * 16;                                    // [W][16]
+#pragma unroll
+  for (int md = 0; md < kMd; ++md) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = nt * 8 + 2 * t4 + e % 2;
+        const int dim = md * 16 + g + 8 * (e / 2);
+        sm_acc[(warp * 16 + col) * kMs + dim] = o[md][nt][e];
+      }
+    }
+  }
+  if (g == 0) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int col = nt * 8 + 2 * t4 + j;
+        sm_m[warp * 16 + col] = col_m[nt][j];
+        sm_l[warp * 16 + col] = col_l[nt][j];
+      }
+    }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < nh * D; idx += 32 * W) {
+    const int col = idx / D;
+    const int c = idx % D;
+    float mx = kNegInf;
+#pragma unroll
+    for (int w = 0; w < W; ++w) mx = fmaxf(mx, sm_m[w * 16 + col]);
+    float l = 0.0f;
+    float acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      const float mw = sm_m[w * 16 + col];
+      const float f = mw == kNegInf ? 0.0f : exp2_approx(mw - mx);
+      l += sm_l[w * 16 + col] * f;
+      acc += sm_acc[(w * 16 + col) * kMs + c] * f;
+    }
+    // l and acc are relative to 2^{mx − shift}: natural-log reference point for row_finalize.
+    const float m_nat = mx == kNegInf ? kNegInf : (mx - kDecodeMmaPShift) * kLn2;
+    const int head = head0 + col;
+    if (item.num_splits == 1) {
+      const RowScale f = row_finalize(p, head, m_nat, l);
+      const float out = f.zero != 0.0f ? 0.0f : acc * f.acc_factor;
+      store_element(p.output, static_cast<int64_t>(item.token) * p.o_stride_token + static_cast<int64_t>(head) * p.o_stride_head + c,
+                    p.q_kind, output_value(p, out));
+    } else {
+      const int64_t slot = static_cast<int64_t>(item.partial_slot) * p.num_heads + head;
+      p.partial_acc[slot * D + c] = acc;
+      if (c == 0) {
+        p.partial_ml[slot * 2] = m_nat;
+        p.partial_ml[slot * 2 + 1] = l;
+      }
+    }
+  }
+}
+
+// --- launches (attention_inst_decode_mma_<kind>.cu) ----------------------------------------------
+
+template <typename T, int D, int NT, bool Plain>
+void launch_decode_mma_instance(const AttentionParams& params, int64_t num_items, int block_shift,
+                                cudaStream_t stream) {
+  constexpr int kSmem = decode_mma_smem_bytes(D);
+  static const bool configured = [] {
+    HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(decode_mma_kernel<T, D, NT, Plain>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    return true;
+  }();
+  (void)configured;
+  const int passes = (params.queries_per_kv + 8 * NT - 1) / (8 * NT);
+  const dim3 grid(static_cast<unsigned>(num_items), static_cast<unsigned>(params.num_kv_heads),
+                  static_cast<unsigned>(passes));
+  decode_mma_kernel<T, D, NT, Plain><<<grid, 32 * decode_mma_warps(D), kSmem, stream>>>(params, block_shift);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int D, int NT>
+void launch_decode_mma_plain(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream) {
+  const bool plain = params.soft_cap <= 0.0f && params.alibi_slopes == nullptr;
+  if (plain) return launch_decode_mma_instance<T, D, NT, true>(params, num_items, block_shift, stream);
+  return launch_decode_mma_instance<T, D, NT, false>(params, num_items, block_shift, stream);
+}
+
+template <typename T, int D>
+void launch_decode_mma_d(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream) {
+  if (decode_mma_heads_per_pass(params.queries_per_kv, D) == 8) {
+    return launch_decode_mma_plain<T, D, 1>(params, num_items, block_shift, stream);
+  }
+  if constexpr (D <= 128) return launch_decode_mma_plain<T, D, 2>(params, num_items, block_shift, stream);
+  throw Error(detail::concat("decode mma: no 16-column instance for head size ", D));
+}
+
+template <typename T>
+void launch_decode_mma_typed(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream) {
+  switch (params.head_size) {
+    case 64:
+      return launch_decode_mma_d<T, 64>(params, num_items, block_shift, stream);
+    case 128:
+      return launch_decode_mma_d<T, 128>(params, num_items, block_shift, stream);
+    case 256:
+      return launch_decode_mma_d<T, 256>(params, num_items, block_shift, stream);
+    default:
+      throw Error(detail::concat("decode mma: no instance for head size ", params.head_size));
+  }
+}
+
+}  // namespace hybridtb::cuda

@@ -1,0 +1,410 @@
+// The tensor-core prefill path: FlashAttention-2 style paged attention on mma.sync.m16n8k16
+// (float16 / bfloat16 inputs, float32 accumulation) for every non-decode row of a decoder layer
+// (fresh prefills, chunked prefills with context, speculative rows, mixed-batch prefill rows) and
+// encoder_only layers, head sizes 64 / 128 / 256, KV cache dtype `auto` (the cache element is the
+// model dtype).
+//
+// One CTA = one GenericItem with at most 64·MT (token, head) rows of one kv head (GQA
+// packing: row r → token token_begin + r / num_heads, head head_begin + r % num_heads), 4 warps of
+// 16·MT rows each (MT = 2 at D 128, else 1). Q is staged once in shared memory; K/V tiles of BN keys
+// (32 at D 128 and 256, 64 at D 64) stream through a kPrefillStages-deep cp.async ring (each key row addressed through the
+// block table; XOR-swizzled 16-byte chunks, ldmatrix / ldmatrix.trans conflict-free). Per tile:
+// S = Q·Kᵀ (mma), logits in base 2 (scale·log2e folded into one multiply on the plain path; soft cap
+// and ALiBi through attention_logit on the featured path), online softmax in registers (row max
+// and rescale per quad, exp2), P rounded to the model dtype (the P·V operand, as vLLM's Triton
+// kernel does), O += P·V (mma, V through ldmatrix.trans). P is scaled by 2^kPrefillPShift (exact,
+// cancels in o = Σp·v / Σp) so that float16's subnormal range costs nothing measurable.
+//
+// Masks: only tiles that are not fully visible to every row of the CTA evaluate key_visible()
+// (attention_common.cuh, = reference key_visible) per element; masked scores are *selected* to
+// −inf. Keys that no row of the CTA can see (key_needed false: outside the window, at/after
+// seq_len, outside the mm ranges) are never read: cp.async zero-fills them without touching global
+// memory (null-block safety). Padding rows (beyond the item's rows) read zeros and are never
+// stored. No atomics, fixed reduction order: bitwise reproducible. Checked against the reference by
+// tests/cuda/cuda_prefill_test.cpp.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "attention/attention_common.cuh"
+
+namespace hybridtb::cuda {
+
+constexpr int kPrefillWarps = 4;
+constexpr int kPrefillThreads = 32 * kPrefillWarps;
+constexpr int kPrefillStages = 3;    // cp.async ring: kPrefillStages − 1 K/V tiles in flight
+constexpr float kPrefillPShift = 15.0f;  // P ∈ [0, 2^15]: fits float16 (max 65504), no subnormal loss
+constexpr int kPrefillMaxRows = 128;     // largest rows per CTA of any variant
+
+// Tile configurations ("variants"): MT m-tiles of 16 rows per warp (rows per CTA = 64·MT), BN keys
+// per K/V tile, and the CTAs per SM the register budget is capped for. The default per head size
+// is prefill_default_variant (D 128: variant 1, which reuses each K/V fragment for 2 m-tiles; D 64
+// and 256: variant 0); variants 1 and 2 are instantiated for D 128 only.
+struct PrefillConfig {
+  int mt;
+  int bn;
+  int min_blocks;
+};
+__host__ __device__ constexpr PrefillConfig prefill_config(int d, int variant) {
+  if (variant == 1) return {2, 32, 1};
+  if (variant == 2) return {1, 32, 3};
+  return {1, d <= 128 ? 64 : 32, 1};  // variant 0
+}
+__host__ __device__ constexpr int prefill_rows(int d, int variant) { return 64 * prefill_config(d, variant).mt; }
+__host__ __device__ constexpr int64_t prefill_smem_bytes(int d, int variant) {
+  return static_cast<int64_t>(2) * d *
+         (prefill_rows(d, variant) + 2 * kPrefillStages * prefill_config(d, variant).bn);
+}
+
+namespace prefill_detail {
+
+template <typename T>
+struct Mma;
+template <>
+struct Mma<__half> {
+  __device__ __forceinline__ static void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  // Two floats rounded (RNE) to a packed pair, low half = x.
+  __device__ __forceinline__ static uint32_t pack(float x, float y) {
+    const __half2 h = __floats2half2_rn(x, y);
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+  }
+};
+template <>
+struct Mma<__nv_bfloat16> {
+  __device__ __forceinline__ static void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ __forceinline__ static uint32_t pack(float x, float y) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+  }
+};
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// 16 bytes global → shared; ok == false zero-fills without reading global memory.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// 2^x (ex2.approx.ftz: relative error ≤ 2^-22; 2^-inf = +0).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a [rows][D] tile of 16-bit elements, XOR
+// swizzled over 8 chunks so that 8 rows at one logical chunk hit 8 distinct bank groups.
+template <int D>
+__device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
+  return static_cast<uint32_t>(row * D * 2 + ((chunk ^ (row & 7)) << 4));
+}
+
+}  // namespace prefill_detail
+
+// T: model dtype (= cache element); D: head size; Plain: no soft cap and no ALiBi (logit =
+// scale·dot, folded with log2e into one multiply); V: tile variant (prefill_config). Sinks,
+// mm_prefix, fp8 output and encoder_only are handled by both logit variants.
+template <typename T, int D, bool Plain, int V>
+__global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_blocks)
+    prefill_mma_kernel(const __grid_constant__ AttentionParams p) {
+  using namespace prefill_detail;
+  constexpr int MT = prefill_config(D, V).mt;   // m-tiles (16 rows) per warp
+  constexpr int BN = prefill_config(D, V).bn;   // keys per tile
+  constexpr int kRows = prefill_rows(D, V);     // rows per CTA
+  constexpr int kChunks = D / 8;                // 16-byte chunks per row
+  constexpr int kNt = BN / 8;                   // S n-tiles (8 keys) per m-tile
+  constexpr int kDt = D / 8;                    // O n-tiles (8 dims)
+  constexpr int kTileBytes = BN * D * 2;
+  constexpr float kLog2e = 1.4426950408889634f;
+  constexpr float kLn2 = 0.6931471805599453f;
+  static_assert(D % 16 == 0 && BN % 16 == 0, "mma tiles");
+  static_assert((BN * kChunks) % kPrefillThreads == 0, "loader");
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s_q = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t s_k = s_q + kRows * D * 2;                  // [stages][BN][D]
+  const uint32_t s_v = s_k + kPrefillStages * kTileBytes;     // [stages][BN][D]
+
+  const GenericItem item = p.prefill_items[blockIdx.x];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int request = item.request;
+  const int seq_len = p.seq_lens[request];
+  const int query_start = p.query_start_loc[request];
+  const int query_len = p.query_start_loc[request + 1] - query_start;
+  const int context_len = seq_len - query_len;
+  const int kv_head = item.head_begin / p.queries_per_kv;
+  const int num_rows = item.num_tokens * item.num_heads;
+  const int pos_lo = context_len + item.token_begin;
+  const int pos_hi = pos_lo + item.num_tokens - 1;
+
+  // --- Q tile (zeros for padding rows) --------------------------------------------------------
+  {
+    const T* q = static_cast<const T*>(p.query);
+    for (int i = tid; i < kRows * kChunks; i += kPrefillThreads) {
+      const int r = i / kChunks;
+      const int c = i % kChunks;
+      const bool ok = r < num_rows;
+      const int64_t token = query_start + item.token_begin + (ok ? r / item.num_heads : 0);
+      const int64_t head = item.head_begin + (ok ? r % item.num_heads : 0);
+      cp_async_16(s_q + swizzle<D>(r, c), q + token * p.q_stride_token + head * p.q_stride_head + c * 8, ok);
+    }
+    cp_async_commit();
+  }
+
+  // --- K/V tile loader: keys [kt, kt + BN) into ring stage `stage` ------------------------------
+  const T* kbase = static_cast<const T*>(p.encoder ? p.key : p.kv_cache);
+  const T* vbase = static_cast<const T*>(p.encoder ? p.value : p.kv_cache);
+  auto load_tile = [&](int kt, int stage) {
+#pragma unroll
+    for (int i = 0; i < BN * kChunks / kPrefillThreads; ++i) {
+      const int idx = tid + i * kPrefillThreads;
+      const int j = idx / kChunks;
+      const int c = idx % kChunks;
+      const int k = kt + j;
+      const bool ok = k < item.key_end &&
+                      key_needed(p, request, seq_len, pos_lo, pos_hi, item.causal_begin, item.causal_end, k);
+      int64_t koff = 0;
+      int64_t voff = 0;
+      if (ok) {
+        if (p.encoder) {
+          koff = (query_start + static_cast<int64_t>(k)) * p.k_stride_token + kv_head * p.k_stride_head;
+          voff = (query_start + static_cast<int64_t>(k)) * p.v_stride_token + kv_head * p.v_stride_head;
+        } else {
+          koff = cache_row_offset(p, request, k, 0, kv_head);
+          voff = koff + p.cache_stride_half;
+        }
+      }
+      const uint32_t so = static_cast<uint32_t>(stage * kTileBytes) + swizzle<D>(j, c);
+      cp_async_16(s_k + so, kbase + koff + c * 8, ok);
+      cp_async_16(s_v + so, vbase + voff + c * 8, ok);
+    }
+  };
+
+  // --- this thread's rows: g and g + 8 of each of the warp's m-tiles --------------------------------
+  const int g = lane / 4;
+  const int t4 = lane % 4;
+  int row_pos[MT][2];
+  int row_head[MT][2];
+  bool row_valid[MT][2];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = (warp * MT + m) * 16 + g + 8 * i;
+      row_valid[m][i] = r < num_rows;
+      row_pos[m][i] = row_valid[m][i] ? pos_lo + r / item.num_heads : -1;
+      row_head[m][i] = row_valid[m][i] ? item.head_begin + r % item.num_heads : item.head_begin;
+    }
+  }
+  const float scale_log2 = p.scale * kLog2e;
+
+  float o[MT][kDt][4];
+  float row_m[MT][2];  // running max of the base-2 logits
+  float row_l[MT][2];  // this thread's part of Σ 2^{t − (m − shift)}
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int n = 0; n < kDt; ++n) o[m][n][0] = o[m][n][1] = o[m][n][2] = o[m][n][3] = 0.0f;
+    row_m[m][0] = row_m[m][1] = kNegInf;
+    row_l[m][0] = row_l[m][1] = 0.0f;
+  }
+
+  const int num_tiles = (item.key_end - item.key_begin + BN - 1) / BN;
+#pragma unroll
+  for (int st = 0; st < kPrefillStages - 1; ++st) {
+    if (st < num_tiles) load_tile(item.key_begin + st * BN, st);
+    cp_async_commit();
+  }
+
+  for (int it = 0; it < num_tiles; ++it) {
+    cp_async_wait<kPrefillStages - 2>();
+    __syncthreads();  // tile `it` visible to all; every warp is done with tile it − 1's stage
+    {
+      const int next = it + kPrefillStages - 1;
+      if (next < num_tiles) load_tile(item.key_begin + next * BN, next % kPrefillStages);
+      cp_async_commit();
+    }
+    const int stage = it % kPrefillStages;
+    const int kt = item.key_begin + it * BN;
+    const uint32_t sk = s_k + static_cast<uint32_t>(stage * kTileBytes);
+    const uint32_t sv = s_v + static_cast<uint32_t>(stage * kTileBytes);
+
+    // --- S = Q·Kᵀ (each K fragment serves the warp's MT m-tiles) --------------------------------
+    float s[MT][kNt][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int n = 0; n < kNt; ++n) s[m][n][0] = s[m][n][1] = s[m][n][2] = s[m][n][3] = 0.0f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        ldmatrix_x4(a[m], s_q + swizzle<D>((warp * MT + m) * 16 + (lane % 16), 2 * kk + lane / 16));
+      }
+#pragma unroll
+      for (int nb = 0; nb < BN / 16; ++nb) {
+        uint32_t b[4];
+        ldmatrix_x4(b, sk + swizzle<D>(nb * 16 + (lane % 8) + (lane / 16) * 8, 2 * kk + (lane / 8) % 2));
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          Mma<T>::run(s[m][2 * nb], a[m], b[0], b[1]);
+          Mma<T>::run(s[m][2 * nb + 1], a[m], b[2], b[3]);
+        }
+      }
+    }
+
+    // --- logits (base 2) and masks ---------------------------------------------------------------
+    // A tile is full when every key in it is visible to every row of the CTA (mm ranges only add
+    // visibility, so the causal/window test decides).
+    const int w = p.sliding_window;
+    bool full = kt + BN <= item.key_end && kt + BN <= seq_len;
+    if (p.encoder) {
+      full = full && (w == 0 || (kt >= pos_hi - w + 1 && kt + BN - 1 <= pos_lo + w - 1));
+    } else {
+      full = full && kt + BN - 1 <= pos_lo && (w == 0 || kt >= pos_hi - w + 1);
+    }
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int n = 0; n < kNt; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if constexpr (Plain) {
+            s[m][n][e] *= scale_log2;
+          } else {
+            const int k = kt + 8 * n + 2 * t4 + (e % 2);
+            s[m][n][e] =
+                attention_logit(p, s[m][n][e], row_head[m][e / 2], row_pos[m][e / 2], k, context_len) * kLog2e;
+          }
+        }
+      }
+    }
+    if (!full) {
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+#pragma unroll
+        for (int n = 0; n < kNt; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = e / 2;
+            const int k = kt + 8 * n + 2 * t4 + (e % 2);
+            // Select, never multiply: a masked score is −inf whatever the key held.
+            if (!(row_valid[m][i] && k < item.key_end && key_visible(p, request, seq_len, row_pos[m][i], k))) {
+              s[m][n][e] = kNegInf;
+            }
+          }
+        }
+      }
+    }
+
+    // --- online softmax (rows g, g + 8 of each m-tile; a quad of lanes shares a row) ----------------
+    uint32_t pa[MT][BN / 16][4];  // P as the A operand of P·V, rounded to T
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float mx = kNegInf;
+#pragma unroll
+        for (int n = 0; n < kNt; ++n) mx = fmaxf(mx, fmaxf(s[m][n][2 * i], s[m][n][2 * i + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(row_m[m][i], mx);
+        // Reference point of this tile's P: m − shift (P ≤ 2^shift); 0 while no key is visible.
+        const float m_ref = m_new == kNegInf ? 0.0f : m_new - kPrefillPShift;
+        const float alpha = row_m[m][i] == kNegInf ? 0.0f : exp2_approx(row_m[m][i] - m_new);
+        row_m[m][i] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < kNt; ++n) {
+          const float p0 = exp2_approx(s[m][n][2 * i] - m_ref);
+          const float p1 = exp2_approx(s[m][n][2 * i + 1] - m_ref);
+          sum += p0 + p1;
+          // S n-tile n → A fragment (k-step n / 2): regs 0/1 (rows g / g+8) for even n, 2/3 for odd.
+          pa[m][n / 2][(n % 2) * 2 + i] = Mma<T>::pack(p0, p1);
+        }
+        row_l[m][i] = row_l[m][i] * alpha + sum;
+#pragma unroll
+        for (int n = 0; n < kDt; ++n) {
+          o[m][n][2 * i] *= alpha;
+          o[m][n][2 * i + 1] *= alpha;
+        }
+      }
+    }
+
+    // --- O += P·V (each V fragment serves the warp's MT m-tiles) --------------------------------------
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+#pragma unroll
+      for (int nd = 0; nd < D / 16; ++nd) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, sv + swizzle<D>(kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8, 2 * nd + lane / 16));
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          Mma<T>::run(o[m][2 * nd], pa[m][kk], b[0], b[1]);
+          Mma<T>::run(o[m][2 * nd + 1], pa[m][kk], b[2], b[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();  // no copy may be in flight when the CTA exits
+
+  // --- epilogue: quad-reduce l (fixed order), sinks, fp8 output, store valid rows -------------------
+  T* out = static_cast<T*>(p.output);
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float l = row_l[m][i];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      if (!row_valid[m][i]) continue;
+      // l = Σ 2^{t − m_ref}: natural-log reference point m_ref·ln 2 for row_finalize.
+      const float m_nat = row_m[m][i] == kNegInf ? kNegInf : (row_m[m][i] - kPrefillPShift) * kLn2;
+      const RowScale f = row_finalize(p, row_head[m][i], m_nat, l);
+      const int r = (warp * MT + m) * 16 + g + 8 * i;
+      const int64_t token = query_start + item.token_begin + r / item.num_heads;
+      T* dst = out + token * p.o_stride_token + static_cast<int64_t>(row_head[m][i]) * p.o_stride_head;
+#pragma unroll
+      for (int n = 0; n < kDt; ++n) {
+        const float x = f.zero != 0.0f ? 0.0f : output_value(p, o[m][n][2 * i] * f.acc_factor);
+        const float y = f.zero != 0.0f ? 0.0f : output_value(p, o[m][n][2 * i + 1] * f.acc_factor);
+        *reinterpret_cast<uint32_t*>(dst + 8 * n + 2 * t4) = Mma<T>::pack(x, y);
+      }
+    }
+  }
+}
+
+}  // namespace hybridtb::cuda

@@ -1,0 +1,533 @@
+// mamba1 on the GPU: the causal conv1d (+ SiLU) with conv-state stash and write-back, the
+// single-step decode update and the chunked selective scan (gating fused), and the out_proj bias
+// epilogue (ssm_kernels.h). The math is reference/ssm/mamba1.cpp's, in float32:
+//   c = silu(conv_bias + Σ_j w[i, j]·window[j]),  Δ = softplus(dt + dt_bias) (threshold 20),
+//   h = exp(Δ·A)·h + Δ·c·B,  A = −exp(A_log),  y = (h·C + D·c)·silu(z).
+// Decodes: one launch, the state row of each channel read and written once in 16-byte accesses
+// (bandwidth-bound). Prefills: one launch of a one-pass block scan (scan_kernel): a block owns a
+// tile of channels of one request and walks its tokens in chunks, time segments of a chunk scanned
+// in parallel by the block's warps and joined through shared memory; exp(Δ·A) is computed once per
+// token·channel·state (ex2.approx with A·log2 e, as vLLM) and kept in registers for the rescan.
+// Fixed orders, no atomics: bitwise reproducible.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "common/cuda_check.h"
+#include "common/elements.cuh"
+#include "ssm/ssm_kernels.h"
+
+namespace hybridtb::cuda::ssm {
+namespace {
+
+constexpr int kChannels = 128;  // channels per block of the token-loop kernels
+
+__device__ __forceinline__ float weight_or(const WeightRef& w, int64_t i, float absent) {
+  return w.data != nullptr ? load_element(w.data, i, w.kind) : absent;
+}
+__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
+__device__ __forceinline__ float softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
+
+// u = x part of in_proj's output plus its bias.
+__device__ __forceinline__ float conv_input(const Mamba1Params& p, int64_t t, int i) {
+  return p.xz[t * 2 * p.I + i] + weight_or(p.in_bias, i, 0.0f);
+}
+
+// Row w of a request's conv window [K−1 saved inputs | its tokens' u].
+__device__ __forceinline__ float window_row(const Mamba1Params& p, int32_t request, int32_t begin, int64_t w, int i) {
+  const int km1 = p.K - 1;
+  return w < km1 ? p.conv_stash[(int64_t{request} * p.I + i) * km1 + w] : conv_input(p, begin + w - km1, i);
+}
+
+// (1) The saved conv state of every request of the wave (zeros without one), read before any write.
+__global__ void conv_stash_kernel(Mamba1Params p) {
+  const GpuRequest r = p.wave.requests[blockIdx.y];
+  const int64_t size = int64_t{p.I} * (p.K - 1);
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < size; e += int64_t{gridDim.x} * blockDim.x) {
+    p.conv_stash[blockIdx.y * size + e] =
+        r.read_slot >= 0 ? load_element(p.conv_state.data, r.read_slot * p.conv_state.slot_size + e, p.conv_state.kind)
+                         : 0.0f;
+  }
+}
+
+// (2) c for every token of a chunk: thread = channel, a sliding window in registers.
+__global__ void __launch_bounds__(kChannels) conv_kernel(Mamba1Params p) {
+  const int i = blockIdx.x * kChannels + threadIdx.x;
+  if (i >= p.I) return;
+  const GpuChunk chunk = p.chunks[blockIdx.y];
+  const GpuRequest r = p.wave.requests[chunk.request];
+  const int K = p.K;
+  float w[kMamba1MaxKernel];
+  float win[kMamba1MaxKernel];
+#pragma unroll
+  for (int j = 0; j < kMamba1MaxKernel; ++j) {
+    w[j] = j < K ? load_element(p.conv_w.data, int64_t{i} * K + j, p.conv_w.kind) : 0.0f;
+    // Window rows of the chunk's first token: rows (chunk.begin − r.begin) + j of the request's window.
+    win[j] = j < K - 1 ? window_row(p, chunk.request, r.begin, (chunk.begin - r.begin) + j, i) : 0.0f;
+  }
+  const float bias = weight_or(p.conv_bias, i, 0.0f);
+  for (int32_t t = chunk.begin; t < chunk.end; ++t) {
+    const float u = conv_input(p, t, i);
+    float acc = bias;
+#pragma unroll
+    for (int j = 0; j < kMamba1MaxKernel; ++j) {
+      if (j < K) acc += w[j] * (j == K - 1 ? u : win[j]);
+    }
+    p.c[int64_t{t} * p.I + i] = silu(acc);
+#pragma unroll
+    for (int j = 0; j + 1 < kMamba1MaxKernel; ++j) {
+      if (j < K - 2) win[j] = win[j + 1];
+      else if (j == K - 2) win[j] = u;
+    }
+  }
+}
+
+// (3) Conv-state writes: the window rows [count, count + K − 1) of the request go to the slot.
+__global__ void conv_write_kernel(Mamba1Params p) {
+  const GpuConvWrite write = p.conv_writes[blockIdx.y];
+  const GpuRequest r = p.wave.requests[write.request];
+  const int km1 = p.K - 1;
+  const int64_t size = int64_t{p.I} * km1;
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < size; e += int64_t{gridDim.x} * blockDim.x) {
+    const int i = static_cast<int>(e / km1);
+    const int j = static_cast<int>(e % km1);
+    store_element(p.conv_state.data, write.slot * p.conv_state.slot_size + e, p.conv_state.kind,
+                  window_row(p, write.request, r.begin, write.count + j, i));
+  }
+}
+
+// --- the selective scan ---------------------------------------------------------------------------
+// Both scan kernels give each lane 4 consecutive states n0 = 4g … 4g+3 of one channel (kLanes = the
+// lanes per channel, a power of two ≥ ⌈N/4⌉; states ≥ N are inert: A = 0, B = C = 0, never stored),
+// so a channel's [N] state row is read and written with 16-byte (float32) or 8-byte (16-bit)
+// accesses where the pool allows, and y is the sum over the channel's lanes (xor shuffles).
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// 2^x on the special-function unit (ex2.approx.ftz: relative error ≤ 2^-22, results below 2^-126
+// flushed to zero) — the form vLLM's selective-scan kernels use (exp2f with A prescaled by log2 e).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+struct Quad {
+  float v[4];
+};
+
+// Whether states n0 … n0+3 of a channel can move as one 16-byte / 8-byte access.
+__device__ __forceinline__ bool quad_vector_ok(const PoolRef& pool, int N) {
+  return (N % 4) == 0 && (pool.slot_size % 4) == 0 && pool.kind != ElementKind::kFp8E4M3 &&
+         pool.kind != ElementKind::kFp8E5M2 && pool.kind != ElementKind::kInt8;
+}
+
+// Elements [e, e + 4) of a pool slot (states ≥ N read as 0).
+__device__ __forceinline__ Quad load_quad(const PoolRef& pool, int64_t e, int valid, bool vec) {
+  Quad q{};
+  if (vec) {
+    if (pool.kind == ElementKind::kFloat32) {
+      const float4 x = *reinterpret_cast<const float4*>(static_cast<const float*>(pool.data) + e);
+      q.v[0] = x.x, q.v[1] = x.y, q.v[2] = x.z, q.v[3] = x.w;
+    } else {
+      const uint2 x = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(pool.data) + e);
+      const uint16_t h[4] = {static_cast<uint16_t>(x.x), static_cast<uint16_t>(x.x >> 16),
+                             static_cast<uint16_t>(x.y), static_cast<uint16_t>(x.y >> 16)};
+#pragma unroll
+      for (int s = 0; s < 4; ++s) q.v[s] = load_element(h, s, pool.kind);
+    }
+    return q;
+  }
+#pragma unroll
+  for (int s = 0; s < 4; ++s) q.v[s] = s < valid ? load_element(pool.data, e + s, pool.kind) : 0.0f;
+  return q;
+}
+
+__device__ __forceinline__ void store_quad(const PoolRef& pool, int64_t e, int valid, bool vec, const float* h) {
+  if (vec) {
+    if (pool.kind == ElementKind::kFloat32) {
+      *reinterpret_cast<float4*>(static_cast<float*>(pool.data) + e) = make_float4(h[0], h[1], h[2], h[3]);
+    } else {
+      uint16_t b[4];
+#pragma unroll
+      for (int s = 0; s < 4; ++s) store_element(b, s, pool.kind, h[s]);
+      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(pool.data) + e) =
+          make_uint2(b[0] | (uint32_t{b[1]} << 16), b[2] | (uint32_t{b[3]} << 16));
+    }
+    return;
+  }
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    if (s < valid) store_element(pool.data, e + s, pool.kind, h[s]);
+  }
+}
+
+// B (or C) values n0 … n0+3 of token t (states ≥ N: 0).
+__device__ __forceinline__ Quad load_bc(const Mamba1Params& p, int64_t t, int offset, int valid) {
+  const float* row = p.dbc + t * (p.R + 2 * p.N) + p.R + offset;
+  Quad q;
+#pragma unroll
+  for (int s = 0; s < 4; ++s) q.v[s] = s < valid ? __ldg(row + s) : 0.0f;
+  return q;
+}
+
+// (4) Decodes, bandwidth-bound: kLanes lanes per channel, 4 states each held in registers; the
+// state row moves once in 16-byte accesses (float32 pools), B/C are read per lane (L1 broadcast),
+// y reduced over the channel's lanes, the gate fused. Block = 256 threads = 256 / kLanes channels.
+template <int kLanes>
+__global__ void __launch_bounds__(256) decode_kernel(Mamba1Params p) {
+  const GpuRequest r = p.wave.requests[blockIdx.y];
+  if (!r.decode) return;  // uniform over the block
+  const int N = p.N;
+  const int g = threadIdx.x % kLanes;
+  const int i = blockIdx.x * (256 / kLanes) + threadIdx.x / kLanes;
+  const bool active = i < p.I;
+  const int ic = active ? i : p.I - 1;  // inactive lanes compute on a valid channel, store nothing
+  const int n0 = 4 * g;
+  const int valid = max(0, min(4, N - n0));
+  const int64_t t = r.begin;
+  const float delta = softplus(p.dt[t * p.I + ic] + load_element(p.dt_bias.data, ic, p.dt_bias.kind));
+  const float c = p.c[t * p.I + ic];
+  const bool vec = quad_vector_ok(p.ssm_state, N);
+  const int64_t e = int64_t{ic} * N + n0;
+  Quad h = valid > 0 && r.read_slot >= 0 ? load_quad(p.ssm_state, r.read_slot * p.ssm_state.slot_size + e, valid, vec)
+                                         : Quad{};
+  const Quad B = load_bc(p, t, n0, valid);
+  const Quad C = load_bc(p, t, N + n0, valid);
+  float acc = 0.0f;
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    const float A = s < valid ? -expf(load_element(p.A_log.data, e + s, p.A_log.kind)) : 0.0f;
+    h.v[s] = h.v[s] * expf(delta * A) + delta * B.v[s] * c;
+    acc += h.v[s] * C.v[s];
+  }
+  if (active && valid > 0) store_quad(p.ssm_state, r.write_slot * p.ssm_state.slot_size + e, valid, vec, h.v);
+#pragma unroll
+  for (int off = 1; off < kLanes; off <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (active && g == 0) {
+    acc += load_element(p.D.data, ic, p.D.kind) * c;
+    const float z = p.xz[t * 2 * p.I + p.I + ic] + weight_or(p.in_bias, int64_t{p.I} + ic, 0.0f);
+    p.y[t * p.I + ic] = acc * silu(z);
+  }
+}
+
+__device__ __forceinline__ void cp_async4(void* smem, const void* global) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(address), "l"(global));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// (5) Prefills, one pass: block = (32 / kLanes channels) × kWarps time segments of kSeg tokens;
+// the block walks the request in chunks of kWarps·kSeg tokens, carrying the state across chunks in
+// registers. Software-pipelined: while chunk c is computed, chunk c+1's B/C rows (and block-boundary
+// slots) are in flight to shared memory (cp.async) and its dt/c/z values to registers, so a chunk
+// never waits on a memory round trip. Per chunk each warp (a segment): the lanes of a channel split
+// the segment's tokens for Δ = softplus(dt + bias), Δ·c and the gate (once per token and channel; Δ
+// and Δ·c shuffled to the channel's lanes); a local scan from zero keeps every a = exp(Δ·A) in
+// registers (one exp per token·channel·state) and the segment's (Π a, h_local); the segments' pairs
+// meet in shared memory, each segment composes its carry-in in segment order (and every thread the
+// chunk's carry-out, identically); the rescan from the carry-in writes y (sum over states, + D·c,
+// × silu(z)), the block-boundary states and the final state. Every input is read from global memory
+// once, fixed orders, no atomics.
+// Occupancy: kMinBlocks blocks per SM (the default 5 × 4 warps: Mamba-2.8B's 640 channel tiles of
+// one request all resident at once on 132 SMs, at most 102 registers per thread).
+// Dynamic shared memory: scan_smem_bytes(kWarps·kSeg, N).
+__host__ __device__ constexpr int padded_state(int N) { return (N + 3) / 4 * 4; }
+inline size_t scan_smem_bytes(int chunk, int N) {
+  return size_t{2} * chunk * (2 * padded_state(N) * sizeof(float) + sizeof(int32_t));
+}
+
+template <int kLanes, int kWarps, int kSeg, int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) scan_kernel(Mamba1Params p) {
+  constexpr int kPerLane = (kSeg + kLanes - 1) / kLanes;  // tokens whose Δ/gate this lane computes
+  constexpr int kChunk = kWarps * kSeg;
+  constexpr int kThreads = kWarps * 32;
+  __shared__ float2 segment_pair[kWarps][4][32];
+  extern __shared__ float4 dynamic_smem[];
+  const GpuRequest r = p.wave.requests[blockIdx.y];
+  if (r.decode) return;  // uniform over the block
+  const int N = p.N;
+  const int Np = padded_state(N);
+  const int row = 2 * Np;  // B then C, each padded to whole quads
+  float* bc_smem = reinterpret_cast<float*>(dynamic_smem);             // [2][kChunk][row]
+  int32_t* slot_smem = reinterpret_cast<int32_t*>(bc_smem + 2 * kChunk * row);  // [2][kChunk]
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int g = lane % kLanes;
+  const int lane_base = lane - g;
+  const int i = blockIdx.x * (32 / kLanes) + lane / kLanes;
+  const bool active = i < p.I;
+  const int ic = active ? i : p.I - 1;
+  const int n0 = 4 * g;
+  const int valid = max(0, min(4, N - n0));
+  const int64_t I = p.I;
+  const bool vec = quad_vector_ok(p.ssm_state, N);
+  const int64_t e = int64_t{ic} * N + n0;
+  const bool boundaries = r.num_boundaries > 0;
+  const int64_t dbc_stride = p.R + 2 * N;
+
+  float A2[4];  // A·log2 e
+#pragma unroll
+  for (int s = 0; s < 4; ++s) A2[s] = s < valid ? -expf(load_element(p.A_log.data, e + s, p.A_log.kind)) * kLog2e : 0.0f;
+  const float dt_bias = load_element(p.dt_bias.data, ic, p.dt_bias.kind);
+  const float z_bias = weight_or(p.in_bias, I + ic, 0.0f);
+  const float D = load_element(p.D.data, ic, p.D.kind);
+  Quad carry = valid > 0 && r.read_slot >= 0
+                   ? load_quad(p.ssm_state, r.read_slot * p.ssm_state.slot_size + e, valid, vec)
+                   : Quad{};
+
+  // Chunk `begin`'s B/C rows and boundary slots → shared buffer `buffer` (asynchronous).
+  const auto issue_shared = [&](int32_t begin, int buffer) {
+    float* bc = bc_smem + buffer * kChunk * row;
+    for (int idx = threadIdx.x; idx < kChunk * row; idx += kThreads) {
+      const int token = idx / row;
+      const int col = idx - token * row;
+      const int which = col >= Np ? 1 : 0;
+      const int n = col - which * Np;
+      const int32_t t = begin + token;
+      if (t < r.end && n < N) {
+        cp_async4(bc + idx, p.dbc + t * dbc_stride + p.R + which * N + n);
+      } else {
+        bc[idx] = 0.0f;
+      }
+    }
+    if (boundaries) {
+      for (int token = threadIdx.x; token < kChunk; token += kThreads) {
+        const int32_t t = begin + token;
+        if (t < r.end) {
+          cp_async4(slot_smem + buffer * kChunk + token, p.boundary_slot + t);
+        } else {
+          slot_smem[buffer * kChunk + token] = -1;
+        }
+      }
+    }
+    cp_async_commit();
+  };
+  // This lane's tokens k ≡ g (mod kLanes) of the segment: raw dt, c, z (0 past the request's end).
+  float raw_dt[kPerLane], raw_c[kPerLane], raw_z[kPerLane];
+  const auto load_own = [&](int32_t begin) {
+    const int32_t seg = begin + warp * kSeg;
+#pragma unroll
+    for (int k = 0; k < kPerLane * kLanes; ++k) {
+      if (k % kLanes != g) continue;
+      const int j = k / kLanes;
+      const int32_t t = seg + k;
+      raw_dt[j] = raw_c[j] = raw_z[j] = 0.0f;
+      if (k < kSeg && t < r.end) {
+        raw_dt[j] = p.dt[t * I + ic];
+        raw_c[j] = p.c[t * I + ic];
+        raw_z[j] = p.xz[t * 2 * I + I + ic];
+      }
+    }
+  };
+
+  issue_shared(r.begin, 0);
+  load_own(r.begin);
+  int buffer = 0;
+  for (int32_t chunk = r.begin; chunk < r.end; chunk += kChunk, buffer ^= 1) {
+    const int32_t seg = chunk + warp * kSeg;
+    // Δ, Δ·c, c and the gate of this lane's tokens, from the values loaded during the last chunk.
+    float own_delta[kPerLane], own_dc[kPerLane], own_c[kPerLane], own_gate[kPerLane];
+#pragma unroll
+    for (int k = 0; k < kPerLane * kLanes; ++k) {
+      if (k % kLanes != g) continue;
+      const int j = k / kLanes;
+      const bool in = k < kSeg && seg + k < r.end;
+      own_c[j] = raw_c[j];
+      own_delta[j] = in ? softplus(raw_dt[j] + dt_bias) : 0.0f;
+      own_dc[j] = own_delta[j] * own_c[j];
+      own_gate[j] = in ? silu(raw_z[j] + z_bias) : 0.0f;
+    }
+    cp_async_wait_all();
+    __syncthreads();  // this chunk's shared rows are visible; every thread is done with the last chunk
+    const int32_t next = chunk + kChunk;
+    if (next < r.end) {
+      issue_shared(next, buffer ^ 1);
+      load_own(next);
+    }
+    const float* bc = bc_smem + buffer * kChunk * row + warp * kSeg * row;
+    const int32_t* slots = slot_smem + buffer * kChunk + warp * kSeg;
+    float delta[kSeg], dc[kSeg];
+#pragma unroll
+    for (int k = 0; k < kSeg; ++k) {
+      delta[k] = __shfl_sync(0xffffffffu, own_delta[k / kLanes], lane_base + k % kLanes);
+      dc[k] = __shfl_sync(0xffffffffu, own_dc[k / kLanes], lane_base + k % kLanes);
+    }
+    // Local scan from zero (tokens past the request's end: Δ = 0 → a = 1, B = 0 → b = 0).
+    float a[kSeg][4];
+    float local[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float decay[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+#pragma unroll
+    for (int k = 0; k < kSeg; ++k) {
+      const float4 B = valid > 0 ? *reinterpret_cast<const float4*>(bc + k * row + n0) : float4{};
+      const float Bv[4] = {B.x, B.y, B.z, B.w};
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        a[k][s] = fast_exp2(delta[k] * A2[s]);
+        local[s] = a[k][s] * local[s] + dc[k] * Bv[s];
+        decay[s] *= a[k][s];
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < 4; ++s) segment_pair[warp][s][lane] = make_float2(decay[s], local[s]);
+    __syncthreads();
+    // Carry-in of this segment and carry-out of the chunk, composing the segments in order.
+    float h[4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) h[s] = carry.v[s];
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        if (w == warp) local[s] = h[s];  // reuse: the carry-in
+        const float2 pair = segment_pair[w][s][lane];
+        h[s] = pair.x * h[s] + pair.y;
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      carry.v[s] = h[s];
+      h[s] = local[s];
+    }
+    // Rescan from the carry-in: y (summed over the channel's lanes; each lane keeps its own tokens'),
+    // block-boundary and final states.
+    float own_y[kPerLane];
+#pragma unroll
+    for (int k = 0; k < kSeg; ++k) {
+      const int32_t t = seg + k;
+      const float4 B = valid > 0 ? *reinterpret_cast<const float4*>(bc + k * row + n0) : float4{};
+      const float4 C = valid > 0 ? *reinterpret_cast<const float4*>(bc + k * row + Np + n0) : float4{};
+      const float Bv[4] = {B.x, B.y, B.z, B.w};
+      const float Cv[4] = {C.x, C.y, C.z, C.w};
+      float acc = 0.0f;
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        h[s] = a[k][s] * h[s] + dc[k] * Bv[s];
+        acc += h[s] * Cv[s];
+      }
+#pragma unroll
+      for (int off = 1; off < kLanes; off <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+      if (k % kLanes == g) own_y[k / kLanes] = acc;
+      if (t < r.end && active && valid > 0) {
+        if (boundaries) {
+          const int32_t boundary = slots[k];
+          if (boundary >= 0) store_quad(p.ssm_state, boundary * p.ssm_state.slot_size + e, valid, vec, h);
+        }
+        if (t == r.end - 1) store_quad(p.ssm_state, r.write_slot * p.ssm_state.slot_size + e, valid, vec, h);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kPerLane * kLanes; ++k) {
+      if (k % kLanes != g || k >= kSeg) continue;
+      const int j = k / kLanes;
+      const int32_t t = seg + k;
+      if (active && t < r.end) p.y[t * I + ic] = (own_y[j] + D * own_c[j]) * own_gate[j];
+    }
+  }
+}
+
+__global__ void bias_rows_kernel(RowsRef out, const float* in, WeightRef bias, int64_t width, int64_t num_tokens,
+                                 const int32_t* active) {
+  for (int64_t t = blockIdx.y; t < num_tokens; t += gridDim.y) {
+    if (active[t] == 0) continue;
+    for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < width; c += int64_t{gridDim.x} * blockDim.x) {
+      store_element(out.data, t * out.row_stride + c, out.kind, in[t * width + c] + weight_or(bias, c, 0.0f));
+    }
+  }
+}
+
+unsigned grid_for(int64_t n, int per_block) {
+  return static_cast<unsigned>(std::clamp<int64_t>((n + per_block - 1) / per_block, 1, 4096));
+}
+
+}  // namespace
+
+void launch_mamba1_conv(const Mamba1Params& p, cudaStream_t stream) {
+  if (p.wave.num_requests == 0) return;
+  const int64_t conv_size = int64_t{p.I} * (p.K - 1);
+  conv_stash_kernel<<<dim3(grid_for(conv_size, 256), p.wave.num_requests), 256, 0, stream>>>(p);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+  conv_kernel<<<dim3((p.I + kChannels - 1) / kChannels, p.num_chunks), kChannels, 0, stream>>>(p);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+  if (p.num_conv_writes > 0) {
+    conv_write_kernel<<<dim3(grid_for(conv_size, 256), p.num_conv_writes), 256, 0, stream>>>(p);
+    HYBRIDTB_CUDA_CHECK_LAUNCH();
+  }
+}
+
+namespace {
+
+// Lanes per channel: 4 states per lane, a power of two (N ≤ kMamba1MaxState = 64 → ≤ 16).
+int lanes_for(int N) {
+  const int quads = (N + 3) / 4;
+  int lanes = 1;
+  while (lanes < quads) lanes *= 2;
+  return lanes;
+}
+
+template <int kLanes>
+void launch_decode(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
+  decode_kernel<kLanes><<<dim3((p.I + 256 / kLanes - 1) / (256 / kLanes), count), 256, 0, stream>>>(p);
+}
+
+template <int kLanes, int kWarps, int kSeg, int kMinBlocks = 640 / (kWarps * 32)>
+void launch_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
+  constexpr int kChannelsPerBlock = 32 / kLanes;
+  scan_kernel<kLanes, kWarps, kSeg, kMinBlocks>
+      <<<dim3((p.I + kChannelsPerBlock - 1) / kChannelsPerBlock, count), kWarps * 32,
+         scan_smem_bytes(kWarps * kSeg, p.N), stream>>>(p);
+}
+
+}  // namespace
+
+void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
+  if (p.wave.num_requests == 0) return;
+  const int lanes = lanes_for(p.N);
+  // Decodes: requests [0, decode_end) (one launch, none without decodes).
+  const int32_t decodes = std::min(p.decode_end, p.wave.num_requests);
+  if (decodes > 0) {
+    switch (lanes) {
+      case 1: launch_decode<1>(p, decodes, stream); break;
+      case 2: launch_decode<2>(p, decodes, stream); break;
+      case 4: launch_decode<4>(p, decodes, stream); break;
+      case 8: launch_decode<8>(p, decodes, stream); break;
+      default: launch_decode<16>(p, decodes, stream); break;
+    }
+    HYBRIDTB_CUDA_CHECK_LAUNCH();
+  }
+  // Prefills: requests [prefill_begin, num_requests) (one launch, none without prefills).
+  const int32_t begin = std::max(p.prefill_begin, 0);
+  if (begin < p.wave.num_requests) {
+    Mamba1Params q = p;
+    q.wave.requests += begin;
+    q.wave.num_requests -= begin;
+    const int32_t count = q.wave.num_requests;
+    switch (lanes) {
+      case 1: launch_scan<1, 4, 8>(q, count, stream); break;
+      case 2: launch_scan<2, 4, 8>(q, count, stream); break;
+      case 4:
+        switch (p.scan_variant) {  // the benchmark's sweep; 0 is the default
+          case 1: launch_scan<4, 8, 4, 3>(q, count, stream); break;
+          case 2: launch_scan<4, 4, 8, 4>(q, count, stream); break;
+          case 3: launch_scan<4, 8, 8, 2>(q, count, stream); break;
+          case 4: launch_scan<4, 2, 8, 10>(q, count, stream); break;
+          default: launch_scan<4, 4, 8>(q, count, stream); break;
+        }
+        break;
+      case 8: launch_scan<8, 4, 8>(q, count, stream); break;
+      default: launch_scan<16, 4, 8>(q, count, stream); break;
+    }
+    HYBRIDTB_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void launch_bias_rows(const RowsRef& contribution, const float* out, WeightRef bias, int64_t width,
+                      int64_t num_tokens, const int32_t* active, cudaStream_t stream) {
+  if (num_tokens <= 0 || width == 0) return;
+  const dim3 grid(grid_for(std::min<int64_t>(width, 1024), 256), static_cast<unsigned>(std::min<int64_t>(num_tokens, 65535)));
+  bias_rows_kernel<<<grid, 256, 0, stream>>>(contribution, out, bias, width, num_tokens, active);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace hybridtb::cuda::ssm

@@ -1,0 +1,421 @@
+// The GPU SSM driver: the batch-shaped part of the SSM branch on the GPU, rule for rule the
+// reference driver's (reference/ssm/ssm_driver.cpp, restated in reference/ssm/README.md): it
+// validates the step's SSM tensors against the reference mode's specs, plans every request
+// (decodes first, then prefills; the slots it reads and writes per mamba_cache_mode; zeros without
+// an initial state or for a decode without context; the block-boundary writes of mode all),
+// checks every slot before anything runs, skips padding (any slot < 0: never read or written,
+// zero contribution), groups the requests into waves, uploads the plan in one stream-ordered copy
+// and runs the GPU mode. Also the GPU mode registry and SsmContext.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/cuda_check.h"
+#include "hybridtb/error.h"
+#include "hybridtb/reference/ssm_mode.h"
+#include "ssm/ssm_gpu_mode.h"
+#include "ssm/ssm_kernels.h"
+
+namespace hybridtb::cuda::ssm {
+
+// --- SsmContext ----------------------------------------------------------------------------------
+
+namespace {
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
+void check_cublas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw Error(detail::concat("cuBLAS error ", cublasGetStatusName(status), " in ", what));
+  }
+}
+}  // namespace
+
+SsmContext::~SsmContext() {
+  if (cublas_ != nullptr) cublasDestroy(cublas_);  // NOLINT: best effort in a destructor
+}
+
+cublasHandle_t SsmContext::cublas() {
+  if (cublas_ == nullptr) {
+    check_cublas(cublasCreate(&cublas_), "cublasCreate");
+    check_cublas(cublasSetStream(cublas_, stream_), "cublasSetStream");
+    // Our own workspace: no allocation inside cuBLAS calls (graph capture, phase 2) and
+    // reproducible results (cuBLAS is bitwise deterministic per stream + workspace).
+    cublas_workspace_ = memory_.allocate(kCublasWorkspaceBytes);
+    check_cublas(cublasSetWorkspace(cublas_, cublas_workspace_.get(), kCublasWorkspaceBytes), "cublasSetWorkspace");
+    check_cublas(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");  // no TF32
+  }
+  return cublas_;
+}
+
+void* SsmContext::scratch(size_t bytes) {
+  step_blocks_.push_back(memory_.allocate(std::max<size_t>(bytes, 256)));
+  return step_blocks_.back().get();
+}
+
+void SsmContext::upload_bytes(void* device, const void* host, size_t bytes) {
+  HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_));
+}
+
+// --- registry --------------------------------------------------------------------------------------
+
+GpuModeRegistry& GpuModeRegistry::instance() {
+  static GpuModeRegistry* registry = [] {
+    auto* built = new GpuModeRegistry();  // never destroyed, like the reference registry
+    register_builtin_gpu_modes(*built);
+    return built;
+  }();
+  return *registry;
+}
+
+void GpuModeRegistry::add(std::unique_ptr<GpuMode> mode) {
+  HYBRIDTB_CHECK(mode != nullptr, "GpuModeRegistry::add: null mode");
+  HYBRIDTB_CHECK(find(mode->name()) == nullptr, "GpuModeRegistry::add: ssm_mode ", mode->name(),
+                 " is registered twice");
+  HYBRIDTB_CHECK(reference::ssm::ModeRegistry::instance().contains(mode->name()), "GpuModeRegistry::add: ssm_mode ",
+                 mode->name(), " has no reference mode (the GPU registry mirrors reference/ssm)");
+  modes_.push_back(std::move(mode));
+}
+
+const GpuMode* GpuModeRegistry::find(const std::string& name) const {
+  for (const auto& mode : modes_) {
+    if (mode->name() == name) return mode.get();
+  }
+  return nullptr;
+}
+
+std::vector<std::string> GpuModeRegistry::names() const {
+  std::vector<std::string> out;
+  for (const auto& mode : modes_) out.push_back(mode->name());
+  return out;
+}
+
+ElementKind gpu_element_kind(DType dtype, const std::string& what) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return ElementKind::kFloat32;
+    case DType::kFloat16:
+      return ElementKind::kFloat16;
+    case DType::kBFloat16:
+      return ElementKind::kBFloat16;
+    default:
+      throw NotSupported(detail::concat("cuda backend: ", what, " has dtype ", to_string(dtype),
+                                        " (the GPU SSM modes read and write float32, float16 and bfloat16)"));
+  }
+}
+
+// --- the plan (the reference driver's rules) ---------------------------------------------------------
+
+namespace {
+
+struct Slot {
+  int64_t index = 0;
+  std::string field;
+};
+
+struct RequestPlan {
+  int64_t request = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t first_position = 0;
+  bool decode = false;
+  std::optional<Slot> read;
+  std::vector<std::pair<int64_t, Slot>> boundary_writes;  // (absolute position, slot)
+  Slot final_write;
+};
+
+int64_t entry(const IntArray& array, const std::string& field, int64_t i) {
+  HYBRIDTB_CHECK(array.rank() == 1 && 0 <= i && i < array.numel(), "mamba/", field, " has no entry ", i, ": ",
+                 array.describe());
+  return array[i];
+}
+
+Slot slot_at(const IntArray& array, const std::string& field, int64_t row, int64_t col) {
+  HYBRIDTB_CHECK(array.rank() == 2 && 0 <= row && row < array.size(0) && 0 <= col && col < array.size(1), "mamba/",
+                 field, " has no entry [", row, "][", col, "]: ", array.describe());
+  return Slot{array.at(row, col), detail::concat("mamba/", field, "[", row, "][", col, "]")};
+}
+
+template <typename T>
+const T& required(const std::optional<T>& value, const char* field, const char* why) {
+  HYBRIDTB_CHECK(value.has_value(), "mamba/", field, " is missing (", why, ")");
+  return *value;
+}
+
+RequestPlan plan_decode(const AttentionConfig& config, const MambaAttentionMetadata& metadata,
+                        const BatchDescription& batch, int64_t r) {
+  RequestPlan plan;
+  plan.request = r;
+  plan.decode = true;
+  plan.begin = batch.query_start_loc[r];
+  plan.end = batch.query_start_loc[r + 1];
+  plan.first_position = batch.context_len(r);
+  const IntArray& rows = metadata.state_indices_tensor_d;
+  Slot read;
+  if (config.mamba_cache_mode == MambaCacheMode::kAll) {
+    const char* why = "mamba_cache_mode all";
+    const int64_t last_computed =
+        entry(required(metadata.block_idx_last_computed_token, "block_idx_last_computed_token", why),
+              "block_idx_last_computed_token", r);
+    const int64_t last_scheduled =
+        entry(required(metadata.block_idx_last_scheduled_token, "block_idx_last_scheduled_token", why),
+              "block_idx_last_scheduled_token", r);
+    read = slot_at(rows, "state_indices_tensor_d", r, last_computed);
+    plan.final_write = slot_at(rows, "state_indices_tensor_d", r, last_scheduled);
+  } else {
+    read = slot_at(rows, "state_indices_tensor_d", r, 0);
+    plan.final_write = read;
+  }
+  // As the reference (vLLM PR #32118): a decode without context starts from zeros.
+  if (batch.context_len(r) > 0) plan.read = read;
+  return plan;
+}
+
+RequestPlan plan_prefill(const AttentionConfig& config, const MambaAttentionMetadata& metadata,
+                         const BatchDescription& batch, int64_t i) {
+  RequestPlan plan;
+  const int64_t r = metadata.num_decodes + i;
+  plan.request = r;
+  const IntArray& query_start_loc_p =
+      required(metadata.query_start_loc_p, "query_start_loc_p", "the batch has prefills");
+  plan.begin = entry(query_start_loc_p, "query_start_loc_p", i) + metadata.num_decode_tokens;
+  plan.end = entry(query_start_loc_p, "query_start_loc_p", i + 1) + metadata.num_decode_tokens;
+  plan.first_position = batch.context_len(r);
+  const bool has_initial_state =
+      entry(required(metadata.has_initial_states_p, "has_initial_states_p", "the batch has prefills"),
+            "has_initial_states_p", i) != 0;
+  const IntArray& indices =
+      required(metadata.state_indices_tensor_p, "state_indices_tensor_p", "the batch has prefills");
+  if (config.mamba_cache_mode != MambaCacheMode::kAll) {
+    HYBRIDTB_CHECK(indices.rank() == 1 && i < indices.numel(), "mamba/state_indices_tensor_p has no entry ", i, ": ",
+                   indices.describe());
+    plan.final_write = Slot{indices[i], detail::concat("mamba/state_indices_tensor_p[", i, "]")};
+    if (has_initial_state) plan.read = plan.final_write;
+    return plan;
+  }
+  const char* why = "mamba_cache_mode all";
+  const int64_t block = config.mamba_block_size;
+  const int64_t last_computed =
+      entry(required(metadata.block_idx_last_computed_token, "block_idx_last_computed_token", why),
+            "block_idx_last_computed_token", r);
+  const int64_t last_scheduled =
+      entry(required(metadata.block_idx_last_scheduled_token, "block_idx_last_scheduled_token", why),
+            "block_idx_last_scheduled_token", r);
+  if (has_initial_state) plan.read = slot_at(indices, "state_indices_tensor_p", i, last_computed);
+  for (int64_t p = plan.first_position; p < plan.first_position + (plan.end - plan.begin); ++p) {
+    if ((p + 1) % block == 0) {
+      plan.boundary_writes.emplace_back(p, slot_at(indices, "state_indices_tensor_p", i, (p + 1) / block - 1));
+    }
+  }
+  plan.final_write = slot_at(indices, "state_indices_tensor_p", i, last_scheduled);
+  return plan;
+}
+
+std::vector<const Slot*> slots_of(const RequestPlan& plan) {
+  std::vector<const Slot*> slots;
+  if (plan.read) slots.push_back(&*plan.read);
+  for (const auto& write : plan.boundary_writes) slots.push_back(&write.second);
+  slots.push_back(&plan.final_write);
+  return slots;
+}
+
+// Waves: a request goes one wave after the last earlier request it conflicts with (it reads or
+// writes a slot that request wrote, or writes a slot that request read), so each wave's requests
+// touch disjoint slots and the result is the reference's sequential one.
+std::vector<int> assign_waves(const std::vector<const RequestPlan*>& runs) {
+  std::map<int64_t, int> written_in;  // slot → last wave writing it
+  std::map<int64_t, int> read_in;     // slot → last wave reading it
+  std::vector<int> waves;
+  for (const RequestPlan* plan : runs) {
+    std::vector<int64_t> writes;
+    for (const auto& write : plan->boundary_writes) writes.push_back(write.second.index);
+    writes.push_back(plan->final_write.index);
+    int wave = 0;
+    const auto after = [&](const std::map<int64_t, int>& map, int64_t slot) {
+      const auto it = map.find(slot);
+      if (it != map.end()) wave = std::max(wave, it->second + 1);
+    };
+    if (plan->read) after(written_in, plan->read->index);
+    for (int64_t slot : writes) {
+      after(written_in, slot);
+      after(read_in, slot);
+    }
+    if (plan->read) read_in[plan->read->index] = std::max(read_in[plan->read->index], wave);
+    for (int64_t slot : writes) written_in[slot] = std::max(written_in[slot], wave);
+    waves.push_back(wave);
+  }
+  return waves;
+}
+
+int32_t narrow(int64_t value, const char* what) {
+  HYBRIDTB_CHECK(value >= std::numeric_limits<int32_t>::min() && value <= std::numeric_limits<int32_t>::max(), "cuda backend: ", what, " = ", value,
+                 " does not fit the GPU plan's int32");
+  return static_cast<int32_t>(value);
+}
+
+int64_t product(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+}  // namespace
+
+void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
+                 const StepTensors& tensors, const TensorView& contribution, SsmContext& context) {
+  const reference::ssm::Mode& mode = reference::ssm::ModeRegistry::instance().find(config.ssm_mode);
+  const GpuMode* gpu_mode = GpuModeRegistry::instance().find(config.ssm_mode);
+  if (gpu_mode == nullptr) {
+    std::string names;
+    for (const std::string& name : GpuModeRegistry::instance().names()) names += (names.empty() ? "" : ", ") + name;
+    throw NotSupported(detail::concat("cuda backend: ssm_mode '", config.ssm_mode,
+                                      "' has no GPU implementation (GPU modes: ", names, ")"));
+  }
+  reference::ssm::validate_ssm_tensors(config, tensors.ssm_state, tensors.weights);
+  const reference::ssm::ModeShape shape = reference::ssm::mode_shape(config);
+  const TensorView& query = tensors.query;
+  HYBRIDTB_CHECK(query.device() == Device::kCuda && contribution.device() == Device::kCuda,
+                 "the GPU SSM driver needs CUDA tensors, got query ", query.describe(), " and contribution ",
+                 contribution.describe());
+  HYBRIDTB_CHECK(query.rank() == 3 && query.size(1) == config.num_heads && query.size(2) == config.head_size &&
+                     query.stride(2) == 1 && query.stride(1) == config.head_size,
+                 "/inputs/query must be [T, num_heads, head_size] with contiguous rows, got ", query.describe());
+  HYBRIDTB_CHECK(contribution.shape() == query.shape() && is_floating(contribution.dtype()) &&
+                     contribution.is_contiguous(),
+                 "the SSM contribution buffer ", contribution.describe(),
+                 " must be a contiguous float tensor of the query's shape ", shape_to_string(query.shape()));
+  const int64_t num_tokens = batch.num_actual_tokens;
+  HYBRIDTB_CHECK(0 <= num_tokens && num_tokens <= query.size(0), "/batch/num_actual_tokens = ", num_tokens,
+                 " does not fit the query's ", query.size(0), " rows");
+
+  GpuStep step;
+  step.config = &config;
+  step.context = &context;
+  step.num_tokens = num_tokens;
+  step.hidden_size = shape.hidden_size;
+  step.num_decode_tokens = metadata.num_decode_tokens;
+  step.hidden = RowsRef{query.data(), gpu_element_kind(query.dtype(), "/inputs/query"), query.stride(0)};
+  step.contribution = RowsRef{contribution.data(), gpu_element_kind(contribution.dtype(), "the SSM contribution"),
+                              shape.hidden_size};
+  for (const reference::ssm::TensorSpec& spec : mode.weight_specs(shape)) {
+    const auto it = tensors.weights.find(spec.name);
+    if (it == tensors.weights.end() || it->second.empty()) continue;
+    const TensorView& w = it->second;
+    HYBRIDTB_CHECK(w.device() == Device::kCuda && w.is_contiguous(), "/weights/", spec.name,
+                   " must be a contiguous CUDA tensor, got ", w.describe());
+    step.weights[spec.name] =
+        GpuWeight{WeightRef{w.data(), gpu_element_kind(w.dtype(), "/weights/" + spec.name)}, w.shape()};
+  }
+  int64_t num_slots = 0;
+  bool has_pools = false;
+  for (const reference::ssm::TensorSpec& spec : mode.state_specs(shape)) {
+    const auto it = tensors.ssm_state.find(spec.name);
+    if (it == tensors.ssm_state.end() || it->second.empty()) continue;
+    const TensorView& pool = it->second;
+    HYBRIDTB_CHECK(pool.device() == Device::kCuda && pool.is_contiguous(), "/inputs/ssm/", spec.name,
+                   " must be a contiguous CUDA tensor, got ", pool.describe());
+    step.pools[spec.name] =
+        PoolRef{pool.data(), gpu_element_kind(pool.dtype(), "/inputs/ssm/" + spec.name), product(spec.shape)};
+    num_slots = pool.size(0);
+    has_pools = true;
+  }
+  gpu_mode->check_supported(step);
+  const cudaStream_t stream = context.stream();
+
+  if (gpu_mode->whole_step()) {
+    gpu_mode->forward(step);
+    context.end_step();
+    return;
+  }
+  if (config.num_speculative_tokens > 0) {
+    throw NotSupported(detail::concat("ssm_mode ", mode.name(), " with /config/num_speculative_tokens ",
+                                      config.num_speculative_tokens,
+                                      ": speculative decoding with an SSM branch is not modelled yet (a decode "
+                                      "would advance several tokens and write per-token states)"));
+  }
+  HYBRIDTB_CHECK(
+      metadata.num_reqs == batch.num_reqs() && metadata.num_decodes + metadata.num_prefills == batch.num_reqs(),
+      "the Mamba metadata (", metadata.num_decodes, " decodes + ", metadata.num_prefills, " prefills, num_reqs ",
+      metadata.num_reqs, ") does not describe the batch's ", batch.num_reqs(), " requests");
+
+  // Plan and check every request before anything runs, so a bad batch changes nothing.
+  std::vector<RequestPlan> plans;
+  for (int64_t r = 0; r < metadata.num_decodes; ++r) {
+    if (batch.query_len(r) > 0) plans.push_back(plan_decode(config, metadata, batch, r));
+  }
+  for (int64_t i = 0; i < metadata.num_prefills; ++i) plans.push_back(plan_prefill(config, metadata, batch, i));
+  std::vector<const RequestPlan*> runs;
+  for (const RequestPlan& plan : plans) {
+    HYBRIDTB_CHECK(0 <= plan.begin && plan.begin <= plan.end && plan.end <= num_tokens, "request ", plan.request,
+                   " has token rows [", plan.begin, ", ", plan.end, ") outside the step's ", num_tokens, " tokens");
+    bool padding = false;
+    for (const Slot* slot : slots_of(plan)) {
+      HYBRIDTB_CHECK(!has_pools || slot->index < num_slots, slot->field, " = ", slot->index,
+                     " is outside the SSM state pools' ", num_slots, " slots");
+      padding = padding || slot->index < 0;
+    }
+    if (!padding && plan.end > plan.begin) runs.push_back(&plan);
+  }
+
+  // The device plan: per-token flags and boundary slots, the requests wave by wave.
+  const std::vector<int> wave_of = assign_waves(runs);
+  const int num_waves = wave_of.empty() ? 0 : *std::max_element(wave_of.begin(), wave_of.end()) + 1;
+  std::vector<int32_t> active(static_cast<size_t>(std::max<int64_t>(num_tokens, 1)), 0);
+  std::vector<int32_t> boundary_slot(active.size(), -1);
+  std::vector<std::vector<GpuRequest>> wave_requests(static_cast<size_t>(num_waves));
+  for (size_t k = 0; k < runs.size(); ++k) {
+    const RequestPlan& plan = *runs[k];
+    GpuRequest request;
+    request.begin = narrow(plan.begin, "a token row");
+    request.end = narrow(plan.end, "a token row");
+    request.read_slot = plan.read ? narrow(plan.read->index, "a state slot") : -1;
+    request.write_slot = narrow(plan.final_write.index, "a state slot");
+    request.decode = plan.decode ? 1 : 0;
+    request.first_boundary = static_cast<int32_t>(step.boundaries.size());
+    request.num_boundaries = static_cast<int32_t>(plan.boundary_writes.size());
+    for (const auto& [position, slot] : plan.boundary_writes) {
+      const int64_t row = plan.begin + (position - plan.first_position);
+      boundary_slot[static_cast<size_t>(row)] = narrow(slot.index, "a state slot");
+      step.boundaries.push_back(GpuBoundary{narrow(row, "a token row"), narrow(slot.index, "a state slot")});
+    }
+    for (int64_t t = plan.begin; t < plan.end; ++t) active[static_cast<size_t>(t)] = 1;
+    wave_requests[static_cast<size_t>(wave_of[k])].push_back(request);
+  }
+  // One upload: [active | boundary_slot | wave 0 requests | wave 1 requests | ...].
+  std::vector<int32_t> packed(active);
+  packed.insert(packed.end(), boundary_slot.begin(), boundary_slot.end());
+  std::vector<size_t> wave_offsets;
+  static_assert(sizeof(GpuRequest) % sizeof(int32_t) == 0);
+  for (const auto& requests : wave_requests) {
+    wave_offsets.push_back(packed.size());
+    for (const GpuRequest& request : requests) {
+      const auto* words = reinterpret_cast<const int32_t*>(&request);
+      packed.insert(packed.end(), words, words + sizeof(GpuRequest) / sizeof(int32_t));
+    }
+  }
+  int32_t* device = context.upload(packed);
+  step.active = device;
+  step.boundary_slot = device + active.size();
+  for (size_t w = 0; w < wave_requests.size(); ++w) {
+    GpuWave wave;
+    wave.host = wave_requests[w];
+    wave.device.requests = reinterpret_cast<const GpuRequest*>(device + wave_offsets[w]);
+    wave.device.num_requests = static_cast<int32_t>(wave.host.size());
+    for (const GpuRequest& request : wave.host) {
+      wave.device.max_tokens = std::max(wave.device.max_tokens, request.end - request.begin);
+    }
+    step.waves.push_back(std::move(wave));
+  }
+
+  if (num_tokens > 0) {
+    if (!step.waves.empty()) gpu_mode->forward(step);
+    // Rows of skipped requests (padding slots, no state run) contribute zeros.
+    launch_zero_rows(step.contribution, step.hidden_size, 0, num_tokens, step.active, stream);
+  }
+  context.end_step();
+}
+
+}  // namespace hybridtb::cuda::ssm

@@ -1,0 +1,160 @@
+// Kernels shared by the GPU SSM modes (zero rows, the hybrid add pass, conversions) and the affine
+// column scan of prefix_sum, ema and prefix_sum_flat (ssm_kernels.h). float32 arithmetic, fixed
+// orders, no atomics: bitwise reproducible.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "common/cuda_check.h"
+#include "common/elements.cuh"
+#include "ssm/ssm_kernels.h"
+
+namespace hybridtb::cuda::ssm {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(std::min<int64_t>(rows, 65535)); }
+
+int blocks_for(int64_t n, int per_block = kThreads) {
+  return static_cast<int>(std::max<int64_t>(1, (n + per_block - 1) / per_block));
+}
+
+__global__ void zero_rows_kernel(RowsRef rows, int64_t width, int64_t begin, int64_t num_tokens,
+                                 const int32_t* active) {
+  for (int64_t t = begin + blockIdx.y; t < num_tokens; t += gridDim.y) {
+    if (active != nullptr && active[t] != 0) continue;
+    for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < width; c += int64_t{gridDim.x} * blockDim.x) {
+      store_element(rows.data, t * rows.row_stride + c, rows.kind, 0.0f);
+    }
+  }
+}
+
+__global__ void add_rows_kernel(RowsRef out, RowsRef a, RowsRef b, int64_t width, int64_t num_tokens) {
+  for (int64_t t = blockIdx.y; t < num_tokens; t += gridDim.y) {
+    for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < width; c += int64_t{gridDim.x} * blockDim.x) {
+      const float sum =
+          load_element(a.data, t * a.row_stride + c, a.kind) + load_element(b.data, t * b.row_stride + c, b.kind);
+      store_element(out.data, t * out.row_stride + c, out.kind, sum);
+    }
+  }
+}
+
+__global__ void to_float_kernel(const void* src, ElementKind kind, float* dst, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    dst[i] = load_element(src, i, kind);
+  }
+}
+
+__global__ void rows_to_float_kernel(RowsRef src, int64_t width, int64_t rows, float* dst) {
+  for (int64_t t = blockIdx.y; t < rows; t += gridDim.y) {
+    for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < width; c += int64_t{gridDim.x} * blockDim.x) {
+      dst[t * width + c] = load_element(src.data, t * src.row_stride + c, src.kind);
+    }
+  }
+}
+
+// One block per (request, 32 columns); threadIdx.x = column, threadIdx.y = token lane (≤ 32).
+__global__ void __launch_bounds__(1024) affine_scan_kernel(AffineScanParams p) {
+  __shared__ float lane_gain[32][33];
+  __shared__ float lane_local[32][33];
+  __shared__ float initial[32];
+  const int tx = threadIdx.x;
+  const int lane = threadIdx.y;
+  const int lanes = blockDim.y;
+  const int64_t col = blockIdx.x * int64_t{32} + tx;
+  const bool in_range = col < p.width;
+  int32_t begin = p.single_begin, end = p.single_end, read_slot = -1, write_slot = -1;
+  if (p.wave.requests != nullptr) {
+    const GpuRequest r = p.wave.requests[blockIdx.y];
+    begin = r.begin;
+    end = r.end;
+    read_slot = r.read_slot;
+    write_slot = r.write_slot;
+  }
+  const int32_t length = end - begin;
+  const int32_t per_lane = (length + lanes - 1) / lanes;
+  const int32_t t0 = min(end, begin + lane * per_lane);
+  const int32_t t1 = min(end, t0 + per_lane);
+  const float g = (p.kind == AffineKind::kEma && in_range) ? load_element(p.decay.data, col, p.decay.kind) : 1.0f;
+  const float one_minus_g = 1.0f - g;
+
+  // Pass 1: each lane's sub-chunk from a zero state: (Π g, local h).
+  float gain = 1.0f, local = 0.0f;
+  if (in_range) {
+    for (int32_t t = t0; t < t1; ++t) {
+      const float x = load_element(p.hidden.data, t * p.hidden.row_stride + col, p.hidden.kind);
+      local = p.kind == AffineKind::kEma ? g * local + one_minus_g * x : local + x;
+      gain *= g;
+    }
+  }
+  lane_gain[lane][tx] = gain;
+  lane_local[lane][tx] = local;
+  // Every read of the pool happens before the barrier; every write after it (read and write slots
+  // may coincide, and in mode all a block-boundary slot may be the slot read).
+  if (lane == 0) {
+    initial[tx] = (in_range && p.pool.data != nullptr && read_slot >= 0)
+                      ? load_element(p.pool.data, read_slot * p.pool.slot_size + col, p.pool.kind)
+                      : 0.0f;
+  }
+  __syncthreads();
+  if (!in_range) return;
+  // This lane's carry-in: the lanes before it composed in order.
+  float h = initial[tx];
+  for (int k = 0; k < lane; ++k) h = lane_gain[k][tx] * h + lane_local[k][tx];
+  // Pass 2: rescan from the carry, writing contributions and states.
+  for (int32_t t = t0; t < t1; ++t) {
+    const float x = load_element(p.hidden.data, t * p.hidden.row_stride + col, p.hidden.kind);
+    h = p.kind == AffineKind::kEma ? g * h + one_minus_g * x : h + x;
+    store_element(p.contribution.data, t * p.contribution.row_stride + col, p.contribution.kind, h);
+    if (p.pool.data != nullptr) {
+      const int32_t boundary = p.boundary_slot != nullptr ? p.boundary_slot[t] : -1;
+      if (boundary >= 0) store_element(p.pool.data, boundary * p.pool.slot_size + col, p.pool.kind, h);
+      if (t == end - 1 && write_slot >= 0) store_element(p.pool.data, write_slot * p.pool.slot_size + col, p.pool.kind, h);
+    }
+  }
+}
+
+}  // namespace
+
+void launch_zero_rows(const RowsRef& rows, int64_t width, int64_t begin, int64_t num_tokens, const int32_t* active,
+                      cudaStream_t stream) {
+  if (num_tokens <= begin || width == 0) return;
+  const dim3 grid(blocks_for(std::min<int64_t>(width, 4 * kThreads)), row_blocks(num_tokens - begin));
+  zero_rows_kernel<<<grid, kThreads, 0, stream>>>(rows, width, begin, num_tokens, active);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+void launch_add_rows(const RowsRef& output, const RowsRef& attn, const RowsRef& ssm, int64_t width,
+                     int64_t num_tokens, cudaStream_t stream) {
+  if (num_tokens <= 0 || width == 0) return;
+  const dim3 grid(blocks_for(std::min<int64_t>(width, 4 * kThreads)), row_blocks(num_tokens));
+  add_rows_kernel<<<grid, kThreads, 0, stream>>>(output, attn, ssm, width, num_tokens);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+void launch_to_float(const void* src, ElementKind kind, float* dst, int64_t count, cudaStream_t stream) {
+  if (count <= 0) return;
+  to_float_kernel<<<std::min(blocks_for(count), 4096), kThreads, 0, stream>>>(src, kind, dst, count);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+void launch_rows_to_float(const RowsRef& src, int64_t width, int64_t rows, float* dst, cudaStream_t stream) {
+  if (rows <= 0 || width == 0) return;
+  const dim3 grid(blocks_for(std::min<int64_t>(width, 4 * kThreads)), row_blocks(rows));
+  rows_to_float_kernel<<<grid, kThreads, 0, stream>>>(src, width, rows, dst);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+void launch_affine_scan(const AffineScanParams& p, cudaStream_t stream) {
+  const int32_t requests = p.wave.requests != nullptr ? p.wave.num_requests : 1;
+  const int32_t longest = p.wave.requests != nullptr ? p.wave.max_tokens : p.single_end - p.single_begin;
+  if (requests <= 0 || longest <= 0 || p.width == 0) return;
+  int lanes = 1;
+  while (lanes < 32 && lanes < longest) lanes *= 2;
+  const dim3 grid(static_cast<unsigned>((p.width + 31) / 32), static_cast<unsigned>(requests));
+  affine_scan_kernel<<<grid, dim3(32, lanes), 0, stream>>>(p);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace hybridtb::cuda::ssm

@@ -1,0 +1,117 @@
+// Launchers of the SSM kernels (ssm_kernels.cu: shared and simple modes; mamba1_kernels.cu:
+// mamba1). C++17, no CUDA headers beyond the runtime's stream type; every launcher checks its
+// launch (HYBRIDTB_CUDA_CHECK_LAUNCH) and throws hybridtb::Error on failure.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "ssm/ssm_params.h"
+
+namespace hybridtb::cuda::ssm {
+
+// --- shared by every mode (the driver and the hybrid forward) ------------------------------------
+
+// Rows t in [0, num_tokens) with active[t] == 0 (requests skipped: padding slots, no state run)
+// get a zero contribution; active == nullptr: rows [begin, num_tokens) all get zeros.
+void launch_zero_rows(const RowsRef& rows, int64_t width, int64_t begin, int64_t num_tokens, const int32_t* active,
+                      cudaStream_t stream);
+
+// output[t] = attn[t] + ssm[t] for rows [0, num_tokens), each of `width` elements, rounded once to
+// output's dtype (the hybrid forward's separate add pass; phase 2 fuses it into the attention
+// epilogue).
+void launch_add_rows(const RowsRef& output, const RowsRef& attn, const RowsRef& ssm, int64_t width,
+                     int64_t num_tokens, cudaStream_t stream);
+
+// Converts `count` contiguous elements of `kind` to float32 (exact).
+void launch_to_float(const void* src, ElementKind kind, float* dst, int64_t count, cudaStream_t stream);
+// Converts rows [0, rows) × `width` of a row-strided tensor to a dense float32 [rows, width].
+void launch_rows_to_float(const RowsRef& src, int64_t width, int64_t rows, float* dst, cudaStream_t stream);
+
+// --- affine column scans: prefix_sum, ema, prefix_sum_flat -----------------------------------------
+// Per request and column c: h_t = g_c·h_{t−1} + b_t, contribution_t = h_t, with
+//   kSum: g = 1, b = x (prefix_sum; prefix_sum_flat with one pseudo-request and no state);
+//   kEma: g = a_c, b = (1 − a_c)·x.
+// Parallel over tokens within a request: token lanes scan their sub-chunks from zero, the block
+// composes the lanes' (Π g, local h) in order to get each lane's carry-in (starting from the
+// request's saved state), and the lanes rescan from their carry, writing contributions, the
+// block-boundary states and the final state.
+enum class AffineKind : int32_t { kSum = 0, kEma = 1 };
+
+struct AffineScanParams {
+  AffineKind kind = AffineKind::kSum;
+  RowsRef hidden;        // [T, H]
+  RowsRef contribution;  // [T, H]
+  int64_t width = 0;     // H
+  WaveRef wave;          // requests == nullptr: one pseudo-request [single_begin, single_end), no state
+  int32_t single_begin = 0;
+  int32_t single_end = 0;
+  PoolRef pool;                   // data == nullptr: no state (prefix_sum_flat)
+  const int32_t* boundary_slot = nullptr;  // [T] −1 or the slot receiving the state after row t
+  WeightRef decay;                // kEma: a [H]
+};
+void launch_affine_scan(const AffineScanParams& p, cudaStream_t stream);
+
+// --- mamba1 (mamba1_kernels.cu) ------------------------------------------------------------------
+
+// A piece of at most a few hundred consecutive tokens of one request (the token-parallel conv).
+// Chunks of a request are consecutive in the list.
+struct GpuChunk {
+  int32_t request = 0;  // index in the wave
+  int32_t begin = 0;    // token rows [begin, end)
+  int32_t end = 0;
+  int32_t last = 0;     // 1: the request's last chunk
+};
+
+// A conv-state write: the last K−1 conv inputs after the request's first `count` tokens go to `slot`.
+struct GpuConvWrite {
+  int32_t request = 0;
+  int32_t count = 0;
+  int32_t slot = 0;
+  int32_t unused = 0;
+};
+
+struct Mamba1Params {
+  int32_t I = 0, N = 0, K = 0, R = 0;
+  int64_t num_tokens = 0;
+  WaveRef wave;
+  // The wave's decodes are requests [0, decode_end), its prefills [prefill_begin, num_requests) (the
+  // driver lists decodes first); the scan launches one kernel for each non-empty range, and each
+  // kernel skips a request of the other kind should the ranges overlap.
+  int32_t decode_end = 0;
+  int32_t prefill_begin = 0;
+  int32_t scan_variant = 0;          // prefill-scan tiling for N ≤ 16 (benchmark sweep); 0: the default
+  const GpuChunk* chunks = nullptr;  // [num_chunks] every request of the wave (decodes: one chunk)
+  int32_t num_chunks = 0;
+  const int32_t* request_first_chunk = nullptr;  // [num_requests]
+  const GpuConvWrite* conv_writes = nullptr;     // [num_conv_writes]
+  int32_t num_conv_writes = 0;
+  const int32_t* boundary_slot = nullptr;        // [T]
+  // Activations (float32, dense).
+  const float* xz = nullptr;      // [T, 2I] in_proj output without bias
+  float* conv_stash = nullptr;    // [num_requests, I, K−1] the initial conv state per request
+  float* c = nullptr;             // [T, I] conv output after SiLU
+  const float* dbc = nullptr;     // [T, R + 2N] x_proj output
+  const float* dt = nullptr;      // [T, I] dt_proj output without bias
+  float* y = nullptr;             // [T, I] gated scan output
+  // Weights.
+  WeightRef in_bias, conv_w, conv_bias, dt_bias, A_log, D;
+  // Pools.
+  PoolRef conv_state, ssm_state;
+};
+inline constexpr int kMamba1MaxKernel = 8;     // conv_kernel ≤ 8 (vLLM: 4)
+inline constexpr int kMamba1MaxState = 64;     // state_size ≤ 64 (Mamba-1: 16)
+
+// Conv: stash initial conv states, the causal conv + SiLU over the wave's tokens, the conv-state
+// write-back (final and block-boundary states).
+void launch_mamba1_conv(const Mamba1Params& p, cudaStream_t stream);
+// Selective scan of the wave: one launch for the decodes (the single-step update, bandwidth-bound),
+// one for the prefills (a one-pass block scan: each block walks a request over a tile of channels,
+// one exp per token·channel·state); gating fused; block-boundary and final states written.
+void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream);
+// contribution[t] = out[t] + out_bias for active rows t (out: [T, H] float32).
+void launch_bias_rows(const RowsRef& contribution, const float* out, WeightRef bias, int64_t width,
+                      int64_t num_tokens, const int32_t* active, cudaStream_t stream);
+
+}  // namespace hybridtb::cuda::ssm

@@ -1,0 +1,24 @@
+// GPU ssm_mode "zero" (reference/ssm/zero.cpp): contributes zeros, no state; whole steps.
+#include <memory>
+#include <string>
+
+#include "ssm/ssm_gpu_mode.h"
+#include "ssm/ssm_kernels.h"
+
+namespace hybridtb::cuda::ssm {
+namespace {
+
+class ZeroGpuMode final : public GpuMode {
+ public:
+  std::string name() const override { return "zero"; }
+  bool whole_step() const override { return true; }
+  void forward(const GpuStep& step) const override {
+    launch_zero_rows(step.contribution, step.hidden_size, 0, step.num_tokens, nullptr, step.context->stream());
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<GpuMode> make_zero_gpu_mode() { return std::make_unique<ZeroGpuMode>(); }
+
+}  // namespace hybridtb::cuda::ssm

@@ -1,0 +1,272 @@
+// The tensor-core prefill path of the "cuda" backend (optimized/src/attention/prefill_mma_kernel.cuh)
+// against the reference: every head size (64/128/256) × float16/bfloat16, causal with and without a
+// sliding window, chunked prefill with context (keys of the chunk itself written by the KV write
+// first), GQA 1/4/5/8, mixed batches with decodes, NaN in freed blocks (windowed requests whose early
+// blocks point at the null block, compact paging), shuffled and aliased block tables, padding, and
+// one case per optional feature (soft cap, both ALiBi forms, sinks, mm_prefix, encoder_only, fp8
+// output). Outputs within the tolerance table (the 16-bit rows include the P-rounding and mma terms),
+// KV cache bytes exact, padding rows untouched, bitwise reproducible run to run. Each case also asks
+// the planner which path its rows take (AttentionRunner::summary) so that a case meant for the
+// tensor-core path cannot silently pass on the generic one, and the cases meant to fall back (fp8
+// KV, head size 80, float32) say so. Skips with the reason on a machine without a CUDA device.
+// Run: ctest --test-dir <build> -L cuda  (cases named Small* are the compute-sanitizer subset)
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <iostream>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "attention/attention_plan.h"
+#include "common/device_memory.h"
+#include "cuda_compare.h"
+#include "hybridtb/backend.h"
+#include "hybridtb/batch_file.h"
+#include "hybridtb/error.h"
+#include "hybridtb/step.h"
+#include "hybridtb/synthetic.h"
+
+namespace hybridtb::testing {
+namespace {
+
+enum class Alibi { kNone, kLinear, kSqrt };
+enum class Path { kTensorCore, kGeneric };  // where the non-decode rows must run
+
+struct Case {
+  std::string name;
+  int64_t num_heads = 8;
+  int64_t num_kv_heads = 2;
+  int64_t head_size = 128;
+  int64_t block_size = 16;
+  DType dtype = DType::kBFloat16;
+  std::vector<RequestSpec> requests;
+  KvCacheDtype kv = KvCacheDtype::kAuto;
+  int64_t window = 0;
+  double soft_cap = 0.0;
+  Alibi alibi = Alibi::kNone;
+  bool sinks = false;
+  bool encoder = false;
+  std::optional<float> output_scale;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
+  int64_t padding_tokens = 0;
+  int64_t padding_requests = 0;
+  bool compact = false;
+  bool alias_blocks = false;
+  int64_t shared_prefix_tokens = 0;
+  Path path = Path::kTensorCore;
+  uint64_t seed = 5;
+};
+
+void PrintTo(const Case& c, std::ostream* out) { *out << c.name; }
+
+// Decodes first (vLLM's order; the Mamba builder requires it).
+const std::vector<RequestSpec> kPrefills = {{0, 200}, {0, 64}, {0, 17}, {0, 1000}};
+const std::vector<RequestSpec> kChunks = {{300, 77}, {2000, 300}, {513, 64}, {16, 129}, {1, 2}};
+const std::vector<RequestSpec> kMixed = {{300, 1}, {4096, 1}, {17, 1}, {0, 1}, {40, 23}, {0, 150}, {129, 64}, {700, 5}};
+const std::vector<RequestSpec> kSmall = {{45, 1}, {0, 37}, {20, 9}};
+const std::vector<RequestSpec> kWindowed = {{1000, 1}, {0, 400}, {1500, 130}, {70, 90}};
+
+AttentionConfig make_config(const Case& c) {
+  AttentionConfig config;
+  config.num_heads = c.num_heads;
+  config.num_kv_heads = c.num_kv_heads;
+  config.head_size = c.head_size;
+  config.block_size = c.block_size;
+  config.scale = 1.0 / std::sqrt(static_cast<double>(c.head_size));
+  config.dtype = c.dtype;
+  config.kv_cache_dtype = c.kv;
+  config.sliding_window = c.window;
+  config.logits_soft_cap = c.soft_cap;
+  config.attn_type = c.encoder ? AttnType::kEncoderOnly : AttnType::kDecoder;
+  if (c.alibi != Alibi::kNone) {
+    std::vector<float> slopes;
+    for (int64_t h = 0; h < c.num_heads; ++h) {
+      slopes.push_back(std::pow(2.0f, -8.0f * static_cast<float>(h + 1) / static_cast<float>(c.num_heads)));
+    }
+    config.alibi_slopes = slopes;
+    config.use_alibi_sqrt = c.alibi == Alibi::kSqrt;
+  }
+  if (c.sinks) {
+    std::vector<float> sinks;
+    for (int64_t h = 0; h < c.num_heads; ++h) sinks.push_back(-1.0f + 0.5f * static_cast<float>(h % 5));
+    config.sinks = sinks;
+  }
+  return config;
+}
+
+BatchFile make_step(const Case& c) {
+  SyntheticOptions options;
+  options.seed = c.seed;
+  options.k_scale = c.k_scale;
+  options.v_scale = c.v_scale;
+  options.output_scale = c.output_scale;
+  options.padding_tokens = c.padding_tokens;
+  options.padding_requests = c.padding_requests;
+  options.compact = c.compact;
+  options.alias_blocks = c.alias_blocks;
+  options.shared_prefix_tokens = c.shared_prefix_tokens;
+  return make_synthetic_batch(make_config(c), BuilderConfig{}, c.requests, options);
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> all;
+  auto add = [&](Case c) { all.push_back(std::move(c)); };
+  // The compute-sanitizer subset.
+  add({.name = "SmallPrefillBf16", .requests = kSmall});
+  add({.name = "SmallPrefillFp16WindowHead64", .head_size = 64, .dtype = DType::kFloat16, .requests = kSmall,
+       .window = 8});
+  // Head size × dtype, fresh prefills and chunks with context.
+  for (const DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    for (const int64_t d : {64, 128, 256}) {
+      const std::string tag = std::string(dtype == DType::kFloat16 ? "Fp16" : "Bf16") + "Head" + std::to_string(d);
+      add({.name = "Prefill" + tag, .head_size = d, .block_size = d == 256 ? 32 : 16, .dtype = dtype,
+           .requests = kPrefills});
+      add({.name = "Chunked" + tag, .head_size = d, .block_size = d == 256 ? 32 : 16, .dtype = dtype,
+           .requests = kChunks});
+      add({.name = "Window" + tag, .head_size = d, .block_size = d == 256 ? 32 : 16, .dtype = dtype,
+           .requests = kWindowed, .window = 100});
+    }
+  }
+  // GQA ratios (1, 4, 5, 8, 12) and more kv heads.
+  add({.name = "Gqa1Mha", .num_heads = 4, .num_kv_heads = 4, .requests = kChunks});
+  add({.name = "Gqa4Llama", .num_heads = 32, .num_kv_heads = 8, .requests = {{0, 300}, {100, 50}}});
+  add({.name = "Gqa5Fp16", .num_heads = 10, .num_kv_heads = 2, .dtype = DType::kFloat16, .requests = kChunks});
+  add({.name = "Gqa8Head64", .num_heads = 16, .num_kv_heads = 2, .head_size = 64, .requests = kChunks});
+  add({.name = "Gqa12Window", .num_heads = 24, .num_kv_heads = 2, .head_size = 64, .requests = kWindowed,
+       .window = 33});
+  // Mixed batches with decodes (decodes on the decode path, the rest on the tensor cores), windows
+  // of 1 and 4096, block sizes 32/48, NaN in freed blocks (compact paging), aliased/shared blocks.
+  add({.name = "MixedBf16", .requests = kMixed});
+  add({.name = "MixedFp16Head256Gqa8", .num_heads = 8, .num_kv_heads = 1, .head_size = 256, .block_size = 32,
+       .dtype = DType::kFloat16, .requests = kMixed});
+  add({.name = "MixedWindow1", .requests = kMixed, .window = 1});
+  add({.name = "MixedBlock48Window64", .block_size = 48, .requests = kMixed, .window = 64});
+  add({.name = "FreedBlocksNaNCompact", .requests = {{3000, 1}, {2500, 200}, {900, 64}}, .window = 256,
+       .compact = true});
+  add({.name = "LongChunkWindow4096", .num_heads = 8, .num_kv_heads = 2, .requests = {{6000, 512}, {0, 700}},
+       .window = 4096, .compact = true});
+  add({.name = "AliasedBlocks", .requests = {{800, 1}, {600, 40}, {1000, 33}, {512, 100}}, .alias_blocks = true});
+  add({.name = "SharedPrefix", .requests = {{512, 1}, {512, 70}, {640, 30}}, .shared_prefix_tokens = 512});
+  add({.name = "Padded", .dtype = DType::kFloat16, .requests = {{100, 1}, {0, 40}, {20, 7}}, .padding_tokens = 5,
+       .padding_requests = 2});
+  // Speculative-style short queries (query_len 2..5 with context).
+  add({.name = "ShortQueries", .requests = {{1000, 2}, {33, 3}, {4000, 5}, {7, 4}}});
+  // Optional features on the tensor-core path.
+  add({.name = "SoftCap", .requests = kMixed, .soft_cap = 2.0});
+  add({.name = "AlibiLinearSinksFp16", .dtype = DType::kFloat16, .requests = kMixed, .alibi = Alibi::kLinear,
+       .sinks = true});
+  add({.name = "AlibiSqrtWindow", .requests = kWindowed, .window = 100, .alibi = Alibi::kSqrt});
+  add({.name = "SinksWindow", .num_heads = 16, .num_kv_heads = 4, .requests = kWindowed, .window = 64, .sinks = true});
+  add({.name = "MmPrefix", .requests = {{50, 1, {{10, 50}}}, {0, 90, {{5, 20}, {40, 70}}}, {60, 30, {{2, 75}}},
+                                        {0, 200, {{100, 180}}}},
+       .window = 8});
+  add({.name = "EncoderOnly", .requests = {{0, 1}, {0, 100}, {0, 37}, {0, 300}}, .encoder = true});
+  add({.name = "EncoderOnlyWindowFp16Head64", .num_heads = 4, .num_kv_heads = 4, .head_size = 64,
+       .dtype = DType::kFloat16, .requests = {{0, 170}, {0, 5}}, .window = 16, .encoder = true});
+  add({.name = "Fp8Output", .requests = kMixed, .output_scale = 0.5f});
+  add({.name = "Fp8OutputSoftCapFp16", .dtype = DType::kFloat16, .requests = kChunks, .soft_cap = 5.0,
+       .output_scale = 0.25f});
+  // Not on the tensor-core path: routed to the generic kernel (and said so by the planner).
+  add({.name = "FallbackFp8Kv", .requests = kChunks, .kv = KvCacheDtype::kFp8E4M3, .k_scale = 0.5f, .v_scale = 0.25f,
+       .path = Path::kGeneric});
+  add({.name = "FallbackInt8PerTokenHead", .dtype = DType::kFloat16, .requests = kSmall,
+       .kv = KvCacheDtype::kInt8PerTokenHead, .path = Path::kGeneric});
+  add({.name = "FallbackHead80", .num_heads = 10, .num_kv_heads = 2, .head_size = 80, .requests = kChunks,
+       .path = Path::kGeneric});
+  add({.name = "FallbackFp32", .num_heads = 4, .num_kv_heads = 4, .dtype = DType::kFloat32, .requests = kSmall,
+       .path = Path::kGeneric});
+  return all;
+}
+
+// The planner's split of this step (prepare only: metadata upload, no kernel runs), on device
+// buffers of the step's shapes.
+cuda::AttentionPlanSummary plan_of(const BatchFile& step) {
+  const AttentionConfig& c = step.config;
+  const int64_t t = step.batch.num_tokens();
+  const int64_t hq = c.num_heads;
+  const int64_t hkv = c.num_kv_heads;
+  const int64_t d = c.head_size;
+  cuda::DeviceMemory memory;
+  const auto bytes = [](DType dtype, int64_t n) { return static_cast<size_t>(n) * element_size(dtype); };
+  auto q = memory.allocate(bytes(c.dtype, t * hq * d));
+  auto o = memory.allocate(bytes(c.dtype, t * hq * d));
+  StepTensors tensors;
+  tensors.query = TensorView(q.get(), c.dtype, {t, hq, d}, Device::kCuda);
+  const TensorView output(o.get(), c.dtype, {t, hq, d}, Device::kCuda);
+  std::shared_ptr<void> k, v, cache, ks, vs;
+  if (c.attn_type == AttnType::kEncoderOnly) {
+    k = memory.allocate(bytes(c.dtype, t * hkv * d));
+    v = memory.allocate(bytes(c.dtype, t * hkv * d));
+    tensors.key = TensorView(k.get(), c.dtype, {t, hkv, d}, Device::kCuda);
+    tensors.value = TensorView(v.get(), c.dtype, {t, hkv, d}, Device::kCuda);
+  } else {
+    const DType storage = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
+    const int64_t nb = step.inputs.kv_cache.size(0);
+    cache = memory.allocate(bytes(storage, nb * 2 * c.block_size * hkv * d));
+    tensors.kv_cache = TensorView(cache.get(), storage, {nb, 2, c.block_size, hkv, d}, Device::kCuda);
+    if (is_per_token_head(c.kv_cache_dtype)) {
+      ks = memory.allocate(bytes(DType::kFloat32, nb * c.block_size * hkv));
+      vs = memory.allocate(bytes(DType::kFloat32, nb * c.block_size * hkv));
+      tensors.k_scale_cache = TensorView(ks.get(), DType::kFloat32, {nb, c.block_size, hkv}, Device::kCuda);
+      tensors.v_scale_cache = TensorView(vs.get(), DType::kFloat32, {nb, c.block_size, hkv}, Device::kCuda);
+    }
+  }
+  if (step.inputs.output_scale) tensors.output_scale = step.inputs.output_scale;
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) sms = 1;
+  cuda::AttentionRunner runner(c, memory, sms);
+  runner.prepare(step.batch, tensors, output, nullptr);
+  if (cudaDeviceSynchronize() != cudaSuccess) throw Error("plan_of: cudaDeviceSynchronize failed");
+  return runner.summary();
+}
+
+class CudaPrefillTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    const std::string reason = cuda_unavailable_reason();
+    if (!reason.empty()) GTEST_SKIP() << reason;
+  }
+};
+
+TEST_P(CudaPrefillTest, MatchesReference) {
+  const Case& c = GetParam();
+  const BatchFile step = make_step(c);
+  // Which path the non-decode rows take.
+  int64_t non_decode_rows = 0;
+  for (int64_t r = 0; r < step.batch.num_reqs(); ++r) {
+    const int64_t q = step.batch.query_len(r);
+    if (q > 1 || (q == 1 && c.encoder)) non_decode_rows += q;
+  }
+  const cuda::AttentionPlanSummary plan = plan_of(step);
+  std::cout << "[ PLAN ] " << c.name << ": " << plan.describe() << "\n";
+  if (c.path == Path::kTensorCore) {
+    EXPECT_EQ(plan.prefill_rows, non_decode_rows) << plan.describe();
+    EXPECT_EQ(plan.generic_rows, 0) << plan.describe();
+  } else {
+    EXPECT_EQ(plan.prefill_rows, 0) << plan.describe();
+    EXPECT_GT(plan.generic_rows, 0) << plan.describe();
+    EXPECT_FALSE(plan.prefill_fallback.empty()) << "a fallback must say why: " << plan.describe();
+  }
+
+  const BackendSettings settings{step.config, step.builder};
+  auto reference = create_backend("reference", settings);
+  auto cuda = create_backend("cuda", settings);
+  const StepOutputs expected = run_step(*reference, step);
+  const StepOutputs actual = run_step(*cuda, step);
+  EXPECT_TRUE(cuda_matches_reference(step, actual, expected));
+  // Bitwise reproducible from run to run (no atomics, fixed reduction order).
+  const StepOutputs again = run_step(*cuda, step);
+  EXPECT_TRUE(bitwise_equal(actual.attn_output, again.attn_output)) << "attn_output differs between two runs";
+  EXPECT_TRUE(bitwise_equal(actual.output, again.output)) << "output differs between two runs";
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& param) { return param.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaPrefillTest, ::testing::ValuesIn(cases()), case_name);
+
+}  // namespace
+}  // namespace hybridtb::testing
