@@ -102,7 +102,7 @@ fi
 if want sweep; then
   if [[ -f harness/scripts/parity-sweep.sh ]]; then
     t0=$(date +%s)
-    PATH="$ROOT/$BUILD/harness/cli:$PATH" bash harness/scripts/parity-sweep.sh "$OUT/sweep" --backend cuda \
+    bash harness/scripts/parity-sweep.sh "$OUT/sweep" --backend cuda --hybridtb "$ROOT/$BUILD/harness/cli/hybridtb" \
       >"$OUT/sweep.log" 2>&1
     rc=$?
     record sweep "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$(tail -1 "$OUT/sweep.log") ($(( $(date +%s) - t0 )) s)"
@@ -138,6 +138,14 @@ if want peer; then
         >"$OUT/peer-ratio.log" 2>&1
     rc=$?
     record peer "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "peer.json, peer-ratio.json ($(( $(date +%s) - t0 )) s)"
+    if [[ -f "$OUT/bench-ssm.json" ]]; then
+      t0=$(date +%s)
+      python3 experiments/peers/torch_mamba1_peer.py --out "$OUT/peer-ssm.json" >"$OUT/peer-ssm.log" 2>&1 &&
+        python3 experiments/peers/peer_ratio_ssm.py "$OUT/bench-ssm.json" "$OUT/peer-ssm.json" \
+          --out "$OUT/peer-ssm-ratio.json" >"$OUT/peer-ssm-ratio.log" 2>&1
+      rc=$?
+      record peer-ssm "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "peer-ssm.json, peer-ssm-ratio.json ($(( $(date +%s) - t0 )) s)"
+    fi
   fi
 fi
 
@@ -156,6 +164,7 @@ fi
   [[ -f "$OUT/bench.log" ]] && { echo "--- benchmark ---"; cat "$OUT/bench.log"; }
   [[ -f "$OUT/bench-ssm.log" ]] && { echo "--- SSM benchmark ---"; cat "$OUT/bench-ssm.log"; }
   [[ -f "$OUT/peer-ratio.log" ]] && { echo "--- PyTorch peer (ratio > 1: hybridtb faster) ---"; cat "$OUT/peer-ratio.log"; }
+  [[ -f "$OUT/peer-ssm-ratio.log" ]] && { echo "--- PyTorch peer, mamba1 ---"; cat "$OUT/peer-ssm-ratio.log"; }
   echo "total: $(( $(date +%s) - START )) s"
 } >>"$SUMMARY"
 echo

@@ -8,6 +8,7 @@ packages=(
   libeigen3-dev libhdf5-dev hdf5-tools nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-h5py python3-numpy
+  jupyter-nbconvert python3-nbconvert python3-ipykernel python3-matplotlib
 )
 
 missing=()

@@ -1,0 +1,698 @@
+// hybridtb_bench --suite experiments/suites/quick.json [--out R.json] [--benchmark_filter=...]
+//
+// The benchmark suite: every case of a suite file (suite.h) on every backend it lists, through the
+// common Backend interface, with Google Benchmark doing registration, filtering, repetitions and
+// the console. Per case the batch is built in memory by the same generator as `hybridtb gen`
+// (make_layer + parse_mix + generate_batch, same seed), so a case name is also its repro command
+// (--repro). What is timed per iteration is one step: write_kv_cache + hybrid_forward ("fused"),
+// or write_kv_cache + attention_forward + ssm_forward ("two_kernel", hybrid layers only);
+// build_metadata, uploads, the restore of the mutated state (the KV-cache blocks this step writes,
+// the SSM pools) and the L2 flush happen outside the timed region.
+//   reference: process CPU time (all its threads; Google Benchmark's, paused around the restore);
+//   cuda:      CUDA events + UseManualTime, warm-up, L2 flushed before every iteration, SM clock
+//              sampled around every repetition (a repetition below --throttle-threshold of the
+//              maximum clock is flagged "throttled").
+// Counters (tokens/s, bytes, FLOPs: hybridtb/perf_model.h), achieved GB/s and TFLOP/s and the
+// percentage of the ceilings measured in this run go to the results JSON (schema in
+// experiments/README.md), written to experiments/results/<date>_<gpu-or-cpu>_<commit>.json unless
+// --out says otherwise. Exit status: 0 every case ran or was skipped with a reason, 1 a case
+// failed, 2 usage error or bad suite.
+#include <benchmark/benchmark.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "hybridtb/backend.h"
+#include "hybridtb/error.h"
+#include "hybridtb/mix.h"
+#include "hybridtb/perf_model.h"
+#include "hybridtb/presets.h"
+#include "src/gpu_timing.h"
+#include "src/results.h"
+#include "src/suite.h"
+
+namespace hybridtb::bench {
+namespace {
+
+struct Options {
+  std::string suite_path;
+  std::string out_path;
+  bool no_out = false;
+  std::vector<std::string> backends;  // empty: every backend the suite lists
+  int repetitions = 0;                // > 0 overrides the suite
+  double min_time_s = 0;              // > 0 overrides the suite
+  double throttle_threshold = 0.9;
+  bool no_flush = false;
+  bool no_ceilings = false;
+  bool cuda_graph = false;
+  bool list = false;
+  std::string repro;
+};
+
+// ------------------------------------------------------------------------------------------------
+// The environment a result must carry.
+
+std::string utc_now(const char* format) {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char buf[64];
+  std::strftime(buf, sizeof buf, format, std::gmtime(&now));
+  return buf;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown";
+}
+
+// "NVIDIA H200" → "h200", for file names.
+std::string short_device_name(const std::string& name) {
+  std::string word;
+  for (size_t i = 0; i <= name.size(); ++i) {
+    if (i == name.size() || name[i] == ' ') {
+      if (!word.empty() && word != "NVIDIA") break;
+      word.clear();
+    } else {
+      word += static_cast<char>(std::tolower(static_cast<unsigned char>(name[i])));
+    }
+  }
+  return word.empty() ? "gpu" : word;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Host ceilings for the reference's roofline: memcpy bandwidth (read + write counted) and an fp64
+// Eigen GEMM (the reference computes in float64), both single-threaded as the reference runs.
+
+struct HostCeilings {
+  double copy_GBps = 0;
+  double fp64_gemm_GFLOPs = 0;
+};
+
+HostCeilings measure_host_ceilings() {
+  HostCeilings c;
+  const size_t bytes = size_t{256} << 20;
+  std::vector<char> a(bytes, 1), b(bytes, 2);
+  std::vector<double> times;
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    benchmark::DoNotOptimize(b.data());
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    a[static_cast<size_t>(r)] = b[bytes - 1];
+  }
+  c.copy_GBps = 2.0 * static_cast<double>(bytes) / compute_stats(times).median / 1e9;
+  const int n = 512;
+  Eigen::MatrixXd x = Eigen::MatrixXd::Random(n, n), y = Eigen::MatrixXd::Random(n, n), z(n, n);
+  times.clear();
+  for (int r = 0; r < 5; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    z.noalias() = x * y;
+    benchmark::DoNotOptimize(z.data());
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  c.fp64_gemm_GFLOPs = 2.0 * n * static_cast<double>(n) * n / compute_stats(times).median / 1e9;
+  return c;
+}
+
+// ------------------------------------------------------------------------------------------------
+// One benchmark = case × backend × path.
+
+struct Bench {
+  std::string name;  // "<backend>/<path>/<case name>", the Google Benchmark name
+  const SuiteCase* c = nullptr;
+  std::string backend;
+  std::string path;
+  bool gpu = false;
+  int repetitions = 1;
+  // Filled while it runs:
+  std::string status = "not-run";  // ok | skipped | error | not-run (filtered out)
+  std::string reason;
+  std::vector<double> times_s;       // per repetition: the timed metric per iteration
+  std::vector<double> real_times_s;  // per repetition: wall (or manual) time per iteration
+  std::vector<int64_t> iterations;
+  double sm_clock_min_mhz = 0;
+  std::optional<StepCost> cost;
+};
+
+// The batch of the case that runs now (benchmarks of one case are registered together, so each
+// batch is generated once and freed when the next case starts).
+struct CaseData {
+  std::string name;
+  BatchFile file;
+  StepCost cost;
+};
+
+// A prepared benchmark: the backend, its copies of the inputs, the output buffers, the plan.
+struct Prepared {
+  std::string bench;
+  std::unique_ptr<Backend> backend;
+  HybridMetadata metadata;
+  BatchInputs device;
+  StepTensors tensors;
+  Tensor output, attn_output, ssm_output;
+  std::vector<std::pair<int64_t, int64_t>> written_blocks;  // [begin, end) runs of KV blocks this step writes
+  std::unique_ptr<gpu::StepTimer> timer;
+  std::string skip;  // non-empty: skip every repetition with this reason
+};
+
+struct Runner {
+  Options options;
+  Suite suite;
+  std::vector<std::unique_ptr<Bench>> benches;
+  std::shared_ptr<CaseData> current_case;
+  std::unique_ptr<Prepared> prepared;
+  std::unique_ptr<gpu::L2Flusher> flusher;
+  bool have_gpu = false;
+  std::string no_gpu_reason;
+  int max_sm_clock_mhz = 0;
+  bool any_error = false;
+
+  std::shared_ptr<CaseData> case_data(const SuiteCase& c) {
+    if (current_case && current_case->name == c.name) return current_case;
+    prepared.reset();
+    current_case.reset();  // free the previous batch before generating the next
+    auto data = std::make_shared<CaseData>();
+    data->name = c.name;
+    GenOptions gen;
+    gen.seed = c.seed;
+    data->file = generate_batch(make_layer(c.preset, c.settings), parse_mix(c.mix), gen);
+    data->cost = step_cost(data->file.config, data->file.batch, data->file.inputs);
+    current_case = data;
+    return data;
+  }
+
+  static Tensor upload(Backend& backend, const Tensor& host) {
+    if (host.empty()) return {};
+    Tensor device = backend.allocate(host.dtype(), host.shape());
+    backend.copy(device, host);
+    return device;
+  }
+
+  // Puts back what a step mutates: the KV-cache blocks it writes (and their scales) and every SSM
+  // pool, from the pristine host copies in the batch file. Outside the timed region.
+  void restore(Prepared& p, const BatchFile& file) {
+    Backend& b = *p.backend;
+    for (const auto& [begin, end] : p.written_blocks) {
+      b.copy(p.device.kv_cache.view().slice_rows(begin, end), file.inputs.kv_cache.view().slice_rows(begin, end));
+      if (!file.inputs.k_scale_cache.empty()) {
+        b.copy(p.device.k_scale_cache.view().slice_rows(begin, end),
+               file.inputs.k_scale_cache.view().slice_rows(begin, end));
+        b.copy(p.device.v_scale_cache.view().slice_rows(begin, end),
+               file.inputs.v_scale_cache.view().slice_rows(begin, end));
+      }
+    }
+    for (const auto& [name, pool] : file.inputs.ssm_state) b.copy(p.device.ssm_state.at(name), pool);
+    b.synchronize();
+  }
+
+  void run_step(Prepared& p, const BatchFile& file, const std::string& path) {
+    Backend& b = *p.backend;
+    b.write_kv_cache(file.batch, p.tensors);
+    if (path == "fused") {
+      b.hybrid_forward(p.metadata, file.batch, p.tensors, {p.output, p.attn_output, p.ssm_output});
+    } else {
+      b.attention_forward(p.metadata, file.batch, p.tensors, p.attn_output);
+      b.ssm_forward(p.metadata, file.batch, p.tensors, p.ssm_output);
+    }
+  }
+
+  // Creates the backend, uploads, builds the metadata and runs two untimed warm-up steps; records
+  // a skip reason instead when the backend cannot run this case.
+  std::unique_ptr<Prepared> prepare(const Bench& bench, const CaseData& data) {
+    auto p = std::make_unique<Prepared>();
+    p->bench = bench.name;
+    const BatchFile& file = data.file;
+    try {
+      p->backend = create_backend(bench.backend, {file.config, file.builder});
+    } catch (const NotSupported& e) {
+      p->skip = std::string("not supported: ") + e.what();
+      return p;
+    }
+    Backend& b = *p->backend;
+    p->metadata = b.build_metadata(file.batch);  // the plan: never timed
+    const BatchInputs& in = file.inputs;
+    p->device.query = upload(b, in.query);
+    p->device.key = upload(b, in.key);
+    p->device.value = upload(b, in.value);
+    p->device.kv_cache = upload(b, in.kv_cache);
+    p->device.k_scale_cache = upload(b, in.k_scale_cache);
+    p->device.v_scale_cache = upload(b, in.v_scale_cache);
+    p->device.k_scale = in.k_scale;
+    p->device.v_scale = in.v_scale;
+    p->device.output_scale = in.output_scale;
+    for (const auto& [name, pool] : in.ssm_state) p->device.ssm_state[name] = upload(b, pool);
+    for (const auto& [name, w] : in.weights) p->device.weights[name] = upload(b, w);
+    p->tensors = p->device.views();
+    const Shape shape{file.batch.num_tokens(), file.config.num_heads, file.config.head_size};
+    p->output = b.allocate(b.output_dtype(), shape);
+    p->attn_output = b.allocate(b.output_dtype(), shape);
+    if (file.config.has_ssm_branch()) p->ssm_output = b.allocate(b.output_dtype(), shape);
+
+    std::set<int64_t> blocks;
+    for (int64_t i = 0; i < file.batch.num_actual_tokens; ++i) {
+      const int64_t slot = file.batch.slot_mapping[static_cast<size_t>(i)];
+      if (slot >= 0) blocks.insert(slot / file.config.block_size);
+    }
+    for (int64_t blk : blocks) {
+      if (!p->written_blocks.empty() && p->written_blocks.back().second == blk) {
+        ++p->written_blocks.back().second;
+      } else {
+        p->written_blocks.emplace_back(blk, blk + 1);
+      }
+    }
+    if (bench.gpu) p->timer = std::make_unique<gpu::StepTimer>();
+    try {
+      for (int w = 0; w < (bench.gpu ? 2 : 1); ++w) {
+        restore(*p, file);
+        run_step(*p, file, bench.path);
+        b.synchronize();
+      }
+    } catch (const NotSupported& e) {
+      p->skip = std::string("not supported: ") + e.what();
+    }
+    return p;
+  }
+
+  // Why `bench` cannot run here, or "" (checked before any batch is generated).
+  std::string static_skip_reason(const Bench& bench) {
+    if (!BackendRegistry::instance().contains(bench.backend)) {
+      return "backend '" + bench.backend + "' is not in this build" +
+             (bench.backend == "cuda" ? " (built without CUDA)" : "");
+    }
+    if (bench.gpu && !have_gpu) return no_gpu_reason;
+    if (bench.gpu && options.cuda_graph) {
+      return "CUDA-graph timing needs the backend's stream, which the Backend interface does not expose yet";
+    }
+    if (bench.backend == "reference") {
+      // The reference's cost from the requests alone, without generating the batch.
+      const SuiteCase& c = *bench.c;
+      const Layer layer = make_layer(c.preset, c.settings);
+      BatchDescription desc;
+      std::vector<int32_t> qsl{0}, seq;
+      for (const RequestSpec& r : mix_requests(parse_mix(c.mix))) {
+        qsl.push_back(static_cast<int32_t>(qsl.back() + r.query_len));
+        seq.push_back(static_cast<int32_t>(r.context_len + r.query_len));
+      }
+      desc.query_start_loc = IntArray::vector(qsl);
+      desc.seq_lens = IntArray::vector(seq);
+      desc.num_actual_tokens = qsl.back();
+      const double gflop = step_cost(layer.attention, desc, BatchInputs{}).flops() / 1e9;
+      if (gflop > suite.reference_max_gflop) {
+        char buf[256];
+        std::snprintf(buf, sizeof buf,
+                      "over the reference budget: %.1f GFLOP > reference_max_gflop %.1f (the float64 reference "
+                      "runs at a few GFLOP/s; time this case on a GPU backend)",
+                      gflop, suite.reference_max_gflop);
+        return buf;
+      }
+    }
+    return "";
+  }
+
+  void run(benchmark::State& state, Bench& bench) {
+    try {
+      if (std::string why = static_skip_reason(bench); !why.empty()) {
+        bench.status = "skipped";
+        bench.reason = why;
+        state.SkipWithError(("skipped: " + why).c_str());
+        return;
+      }
+      const auto data = case_data(*bench.c);
+      if (!prepared || prepared->bench != bench.name) {
+        prepared.reset();
+        prepared = prepare(bench, *data);
+      }
+      Prepared& p = *prepared;
+      bench.cost = data->cost;
+      if (!p.skip.empty()) {
+        bench.status = "skipped";
+        bench.reason = p.skip;
+        state.SkipWithError(("skipped: " + p.skip).c_str());
+        return;
+      }
+      const BatchFile& file = data->file;
+      double clock_min = 0;
+      if (bench.gpu) {
+        if (!flusher && !options.no_flush) flusher = std::make_unique<gpu::L2Flusher>();
+        clock_min = gpu::measure_sm_clock_mhz();
+        for (auto _ : state) {
+          restore(p, file);
+          if (flusher) flusher->flush();
+          p.timer->start();
+          run_step(p, file, bench.path);
+          state.SetIterationTime(p.timer->stop_seconds());
+        }
+        // Right after the timed loop the clocks are at their loaded level.
+        const double after = gpu::measure_sm_clock_mhz();
+        clock_min = clock_min > 0 && after > 0 ? std::min(clock_min, after) : std::max(clock_min, after);
+        state.counters["sm_MHz"] = clock_min;
+        if (clock_min > 0 && (bench.sm_clock_min_mhz == 0 || clock_min < bench.sm_clock_min_mhz)) {
+          bench.sm_clock_min_mhz = clock_min;
+        }
+      } else {
+        for (auto _ : state) {
+          state.PauseTiming();
+          restore(p, file);
+          state.ResumeTiming();
+          run_step(p, file, bench.path);
+        }
+      }
+      const StepCost& cost = data->cost;
+      using benchmark::Counter;
+      state.counters["tok/s"] = Counter(static_cast<double>(cost.tokens), Counter::kIsIterationInvariantRate);
+      state.counters["B/s"] = Counter(cost.bytes(), Counter::kIsIterationInvariantRate);
+      state.counters["FLOP/s"] = Counter(cost.flops(), Counter::kIsIterationInvariantRate);
+      bench.status = "ok";
+    } catch (const std::exception& e) {
+      bench.status = "error";
+      bench.reason = e.what();
+      any_error = true;
+      prepared.reset();
+      state.SkipWithError(("error: " + std::string(e.what())).c_str());
+    }
+  }
+};
+
+// Collects the per-repetition times (by registered name) and shows the console only the
+// aggregates when a benchmark has several repetitions.
+class CollectingReporter : public benchmark::ConsoleReporter {
+ public:
+  explicit CollectingReporter(std::map<std::string, Bench*> by_name) : by_name_(std::move(by_name)) {}
+
+  void ReportRuns(const std::vector<Run>& runs) override {
+    std::vector<Run> shown;
+    for (const Run& run : runs) {
+      const auto it = by_name_.find(run.run_name.function_name);
+      const bool repeated = it != by_name_.end() && it->second->repetitions > 1;
+      if (run.run_type == Run::RT_Iteration) {
+        if (it != by_name_.end() && it->second->status == "ok" && run.iterations > 0) {
+          Bench& b = *it->second;
+          const double iters = static_cast<double>(run.iterations);
+          const double real = run.real_accumulated_time / iters;
+          const double cpu = run.cpu_accumulated_time / iters;
+          b.times_s.push_back(b.gpu ? real : cpu);
+          b.real_times_s.push_back(real);
+          b.iterations.push_back(run.iterations);
+        }
+        if (!repeated || it->second->status != "ok") shown.push_back(run);
+      } else {
+        shown.push_back(run);
+      }
+    }
+    if (!shown.empty()) ConsoleReporter::ReportRuns(shown);
+  }
+
+ private:
+  std::map<std::string, Bench*> by_name_;
+};
+
+nlohmann::json case_json(const Bench& b, const nlohmann::json& ceilings, const Runner& runner) {
+  const SuiteCase& c = *b.c;
+  nlohmann::json j;
+  j["name"] = c.name;
+  j["backend"] = b.backend;
+  j["path"] = b.path;
+  j["group"] = c.group;
+  j["preset"] = c.preset;
+  j["mix"] = c.mix;
+  j["settings"] = c.settings;
+  j["seed"] = c.seed;
+  const std::string file = "case.h5";
+  j["repro"] = c.gen_command(file) + " && " + SuiteCase::parity_command(file, b.backend == "reference" ? "cuda" : b.backend);
+  j["status"] = b.status;
+  if (!b.reason.empty()) j["reason"] = b.reason;
+  j["timing"] = b.gpu ? "cuda_events" : "cpu_time";
+  if (b.cost) {
+    const StepCost& k = *b.cost;
+    j["tokens"] = k.tokens;
+    j["requests"] = k.requests;
+    j["attention_pairs"] = k.attention_pairs;
+    j["bytes"] = k.bytes();
+    j["flops"] = k.flops();
+    j["arithmetic_intensity"] = k.arithmetic_intensity();
+    j["ssm_flops_known"] = k.ssm_flops_known;
+    j["bytes_breakdown"] = {{"kv_read", k.kv_read_bytes}, {"kv_write", k.kv_write_bytes}, {"qo", k.qo_bytes},
+                            {"block_table", k.block_table_bytes}, {"ssm", k.ssm_bytes}};
+    j["flops_breakdown"] = {{"attention", k.attention_flops}, {"ssm", k.ssm_flops}};
+  }
+  if (b.status != "ok" || b.times_s.empty()) return j;
+  const SampleStats s = compute_stats(b.times_s);
+  j["repetitions"] = s.count;
+  j["iterations"] = b.iterations;
+  j["times_s"] = b.times_s;
+  j["real_times_s"] = b.real_times_s;
+  j["median_s"] = s.median;
+  j["q1_s"] = s.q1;
+  j["q3_s"] = s.q3;
+  j["min_s"] = s.min;
+  j["max_s"] = s.max;
+  j["mean_s"] = s.mean;
+  j["stddev_s"] = s.stddev;
+  j["rel_iqr"] = s.rel_iqr();
+  if (b.cost && s.median > 0) {
+    const StepCost& k = *b.cost;
+    const double gbps = k.bytes() / s.median / 1e9;
+    const double tflops = k.flops() / s.median / 1e12;
+    j["tokens_per_s"] = static_cast<double>(k.tokens) / s.median;
+    j["GBps"] = gbps;
+    j["TFLOPs"] = tflops;
+    // The ceilings of this case's device, measured in this run.
+    const bool gpu = b.gpu;
+    const nlohmann::json set = gpu ? ceilings.value("device", nlohmann::json()) : ceilings.value("host", nlohmann::json());
+    if (set.is_object()) {
+      const double bw = gpu ? set.value("read_GBps", 0.0) : set.value("copy_GBps", 0.0);
+      const double fl = gpu ? set.value("bf16_gemm_TFLOPs", 0.0) : set.value("fp64_gemm_GFLOPs", 0.0) / 1e3;
+      j["ceiling_bandwidth_GBps"] = bw;
+      j["ceiling_TFLOPs"] = fl;
+      if (bw > 0) j["pct_of_bandwidth"] = 100.0 * gbps / bw;
+      if (gpu && set.value("copy_GBps", 0.0) > 0) j["pct_of_copy_bandwidth"] = 100.0 * gbps / set.value("copy_GBps", 0.0);
+      if (fl > 0) j["pct_of_compute"] = 100.0 * tflops / fl;
+      if (bw > 0 && fl > 0) {
+        // Roofline bound: the time the step needs at the ceilings, over the time it took.
+        const double bound = std::max(k.bytes() / (bw * 1e9), k.flops() / (fl * 1e12));
+        j["pct_of_roofline"] = 100.0 * bound / s.median;
+      }
+    }
+  }
+  if (b.gpu) {
+    j["sm_clock_min_mhz"] = b.sm_clock_min_mhz;
+    j["throttled"] = b.sm_clock_min_mhz > 0 && runner.max_sm_clock_mhz > 0 &&
+                     b.sm_clock_min_mhz < runner.options.throttle_threshold * runner.max_sm_clock_mhz;
+  } else {
+    j["throttled"] = false;
+  }
+  return j;
+}
+
+int main_impl(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);  // strips the --benchmark_* flags, leaves ours
+  Runner runner;
+  Options& o = runner.options;
+  CLI::App app{"hybridtb_bench: the benchmark suite (experiments/README.md). Google Benchmark flags "
+               "(--benchmark_filter=REGEX, --benchmark_out=F, ...) are accepted too.\n"
+               "Exit status: 0 every case ran or was skipped with a reason, 1 a case failed, 2 usage error."};
+  app.add_option("--suite", o.suite_path, "Suite file (experiments/suites/*.json)")->required();
+  app.add_option("--out", o.out_path,
+                 "Results JSON (default experiments/results/<date>_<gpu-or-cpu>_<commit>.json in the source tree)");
+  app.add_flag("--no-out", o.no_out, "Write no results file");
+  app.add_option("--backend", o.backends, "Only these backends (repeatable; default: the suite's)");
+  app.add_option("--repetitions", o.repetitions, "Override the suite's repetitions")->check(CLI::PositiveNumber);
+  app.add_option("--min-time", o.min_time_s, "Override the suite's min_time_s (seconds of timed work per repetition)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--throttle-threshold", o.throttle_threshold,
+                 "Flag a GPU case whose SM clock fell below this fraction of the maximum (default 0.9)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_flag("--no-l2-flush", o.no_flush, "Do not flush the L2 before each timed GPU step (hot-cache timing)");
+  app.add_flag("--no-ceilings", o.no_ceilings, "Skip measuring the ceilings (no % of ceiling counters)");
+  app.add_flag("--cuda-graph", o.cuda_graph, "Time GPU steps as replayed CUDA graphs (not available yet: skipped)");
+  app.add_flag("--list", o.list, "List the benchmarks and exit");
+  app.add_option("--repro", o.repro, "Print the gen + parity commands of the cases matching REGEX and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    runner.suite = load_suite(o.suite_path);
+  } catch (const Error& e) {
+    std::cerr << "hybridtb_bench: error: " << e.what() << "\n";
+    return 2;
+  }
+  const Suite& suite = runner.suite;
+  if (!o.repro.empty()) {
+    const std::regex re(o.repro);
+    for (const SuiteCase& c : suite.cases) {
+      if (!std::regex_search(c.name, re)) continue;
+      std::cout << "# " << c.name << "\n" << c.gen_command("case.h5") << "\n"
+                << SuiteCase::parity_command("case.h5", "cuda") << "\n";
+    }
+    return 0;
+  }
+  register_builtin_backends();
+  runner.have_gpu = gpu::available(&runner.no_gpu_reason);
+
+  std::map<std::string, Bench*> by_name;
+  for (const SuiteCase& c : suite.cases) {
+    for (const std::string& backend : c.backends) {
+      if (!o.backends.empty() && std::find(o.backends.begin(), o.backends.end(), backend) == o.backends.end()) continue;
+      for (const std::string& path : c.paths) {
+        auto b = std::make_unique<Bench>();
+        b->c = &c;
+        b->backend = backend;
+        b->path = path;
+        b->name = backend + "/" + path + "/" + c.name;
+        // Any backend whose memory is not the host is timed with CUDA events (only "cuda" today).
+        b->gpu = backend != "reference";
+        b->repetitions = o.repetitions > 0 ? o.repetitions
+                         : backend == "reference" ? std::min(c.repetitions, suite.reference_repetitions)
+                                                  : c.repetitions;
+        by_name[b->name] = b.get();
+        runner.benches.push_back(std::move(b));
+      }
+    }
+  }
+  if (o.list) {
+    for (const auto& b : runner.benches) std::cout << b->name << "\n";
+    return 0;
+  }
+
+  // Environment and ceilings, once per run, before any case allocates.
+  nlohmann::json env = {{"commit", HYBRIDTB_GIT_COMMIT},
+                        {"build_type", HYBRIDTB_BUILD_TYPE},
+                        {"date_utc", utc_now("%Y-%m-%dT%H:%M:%SZ")},
+                        {"cpu_model", cpu_model()},
+                        {"cpu_threads", std::thread::hardware_concurrency()},
+                        {"suite", suite.name},
+                        {"suite_file", suite.path},
+                        {"l2_flush", !o.no_flush},
+                        {"throttle_threshold", o.throttle_threshold},
+                        {"gpu", nullptr}};
+  std::string command;
+  for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+  env["command"] = command;
+  nlohmann::json ceilings = nlohmann::json::object();
+  if (runner.have_gpu) {
+    const gpu::DeviceInfo info = gpu::device_info();
+    runner.max_sm_clock_mhz = info.max_sm_clock_mhz;
+    env["gpu"] = {{"name", info.name}, {"sms", info.sms}, {"memory_bytes", info.memory_bytes},
+                  {"l2_bytes", info.l2_bytes}, {"max_sm_clock_mhz", info.max_sm_clock_mhz},
+                  {"max_mem_clock_mhz", info.max_mem_clock_mhz}, {"cuda_driver_version", info.driver_version},
+                  {"cuda_runtime_version", info.runtime_version}, {"sm_clock_at_start_mhz", gpu::measure_sm_clock_mhz()}};
+    benchmark::AddCustomContext("gpu", info.name);
+  } else {
+    env["gpu_unavailable"] = runner.no_gpu_reason;
+  }
+  benchmark::AddCustomContext("commit", HYBRIDTB_GIT_COMMIT);
+  benchmark::AddCustomContext("suite", suite.name);
+  if (!o.no_ceilings) {
+    std::cerr << "hybridtb_bench: measuring the ceilings...\n";
+    const HostCeilings host = measure_host_ceilings();
+    ceilings["host"] = {{"copy_GBps", host.copy_GBps}, {"fp64_gemm_GFLOPs", host.fp64_gemm_GFLOPs}};
+    if (runner.have_gpu) {
+      const gpu::Ceilings dev = gpu::measure_ceilings();
+      ceilings["device"] = {{"read_GBps", dev.read_GBps}, {"copy_GBps", dev.copy_GBps}, {"bf16_gemm_TFLOPs", dev.gemm_TFLOPs}};
+    }
+    std::cerr << "hybridtb_bench: ceilings " << ceilings.dump() << "\n";
+  }
+
+  for (const auto& bp : runner.benches) {
+    Bench* b = bp.get();
+    const double min_time = o.min_time_s > 0 ? o.min_time_s : b->c->min_time_s;
+    auto* reg = benchmark::RegisterBenchmark(b->name.c_str(), [&runner, b](benchmark::State& st) { runner.run(st, *b); });
+    reg->Repetitions(b->repetitions)->MinTime(min_time)->Unit(benchmark::kMicrosecond);
+    // The reference runs its attention on several std::threads: the process CPU time (every
+    // thread's) is its cost; the default per-thread CPU time would miss the workers.
+    if (b->gpu) {
+      reg->UseManualTime();
+    } else {
+      reg->MeasureProcessCPUTime();
+    }
+  }
+  CollectingReporter reporter(by_name);
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  runner.prepared.reset();
+  runner.current_case.reset();
+  runner.flusher.reset();
+
+  // Results.
+  nlohmann::json results = {{"schema", "hybridtb-bench-results"}, {"version", 1}, {"environment", env},
+                            {"ceilings", ceilings}, {"cases", nlohmann::json::array()}};
+  int ok = 0, skipped = 0, failed = 0;
+  std::printf("\n%-8s %-10s %12s %8s %10s %9s %8s %8s  %s\n", "status", "backend", "median_us", "iqr%", "GB/s",
+              "TFLOP/s", "%roof", "tok/s", "case");
+  for (const auto& b : runner.benches) {
+    if (b->status == "not-run") continue;  // filtered out
+    const nlohmann::json j = case_json(*b, ceilings, runner);
+    results["cases"].push_back(j);
+    if (b->status == "ok") {
+      ++ok;
+      std::printf("%-8s %-10s %12.1f %7.1f%% %10.2f %9.4f %7.1f%% %8.3g  %s/%s%s\n", "ok", b->backend.c_str(),
+                  j.value("median_s", 0.0) * 1e6, j.value("rel_iqr", 0.0) * 100, j.value("GBps", 0.0),
+                  j.value("TFLOPs", 0.0), j.value("pct_of_roofline", 0.0), j.value("tokens_per_s", 0.0),
+                  b->path.c_str(), b->c->name.c_str(), j.value("throttled", false) ? "  [throttled]" : "");
+    } else {
+      b->status == "skipped" ? ++skipped : ++failed;
+      std::printf("%-8s %-10s %s/%s: %s\n", b->status.c_str(), b->backend.c_str(), b->path.c_str(), b->c->name.c_str(),
+                  b->reason.c_str());
+    }
+  }
+  std::printf("%d ok, %d skipped, %d failed\n", ok, skipped, failed);
+
+  if (!o.no_out) {
+    std::string out = o.out_path;
+    if (out.empty()) {
+      const std::string device = runner.have_gpu ? short_device_name(env["gpu"]["name"].get<std::string>()) : "cpu";
+      const std::filesystem::path dir = std::filesystem::path(HYBRIDTB_SOURCE_DIR) / "experiments" / "results";
+      const std::string stem = utc_now("%Y-%m-%d") + "_" + device + "_" + HYBRIDTB_GIT_COMMIT;
+      out = (dir / (stem + ".json")).string();
+      for (int n = 2; std::filesystem::exists(out); ++n) out = (dir / (stem + "-" + std::to_string(n) + ".json")).string();
+    }
+    const std::filesystem::path parent = std::filesystem::path(out).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    std::ofstream file(out);
+    file << results.dump(1) << "\n";
+    if (!file) {
+      std::cerr << "hybridtb_bench: error: cannot write " << out << "\n";
+      return 1;
+    }
+    std::printf("results: %s\n", out.c_str());
+  }
+  benchmark::Shutdown();
+  return runner.any_error || failed > 0 ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace hybridtb::bench
+
+int main(int argc, char** argv) {
+  try {
+    return hybridtb::bench::main_impl(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "hybridtb_bench: error: " << e.what() << "\n";
+    return 1;
+  }
+}

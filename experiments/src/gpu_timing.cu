@@ -1,0 +1,199 @@
+// gpu_timing.h on CUDA: compiled only when the build has CUDA (experiments/CMakeLists.txt).
+// Reuses the ceiling kernels and the event loop of the attention benchmark
+// (optimized/bench/bench_kernels.cu, event_timer.h) so both benchmarks measure the same ceilings.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "bench/bench_kernels.h"
+#include "bench/event_timer.h"
+#include "common/cuda_check.h"
+#include "gpu_timing.h"
+
+namespace hybridtb::bench::gpu {
+
+namespace {
+
+// Spins ~`cycles` SM cycles in one thread and reports the cycles and the global-timer nanoseconds
+// elapsed: their ratio is the SM clock while it ran.
+__global__ void clock_kernel(long long cycles, unsigned long long* out) {
+  unsigned long long t0 = 0;
+  unsigned long long t1 = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const long long c0 = clock64();
+  long long c1 = c0;
+  while (c1 - c0 < cycles) c1 = clock64();
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  out[0] = static_cast<unsigned long long>(c1 - c0);
+  out[1] = t1 - t0;
+}
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(size_t bytes) { HYBRIDTB_CUDA_CHECK(cudaMalloc(&ptr, bytes)); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+double gemm_tflops(cudaStream_t stream) {
+  const int n = 8192;
+  const size_t bytes = static_cast<size_t>(n) * n * 2;
+  DeviceBuffer a(bytes), b(bytes), c(bytes);
+  cuda::bench::fill_normal_16bit(a.ptr, static_cast<int64_t>(n) * n, false, 1, stream);
+  cuda::bench::fill_normal_16bit(b.ptr, static_cast<int64_t>(n) * n, false, 2, stream);
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw Error("cublasCreate failed");
+  cublasSetStream(handle, stream);
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  auto run = [&] {
+    const cublasStatus_t status =
+        cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.ptr, CUDA_R_16BF, n, b.ptr, CUDA_R_16BF, n,
+                     &beta, c.ptr, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (status != CUBLAS_STATUS_SUCCESS) throw Error("cublasGemmEx failed");
+  };
+  double ms = 0;
+  try {
+    ms = cuda::bench::median_ms(10, stream, run, /*warmup=*/2);
+  } catch (...) {
+    cublasDestroy(handle);
+    throw;
+  }
+  cublasDestroy(handle);
+  return 2.0 * n * static_cast<double>(n) * n / (ms * 1e-3) / 1e12;
+}
+
+}  // namespace
+
+bool available(std::string* reason) {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    if (reason != nullptr) {
+      *reason = std::string("no CUDA device: ") +
+                (status != cudaSuccess ? cudaGetErrorString(status) : "cudaGetDeviceCount returned 0");
+    }
+    return false;
+  }
+  return true;
+}
+
+DeviceInfo device_info() {
+  int device = 0;
+  HYBRIDTB_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  HYBRIDTB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  DeviceInfo info;
+  info.name = prop.name;
+  info.sms = prop.multiProcessorCount;
+  info.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  int l2 = 0, sm_khz = 0, mem_khz = 0;
+  // Attributes rather than cudaDeviceProp fields: CUDA 13 removed cudaDeviceProp::clockRate.
+  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device));
+  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device));
+  info.l2_bytes = l2;
+  info.max_sm_clock_mhz = sm_khz / 1000;
+  info.max_mem_clock_mhz = mem_khz / 1000;
+  HYBRIDTB_CUDA_CHECK(cudaDriverGetVersion(&info.driver_version));
+  HYBRIDTB_CUDA_CHECK(cudaRuntimeGetVersion(&info.runtime_version));
+  return info;
+}
+
+Ceilings measure_ceilings() {
+  cudaStream_t stream = nullptr;
+  HYBRIDTB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  Ceilings c;
+  // Sizes as the attention benchmark uses (far beyond L2), capped to a quarter of the memory.
+  size_t free_bytes = 0, total_bytes = 0;
+  HYBRIDTB_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const int64_t read_bytes = std::min<int64_t>(int64_t{4} << 30, static_cast<int64_t>(free_bytes / 4));
+  const int64_t copy_bytes = std::min<int64_t>(int64_t{2} << 30, static_cast<int64_t>(free_bytes / 8));
+  c.read_GBps = cuda::bench::measure_read_bandwidth(read_bytes, 10, stream) / 1e9;
+  c.copy_GBps = cuda::bench::measure_copy_bandwidth(copy_bytes, 10, stream) / 1e9;
+  c.gemm_TFLOPs = gemm_tflops(stream);
+  HYBRIDTB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  HYBRIDTB_CUDA_CHECK(cudaStreamDestroy(stream));
+  return c;
+}
+
+L2Flusher::L2Flusher() {
+  int device = 0, l2 = 0;
+  HYBRIDTB_CUDA_CHECK(cudaGetDevice(&device));
+  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
+  bytes_ = std::max<int64_t>(2 * static_cast<int64_t>(l2), int64_t{1} << 20);
+  HYBRIDTB_CUDA_CHECK(cudaMalloc(&buffer_, static_cast<size_t>(bytes_)));
+}
+
+L2Flusher::~L2Flusher() { cudaFree(buffer_); }
+
+void L2Flusher::flush() {
+  // Persisting-L2 lines would survive the memset (nvbench PR #459); nothing here sets any, but a
+  // backend might, so reset them too (harmless when none).
+  cudaCtxResetPersistingL2Cache();
+  HYBRIDTB_CUDA_CHECK(cudaMemsetAsync(buffer_, 0x5a, static_cast<size_t>(bytes_), nullptr));
+  HYBRIDTB_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+struct StepTimer::Impl {
+  cudaStream_t stream = nullptr;  // the backend's stream if known, else a helper stream
+  bool native = false;
+  cudaEvent_t start = nullptr;
+  cudaEvent_t stop = nullptr;
+};
+
+StepTimer::StepTimer(void* native_stream) : impl_(std::make_unique<Impl>()) {
+  impl_->native = native_stream != nullptr;
+  if (impl_->native) {
+    impl_->stream = static_cast<cudaStream_t>(native_stream);
+  } else {
+    HYBRIDTB_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+  }
+  HYBRIDTB_CUDA_CHECK(cudaEventCreate(&impl_->start));
+  HYBRIDTB_CUDA_CHECK(cudaEventCreate(&impl_->stop));
+}
+
+StepTimer::~StepTimer() {
+  cudaEventDestroy(impl_->start);
+  cudaEventDestroy(impl_->stop);
+  if (!impl_->native) cudaStreamDestroy(impl_->stream);
+}
+
+void StepTimer::start() {
+  if (!impl_->native) HYBRIDTB_CUDA_CHECK(cudaDeviceSynchronize());
+  HYBRIDTB_CUDA_CHECK(cudaEventRecord(impl_->start, impl_->stream));
+}
+
+double StepTimer::stop_seconds() {
+  if (!impl_->native) HYBRIDTB_CUDA_CHECK(cudaDeviceSynchronize());
+  HYBRIDTB_CUDA_CHECK(cudaEventRecord(impl_->stop, impl_->stream));
+  HYBRIDTB_CUDA_CHECK(cudaEventSynchronize(impl_->stop));
+  float ms = 0.0f;
+  HYBRIDTB_CUDA_CHECK(cudaEventElapsedTime(&ms, impl_->start, impl_->stop));
+  return static_cast<double>(ms) * 1e-3;
+}
+
+double measure_sm_clock_mhz() {
+  int device = 0, sm_khz = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0.0;
+  if (cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device) != cudaSuccess) return 0.0;
+  unsigned long long* out = nullptr;
+  HYBRIDTB_CUDA_CHECK(cudaMalloc(&out, 2 * sizeof(unsigned long long)));
+  // ~1 ms at the maximum clock: long enough that the timer's granularity (≤ 1 µs) is < 0.1%.
+  const long long cycles = static_cast<long long>(sm_khz);  // kHz × 1 ms
+  clock_kernel<<<1, 1>>>(cycles, out);
+  unsigned long long host[2] = {0, 0};
+  const cudaError_t launch = cudaGetLastError();
+  if (launch == cudaSuccess) {
+    HYBRIDTB_CUDA_CHECK(cudaMemcpy(host, out, sizeof host, cudaMemcpyDeviceToHost));
+  }
+  cudaFree(out);
+  HYBRIDTB_CUDA_CHECK(launch);
+  return host[1] > 0 ? static_cast<double>(host[0]) / static_cast<double>(host[1]) * 1e3 : 0.0;
+}
+
+}  // namespace hybridtb::bench::gpu

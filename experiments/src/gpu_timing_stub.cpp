@@ -1,0 +1,28 @@
+// gpu_timing.h for a build without CUDA: no device, so every GPU case is skipped with the reason.
+#include "gpu_timing.h"
+
+#include "hybridtb/error.h"
+
+namespace hybridtb::bench::gpu {
+
+namespace {
+[[noreturn]] void no_cuda() { throw Error("hybridtb_bench was built without CUDA"); }
+}  // namespace
+
+bool available(std::string* reason) {
+  if (reason != nullptr) *reason = "this build has no CUDA (configure with -DHYBRIDTB_CUDA=ON on a machine with nvcc)";
+  return false;
+}
+DeviceInfo device_info() { no_cuda(); }
+Ceilings measure_ceilings() { no_cuda(); }
+L2Flusher::L2Flusher() { no_cuda(); }
+L2Flusher::~L2Flusher() = default;
+void L2Flusher::flush() { no_cuda(); }
+struct StepTimer::Impl {};
+StepTimer::StepTimer(void* /*native_stream*/) { no_cuda(); }
+StepTimer::~StepTimer() = default;
+void StepTimer::start() { no_cuda(); }
+double StepTimer::stop_seconds() { no_cuda(); }
+double measure_sm_clock_mhz() { return 0.0; }
+
+}  // namespace hybridtb::bench::gpu

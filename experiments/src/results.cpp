@@ -1,0 +1,172 @@
+// Statistics and comparison of benchmark results (see results.h).
+#include "results.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "hybridtb/error.h"
+
+namespace hybridtb::bench {
+
+namespace {
+
+// Quantile by linear interpolation between order statistics (numpy "linear", R type 7).
+double quantile(const std::vector<double>& sorted, double p) {
+  const double pos = p * static_cast<double>(sorted.size() - 1);
+  const auto lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (pos - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
+}
+
+void check_results(const nlohmann::json& doc, const char* which) {
+  HYBRIDTB_CHECK(doc.is_object() && doc.value("schema", "") == "hybridtb-bench-results" && doc.contains("cases") &&
+                     doc["cases"].is_array(),
+                 which, ": not a hybridtb-bench-results document (schema and cases expected)");
+}
+
+// Repetition times of an ok case (times_s), or its median alone for an older/summary file.
+std::vector<double> case_times(const nlohmann::json& c) {
+  if (c.contains("times_s") && c["times_s"].is_array() && !c["times_s"].empty()) {
+    return c["times_s"].get<std::vector<double>>();
+  }
+  if (c.contains("median_s") && c["median_s"].is_number()) return {c["median_s"].get<double>()};
+  return {};
+}
+
+std::string env_summary(const nlohmann::json& doc) {
+  const nlohmann::json env = doc.value("environment", nlohmann::json::object());
+  std::string device = "cpu";
+  if (env.contains("gpu") && env["gpu"].is_object()) device = env["gpu"].value("name", "gpu");
+  return env.value("commit", "?") + " on " + device + " (" + env.value("date_utc", "?") + ")";
+}
+
+}  // namespace
+
+SampleStats compute_stats(std::vector<double> samples) {
+  SampleStats s;
+  s.count = static_cast<int>(samples.size());
+  if (samples.empty()) return s;
+  std::sort(samples.begin(), samples.end());
+  s.min = samples.front();
+  s.max = samples.back();
+  s.median = quantile(samples, 0.5);
+  s.q1 = quantile(samples, 0.25);
+  s.q3 = quantile(samples, 0.75);
+  double sum = 0;
+  for (double x : samples) sum += x;
+  s.mean = sum / static_cast<double>(samples.size());
+  double sq = 0;
+  for (double x : samples) sq += (x - s.mean) * (x - s.mean);
+  s.stddev = samples.size() > 1 ? std::sqrt(sq / static_cast<double>(samples.size() - 1)) : 0.0;
+  return s;
+}
+
+const char* to_string(Verdict verdict) {
+  switch (verdict) {
+    case Verdict::kFaster: return "faster";
+    case Verdict::kSlower: return "slower";
+    case Verdict::kSame: return "same";
+    case Verdict::kOnlyInBase: return "only-in-base";
+    case Verdict::kOnlyInNew: return "only-in-new";
+    case Verdict::kNotComparable: return "not-comparable";
+  }
+  return "?";
+}
+
+std::string result_key(const nlohmann::json& c) {
+  return c.value("backend", "?") + "/" + c.value("path", "?") + "/" + c.value("name", "?");
+}
+
+std::vector<CaseComparison> compare_results(const nlohmann::json& base, const nlohmann::json& current,
+                                            const CompareOptions& options) {
+  check_results(base, "base");
+  check_results(current, "new");
+  std::map<std::string, const nlohmann::json*> in_new;
+  for (const auto& c : current["cases"]) in_new[result_key(c)] = &c;
+  std::vector<CaseComparison> out;
+  std::map<std::string, bool> matched;
+  for (const auto& b : base["cases"]) {
+    CaseComparison cmp;
+    cmp.name = result_key(b);
+    const auto it = in_new.find(cmp.name);
+    if (it == in_new.end()) {
+      cmp.verdict = Verdict::kOnlyInBase;
+      out.push_back(cmp);
+      continue;
+    }
+    matched[cmp.name] = true;
+    const nlohmann::json& n = *it->second;
+    const std::string bs = b.value("status", "?"), ns = n.value("status", "?");
+    const std::vector<double> bt = case_times(b), nt = case_times(n);
+    if (bs != "ok" || ns != "ok" || bt.empty() || nt.empty()) {
+      cmp.verdict = Verdict::kNotComparable;
+      cmp.note = "base " + bs + ", new " + ns;
+      const std::string reason = ns != "ok" ? n.value("reason", "") : b.value("reason", "");
+      if (!reason.empty()) cmp.note += ": " + reason;
+      out.push_back(cmp);
+      continue;
+    }
+    const SampleStats sb = compute_stats(bt), sn = compute_stats(nt);
+    cmp.base_median_s = sb.median;
+    cmp.new_median_s = sn.median;
+    cmp.ratio = sn.median / sb.median;
+    cmp.threshold = std::max(options.min_effect, options.noise_k * (sb.rel_iqr() + sn.rel_iqr()));
+    if (cmp.ratio > 1.0 + cmp.threshold) {
+      cmp.verdict = Verdict::kSlower;
+    } else if (1.0 / cmp.ratio > 1.0 + cmp.threshold) {
+      cmp.verdict = Verdict::kFaster;
+    } else {
+      cmp.verdict = Verdict::kSame;
+    }
+    if (b.value("throttled", false) || n.value("throttled", false)) cmp.note = "throttled samples";
+    out.push_back(cmp);
+  }
+  for (const auto& n : current["cases"]) {
+    if (!matched.count(result_key(n))) out.push_back({result_key(n), Verdict::kOnlyInNew, 0, 0, 0, 0, ""});
+  }
+  return out;
+}
+
+int compare_exit_code(const std::vector<CaseComparison>& comparisons) {
+  for (const auto& c : comparisons) {
+    if (c.verdict == Verdict::kSlower) return 1;
+  }
+  return 0;
+}
+
+std::string format_comparison(const std::vector<CaseComparison>& comparisons, const nlohmann::json& base,
+                              const nlohmann::json& current) {
+  std::ostringstream os;
+  os << "base: " << env_summary(base) << "\nnew:  " << env_summary(current) << "\n";
+  const auto gpu = [](const nlohmann::json& d) {
+    const auto env = d.value("environment", nlohmann::json::object());
+    return env.contains("gpu") && env["gpu"].is_object() ? env["gpu"].value("name", "") : std::string("cpu");
+  };
+  if (gpu(base) != gpu(current)) os << "warning: different devices (" << gpu(base) << " vs " << gpu(current) << ")\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "%-14s %12s %12s %8s %8s  %s\n", "verdict", "base_us", "new_us", "ratio", "±thr",
+                "case");
+  os << line;
+  std::map<Verdict, int> counts;
+  for (const auto& c : comparisons) {
+    ++counts[c.verdict];
+    if (c.verdict == Verdict::kOnlyInBase || c.verdict == Verdict::kOnlyInNew || c.verdict == Verdict::kNotComparable) {
+      std::snprintf(line, sizeof line, "%-14s %12s %12s %8s %8s  %s%s%s\n", to_string(c.verdict), "-", "-", "-", "-",
+                    c.name.c_str(), c.note.empty() ? "" : "  # ", c.note.c_str());
+    } else {
+      std::snprintf(line, sizeof line, "%-14s %12.2f %12.2f %8.3f %7.1f%%  %s%s%s\n", to_string(c.verdict),
+                    c.base_median_s * 1e6, c.new_median_s * 1e6, c.ratio, c.threshold * 100.0, c.name.c_str(),
+                    c.note.empty() ? "" : "  # ", c.note.c_str());
+    }
+    os << line;
+  }
+  os << "summary: " << counts[Verdict::kFaster] << " faster, " << counts[Verdict::kSlower] << " slower, "
+     << counts[Verdict::kSame] << " same, " << counts[Verdict::kNotComparable] << " not comparable, "
+     << counts[Verdict::kOnlyInBase] << " only in base, " << counts[Verdict::kOnlyInNew] << " only in new\n";
+  return os.str();
+}
+
+}  // namespace hybridtb::bench

@@ -1,0 +1,55 @@
+// Results files (schema "hybridtb-bench-results", written by hybridtb_bench) and their noise-aware
+// comparison (hybridtb_bench_compare). The verdict rule is documented in experiments/README.md
+// ("Comparing two runs") and checked by tests/bench/test_compare.cpp.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace hybridtb::bench {
+
+// Order statistics of repetition times (quartiles by linear interpolation, as numpy's default).
+struct SampleStats {
+  int count = 0;
+  double median = 0, q1 = 0, q3 = 0, min = 0, max = 0, mean = 0, stddev = 0;
+  // Interquartile range relative to the median (0 for fewer than two samples).
+  double rel_iqr() const { return median > 0 ? (q3 - q1) / median : 0.0; }
+};
+SampleStats compute_stats(std::vector<double> samples);
+
+enum class Verdict { kFaster, kSlower, kSame, kOnlyInBase, kOnlyInNew, kNotComparable };
+const char* to_string(Verdict verdict);
+
+struct CompareOptions {
+  double min_effect = 0.05;  // a change smaller than this (relative) is never reported
+  double noise_k = 1.0;      // how many combined relative IQRs a change must exceed
+};
+
+struct CaseComparison {
+  std::string name;  // "<backend>/<path>/<case>"
+  Verdict verdict = Verdict::kSame;
+  double base_median_s = 0, new_median_s = 0;
+  double ratio = 0;      // new / base time (> 1: slower)
+  double threshold = 0;  // the relative change needed for a verdict other than "same"
+  std::string note;      // why not comparable (skipped, error), or empty
+};
+
+// Compares two results documents case by case (matched by backend/path/case name). A case is
+// slower when new/base > 1 + t and faster when base/new > 1 + t, with
+//   t = max(min_effect, noise_k · (rel_iqr(base) + rel_iqr(new))),
+// and otherwise the same. Throws Error if a document is not a results file.
+std::vector<CaseComparison> compare_results(const nlohmann::json& base, const nlohmann::json& current,
+                                            const CompareOptions& options = {});
+
+// 0: nothing slower; 1: at least one case slower; (2 is the tools' bad-input status).
+int compare_exit_code(const std::vector<CaseComparison>& comparisons);
+
+// A table, one row per case, plus a summary line.
+std::string format_comparison(const std::vector<CaseComparison>& comparisons, const nlohmann::json& base,
+                              const nlohmann::json& current);
+
+// The key a case is matched by: "<backend>/<path>/<name>".
+std::string result_key(const nlohmann::json& result_case);
+
+}  // namespace hybridtb::bench

@@ -1,0 +1,110 @@
+// The compare verdicts of hybridtb_bench_compare (results.h): identical runs are the same, a 2×
+// slower case is slower, a change inside the runs' spread is the same, small changes never count.
+#include <gtest/gtest.h>
+
+#include "hybridtb/error.h"
+#include "src/results.h"
+
+namespace hybridtb::bench {
+namespace {
+
+nlohmann::json one_case(const std::string& name, const std::vector<double>& times, const std::string& status = "ok") {
+  nlohmann::json c = {{"name", name}, {"backend", "cuda"}, {"path", "fused"}, {"status", status}};
+  if (status == "ok") {
+    c["times_s"] = times;
+    c["median_s"] = compute_stats(times).median;
+  } else {
+    c["reason"] = "no CUDA device";
+  }
+  return c;
+}
+
+nlohmann::json results(const std::vector<nlohmann::json>& cases) {
+  return {{"schema", "hybridtb-bench-results"}, {"version", 1}, {"environment", {{"commit", "abc"}}}, {"cases", cases}};
+}
+
+const std::vector<double> kSteady = {100e-6, 101e-6, 99e-6, 100.5e-6, 99.5e-6};
+
+TEST(BenchStats, QuartilesInterpolate) {
+  const SampleStats s = compute_stats({4, 1, 3, 2, 5});
+  EXPECT_DOUBLE_EQ(s.median, 3);
+  EXPECT_DOUBLE_EQ(s.q1, 2);
+  EXPECT_DOUBLE_EQ(s.q3, 4);
+  EXPECT_DOUBLE_EQ(s.rel_iqr(), 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(compute_stats({1, 2}).median, 1.5);
+  EXPECT_DOUBLE_EQ(compute_stats({7}).rel_iqr(), 0.0);
+}
+
+TEST(BenchCompare, IdenticalFilesAreAllSame) {
+  const auto doc = results({one_case("a", kSteady), one_case("b", {1e-3, 1.2e-3, 0.9e-3})});
+  const auto cmp = compare_results(doc, doc);
+  ASSERT_EQ(cmp.size(), 2u);
+  for (const auto& c : cmp) {
+    EXPECT_EQ(c.verdict, Verdict::kSame) << c.name;
+    EXPECT_DOUBLE_EQ(c.ratio, 1.0);
+  }
+  EXPECT_EQ(compare_exit_code(cmp), 0);
+}
+
+TEST(BenchCompare, TwiceSlowerCaseIsSlowerOthersSame) {
+  std::vector<double> doubled;
+  for (double t : kSteady) doubled.push_back(2 * t);
+  const auto base = results({one_case("a", kSteady), one_case("b", kSteady)});
+  const auto slow = results({one_case("a", kSteady), one_case("b", doubled)});
+  const auto cmp = compare_results(base, slow);
+  ASSERT_EQ(cmp.size(), 2u);
+  EXPECT_EQ(cmp[0].verdict, Verdict::kSame);
+  EXPECT_EQ(cmp[1].verdict, Verdict::kSlower);
+  EXPECT_NEAR(cmp[1].ratio, 2.0, 1e-12);
+  EXPECT_EQ(compare_exit_code(cmp), 1);
+  // And the other way round it is faster, which is not a failure.
+  const auto back = compare_results(slow, base);
+  EXPECT_EQ(back[1].verdict, Verdict::kFaster);
+  EXPECT_EQ(compare_exit_code(back), 0);
+}
+
+TEST(BenchCompare, ChangeWithinTheSpreadIsSame) {
+  // Both runs spread by ±10% (relative IQR ≈ 0.1 each): a 12% shift of the median is noise.
+  const std::vector<double> a = {0.90, 0.95, 1.00, 1.05, 1.10};
+  const std::vector<double> b = {1.01, 1.06, 1.12, 1.17, 1.23};
+  const auto cmp = compare_results(results({one_case("x", a)}), results({one_case("x", b)}));
+  EXPECT_EQ(cmp[0].verdict, Verdict::kSame);
+  EXPECT_GT(cmp[0].threshold, 0.12);
+  // The same 12% shift between two steady runs is a real slowdown.
+  const auto steady = compare_results(results({one_case("x", {1.0, 1.0, 1.0})}),
+                                      results({one_case("x", {1.12, 1.12, 1.12})}));
+  EXPECT_EQ(steady[0].verdict, Verdict::kSlower);
+}
+
+TEST(BenchCompare, MinimumEffectSize) {
+  // 3% slower with no noise at all: below the default 5% minimum effect.
+  const auto cmp = compare_results(results({one_case("x", {1.0, 1.0})}), results({one_case("x", {1.03, 1.03})}));
+  EXPECT_EQ(cmp[0].verdict, Verdict::kSame);
+  CompareOptions strict;
+  strict.min_effect = 0.01;
+  EXPECT_EQ(compare_results(results({one_case("x", {1.0, 1.0})}), results({one_case("x", {1.03, 1.03})}), strict)[0]
+                .verdict,
+            Verdict::kSlower);
+}
+
+TEST(BenchCompare, MissingAndSkippedCases) {
+  const auto base = results({one_case("a", kSteady), one_case("b", kSteady), one_case("c", {}, "skipped")});
+  const auto current = results({one_case("a", kSteady), one_case("c", kSteady), one_case("d", kSteady)});
+  const auto cmp = compare_results(base, current);
+  ASSERT_EQ(cmp.size(), 4u);
+  EXPECT_EQ(cmp[0].verdict, Verdict::kSame);
+  EXPECT_EQ(cmp[1].verdict, Verdict::kOnlyInBase);
+  EXPECT_EQ(cmp[2].verdict, Verdict::kNotComparable);
+  EXPECT_NE(cmp[2].note.find("no CUDA device"), std::string::npos);
+  EXPECT_EQ(cmp[3].verdict, Verdict::kOnlyInNew);
+  EXPECT_EQ(compare_exit_code(cmp), 0);
+  const std::string table = format_comparison(cmp, base, current);
+  EXPECT_NE(table.find("1 same, 1 not comparable, 1 only in base, 1 only in new"), std::string::npos) << table;
+}
+
+TEST(BenchCompare, RejectsOtherDocuments) {
+  EXPECT_THROW(compare_results(nlohmann::json::object(), results({})), Error);
+}
+
+}  // namespace
+}  // namespace hybridtb::bench

@@ -1,0 +1,94 @@
+// Suite files: axis expansion, case names that are gen arguments, and the shipped suites parse.
+#include <gtest/gtest.h>
+
+#include "hybridtb/error.h"
+#include "src/suite.h"
+
+namespace hybridtb::bench {
+namespace {
+
+nlohmann::json suite_with(const nlohmann::json& group) {
+  return {{"schema", "hybridtb-bench-suite"}, {"version", 1}, {"name", "t"}, {"groups", {group}}};
+}
+
+TEST(Suite, ExpandsAxesAndNamesEveryOne) {
+  const Suite s = parse_suite(suite_with(
+      {{"name", "g"}, {"preset", "llama3-8b"}, {"mix", {"d8@1024", "p2x2048+d4@4k"}}, {"sliding_window", {0, 128}},
+       {"kv_cache_dtype", "fp8"}, {"backends", {"reference"}}}));
+  ASSERT_EQ(s.cases.size(), 4u);
+  // Canonical mix, canonical kv dtype name, the preset's own dtype and SSM mode written out.
+  EXPECT_EQ(s.cases[0].name, "llama3-8b/d8@1k/ssm_mode=none/sliding_window=0/dtype=bfloat16/kv_cache_dtype=fp8_e4m3");
+  EXPECT_EQ(s.cases[1].name, "llama3-8b/d8@1k/ssm_mode=none/sliding_window=128/dtype=bfloat16/kv_cache_dtype=fp8_e4m3");
+  EXPECT_EQ(s.cases[2].mix, "d4@4k+p2x2k");
+  EXPECT_EQ(s.cases[0].paths, std::vector<std::string>{"fused"});
+  EXPECT_EQ(s.cases[1].gen_command("x.h5"),
+            "hybridtb gen --preset llama3-8b --mix d8@1k --seed 0 --set ssm_mode=none --set sliding_window=128 "
+            "--set dtype=bfloat16 --set kv_cache_dtype=fp8_e4m3 --out x.h5");
+}
+
+TEST(Suite, HybridLayersGetBothPathsAndPresetDefaults) {
+  const Suite s = parse_suite(suite_with({{"preset", "hymba-small"}, {"mix", "d2@64"}, {"ssm_mode", {"mamba1", "ema"}}}));
+  ASSERT_EQ(s.cases.size(), 2u);
+  EXPECT_EQ(s.cases[0].name, "hymba-small/d2@64/ssm_mode=mamba1/sliding_window=1024/dtype=bfloat16/kv_cache_dtype=auto");
+  EXPECT_EQ(s.cases[1].paths, (std::vector<std::string>{"fused", "two_kernel"}));
+}
+
+TEST(Suite, RejectsBadInput) {
+  EXPECT_THROW(parse_suite(suite_with({{"preset", "llama3-8b"}, {"mix", "d8@"}})), Error);
+  EXPECT_THROW(parse_suite(suite_with({{"preset", "llama9"}, {"mix", "d8@1k"}})), Error);
+  // An axis must be set through its field (so the name stays canonical).
+  EXPECT_THROW(parse_suite(suite_with({{"preset", "llama3-8b"}, {"mix", "d8@1k"}, {"set", {"sliding_window=4"}}})),
+               Error);
+  // two_kernel needs an SSM branch.
+  EXPECT_THROW(parse_suite(suite_with({{"preset", "llama3-8b"}, {"mix", "d8@1k"}, {"paths", {"two_kernel"}}})), Error);
+  EXPECT_THROW(parse_suite({{"schema", "other"}, {"version", 1}, {"groups", nlohmann::json::array()}}), Error);
+  // A case listed twice.
+  EXPECT_THROW(parse_suite(suite_with({{"preset", "llama3-8b"}, {"mix", {"d8@1k", "d8@1024"}}})), Error);
+}
+
+TEST(Suite, ShippedSuitesParseAndCoverTheIssue) {
+  const std::string dir = std::string(HYBRIDTB_SOURCE_DIR) + "/experiments/suites/";
+  const Suite standard = load_suite(dir + "standard.json");
+  const Suite quick = load_suite(dir + "quick.json");
+  load_suite(dir + "smoke.json");
+  auto has = [&](const Suite& s, const std::string& preset, const std::string& mix, const std::string& setting) {
+    for (const SuiteCase& c : s.cases) {
+      if (c.preset == preset && c.mix == mix &&
+          std::find(c.settings.begin(), c.settings.end(), setting) != c.settings.end())
+        return true;
+    }
+    return false;
+  };
+  for (const char* batch : {"1", "8", "64", "256"}) {
+    for (const char* ctx : {"1k", "8k", "32k"}) {
+      EXPECT_TRUE(has(standard, "llama3-8b", std::string("d") + batch + "@" + ctx, "sliding_window=0"))
+          << batch << "x" << ctx;
+    }
+  }
+  for (const char* mix : {"p1x4k", "p4x2k", "p1x16k", "d64@4k+c1x2k@4k", "d256@4k+c1x512@4k"}) {
+    EXPECT_TRUE(has(standard, "llama3-8b", mix, "sliding_window=0")) << mix;
+  }
+  for (const char* w : {"sliding_window=128", "sliding_window=1024", "sliding_window=4096"}) {
+    EXPECT_TRUE(has(standard, "llama3-8b", "d64@32k", w)) << w;
+  }
+  for (const char* mode : {"ssm_mode=zero", "ssm_mode=prefix_sum_flat", "ssm_mode=prefix_sum", "ssm_mode=ema",
+                           "ssm_mode=mamba1"}) {
+    bool found = false;
+    for (const SuiteCase& c : standard.cases) {
+      found = found || std::find(c.settings.begin(), c.settings.end(), mode) != c.settings.end();
+    }
+    EXPECT_TRUE(found) << mode;
+  }
+  bool spec = false;
+  for (const SuiteCase& c : standard.cases) spec = spec || c.mix.find('s') == 0;
+  EXPECT_TRUE(spec) << "speculative decodes";
+  // The quick suite is a subset of the standard one, case names included.
+  for (const SuiteCase& q : quick.cases) {
+    bool found = false;
+    for (const SuiteCase& c : standard.cases) found = found || c.name == q.name;
+    EXPECT_TRUE(found) << q.name;
+  }
+}
+
+}  // namespace
+}  // namespace hybridtb::bench
