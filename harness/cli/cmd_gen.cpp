@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <sstream>
 
@@ -55,6 +56,64 @@ std::string shell_word(const std::string& word) {
   return quoted + "'";
 }
 
+// --mm-prefix SPEC → /batch/mm_prefix_range int32 [R, M, 2]. SPEC: one entry per request in the
+// generated order (decodes first), joined by '/'; a request's ranges joined by ','; a range
+// START:END, inclusive absolute positions, 0:0 = none. Requests with fewer ranges than the most
+// are padded with 0:0. E.g. "0:0/28:37/2:6,10:15" for three requests.
+IntArray parse_mm_prefix(const std::string& spec, int64_t num_reqs) {
+  const auto fail = [&](const std::string& why) -> Error {
+    return Error("--mm-prefix '" + spec + "': " + why +
+                 " (expected one entry per request joined by '/', ranges START:END joined by ',')");
+  };
+  const auto split = [](const std::string& text, char separator) {
+    std::vector<std::string> parts;
+    std::string::size_type begin = 0;
+    for (;;) {
+      const std::string::size_type end = text.find(separator, begin);
+      parts.push_back(text.substr(begin, end == std::string::npos ? std::string::npos : end - begin));
+      if (end == std::string::npos) return parts;
+      begin = end + 1;
+    }
+  };
+  const auto position = [&](const std::string& text) {
+    size_t used = 0;
+    long long value = -1;
+    try {
+      value = std::stoll(text, &used);
+    } catch (const std::exception&) {
+    }
+    if (text.empty() || used != text.size() || value < 0 || value > std::numeric_limits<int32_t>::max()) {
+      throw fail("'" + text + "' is not a position (an integer in [0, 2^31))");
+    }
+    return static_cast<int32_t>(value);
+  };
+  const std::vector<std::string> requests = split(spec, '/');
+  if (static_cast<int64_t>(requests.size()) != num_reqs) {
+    throw fail(std::to_string(requests.size()) + " entries, but the batch has " + std::to_string(num_reqs) +
+               " requests");
+  }
+  std::vector<std::vector<std::pair<int32_t, int32_t>>> ranges;
+  size_t most = 1;
+  for (const std::string& request : requests) {
+    ranges.emplace_back();
+    for (const std::string& range : split(request, ',')) {
+      const std::vector<std::string> ends = split(range, ':');
+      if (ends.size() != 2) throw fail("range '" + range + "' is not START:END");
+      ranges.back().emplace_back(position(ends[0]), position(ends[1]));
+    }
+    most = std::max(most, ranges.back().size());
+  }
+  std::vector<int32_t> values;
+  for (const auto& request : ranges) {
+    for (size_t m = 0; m < most; ++m) {
+      const auto range = m < request.size() ? request[m] : std::pair<int32_t, int32_t>{0, 0};
+      values.push_back(range.first);
+      values.push_back(range.second);
+    }
+  }
+  return IntArray({num_reqs, static_cast<int64_t>(most), 2}, std::move(values));
+}
+
 std::string human_bytes(int64_t bytes) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(1);
@@ -82,6 +141,7 @@ Command add_gen_command(CLI::App& app) {
     std::string ssm_slots = "auto";
     bool no_shuffle = false;
     std::string mamba_cache_mode, cudagraph_mode, capture_sizes;
+    std::string mm_prefix;
     bool list_presets = false;
     bool quiet = false;
   };
@@ -112,6 +172,10 @@ Command add_gen_command(CLI::App& app) {
   cmd->add_option("--mamba-cache-mode", opt->mamba_cache_mode, "Same as --set mamba_cache_mode=...");
   cmd->add_option("--cudagraph-mode", opt->cudagraph_mode, "Same as --set cudagraph_mode=...");
   cmd->add_option("--capture-sizes", opt->capture_sizes, "Same as --set cudagraph_capture_sizes=... (comma list)");
+  cmd->add_option("--mm-prefix", opt->mm_prefix,
+                  "Bidirectional mm-prefix ranges (/batch/mm_prefix_range): one entry per request in the "
+                  "generated order, joined by '/'; ranges START:END (inclusive absolute positions, 0:0 = none) "
+                  "joined by ','; e.g. 0:0/28:37/2:6,10:15");
   cmd->add_flag("--list-presets", opt->list_presets, "Print the presets and the settings, then exit");
   cmd->add_flag("--quiet", opt->quiet, "Print nothing on success");
   cmd->footer(std::string(kGrammarHelp) + presets_help() +
@@ -178,12 +242,19 @@ Command add_gen_command(CLI::App& app) {
                 if (gen.alias_blocks) command += " --alias-blocks";
                 if (gen.ssm_slots) command += std::string(" --ssm-slots ") + (*gen.ssm_slots ? "on" : "off");
                 if (!gen.shuffle_blocks) command += " --no-shuffle";
+                if (!opt->mm_prefix.empty()) command += " --mm-prefix " + shell_word(opt->mm_prefix);
                 command += " --out " + shell_word(path);
                 GenOptions file_options = gen;
                 file_options.provenance = {{"preset", preset_names[p]}, {"generator_command", command}};
 
                 const auto start = std::chrono::steady_clock::now();
-                write_batch_file(path, generate_batch(layers[p], mix, file_options));  // freed before the check
+                {
+                  BatchFile file = generate_batch(layers[p], mix, file_options);
+                  if (!opt->mm_prefix.empty()) {
+                    file.batch.mm_prefix_range = parse_mm_prefix(opt->mm_prefix, file.batch.num_reqs());
+                  }
+                  write_batch_file(path, file);
+                }  // freed before the check
                 const BatchFile check = read_batch_file(path);  // the reader validates what we wrote
                 const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
                 if (!opt->quiet) {

@@ -1,4 +1,6 @@
 // hybridtb info: describe a batch file and say whether it is a valid hybrid-batch 1.x file.
+// Exit status: 0 valid; 2 invalid or unreadable (the reason, naming the field, on stderr; the
+// listing of what could be read and an "INVALID:" line on stdout).
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -12,8 +14,19 @@
 namespace hybridtb::cli {
 
 namespace {
+int invalid(const std::string& path, const Error& e) {
+  std::cout << "INVALID:  " << e.what() << "\n";
+  std::cerr << "hybridtb info: " << path << ": error: " << e.what() << "\n";
+  return 2;
+}
+
 int describe(const std::string& path) {
-  const std::vector<FileEntry> entries = list_file_entries(path);
+  std::vector<FileEntry> entries;
+  try {
+    entries = list_file_entries(path);
+  } catch (const Error& e) {
+    return invalid(path, e);  // not HDF5, truncated: nothing to list
+  }
   std::cout << path << ":\n";
   for (const FileEntry& e : entries) {
     std::cout << "  " << std::left << std::setw(48) << e.path << " " << e.kind;
@@ -38,15 +51,14 @@ int describe(const std::string& path) {
     if (file.expected) std::cout << "/expected: recorded by backend '" << file.expected->backend << "'\n";
     return 0;
   } catch (const Error& e) {
-    std::cout << "INVALID:  " << e.what() << "\n";
-    return 1;
+    return invalid(path, e);
   }
 }
 }  // namespace
 
 Command add_info_command(CLI::App& app) {
   auto path = std::make_shared<std::string>();
-  CLI::App* cmd = app.add_subcommand("info", "Describe a batch file and validate it (exit 1 if invalid)");
+  CLI::App* cmd = app.add_subcommand("info", "Describe a batch file and validate it (exit 2 if invalid)");
   cmd->add_option("file", *path, "HDF5 file")->required()->check(CLI::ExistingFile);
   return {cmd, [path] { return describe(*path); }};
 }

@@ -6,9 +6,12 @@
 // Exit status: 0 every comparable file passed; 1 some file mismatched; 2 bad input: a file that
 // cannot be read or validated, a replay file without /expected, an unknown backend, a backend that
 // rejected the batch (Error), or nothing comparable at all (every file NotSupported). Bad input
-// takes precedence over a mismatch (the verdict is incomplete). A file the candidate backend does
+// takes precedence over a mismatch (the verdict is incomplete), and then no --report is written: a
+// report must never pass for a complete verdict. A file the candidate backend does
 // not support (NotSupported) is reported "not supported" and counted on its own line; it does not
 // fail the run when other files were compared.
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -38,6 +41,29 @@ struct Options {
 StepOutputs run_backend(const std::string& name, const BatchFile& file) {
   auto backend = create_backend(name, BackendSettings{file.config, file.builder});
   return run_step(*backend, file);
+}
+
+// Written to a temporary file and renamed, so a failed write never leaves a partial report.
+void write_report(const std::string& path, const std::string& json) {
+  const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream out(temporary);
+    HYBRIDTB_CHECK(out.good(), "--report ", path, ": cannot open ", temporary, " for writing");
+    out << json << "\n";
+    out.close();
+    if (!out) {
+      std::error_code ignored;
+      std::filesystem::remove(temporary, ignored);
+      throw Error(detail::concat("--report ", path, ": write failed"));
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(temporary, path, ec);
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+    throw Error(detail::concat("--report ", path, ": cannot rename ", temporary, ": ", ec.message()));
+  }
 }
 
 int compare_files(const Options& opt, bool replay) {
@@ -84,12 +110,11 @@ int compare_files(const Options& opt, bool replay) {
   if (not_supported > 0) std::cout << not_supported << " not supported by backend '" << opt.backend << "'\n";
   if (bad > 0) std::cout << bad << " bad input\n";
 
-  if (!opt.report_path.empty()) {
-    ReportEnvironment env = current_environment(replay ? "replay" : "parity");
-    std::ofstream out(opt.report_path);
-    HYBRIDTB_CHECK(out.good(), "--report ", opt.report_path, ": cannot open for writing");
-    out << report_to_json(reports, env).dump(2) << "\n";
-    HYBRIDTB_CHECK(out.good(), "--report ", opt.report_path, ": write failed");
+  if (!opt.report_path.empty() && bad > 0) {
+    std::cerr << "hybridtb " << (replay ? "replay" : "parity") << ": no report written to " << opt.report_path
+              << " (bad input)\n";
+  } else if (!opt.report_path.empty()) {
+    write_report(opt.report_path, report_to_json(reports, current_environment(replay ? "replay" : "parity")).dump(2));
   }
 
   const bool mismatch = std::any_of(compared.begin(), compared.end(), [](const ComparisonReport& r) { return !r.passed(); });

@@ -1,4 +1,7 @@
 // hybridtb run: compute a batch file's step on a backend and write it with /outputs.
+// Exit status: 0 success; 2 bad input (the file cannot be read or validated, an unknown backend, or
+// the backend rejected the batch), as for record/parity/replay; 1 a failed run (the backend does
+// not support the batch, or the output cannot be written). No output file is left on failure.
 #include <chrono>
 #include <iomanip>
 #include <iostream>
@@ -7,6 +10,7 @@
 #include "commands.h"
 #include "hybridtb/backend.h"
 #include "hybridtb/batch_file.h"
+#include "hybridtb/error.h"
 #include "hybridtb/step.h"
 #include "summary.h"
 
@@ -27,9 +31,18 @@ Command add_run_command(CLI::App& app) {
   cmd->add_flag("--quiet", opt->quiet, "Print nothing on success");
   return {cmd, [opt] {
             const auto start = std::chrono::steady_clock::now();
-            BatchFile file = read_batch_file(opt->batch_path);
-            auto backend = create_backend(opt->backend, BackendSettings{file.config, file.builder});
-            StepOutputs outputs = run_step(*backend, file);
+            BatchFile file;
+            StepOutputs outputs;
+            try {
+              file = read_batch_file(opt->batch_path);
+              auto backend = create_backend(opt->backend, BackendSettings{file.config, file.builder});
+              outputs = run_step(*backend, file);
+            } catch (const NotSupported&) {
+              throw;  // a limit of the backend, not of the file: main() reports it, exit 1
+            } catch (const Error& e) {
+              std::cerr << "hybridtb run: " << opt->batch_path << ": error: " << e.what() << "\n";
+              return 2;
+            }
             const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             file.outputs = std::move(outputs);
             write_batch_file(opt->out_path, file);

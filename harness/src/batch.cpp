@@ -128,7 +128,7 @@ void check_padding_rows(const BatchDescription& b) {
   }
 }
 
-void check_optional_arrays(const BatchDescription& b) {
+void check_optional_arrays(const AttentionConfig& config, const BatchDescription& b) {
   const int64_t R = b.num_reqs();
   if (b.mm_prefix_range) {
     const IntArray& m = *b.mm_prefix_range;
@@ -139,13 +139,33 @@ void check_optional_arrays(const BatchDescription& b) {
     }
   }
   if (b.ssm_block_table) {
-    HYBRIDTB_CHECK(b.ssm_block_table->rank() == 2 && b.ssm_block_table->size(0) == R,
-                   "/batch/ssm_block_table must be int32 [R = ", R, ", max_ssm_blocks], got ",
-                   b.ssm_block_table->describe());
+    const IntArray& table = *b.ssm_block_table;
+    HYBRIDTB_CHECK(table.rank() == 2 && table.size(0) == R, "/batch/ssm_block_table must be int32 [R = ", R,
+                   ", max_ssm_blocks], got ", table.describe());
+    // The SSM branch treats a negative state index as PAD_SLOT_ID (no state): a negative entry in
+    // the table would silently drop a request's state (and is an out-of-bounds index in vLLM's
+    // kernels, which only skip −1 in the metadata). Slots past the pools are checked when the step
+    // runs, against the pools the mode uses.
+    for (int64_t r = 0; r < R; ++r) {
+      for (int64_t c = 0; c < table.size(1); ++c) {
+        HYBRIDTB_CHECK(table.at(r, c) >= 0, "/batch/ssm_block_table[", r, ", ", c, "] = ", table.at(r, c),
+                       " is negative: state slots are >= 0 (PAD_SLOT_ID belongs in the Mamba metadata, not in the "
+                       "table)");
+      }
+    }
   }
   if (b.num_accepted_tokens) {
-    HYBRIDTB_CHECK(b.num_accepted_tokens->rank() == 1 && b.num_accepted_tokens->numel() == R,
-                   "/batch/num_accepted_tokens must be int32 [R = ", R, "], got ", b.num_accepted_tokens->describe());
+    const IntArray& accepted = *b.num_accepted_tokens;
+    HYBRIDTB_CHECK(accepted.rank() == 1 && accepted.numel() == R, "/batch/num_accepted_tokens must be int32 [R = ", R,
+                   "], got ", accepted.describe());
+    // The tokens accepted in the previous step pick one of the 1 + num_speculative_tokens state
+    // slots a request holds (vLLM: state_indices[num_accepted_tokens − 1]), and a speculative
+    // decode verifies query_len tokens; 0 marks padding. Anything past both is garbage.
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t most = std::max(config.num_speculative_tokens + 1, b.query_len(r));
+      HYBRIDTB_CHECK(accepted[r] >= 0 && accepted[r] <= most, "/batch/num_accepted_tokens[", r, "] = ", accepted[r],
+                     " must be in [0, max(1 + num_speculative_tokens, query_len) = ", most, "]");
+    }
   }
 }
 
@@ -163,7 +183,7 @@ void validate(const AttentionConfig& config, const BatchDescription& batch, int6
   check_query_start_loc(batch);
   check_requests(config, batch);
   check_padding_rows(batch);
-  check_optional_arrays(batch);
+  check_optional_arrays(config, batch);
   if (config.attn_type == AttnType::kDecoder) check_paging(config, batch, num_blocks);
 }
 

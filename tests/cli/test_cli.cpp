@@ -125,14 +125,14 @@ TEST(Cli, DecodeOnlyPaddedExampleRecordsTheCudaGraphPadding) {
 void expect_failure_without_output(const fs::path& input, const std::string& expected_message) {
   const fs::path out_path = input.parent_path() / "must_not_exist.h5";
   std::string out;
-  EXPECT_EQ(run_command(cli() + " run --batch " + input.string() + " --out " + out_path.string(), &out), 1) << out;
+  EXPECT_EQ(run_command(cli() + " run --batch " + input.string() + " --out " + out_path.string(), &out), 2) << out;
   EXPECT_THAT(out, HasSubstr(expected_message));
   EXPECT_FALSE(fs::exists(out_path));
   for (const auto& entry : fs::directory_iterator(input.parent_path())) {
     EXPECT_EQ(entry.path().filename().string().find("must_not_exist"), std::string::npos) << entry.path();
   }
   std::string info;
-  EXPECT_EQ(run_command(cli() + " info " + input.string(), &info), 1) << info;
+  EXPECT_EQ(run_command(cli() + " info " + input.string(), &info), 2) << info;
 }
 
 TEST(Cli, TruncatedFileFailsCleanly) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 
 #include "hybridtb/batch_file.h"
 #include "io_fixtures.h"
@@ -366,6 +367,37 @@ TEST(BatchFileReaderErrors, ValueOutOfInt32Range) {
     replace_dataset(root, "/batch/query_start_loc", H5T_STD_I64LE, {5}, qsl.data());
   });
   EXPECT_THAT(read_error(w.path), HasSubstr("/batch/query_start_loc: value 8589934592 at index 4 does not fit int32"));
+}
+
+// Sizes and counts of the layer are int32 in vLLM; a file's int64 attribute beyond that is refused
+// before any arithmetic sees it (the rest of the corpus: tests/broken, `ctest -L broken`).
+TEST(BatchFileReaderErrors, ConfigSizesAndSsmParamsBeyondInt32) {
+  const WrittenBatch w = written_batch();
+  edit_file(w.path, [](const h5::Group& root) { group_at(root, "/config").write_int_attribute("num_heads", int64_t{1} << 40); });
+  EXPECT_THAT(read_error(w.path), HasSubstr("attribute /config/num_heads: value 1099511627776 does not fit int32"));
+
+  const WrittenBatch s = written_ssm_batch();
+  edit_file(s.path, [](const h5::Group& root) {
+    group_at(root, "/config/ssm").write_int_attribute("state_size", std::numeric_limits<int64_t>::max());
+  });
+  EXPECT_THAT(read_error(s.path),
+              HasSubstr("attribute /config/ssm/state_size: value 9223372036854775807 does not fit int32"));
+}
+
+// A dataset whose elements were never written reads as HDF5 fill values; the reader refuses it
+// rather than allocate what the file declares (a few bytes of header could declare terabytes).
+TEST(BatchFileReaderErrors, DatasetNeverWritten) {
+  const WrittenBatch w = written_batch();
+  const Shape shape = w.file.inputs.query.shape();
+  edit_file(w.path, [&](const h5::Group& root) {
+    const h5::Group inputs = group_at(root, "/inputs");
+    inputs.remove_child("query");
+    const h5::Type bf16 = h5::bfloat16_type();
+    inputs.create_dataset("query", bf16.id(), shape).write_string_attribute("dtype_name", "bfloat16");
+  });
+  const int64_t bytes = 2 * shape[0] * shape[1] * shape[2];
+  EXPECT_THAT(read_error(w.path), HasSubstr("/inputs/query: the file stores 0 of its " + std::to_string(bytes) +
+                                            " bytes (a dataset never written, or unallocated chunks)"));
 }
 
 TEST(BatchFileReaderErrors, SchemaVersionTwo) {

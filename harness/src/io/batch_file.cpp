@@ -192,6 +192,18 @@ int64_t int_attribute(const h5::Object& object, const std::string& name, const s
   require_attribute(object, name, requirement);
   return object.read_int_attribute(name);
 }
+
+// A size or count of the layer: vLLM keeps them in int32 (kernel arguments, index arithmetic), and
+// bounding them here keeps every product the readers and backends form (num_heads · head_size,
+// block · block_size + offset, …) far from int64 overflow, whatever a hostile file declares.
+int64_t fits_int32(const std::string& where, int64_t value) {
+  HYBRIDTB_CHECK(value >= std::numeric_limits<int32_t>::min() && value <= std::numeric_limits<int32_t>::max(), where,
+                 ": value ", value, " does not fit int32");
+  return value;
+}
+int64_t int32_attribute(const h5::Object& object, const std::string& name, const std::string& requirement) {
+  return fits_int32("attribute " + object.child_path(name), int_attribute(object, name, requirement));
+}
 double float_attribute(const h5::Object& object, const std::string& name, const std::string& requirement) {
   require_attribute(object, name, requirement);
   return object.read_float_attribute(name);
@@ -214,6 +226,32 @@ int64_t checked_numel(const std::string& path, const Shape& shape) {
   return count;
 }
 
+// The most a filtered (compressed) dataset may expand. Deflate, the only filter Debian's HDF5
+// decodes out of the box, tops out near 1032:1; anything beyond 4096:1 is a decompression bomb.
+constexpr uint64_t kMaxExpansion = 4096;
+
+// Refuses to allocate memory for data the file does not hold. HDF5 hands out fill values for
+// storage that was never written (a dataset created but not written, chunks never allocated), so a
+// few-kilobyte file could otherwise declare terabytes and have the reader allocate them (and fill
+// them: an out-of-memory kill is a crash too). Raw data in other files (external storage, virtual
+// datasets) is refused as well: a batch file must be self-contained, and a hostile file must not
+// make the reader open arbitrary paths.
+void check_backed_by_storage(const Dataset& dataset, int64_t count, size_t element_size) {
+  HYBRIDTB_CHECK(!dataset.stored_elsewhere(), dataset.path(),
+                 ": its data lives outside this file (external storage or a virtual dataset); store it in the file");
+  if (count == 0) return;
+  const uint64_t declared = static_cast<uint64_t>(count) * element_size;  // < 2^63: checked_numel bounds count
+  const uint64_t stored = dataset.storage_bytes();
+  if (dataset.filter_count() == 0) {
+    HYBRIDTB_CHECK(stored >= declared, dataset.path(), ": the file stores ", stored, " of its ", declared,
+                   " bytes (a dataset never written, or unallocated chunks); write every element");
+  } else {
+    HYBRIDTB_CHECK(stored > 0 && declared / stored <= kMaxExpansion, dataset.path(), ": ", stored,
+                   " stored (compressed) bytes would expand to ", declared, ", more than ", kMaxExpansion,
+                   ":1 (unallocated chunks or a decompression bomb)");
+  }
+}
+
 Tensor allocate(const std::string& path, DType dtype, const Shape& shape) {
   try {
     return Tensor::host(dtype, shape);
@@ -226,7 +264,8 @@ Tensor allocate(const std::string& path, DType dtype, const Shape& shape) {
 Tensor read_tensor_data(const Dataset& dataset, DType dtype, const Shape& shape) {
   HYBRIDTB_CHECK(shape.size() <= static_cast<size_t>(TensorView::kMaxRank), dataset.path(), ": rank ", shape.size(),
                  " is above the supported ", TensorView::kMaxRank);
-  checked_numel(dataset.path(), shape);
+  const int64_t count = checked_numel(dataset.path(), shape);
+  check_backed_by_storage(dataset, count, dataset.type_info().size);
   Tensor tensor = allocate(dataset.path(), dtype, shape);
   if (tensor.numel() > 0) {
     const h5::Type type = dataset.file_type();
@@ -260,6 +299,7 @@ std::vector<int64_t> read_integers(const Dataset& dataset, Shape* shape_out) {
   }
   const Shape shape = dataset.shape();
   const int64_t count = checked_numel(dataset.path(), shape);
+  check_backed_by_storage(dataset, count, info.size);
   std::vector<unsigned char> bytes;
   try {
     bytes.resize(static_cast<size_t>(count) * info.size);
@@ -439,7 +479,9 @@ std::map<std::string, Tensor> read_named_tensors(const Group& group, const char*
 void read_ssm_params(const Group& config, AttentionConfig& c) {
   const std::optional<Group> g = find_group(config, "ssm");
   if (!g) return;
-  for (const std::string& name : g->attribute_names()) c.ssm_params[name] = g->read_int_attribute(name);
+  for (const std::string& name : g->attribute_names()) {
+    c.ssm_params[name] = fits_int32("attribute " + g->child_path(name), g->read_int_attribute(name));
+  }
 }
 
 // /inputs/ssm/<name> (the pools before the step) and /weights/<name>, both optional.
@@ -527,12 +569,12 @@ void read_root(const Group& root, BatchFile& file, bool has_outputs) {
 void read_config(const Group& root, BatchFile& file) {
   const Group g = require_group(root, "config");
   AttentionConfig& c = file.config;
-  c.num_heads = int_attribute(g, "num_heads", "int");
-  c.num_kv_heads = int_attribute(g, "num_kv_heads", "int");
-  c.head_size = int_attribute(g, "head_size", "int");
-  c.block_size = int_attribute(g, "block_size", "int");
+  c.num_heads = int32_attribute(g, "num_heads", "int");
+  c.num_kv_heads = int32_attribute(g, "num_kv_heads", "int");
+  c.head_size = int32_attribute(g, "head_size", "int");
+  c.block_size = int32_attribute(g, "block_size", "int");
   c.scale = float_attribute(g, "scale", "float");
-  c.sliding_window = int_attribute(g, "sliding_window", "int, 0 = none");
+  c.sliding_window = int32_attribute(g, "sliding_window", "int, 0 = none");
   c.logits_soft_cap = float_attribute(g, "logits_soft_cap", "float, 0 = off");
   const int64_t alibi_sqrt = int_attribute(g, "use_alibi_sqrt", "int 0 or 1");
   HYBRIDTB_CHECK(alibi_sqrt == 0 || alibi_sqrt == 1, "attribute /config/use_alibi_sqrt must be 0 or 1, got ", alibi_sqrt);
@@ -547,8 +589,8 @@ void read_config(const Group& root, BatchFile& file) {
   c.ssm_mode = string_attribute(g, "ssm_mode", "string, \"none\" for a plain attention layer");
   c.mamba_cache_mode =
       mamba_cache_mode_from_string(string_attribute(g, "mamba_cache_mode", "\"none\" | \"all\" | \"align\""));
-  c.mamba_block_size = int_attribute(g, "mamba_block_size", "int");
-  c.num_speculative_tokens = int_attribute(g, "num_speculative_tokens", "int");
+  c.mamba_block_size = int32_attribute(g, "mamba_block_size", "int");
+  c.num_speculative_tokens = int32_attribute(g, "num_speculative_tokens", "int");
   const Dims per_head{{"num_heads", c.num_heads}};
   if (std::optional<Dataset> d = find_dataset(g, "alibi_slopes")) c.alibi_slopes = read_float_vector(*d, per_head);
   if (std::optional<Dataset> d = find_dataset(g, "sinks")) c.sinks = read_float_vector(*d, per_head);
@@ -557,12 +599,11 @@ void read_config(const Group& root, BatchFile& file) {
   // Builder settings (optional, with the engine defaults).
   BuilderConfig& b = file.builder;
   if (g.has_attribute("cudagraph_mode")) b.cudagraph_mode = cudagraph_mode_from_string(g.read_string_attribute("cudagraph_mode"));
-  if (g.has_attribute("max_num_seqs")) b.max_num_seqs = g.read_int_attribute("max_num_seqs");
+  if (g.has_attribute("max_num_seqs")) b.max_num_seqs = int32_attribute(g, "max_num_seqs", "int");
   if (std::optional<Dataset> d = find_dataset(g, "cudagraph_capture_sizes")) {
-    Shape shape;
-    const std::vector<int64_t> sizes = read_integers(*d, &shape);
-    check_shape(d->path(), shape, {{"n", -1}});
-    b.cudagraph_capture_sizes = sizes;
+    const IntArray sizes = read_int_array(*d, nullptr);
+    check_shape(d->path(), sizes.shape, {{"n", -1}});
+    b.cudagraph_capture_sizes.assign(sizes.values.begin(), sizes.values.end());
   }
 }
 

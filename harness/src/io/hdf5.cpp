@@ -430,6 +430,29 @@ Type Dataset::file_type() const { return Type(check(H5Dget_type(id()), "cannot g
 
 TypeInfo Dataset::type_info() const { return inspect_type(file_type().id()); }
 
+uint64_t Dataset::storage_bytes() const {
+  // H5Dget_storage_size returns 0 both for "nothing stored" and on failure; both mean no data.
+  const hsize_t bytes = H5Dget_storage_size(id());
+  H5Eclear2(H5E_DEFAULT);
+  return bytes;
+}
+
+int Dataset::filter_count() const {
+  const Handle dcpl(check(H5Dget_create_plist(id()), "cannot get the storage properties of " + path()), H5Pclose);
+  const int count = H5Pget_nfilters(dcpl.id());
+  if (count < 0) fail("cannot get the filters of " + path());
+  return count;
+}
+
+bool Dataset::stored_elsewhere() const {
+  const Handle dcpl(check(H5Dget_create_plist(id()), "cannot get the storage properties of " + path()), H5Pclose);
+  const H5D_layout_t layout = H5Pget_layout(dcpl.id());
+  if (layout < 0) fail("cannot get the storage layout of " + path());
+  const int external = H5Pget_external_count(dcpl.id());
+  if (external < 0) fail("cannot get the storage layout of " + path());
+  return layout == H5D_VIRTUAL || external > 0;
+}
+
 namespace {
 
 void check_no_conversion(hid_t dataset, hid_t mem_type, const std::string& path) {

@@ -153,6 +153,12 @@ class Dataset : public Object {
   bool is_null() const;  // a null dataspace: no shape and no elements (h5py.Empty)
   Type file_type() const;
   TypeInfo type_info() const;
+  // Bytes of raw data the file holds for this dataset (H5Dget_storage_size): 0 for storage never
+  // written, less than the declared size for unallocated chunks, the compressed size with filters.
+  uint64_t storage_bytes() const;
+  int filter_count() const;
+  // Whether the raw data lives outside this file (external raw files or a virtual dataset).
+  bool stored_elsewhere() const;
   // Reads/writes the whole dataset. `mem_type` must equal the file type (no conversion happens);
   // `data` holds product(shape) elements of that type.
   void read_raw(hid_t mem_type, void* data) const;
