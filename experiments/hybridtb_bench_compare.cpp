@@ -23,6 +23,10 @@ int main(int argc, char** argv) {
   app.add_option("--noise-k", options.noise_k,
                  "A change must exceed noise_k x (relative IQR of base + relative IQR of new) (default 1)")
       ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--min-abs-us", options.min_abs_us,
+                 "Smallest absolute change in microseconds ever reported (default 10: the jitter of host-synchronised "
+                 "GPU timings between runs)")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_option("--json", json_out, "Also write the comparison as JSON");
   try {
     app.parse(argc, argv);

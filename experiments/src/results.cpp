@@ -113,7 +113,8 @@ std::vector<CaseComparison> compare_results(const nlohmann::json& base, const nl
     cmp.base_median_s = sb.median;
     cmp.new_median_s = sn.median;
     cmp.ratio = sn.median / sb.median;
-    cmp.threshold = std::max(options.min_effect, options.noise_k * (sb.rel_iqr() + sn.rel_iqr()));
+    const double abs_floor = sb.median > 0 ? options.min_abs_us * 1e-6 / sb.median : 0.0;
+    cmp.threshold = std::max({options.min_effect, options.noise_k * (sb.rel_iqr() + sn.rel_iqr()), abs_floor});
     if (cmp.ratio > 1.0 + cmp.threshold) {
       cmp.verdict = Verdict::kSlower;
     } else if (1.0 / cmp.ratio > 1.0 + cmp.threshold) {

@@ -24,6 +24,10 @@ const char* to_string(Verdict verdict);
 struct CompareOptions {
   double min_effect = 0.05;  // a change smaller than this (relative) is never reported
   double noise_k = 1.0;      // how many combined relative IQRs a change must exceed
+  // An absolute change below this is never reported: the cuda timings bracket host enqueue and a
+  // device-wide sync, whose jitter between two runs is several microseconds (H100, quick suite run
+  // twice on one build: up to 8.6 us on 80-100 us steps, within 2 us elsewhere).
+  double min_abs_us = 10.0;
 };
 
 struct CaseComparison {
@@ -37,7 +41,7 @@ struct CaseComparison {
 
 // Compares two results documents case by case (matched by backend/path/case name). A case is
 // slower when new/base > 1 + t and faster when base/new > 1 + t, with
-//   t = max(min_effect, noise_k · (rel_iqr(base) + rel_iqr(new))),
+//   t = max(min_effect, noise_k · (rel_iqr(base) + rel_iqr(new)), min_abs_us / base median),
 // and otherwise the same. Throws Error if a document is not a results file.
 std::vector<CaseComparison> compare_results(const nlohmann::json& base, const nlohmann::json& current,
                                             const CompareOptions& options = {});

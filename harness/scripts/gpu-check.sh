@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU check in one go, on the GPU machine (H100/H200, no network):
 #   bash harness/scripts/gpu-check.sh OUTDIR [STAGE...]
-# STAGEs (default: all, in this order): ctest sanitizer examples sweep bench peer suite. The build
+# STAGEs (default: all, in this order): ctest sanitizer examples sweep bench peer suite
+# compare-check. The build
 # always runs first (incremental when build-gpu/ exists), so a long check can be split over two
 # calls of the device tool, e.g. `... OUT ctest sanitizer examples sweep` then `... OUT bench peer suite`.
 # configure + build (build-gpu/, all cores) → ctest (every test, GPU ones included) →
@@ -16,7 +17,7 @@
 # Exit status: 0 if every stage passed, 1 otherwise (later stages still run).
 set -uo pipefail
 
-ALL_STAGES="ctest sanitizer examples sweep bench peer suite"
+ALL_STAGES="ctest sanitizer examples sweep bench peer suite compare-check"
 if [[ $# -lt 1 ]]; then
   echo "usage: bash harness/scripts/gpu-check.sh OUTDIR [STAGE...]   (stages: $ALL_STAGES)" >&2
   exit 2
@@ -151,7 +152,35 @@ fi
 
 # --- the standard benchmark suite (experiments/) ---------------------------------------------------
 if want suite; then
-  record suite skip "not wired yet"
+  t0=$(date +%s)
+  "$BUILD/experiments/hybridtb_bench" --suite experiments/suites/standard.json --backend cuda \
+    --out "$OUT/suite.json" >"$OUT/suite.log" 2>&1
+  rc=$?
+  record suite "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "suite.json: $(grep -c '"name"' "$OUT/suite.json" 2>/dev/null) entries ($(( $(date +%s) - t0 )) s)"
+fi
+
+# --- the compare flags a deliberately slowed build and not a rerun (issue "Benchmarks") ---------
+# The quick suite's cuda cases twice on this build, then once on a build whose attention launches
+# each spin 200 us more (-DHYBRIDTB_DEBUG_SLOWDOWN_US=200): rerun → "same", slowed → "slower".
+if want compare-check; then
+  t0=$(date +%s)
+  quick=(--suite experiments/suites/quick.json --backend cuda)
+  {
+    "$BUILD/experiments/hybridtb_bench" "${quick[@]}" --out "$OUT/quick-a.json" &&
+      "$BUILD/experiments/hybridtb_bench" "${quick[@]}" --out "$OUT/quick-b.json" &&
+      cmake -S . -B "$BUILD-slow" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DHYBRIDTB_CUDA=ON \
+        -DHYBRIDTB_DEBUG_SLOWDOWN_US=200 ${HYBRIDTB_GIT_COMMIT:+-DHYBRIDTB_GIT_COMMIT=$HYBRIDTB_GIT_COMMIT} &&
+      cmake --build "$BUILD-slow" -j"$JOBS" --target hybridtb_bench &&
+      "$BUILD-slow/experiments/hybridtb_bench" "${quick[@]}" --out "$OUT/quick-slow.json"
+  } >"$OUT/compare-check.log" 2>&1
+  rc=$?
+  "$BUILD/experiments/hybridtb_bench_compare" "$OUT/quick-a.json" "$OUT/quick-b.json" >"$OUT/compare-rerun.txt" 2>&1
+  rerun_rc=$?
+  "$BUILD/experiments/hybridtb_bench_compare" "$OUT/quick-a.json" "$OUT/quick-slow.json" >"$OUT/compare-slowed.txt" 2>&1
+  slowed_rc=$?
+  # compare exits 0 when nothing is slower, 1 when some case is slower.
+  ok=$([[ $rc -eq 0 && $rerun_rc -eq 0 && $slowed_rc -eq 1 ]] && echo ok || echo FAIL)
+  record compare "$ok" "rerun exit $rerun_rc (want 0), slowed build exit $slowed_rc (want 1) ($(( $(date +%s) - t0 )) s)"
 fi
 
 # --- summary -------------------------------------------------------------------------------------

@@ -87,6 +87,19 @@ TEST(BenchCompare, MinimumEffectSize) {
             Verdict::kSlower);
 }
 
+// The quick suite run twice on one H100 build: an 80.9 us step measured 88.9 us the second time
+// (host-synchronised timing jitter). Below the absolute floor (10 us) that is "same"; the same step
+// on a build slowed by 200 us per launch (284 us) is "slower".
+TEST(BenchCompare, AbsoluteFloorForShortSteps) {
+  const auto base = results({one_case("x", {80.86e-6, 80.86e-6})});
+  EXPECT_EQ(compare_results(base, results({one_case("x", {88.92e-6, 88.92e-6})}))[0].verdict, Verdict::kSame);
+  EXPECT_EQ(compare_results(base, results({one_case("x", {284.0e-6, 284.0e-6})}))[0].verdict, Verdict::kSlower);
+  CompareOptions no_floor;
+  no_floor.min_abs_us = 0.0;
+  EXPECT_EQ(compare_results(base, results({one_case("x", {88.92e-6, 88.92e-6})}), no_floor)[0].verdict,
+            Verdict::kSlower);
+}
+
 TEST(BenchCompare, MissingAndSkippedCases) {
   const auto base = results({one_case("a", kSteady), one_case("b", kSteady), one_case("c", {}, "skipped")});
   const auto current = results({one_case("a", kSteady), one_case("c", kSteady), one_case("d", kSteady)});
