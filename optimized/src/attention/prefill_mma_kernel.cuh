@@ -28,6 +28,7 @@
 #include <cuda_fp16.h>
 
 #include "attention/attention_common.cuh"
+#include "common/mma.cuh"
 
 namespace hybridtb::cuda {
 
@@ -57,78 +58,8 @@ __host__ __device__ constexpr int64_t prefill_smem_bytes(int d, int variant) {
          (prefill_rows(d, variant) + 2 * kPrefillStages * prefill_config(d, variant).bn);
 }
 
-namespace prefill_detail {
-
-template <typename T>
-struct Mma;
-template <>
-struct Mma<__half> {
-  __device__ __forceinline__ static void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-  // Two floats rounded (RNE) to a packed pair, low half = x.
-  __device__ __forceinline__ static uint32_t pack(float x, float y) {
-    const __half2 h = __floats2half2_rn(x, y);
-    uint32_t u;
-    memcpy(&u, &h, 4);
-    return u;
-  }
-};
-template <>
-struct Mma<__nv_bfloat16> {
-  __device__ __forceinline__ static void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-  __device__ __forceinline__ static uint32_t pack(float x, float y) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
-    uint32_t u;
-    memcpy(&u, &h, 4);
-    return u;
-  }
-};
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-// 16 bytes global → shared; ok == false zero-fills without reading global memory.
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-// 2^x (ex2.approx.ftz: relative error ≤ 2^-22; 2^-inf = +0).
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// Byte offset of 16-byte chunk `chunk` of row `row` in a [rows][D] tile of 16-bit elements, XOR
-// swizzled over 8 chunks so that 8 rows at one logical chunk hit 8 distinct bank groups.
-template <int D>
-__device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
-  return static_cast<uint32_t>(row * D * 2 + ((chunk ^ (row & 7)) << 4));
-}
-
-}  // namespace prefill_detail
+// The PTX wrappers (mma.sync, ldmatrix, cp.async, exp2, swizzle) are shared with the tensor-core
+// decode kernel: common/mma.cuh.
 
 // T: model dtype (= cache element); D: head size; Plain: no soft cap and no ALiBi (logit =
 // scale·dot, folded with log2e into one multiply); V: tile variant (prefill_config). Sinks,
@@ -136,7 +67,7 @@ __device__ __forceinline__ uint32_t swizzle(int row, int chunk) {
 template <typename T, int D, bool Plain, int V>
 __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_blocks)
     prefill_mma_kernel(const __grid_constant__ AttentionParams p) {
-  using namespace prefill_detail;
+  using namespace mma;
   constexpr int MT = prefill_config(D, V).mt;   // m-tiles (16 rows) per warp
   constexpr int BN = prefill_config(D, V).bn;   // keys per tile
   constexpr int kRows = prefill_rows(D, V);     // rows per CTA
