@@ -1,7 +1,7 @@
 // The CUDA side of hybridtb_bench, behind a host-only header (no CUDA types): device facts, the
 // ceilings measured once per run, L2 flushing, CUDA-event step timing and the SM clock check.
-// gpu_timing.cu implements it when the build has CUDA; gpu_timing_stub.cpp otherwise (available()
-// is false with the reason, so GPU cases are skipped visibly).
+// gpu_timing.cu implements it when the build has CUDA; gpu_timing_unavailable.cpp otherwise
+// (available() is false with the reason, so GPU cases are skipped visibly).
 #pragma once
 
 #include <cstdint>

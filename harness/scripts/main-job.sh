@@ -45,5 +45,5 @@ BENCH_RESULTS="$out/bench.json" PARITY_REPORTS="$out/parity.json" \
   echo "Compare with another run: \`build/experiments/hybridtb_bench_compare OTHER.json $out/bench.json\`"
 } > "$out/README.md"
 echo
-echo "main-job: report written to $out (README.md, parity.json, parity_report.html, bench.json, benchmark_report.html)"
+echo "main-job: report written to $out (README.md, parity.json, parity_report.html, bench.json, benchmark_report.html; figures in *_report_files/)"
 exit $status

@@ -37,7 +37,10 @@ for name in "${which[@]}"; do
   nb="$root/notebooks/${name}_report.ipynb"
   [ -f "$nb" ] || { echo "render-report: no notebook $nb" >&2; exit 2; }
   # --execute runs in the notebook's folder; the kernel is the system python3 kernelspec.
-  "$python" -m nbconvert --to html --execute --ExecutePreprocessor.timeout=600 \
-    --ExecutePreprocessor.kernel_name=python3 --output-dir "$out" "$nb"
+  # The classic template keeps the page small and self-contained; the figures go to
+  # OUTDIR/<name>_report_files/*.png beside it (ExtractOutputPreprocessor) instead of base64 blobs
+  # inside the page, so committed reports stay diffable.
+  "$python" -m nbconvert --to html --execute --template classic --ExtractOutputPreprocessor.enabled=True \
+    --ExecutePreprocessor.timeout=600 --ExecutePreprocessor.kernel_name=python3 --output-dir "$out" "$nb"
   echo "render-report: $out/${name}_report.html"
 done

@@ -1,4 +1,5 @@
-// gpu_timing.h for a build without CUDA: no device, so every GPU case is skipped with the reason.
+// gpu_timing.h in a build without CUDA: available() says so, and every GPU case is skipped with
+// that reason before any other function here is reached (they throw if called anyway).
 #include "gpu_timing.h"
 
 #include "hybridtb/error.h"
