@@ -45,6 +45,7 @@
 #include "hybridtb/mix.h"
 #include "hybridtb/perf_model.h"
 #include "hybridtb/presets.h"
+#include "hybridtb/step.h"
 #include "src/gpu_timing.h"
 #include "src/results.h"
 #include "src/suite.h"
@@ -205,13 +206,6 @@ struct Runner {
     return data;
   }
 
-  static Tensor upload(Backend& backend, const Tensor& host) {
-    if (host.empty()) return {};
-    Tensor device = backend.allocate(host.dtype(), host.shape());
-    backend.copy(device, host);
-    return device;
-  }
-
   // Puts back what a step mutates: the KV-cache blocks it writes (and their scales) and every SSM
   // pool, from the pristine host copies in the batch file. Outside the timed region.
   void restore(Prepared& p, const BatchFile& file) {
@@ -254,18 +248,7 @@ struct Runner {
     }
     Backend& b = *p->backend;
     p->metadata = b.build_metadata(file.batch);  // the plan: never timed
-    const BatchInputs& in = file.inputs;
-    p->device.query = upload(b, in.query);
-    p->device.key = upload(b, in.key);
-    p->device.value = upload(b, in.value);
-    p->device.kv_cache = upload(b, in.kv_cache);
-    p->device.k_scale_cache = upload(b, in.k_scale_cache);
-    p->device.v_scale_cache = upload(b, in.v_scale_cache);
-    p->device.k_scale = in.k_scale;
-    p->device.v_scale = in.v_scale;
-    p->device.output_scale = in.output_scale;
-    for (const auto& [name, pool] : in.ssm_state) p->device.ssm_state[name] = upload(b, pool);
-    for (const auto& [name, w] : in.weights) p->device.weights[name] = upload(b, w);
+    p->device = upload_inputs(b, file.inputs);
     p->tensors = p->device.views();
     const Shape shape{file.batch.num_tokens(), file.config.num_heads, file.config.head_size};
     p->output = b.allocate(b.output_dtype(), shape);

@@ -112,8 +112,7 @@ def write_capture(path, config, batch, inputs, ssm=None, expected=None, provenan
         if key in ("k_scale", "v_scale", "output_scale"):
             ins[key] = float(_arr(value).reshape(-1)[0])
         else:
-            array, name = to_numpy(value)
-            ins[key] = array if name != "bfloat16" or array.dtype == np.uint16 else array
+            ins[key], _ = to_numpy(value)
     ssm = ssm or {}
     ssm_np = {"params": dict(ssm.get("params") or {}),
               "state": {k: to_numpy(v) for k, v in (ssm.get("state") or {}).items()},

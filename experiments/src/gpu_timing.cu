@@ -1,7 +1,6 @@
 // gpu_timing.h on CUDA: compiled only when the build has CUDA (experiments/CMakeLists.txt).
 // Reuses the ceiling kernels and the event loop of the attention benchmark
 // (optimized/bench/bench_kernels.cu, event_timer.h) so both benchmarks measure the same ceilings.
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -31,41 +30,6 @@ __global__ void clock_kernel(long long cycles, unsigned long long* out) {
   out[1] = t1 - t0;
 }
 
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  explicit DeviceBuffer(size_t bytes) { HYBRIDTB_CUDA_CHECK(cudaMalloc(&ptr, bytes)); }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
-double gemm_tflops(cudaStream_t stream) {
-  const int n = 8192;
-  const size_t bytes = static_cast<size_t>(n) * n * 2;
-  DeviceBuffer a(bytes), b(bytes), c(bytes);
-  cuda::bench::fill_normal_16bit(a.ptr, static_cast<int64_t>(n) * n, false, 1, stream);
-  cuda::bench::fill_normal_16bit(b.ptr, static_cast<int64_t>(n) * n, false, 2, stream);
-  cublasHandle_t handle = nullptr;
-  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw Error("cublasCreate failed");
-  cublasSetStream(handle, stream);
-  const float alpha = 1.0f;
-  const float beta = 0.0f;
-  auto run = [&] {
-    const cublasStatus_t status =
-        cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.ptr, CUDA_R_16BF, n, b.ptr, CUDA_R_16BF, n,
-                     &beta, c.ptr, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (status != CUBLAS_STATUS_SUCCESS) throw Error("cublasGemmEx failed");
-  };
-  double ms = 0;
-  try {
-    ms = cuda::bench::median_ms(10, stream, run, /*warmup=*/2);
-  } catch (...) {
-    cublasDestroy(handle);
-    throw;
-  }
-  cublasDestroy(handle);
-  return 2.0 * n * static_cast<double>(n) * n / (ms * 1e-3) / 1e12;
-}
 
 }  // namespace
 
@@ -115,7 +79,7 @@ Ceilings measure_ceilings() {
   const int64_t copy_bytes = std::min<int64_t>(int64_t{2} << 30, static_cast<int64_t>(free_bytes / 8));
   c.read_GBps = cuda::bench::measure_read_bandwidth(read_bytes, 10, stream) / 1e9;
   c.copy_GBps = cuda::bench::measure_copy_bandwidth(copy_bytes, 10, stream) / 1e9;
-  c.gemm_TFLOPs = gemm_tflops(stream);
+  c.gemm_TFLOPs = cuda::bench::measure_bf16_gemm_tflops(stream);
   HYBRIDTB_CUDA_CHECK(cudaStreamSynchronize(stream));
   HYBRIDTB_CUDA_CHECK(cudaStreamDestroy(stream));
   return c;

@@ -1,7 +1,6 @@
 // The subcommands of `hybridtb`, one source file each. Each add_*_command() registers its
 // options on the app and returns the function that runs it; main() dispatches to the parsed one.
-// Exit status of every command: 0 success, 1 invalid input or failed run (message on stderr),
-// 2 usage error (later commands may refine this; see their --help).
+// Exit status: see main.cpp (0 success, 2 bad input or usage error, 1 failed run or mismatch).
 #pragma once
 
 #include <CLI/CLI.hpp>

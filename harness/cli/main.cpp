@@ -1,6 +1,8 @@
 // hybridtb — the command-line tool: one binary, one subcommand per file (commands.h).
-// Exit status: 0 success, 1 invalid input or failed run (message on stderr), 2 usage error;
-// parity/replay/record refine it (0 pass, 1 mismatch, 2 bad input: see cmd_parity.cpp).
+// Exit status: 0 success; 2 bad input (run, info, record, parity, replay: the message names the field)
+// or a usage error; 1 a failed run or a parity/replay mismatch. `gen` still exits 1 on invalid
+// settings (tests/gen/test_gen_cli.cpp). Each subcommand returns its status; main() maps an
+// uncaught Error to 1.
 #include <CLI/CLI.hpp>
 
 #include <iostream>

@@ -40,6 +40,17 @@ echo "== gpu-check $(date -u +%FT%TZ): build $STAGES" >>"$SUMMARY"  # appended: 
 FAILED=0
 START=$(date +%s)
 
+# configure_and_build DIR [cmake -D options...] [-- build targets...]: the CUDA Release build.
+configure_and_build() {
+  local dir="$1"; shift
+  local options=() targets=()
+  while [[ $# -gt 0 && "$1" != "--" ]]; do options+=("$1"); shift; done
+  [[ $# -gt 0 ]] && { shift; targets=("$@"); }
+  cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DHYBRIDTB_CUDA=ON \
+    ${HYBRIDTB_GIT_COMMIT:+-DHYBRIDTB_GIT_COMMIT=$HYBRIDTB_GIT_COMMIT} "${options[@]}" &&
+    cmake --build "$dir" -j"$JOBS" ${targets[@]:+--target "${targets[@]}"}
+}
+
 record() {  # record STAGE STATUS DETAIL
   printf '%-12s %-5s %s\n' "$1" "$2" "$3" >>"$SUMMARY"
   [[ "$2" == "ok" || "$2" == "skip" ]] || FAILED=1
@@ -49,9 +60,7 @@ record() {  # record STAGE STATUS DETAIL
 t0=$(date +%s)
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv || true
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DHYBRIDTB_CUDA=ON \
-    ${HYBRIDTB_GIT_COMMIT:+-DHYBRIDTB_GIT_COMMIT=$HYBRIDTB_GIT_COMMIT} &&
-    cmake --build "$BUILD" -j"$JOBS"
+  configure_and_build "$BUILD"
 } >"$OUT/build.log" 2>&1
 if [[ $? -ne 0 ]]; then
   record build FAIL "see build.log ($(( $(date +%s) - t0 )) s)"
@@ -101,15 +110,11 @@ fi
 
 # --- generated parity sweep (every preset x the standard mixes x dtypes x KV dtypes) -----------
 if want sweep; then
-  if [[ -f harness/scripts/parity-sweep.sh ]]; then
-    t0=$(date +%s)
-    bash harness/scripts/parity-sweep.sh "$OUT/sweep" --backend cuda --hybridtb "$ROOT/$BUILD/harness/cli/hybridtb" \
-      >"$OUT/sweep.log" 2>&1
-    rc=$?
-    record sweep "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$(tail -1 "$OUT/sweep.log") ($(( $(date +%s) - t0 )) s)"
-  else
-    record sweep skip "harness/scripts/parity-sweep.sh not present"
-  fi
+  t0=$(date +%s)
+  bash harness/scripts/parity-sweep.sh "$OUT/sweep" --backend cuda --hybridtb "$ROOT/$BUILD/harness/cli/hybridtb" \
+    >"$OUT/sweep.log" 2>&1
+  rc=$?
+  record sweep "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$(tail -1 "$OUT/sweep.log") ($(( $(date +%s) - t0 )) s)"
 fi
 
 # --- kernel benchmarks ---------------------------------------------------------------------------
@@ -168,9 +173,7 @@ if want compare-check; then
   {
     "$BUILD/experiments/hybridtb_bench" "${quick[@]}" --out "$OUT/quick-a.json" &&
       "$BUILD/experiments/hybridtb_bench" "${quick[@]}" --out "$OUT/quick-b.json" &&
-      cmake -S . -B "$BUILD-slow" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DHYBRIDTB_CUDA=ON \
-        -DHYBRIDTB_DEBUG_SLOWDOWN_US=200 ${HYBRIDTB_GIT_COMMIT:+-DHYBRIDTB_GIT_COMMIT=$HYBRIDTB_GIT_COMMIT} &&
-      cmake --build "$BUILD-slow" -j"$JOBS" --target hybridtb_bench &&
+      configure_and_build "$BUILD-slow" -DHYBRIDTB_DEBUG_SLOWDOWN_US=200 -- hybridtb_bench &&
       "$BUILD-slow/experiments/hybridtb_bench" "${quick[@]}" --out "$OUT/quick-slow.json"
   } >"$OUT/compare-check.log" 2>&1
   rc=$?

@@ -19,7 +19,7 @@ hybridtb=./build/harness/cli/hybridtb
 status=0
 
 echo "== parity"
-if ./build/harness/cli/hybridtb backends 2>/dev/null | grep -q '^ *cuda' && nvidia-smi -L >/dev/null 2>&1; then
+if "$hybridtb" backends 2>/dev/null | grep -q '^ *cuda' && nvidia-smi -L >/dev/null 2>&1; then
   parity=(parity --backend cuda --against reference datasets/examples/*.h5 datasets/recorded/*.h5)
 else
   echo "main-job: no GPU backend here: replaying the recorded expectations on the reference"

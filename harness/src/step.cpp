@@ -31,13 +31,7 @@ Tensor poisoned_output(Backend& backend, const Shape& shape) {
 
 }  // namespace
 
-StepOutputs run_step(Backend& backend, const BatchFile& file) {
-  const AttentionConfig& config = file.config;
-  const BatchInputs& in = file.inputs;
-  StepOutputs out;
-  out.backend = backend.name();
-  out.metadata = backend.build_metadata(file.batch);
-
+BatchInputs upload_inputs(Backend& backend, const BatchInputs& in) {
   BatchInputs device;
   device.query = upload(backend, in.query);
   device.key = upload(backend, in.key);
@@ -50,6 +44,17 @@ StepOutputs run_step(Backend& backend, const BatchFile& file) {
   device.output_scale = in.output_scale;
   for (const auto& [name, pool] : in.ssm_state) device.ssm_state[name] = upload(backend, pool);
   for (const auto& [name, weight] : in.weights) device.weights[name] = upload(backend, weight);
+  return device;
+}
+
+StepOutputs run_step(Backend& backend, const BatchFile& file) {
+  const AttentionConfig& config = file.config;
+  const BatchInputs& in = file.inputs;
+  StepOutputs out;
+  out.backend = backend.name();
+  out.metadata = backend.build_metadata(file.batch);
+
+  BatchInputs device = upload_inputs(backend, in);
   const StepTensors tensors = device.views();
 
   const Shape output_shape{file.batch.num_tokens(), config.num_heads, config.head_size};

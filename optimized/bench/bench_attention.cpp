@@ -7,7 +7,6 @@
 // Prefill cases (issue 5): 1×2k/4k/8k/32k tokens, no window and window 4096, on the tensor-core
 // path, plus 1×4k on the generic SIMT kernel for comparison; the mixed step is also reported as a
 // ratio to the sum of its parts (decode 64×4k + prefill 1×2k). Run by harness/scripts/gpu-check.sh.
-#include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -60,28 +59,6 @@ struct DeviceBuffer {
 };
 
 
-double gemm_tflops(cudaStream_t stream) {
-  const int n = 8192;
-  const size_t bytes = static_cast<size_t>(n) * n * 2;
-  DeviceBuffer a(bytes), b(bytes), c(bytes);
-  bench::fill_normal_16bit(a.ptr, static_cast<int64_t>(n) * n, false, 1, stream);
-  bench::fill_normal_16bit(b.ptr, static_cast<int64_t>(n) * n, false, 2, stream);
-  cublasHandle_t handle;
-  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw Error("cublasCreate failed");
-  cublasSetStream(handle, stream);
-  const float alpha = 1.0f;
-  const float beta = 0.0f;
-  auto run = [&] {
-    const cublasStatus_t status =
-        cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.ptr, CUDA_R_16BF, n, b.ptr, CUDA_R_16BF, n,
-                     &beta, c.ptr, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (status != CUBLAS_STATUS_SUCCESS) throw Error("cublasGemmEx failed");
-  };
-  run();
-  const double ms = bench::median_ms(10, stream, run);
-  cublasDestroy(handle);
-  return 2.0 * n * static_cast<double>(n) * n / (ms * 1e-3) / 1e12;
-}
 
 // What a recorded result must carry: commit, build, date, driver/runtime and the clocks the device
 // reports (cudaDeviceGetAttribute; CUDA 13 removed cudaDeviceProp::clockRate). The clocks are the
@@ -224,7 +201,7 @@ int main(int argc, char** argv) {
     report["environment"] = run_environment();
     const double read = bench::measure_read_bandwidth(int64_t{4} << 30, 10, stream);
     const double copy = bench::measure_copy_bandwidth(int64_t{2} << 30, 10, stream);
-    const double gemm = gemm_tflops(stream);
+    const double gemm = bench::measure_bf16_gemm_tflops(stream);
     report["ceilings"] = {{"read_GBps", read / 1e9}, {"copy_GBps", copy / 1e9}, {"bf16_gemm_TFLOPs", gemm}};
     std::vector<BenchCase> cases = {
         {"decode 64x4k", "decode", repeat(64, {4095, 1})},

@@ -1,6 +1,7 @@
 // Device helpers of the attention benchmark (see bench_kernels.h).
 #include "bench/bench_kernels.h"
 
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -87,6 +88,46 @@ double measure_copy_bandwidth(int64_t bytes, int reps, cudaStream_t stream) {
   HYBRIDTB_CUDA_CHECK(cudaFree(a));
   HYBRIDTB_CUDA_CHECK(cudaFree(b));
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
+}
+
+namespace {
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(size_t bytes) { HYBRIDTB_CUDA_CHECK(cudaMalloc(&ptr, bytes)); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+}  // namespace
+
+double measure_bf16_gemm_tflops(cudaStream_t stream) {
+  const int n = 8192;
+  const size_t bytes = static_cast<size_t>(n) * n * 2;
+  DeviceBuffer a(bytes), b(bytes), c(bytes);
+  fill_normal_16bit(a.ptr, static_cast<int64_t>(n) * n, false, 1, stream);
+  fill_normal_16bit(b.ptr, static_cast<int64_t>(n) * n, false, 2, stream);
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) throw hybridtb::Error("cublasCreate failed");
+  cublasSetStream(handle, stream);
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  auto run = [&] {
+    const cublasStatus_t status =
+        cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.ptr, CUDA_R_16BF, n, b.ptr, CUDA_R_16BF, n,
+                     &beta, c.ptr, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (status != CUBLAS_STATUS_SUCCESS) throw hybridtb::Error("cublasGemmEx failed");
+  };
+  double ms = 0;
+  try {
+    ms = median_ms(10, stream, run, /*warmup=*/2);
+  } catch (...) {
+    cublasDestroy(handle);
+    throw;
+  }
+  cublasDestroy(handle);
+  return 2.0 * n * static_cast<double>(n) * n / (ms * 1e-3) / 1e12;
 }
 
 }  // namespace hybridtb::cuda::bench

@@ -16,5 +16,8 @@ void fill_normal_16bit(void* data, int64_t count, bool is_half, uint64_t seed, c
 double measure_read_bandwidth(int64_t bytes, int reps, cudaStream_t stream);
 // Median over `reps` of cudaMemcpyAsync device-to-device of `bytes`, counting read + write: bytes/s.
 double measure_copy_bandwidth(int64_t bytes, int reps, cudaStream_t stream);
+// Median over 10 runs (after 2 warm-ups) of a cuBLAS bf16 GEMM 8192³ with float32 accumulation: TFLOP/s.
+// The tensor-core ceiling of hybridtb_bench_attention and hybridtb_bench.
+double measure_bf16_gemm_tflops(cudaStream_t stream);
 
 }  // namespace hybridtb::cuda::bench

@@ -59,7 +59,6 @@ class ReferenceBackend final : public Backend {
     HYBRIDTB_CHECK(config.has_ssm_branch(), "ssm_forward called for a layer without an SSM branch (ssm_mode none)");
     HYBRIDTB_CHECK(metadata.mamba.has_value(), "ssm_mode ", config.ssm_mode,
                    " needs the Mamba metadata, which encoder-only layers do not have");
-    ssm::validate_ssm_tensors(config, tensors.ssm_state, tensors.weights);
     ssm::ssm_forward(config, *metadata.mamba, batch, tensors, contribution);
   }
 

@@ -75,9 +75,8 @@ RequestPlan plan_prefill(const AttentionConfig& config, const MambaAttentionMeta
   const IntArray& indices =
       required(metadata.state_indices_tensor_p, "state_indices_tensor_p", "the batch has prefills");
   if (config.mamba_cache_mode != MambaCacheMode::kAll) {
-    HYBRIDTB_CHECK(indices.rank() == 1 && i < indices.numel(), "mamba/state_indices_tensor_p has no entry ", i, ": ",
-                   indices.describe());
-    plan.final_write = Slot{indices[i], detail::concat("mamba/state_indices_tensor_p[", i, "]")};
+    plan.final_write =
+        Slot{entry(indices, "state_indices_tensor_p", i), detail::concat("mamba/state_indices_tensor_p[", i, "]")};
     if (has_initial_state) plan.read = plan.final_write;
     return plan;
   }

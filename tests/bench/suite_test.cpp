@@ -3,6 +3,7 @@
 
 #include "hybridtb/error.h"
 #include "src/suite.h"
+#include "test_paths.h"
 
 namespace hybridtb::bench {
 namespace {
@@ -47,7 +48,7 @@ TEST(Suite, RejectsBadInput) {
 }
 
 TEST(Suite, ShippedSuitesParseAndCoverTheIssue) {
-  const std::string dir = std::string(HYBRIDTB_SOURCE_DIR) + "/experiments/suites/";
+  const std::string dir = (testing::source_dir() / "experiments" / "suites").string() + "/";
   const Suite standard = load_suite(dir + "standard.json");
   const Suite quick = load_suite(dir + "quick.json");
   load_suite(dir + "smoke.json");

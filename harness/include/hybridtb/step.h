@@ -15,6 +15,10 @@ namespace hybridtb {
 // padding rows were never touched.
 inline constexpr double kOutputPoison = std::numeric_limits<double>::quiet_NaN();
 
+// Copies of every input tensor of `host` in the backend's memory (empty tensors stay empty;
+// the scalar scales are copied as they are). run_step and the benchmark suite upload through it.
+BatchInputs upload_inputs(Backend& backend, const BatchInputs& host);
+
 // Runs `file`'s step on `backend`. The file is not modified (the KV cache is copied first).
 // Throws Error / NotSupported if the backend cannot run this configuration.
 StepOutputs run_step(Backend& backend, const BatchFile& file);

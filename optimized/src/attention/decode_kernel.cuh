@@ -66,11 +66,6 @@ __device__ __forceinline__ void to_float(const uint2& raw, float (&out)[8], uint
   for (int i = 0; i < 8; ++i) out[i] = byte_to_float(static_cast<uint8_t>(w[i / 4] >> (8 * (i % 4))), kind);
 }
 
-template <typename Raw>
-__device__ __forceinline__ Raw load_raw(const void* base, int64_t element_offset, int element_bytes) {
-  return __ldg(reinterpret_cast<const Raw*>(static_cast<const unsigned char*>(base) + element_offset * element_bytes));
-}
-
 // cp.async of one Raw vector into shared memory; !ok zero-fills without reading global memory.
 template <typename Raw>
 __device__ __forceinline__ void cp_async_raw(Raw* dst, const void* src, bool ok) {

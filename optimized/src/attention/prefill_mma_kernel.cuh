@@ -36,7 +36,6 @@ constexpr int kPrefillWarps = 4;
 constexpr int kPrefillThreads = 32 * kPrefillWarps;
 constexpr int kPrefillStages = 3;    // cp.async ring: kPrefillStages − 1 K/V tiles in flight
 constexpr float kPrefillPShift = 15.0f;  // P ∈ [0, 2^15]: fits float16 (max 65504), no subnormal loss
-constexpr int kPrefillMaxRows = 128;     // largest rows per CTA of any variant
 
 // Tile configurations ("variants"): MT m-tiles of 16 rows per warp (rows per CTA = 64·MT), BN keys
 // per K/V tile, and the CTAs per SM the register budget is capped for. The default per head size

@@ -10,7 +10,6 @@ namespace hybridtb::cuda {
 struct DeviceMemory::Pool {
   std::mutex mutex;
   std::map<size_t, std::vector<void*>> free_blocks;  // size class → cached blocks
-  size_t reserved = 0;
 
   ~Pool() {
     for (auto& [size, blocks] : free_blocks) {
@@ -39,8 +38,6 @@ std::shared_ptr<void> DeviceMemory::allocate(size_t bytes) {
   }
   if (block == nullptr) {
     HYBRIDTB_CUDA_CHECK(cudaMalloc(&block, size));
-    const std::lock_guard<std::mutex> lock(pool_->mutex);
-    pool_->reserved += size;
   }
   std::shared_ptr<Pool> pool = pool_;  // the deleter keeps the pool alive
   return std::shared_ptr<void>(block, [pool, size](void* p) {
@@ -49,15 +46,10 @@ std::shared_ptr<void> DeviceMemory::allocate(size_t bytes) {
   });
 }
 
-size_t DeviceMemory::reserved_bytes() const {
-  const std::lock_guard<std::mutex> lock(pool_->mutex);
-  return pool_->reserved;
-}
-
 void* Workspace::device(size_t bytes) {
   if (bytes > size_ || !block_) {
     block_ = memory_.allocate(bytes);
-    size_ = std::bit_ceil(bytes < 512 ? size_t{512} : bytes);
+    size_ = size_class(bytes);
   }
   return block_.get();
 }

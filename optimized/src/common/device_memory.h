@@ -22,8 +22,6 @@ class DeviceMemory {
 
   // A device block of at least `bytes` (256-byte aligned); the deleter returns it to the cache.
   std::shared_ptr<void> allocate(size_t bytes);
-  // Bytes currently held from cudaMalloc (cached + in use).
-  size_t reserved_bytes() const;
 
  private:
   struct Pool;

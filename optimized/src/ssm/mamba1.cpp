@@ -36,12 +36,6 @@ cudaDataType_t cuda_type(ElementKind kind) {
   }
 }
 
-void check_cublas(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS) {
-    throw Error(detail::concat("cuBLAS error ", cublasGetStatusName(status), " in ", what));
-  }
-}
-
 // out[rows, out_cols] (float32, dense) = X[rows, k] · W[out_cols, k]^T, X row-strided by ldx.
 void gemm_rows(SsmContext& context, float* out, int64_t rows, int64_t out_cols, const void* x, ElementKind x_kind,
                int64_t ldx, int64_t k, const WeightRef& w, const char* what) {

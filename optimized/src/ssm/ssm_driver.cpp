@@ -27,13 +27,14 @@ namespace hybridtb::cuda::ssm {
 
 namespace {
 constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+}  // namespace
 
 void check_cublas(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS) {
     throw Error(detail::concat("cuBLAS error ", cublasGetStatusName(status), " in ", what));
   }
 }
-}  // namespace
+
 
 SsmContext::~SsmContext() {
   if (cublas_ != nullptr) cublasDestroy(cublas_);  // NOLINT: best effort in a destructor

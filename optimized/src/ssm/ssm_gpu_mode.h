@@ -32,6 +32,9 @@
 
 namespace hybridtb::cuda::ssm {
 
+// Throws Error naming the cuBLAS call `what` unless status is CUBLAS_STATUS_SUCCESS.
+void check_cublas(cublasStatus_t status, const char* what);
+
 // The device resources of the SSM branch, owned by the backend: its stream, scratch memory from
 // the backend's caching allocator (no cudaMalloc once the size classes are warm), a cuBLAS handle
 // (created on first use, bound to the stream with its own workspace).
