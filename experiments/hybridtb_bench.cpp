@@ -4,12 +4,16 @@
 // common Backend interface, with Google Benchmark doing registration, filtering, repetitions and
 // the console. Per case the batch is built in memory by the same generator as `hybridtb gen`
 // (make_layer + parse_mix + generate_batch, same seed), so a case name is also its repro command
-// (--repro). What is timed per iteration is one step: write_kv_cache + hybrid_forward ("fused"),
-// or write_kv_cache + attention_forward + ssm_forward ("two_kernel", hybrid layers only);
+// (--repro). What is timed per iteration is one step: write_kv_cache + hybrid_forward, with the
+// SSM add fused into the attention epilogues ("fused") or as a separate pass ("two_kernel", hybrid
+// layers only: BackendSettings::fuse_hybrid_add off), or the step captured once as a CUDA graph and
+// replayed with its metadata re-uploaded ("graph": decode steps; --cuda-graph adds it to GPU cases);
 // build_metadata, uploads, the restore of the mutated state (the KV-cache blocks this step writes,
 // the SSM pools) and the L2 flush happen outside the timed region.
 //   reference: process CPU time (all its threads; Google Benchmark's, paused around the restore);
-//   cuda:      CUDA events + UseManualTime, warm-up, L2 flushed before every iteration, SM clock
+//   cuda:      CUDA events on the backend's stream (Backend::native_stream) + UseManualTime: from an
+//              idle GPU, the step's host planning, uploads and launches and its GPU work, with no
+//              device synchronisation inside; warm-up, L2 flushed before every iteration, SM clock
 //              sampled around every repetition (a repetition below --throttle-threshold of the
 //              maximum clock is flagged "throttled").
 // Counters (tokens/s, bytes, FLOPs: hybridtb/perf_model.h), achieved GB/s and TFLOP/s and the
@@ -175,6 +179,7 @@ struct Prepared {
   BatchInputs device;
   StepTensors tensors;
   Tensor output, attn_output, ssm_output;
+  std::unique_ptr<StepGraph> graph;  // path "graph": the captured step
   std::vector<std::pair<int64_t, int64_t>> written_blocks;  // [begin, end) runs of KV blocks this step writes
   std::unique_ptr<gpu::StepTimer> timer;
   std::string skip;  // non-empty: skip every repetition with this reason
@@ -223,15 +228,15 @@ struct Runner {
     b.synchronize();
   }
 
-  void run_step(Prepared& p, const BatchFile& file, const std::string& path) {
+  // One step; fused and two_kernel differ in the backend's settings (prepare()).
+  void run_step(Prepared& p, const BatchFile& file) {
+    if (p.graph) {
+      p.graph->replay(p.metadata, file.batch);
+      return;
+    }
     Backend& b = *p.backend;
     b.write_kv_cache(file.batch, p.tensors);
-    if (path == "fused") {
-      b.hybrid_forward(p.metadata, file.batch, p.tensors, {p.output, p.attn_output, p.ssm_output});
-    } else {
-      b.attention_forward(p.metadata, file.batch, p.tensors, p.attn_output);
-      b.ssm_forward(p.metadata, file.batch, p.tensors, p.ssm_output);
-    }
+    b.hybrid_forward(p.metadata, file.batch, p.tensors, {p.output, p.attn_output, p.ssm_output});
   }
 
   // Creates the backend, uploads, builds the metadata and runs two untimed warm-up steps; records
@@ -241,7 +246,7 @@ struct Runner {
     p->bench = bench.name;
     const BatchFile& file = data.file;
     try {
-      p->backend = create_backend(bench.backend, {file.config, file.builder});
+      p->backend = create_backend(bench.backend, {file.config, file.builder, bench.path != "two_kernel"});
     } catch (const NotSupported& e) {
       p->skip = std::string("not supported: ") + e.what();
       return p;
@@ -267,11 +272,14 @@ struct Runner {
         p->written_blocks.emplace_back(blk, blk + 1);
       }
     }
-    if (bench.gpu) p->timer = std::make_unique<gpu::StepTimer>();
+    if (bench.gpu) p->timer = std::make_unique<gpu::StepTimer>(b.native_stream());
     try {
+      if (bench.path == "graph") {
+        p->graph = b.capture_decode_step(p->metadata, file.batch, p->tensors, {p->output, p->attn_output, p->ssm_output});
+      }
       for (int w = 0; w < (bench.gpu ? 2 : 1); ++w) {
         restore(*p, file);
-        run_step(*p, file, bench.path);
+        run_step(*p, file);
         b.synchronize();
       }
     } catch (const NotSupported& e) {
@@ -287,9 +295,7 @@ struct Runner {
              (bench.backend == "cuda" ? " (built without CUDA)" : "");
     }
     if (bench.gpu && !have_gpu) return no_gpu_reason;
-    if (bench.gpu && options.cuda_graph) {
-      return "CUDA-graph timing needs the backend's stream, which the Backend interface does not expose yet";
-    }
+    if (bench.path == "graph" && !bench.gpu) return "CUDA-graph timing needs a GPU backend";
     if (bench.backend == "reference") {
       // The reference's cost from the requests alone, without generating the batch.
       const SuiteCase& c = *bench.c;
@@ -346,7 +352,7 @@ struct Runner {
           restore(p, file);
           if (flusher) flusher->flush();
           p.timer->start();
-          run_step(p, file, bench.path);
+          run_step(p, file);
           state.SetIterationTime(p.timer->stop_seconds());
         }
         // Right after the timed loop the clocks are at their loaded level.
@@ -361,7 +367,7 @@ struct Runner {
           state.PauseTiming();
           restore(p, file);
           state.ResumeTiming();
-          run_step(p, file, bench.path);
+          run_step(p, file);
         }
       }
       const StepCost& cost = data->cost;
@@ -511,7 +517,9 @@ int main_impl(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--no-l2-flush", o.no_flush, "Do not flush the L2 before each timed GPU step (hot-cache timing)");
   app.add_flag("--no-ceilings", o.no_ceilings, "Skip measuring the ceilings (no % of ceiling counters)");
-  app.add_flag("--cuda-graph", o.cuda_graph, "Time GPU steps as replayed CUDA graphs (not available yet: skipped)");
+  app.add_flag("--cuda-graph", o.cuda_graph,
+               "Also time each GPU case as a replayed CUDA graph (path 'graph'; decode steps only, others skipped "
+               "with the reason)");
   app.add_flag("--list", o.list, "List the benchmarks and exit");
   app.add_option("--repro", o.repro, "Print the gen + parity commands of the cases matching REGEX and exit");
   try {
@@ -542,7 +550,11 @@ int main_impl(int argc, char** argv) {
   for (const SuiteCase& c : suite.cases) {
     for (const std::string& backend : c.backends) {
       if (!o.backends.empty() && std::find(o.backends.begin(), o.backends.end(), backend) == o.backends.end()) continue;
-      for (const std::string& path : c.paths) {
+      std::vector<std::string> paths = c.paths;
+      if (o.cuda_graph && backend != "reference" && std::find(paths.begin(), paths.end(), "graph") == paths.end()) {
+        paths.push_back("graph");
+      }
+      for (const std::string& path : paths) {
         auto b = std::make_unique<Bench>();
         b->c = &c;
         b->backend = backend;
@@ -572,6 +584,8 @@ int main_impl(int argc, char** argv) {
                         {"suite", suite.name},
                         {"suite_file", suite.path},
                         {"l2_flush", !o.no_flush},
+                        {"gpu_timing", "CUDA events on the backend's stream (Backend::native_stream): host planning, "
+                                       "uploads and launches plus GPU work, from an idle GPU, no device sync inside"},
                         {"throttle_threshold", o.throttle_threshold},
                         {"gpu", nullptr}};
   std::string command;

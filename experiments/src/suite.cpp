@@ -149,8 +149,8 @@ Suite parse_suite(const nlohmann::json& json, const std::string& path) {
           if (group.contains("paths")) {
             c.paths = string_list(group["paths"], gwhere + " paths");
             for (const std::string& p : c.paths) {
-              HYBRIDTB_CHECK(p == "fused" || (p == "two_kernel" && hybrid), gwhere, ": path '", p,
-                             "' (fused, or two_kernel for a layer with an SSM branch)");
+              HYBRIDTB_CHECK(p == "fused" || p == "graph" || (p == "two_kernel" && hybrid), gwhere, ": path '", p,
+                             "' (fused, graph, or two_kernel for a layer with an SSM branch)");
             }
           }
           HYBRIDTB_CHECK(seen.insert(c.name).second, gwhere, ": case ", c.name, " is listed twice");

@@ -19,7 +19,7 @@ struct SuiteCase {
   std::vector<std::string> settings;  // every --set key=value, in the order gen applies them
   uint64_t seed = 0;
   std::vector<std::string> backends;  // backends to time it on
-  std::vector<std::string> paths;     // "fused" and/or "two_kernel" (two_kernel only with an SSM branch)
+  std::vector<std::string> paths;     // "fused", "two_kernel" (only with an SSM branch), "graph" (CUDA graph)
   int repetitions = 5;
   double min_time_s = 0.05;
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU check in one go, on the GPU machine (H100/H200, no network):
 #   bash harness/scripts/gpu-check.sh OUTDIR [STAGE...]
-# STAGEs (default: all, in this order): ctest sanitizer examples sweep bench peer suite
+# STAGEs (default: all, in this order): ctest sanitizer examples sweep bench peer suite graph
 # compare-check. The build
 # always runs first (incremental when build-gpu/ exists), so a long check can be split over two
 # calls of the device tool, e.g. `... OUT ctest sanitizer examples sweep` then `... OUT bench peer suite`.
@@ -9,7 +9,8 @@
 # compute-sanitizer memcheck + racecheck on the Small* cases of every GPU test binary →
 # `hybridtb parity --backend cuda` against the reference on every datasets/examples/*.h5 →
 # the generated parity sweep (harness/scripts/parity-sweep.sh) → the attention benchmark (JSON)
-# → the SSM benchmark (when built) → the PyTorch peer on the same shapes and the ratio to it.
+# → the SSM benchmark (when built) → the PyTorch peer on the same shapes and the ratio to it →
+# the standard suite → the CUDA-graph suite (eager vs replayed decode steps) → the compare check.
 # Writes build.log, ctest.log, sanitizer.log, examples.log, parity.json, sweep/, bench.log,
 # bench.json, bench-ssm.*, peer.log, peer.json, peer-ratio.json and summary.txt into OUTDIR and
 # prints the summary table last. HYBRIDTB_GIT_COMMIT in the environment names the commit where the
@@ -17,7 +18,7 @@
 # Exit status: 0 if every stage passed, 1 otherwise (later stages still run).
 set -uo pipefail
 
-ALL_STAGES="ctest sanitizer examples sweep bench peer suite compare-check"
+ALL_STAGES="ctest sanitizer examples sweep bench peer suite graph compare-check"
 if [[ $# -lt 1 ]]; then
   echo "usage: bash harness/scripts/gpu-check.sh OUTDIR [STAGE...]   (stages: $ALL_STAGES)" >&2
   exit 2
@@ -164,6 +165,15 @@ if want suite; then
   record suite "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "suite.json: $(grep -c '"name"' "$OUT/suite.json" 2>/dev/null) entries ($(( $(date +%s) - t0 )) s)"
 fi
 
+# --- decode steps eager vs replayed from a CUDA graph (experiments/suites/graph.json) -------------
+if want graph; then
+  t0=$(date +%s)
+  "$BUILD/experiments/hybridtb_bench" --suite experiments/suites/graph.json --out "$OUT/graph.json" \
+    >"$OUT/graph.log" 2>&1
+  rc=$?
+  record graph "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "graph.json ($(( $(date +%s) - t0 )) s)"
+fi
+
 # --- the compare flags a deliberately slowed build and not a rerun (issue "Benchmarks") ---------
 # The quick suite's cuda cases twice on this build, then once on a build whose attention launches
 # each spin 200 us more (-DHYBRIDTB_DEBUG_SLOWDOWN_US=200): rerun → "same", slowed → "slower".
@@ -197,6 +207,7 @@ fi
   [[ -f "$OUT/bench-ssm.log" ]] && { echo "--- SSM benchmark ---"; cat "$OUT/bench-ssm.log"; }
   [[ -f "$OUT/peer-ratio.log" ]] && { echo "--- PyTorch peer (ratio > 1: hybridtb faster) ---"; cat "$OUT/peer-ratio.log"; }
   [[ -f "$OUT/peer-ssm-ratio.log" ]] && { echo "--- PyTorch peer, mamba1 ---"; cat "$OUT/peer-ssm-ratio.log"; }
+  [[ -f "$OUT/graph.log" ]] && { echo "--- CUDA graph vs eager ---"; sed -n '/^status/,$p' "$OUT/graph.log"; }
   echo "total: $(( $(date +%s) - START )) s"
 } >>"$SUMMARY"
 echo

@@ -1,9 +1,16 @@
-// The backend registry: name → factory.
+// The backend registry: name → factory; and the Backend defaults for optional capabilities.
 #include "hybridtb/backend.h"
 
 #include "hybridtb/error.h"
 
 namespace hybridtb {
+
+std::unique_ptr<StepGraph> Backend::capture_decode_step(const HybridMetadata& /*metadata*/,
+                                                        const BatchDescription& /*batch*/,
+                                                        const StepTensors& /*tensors*/,
+                                                        const HybridOutputs& /*outputs*/) {
+  throw NotSupported(detail::concat("backend '", name(), "' does not capture CUDA graphs"));
+}
 
 BackendRegistry& BackendRegistry::instance() {
   static BackendRegistry registry;

@@ -34,6 +34,13 @@ TEST(Suite, HybridLayersGetBothPathsAndPresetDefaults) {
   EXPECT_EQ(s.cases[1].paths, (std::vector<std::string>{"fused", "two_kernel"}));
 }
 
+TEST(Suite, GraphPathIsAcceptedForAnyLayer) {
+  const Suite s = parse_suite(suite_with({{"preset", "llama3-8b"}, {"mix", "d8@1k"}, {"paths", {"fused", "graph"}}}));
+  ASSERT_EQ(s.cases.size(), 1u);
+  EXPECT_EQ(s.cases[0].paths, (std::vector<std::string>{"fused", "graph"}));
+  EXPECT_THROW(parse_suite(suite_with({{"preset", "llama3-8b"}, {"mix", "d8@1k"}, {"paths", {"graphs"}}})), Error);
+}
+
 TEST(Suite, RejectsBadInput) {
   EXPECT_THROW(parse_suite(suite_with({{"preset", "llama3-8b"}, {"mix", "d8@"}})), Error);
   EXPECT_THROW(parse_suite(suite_with({{"preset", "llama9"}, {"mix", "d8@1k"}})), Error);
@@ -52,6 +59,8 @@ TEST(Suite, ShippedSuitesParseAndCoverTheIssue) {
   const Suite standard = load_suite(dir + "standard.json");
   const Suite quick = load_suite(dir + "quick.json");
   load_suite(dir + "smoke.json");
+  // The CUDA-graph suite: decode steps only (its graph path times nothing else).
+  for (const SuiteCase& c : load_suite(dir + "graph.json").cases) EXPECT_EQ(c.mix.find('p'), std::string::npos) << c.name;
   auto has = [&](const Suite& s, const std::string& preset, const std::string& mix, const std::string& setting) {
     for (const SuiteCase& c : s.cases) {
       if (c.preset == preset && c.mix == mix &&

@@ -7,19 +7,32 @@
 // implementation refused with NotSupported, chunked prefill == one-shot prefill on the GPU, and
 // bitwise run-to-run reproducibility; for mamba1 also decode-only steps (the scan's single decode
 // launch), long single requests of a length no chunk size divides, 16-bit pools on the vector
-// state path and odd sizes (partial channel tiles and state quads) on the scalar one. Skips with the reason on a machine without a CUDA device.
+// state path and odd sizes (partial channel tiles and state quads) on the scalar one. Decode-only
+// steps padded for a full CUDA graph (FULL_DECODE_ONLY, every mode and cache mode) run as the
+// fixed-shape decode step (optimized/src/ssm/ssm_gpu_mode.h, FixedDecodeStep), checked here through
+// the backend (parity, padding rows and padding requests' slots untouched, reproducible) and
+// directly (CudaSsmFixedStep): a step re-prepared for batch B gives the bits of a fresh step for B,
+// a captured CUDA graph replayed after prepare(B) too, the eager backend the same bits, skipped
+// requests zeros, shared slots refused (and run in waves eagerly), shape/tensor changes refused.
+// Skips with the reason on a machine without a CUDA device.
 // Run: ctest --test-dir <build> -L cuda   (cases named Small* are the compute-sanitizer subset)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include <cuda_runtime_api.h>
+
+#include "common/device_memory.h"
 #include "cuda_compare.h"
 #include "hybridtb/backend.h"
 #include "hybridtb/batch_file.h"
@@ -28,6 +41,7 @@
 #include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/step.h"
 #include "hybridtb/synthetic.h"
+#include "ssm/ssm_gpu_mode.h"
 #include "test_paths.h"
 
 namespace hybridtb::testing {
@@ -61,6 +75,15 @@ const std::vector<RequestSpec> kLong = {{0, 1}, {100, 700}};
 const std::vector<RequestSpec> kLongSingle = {{37, 1001}};
 // Decodes only (no prefill launch), more than one block of channels per request when I = 64.
 const std::vector<RequestSpec> kManyDecodes = {{20, 1}, {3, 1}, {60, 1}, {31, 1}, {1, 1}, {90, 1}, {0, 1}};
+// Decode-only steps for a full CUDA graph (capture sizes 1, 2, 4, 8): with context, without
+// (fresh: starts from zeros), a token crossing into a new mamba block (context 16: mode all reads
+// block 0 and writes block 1), a token ending a block (context 15); padded with 3 requests and 3
+// token rows to the capture size 8. kGraphDecodesB has the same padded shape (batch B of a replay).
+const std::vector<RequestSpec> kGraphDecodes = {{20, 1}, {0, 1}, {16, 1}, {15, 1}, {47, 1}};
+const std::vector<RequestSpec> kGraphDecodesB = {{3, 1}, {33, 1}, {0, 1}, {64, 1}, {9, 1}};
+// Small ones, padded with 1 request and 1 row to the capture size 4.
+const std::vector<RequestSpec> kSmallGraph = {{20, 1}, {0, 1}, {16, 1}};
+const std::vector<RequestSpec> kSmallGraphB = {{32, 1}, {7, 1}, {0, 1}};
 
 AttentionConfig make_config(const SsmCase& c) {
   AttentionConfig config;
@@ -91,7 +114,8 @@ std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& pools
   return out;
 }
 
-BatchFile make_ssm_step(const SsmCase& c) {
+// `num_slots`: the pools' slots (0: the batch's need + 2 spare slots no request names).
+BatchFile make_ssm_step(const SsmCase& c, int64_t num_slots = 0) {
   const AttentionConfig config = make_config(c);
   BuilderConfig builder;
   if (c.decode_graph) {
@@ -105,7 +129,8 @@ BatchFile make_ssm_step(const SsmCase& c) {
   options.ssm_block_table = true;
   BatchFile file = make_synthetic_batch(config, builder, c.requests, options);
   // Two spare slots no request names: they must come back untouched.
-  auto tensors = reference::ssm::make_random_ssm_tensors(config, ssm_slots_needed(file.batch) + 2, c.seed + 100);
+  if (num_slots == 0) num_slots = ssm_slots_needed(file.batch) + 2;
+  auto tensors = reference::ssm::make_random_ssm_tensors(config, num_slots, c.seed + 100);
   file.inputs.ssm_state = convert(tensors.ssm_state, c.pool_dtype);
   file.inputs.weights = std::move(tensors.weights);
   return file;
@@ -134,7 +159,29 @@ std::vector<SsmCase> cases() {
                    .requests = kDecodes, .padding_tokens = 4, .padding_requests = 4, .decode_graph = true, .seed = 7});
     all.push_back({.name = std::string(mode_name) + "LongAllBf16Pools", .mode = mode, .cache = MambaCacheMode::kAll,
                    .requests = kLong, .pool_dtype = DType::kBFloat16, .seed = 9});
+    // CUDA-graph-padded decode-only steps: the fixed-shape decode step (FixedDecodeStep).
+    all.push_back({.name = std::string("SmallGraph") + mode_name, .mode = mode, .cache = MambaCacheMode::kAll,
+                   .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1, .decode_graph = true,
+                   .seed = 41});
+    for (const auto& [cache, cache_name] : caches) {
+      all.push_back({.name = std::string(mode_name) + "GraphDecodes" + cache_name, .mode = mode, .cache = cache,
+                     .requests = kGraphDecodes, .padding_tokens = 3, .padding_requests = 3, .decode_graph = true,
+                     .seed = 43});
+    }
+    all.push_back({.name = std::string(mode_name) + "GraphDecodesAllFp32Bf16Pools", .mode = mode,
+                   .cache = MambaCacheMode::kAll, .dtype = DType::kFloat32, .requests = kGraphDecodesB,
+                   .padding_tokens = 3, .padding_requests = 3, .decode_graph = true,
+                   .pool_dtype = DType::kBFloat16, .seed = 45});
   }
+  // mamba1's fixed step on the vector state path (N = 16) and on the scalar one (odd sizes).
+  for (const auto& [cache, cache_name] : caches) {
+    all.push_back({.name = std::string("Mamba1BigGraphDecodes") + cache_name, .mode = "mamba1", .cache = cache,
+                   .requests = kGraphDecodes, .padding_tokens = 3, .padding_requests = 3, .decode_graph = true,
+                   .big_mamba = true, .seed = 47});
+  }
+  all.push_back({.name = "SmallGraphMamba1OddFp16Pools", .mode = "mamba1", .cache = MambaCacheMode::kAll,
+                 .dtype = DType::kFloat16, .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1,
+                 .decode_graph = true, .odd_mamba = true, .pool_dtype = DType::kFloat16, .seed = 49});
   all.push_back({.name = "SmallMamba1Big", .mode = "mamba1", .cache = MambaCacheMode::kAll, .requests = kSmall,
                  .big_mamba = true, .seed = 11});
   for (const auto& [cache, cache_name] : caches) {
@@ -167,6 +214,29 @@ std::vector<SsmCase> cases() {
 
 std::string report_text(const ComparisonReport& report) { return format_report_table({report}); }
 
+// Every slot of every pool that the reference left byte for byte as it was (`before`) is so in
+// `actual` too: slots of padding requests (the builder gives them PAD_SLOT_ID), of skipped
+// requests, and spare slots no request names.
+void expect_untouched_slots(const std::map<std::string, Tensor>& before, const std::map<std::string, Tensor>& expected,
+                            const std::map<std::string, Tensor>& actual) {
+  for (const auto& [name, pool] : before) {
+    const Tensor& after = actual.at(name);
+    const Tensor& ref_after = expected.at(name);
+    const int64_t slots = pool.size(0);
+    const int64_t slot_bytes = pool.nbytes() / slots;
+    ASSERT_EQ(after.nbytes(), pool.nbytes()) << "pool " << name;
+    for (int64_t s = 0; s < slots; ++s) {
+      const auto* b = static_cast<const char*>(pool.data()) + s * slot_bytes;
+      const auto* r = static_cast<const char*>(ref_after.data()) + s * slot_bytes;
+      const auto* a = static_cast<const char*>(after.data()) + s * slot_bytes;
+      if (std::memcmp(b, r, static_cast<size_t>(slot_bytes)) == 0) {
+        EXPECT_EQ(std::memcmp(b, a, static_cast<size_t>(slot_bytes)), 0)
+            << "pool " << name << " slot " << s << " (untouched by the reference) was written";
+      }
+    }
+  }
+}
+
 class CudaSsmTest : public ::testing::TestWithParam<SsmCase> {
  protected:
   void SetUp() override {
@@ -191,21 +261,7 @@ TEST_P(CudaSsmTest, MatchesReference) {
     EXPECT_EQ(q.untouched_written, 0) << q.name << ": a slot no request names was written";
   }
   // Every pool the reference leaves unchanged (slots of padding requests, spare slots) keeps its bytes.
-  for (const auto& [name, before] : step.inputs.ssm_state) {
-    const Tensor& after = actual.ssm_state.at(name);
-    const Tensor& ref_after = expected.ssm_state.at(name);
-    const int64_t slots = before.size(0);
-    const int64_t slot_bytes = before.nbytes() / slots;
-    for (int64_t s = 0; s < slots; ++s) {
-      const auto* b = static_cast<const char*>(before.data()) + s * slot_bytes;
-      const auto* r = static_cast<const char*>(ref_after.data()) + s * slot_bytes;
-      const auto* a = static_cast<const char*>(after.data()) + s * slot_bytes;
-      if (std::memcmp(b, r, static_cast<size_t>(slot_bytes)) == 0) {
-        EXPECT_EQ(std::memcmp(b, a, static_cast<size_t>(slot_bytes)), 0)
-            << "pool " << name << " slot " << s << " (untouched by the reference) was written";
-      }
-    }
-  }
+  expect_untouched_slots(step.inputs.ssm_state, expected.ssm_state, actual.ssm_state);
   // Bitwise reproducible from run to run (fixed orders, no atomics, cuBLAS on one stream + workspace).
   const StepOutputs again = run_step(*cuda, step);
   EXPECT_TRUE(bitwise_equal(actual.ssm_output, again.ssm_output)) << "ssm_output differs between two runs";
@@ -348,6 +404,402 @@ TEST(CudaSsmExamples, MatchReference) {
   }
   EXPECT_EQ(ran, 5) << "expected the five hybrid_*.h5 examples";
 }
+
+
+// --- the fixed-shape decode step, directly (optimized/src/ssm/ssm_gpu_mode.h) --------------------------
+
+namespace gpu = ::hybridtb::cuda::ssm;
+
+// What a step leaves: the contribution and the pools, on the host.
+struct SsmResult {
+  Tensor ssm_output;
+  std::map<std::string, Tensor> ssm_state;
+};
+
+// `expected` holds the bits of `actual`: the contribution and every pool.
+void expect_same_bits(const SsmResult& actual, const SsmResult& expected, const std::string& what) {
+  EXPECT_TRUE(bitwise_equal(actual.ssm_output, expected.ssm_output)) << what << ": the contributions differ";
+  for (const auto& [name, pool] : expected.ssm_state) {
+    EXPECT_TRUE(bitwise_equal(actual.ssm_state.at(name), pool)) << what << ": pool " << name << " differs";
+  }
+}
+
+// The reference SSM driver on the host, with the given Mamba metadata (possibly edited by a test).
+SsmResult reference_result(const BatchFile& file, const MambaAttentionMetadata& metadata) {
+  BatchInputs host = file.inputs;  // shares buffers: the pools are updated in place, so copy them
+  for (auto& [name, pool] : host.ssm_state) pool = clone_host(pool);
+  Tensor contribution = Tensor::host(DType::kFloat64, file.inputs.query.shape());
+  fill_host(contribution, kOutputPoison);
+  reference::ssm::ssm_forward(file.config, metadata, file.batch, host.views(), contribution);
+  return {contribution, host.ssm_state};
+}
+
+// `actual` against the reference's `expected` for `file`: rows [0, num_actual_tokens) of the
+// contribution and every pool within the tolerance table, padding rows still NaN, slots the
+// reference left unchanged unchanged byte for byte.
+void expect_matches_reference(const BatchFile& file, const SsmResult& actual, const SsmResult& expected) {
+  const Tolerance tol = parity_tolerance(parity_key(file, Quantity::kSsmOutput, actual.ssm_output.dtype()));
+  const int64_t width = file.config.num_heads * file.config.head_size;
+  const int64_t rows = file.batch.num_actual_tokens;
+  for (int64_t i = 0; i < actual.ssm_output.numel(); ++i) {
+    const double x = load_as_double(actual.ssm_output.data(), actual.ssm_output.dtype(), i);
+    if (i >= rows * width) {
+      ASSERT_TRUE(std::isnan(x)) << "padding row " << i / width << " was written (element " << i % width << ")";
+      continue;
+    }
+    const double y = load_as_double(expected.ssm_output.data(), expected.ssm_output.dtype(), i);
+    ASSERT_TRUE(tol.allows(x, y)) << "contribution token " << i / width << " element " << i % width << ": " << x
+                                  << " vs reference " << y << " (" << tol.rationale << ")";
+  }
+  for (const auto& [name, pool] : expected.ssm_state) {
+    const Tensor& got = actual.ssm_state.at(name);
+    const Tolerance pool_tol = parity_tolerance(parity_key(file, Quantity::kSsmState, pool.dtype()));
+    for (int64_t i = 0; i < pool.numel(); ++i) {
+      const double x = load_as_double(got.data(), got.dtype(), i);
+      const double y = load_as_double(pool.data(), pool.dtype(), i);
+      ASSERT_TRUE(pool_tol.allows(x, y)) << "pool " << name << " element " << i << ": " << x << " vs reference " << y;
+    }
+  }
+  expect_untouched_slots(file.inputs.ssm_state, expected.ssm_state, actual.ssm_state);
+}
+
+// Device tensors shaped like one batch file (query, pools, weights, a contribution buffer), held by
+// the cuda backend's memory, and an SsmContext of our own on our own stream — what the backend
+// holds when it captures a step. load() puts another batch of the same shape into the same tensors.
+class FixedStepSession {
+ public:
+  explicit FixedStepSession(const BatchFile& file)
+      : backend_(create_backend("cuda", {file.config, file.builder})), config_(file.config) {
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    context_ = std::make_unique<gpu::SsmContext>(memory_, stream_);
+    device_ = upload_inputs(*backend_, file.inputs);
+    contribution_ = backend_->allocate(backend_->output_dtype(), file.inputs.query.shape());
+    load(file);
+  }
+  ~FixedStepSession() {
+    cudaStreamSynchronize(stream_);  // NOLINT: best effort in a destructor
+    context_.reset();
+    cudaStreamDestroy(stream_);  // NOLINT
+  }
+  FixedStepSession(const FixedStepSession&) = delete;
+  FixedStepSession& operator=(const FixedStepSession&) = delete;
+
+  static void check(cudaError_t status, const char* what) {
+    if (status != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(status));
+  }
+
+  // `file`'s query rows and pools into the device tensors, the contribution poisoned (NaN).
+  void load(const BatchFile& file) {
+    synchronize();
+    backend_->copy(device_.query, file.inputs.query);
+    for (const auto& [name, pool] : file.inputs.ssm_state) backend_->copy(device_.ssm_state.at(name), pool);
+    Tensor poison = Tensor::host(backend_->output_dtype(), file.inputs.query.shape());
+    fill_host(poison, kOutputPoison);
+    backend_->copy(contribution_, poison);
+  }
+  SsmResult read() {
+    synchronize();
+    SsmResult out;
+    out.ssm_output = Tensor::host(contribution_.dtype(), contribution_.shape());
+    backend_->copy(out.ssm_output, contribution_);
+    for (const auto& [name, pool] : device_.ssm_state) {
+      out.ssm_state[name] = Tensor::host(pool.dtype(), pool.shape());
+      backend_->copy(out.ssm_state[name], pool);
+    }
+    return out;
+  }
+  void synchronize() { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+  // A fresh step for `file`'s batch (metadata as given), prepared and launched; its result.
+  SsmResult run_fresh(const BatchFile& file, const MambaAttentionMetadata& metadata) {
+    load(file);
+    gpu::FixedDecodeStep step(config_, *context_);
+    step.prepare(metadata, file.batch, tensors(), contribution_);
+    step.launch();
+    return read();
+  }
+
+  Backend& backend() { return *backend_; }
+  gpu::SsmContext& context() { return *context_; }
+  cudaStream_t stream() const { return stream_; }
+  StepTensors tensors() const { return device_.views(); }
+  const Tensor& contribution() const { return contribution_; }
+
+ private:
+  std::unique_ptr<Backend> backend_;
+  AttentionConfig config_;
+  ::hybridtb::cuda::DeviceMemory memory_;  // before context_: outlives it
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<gpu::SsmContext> context_;
+  BatchInputs device_;
+  Tensor contribution_;
+};
+
+// The Mamba metadata the builder makes for a batch file.
+MambaAttentionMetadata mamba_metadata(Backend& backend, const BatchFile& file) {
+  const HybridMetadata metadata = backend.build_metadata(file.batch);
+  if (!metadata.mamba) throw Error("no Mamba metadata");
+  return *metadata.mamba;
+}
+
+// Batches A and B of one padded decode shape for `c` (B: kGraphDecodesB-like requests from
+// c.requests' twin), with the same weights and pools of the same number of slots.
+std::pair<BatchFile, BatchFile> graph_pair(SsmCase c, const std::vector<RequestSpec>& b_requests) {
+  SsmCase cb = c;
+  cb.requests = b_requests;
+  cb.seed = c.seed + 1;
+  const int64_t slots = std::max(ssm_slots_needed(make_ssm_step(c).batch), ssm_slots_needed(make_ssm_step(cb).batch)) + 2;
+  BatchFile a = make_ssm_step(c, slots);
+  BatchFile b = make_ssm_step(cb, slots);
+  b.inputs.weights = a.inputs.weights;  // one model: the weights stay in their device buffers
+  return {std::move(a), std::move(b)};
+}
+
+// Every GPU mode × cache mode, small graph-padded decode shapes (mamba1 also with N = 16).
+std::vector<SsmCase> fixed_step_cases() {
+  std::vector<SsmCase> all;
+  for (const std::string& mode : gpu::GpuModeRegistry::instance().names()) {
+    for (const MambaCacheMode cache : {MambaCacheMode::kNone, MambaCacheMode::kAll, MambaCacheMode::kAlign}) {
+      all.push_back({.name = mode + " cache " + std::string(to_string(cache)), .mode = mode, .cache = cache,
+                     .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1, .decode_graph = true,
+                     .seed = 51});
+    }
+  }
+  all.push_back({.name = "mamba1 (N 16) cache all", .mode = "mamba1", .cache = MambaCacheMode::kAll,
+                 .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1, .decode_graph = true,
+                 .big_mamba = true, .seed = 53});
+  return all;
+}
+
+#define SKIP_WITHOUT_CUDA()                                        \
+  do {                                                             \
+    const std::string reason_ = cuda_unavailable_reason();          \
+    if (!reason_.empty()) GTEST_SKIP() << reason_;                  \
+  } while (0)
+
+// Host only (runs without a GPU): the routing predicate.
+TEST(CudaSsmFixedStep, IsFixedDecodeStep) {
+  AttentionConfig config;
+  config.ssm_mode = "ema";
+  MambaAttentionMetadata metadata;
+  const BatchDescription batch;
+  EXPECT_TRUE(gpu::is_fixed_decode_step(config, metadata, batch));
+  metadata.num_prefills = 1;
+  EXPECT_FALSE(gpu::is_fixed_decode_step(config, metadata, batch)) << "a step with prefills";
+  metadata.num_prefills = 0;
+  config.num_speculative_tokens = 1;
+  EXPECT_FALSE(gpu::is_fixed_decode_step(config, metadata, batch)) << "speculative decoding";
+  config.num_speculative_tokens = 0;
+  config.ssm_mode = "no_such_gpu_mode";
+  EXPECT_FALSE(gpu::is_fixed_decode_step(config, metadata, batch)) << "a mode without a GPU implementation";
+  for (const std::string& mode : gpu::GpuModeRegistry::instance().names()) {
+    config.ssm_mode = mode;
+    EXPECT_TRUE(gpu::is_fixed_decode_step(config, metadata, batch)) << mode;
+  }
+}
+
+// The graph-replay property without the graph: one step prepared for batch A and launched, then
+// re-prepared for batch B (same padded shape, B's values copied into the same tensors) and
+// launched, leaves exactly the bits of a fresh step for B; that result matches the reference, and
+// the eager backend (ssm_forward routes decode steps through a temporary fixed step) gives the
+// same bits.
+TEST(CudaSsmFixedStep, SmallReprepareEqualsFresh) {
+  SKIP_WITHOUT_CUDA();
+  for (const SsmCase& c : fixed_step_cases()) {
+    SCOPED_TRACE(c.name);
+    const auto [a, b] = graph_pair(c, kSmallGraphB);
+    FixedStepSession session(a);
+    const MambaAttentionMetadata meta_a = mamba_metadata(session.backend(), a);
+    const MambaAttentionMetadata meta_b = mamba_metadata(session.backend(), b);
+    ASSERT_EQ(meta_a.cudagraph_padded, 1) << "the builder did not pad A for a CUDA graph";
+    ASSERT_EQ(meta_b.cudagraph_padded, 1) << "the builder did not pad B for a CUDA graph";
+
+    gpu::FixedDecodeStep step(a.config, session.context());
+    step.prepare(meta_a, a.batch, session.tensors(), session.contribution());
+    step.launch();
+    const SsmResult after_a = session.read();
+    ASSERT_NO_FATAL_FAILURE(expect_matches_reference(a, after_a, reference_result(a, meta_a)));
+    EXPECT_EQ(step.num_tokens(), a.batch.num_tokens());
+    EXPECT_EQ(step.num_reqs(), a.batch.num_reqs());
+
+    session.load(b);
+    step.prepare(meta_b, b.batch, session.tensors(), session.contribution());
+    step.launch();
+    const SsmResult reprepared = session.read();
+    const SsmResult fresh = session.run_fresh(b, meta_b);
+    expect_same_bits(reprepared, fresh, "re-prepared vs fresh step for B");
+    ASSERT_NO_FATAL_FAILURE(expect_matches_reference(b, fresh, reference_result(b, meta_b)));
+
+    // The eager backend: the same launches, so the same bits.
+    const StepOutputs eager = run_step(session.backend(), b);
+    expect_same_bits(SsmResult{eager.ssm_output, eager.ssm_state}, fresh, "eager backend vs fixed step for B");
+  }
+}
+
+// launch() captured into a CUDA graph (relaxed mode, as the backend captures; the step's first
+// launch, so its scratch is allocated during the capture — and, run alone, the process's first SSM
+// kernels and cuBLAS calls), replayed for A and, after prepare(B), for B: the bits of fresh steps
+// for A and B.
+TEST(CudaSsmFixedStep, SmallCapturedGraphReplaysNewBatch) {
+  SKIP_WITHOUT_CUDA();
+  struct Graph {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ~Graph() {
+      if (exec != nullptr) cudaGraphExecDestroy(exec);  // NOLINT: best effort
+      if (graph != nullptr) cudaGraphDestroy(graph);    // NOLINT
+    }
+  };
+  for (const SsmCase& c : fixed_step_cases()) {
+    SCOPED_TRACE(c.name);
+    const auto [a, b] = graph_pair(c, kSmallGraphB);
+    FixedStepSession session(a);
+    const MambaAttentionMetadata meta_a = mamba_metadata(session.backend(), a);
+    const MambaAttentionMetadata meta_b = mamba_metadata(session.backend(), b);
+    gpu::FixedDecodeStep step(a.config, session.context());
+    step.prepare(meta_a, a.batch, session.tensors(), session.contribution());
+    Graph g;
+    ASSERT_EQ(cudaStreamBeginCapture(session.stream(), cudaStreamCaptureModeRelaxed), cudaSuccess);
+    std::string launch_error;
+    try {
+      step.launch();
+    } catch (const std::exception& e) {
+      launch_error = e.what();
+    }
+    const cudaError_t ended = cudaStreamEndCapture(session.stream(), &g.graph);
+    ASSERT_TRUE(launch_error.empty()) << "launch() during a capture threw: " << launch_error;
+    ASSERT_EQ(ended, cudaSuccess) << "cudaStreamEndCapture: " << cudaGetErrorString(ended);
+    ASSERT_EQ(cudaGraphInstantiate(&g.exec, g.graph, 0), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(g.exec, session.stream()), cudaSuccess);
+    const SsmResult replayed_a = session.read();
+    expect_same_bits(replayed_a, session.run_fresh(a, meta_a), "graph replayed for A vs fresh step for A");
+
+    session.load(b);
+    step.prepare(meta_b, b.batch, session.tensors(), session.contribution());
+    ASSERT_EQ(cudaGraphLaunch(g.exec, session.stream()), cudaSuccess);
+    const SsmResult replayed_b = session.read();
+    const SsmResult fresh_b = session.run_fresh(b, meta_b);
+    expect_same_bits(replayed_b, fresh_b, "graph replayed after prepare(B) vs fresh step for B");
+    ASSERT_NO_FATAL_FAILURE(expect_matches_reference(b, replayed_b, reference_result(b, meta_b)));
+  }
+}
+
+// A request whose state slot is PAD_SLOT_ID (vLLM's padding slot on a real token) is skipped:
+// zero contribution rows, no slot read or written — as the reference does.
+TEST(CudaSsmFixedStep, SmallSkippedRequestGetsZeros) {
+  SKIP_WITHOUT_CUDA();
+  for (const SsmCase& c : fixed_step_cases()) {
+    SCOPED_TRACE(c.name);
+    const BatchFile file = make_ssm_step(c);
+    FixedStepSession session(file);
+    MambaAttentionMetadata metadata = mamba_metadata(session.backend(), file);
+    IntArray& rows = metadata.state_indices_tensor_d;
+    for (int64_t col = 0; col < rows.size(1); ++col) rows.at(0, col) = kPadSlotId;  // request 0: 1 token
+    const SsmResult actual = session.run_fresh(file, metadata);
+    ASSERT_NO_FATAL_FAILURE(expect_matches_reference(file, actual, reference_result(file, metadata)));
+    if (c.mode == "prefix_sum_flat") continue;  // whole-step: ignores the slots
+    const int64_t width = file.config.num_heads * file.config.head_size;
+    for (int64_t e = 0; e < width; ++e) {
+      ASSERT_EQ(load_as_double(actual.ssm_output.data(), actual.ssm_output.dtype(), e), 0.0)
+          << "row 0 (a skipped request) element " << e;
+    }
+  }
+}
+
+// Two requests sharing a state slot need two waves: prepare refuses the step (NotSupported naming
+// the slot), and the eager backend still runs it (the wave driver) as the reference does.
+TEST(CudaSsmFixedStep, SmallSharedSlotIsRefusedAndRunsEagerly) {
+  SKIP_WITHOUT_CUDA();
+  for (const SsmCase& c : fixed_step_cases()) {
+    if (gpu::GpuModeRegistry::instance().find(c.mode)->whole_step()) continue;  // no slots
+    SCOPED_TRACE(c.name);
+    const BatchFile file = make_ssm_step(c);
+    FixedStepSession session(file);
+    HybridMetadata hybrid = session.backend().build_metadata(file.batch);
+    MambaAttentionMetadata& metadata = *hybrid.mamba;
+    // Request 2 (context 16) reads and writes what request 0 (context 20) writes.
+    IntArray& rows = metadata.state_indices_tensor_d;
+    const int64_t col0 = c.cache == MambaCacheMode::kAll ? (*metadata.block_idx_last_scheduled_token)[0] : 0;
+    const int64_t slot = rows.at(0, col0);
+    for (int64_t col = 0; col < rows.size(1); ++col) rows.at(2, col) = static_cast<int32_t>(slot);
+    gpu::FixedDecodeStep step(file.config, session.context());
+    try {
+      step.prepare(metadata, file.batch, session.tensors(), session.contribution());
+      ADD_FAILURE() << "prepare accepted requests sharing slot " << slot;
+    } catch (const NotSupported& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("share state slot " + std::to_string(slot)), std::string::npos) << what;
+    }
+    session.load(file);
+    session.backend().ssm_forward(hybrid, file.batch, session.tensors(), session.contribution());
+    session.backend().synchronize();
+    const SsmResult eager = session.read();
+    ASSERT_NO_FATAL_FAILURE(expect_matches_reference(file, eager, reference_result(file, metadata)));
+  }
+}
+
+// prepare refuses another shape, other tensors, prefills and bad slots with the item named, and a
+// refused prepare leaves the step's last plan in place.
+TEST(CudaSsmFixedStep, SmallPrepareRefusesChanges) {
+  SKIP_WITHOUT_CUDA();
+  const auto expect_error = [](const std::function<void()>& call, const std::string& needle, bool not_supported) {
+    try {
+      call();
+      ADD_FAILURE() << "no error; expected one naming '" << needle << "'";
+    } catch (const NotSupported& e) {
+      EXPECT_TRUE(not_supported) << "NotSupported where Error was expected: " << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    } catch (const Error& e) {
+      EXPECT_FALSE(not_supported) << "Error where NotSupported was expected: " << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  for (const std::string mode : {"ema", "mamba1", "prefix_sum_flat"}) {
+    SCOPED_TRACE(mode);
+    SsmCase c{.name = mode, .mode = mode, .cache = MambaCacheMode::kAll, .requests = kGraphDecodes,
+              .padding_tokens = 3, .padding_requests = 3, .decode_graph = true, .seed = 55};
+    const BatchFile file = make_ssm_step(c);
+    FixedStepSession session(file);
+    const MambaAttentionMetadata metadata = mamba_metadata(session.backend(), file);
+    const SsmResult fresh = session.run_fresh(file, metadata);
+    session.load(file);
+    gpu::FixedDecodeStep step(file.config, session.context());
+    step.prepare(metadata, file.batch, session.tensors(), session.contribution());
+
+    // Another padded size (4 rows and requests instead of 8), on the same tensors.
+    SsmCase small = c;
+    small.requests = kSmallGraph;
+    small.padding_tokens = 1;
+    small.padding_requests = 1;
+    const int64_t slots = file.inputs.ssm_state.empty() ? 0 : file.inputs.ssm_state.begin()->second.size(0);
+    const BatchFile other = make_ssm_step(small, slots);
+    const MambaAttentionMetadata other_meta = mamba_metadata(session.backend(), other);
+    expect_error([&] { step.prepare(other_meta, other.batch, session.tensors(), session.contribution()); },
+                 "token rows", false);
+    // Another contribution buffer.
+    const Tensor elsewhere = session.backend().allocate(session.contribution().dtype(), session.contribution().shape());
+    expect_error([&] { step.prepare(metadata, file.batch, session.tensors(), elsewhere); }, "the SSM contribution",
+                 false);
+    // Prefills.
+    MambaAttentionMetadata with_prefill = metadata;
+    with_prefill.num_prefills = 1;
+    expect_error([&] { step.prepare(with_prefill, file.batch, session.tensors(), session.contribution()); },
+                 "prefills", true);
+    if (mode != "prefix_sum_flat") {
+      // A slot outside the pools: the driver's error, naming the metadata entry.
+      MambaAttentionMetadata bad_slot = metadata;
+      bad_slot.state_indices_tensor_d.at(0, (*bad_slot.block_idx_last_scheduled_token)[0]) = 1000000;
+      expect_error([&] { step.prepare(bad_slot, file.batch, session.tensors(), session.contribution()); },
+                   "mamba/state_indices_tensor_d[0]", false);
+    }
+    // The refused calls left the first plan: launching it gives the fresh step's bits.
+    session.load(file);
+    step.launch();
+    expect_same_bits(session.read(), fresh, "launch after refused prepares vs fresh step");
+  }
+}
+
+#undef SKIP_WITHOUT_CUDA
 
 }  // namespace
 }  // namespace hybridtb::testing

@@ -20,6 +20,25 @@
 
 namespace hybridtb {
 
+// A decode step captured into a CUDA graph by Backend::capture_decode_step: the step's launches
+// recorded once against fixed device buffers. replay() re-plans a new batch of the same padded
+// shape into those buffers (the metadata updated in place, as vLLM updates its persistent
+// buffers) and launches the graph. It computes exactly what the eager step computes for the same
+// batch, bit for bit, and writes nothing for padding rows and padding requests.
+// Must not outlive the backend that captured it.
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
+  // Runs write_kv_cache + hybrid_forward of `batch` on the tensors and outputs given at capture
+  // (put the new step's query/key/value rows into them first). `batch` must have the captured
+  // number of requests (CUDA-graph padding), at most one query token per request, a block table
+  // at most as wide as the captured one; otherwise Error (or NotSupported) naming the field, with
+  // nothing run. Asynchronous like the eager calls (Backend::synchronize waits).
+  virtual void replay(const HybridMetadata& metadata, const BatchDescription& batch) = 0;
+  // What was captured: kernels, capacities, the fused add.
+  virtual std::string describe() const = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -67,11 +86,27 @@ class Backend {
   };
   virtual void hybrid_forward(const HybridMetadata& metadata, const BatchDescription& batch, const StepTensors& tensors,
                               const HybridOutputs& outputs) = 0;
+
+  // --- CUDA graphs (serving engines replay decode steps from graphs) -------------------------------
+  // The stream the run phase enqueues on (a cudaStream_t for "cuda"), or nullptr for a host
+  // backend. Lets callers time a step with events on it, or order their own work after it.
+  virtual void* native_stream() { return nullptr; }
+  // Captures one decode step — write_kv_cache + hybrid_forward of `batch` (its padded shape) on
+  // these tensors and outputs — into a StepGraph. Captures only: nothing runs until replay().
+  // Throws NotSupported for a backend without graphs or a step a graph cannot hold (prefill or
+  // speculative rows, encoder layers, kernels without a fixed-shape form).
+  virtual std::unique_ptr<StepGraph> capture_decode_step(const HybridMetadata& metadata,
+                                                         const BatchDescription& batch, const StepTensors& tensors,
+                                                         const HybridOutputs& outputs);
 };
 
 struct BackendSettings {
   AttentionConfig attention;
   BuilderConfig builder;
+  // cuda: hybrid_forward adds the SSM contribution in the attention kernels' epilogues (no extra
+  // pass over the output); false: a separate add pass after attention (the benchmark's
+  // "two_kernel" path). Both give the same bits. The reference ignores it.
+  bool fuse_hybrid_add = true;
 };
 
 // Backends by name ("reference", later "cuda"). Registration is explicit (see

@@ -1,6 +1,7 @@
 // Device helpers shared by the attention kernels: visibility (the rule of
 // reference/src/attention_mask.h, key_visible(), cited here literally), logits (scale, soft cap,
-// ALiBi in vLLM's order), cache addressing and the epilogue (sinks, fp8 output).
+// ALiBi in vLLM's order), cache addressing and the epilogue (sinks, fp8 output, the output store
+// with the optional fused hybrid add: store_output).
 #pragma once
 
 #include <cmath>
@@ -111,6 +112,48 @@ __device__ __forceinline__ float output_value(const AttentionParams& p, float o)
   float y = __fdiv_rn(o, p.output_scale);
   y = y < -448.0f ? -448.0f : (448.0f < y ? 448.0f : y);
   return round_to_e4m3(y);
+}
+
+// The store of every finished output element, N consecutive ones at a time (one N·sizeof(T)-byte
+// access; `index` a multiple of N, the same in output, ssm_addend and hybrid_output): o = the
+// normalised attention output (row_finalize applied); output gets output_value(o) rounded to T.
+// With the fused hybrid add (attention_params.h) hybrid_output gets
+//   T(float(stored) + float(ssm_addend))   (ssm_addend set)
+// — the bits of the separate add pass (ssm/ssm_kernels.cu add_rows_kernel), which reads the stored
+// output back — or the stored bits themselves (ssm_addend null: a layer without an SSM branch).
+// __fadd_rn: the sum is never contracted into an FMA with o's product (float32).
+template <typename T, int N>
+__device__ __forceinline__ void store_output_vec(const AttentionParams& p, int64_t index, const float (&o)[N]) {
+  using Vec = ElementVec<T, N>;
+  float v[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = output_value(p, o[i]);
+  const Vec stored = pack_elements<T, N>(v);
+  *reinterpret_cast<Vec*>(static_cast<T*>(p.output) + index) = stored;
+  if (p.hybrid_output != nullptr) {
+    Vec hybrid = stored;
+    if (p.ssm_addend != nullptr) {
+      const Vec addend = *reinterpret_cast<const Vec*>(static_cast<const T*>(p.ssm_addend) + index);
+      float sum[N];
+#pragma unroll
+      for (int i = 0; i < N; ++i) sum[i] = __fadd_rn(element_to_float(stored.e[i]), element_to_float(addend.e[i]));
+      hybrid = pack_elements<T, N>(sum);
+    }
+    *reinterpret_cast<Vec*>(static_cast<T*>(p.hybrid_output) + index) = hybrid;
+  }
+}
+
+// One element in the model dtype p.q_kind (float32, float16, bfloat16).
+__device__ __forceinline__ void store_output(const AttentionParams& p, int64_t index, float o) {
+  const float one[1] = {o};
+  switch (p.q_kind) {
+    case ElementKind::kFloat32:
+      return store_output_vec<float, 1>(p, index, one);
+    case ElementKind::kFloat16:
+      return store_output_vec<__half, 1>(p, index, one);
+    default:
+      return store_output_vec<__nv_bfloat16, 1>(p, index, one);
+  }
 }
 
 }  // namespace hybridtb::cuda

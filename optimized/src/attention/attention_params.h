@@ -28,11 +28,13 @@ struct GenericItem {
   int32_t causal_end;    //   intervals; outside it only mm_prefix ranges can make a key visible
 };
 
-// One CTA of the decode kernel: keys [key_begin, key_end) of one decode request (for every kv head
-// via gridDim.y). With num_splits > 1 it writes a partial softmax state into partial slot
-// `partial_slot` and the combine kernel finishes the row.
+// One CTA of the decode kernels (SIMT and tensor-core): keys [key_begin, key_end) of one decode
+// request (for every kv head via gridDim.y). With num_splits > 1 it writes a partial softmax state
+// into partial slot `partial_slot` and the combine kernel finishes the row. request < 0: a sentinel
+// (grids sized for a fixed capacity, e.g. CUDA-graph capture, padded with unused items): the CTA
+// returns at once and touches nothing; the other fields are then ignored.
 struct DecodeItem {
-  int32_t request;
+  int32_t request;        // < 0: sentinel (unused item)
   int32_t token;          // global query row
   int32_t key_begin;
   int32_t key_end;
@@ -43,8 +45,9 @@ struct DecodeItem {
 };
 
 // A decode row finished by the combine kernel: partial slots [first_slot, first_slot + num_splits).
+// token < 0: a sentinel (padding of a fixed-capacity grid): the CTA returns at once, touching nothing.
 struct CombineItem {
-  int32_t token;
+  int32_t token;          // < 0: sentinel (unused item)
   int32_t first_slot;
   int32_t num_splits;
   int32_t pad;
@@ -98,6 +101,17 @@ struct AttentionParams {
   float v_scale;
   int32_t fp8_output;      // 1: store e4m3(clamp(o / output_scale, ±448)) in the model dtype
   float output_scale;
+  // --- fused hybrid add (optional) --------------------------------------------------------------
+  // ssm_addend != nullptr: every output row a kernel finishes also stores
+  //   hybrid_output[row] = store_element(q_kind, float(v) + float(ssm_addend[row]))
+  // where v is exactly the element just stored to `output` (after the dtype rounding and the fp8
+  // output quantisation), read back as float — bitwise what the separate add pass computes.
+  // Both are [T, Hq, D] in q_kind with output's strides (o_stride_token, o_stride_head).
+  // hybrid_output alone (ssm_addend == nullptr; a layer without an SSM branch): the kernels store
+  // v there too (the bits of copying output's rows). Both nullptr: no fused add. Base pointers
+  // aligned like output's (the tensor-core prefill stores element pairs).
+  const void* ssm_addend;
+  void* hybrid_output;
   // --- work -----------------------------------------------------------------------------------
   const GenericItem* generic_items;
   const GenericItem* prefill_items;  // tensor-core prefill path (rows ≤ prefill_rows_per_item per item)

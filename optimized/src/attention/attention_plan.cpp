@@ -128,8 +128,54 @@ AttentionRunner::AttentionRunner(const AttentionConfig& config, DeviceMemory& me
   }
 }
 
+void AttentionRunner::fix_shape(const BatchDescription& batch) {
+  HYBRIDTB_CHECK(!fixed_, "AttentionRunner::fix_shape: the shape is already fixed");
+  const AttentionConfig& c = config_;
+  if (c.attn_type == AttnType::kEncoderOnly) {
+    throw NotSupported("CUDA-graph capture of encoder_only layers (decode steps only)");
+  }
+  const DType storage = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
+  if (force_generic || !decode_supported(element_kind(storage), c.head_size)) {
+    throw NotSupported(detail::concat("CUDA-graph capture needs the decode kernels, which do not take kv_cache_dtype ",
+                                      to_string(c.kv_cache_dtype), " with dtype ", to_string(c.dtype), " and head size ",
+                                      c.head_size, " (they take 16-bit and 1-byte caches, D 64/128/256)"));
+  }
+  const int64_t r_count = batch.num_reqs();
+  for (int64_t r = 0; r < r_count; ++r) {
+    if (batch.query_len(r) > 1) {
+      throw NotSupported(detail::concat("CUDA-graph capture of a step with prefill or speculative rows (request ", r,
+                                        " has ", batch.query_len(r), " query tokens; decode steps only)"));
+    }
+  }
+  HYBRIDTB_CHECK(batch.block_table.rank() == 2 && batch.block_table.size(0) >= r_count,
+                 "block_table must have one row per request, got ", batch.block_table.describe());
+  FixedShape f;
+  f.num_reqs = r_count;
+  f.block_columns = batch.block_table.size(1);
+  f.mm_prefix = batch.mm_prefix_range.has_value();
+  f.mm_ranges = f.mm_prefix && batch.mm_prefix_range->rank() == 3 ? batch.mm_prefix_range->size(1) : 0;
+  // Items of one decode kernel for any batch of this shape (the split rule in prepare()): with
+  // chunk ≥ total_keys·hkv·passes / target (or the maximum chunk), Σ ceil(n_i / chunk) ≤ rows +
+  // target / (hkv·passes) + max_keys / decode_max_split_keys.
+  const int64_t qpk = c.num_queries_per_kv();
+  const int64_t max_keys = r_count * f.block_columns * c.block_size;
+  const auto capacity = [&](int64_t heads_per_pass, int64_t ctas_per_sm) {
+    const int64_t passes = (qpk + heads_per_pass - 1) / heads_per_pass;
+    const int64_t per_head_pass = c.num_kv_heads * passes;
+    const int64_t target = std::max<int64_t>(1, ctas_per_sm * num_sms_);
+    return r_count + (target + per_head_pass - 1) / per_head_pass +
+           (max_keys + decode_max_split_keys - 1) / decode_max_split_keys + 1;
+  };
+  const ElementKind q_kind = element_kind(c.dtype);
+  const bool mma = !disable_decode_mma && decode_mma_supported(q_kind, element_kind(storage), c.head_size);
+  if (mma) f.decode_mma_capacity = capacity(decode_mma_heads_per_pass(qpk, c.head_size), decode_mma_ctas_per_sm);
+  // mm_prefix rows whose ranges widen the visible keys take the SIMT kernel.
+  if (!mma || f.mm_prefix) f.decode_capacity = capacity(heads_per_pass_, decode_ctas_per_sm);
+  fixed_ = std::move(f);
+}
+
 void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& tensors, const TensorView& output,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, const FusedAdd& fused) {
   const AttentionConfig& c = config_;
   const bool encoder = c.attn_type == AttnType::kEncoderOnly;
   const int64_t t = batch.num_tokens();
@@ -144,6 +190,32 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
                  " requests");
   check_view(tensors.query, "query", {t, hq, d}, c.dtype);
   check_view(output, "output", {t, hq, d}, c.dtype);
+  HYBRIDTB_CHECK(fused.addend.empty() || !fused.output.empty(),
+                 "the fused hybrid add needs the hybrid output beside the SSM contribution");
+  for (const TensorView* v : {&fused.addend, &fused.output}) {
+    if (v->empty()) continue;
+    check_view(*v, "the fused add's SSM contribution/hybrid output", {t, hq, d}, c.dtype);
+    HYBRIDTB_CHECK(v->strides() == output.strides(), "the fused add's tensors must have the output's strides ",
+                   shape_to_string(output.strides()), ", got ", v->describe());
+  }
+  if (fixed_) {
+    const FixedShape& f = *fixed_;
+    HYBRIDTB_CHECK(batch.num_reqs() == f.num_reqs, "CUDA graph: the batch has ", batch.num_reqs(),
+                   " requests, the graph was captured for ", f.num_reqs, " (pad it to that size)");
+    HYBRIDTB_CHECK(batch.block_table.rank() == 2 && batch.block_table.size(1) <= f.block_columns,
+                   "CUDA graph: block_table ", batch.block_table.describe(), " is wider than the captured ",
+                   f.block_columns, " columns");
+    HYBRIDTB_CHECK(batch.mm_prefix_range.has_value() == f.mm_prefix, "CUDA graph: mm_prefix_range is ",
+                   batch.mm_prefix_range ? "present" : "absent", " but was ", f.mm_prefix ? "present" : "absent",
+                   " at capture");
+    HYBRIDTB_CHECK(!f.mm_prefix || (batch.mm_prefix_range->rank() == 3 && batch.mm_prefix_range->size(1) == f.mm_ranges),
+                   "CUDA graph: mm_prefix_range ", batch.mm_prefix_range ? batch.mm_prefix_range->describe() : "",
+                   " must have the captured ", f.mm_ranges, " ranges per request");
+    for (int64_t r = 0; r < batch.num_reqs(); ++r) {
+      HYBRIDTB_CHECK(batch.query_len(r) <= 1, "CUDA graph: request ", r, " has ", batch.query_len(r),
+                     " query tokens (a captured decode step takes at most one per request)");
+    }
+  }
   if (encoder && is_quantized(c.kv_cache_dtype)) {
     throw NotSupported(detail::concat("kv_cache_dtype ", to_string(c.kv_cache_dtype),
                                       " not supported for encoder_only (vLLM raises NotImplementedError)"));
@@ -156,6 +228,8 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
   p.output = output.data();
   p.o_stride_token = output.stride(0);
   p.o_stride_head = output.stride(1);
+  p.ssm_addend = fused.addend.empty() ? nullptr : fused.addend.data();
+  p.hybrid_output = fused.output.empty() ? nullptr : fused.output.data();
   const DType storage = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
   bool cache_vectorisable = false;
   if (encoder) {
@@ -232,14 +306,18 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
 
   // --- work lists ----------------------------------------------------------------------------------
   const bool decode_ok = !encoder && !force_generic && decode_supported(p.kv_kind, d) && cache_vectorisable;
+  HYBRIDTB_CHECK(!fixed_ || decode_ok, "CUDA graph: the KV cache ", tensors.kv_cache.describe(),
+                 " is not 16-byte aligned, which the decode kernels need");
   // Tensor-core prefill: 16-bit model dtype = cache element, D 64/128/256, 16-byte aligned rows
   // (cp.async) and 4-byte aligned output pairs.
   std::string prefill_why;
   {
     const auto aligned = [](const void* ptr, int64_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; };
     const ElementKind kv_elem = encoder ? p.q_kind : p.kv_kind;
+    // The epilogue stores element pairs to the output and the fused add's tensors (same strides).
     bool rows_aligned = p.q_stride_token % 8 == 0 && p.q_stride_head % 8 == 0 && aligned(p.query, 16) &&
-                        p.o_stride_token % 2 == 0 && p.o_stride_head % 2 == 0 && aligned(p.output, 4);
+                        p.o_stride_token % 2 == 0 && p.o_stride_head % 2 == 0 && aligned(p.output, 4) &&
+                        aligned(p.ssm_addend, 4) && aligned(p.hybrid_output, 4);
     if (encoder) {
       rows_aligned = rows_aligned && p.k_stride_token % 8 == 0 && p.k_stride_head % 8 == 0 &&
                      p.v_stride_token % 8 == 0 && p.v_stride_head % 8 == 0 && aligned(p.key, 16) &&
@@ -381,6 +459,21 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
   summary_.decode_mma_rows = static_cast<int64_t>(decode_mma_rows.size());
   summary_.decode_mma_ctas = static_cast<int64_t>(decode_mma.size());
   if (!decode_rows.empty() && summary_.decode_fallback.empty()) summary_.decode_fallback = decode_mma_why;
+  if (fixed_) {
+    // Pad the work lists to the capacities with items the kernels skip; the partial slots get the
+    // whole capacity, so the buffers (and so the captured pointers) never change.
+    const FixedShape& f = *fixed_;
+    HYBRIDTB_CHECK(static_cast<int64_t>(decode.size()) <= f.decode_capacity &&
+                       static_cast<int64_t>(decode_mma.size()) <= f.decode_mma_capacity,
+                   "CUDA graph: the step needs ", decode.size(), " SIMT and ", decode_mma.size(),
+                   " tensor-core decode items, the graph holds ", f.decode_capacity, " and ", f.decode_mma_capacity,
+                   " (internal error: the capacity bound of fix_shape() does not hold)");
+    const DecodeItem unused_item{-1, 0, 0, 0, 0, 0, 0, 0};
+    decode.resize(static_cast<size_t>(f.decode_capacity), unused_item);
+    decode_mma.resize(static_cast<size_t>(f.decode_mma_capacity), unused_item);
+    combine.resize(static_cast<size_t>(f.num_reqs), CombineItem{-1, 0, 0, 0});
+    next_slot = to_i32(f.decode_capacity + f.decode_mma_capacity);
+  }
   if (next_slot > 0) {
     const auto slots = static_cast<size_t>(next_slot) * static_cast<size_t>(hq);
     auto* base = static_cast<unsigned char*>(partials_.device(slots * static_cast<size_t>(d + 2) * sizeof(float)));
@@ -401,7 +494,20 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
   staging_.clear();
   const size_t o_qsl = append(staging_, batch.query_start_loc.values.data(), batch.query_start_loc.values.size());
   const size_t o_seq = append(staging_, batch.seq_lens.values.data(), batch.seq_lens.values.size());
-  const size_t o_bt = append(staging_, batch.block_table.values.data(), batch.block_table.values.size());
+  p.block_table_stride = batch.block_table.rank() == 2 ? batch.block_table.size(1) : 0;
+  size_t o_bt = 0;
+  if (fixed_ && batch.block_table.size(1) < fixed_->block_columns) {
+    // The captured stride: each row copied into a row of the captured width (the rest unused).
+    const int64_t cols = batch.block_table.size(1);
+    std::vector<int32_t> wide(static_cast<size_t>(r_count * fixed_->block_columns), 0);
+    for (int64_t r = 0; r < r_count; ++r) {
+      for (int64_t b = 0; b < cols; ++b) wide[static_cast<size_t>(r * fixed_->block_columns + b)] = batch.block_table.at(r, b);
+    }
+    o_bt = append(staging_, wide.data(), wide.size());
+    p.block_table_stride = fixed_->block_columns;
+  } else {
+    o_bt = append(staging_, batch.block_table.values.data(), static_cast<size_t>(r_count * p.block_table_stride));
+  }
   size_t o_mm = 0;
   if (batch.mm_prefix_range && !encoder) {
     const IntArray& mm = *batch.mm_prefix_range;
@@ -421,7 +527,6 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
   p.query_start_loc = reinterpret_cast<const int32_t*>(dev + o_qsl);
   p.seq_lens = reinterpret_cast<const int32_t*>(dev + o_seq);
   p.block_table = reinterpret_cast<const int32_t*>(dev + o_bt);
-  p.block_table_stride = batch.block_table.rank() == 2 ? batch.block_table.size(1) : 0;
   p.mm_prefix = p.num_mm_ranges > 0 ? reinterpret_cast<const int32_t*>(dev + o_mm) : nullptr;
   p.generic_items = reinterpret_cast<const GenericItem*>(dev + o_gen);
   p.prefill_items = reinterpret_cast<const GenericItem*>(dev + o_pre);
@@ -433,6 +538,39 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
   num_decode_ = static_cast<int64_t>(decode.size());
   num_decode_mma_ = static_cast<int64_t>(decode_mma.size());
   num_combine_ = static_cast<int64_t>(combine.size());
+  if (fixed_) check_fixed_params();
+}
+
+// A captured graph baked the first prepare()'s pointers and scalars into its kernel nodes: later
+// steps must reuse them (the same tensors and buffers, as vLLM's static graph inputs).
+void AttentionRunner::check_fixed_params() {
+  FixedShape& f = *fixed_;
+  if (!f.first) {
+    f.first = params_;
+    return;
+  }
+  const AttentionParams& a = *f.first;
+  const AttentionParams& b = params_;
+  const auto same = [](const char* what, auto x, auto y) {
+    HYBRIDTB_CHECK(x == y, "CUDA graph: ", what, " differs from the captured step's (replay needs the tensors and "
+                   "buffers it was captured with; copy new inputs into them)");
+  };
+  same("query", a.query, b.query);
+  same("output", a.output, b.output);
+  same("the SSM contribution", a.ssm_addend, b.ssm_addend);
+  same("the hybrid output", a.hybrid_output, b.hybrid_output);
+  same("kv_cache", a.kv_cache, b.kv_cache);
+  same("k_scale_cache", a.k_scale_cache, b.k_scale_cache);
+  same("v_scale_cache", a.v_scale_cache, b.v_scale_cache);
+  same("query strides", a.q_stride_token, b.q_stride_token);
+  same("kv_cache strides", a.cache_stride_block, b.cache_stride_block);
+  same("k_scale", a.k_scale, b.k_scale);
+  same("v_scale", a.v_scale, b.v_scale);
+  same("output_scale", a.output_scale, b.output_scale);
+  same("the fp8 output flag", a.fp8_output, b.fp8_output);
+  same("the mm_prefix range count", a.num_mm_ranges, b.num_mm_ranges);
+  same("the metadata buffer", static_cast<const void*>(a.query_start_loc), static_cast<const void*>(b.query_start_loc));
+  same("the partials buffer", a.partial_acc, b.partial_acc);
 }
 
 void AttentionRunner::launch(cudaStream_t stream) const {

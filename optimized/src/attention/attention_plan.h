@@ -2,12 +2,20 @@
 // tensor-core prefill and generic-path work (plain host integers, like vLLM's metadata), uploads it in one copy and
 // launches the kernels. Host-only. prepare() and launch() are separate so that benchmarks can time
 // the kernels alone (launch() may be repeated; it reads only what prepare() uploaded).
+//
+// Fixed-shape mode (CUDA graphs, fix_shape()): for decode-only batches of one padded shape, every
+// launch reads the same device buffers and has the same grid, so launch() can be captured into a
+// graph once and replayed after each prepare() of a new batch. The work lists are the eager plan's,
+// bit for bit, padded to capacities that bound any batch of that shape with sentinel items the
+// kernels skip (DecodeItem.request −1, CombineItem.token −1) — so a replayed step computes exactly
+// what the eager step computes.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,15 +43,31 @@ struct AttentionPlanSummary {
 
 ElementKind element_kind(DType dtype);
 
+// The fused hybrid add (AttentionParams::ssm_addend / hybrid_output), [T, Hq, D] in the model
+// dtype with the output's strides: both empty (attention only); the hybrid output alone (a layer
+// without an SSM branch: the kernels store the attention output there too); or both.
+struct FusedAdd {
+  TensorView addend;
+  TensorView output;
+};
+
 class AttentionRunner {
  public:
   AttentionRunner(const AttentionConfig& config, DeviceMemory& memory, int num_sms);
 
   void prepare(const BatchDescription& batch, const StepTensors& tensors, const TensorView& output,
-               cudaStream_t stream);
+               cudaStream_t stream, const FusedAdd& fused = {});
   void launch(cudaStream_t stream) const;
   const AttentionPlanSummary& summary() const { return summary_; }
 
+  // Enters fixed-shape mode for batches shaped like `batch` (call once, before the first prepare):
+  // num_reqs() requests of at most one query token each (decodes and padding requests), a block
+  // table at most as wide as this one, mm_prefix ranges present iff here. Throws NotSupported if the
+  // layer or the batch cannot run on the decode kernels (encoder layers, prefill rows, float32
+  // caches, other head sizes). Afterwards prepare() refuses (Error) a batch of another shape and
+  // tensors other than the first prepare()'s, and launch() launches the capacities.
+  void fix_shape(const BatchDescription& batch);
+  bool fixed_shape() const { return fixed_.has_value(); }
   // Tunables (benchmarks may override): decode keys per split are chosen so that the decode grid
   // has about `decode_ctas_per_sm` CTAs per SM, within [min, max] keys.
   int64_t decode_ctas_per_sm = 16;
@@ -77,6 +101,18 @@ class AttentionRunner {
   int heads_per_pass_ = 1;
   int block_shift_ = -1;
   AttentionPlanSummary summary_;
+  struct FixedShape {
+    int64_t num_reqs = 0;
+    int64_t block_columns = 0;
+    bool mm_prefix = false;
+    int64_t mm_ranges = 0;
+    int64_t decode_capacity = 0;      // SIMT decode items
+    int64_t decode_mma_capacity = 0;  // tensor-core decode items
+    size_t meta_bytes = 0;            // the upload, laid out for the capacities
+    std::optional<AttentionParams> first;  // the first prepare()'s parameters (the captured ones)
+  };
+  std::optional<FixedShape> fixed_;
+  void check_fixed_params();
 };
 
 }  // namespace hybridtb::cuda

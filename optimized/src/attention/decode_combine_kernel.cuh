@@ -1,5 +1,6 @@
 // The second pass of split decode rows (decode_kernel.cuh): the partial softmax states of a row's
-// splits reduced in fixed orders (deterministic), then sinks, normalisation and fp8 output.
+// splits reduced in fixed orders (deterministic), then sinks, normalisation, fp8 output and the
+// store (store_output: with the optional fused hybrid add). Sentinel items (token < 0) return at once.
 #pragma once
 
 #include "attention/attention_common.cuh"
@@ -18,6 +19,7 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
   __shared__ float sm_w[kCombineChunk];
   __shared__ float sm_red[kCombineThreads];
   const CombineItem item = p.combine_items[blockIdx.x];
+  if (item.token < 0) return;  // sentinel item (uniform per CTA: before any barrier)
   const int head = static_cast<int>(blockIdx.y);
   const int tid = static_cast<int>(threadIdx.x);
   const int d = p.head_size;
@@ -73,8 +75,8 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
     const int c = tid + i * kCombineThreads;
     if (c < d) {
       const float o = f.zero != 0.0f ? 0.0f : acc[i] * f.acc_factor;
-      store_element(p.output, static_cast<int64_t>(item.token) * p.o_stride_token + static_cast<int64_t>(head) * p.o_stride_head + c,
-                    p.q_kind, output_value(p, o));
+      store_output(p, static_cast<int64_t>(item.token) * p.o_stride_token + static_cast<int64_t>(head) * p.o_stride_head + c,
+                   o);
     }
   }
 }

@@ -9,6 +9,8 @@
 // each lane subset owns one head's softmax and broadcasts α and the weights for P·V.
 // Long contexts are split across CTAs (Flash-Decoding / vLLM's 3D path); decode_combine_kernel
 // (decode_combine_kernel.cuh) reduces the splits in split order. Float32 throughout (no rounding of P before P·V).
+// Unsplit rows are stored by store_output (with the optional fused hybrid add); sentinel items
+// (request < 0) return at once.
 // Checked against the reference by tests/cuda (cases named *Decode* and *Split*).
 #pragma once
 
@@ -124,6 +126,7 @@ __global__ void __launch_bounds__(kDecodeThreads, HPP <= 4 ? 4 : 2) decode_atten
   auto& sm_l = *reinterpret_cast<float(*)[kDecodeWarps][HPP]>(smem + kDecodeWarps * HPP * (D + 1) * sizeof(float));
 
   const DecodeItem item = p.decode_items[blockIdx.x];
+  if (item.request < 0) return;  // sentinel item (uniform per CTA: before any barrier or copy)
   const int kv_head = static_cast<int>(blockIdx.y);
   const int head0 = kv_head * p.queries_per_kv + static_cast<int>(blockIdx.z) * HPP;
   const int nh = min(HPP, p.queries_per_kv - static_cast<int>(blockIdx.z) * HPP);
@@ -385,8 +388,8 @@ __global__ void __launch_bounds__(kDecodeThreads, HPP <= 4 ? 4 : 2) decode_atten
     if (item.num_splits == 1) {
       const RowScale f = row_finalize(p, head, mm, ll);
       const float o = f.zero != 0.0f ? 0.0f : aa * f.acc_factor;
-      store_element(p.output, static_cast<int64_t>(item.token) * p.o_stride_token + static_cast<int64_t>(head) * p.o_stride_head + c,
-                    p.q_kind, output_value(p, o));
+      store_output(p, static_cast<int64_t>(item.token) * p.o_stride_token + static_cast<int64_t>(head) * p.o_stride_head + c,
+                   o);
     } else {
       const int64_t slot = static_cast<int64_t>(item.partial_slot) * p.num_heads + head;
       p.partial_acc[slot * D + c] = aa;

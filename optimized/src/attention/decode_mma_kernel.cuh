@@ -19,8 +19,9 @@
 // exp2), P rounded to the model dtype (the P·V operand, as vLLM's Triton kernel and FlashAttention
 // do; P is scaled by 2^kDecodeMmaPShift — exact, it cancels in Σp·v / Σp — so that float16 keeps
 // small weights normal), Oᵀ += Vᵀ·Pᵀ. The warps' states are merged in shared memory in warp
-// order; then sinks (row_finalize), fp8 output (output_value) and the store — or, for split rows,
-// the partial state (natural-log max, denominator, numerators) for decode_combine_kernel.
+// order; then sinks (row_finalize), fp8 output and the store (store_output_vec, with the optional
+// fused hybrid add) — or, for split rows, the partial state (natural-log max, denominator,
+// numerators) for decode_combine_kernel. Sentinel items (request < 0) return at once.
 //
 // Masks: only tiles not entirely inside the visible range evaluate key_visible()
 // (attention_common.cuh) per element; masked scores are *selected* to −inf. Keys outside the
@@ -80,6 +81,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
   const uint32_t s_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
 
   const DecodeItem item = p.decode_items[blockIdx.x];
+  if (item.request < 0) return;  // sentinel item (uniform per CTA: before any barrier or copy)
   const int kv_head = static_cast<int>(blockIdx.y);
   const int head0 = kv_head * p.queries_per_kv + static_cast<int>(blockIdx.z) * kCols;
   const int nh = min(kCols, p.queries_per_kv - static_cast<int>(blockIdx.z) * kCols);
@@ -339,8 +341,9 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
     if (item.num_splits == 1) {
       const RowScale f = row_finalize(p, head, m_nat, l);
       const float out = f.zero != 0.0f ? 0.0f : acc * f.acc_factor;
-      store_element(p.output, static_cast<int64_t>(item.token) * p.o_stride_token + static_cast<int64_t>(head) * p.o_stride_head + c,
-                    p.q_kind, output_value(p, out));
+      store_output_vec<T, 1>(
+          p, static_cast<int64_t>(item.token) * p.o_stride_token + static_cast<int64_t>(head) * p.o_stride_head + c,
+          {out});
     } else {
       const int64_t slot = static_cast<int64_t>(item.partial_slot) * p.num_heads + head;
       p.partial_acc[slot * D + c] = acc;

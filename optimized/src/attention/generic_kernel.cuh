@@ -2,8 +2,9 @@
 // and decodes, encoder_only, any head size up to kGenericMaxHeadSize, every cache dtype and
 // feature), SIMT float32 throughout (dequantised K/V, scores and P stay float32; no rounding to the
 // model dtype before P·V). One CTA = one GenericItem: up to 32 (token, head) rows of one kv head,
-// looping over 32-key tiles of the item's key hull with an online softmax. Checked against the
-// reference by tests/cuda.
+// looping over 32-key tiles of the item's key hull with an online softmax; the epilogue stores
+// through store_output (with the optional fused hybrid add). Checked against the reference by
+// tests/cuda.
 #pragma once
 
 #include "attention/attention_common.cuh"
@@ -201,7 +202,7 @@ __global__ void __launch_bounds__(kGenericThreads) generic_attention_kernel(cons
     const RowScale f = row_finalize(p, head, row_m[r], row_l[r]);
     const float o = f.zero != 0.0f ? 0.0f : os[i] * f.acc_factor;
     const int64_t token = query_start + item.token_begin + r / item.num_heads;
-    store_element(p.output, token * p.o_stride_token + head * p.o_stride_head + c, p.q_kind, output_value(p, o));
+    store_output(p, token * p.o_stride_token + head * p.o_stride_head + c, o);
   }
 }
 

@@ -311,8 +311,8 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
   }
   cp_async_wait<0>();  // no copy may be in flight when the CTA exits
 
-  // --- epilogue: quad-reduce l (fixed order), sinks, fp8 output, store valid rows -------------------
-  T* out = static_cast<T*>(p.output);
+  // --- epilogue: quad-reduce l (fixed order), sinks, fp8 output, store valid rows (element pairs,
+  // with the optional fused hybrid add: store_output_vec) -------------------------------------------
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -326,12 +326,13 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
       const RowScale f = row_finalize(p, row_head[m][i], m_nat, l);
       const int r = (warp * MT + m) * 16 + g + 8 * i;
       const int64_t token = query_start + item.token_begin + r / item.num_heads;
-      T* dst = out + token * p.o_stride_token + static_cast<int64_t>(row_head[m][i]) * p.o_stride_head;
+      const int64_t row = token * p.o_stride_token + static_cast<int64_t>(row_head[m][i]) * p.o_stride_head;
 #pragma unroll
       for (int n = 0; n < kDt; ++n) {
-        const float x = f.zero != 0.0f ? 0.0f : output_value(p, o[m][n][2 * i] * f.acc_factor);
-        const float y = f.zero != 0.0f ? 0.0f : output_value(p, o[m][n][2 * i + 1] * f.acc_factor);
-        *reinterpret_cast<uint32_t*>(dst + 8 * n + 2 * t4) = Mma<T>::pack(x, y);
+        // A row without keys stores 0 (= output_value(0): output_scale > 0).
+        const float pair[2] = {f.zero != 0.0f ? 0.0f : o[m][n][2 * i] * f.acc_factor,
+                               f.zero != 0.0f ? 0.0f : o[m][n][2 * i + 1] * f.acc_factor};
+        store_output_vec<T, 2>(p, row + 8 * n + 2 * t4, pair);
       }
     }
   }

@@ -8,6 +8,8 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "kv_cache_write/kv_cache_write_params.h"
 
@@ -69,6 +71,47 @@ __device__ __forceinline__ void store_element(void* base, int64_t index, Element
       static_cast<__nv_bfloat16*>(base)[index] = __float2bfloat16_rn(value);
       break;
   }
+}
+
+// Typed model-dtype elements (T = float, __half, __nv_bfloat16): the same rounding as
+// store_element / load_element. ElementVec<T, N>: N consecutive elements moved with one access
+// (the element index must be a multiple of N); pack_elements rounds a pair of 16-bit elements with
+// one paired conversion.
+template <typename T, int N>
+struct alignas(sizeof(T) * N) ElementVec {
+  T e[N];
+};
+__device__ __forceinline__ float element_to_float(float x) { return x; }
+__device__ __forceinline__ float element_to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float element_to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ __forceinline__ T float_to_element(float x);
+template <>
+__device__ __forceinline__ float float_to_element<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __half float_to_element<__half>(float x) {
+  return __float2half_rn(x);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 float_to_element<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <typename T, int N>
+__device__ __forceinline__ ElementVec<T, N> pack_elements(const float (&x)[N]) {
+  ElementVec<T, N> v;
+  if constexpr (N == 2 && std::is_same_v<T, __half>) {
+    const __half2 h = __floats2half2_rn(x[0], x[1]);
+    memcpy(&v, &h, sizeof(v));
+  } else if constexpr (N == 2 && std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x[0], x[1]);
+    memcpy(&v, &h, sizeof(v));
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) v.e[i] = float_to_element<T>(x[i]);
+  }
+  return v;
 }
 
 __device__ __forceinline__ int element_bytes(ElementKind kind) {

@@ -1,6 +1,7 @@
 // GPU ssm_mode "ema" (reference/ssm/ema.cpp, the guide's example): per request and channel,
 // h ← a·h + (1 − a)·x per token, contribution h, state h. The affine column scan of
-// ssm_kernels.h (lanes scan sub-chunks, compose (Π a, local h) in order, rescan), float32.
+// ssm_kernels.h (lanes scan sub-chunks, compose (Π a, local h) in order, rescan), float32. A fixed
+// decode step is one wave of all R requests of at most one token each (empty entries skipped).
 #include <memory>
 #include <string>
 

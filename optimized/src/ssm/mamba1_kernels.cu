@@ -1,6 +1,8 @@
 // mamba1 on the GPU: the causal conv1d (+ SiLU) with conv-state stash and write-back, the
 // single-step decode update and the chunked selective scan (gating fused), and the out_proj bias
-// epilogue (ssm_kernels.h). The math is reference/ssm/mamba1.cpp's, in float32:
+// epilogue (ssm_kernels.h); for decode-only waves (fixed decode steps) the single-token conv update,
+// reading and writing the conv state straight from the request table. The math is
+// reference/ssm/mamba1.cpp's, in float32:
 //   c = silu(conv_bias + Σ_j w[i, j]·window[j]),  Δ = softplus(dt + dt_bias) (threshold 20),
 //   h = exp(Δ·A)·h + Δ·c·B,  A = −exp(A_log),  y = (h·C + D·c)·silu(z).
 // Decodes: one launch, the state row of each channel read and written once in 16-byte accesses
@@ -78,6 +80,45 @@ __global__ void __launch_bounds__(kChannels) conv_kernel(Mamba1Params p) {
     for (int j = 0; j + 1 < kMamba1MaxKernel; ++j) {
       if (j < K - 2) win[j] = win[j + 1];
       else if (j == K - 2) win[j] = u;
+    }
+  }
+}
+
+// (2') Decode-only waves (a fixed decode step): the single-token conv update, per entry and channel
+// (thread = channel). The K − 1 saved inputs are read into registers before the shifted window is
+// stored, by the same thread, so read_slot == write_slot is safe; entries of one wave touch
+// disjoint slots. Same arithmetic, in the same order, as conv_kernel + conv_write_kernel.
+__global__ void __launch_bounds__(kChannels) conv_decode_kernel(Mamba1Params p) {
+  const int i = blockIdx.x * kChannels + threadIdx.x;
+  if (i >= p.I) return;
+  const GpuRequest r = p.wave.requests[blockIdx.y];
+  if (r.end <= r.begin) return;  // an empty entry (padding or skipped request): nothing read or written
+  const int K = p.K;
+  const int km1 = K - 1;
+  float w[kMamba1MaxKernel];
+  float win[kMamba1MaxKernel];
+#pragma unroll
+  for (int j = 0; j < kMamba1MaxKernel; ++j) {
+    w[j] = j < K ? load_element(p.conv_w.data, int64_t{i} * K + j, p.conv_w.kind) : 0.0f;
+    win[j] = j < km1 && r.read_slot >= 0
+                 ? load_element(p.conv_state.data, r.read_slot * p.conv_state.slot_size + int64_t{i} * km1 + j,
+                                p.conv_state.kind)
+                 : 0.0f;
+  }
+  const int64_t t = r.begin;
+  const float u = conv_input(p, t, i);
+  float acc = weight_or(p.conv_bias, i, 0.0f);
+#pragma unroll
+  for (int j = 0; j < kMamba1MaxKernel; ++j) {
+    if (j < K) acc += w[j] * (j == K - 1 ? u : win[j]);
+  }
+  p.c[t * p.I + i] = silu(acc);
+  // The conv state after the token: window rows 1 … K − 1, i.e. saved[1:] then u.
+#pragma unroll
+  for (int j = 0; j + 1 < kMamba1MaxKernel; ++j) {
+    if (j < km1) {
+      store_element(p.conv_state.data, r.write_slot * p.conv_state.slot_size + int64_t{i} * km1 + j,
+                    p.conv_state.kind, j + 1 < km1 ? win[j + 1] : u);
     }
   }
 }
@@ -177,7 +218,7 @@ __device__ __forceinline__ Quad load_bc(const Mamba1Params& p, int64_t t, int of
 template <int kLanes>
 __global__ void __launch_bounds__(256) decode_kernel(Mamba1Params p) {
   const GpuRequest r = p.wave.requests[blockIdx.y];
-  if (!r.decode) return;  // uniform over the block
+  if (!r.decode || r.end <= r.begin) return;  // uniform over the block; empty entries: nothing to do
   const int N = p.N;
   const int g = threadIdx.x % kLanes;
   const int i = blockIdx.x * (256 / kLanes) + threadIdx.x / kLanes;
@@ -428,9 +469,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) scan_kernel(Mamba1Par
 }
 
 __global__ void bias_rows_kernel(RowsRef out, const float* in, WeightRef bias, int64_t width, int64_t num_tokens,
-                                 const int32_t* active) {
+                                 const int32_t* flags) {
   for (int64_t t = blockIdx.y; t < num_tokens; t += gridDim.y) {
-    if (active[t] == 0) continue;
+    if (flags[t] != kRowActive) continue;
     for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < width; c += int64_t{gridDim.x} * blockDim.x) {
       store_element(out.data, t * out.row_stride + c, out.kind, in[t * width + c] + weight_or(bias, c, 0.0f));
     }
@@ -454,6 +495,12 @@ void launch_mamba1_conv(const Mamba1Params& p, cudaStream_t stream) {
     conv_write_kernel<<<dim3(grid_for(conv_size, 256), p.num_conv_writes), 256, 0, stream>>>(p);
     HYBRIDTB_CUDA_CHECK_LAUNCH();
   }
+}
+
+void launch_mamba1_conv_decode(const Mamba1Params& p, cudaStream_t stream) {
+  if (p.wave.num_requests == 0) return;
+  conv_decode_kernel<<<dim3((p.I + kChannels - 1) / kChannels, p.wave.num_requests), kChannels, 0, stream>>>(p);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 
 namespace {
@@ -523,10 +570,10 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
 }
 
 void launch_bias_rows(const RowsRef& contribution, const float* out, WeightRef bias, int64_t width,
-                      int64_t num_tokens, const int32_t* active, cudaStream_t stream) {
+                      int64_t num_tokens, const int32_t* flags, cudaStream_t stream) {
   if (num_tokens <= 0 || width == 0) return;
   const dim3 grid(grid_for(std::min<int64_t>(width, 1024), 256), static_cast<unsigned>(std::min<int64_t>(num_tokens, 65535)));
-  bias_rows_kernel<<<grid, 256, 0, stream>>>(contribution, out, bias, width, num_tokens, active);
+  bias_rows_kernel<<<grid, 256, 0, stream>>>(contribution, out, bias, width, num_tokens, flags);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,7 +1,8 @@
 // GPU ssm_mode "prefix_sum" (reference/ssm/prefix_sum.cpp): per request, contribution[t] = the
 // saved sum + Σ of its hidden states up to t; the slot (and, mode all, each block-boundary slot)
 // receives the running sum. A segmented scan per request, parallel over tokens (the affine column
-// scan of ssm_kernels.h with gain 1), float32 accumulation.
+// scan of ssm_kernels.h with gain 1), float32 accumulation. A fixed decode step is one wave of all
+// R requests of at most one token each (empty entries skipped): grid from H and R only.
 #include <memory>
 #include <string>
 

@@ -11,6 +11,13 @@
 // one wave touch disjoint slots, so they run in parallel; waves run in order — the reference's
 // sequential order whenever two requests share a slot).
 //
+// A decode-only step (no prefills, no speculative decoding) runs as a fixed-shape step
+// (FixedDecodeStep, below): one wave holding every request of the batch, padding and skipped ones
+// as empty entries, per-row flags that mark CUDA-graph padding rows, grids from the padded sizes
+// only, and every buffer allocated once — so its launches can be captured into a CUDA graph and
+// replayed after re-planning a new batch of the same shape. ssm_forward runs eager decode steps
+// through it too, so an eager step and a replayed one run the same launches.
+//
 // Adding a GPU mode is its file(s) in optimized/src/ssm/ plus one line in gpu_modes.cpp. A mode of
 // the reference registry without a GPU mode is reported NotSupported by the cuda backend.
 #pragma once
@@ -46,6 +53,7 @@ class SsmContext {
   SsmContext& operator=(const SsmContext&) = delete;
 
   cudaStream_t stream() const { return stream_; }
+  DeviceMemory& memory() { return memory_; }
   cublasHandle_t cublas();
   // Scratch device memory valid until end_step() (then returned to the cache; the stream orders
   // its reuse after the kernels that used it).
@@ -73,6 +81,23 @@ class SsmContext {
   std::vector<std::shared_ptr<void>> step_blocks_;
 };
 
+// The scratch of a fixed decode step: the k-th request of a launch gets the k-th block, allocated
+// by the first launch and kept until destruction, so every later launch (and a CUDA graph captured
+// from one) uses the same addresses. A later request for more bytes than the first one got throws
+// Error (a fixed step's scratch sizes depend only on its shape).
+class ScratchBlocks {
+ public:
+  explicit ScratchBlocks(DeviceMemory& memory) : memory_(memory) {}
+  void rewind() { next_ = 0; }  // at the start of each launch
+  void* get(size_t bytes);
+
+ private:
+  DeviceMemory& memory_;
+  std::vector<std::shared_ptr<void>> blocks_;
+  std::vector<size_t> sizes_;
+  size_t next_ = 0;
+};
+
 // A weight as the mode sees it: device data, element kind, shape (contiguous).
 struct GpuWeight {
   WeightRef ref;
@@ -85,24 +110,47 @@ struct GpuWave {
   std::vector<GpuRequest> host;
 };
 
+// What a GPU mode's forward gets. Two forms:
+//  - eager (ssm_forward, fixed == false): num_tokens = num_actual_tokens; `active` flags rows
+//    kRowActive / kRowSkipped; the waves list only requests that run, on the device and the host;
+//  - fixed (FixedDecodeStep, fixed == true): num_tokens = T, the padded row count; `active` also
+//    flags padding rows kRowPadding (never to be written); exactly one wave whose device table
+//    holds all R requests of the batch (empty entries: begin == end, slots −1; max_tokens 1) and
+//    whose host list is empty; no boundaries; num_decode_tokens 0. Everything per step lives in
+//    the device buffers, so forward must launch the same kernels with the same grids whatever the
+//    batch, must not upload (context->upload) and must take scratch from scratch() only.
 struct GpuStep {
   const AttentionConfig* config = nullptr;
   SsmContext* context = nullptr;
-  int64_t num_tokens = 0;       // T = num_actual_tokens
+  bool fixed = false;           // a fixed decode step (above)
+  int64_t num_tokens = 0;       // T: num_actual_tokens (eager) or the padded row count (fixed)
   int64_t hidden_size = 0;      // H = num_heads · head_size
-  int64_t num_decode_tokens = 0;
+  int64_t num_decode_tokens = 0;  // eager only
   RowsRef hidden;               // query[:T] viewed as [T, H]
   RowsRef contribution;         // [T, H] in the backend's output dtype
   std::map<std::string, PoolRef> pools;       // by the mode's pool names
   std::map<std::string, GpuWeight> weights;   // present weights by name (absent optional ones missing)
-  const int32_t* active = nullptr;         // device [T]: 1 if the token's request runs this step
-  const int32_t* boundary_slot = nullptr;  // device [T]: −1, or the slot the state after row t goes to
+  // device [T] row flags (ssm_params.h): kRowActive for rows of requests that run (whole-step
+  // modes: decode rows), kRowSkipped for rows of skipped requests, kRowPadding (fixed only) for
+  // CUDA-graph padding rows.
+  const int32_t* active = nullptr;
+  const int32_t* boundary_slot = nullptr;  // device [T]: −1, or the slot the state after row t goes to (eager)
   std::vector<GpuBoundary> boundaries;     // host: every block-boundary write (mode all), by request
   std::vector<GpuWave> waves;
+  ScratchBlocks* fixed_scratch = nullptr;  // fixed: where scratch() comes from
 
   const GpuWeight* weight(const std::string& name) const {
     const auto it = weights.find(name);
     return it == weights.end() ? nullptr : &it->second;
+  }
+  // Scratch device memory for this step's launches: the context's per-step scratch (eager), or
+  // the fixed step's blocks, the same on every launch (fixed).
+  void* scratch(size_t bytes) const {
+    return fixed_scratch != nullptr ? fixed_scratch->get(bytes) : context->scratch(bytes);
+  }
+  template <typename T>
+  T* scratch_of(int64_t count) const {
+    return static_cast<T*>(scratch(static_cast<size_t>(count) * sizeof(T)));
   }
 };
 
@@ -116,8 +164,12 @@ class GpuMode {
   // Whole-step modes (zero, prefix_sum_flat) return true: they write every row [0, T) of the
   // contribution themselves and the driver plans no requests.
   virtual bool whole_step() const { return false; }
-  // Runs the step: per-request modes write the contribution rows of the wave requests' tokens and
-  // the states (final and step.boundary_slot); the driver zero-fills the other rows.
+  // True if forward() calls cuBLAS (FixedDecodeStep::prepare creates the handle up front, so that
+  // nothing is created while a launch is captured).
+  virtual bool uses_cublas() const { return false; }
+  // Runs the step (either form, see GpuStep): per-request modes write the contribution rows of the
+  // wave requests' tokens and the states (final and step.boundary_slot); the driver zero-fills the
+  // rows flagged kRowSkipped. Whole-step modes write every row not flagged kRowPadding.
   virtual void forward(const GpuStep& step) const = 0;
 };
 
@@ -141,9 +193,91 @@ ElementKind gpu_element_kind(DType dtype, const std::string& what);
 // Runs config.ssm_mode over the batch on the GPU (device tensors): writes rows [0, num_actual_tokens)
 // of `contribution` ([T, Hq, D] contiguous) and updates tensors.ssm_state in place. Throws
 // NotSupported (with the mode's name) for a mode without a GPU implementation; Error (naming the
-// field) for a bad batch, before any kernel runs.
+// field) for a bad batch, before any kernel runs. A step for which is_fixed_decode_step is true
+// runs through a temporary FixedDecodeStep (prepare + launch: the launches a replayed CUDA graph
+// runs, so the same bits), unless two of its requests share a state slot or the query has fewer
+// rows than the batch's padded token count (then the wave driver runs it, as every other step).
 void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
                  const StepTensors& tensors, const TensorView& contribution, SsmContext& context);
+
+// True if this step runs as a fixed-shape decode step: config.ssm_mode has a GPU mode, the
+// metadata has no prefills, and no speculative decoding (num_speculative_tokens == 0). Every request
+// then has at most one token; trailing padding requests have none.
+bool is_fixed_decode_step(const AttentionConfig& config, const MambaAttentionMetadata& metadata,
+                          const BatchDescription& batch);
+
+struct PlannedStep;  // ssm_driver.cpp: a checked step and its per-request plan
+
+// A decode-only SSM step of fixed shape (T = batch.num_tokens() rows including CUDA-graph padding,
+// R = batch.num_reqs() request entries including padding requests): every buffer its launches read
+// is allocated once, so launch() can be captured into a CUDA graph and replayed after each later
+// prepare() of a new batch of the same shape.
+//
+// Device plan (one buffer, one stream-ordered upload per prepare): int32 [T] row flags (kRowActive
+// for the token of a request that runs, kRowSkipped for the token of a request skipped for a
+// padding slot, kRowPadding for rows t >= num_actual_tokens; whole-step modes: kRowActive for
+// t < num_decode_tokens), then R GpuRequest entries, entry r for request r: {row, row + 1,
+// read slot or −1, write slot} if it runs, else empty {0, 0, −1, −1}. The mode runs this as one
+// wave of R entries with max_tokens 1; every kernel skips empty entries and honours the flags.
+//
+// Lifetime: the object owns the plan buffer and the scratch (from the context's allocator) and
+// must outlive every CUDA graph captured from launch(); it keeps pointers to the tensors given to
+// the first prepare(), which must stay allocated as long. The SsmContext (its stream, cuBLAS
+// handle and workspace) must outlive it; every step of one context shares that handle and
+// workspace, so their launches (and graphs) must run in order on the context's stream. Not
+// copyable or movable.
+class FixedDecodeStep {
+ public:
+  // Keeps a copy of `config`. Throws NotSupported (as ssm_forward) if config.ssm_mode has no GPU mode.
+  FixedDecodeStep(const AttentionConfig& config, SsmContext& context);
+  FixedDecodeStep(const FixedDecodeStep&) = delete;
+  FixedDecodeStep& operator=(const FixedDecodeStep&) = delete;
+
+  // Validates and plans the step with exactly the rules and errors of ssm_forward (the reference's
+  // per-request plan: reference/ssm/ssm_plan.h), then uploads the plan (stream-ordered, the
+  // context's stream) into device buffers allocated on the first call. No kernel runs. Later calls
+  // must have the same T, R and the same tensors (query, contribution, pool and weight data
+  // pointers) — otherwise Error naming what changed. Requests sharing a state slot (the driver would
+  // need two waves) → NotSupported naming the slot; a step that is_fixed_decode_step rejects →
+  // NotSupported saying why. Creates the cuBLAS handle (if the mode uses one) so that nothing is
+  // created during a capture. A call that throws uploads nothing: the previous plan stays.
+  void prepare(const MambaAttentionMetadata& metadata, const BatchDescription& batch, const StepTensors& tensors,
+               const TensorView& contribution);
+  // Enqueues the step's kernels and cuBLAS calls on the context's stream, reading only the buffers
+  // prepare() filled and scratch it allocates on its first call and keeps for the object's life
+  // (later calls reuse it). Makes no host→device copy, so its first call can be captured into a
+  // CUDA graph (in cudaStreamCaptureModeRelaxed, which allows the first call's scratch allocations).
+  // Throws Error before prepare().
+  void launch();
+
+  int64_t num_tokens() const { return num_tokens_; }  // T (after the first prepare)
+  int64_t num_reqs() const { return num_reqs_; }      // R (after the first prepare)
+
+ private:
+  friend void ssm_forward(const AttentionConfig&, const MambaAttentionMetadata&, const BatchDescription&,
+                          const StepTensors&, const TensorView&, SsmContext&);
+  void prepare_planned(PlannedStep& planned, const MambaAttentionMetadata& metadata, const BatchDescription& batch);
+
+  AttentionConfig config_;
+  SsmContext& context_;
+  ScratchBlocks scratch_;
+  bool prepared_ = false;
+  int64_t num_tokens_ = 0;  // T
+  int64_t num_reqs_ = 0;    // R
+  GpuStep step_;            // what launch() hands the mode; device pointers fixed by the first prepare
+  const GpuMode* gpu_mode_ = nullptr;
+  // A tensor the launches read or write, as the first prepare saw it (later ones must match).
+  struct TensorKey {
+    std::string name;  // "/inputs/query", "the SSM contribution", "/inputs/ssm/<pool>", "/weights/<name>"
+    const void* data = nullptr;
+    ElementKind kind = ElementKind::kFloat32;
+    int64_t extent = 0;  // row stride (query, contribution), slot size (pools), elements (weights)
+    bool operator==(const TensorKey&) const = default;
+  };
+  std::vector<TensorKey> tensors_;
+  std::shared_ptr<void> plan_;   // device [T flags | R GpuRequest]
+  std::vector<int32_t> packed_;  // its host image
+};
 
 }  // namespace hybridtb::cuda::ssm
 

@@ -20,10 +20,13 @@ int blocks_for(int64_t n, int per_block = kThreads) {
   return static_cast<int>(std::max<int64_t>(1, (n + per_block - 1) / per_block));
 }
 
-__global__ void zero_rows_kernel(RowsRef rows, int64_t width, int64_t begin, int64_t num_tokens,
-                                 const int32_t* active) {
+__global__ void zero_rows_kernel(RowsRef rows, int64_t width, int64_t begin, int64_t num_tokens, const int32_t* flags,
+                                 ZeroRows which) {
   for (int64_t t = begin + blockIdx.y; t < num_tokens; t += gridDim.y) {
-    if (active != nullptr && active[t] != 0) continue;
+    if (flags != nullptr) {
+      const int32_t flag = flags[t];
+      if (flag == kRowPadding || (flag == kRowActive && which == ZeroRows::kSkipped)) continue;
+    }
     for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < width; c += int64_t{gridDim.x} * blockDim.x) {
       store_element(rows.data, t * rows.row_stride + c, rows.kind, 0.0f);
     }
@@ -106,7 +109,9 @@ __global__ void __launch_bounds__(1024) affine_scan_kernel(AffineScanParams p) {
   for (int32_t t = t0; t < t1; ++t) {
     const float x = load_element(p.hidden.data, t * p.hidden.row_stride + col, p.hidden.kind);
     h = p.kind == AffineKind::kEma ? g * h + one_minus_g * x : h + x;
-    store_element(p.contribution.data, t * p.contribution.row_stride + col, p.contribution.kind, h);
+    if (p.row_flags == nullptr || p.row_flags[t] == kRowActive) {
+      store_element(p.contribution.data, t * p.contribution.row_stride + col, p.contribution.kind, h);
+    }
     if (p.pool.data != nullptr) {
       const int32_t boundary = p.boundary_slot != nullptr ? p.boundary_slot[t] : -1;
       if (boundary >= 0) store_element(p.pool.data, boundary * p.pool.slot_size + col, p.pool.kind, h);
@@ -117,11 +122,11 @@ __global__ void __launch_bounds__(1024) affine_scan_kernel(AffineScanParams p) {
 
 }  // namespace
 
-void launch_zero_rows(const RowsRef& rows, int64_t width, int64_t begin, int64_t num_tokens, const int32_t* active,
-                      cudaStream_t stream) {
+void launch_zero_rows(const RowsRef& rows, int64_t width, int64_t begin, int64_t num_tokens, const int32_t* flags,
+                      ZeroRows which, cudaStream_t stream) {
   if (num_tokens <= begin || width == 0) return;
   const dim3 grid(blocks_for(std::min<int64_t>(width, 4 * kThreads)), row_blocks(num_tokens - begin));
-  zero_rows_kernel<<<grid, kThreads, 0, stream>>>(rows, width, begin, num_tokens, active);
+  zero_rows_kernel<<<grid, kThreads, 0, stream>>>(rows, width, begin, num_tokens, flags, which);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 

@@ -13,10 +13,15 @@ namespace hybridtb::cuda::ssm {
 
 // --- shared by every mode (the driver and the hybrid forward) ------------------------------------
 
-// Rows t in [0, num_tokens) with active[t] == 0 (requests skipped: padding slots, no state run)
-// get a zero contribution; active == nullptr: rows [begin, num_tokens) all get zeros.
-void launch_zero_rows(const RowsRef& rows, int64_t width, int64_t begin, int64_t num_tokens, const int32_t* active,
-                      cudaStream_t stream);
+// Which rows launch_zero_rows zeroes, by their flag (ssm_params.h): kSkipped: rows flagged
+// kRowSkipped (requests that do not run); kAllButPadding: rows flagged kRowSkipped or kRowActive.
+// Rows flagged kRowPadding are never written.
+enum class ZeroRows : int32_t { kSkipped = 0, kAllButPadding = 1 };
+
+// Rows t in [begin, num_tokens) selected by `which` through their flag get a zero contribution;
+// flags == nullptr: rows [begin, num_tokens) all get zeros.
+void launch_zero_rows(const RowsRef& rows, int64_t width, int64_t begin, int64_t num_tokens, const int32_t* flags,
+                      ZeroRows which, cudaStream_t stream);
 
 // output[t] = attn[t] + ssm[t] for rows [0, num_tokens), each of `width` elements, rounded once to
 // output's dtype (the hybrid forward's separate add pass; phase 2 fuses it into the attention
@@ -48,8 +53,12 @@ struct AffineScanParams {
   int32_t single_begin = 0;
   int32_t single_end = 0;
   PoolRef pool;                   // data == nullptr: no state (prefix_sum_flat)
-  const int32_t* boundary_slot = nullptr;  // [T] −1 or the slot receiving the state after row t
+  const int32_t* boundary_slot = nullptr;  // [T] −1 or the slot receiving the state after row t (optional)
   WeightRef decay;                // kEma: a [H]
+  // (optional) [T] row flags: only rows flagged kRowActive get their contribution stored (the
+  // fixed-shape prefix_sum_flat scans all T rows; padding rows are trailing, so they never feed an
+  // earlier row's value).
+  const int32_t* row_flags = nullptr;
 };
 void launch_affine_scan(const AffineScanParams& p, cudaStream_t stream);
 
@@ -75,6 +84,8 @@ struct GpuConvWrite {
 struct Mamba1Params {
   int32_t I = 0, N = 0, K = 0, R = 0;
   int64_t num_tokens = 0;
+  // The wave's requests. The decode kernels (launch_mamba1_conv_decode, the scan's decode launch)
+  // skip empty entries (begin == end): a fixed decode step lists padding and skipped requests so.
   WaveRef wave;
   // The wave's decodes are requests [0, decode_end), its prefills [prefill_begin, num_requests) (the
   // driver lists decodes first); the scan launches one kernel for each non-empty range, and each
@@ -106,12 +117,19 @@ inline constexpr int kMamba1MaxState = 64;     // state_size ≤ 64 (Mamba-1: 16
 // Conv: stash initial conv states, the causal conv + SiLU over the wave's tokens, the conv-state
 // write-back (final and block-boundary states).
 void launch_mamba1_conv(const Mamba1Params& p, cudaStream_t stream);
+// Conv of a decode-only wave, the single-token update (causal_conv1d_update): every entry of the
+// wave is empty or one decode token; per entry and channel, the K − 1 saved inputs are read from
+// read_slot (zeros if −1), c = silu(bias + w·[saved | u]) is stored, and the shifted window
+// [saved[1:] | u] goes to write_slot, in one kernel with no host-side list (chunks, conv_writes
+// and conv_stash are not used). Grid from I and the wave's num_requests only.
+void launch_mamba1_conv_decode(const Mamba1Params& p, cudaStream_t stream);
 // Selective scan of the wave: one launch for the decodes (the single-step update, bandwidth-bound),
 // one for the prefills (a one-pass block scan: each block walks a request over a tile of channels,
 // one exp per token·channel·state); gating fused; block-boundary and final states written.
 void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream);
-// contribution[t] = out[t] + out_bias for active rows t (out: [T, H] float32).
+// contribution[t] = out[t] + out_bias for rows t < num_tokens flagged kRowActive (out: [T, H]
+// float32); other rows are not written.
 void launch_bias_rows(const RowsRef& contribution, const float* out, WeightRef bias, int64_t width,
-                      int64_t num_tokens, const int32_t* active, cudaStream_t stream);
+                      int64_t num_tokens, const int32_t* flags, cudaStream_t stream);
 
 }  // namespace hybridtb::cuda::ssm

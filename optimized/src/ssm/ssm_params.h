@@ -9,8 +9,16 @@
 
 namespace hybridtb::cuda::ssm {
 
-// One request the driver runs this step (padding requests and requests without tokens are not
-// listed). Its tokens are rows [begin, end) of the step.
+// The flag of each token row of a step (GpuStep::active: int32 [T] on the device).
+inline constexpr int32_t kRowPadding = -1;  // CUDA-graph padding (t >= num_actual_tokens): never written
+inline constexpr int32_t kRowSkipped = 0;   // a row of a request that does not run (padding slot): zeros
+inline constexpr int32_t kRowActive = 1;    // a row the mode writes (a running request's token; whole-step
+                                            // modes: a decode row, t < num_decode_tokens)
+
+// One request the driver runs this step. Its tokens are rows [begin, end) of the step. The eager
+// driver lists only requests that run; a fixed decode step (FixedDecodeStep) lists every request
+// of the batch, padding and skipped ones as empty entries (begin == end, slots −1) that every
+// kernel skips.
 struct GpuRequest {
   int32_t begin = 0;
   int32_t end = 0;
@@ -53,7 +61,7 @@ struct WeightRef {
 struct WaveRef {
   const GpuRequest* requests = nullptr;  // [num_requests]
   int32_t num_requests = 0;
-  int32_t max_tokens = 0;  // longest request of the wave
+  int32_t max_tokens = 0;  // longest request of the wave (a fixed decode step: 1, whatever the batch)
 };
 
 }  // namespace hybridtb::cuda::ssm

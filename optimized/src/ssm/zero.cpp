@@ -1,4 +1,5 @@
-// GPU ssm_mode "zero" (reference/ssm/zero.cpp): contributes zeros, no state; whole steps.
+// GPU ssm_mode "zero" (reference/ssm/zero.cpp): contributes zeros, no state; whole steps. In a
+// fixed decode step every row but the CUDA-graph padding rows (flag kRowPadding) gets zeros.
 #include <memory>
 #include <string>
 
@@ -13,7 +14,8 @@ class ZeroGpuMode final : public GpuMode {
   std::string name() const override { return "zero"; }
   bool whole_step() const override { return true; }
   void forward(const GpuStep& step) const override {
-    launch_zero_rows(step.contribution, step.hidden_size, 0, step.num_tokens, nullptr, step.context->stream());
+    launch_zero_rows(step.contribution, step.hidden_size, 0, step.num_tokens, step.fixed ? step.active : nullptr,
+                     ZeroRows::kAllButPadding, step.context->stream());
   }
 };
 

@@ -1,0 +1,370 @@
+// The fused hybrid add of the "cuda" backend (BackendSettings::fuse_hybrid_add: the attention
+// kernels' epilogues store output = attention + SSM contribution, attention/attention_common.cuh
+// store_output_vec) against the separate add pass (fuse_hybrid_add false) and the reference, on
+// every epilogue: the tensor-core decode kernel (unsplit rows and split rows finished by the
+// combine kernel), the SIMT decode kernel (1-byte caches, unsplit and split), the tensor-core
+// prefill kernel, the generic kernel (float32; head size 80), fp8 output, CUDA-graph padding rows,
+// and a layer without an SSM branch (the kernels store the attention output twice). Per case:
+//   - the planner sends rows to every epilogue the case is meant for (AttentionRunner::summary);
+//   - fused == unfused BIT FOR BIT: output, attn_output, ssm_output, KV cache, every state pool;
+//   - output == dtype(float(attn_output) + float(ssm_output)) bit for bit, recomputed on the host
+//     (the separate pass's rounding rule); without an SSM branch output == attn_output;
+//   - padding rows (≥ num_actual_tokens) of every output still hold the NaN poison;
+//   - the fused step matches the reference: compare_step (the tolerance table, with the fused
+//     output's attention + SSM row; untouched state slots), and cuda_matches_reference without an
+//     SSM branch (it knowingly holds `output` to the attention row alone).
+// Skips with the reason on a machine without a CUDA device.
+// Run: ctest --test-dir <build> -L cuda   (cases named Small* are the compute-sanitizer subset)
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "attention/attention_plan.h"
+#include "common/device_memory.h"
+#include "cuda_compare.h"
+#include "hybridtb/backend.h"
+#include "hybridtb/batch_file.h"
+#include "hybridtb/compare.h"
+#include "hybridtb/dtype.h"
+#include "hybridtb/error.h"
+#include "hybridtb/reference/ssm_mode.h"
+#include "hybridtb/step.h"
+#include "hybridtb/synthetic.h"
+
+namespace hybridtb::testing {
+namespace {
+
+using cuda::AttentionPlanSummary;
+
+// The epilogues a case must reach (each: at least one row there, asked from the planner).
+struct Epilogues {
+  bool decode_mma = false;   // tensor-core decode kernel
+  bool decode_simt = false;  // SIMT decode kernel
+  bool unsplit = false;      // decode rows the decode kernel finishes itself
+  bool split = false;        // split decode rows, finished by the combine kernel
+  bool prefill = false;      // tensor-core prefill kernel
+  bool generic = false;      // generic SIMT kernel
+};
+
+struct FusedCase {
+  std::string name;
+  std::string ssm_mode = "prefix_sum";
+  MambaCacheMode cache = MambaCacheMode::kNone;
+  int64_t num_heads = 8;
+  int64_t num_kv_heads = 2;
+  int64_t head_size = 128;
+  int64_t block_size = 16;
+  DType dtype = DType::kBFloat16;
+  KvCacheDtype kv = KvCacheDtype::kAuto;
+  std::vector<RequestSpec> requests;
+  std::optional<float> output_scale;
+  int64_t padding_tokens = 0;
+  int64_t padding_requests = 0;
+  bool decode_graph = false;  // FULL_DECODE_ONLY capture sizes (a decode-only batch padded to one)
+  Epilogues expect;
+  uint64_t seed = 1;
+};
+
+void PrintTo(const FusedCase& c, std::ostream* out) { *out << c.name; }
+
+// Decodes first (vLLM's order, required by the Mamba builder). A context of 6000 or more is split
+// across CTAs by the planner (256–8192 keys per split at about 8–16 CTAs per SM); contexts below
+// 256 never are. {0, 1}: a decode with one key.
+const std::vector<RequestSpec> kLong = {{20000, 1}, {9000, 1}, {4100, 1}, {700, 1}};
+const std::vector<RequestSpec> kMix = {{300, 1}, {17, 1}, {1000, 1}, {0, 1}, {40, 23}, {0, 70}, {129, 64}};
+const std::vector<RequestSpec> kSmall = {{45, 1}, {3, 1}, {20, 9}, {0, 17}};
+
+AttentionConfig make_config(const FusedCase& c) {
+  AttentionConfig config;
+  config.num_heads = c.num_heads;
+  config.num_kv_heads = c.num_kv_heads;
+  config.head_size = c.head_size;
+  config.block_size = c.block_size;
+  config.scale = 1.0 / std::sqrt(static_cast<double>(c.head_size));
+  config.dtype = c.dtype;
+  config.kv_cache_dtype = c.kv;
+  config.ssm_mode = c.ssm_mode;
+  if (config.has_ssm_branch()) {
+    config.mamba_cache_mode = c.cache;
+    config.mamba_block_size = c.cache == MambaCacheMode::kNone ? 0 : 16;
+    const reference::ssm::Mode& mode = reference::ssm::ModeRegistry::instance().find(c.ssm_mode);
+    for (const std::string& p : mode.parameters()) config.ssm_params[p] = 4;
+  }
+  return config;
+}
+
+BatchFile make_step(const FusedCase& c) {
+  BuilderConfig builder;
+  if (c.decode_graph) {
+    builder.cudagraph_mode = CudaGraphMode::kFullDecodeOnly;
+    builder.cudagraph_capture_sizes = {1, 2, 4, 8};
+  }
+  SyntheticOptions options;
+  options.seed = c.seed;
+  options.output_scale = c.output_scale;
+  options.padding_tokens = c.padding_tokens;
+  options.padding_requests = c.padding_requests;
+  options.k_scale = c.kv == KvCacheDtype::kAuto ? 1.0f : 0.5f;
+  options.v_scale = c.kv == KvCacheDtype::kAuto ? 1.0f : 0.25f;
+  options.ssm_block_table = true;
+  BatchFile file = make_synthetic_batch(make_config(c), builder, c.requests, options);
+  if (file.config.has_ssm_branch()) {
+    // Two spare slots no request names: they must come back untouched.
+    auto tensors = reference::ssm::make_random_ssm_tensors(file.config, ssm_slots_needed(file.batch) + 2, c.seed + 100);
+    file.inputs.ssm_state = std::move(tensors.ssm_state);
+    file.inputs.weights = std::move(tensors.weights);
+  }
+  return file;
+}
+
+std::vector<FusedCase> cases() {
+  std::vector<FusedCase> all;
+  auto add = [&](FusedCase c) { all.push_back(std::move(c)); };
+  // The compute-sanitizer subset: every epilogue once.
+  add({.name = "SmallDecodeMmaSplitBf16", .cache = MambaCacheMode::kAll,
+       .requests = {{100, 1}, {7, 1}, {6000, 1}, {0, 1}},
+       .expect = {.decode_mma = true, .unsplit = true, .split = true}});
+  add({.name = "SmallDecodeSimtFp8Mamba1", .ssm_mode = "mamba1", .kv = KvCacheDtype::kFp8E4M3,
+       .requests = {{45, 1}, {6000, 1}, {3, 1}}, .expect = {.decode_simt = true, .unsplit = true, .split = true},
+       .seed = 3});
+  add({.name = "SmallPrefillBf16", .requests = {{20, 1}, {5, 19}, {0, 70}, {129, 64}},
+       .expect = {.decode_mma = true, .unsplit = true, .prefill = true}, .seed = 5});
+  add({.name = "SmallGenericFp32Mamba1", .ssm_mode = "mamba1", .cache = MambaCacheMode::kAll, .num_heads = 4,
+       .num_kv_heads = 4, .dtype = DType::kFloat32, .requests = kSmall, .expect = {.generic = true}, .seed = 7});
+  add({.name = "SmallGenericHead80", .num_heads = 10, .num_kv_heads = 2, .head_size = 80, .requests = kSmall,
+       .expect = {.generic = true}, .seed = 9});
+  add({.name = "SmallFp8OutputBf16", .requests = {{6000, 1}, {17, 1}, {40, 23}}, .output_scale = 0.5f,
+       .expect = {.decode_mma = true, .unsplit = true, .split = true, .prefill = true}, .seed = 11});
+  add({.name = "SmallPaddedMixFp16Mamba1", .ssm_mode = "mamba1", .dtype = DType::kFloat16,
+       .requests = {{100, 1}, {7, 1}, {5, 30}}, .padding_tokens = 3, .padding_requests = 2,
+       .expect = {.decode_mma = true, .unsplit = true, .prefill = true}, .seed = 13});
+  add({.name = "SmallDecodeGraphPaddedFp16", .dtype = DType::kFloat16,
+       .requests = {{20, 1}, {3, 1}, {6000, 1}, {31, 1}},
+       .padding_tokens = 4, .padding_requests = 4, .decode_graph = true,
+       .expect = {.decode_mma = true, .unsplit = true, .split = true}, .seed = 15});
+  add({.name = "SmallNoSsmBf16", .ssm_mode = "none", .requests = {{100, 1}, {6000, 1}, {5, 30}}, .padding_tokens = 2,
+       .padding_requests = 1, .expect = {.decode_mma = true, .unsplit = true, .split = true, .prefill = true},
+       .seed = 17});
+  // Long contexts (many splits), other head sizes, GQA 16 (16 head columns), fp8 output elsewhere.
+  add({.name = "LongSplitMamba1Bf16", .ssm_mode = "mamba1", .requests = kLong,
+       .expect = {.decode_mma = true, .split = true}, .seed = 19});
+  add({.name = "LongSplitSimtFp8E5m2Fp16", .dtype = DType::kFloat16, .kv = KvCacheDtype::kFp8E5M2, .requests = kLong,
+       .expect = {.decode_simt = true, .split = true}, .seed = 21});
+  add({.name = "MixHead64Gqa4Fp16Mamba1", .ssm_mode = "mamba1", .num_heads = 16, .num_kv_heads = 4, .head_size = 64,
+       .dtype = DType::kFloat16, .requests = kMix, .expect = {.decode_mma = true, .unsplit = true, .prefill = true},
+       .seed = 23});
+  add({.name = "MixHead256Bf16", .num_heads = 8, .num_kv_heads = 1, .head_size = 256, .block_size = 32,
+       .requests = kMix, .expect = {.decode_mma = true, .unsplit = true, .prefill = true}, .seed = 25});
+  add({.name = "DecodeGqa16Head128Bf16", .num_heads = 32, .num_kv_heads = 2,
+       .requests = {{1327, 1}, {36, 1}, {20000, 1}, {0, 1}},
+       .expect = {.decode_mma = true, .unsplit = true, .split = true},
+       .seed = 27});
+  add({.name = "MixFp32Fp8OutputMamba1", .ssm_mode = "mamba1", .num_heads = 4, .num_kv_heads = 2,
+       .dtype = DType::kFloat32, .requests = kMix, .output_scale = 0.25f, .expect = {.generic = true}, .seed = 29});
+  add({.name = "Fp8OutputSimtFp8CacheFp16", .dtype = DType::kFloat16, .kv = KvCacheDtype::kFp8E4M3,
+       .requests = {{20000, 1}, {100, 1}, {40, 23}}, .output_scale = 0.25f,
+       .expect = {.decode_simt = true, .unsplit = true, .split = true, .generic = true}, .seed = 31});
+  add({.name = "Int8PerTokenHeadMixBf16", .kv = KvCacheDtype::kInt8PerTokenHead, .requests = kMix,
+       .expect = {.decode_simt = true, .unsplit = true, .generic = true}, .seed = 33});
+  return all;
+}
+
+// The planner's split of this step (prepare only: metadata upload, no kernel runs), on device
+// buffers of the step's shapes (as tests/cuda/cuda_decode_mma_test.cpp).
+AttentionPlanSummary plan_of(const BatchFile& step) {
+  const AttentionConfig& c = step.config;
+  const int64_t t = step.batch.num_tokens();
+  const int64_t hq = c.num_heads;
+  const int64_t hkv = c.num_kv_heads;
+  const int64_t d = c.head_size;
+  cuda::DeviceMemory memory;
+  const auto bytes = [](DType dtype, int64_t n) { return static_cast<size_t>(n) * element_size(dtype); };
+  auto q = memory.allocate(bytes(c.dtype, t * hq * d));
+  auto o = memory.allocate(bytes(c.dtype, t * hq * d));
+  StepTensors tensors;
+  tensors.query = TensorView(q.get(), c.dtype, {t, hq, d}, Device::kCuda);
+  const TensorView output(o.get(), c.dtype, {t, hq, d}, Device::kCuda);
+  const DType storage = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
+  const int64_t nb = step.inputs.kv_cache.size(0);
+  auto cache = memory.allocate(bytes(storage, nb * 2 * c.block_size * hkv * d));
+  tensors.kv_cache = TensorView(cache.get(), storage, {nb, 2, c.block_size, hkv, d}, Device::kCuda);
+  std::shared_ptr<void> k_scales;
+  std::shared_ptr<void> v_scales;
+  if (!step.inputs.k_scale_cache.empty()) {
+    const Shape& shape = step.inputs.k_scale_cache.shape();
+    k_scales = memory.allocate(bytes(DType::kFloat32, step.inputs.k_scale_cache.numel()));
+    v_scales = memory.allocate(bytes(DType::kFloat32, step.inputs.v_scale_cache.numel()));
+    tensors.k_scale_cache = TensorView(k_scales.get(), DType::kFloat32, shape, Device::kCuda);
+    tensors.v_scale_cache = TensorView(v_scales.get(), DType::kFloat32, shape, Device::kCuda);
+  }
+  tensors.k_scale = step.inputs.k_scale;
+  tensors.v_scale = step.inputs.v_scale;
+  if (step.inputs.output_scale) tensors.output_scale = step.inputs.output_scale;
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) sms = 1;
+  cuda::AttentionRunner runner(c, memory, sms);
+  runner.prepare(step.batch, tensors, output, nullptr);
+  if (cudaDeviceSynchronize() != cudaSuccess) throw Error("plan_of: cudaDeviceSynchronize failed");
+  return runner.summary();
+}
+
+// Every epilogue `expect` names got rows.
+::testing::AssertionResult reaches(const AttentionPlanSummary& plan, const Epilogues& expect) {
+  const int64_t simt = plan.decode_rows - plan.decode_mma_rows;
+  const int64_t unsplit = plan.decode_rows - plan.split_rows;
+  for (const auto& [wanted, rows, what] :
+       {std::tuple{expect.decode_mma, plan.decode_mma_rows, "tensor-core decode"},
+        std::tuple{expect.decode_simt, simt, "SIMT decode"},
+        std::tuple{expect.unsplit, unsplit, "unsplit decode"},
+        std::tuple{expect.split, plan.split_rows, "split decode (combine)"},
+        std::tuple{expect.prefill, plan.prefill_rows, "tensor-core prefill"},
+        std::tuple{expect.generic, plan.generic_rows, "generic"}}) {
+    if (wanted && rows <= 0) {
+      return ::testing::AssertionFailure() << "no rows on the " << what << " epilogue: " << plan.describe();
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult same_bits(const StepOutputs& fused, const StepOutputs& unfused) {
+  const std::vector<std::tuple<const char*, const Tensor*, const Tensor*>> pairs = {
+      {"output", &fused.output, &unfused.output},
+      {"attn_output", &fused.attn_output, &unfused.attn_output},
+      {"ssm_output", &fused.ssm_output, &unfused.ssm_output},
+      {"kv_cache", &fused.kv_cache, &unfused.kv_cache},
+      {"k_scale_cache", &fused.k_scale_cache, &unfused.k_scale_cache},
+      {"v_scale_cache", &fused.v_scale_cache, &unfused.v_scale_cache}};
+  for (const auto& [name, a, b] : pairs) {
+    if (!bitwise_equal(*a, *b)) {
+      int64_t first = -1;
+      if (!a->empty() && !b->empty() && a->nbytes() == b->nbytes()) {
+        const int64_t size = element_size(a->dtype());
+        for (int64_t i = 0; i < a->numel() && first < 0; ++i) {
+          if (std::memcmp(static_cast<const char*>(a->data()) + i * size,
+                          static_cast<const char*>(b->data()) + i * size, static_cast<size_t>(size)) != 0) {
+            first = i;
+          }
+        }
+      }
+      return ::testing::AssertionFailure() << name << ": fused differs from the separate add pass (first element "
+                                           << first << ")";
+    }
+  }
+  if (fused.ssm_state.size() != unfused.ssm_state.size()) {
+    return ::testing::AssertionFailure() << "different state pools";
+  }
+  for (const auto& [name, pool] : unfused.ssm_state) {
+    if (!bitwise_equal(pool, fused.ssm_state.at(name))) {
+      return ::testing::AssertionFailure() << "state pool " << name << ": fused differs from the separate add pass";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Rows [0, num_actual_tokens) of `out.output` hold dtype(float(attn) + float(ssm)) — the separate
+// pass's rule (float32 sum of the stored values, one rounding to the dtype), recomputed on the host
+// — or, without an SSM branch, attn_output's bits.
+::testing::AssertionResult output_is_rounded_sum(const StepOutputs& out, const BatchFile& step) {
+  const Tensor& o = out.output;
+  const int64_t size = element_size(o.dtype());
+  const int64_t n = step.batch.num_actual_tokens * step.config.num_heads * step.config.head_size;
+  Tensor expected = Tensor::host(o.dtype(), o.shape());
+  for (int64_t i = 0; i < n; ++i) {
+    double value = load_as_double(out.attn_output.data(), out.attn_output.dtype(), i);
+    if (!out.ssm_output.empty()) {
+      const auto a = static_cast<float>(value);
+      const auto s = static_cast<float>(load_as_double(out.ssm_output.data(), out.ssm_output.dtype(), i));
+      const float sum = a + s;  // exact float32 operands: one IEEE float32 addition (RNE)
+      value = sum;               // exact in double: the store below rounds once, as float → dtype
+    }
+    store_from_double(expected.data(), expected.dtype(), i, value);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const double e = load_as_double(expected.data(), expected.dtype(), i);
+    const double a = load_as_double(o.data(), o.dtype(), i);
+    if (std::isnan(e) && std::isnan(a)) continue;
+    if (std::memcmp(static_cast<const char*>(expected.data()) + i * size, static_cast<const char*>(o.data()) + i * size,
+                    static_cast<size_t>(size)) != 0) {
+      return ::testing::AssertionFailure() << "output element " << i << " (token " << i / (o.size(1) * o.size(2))
+                                           << ") is " << a << ", the rounded sum of attn_output and ssm_output is "
+                                           << e;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Rows [num_actual_tokens, T) of every output still hold the NaN poison.
+::testing::AssertionResult padding_untouched(const StepOutputs& out, const BatchFile& step) {
+  const int64_t row = step.config.num_heads * step.config.head_size;
+  for (const auto& [name, t] : {std::pair{"output", &out.output}, std::pair{"attn_output", &out.attn_output},
+                                std::pair{"ssm_output", &out.ssm_output}}) {
+    if (t->empty()) continue;
+    for (int64_t i = step.batch.num_actual_tokens * row; i < t->numel(); ++i) {
+      if (!std::isnan(load_as_double(t->data(), t->dtype(), i))) {
+        return ::testing::AssertionFailure() << name << ": padding row " << i / row << " was written";
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+std::string report_text(const ComparisonReport& report) { return format_report_table({report}); }
+
+class CudaFusedTest : public ::testing::TestWithParam<FusedCase> {
+ protected:
+  void SetUp() override {
+    const std::string reason = cuda_unavailable_reason();
+    if (!reason.empty()) GTEST_SKIP() << reason;
+  }
+};
+
+TEST_P(CudaFusedTest, FusedEqualsSeparatePassAndReference) {
+  const FusedCase& c = GetParam();
+  const BatchFile step = make_step(c);
+  ASSERT_EQ(step.config.has_ssm_branch(), c.ssm_mode != "none");
+  if (c.padding_tokens > 0) {
+    ASSERT_LT(step.batch.num_actual_tokens, step.batch.num_tokens());
+  }
+  const AttentionPlanSummary plan = plan_of(step);
+  std::cout << "[ PLAN ] " << c.name << ": " << plan.describe() << "\n";
+  EXPECT_TRUE(reaches(plan, c.expect));
+
+  auto fused_backend = create_backend("cuda", {step.config, step.builder, true});
+  auto unfused_backend = create_backend("cuda", {step.config, step.builder, false});
+  auto reference = create_backend("reference", {step.config, step.builder});
+  const StepOutputs fused = run_step(*fused_backend, step);
+  const StepOutputs unfused = run_step(*unfused_backend, step);
+  const StepOutputs expected = run_step(*reference, step);
+
+  EXPECT_TRUE(same_bits(fused, unfused));
+  EXPECT_TRUE(output_is_rounded_sum(fused, step));
+  EXPECT_TRUE(padding_untouched(fused, step));
+  // cuda_matches_reference holds `output` to the attention row of the tolerance table, which is
+  // the output's row only without an SSM branch; with one, the table's row is attention + SSM
+  // (fused_parity_tolerance), which compare_step applies (with every check of
+  // cuda_matches_reference: attn_output, KV cache bytes, padding, metadata).
+  if (!step.config.has_ssm_branch()) {
+    EXPECT_TRUE(cuda_matches_reference(step, fused, expected));
+  }
+  const ComparisonReport report = compare_step(step, fused, expected, {});
+  EXPECT_TRUE(report.passed()) << report_text(report);
+  for (const QuantityReport& q : report.quantities) {
+    EXPECT_EQ(q.padding_written, 0) << q.name << ": padding rows written";
+    EXPECT_EQ(q.untouched_written, 0) << q.name << ": a slot no request names was written";
+  }
+}
+
+std::string case_name(const ::testing::TestParamInfo<FusedCase>& param) { return param.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaFusedTest, ::testing::ValuesIn(cases()), case_name);
+
+}  // namespace
+}  // namespace hybridtb::testing

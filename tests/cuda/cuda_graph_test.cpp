@@ -1,0 +1,389 @@
+// CUDA-graph capture and replay of decode steps on the "cuda" backend (Backend::capture_decode_step).
+// Per case, one graph is captured for a padded decode batch A and replayed for A and for batches B
+// and C of the same padded size (different requests, contexts, slots, number of padding requests),
+// after copying each step's inputs into the captured tensors — as a serving engine does. Asserted:
+//   - capturing runs nothing (outputs, KV cache and state pools unchanged after capture);
+//   - every replay equals the eager step of the same batch on a fresh backend BIT FOR BIT: output,
+//     attn_output, ssm_output, KV cache (and scale caches), every state pool;
+//   - padding rows stay NaN in every output;
+//   - the replayed step matches the reference (compare_step: the tolerance table, untouched slots);
+//   - refusals with the field named and nothing run: another padded size, a wider block table, a
+//     batch with prefill rows, a backend without graphs.
+// Skips with the reason on a machine without a CUDA device.
+// Run: ctest --test-dir <build> -L cuda   (cases named Small* are the compute-sanitizer subset)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "cuda_compare.h"
+#include "hybridtb/backend.h"
+#include "hybridtb/batch_file.h"
+#include "hybridtb/compare.h"
+#include "hybridtb/error.h"
+#include "hybridtb/reference/ssm_mode.h"
+#include "hybridtb/step.h"
+#include "hybridtb/synthetic.h"
+
+namespace hybridtb::testing {
+namespace {
+
+struct GraphCase {
+  std::string name;
+  std::string ssm_mode = "none";
+  MambaCacheMode cache = MambaCacheMode::kNone;
+  DType dtype = DType::kBFloat16;
+  KvCacheDtype kv = KvCacheDtype::kAuto;
+  int64_t num_heads = 8;
+  int64_t num_kv_heads = 2;
+  int64_t head_size = 128;
+  int64_t window = 0;
+  bool sinks = false;
+  double soft_cap = 0.0;
+  std::optional<float> output_scale;
+  bool big_mamba = false;  // I 64, N 16, K 4, R 8 (else every SSM parameter 4)
+  bool fuse = true;        // BackendSettings::fuse_hybrid_add of the eager backend (graphs always fuse)
+  uint64_t seed = 1;
+};
+
+void PrintTo(const GraphCase& c, std::ostream* out) { *out << c.name; }
+
+// Three decode batches padded to 8 requests and 8 token rows. A has the widest block table (the
+// graph is captured on it) and a context long enough for split-KV; B has more padding; C none.
+// A decode without context ({0, 1}) reads no state.
+struct PaddedBatch {
+  std::vector<RequestSpec> requests;
+  int64_t padding = 0;  // padding requests = padding token rows
+};
+const PaddedBatch kA = {{{300, 1}, {17, 1}, {9000, 1}, {45, 1}, {0, 1}, {2000, 1}}, 2};
+const PaddedBatch kB = {{{1200, 1}, {3, 1}, {600, 1}}, 5};
+const PaddedBatch kC = {{{64, 1}, {5000, 1}, {1, 1}, {77, 1}, {128, 1}, {0, 1}, {900, 1}, {31, 1}}, 0};
+constexpr int64_t kPaddedSize = 8;
+
+AttentionConfig make_config(const GraphCase& c) {
+  AttentionConfig config;
+  config.num_heads = c.num_heads;
+  config.num_kv_heads = c.num_kv_heads;
+  config.head_size = c.head_size;
+  config.block_size = 16;
+  config.scale = 1.0 / std::sqrt(static_cast<double>(c.head_size));
+  config.dtype = c.dtype;
+  config.kv_cache_dtype = c.kv;
+  config.sliding_window = c.window;
+  config.logits_soft_cap = c.soft_cap;
+  if (c.sinks) {
+    std::vector<float> sinks;
+    for (int64_t h = 0; h < c.num_heads; ++h) sinks.push_back(-1.0f + 0.5f * static_cast<float>(h % 5));
+    config.sinks = sinks;
+  }
+  config.ssm_mode = c.ssm_mode;
+  if (config.has_ssm_branch()) {
+    config.mamba_cache_mode = c.cache;
+    config.mamba_block_size = c.cache == MambaCacheMode::kNone ? 0 : 16;
+    const reference::ssm::Mode& mode = reference::ssm::ModeRegistry::instance().find(c.ssm_mode);
+    for (const std::string& p : mode.parameters()) config.ssm_params[p] = 4;
+    if (c.big_mamba) {
+      config.ssm_params = {{"intermediate_size", 64}, {"state_size", 16}, {"conv_kernel", 4}, {"dt_rank", 8}};
+    }
+  }
+  return config;
+}
+
+BuilderConfig make_builder() {
+  BuilderConfig builder;
+  builder.cudagraph_mode = CudaGraphMode::kFullDecodeOnly;
+  builder.cudagraph_capture_sizes = {1, 2, 4, kPaddedSize};
+  return builder;
+}
+
+BatchFile make_batch(const GraphCase& c, const PaddedBatch& b, uint64_t seed, int64_t spare_blocks,
+                     int64_t num_slots) {
+  SyntheticOptions options;
+  options.seed = seed;
+  options.spare_blocks = spare_blocks;
+  options.padding_tokens = b.padding;
+  options.padding_requests = b.padding;
+  options.output_scale = c.output_scale;
+  options.k_scale = c.kv == KvCacheDtype::kAuto ? 1.0f : 0.5f;
+  options.v_scale = c.kv == KvCacheDtype::kAuto ? 1.0f : 0.25f;
+  options.ssm_block_table = true;
+  BatchFile file = make_synthetic_batch(make_config(c), make_builder(), b.requests, options);
+  if (file.config.has_ssm_branch()) {
+    // The same pools and weights for every batch (one seed): the graph's tensors are fixed.
+    auto tensors = reference::ssm::make_random_ssm_tensors(file.config, num_slots, c.seed + 100);
+    file.inputs.ssm_state = std::move(tensors.ssm_state);
+    file.inputs.weights = std::move(tensors.weights);
+  }
+  return file;
+}
+
+// A, B and C with KV caches of one shape (spare blocks make up the difference) and state pools of
+// one size (two spare slots no request names), so that one set of device tensors serves all three.
+std::vector<BatchFile> make_batches(const GraphCase& c) {
+  const std::vector<const PaddedBatch*> specs = {&kA, &kB, &kC};
+  std::vector<BatchFile> first;
+  int64_t blocks = 0, slots = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    first.push_back(make_batch(c, *specs[i], c.seed + i, 3, 1));
+    blocks = std::max(blocks, first.back().inputs.kv_cache.size(0));
+    slots = std::max(slots, ssm_slots_needed(first.back().batch) + 2);
+  }
+  std::vector<BatchFile> out;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    out.push_back(make_batch(c, *specs[i], c.seed + i, 3 + blocks - first[i].inputs.kv_cache.size(0), slots));
+  }
+  return out;
+}
+
+Tensor poisoned(Backend& backend, const Shape& shape) {
+  Tensor host = Tensor::host(backend.output_dtype(), shape);
+  fill_host(host, kOutputPoison);
+  Tensor device = backend.allocate(host.dtype(), host.shape());
+  backend.copy(device, host);
+  return device;
+}
+
+Tensor download(Backend& backend, const Tensor& device) {
+  if (device.empty()) return {};
+  Tensor host = Tensor::host(device.dtype(), device.shape());
+  backend.copy(host, device);
+  return host;
+}
+
+// The graph's fixed device tensors: inputs (rewritten before each replay) and outputs.
+struct GraphTensors {
+  BatchInputs device;
+  Tensor output, attn_output, ssm_output;
+
+  GraphTensors(Backend& backend, const BatchFile& file) : device(upload_inputs(backend, file.inputs)) {
+    const Shape shape{file.batch.num_tokens(), file.config.num_heads, file.config.head_size};
+    output = poisoned(backend, shape);
+    attn_output = poisoned(backend, shape);
+    if (file.config.has_ssm_branch()) ssm_output = poisoned(backend, shape);
+  }
+  Backend::HybridOutputs outputs() const { return {output, attn_output, ssm_output}; }
+
+  // Puts `file`'s step inputs into the captured tensors and poisons the outputs again.
+  void load(Backend& backend, const BatchFile& file) {
+    const BatchInputs& in = file.inputs;
+    ASSERT_EQ(device.kv_cache.shape(), in.kv_cache.shape()) << "the batches must share the KV cache shape";
+    backend.copy(device.query, in.query);
+    backend.copy(device.key, in.key);
+    backend.copy(device.value, in.value);
+    backend.copy(device.kv_cache, in.kv_cache);
+    if (!in.k_scale_cache.empty()) {
+      backend.copy(device.k_scale_cache, in.k_scale_cache);
+      backend.copy(device.v_scale_cache, in.v_scale_cache);
+    }
+    for (const auto& [name, pool] : in.ssm_state) backend.copy(device.ssm_state.at(name), pool);
+    for (Tensor* t : {&output, &attn_output, &ssm_output}) {
+      if (t->empty()) continue;
+      Tensor host = Tensor::host(t->dtype(), t->shape());
+      fill_host(host, kOutputPoison);
+      backend.copy(*t, host);
+    }
+  }
+
+  StepOutputs download_all(Backend& backend) const {
+    StepOutputs out;
+    out.backend = backend.name();
+    out.output = download(backend, output);
+    out.attn_output = download(backend, attn_output);
+    out.ssm_output = download(backend, ssm_output);
+    out.kv_cache = download(backend, device.kv_cache);
+    out.k_scale_cache = download(backend, device.k_scale_cache);
+    out.v_scale_cache = download(backend, device.v_scale_cache);
+    for (const auto& [name, pool] : device.ssm_state) out.ssm_state[name] = download(backend, pool);
+    return out;
+  }
+};
+
+::testing::AssertionResult same_bits(const StepOutputs& replayed, const StepOutputs& eager) {
+  const std::vector<std::tuple<const char*, const Tensor*, const Tensor*>> pairs = {
+      {"output", &replayed.output, &eager.output},
+      {"attn_output", &replayed.attn_output, &eager.attn_output},
+      {"ssm_output", &replayed.ssm_output, &eager.ssm_output},
+      {"kv_cache", &replayed.kv_cache, &eager.kv_cache},
+      {"k_scale_cache", &replayed.k_scale_cache, &eager.k_scale_cache},
+      {"v_scale_cache", &replayed.v_scale_cache, &eager.v_scale_cache}};
+  for (const auto& [name, a, b] : pairs) {
+    if (a->empty() != b->empty() || (!a->empty() && !bitwise_equal(*a, *b))) {
+      return ::testing::AssertionFailure() << name << " of the replayed step differs from the eager step's";
+    }
+  }
+  for (const auto& [name, pool] : eager.ssm_state) {
+    if (!bitwise_equal(pool, replayed.ssm_state.at(name))) {
+      return ::testing::AssertionFailure() << "state pool " << name << " differs from the eager step's";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Rows [num_actual_tokens, T) of every output are still NaN.
+::testing::AssertionResult padding_untouched(const StepOutputs& out, const BatchFile& file) {
+  const int64_t row = file.config.num_heads * file.config.head_size;
+  for (const auto& [name, t] : {std::pair{"output", &out.output}, std::pair{"attn_output", &out.attn_output},
+                                std::pair{"ssm_output", &out.ssm_output}}) {
+    if (t->empty()) continue;
+    for (int64_t i = file.batch.num_actual_tokens * row; i < t->numel(); ++i) {
+      if (!std::isnan(load_as_double(t->data(), t->dtype(), i))) {
+        return ::testing::AssertionFailure() << name << ": padding row " << i / row << " was written";
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+std::vector<GraphCase> cases() {
+  return {
+      {.name = "SmallNoSsmBf16"},
+      {.name = "SmallMamba1Bf16", .ssm_mode = "mamba1"},
+      {.name = "SmallPrefixSumFp8Cache", .ssm_mode = "prefix_sum", .cache = MambaCacheMode::kAll,
+       .kv = KvCacheDtype::kFp8E4M3},
+      {.name = "Mamba1BigGqa4Fp16", .ssm_mode = "mamba1", .dtype = DType::kFloat16, .num_heads = 16,
+       .num_kv_heads = 4, .head_size = 64, .big_mamba = true, .seed = 3},
+      {.name = "Mamba1AlignUnfusedEager", .ssm_mode = "mamba1", .cache = MambaCacheMode::kAlign, .fuse = false,
+       .seed = 5},
+      {.name = "EmaAllWindowSinks", .ssm_mode = "ema", .cache = MambaCacheMode::kAll, .window = 1024, .sinks = true,
+       .seed = 7},
+      {.name = "ZeroHead256SoftCap", .ssm_mode = "zero", .num_heads = 8, .num_kv_heads = 1, .head_size = 256,
+       .soft_cap = 30.0, .seed = 9},
+      {.name = "PrefixSumFlatFp8Output", .ssm_mode = "prefix_sum_flat", .output_scale = 0.5f, .seed = 11},
+      {.name = "NoSsmInt8PerTokenHeadFp16", .dtype = DType::kFloat16, .kv = KvCacheDtype::kInt8PerTokenHead,
+       .seed = 13},
+  };
+}
+
+class CudaGraphTest : public ::testing::TestWithParam<GraphCase> {
+ protected:
+  void SetUp() override {
+    const std::string reason = cuda_unavailable_reason();
+    if (!reason.empty()) GTEST_SKIP() << reason;
+  }
+};
+
+TEST_P(CudaGraphTest, ReplayEqualsEager) {
+  const GraphCase& c = GetParam();
+  const std::vector<BatchFile> batches = make_batches(c);
+  const BatchFile& a = batches.front();
+  auto graph_backend = create_backend("cuda", {a.config, a.builder});
+  GraphTensors tensors(*graph_backend, a);
+  const StepTensors views = tensors.device.views();
+  const std::unique_ptr<StepGraph> graph = graph_backend->capture_decode_step(
+      graph_backend->build_metadata(a.batch), a.batch, views, tensors.outputs());
+  graph_backend->synchronize();
+  SCOPED_TRACE(graph->describe());
+  {
+    // Capturing ran nothing.
+    const StepOutputs after_capture = tensors.download_all(*graph_backend);
+    EXPECT_TRUE(bitwise_equal(after_capture.kv_cache, a.inputs.kv_cache)) << "capture wrote the KV cache";
+    for (const auto& [name, pool] : a.inputs.ssm_state) {
+      EXPECT_TRUE(bitwise_equal(after_capture.ssm_state.at(name), pool)) << "capture wrote state pool " << name;
+    }
+    const int64_t numel = after_capture.output.numel();
+    int64_t written = 0;
+    for (int64_t i = 0; i < numel; ++i) {
+      written += std::isnan(load_as_double(after_capture.output.data(), after_capture.output.dtype(), i)) ? 0 : 1;
+    }
+    EXPECT_EQ(written, 0) << "capture wrote the output";
+  }
+  auto reference = create_backend("reference", {a.config, a.builder});
+  // A, B, C, then A again (a replay after others reads only the newly uploaded metadata).
+  for (size_t k : {0, 1, 2, 0}) {
+    const BatchFile& step = batches[k];
+    SCOPED_TRACE("batch " + std::string(1, static_cast<char>('A' + k)));
+    tensors.load(*graph_backend, step);
+    graph->replay(graph_backend->build_metadata(step.batch), step.batch);
+    graph_backend->synchronize();
+    const StepOutputs replayed = tensors.download_all(*graph_backend);
+
+    auto eager_backend = create_backend("cuda", {step.config, step.builder, c.fuse});
+    const StepOutputs eager = run_step(*eager_backend, step);
+    EXPECT_TRUE(same_bits(replayed, eager));
+    EXPECT_TRUE(padding_untouched(replayed, step));
+    const StepOutputs expected = run_step(*reference, step);
+    const ComparisonReport report = compare_step(step, replayed, expected, {});
+    EXPECT_TRUE(report.passed()) << format_report_table({report});
+    for (const QuantityReport& q : report.quantities) {
+      EXPECT_EQ(q.padding_written, 0) << q.name << ": padding rows written";
+      EXPECT_EQ(q.untouched_written, 0) << q.name << ": a slot no request names was written";
+    }
+  }
+}
+
+std::string case_name(const ::testing::TestParamInfo<GraphCase>& param) { return param.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaGraphTest, ::testing::ValuesIn(cases()), case_name);
+
+class CudaGraphRefusalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string reason = cuda_unavailable_reason();
+    if (!reason.empty()) GTEST_SKIP() << reason;
+  }
+};
+
+// The message of the Error/NotSupported `f` throws ("" if it throws nothing).
+template <typename Exception, typename F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const Exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(CudaGraphRefusalTest, RefusesOtherShapesAndRunsNothing) {
+  const GraphCase c{.name = "refusals", .ssm_mode = "prefix_sum"};
+  const std::vector<BatchFile> batches = make_batches(c);
+  const BatchFile& a = batches.front();
+  auto backend = create_backend("cuda", {a.config, a.builder});
+  GraphTensors tensors(*backend, a);
+  const StepTensors views = tensors.device.views();
+  const auto graph = backend->capture_decode_step(backend->build_metadata(a.batch), a.batch, views, tensors.outputs());
+
+  // Another padded size (4 requests, 4 rows).
+  const BatchFile small = make_batch(c, {{{10, 1}, {20, 1}}, 2}, 21, 3, 64);
+  std::string why = message_of<Error>([&] { graph->replay(backend->build_metadata(small.batch), small.batch); });
+  EXPECT_NE(why.find("token rows"), std::string::npos) << why;
+  // A block table wider than the captured one (a longer context than A's longest).
+  const BatchFile wide = make_batch(c, {{{20000, 1}}, 7}, 22, 3 + a.inputs.kv_cache.size(0), 64);
+  why = message_of<Error>([&] { graph->replay(backend->build_metadata(wide.batch), wide.batch); });
+  EXPECT_NE(why.find("block_table"), std::string::npos) << why;
+  backend->synchronize();
+  const StepOutputs after = tensors.download_all(*backend);
+  EXPECT_TRUE(bitwise_equal(after.kv_cache, a.inputs.kv_cache)) << "a refused replay wrote the KV cache";
+  int64_t written = 0;
+  for (int64_t i = 0; i < after.output.numel(); ++i) {
+    written += std::isnan(load_as_double(after.output.data(), after.output.dtype(), i)) ? 0 : 1;
+  }
+  EXPECT_EQ(written, 0) << "a refused replay wrote the output";
+
+  // A step with a prefill chunk cannot be captured.
+  const BatchFile mixed = make_batch(c, {{{10, 1}, {5, 7}}, 0}, 23, 3, 64);
+  auto backend2 = create_backend("cuda", {mixed.config, mixed.builder});
+  GraphTensors tensors2(*backend2, mixed);
+  const StepTensors views2 = tensors2.device.views();
+  why = message_of<NotSupported>([&] {
+    backend2->capture_decode_step(backend2->build_metadata(mixed.batch), mixed.batch, views2, tensors2.outputs());
+  });
+  EXPECT_NE(why.find("prefill"), std::string::npos) << why;
+
+  // The reference has no graphs.
+  auto reference = create_backend("reference", {a.config, a.builder});
+  const BatchInputs host = a.inputs;
+  why = message_of<NotSupported>(
+      [&] { reference->capture_decode_step(reference->build_metadata(a.batch), a.batch, host.views(), {}); });
+  EXPECT_NE(why.find("does not capture CUDA graphs"), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace hybridtb::testing
