@@ -300,9 +300,11 @@ TEST_P(CudaGraphTest, ReplayEqualsEager) {
     const BatchFile& step = batches[k];
     SCOPED_TRACE("batch " + std::string(1, static_cast<char>('A' + k)));
     tensors.load(*graph_backend, step);
-    graph->replay(graph_backend->build_metadata(step.batch), step.batch);
+    const HybridMetadata metadata = graph_backend->build_metadata(step.batch);
+    graph->replay(metadata, step.batch);
     graph_backend->synchronize();
-    const StepOutputs replayed = tensors.download_all(*graph_backend);
+    StepOutputs replayed = tensors.download_all(*graph_backend);
+    replayed.metadata = metadata;
 
     auto eager_backend = create_backend("cuda", {step.config, step.builder, c.fuse});
     const StepOutputs eager = run_step(*eager_backend, step);
