@@ -20,13 +20,13 @@ events), warm-up, median of the samples.
 Case names match hybridtb_bench_attention's, so harness/scripts/gpu-check.sh can print ratios.
 """
 import argparse
-import datetime
 import json
-import statistics
 import sys
 
 import torch
 import torch.nn.functional as F
+
+from peer_common import environment, sample_us
 
 HQ, HKV, D = 32, 8, 128
 DTYPE = torch.bfloat16
@@ -68,20 +68,7 @@ def counts(requests, window):
 
 
 def median_us(fn, samples, flush):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(samples):
-        flush.zero_()  # evict L2 outside the timed region
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) * 1e3)
-    return statistics.median(times), min(times), max(times)
+    return sample_us(fn, samples, 3, flush.zero_)  # the flush is a write (memset) of 256 MiB
 
 
 def rand(*shape):
@@ -191,15 +178,9 @@ def main():
             print(f"FlexAttention unavailable: {e}", file=sys.stderr)
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     samples = 10 if args.quick else 30
-    prop = torch.cuda.get_device_properties(0)
     report = {
         "peer": "pytorch",
-        "environment": {
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "device": prop.name,
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-        },
+        "environment": environment(),
         "shape": {"num_heads": HQ, "num_kv_heads": HKV, "head_size": D, "dtype": "bfloat16"},
         "cases": [],
     }

@@ -24,10 +24,10 @@ Case names ("name") match hybridtb_bench_ssm's JSON, so peer_ratio_ssm.py can jo
 torch is imported only when this runs (it is on the GPU machine, not on the build machines).
 """
 import argparse
-import datetime
 import json
-import statistics
 import sys
+
+from peer_common import environment, sample_us, selective_state_update
 
 I, N = 5120, 16
 CHUNK = 1024
@@ -59,29 +59,11 @@ def main():
     dt_bias = uniform((I,), -0.1, 0.1)
 
     def median_us(fn, restore, samples, warmup):
-        for _ in range(warmup):
-            restore()
-            fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(samples):
-            restore()
-            flush.sum()  # evict L2 outside the timed region (a read: clean lines, as bench_ssm does)
-            start = torch.cuda.Event(enable_timing=True)
-            stop = torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop) * 1e3)
-        return statistics.median(times), min(times), max(times)
+        # The flush is a read (clean lines, as bench_ssm does), after the restore.
+        return sample_us(fn, samples, warmup, flush.sum, restore)
 
     def decode_step(state, x, dt, z, B, C):
-        delta = F.softplus(dt + dt_bias)  # [S, I]
-        dA = torch.exp(delta.unsqueeze(-1) * A)  # [S, I, N]
-        state.mul_(dA).add_((delta * x).unsqueeze(-1) * B.unsqueeze(1))
-        y = (state * C.unsqueeze(1)).sum(-1) + D * x
-        return y * F.silu(z)
+        return selective_state_update(state, x, dt, z, B, C, A, D, dt_bias)
 
     def prefill_scan(state, x, dt, z, B, C):
         T = x.shape[0]
@@ -98,15 +80,9 @@ def main():
                 torch.mv(h, C[begin + k], out=ys[begin + k])
         return (ys + D * x) * F.silu(z)
 
-    prop = torch.cuda.get_device_properties(0)
     report = {
         "peer": "pytorch",
-        "environment": {
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "device": prop.name,
-            "torch": torch.__version__,
-            "cuda": torch.version.cuda,
-        },
+        "environment": environment(),
         "shape": {"I": I, "N": N, "dtype": "float32"},
         "cases": [],
     }

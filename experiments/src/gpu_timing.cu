@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -29,6 +30,24 @@ __global__ void clock_kernel(long long cycles, unsigned long long* out) {
   out[0] = static_cast<unsigned long long>(c1 - c0);
   out[1] = t1 - t0;
 }
+
+// nvbench's blocking kernel: holds the stream until the host sets *release (host-mapped memory),
+// so the step's work is all enqueued before any of it runs. Gives up after timeout_ns (a step that
+// waits on the GPU inside its enqueue would otherwise deadlock) and says so in *timed_out.
+__global__ void gate_kernel(const volatile int* release, unsigned long long timeout_ns, volatile int* timed_out) {
+  unsigned long long t0 = 0;
+  unsigned long long t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  while (*release == 0) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t - t0 > timeout_ns) {
+      *timed_out = 1;
+      return;
+    }
+  }
+}
+
+constexpr unsigned long long kGateTimeoutNs = 2'000'000'000ull;  // 2 s
 
 
 }  // namespace
@@ -108,12 +127,19 @@ struct StepTimer::Impl {
   bool native = false;
   cudaEvent_t start = nullptr;
   cudaEvent_t stop = nullptr;
+  int* gate = nullptr;       // host-mapped: [0] release, [1] timed out
+  int* gate_device = nullptr;
+  std::chrono::steady_clock::time_point host_start;
+  double latency_s = 0;
+  bool gate_timed_out = false;
 };
 
 StepTimer::StepTimer(void* native_stream) : impl_(std::make_unique<Impl>()) {
   impl_->native = native_stream != nullptr;
   if (impl_->native) {
     impl_->stream = static_cast<cudaStream_t>(native_stream);
+    HYBRIDTB_CUDA_CHECK(cudaHostAlloc(&impl_->gate, 2 * sizeof(int), cudaHostAllocMapped));
+    HYBRIDTB_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&impl_->gate_device), impl_->gate, 0));
   } else {
     HYBRIDTB_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
   }
@@ -124,22 +150,51 @@ StepTimer::StepTimer(void* native_stream) : impl_(std::make_unique<Impl>()) {
 StepTimer::~StepTimer() {
   cudaEventDestroy(impl_->start);
   cudaEventDestroy(impl_->stop);
-  if (!impl_->native) cudaStreamDestroy(impl_->stream);
+  if (impl_->native) {
+    cudaFreeHost(impl_->gate);
+  } else {
+    cudaStreamDestroy(impl_->stream);
+  }
 }
 
 void StepTimer::start() {
-  if (!impl_->native) HYBRIDTB_CUDA_CHECK(cudaDeviceSynchronize());
-  HYBRIDTB_CUDA_CHECK(cudaEventRecord(impl_->start, impl_->stream));
+  Impl& t = *impl_;
+  if (!t.native) HYBRIDTB_CUDA_CHECK(cudaDeviceSynchronize());
+  if (t.native) {
+    // The GPU is idle (the caller's restore and flush synchronize): hold the stream at the gate.
+    t.gate[0] = 0;
+    t.gate[1] = 0;
+    gate_kernel<<<1, 1, 0, t.stream>>>(t.gate_device, kGateTimeoutNs, t.gate_device + 1);
+    HYBRIDTB_CUDA_CHECK(cudaGetLastError());
+  }
+  HYBRIDTB_CUDA_CHECK(cudaEventRecord(t.start, t.stream));
+  t.host_start = std::chrono::steady_clock::now();
 }
 
 double StepTimer::stop_seconds() {
-  if (!impl_->native) HYBRIDTB_CUDA_CHECK(cudaDeviceSynchronize());
-  HYBRIDTB_CUDA_CHECK(cudaEventRecord(impl_->stop, impl_->stream));
-  HYBRIDTB_CUDA_CHECK(cudaEventSynchronize(impl_->stop));
+  Impl& t = *impl_;
+  if (!t.native) HYBRIDTB_CUDA_CHECK(cudaDeviceSynchronize());
+  HYBRIDTB_CUDA_CHECK(cudaEventRecord(t.stop, t.stream));
+  if (t.native) {
+    const auto enqueued = std::chrono::steady_clock::now();
+    reinterpret_cast<volatile int*>(t.gate)[0] = 1;  // release: the step runs back to back
+    HYBRIDTB_CUDA_CHECK(cudaEventSynchronize(t.stop));
+    float ms = 0.0f;
+    HYBRIDTB_CUDA_CHECK(cudaEventElapsedTime(&ms, t.start, t.stop));
+    t.gate_timed_out = reinterpret_cast<volatile int*>(t.gate)[1] != 0;
+    // Issued alone, the step would have taken its host enqueue plus its GPU time.
+    t.latency_s = std::chrono::duration<double>(enqueued - t.host_start).count() + static_cast<double>(ms) * 1e-3;
+    return static_cast<double>(ms) * 1e-3;
+  }
+  HYBRIDTB_CUDA_CHECK(cudaEventSynchronize(t.stop));
   float ms = 0.0f;
-  HYBRIDTB_CUDA_CHECK(cudaEventElapsedTime(&ms, impl_->start, impl_->stop));
-  return static_cast<double>(ms) * 1e-3;
+  HYBRIDTB_CUDA_CHECK(cudaEventElapsedTime(&ms, t.start, t.stop));
+  t.latency_s = static_cast<double>(ms) * 1e-3;
+  return t.latency_s;
 }
+
+double StepTimer::last_latency_seconds() const { return impl_->latency_s; }
+bool StepTimer::last_gate_timed_out() const { return impl_->gate_timed_out; }
 
 double measure_sm_clock_mhz() {
   int device = 0, sm_khz = 0;

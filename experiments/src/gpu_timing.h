@@ -50,13 +50,15 @@ class L2Flusher {
 
 // CUDA-event timing of one step run through the Backend interface.
 //
-// The interface does not expose the backend's stream (the cuda backend runs on its own non-blocking
-// stream), so by default start() synchronizes the device and records the start event on an idle
-// GPU, and stop() synchronizes the device again before recording the stop event: the time is the
-// step's GPU time plus the host-side enqueue of its launches and one synchronization (a few µs;
-// it matters for steps of tens of µs, see experiments/README.md). With `native_stream` (a
-// cudaStream_t, for a backend that exposes its stream one day) the events bracket the work on that
-// stream only, with no device synchronization: pure GPU time.
+// With the backend's stream (`native_stream`, Backend::native_stream) the timer works as nvbench
+// does: start() enqueues a gate kernel that holds the stream, the caller enqueues the step, and
+// stop_seconds() releases the gate and returns the events' interval — the step's GPU time alone,
+// its kernels back to back, free of host jitter. last_latency_seconds() adds the host time the
+// enqueue took (planning, uploads, launches): the latency of the step issued alone, which is what
+// a CUDA graph shortens. A step that waits for the GPU while being enqueued would hold the gate
+// until its 2 s timeout; last_gate_timed_out() reports it (the time is then not the GPU's alone).
+// Without a stream, start() synchronizes the device and records on a helper stream, and
+// stop_seconds() synchronizes again: host enqueue + GPU time + one wake-up, for both figures.
 class StepTimer {
  public:
   explicit StepTimer(void* native_stream = nullptr);
@@ -65,6 +67,8 @@ class StepTimer {
   StepTimer& operator=(const StepTimer&) = delete;
   void start();
   double stop_seconds();  // waits for the stop event
+  double last_latency_seconds() const;
+  bool last_gate_timed_out() const;
 
  private:
   struct Impl;

@@ -24,6 +24,8 @@ StepTimer::StepTimer(void* /*native_stream*/) { no_cuda(); }
 StepTimer::~StepTimer() = default;
 void StepTimer::start() { no_cuda(); }
 double StepTimer::stop_seconds() { no_cuda(); }
+double StepTimer::last_latency_seconds() const { no_cuda(); }
+bool StepTimer::last_gate_timed_out() const { no_cuda(); }
 double measure_sm_clock_mhz() { return 0.0; }
 
 }  // namespace hybridtb::bench::gpu

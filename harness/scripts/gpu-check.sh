@@ -163,6 +163,15 @@ if want suite; then
     --out "$OUT/suite.json" >"$OUT/suite.log" 2>&1
   rc=$?
   record suite "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "suite.json: $(grep -c '"name"' "$OUT/suite.json" 2>/dev/null) entries ($(( $(date +%s) - t0 )) s)"
+  if python3 -c 'import torch' 2>/dev/null; then
+    t0=$(date +%s)
+    python3 experiments/peers/suite_peer.py "$OUT/suite.json" --out "$OUT/suite-peer.json" \
+      --hybridtb "$BUILD/harness/cli/hybridtb" >"$OUT/suite-peer.log" 2>&1
+    rc=$?
+    record suite-peer "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "suite-peer.json ($(( $(date +%s) - t0 )) s)"
+  else
+    record suite-peer skip "python3 cannot import torch"
+  fi
 fi
 
 # --- decode steps eager vs replayed from a CUDA graph (experiments/suites/graph.json) -------------
