@@ -522,8 +522,9 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
   const size_t o_dec_mma = append(staging_, decode_mma.data(), decode_mma.size());
   const size_t o_com = append(staging_, combine.data(), combine.size());
   auto* dev = static_cast<unsigned char*>(meta_.device(staging_.size() + 16));
-  // Pageable source: cudaMemcpyAsync returns once the bytes are staged, so staging_ may be reused.
-  HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(dev, staging_.data(), staging_.size(), cudaMemcpyHostToDevice, stream));
+  // Through pinned memory: the block table of a large batch is megabytes, which from pageable memory
+  // would make the host wait for the stream.
+  pinned_.upload(dev, staging_.data(), staging_.size(), stream);
   p.query_start_loc = reinterpret_cast<const int32_t*>(dev + o_qsl);
   p.seq_lens = reinterpret_cast<const int32_t*>(dev + o_seq);
   p.block_table = reinterpret_cast<const int32_t*>(dev + o_bt);

@@ -90,6 +90,7 @@ class AttentionRunner {
   std::shared_ptr<void> alibi_;
   std::shared_ptr<void> sinks_;
   std::vector<unsigned char> staging_;
+  PinnedStaging pinned_;
   AttentionParams params_{};
   int64_t num_generic_ = 0;
   int64_t num_prefill_ = 0;

@@ -2,6 +2,7 @@
 #include "common/device_memory.h"
 
 #include <bit>
+#include <cstring>
 
 #include "common/cuda_check.h"
 
@@ -52,6 +53,33 @@ void* Workspace::device(size_t bytes) {
     size_ = size_class(bytes);
   }
   return block_.get();
+}
+
+PinnedStaging::~PinnedStaging() {
+  if (copied_ != nullptr) {
+    cudaEventSynchronize(copied_);  // NOLINT: best effort in a destructor
+    cudaEventDestroy(copied_);
+  }
+  if (data_ != nullptr) cudaFreeHost(data_);  // NOLINT
+}
+
+void PinnedStaging::upload(void* device, const void* host, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return;
+  if (copied_ == nullptr) {
+    HYBRIDTB_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+  } else {
+    HYBRIDTB_CUDA_CHECK(cudaEventSynchronize(copied_));  // the last copy has read data_
+  }
+  if (bytes > size_) {
+    if (data_ != nullptr) HYBRIDTB_CUDA_CHECK(cudaFreeHost(data_));
+    data_ = nullptr;
+    size_ = 0;
+    HYBRIDTB_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&data_), bytes, cudaHostAllocDefault));
+    size_ = bytes;
+  }
+  std::memcpy(data_, host, bytes);
+  HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(device, data_, bytes, cudaMemcpyHostToDevice, stream));
+  HYBRIDTB_CUDA_CHECK(cudaEventRecord(copied_, stream));
 }
 
 }  // namespace hybridtb::cuda

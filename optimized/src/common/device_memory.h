@@ -4,6 +4,8 @@
 // scratch buffer on top of it (grown only when a step needs more than ever before).
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -39,6 +41,26 @@ class Workspace {
   DeviceMemory& memory_;
   std::shared_ptr<void> block_;
   size_t size_ = 0;
+};
+
+// Pinned host memory for one stream's uploads. A pageable source makes a large cudaMemcpyAsync
+// wait for the stream (the driver stages it synchronously), which would stall the host behind the
+// GPU — and deadlock behind a benchmark's gate kernel; from pinned memory the copy is queued and
+// the host goes on. The buffer is reused: upload() first waits for the copy that read it last.
+class PinnedStaging {
+ public:
+  PinnedStaging() = default;
+  ~PinnedStaging();
+  PinnedStaging(const PinnedStaging&) = delete;
+  PinnedStaging& operator=(const PinnedStaging&) = delete;
+  // Copies `bytes` from `host` into the pinned buffer (grown if needed) and enqueues its copy to
+  // `device` on `stream`; returns at once.
+  void upload(void* device, const void* host, size_t bytes, cudaStream_t stream);
+
+ private:
+  unsigned char* data_ = nullptr;
+  size_t size_ = 0;
+  cudaEvent_t copied_ = nullptr;  // recorded after the last copy out of data_
 };
 
 }  // namespace hybridtb::cuda
