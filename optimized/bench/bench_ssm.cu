@@ -3,10 +3,11 @@
 //   decode: the single-step state update (launch_mamba1_scan on decode requests) for d_inner 5120,
 //           state 16, 64 and 256 sequences; bytes = ssm_state read + write (fp32) + per-token
 //           inputs; % of the measured device-to-device copy bandwidth (read + write counted);
-//   prefill: the one-pass selective scan (block scan over channel tiles; gating fused) of one
-//           request of 8k and 32k tokens (with a sweep of its tilings, "variants_us"), and the causal
-//           conv; tokens/s against t_min = max(bytes / copy bandwidth, D·N·T / 4.17e12 exp/s)
-//           (perf-anchors.md §6.3).
+//   prefill: the one-pass selective scan (block scan over tiles of 8 … 40 channels; gating fused) of one
+//           request of 8k and 32k tokens (with a sweep of its variants, "variants_us": the channel
+//           tile chosen per launch, forced tiles of 8 … 40 channels, a 3-stage copy ring, and the
+//           earlier 8-channel block scan "legacy_…"), and the causal conv; tokens/s against
+//           t_min = max(bytes / copy bandwidth, D·N·T / 4.17e12 exp/s) (perf-anchors.md §6.3).
 // Inputs are deterministic non-zero values (a hash fill); every timing is the median of CUDA-event
 // samples after warm-up, with the ssm_state pool restored and L2 flushed (256 MiB read) before
 // every sample, outside the events (a 256 MiB read: clean lines, no write-back in the timed region). The GEMMs (cuBLAS) are not timed here. Case names ("name")
@@ -241,11 +242,12 @@ int main(int argc, char** argv) {
   for (const int tokens : {8192, 32768}) {
     Setup s = make_setup(1, tokens);
     // The tiling sweep (scan_variant; 0 = the default the backend uses).
-    const char* variant_names[] = {"warps4_seg8_5blk", "warps8_seg4_3blk", "warps4_seg8_4blk", "warps8_seg8_2blk",
-                                   "warps2_seg8_10blk"};
+    const char* variant_names[] = {"tile_auto", "tile_ch8",  "tile_ch16",        "tile_ch24",
+                                   "tile_ch32", "tile_ch40", "tile_auto_3stage", "legacy_warps4_seg8_5blk"};
+    constexpr int kVariants = sizeof(variant_names) / sizeof(variant_names[0]);
     std::string variants;
     double scan_ms = 0.0;
-    for (int v = 4; v >= 0; --v) {
+    for (int v = kVariants - 1; v >= 0; --v) {
       s.p.scan_variant = v;
       const double ms = median_ms_flushed(10, 2, stream, s, flush, flush_bytes, [&] { launch_mamba1_scan(s.p, stream); });
       variants += std::string(variants.empty() ? "" : ", ") + "\"" + variant_names[v] + "\": " + num(ms * 1e3);

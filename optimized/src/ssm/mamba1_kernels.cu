@@ -6,10 +6,13 @@
 //   c = silu(conv_bias + Σ_j w[i, j]·window[j]),  Δ = softplus(dt + dt_bias) (threshold 20),
 //   h = exp(Δ·A)·h + Δ·c·B,  A = −exp(A_log),  y = (h·C + D·c)·silu(z).
 // Decodes: one launch, the state row of each channel read and written once in 16-byte accesses
-// (bandwidth-bound). Prefills: one launch of a one-pass block scan (scan_kernel): a block owns a
-// tile of channels of one request and walks its tokens in chunks, time segments of a chunk scanned
-// in parallel by the block's warps and joined through shared memory; exp(Δ·A) is computed once per
-// token·channel·state (ex2.approx with A·log2 e, as vLLM) and kept in registers for the rescan.
+// (bandwidth-bound). Prefills: one launch of a one-pass block scan (scan_tile_kernel): a block owns
+// a tile of 8 … 40 channels of one request (chosen per launch to balance the SMs; B/C of a token
+// staged once per block) and walks its tokens in chunks copied ahead into shared memory (16-byte
+// cp.async ring), time segments of a chunk scanned in parallel by the block's warps and joined
+// through shared memory; exp(Δ·A) is computed once per token·channel·state (ex2.approx with
+// A·log2 e, as vLLM) and kept in registers for the rescan. (scan_kernel, the earlier block scan over
+// 8 channels reading its rows from global memory, stays as the benchmark's reference variant.)
 // Fixed orders, no atomics: bitwise reproducible.
 #include <cuda_runtime.h>
 
@@ -468,6 +471,374 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) scan_kernel(Mamba1Par
   }
 }
 
+// (5') Prefills, channel tiles (the default): block = kSegs time segments × (ch channels ×
+// kLanes lanes), ch chosen per launch (a multiple of max(4, 32 / kLanes), at most 40; blockDim.x =
+// kSegs·kLanes·ch); the block walks its request in chunks of kL = kSegs·kSeg tokens, carrying the
+// state across chunks. Memory: every chunk's dt, c, z rows of the channel tile (ch·4 contiguous
+// bytes per token row and tensor: 160 B at ch 40) and its B/C rows move to shared memory in 16-byte
+// cp.async copies (4-byte ones where sizes or alignment forbid), kStages chunks in flight ahead of
+// the one being scanned; one pass over the chunk (all threads, element = channel × token) turns them
+// into Δ = softplus(dt + bias), Δ·c, D·c and the gate silu(z + bias) once per token and channel,
+// one chunk ahead of the scan. Scan (thread = segment × channel × lane of 4 states): a local scan
+// of the segment's kSeg tokens from zero keeps every a = exp(Δ·A) in registers (one ex2 per
+// token·channel·state) and yields (Π a = 2^(A·log2 e·ΣΔ), h_local); segment w composes the chunk's
+// carry-in with the pairs of segments < w (in order) and rescans from it, writing y (reduce-scatter
+// over the channel's lanes: each lane ends with whole sums of kSeg / kLanes tokens, + D·c, × gate)
+// and the block-boundary states; the last segment's final h is the chunk's carry-out (tokens past
+// the request's end have Δ = 0 and B = 0: a = 1, no input, the state passes unchanged), so after
+// the last chunk it is the final state. Two barriers per chunk, fixed orders, no atomics.
+constexpr int kTileMaxThreads = 640;
+constexpr int kTileMaxChannels = 40;
+
+template <int kLanes, int kSegs, int kSeg, int kStages>
+struct TileScan {
+  static_assert(kSegs >= 2 && kStages >= 3 && (kLanes & (kLanes - 1)) == 0, "tile scan shape");
+  static constexpr int kL = kSegs * kSeg;    // tokens per chunk
+  static constexpr int kRow = 8 * kLanes;    // B/C floats per token in shared memory: B quads, then C quads
+  static constexpr int kUnit = 32 / kLanes > 4 ? 32 / kLanes : 4;  // channel granularity (whole warps per segment)
+  static constexpr int kByThreads = kTileMaxThreads / (kSegs * kLanes) / kUnit * kUnit;
+  static constexpr int kMaxChannels = kByThreads < kTileMaxChannels / kUnit * kUnit ? kByThreads
+                                                                                      : kTileMaxChannels / kUnit * kUnit;
+  static_assert(kMaxChannels >= kUnit, "tile scan: no channel tile fits");
+  // Dynamic shared memory for a tile of `ch` channels: segment pairs [kSegs−1][ch·kLanes] float4 ×2,
+  // carries [2][ch·kLanes] float4, prepared values [2 buffers][kL·ch] float2 ×2 (Δ, Δ·c and D·c,
+  // gate), raw rows [kStages][3][kL·ch] float, B/C rows [kStages][kL·kRow] float, boundary slots
+  // [kStages][kL] int32.
+  static size_t smem_bytes(int ch) {
+    const size_t group = size_t(ch) * kLanes;
+    return (2 * (kSegs - 1) + 2) * group * sizeof(float4) + size_t{4} * kL * ch * sizeof(float2) +
+           size_t{kStages} * 3 * kL * ch * sizeof(float) + size_t{kStages} * kL * kRow * sizeof(float) +
+           size_t{kStages} * kL * sizeof(int32_t);
+  }
+};
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* global) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global));
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+__device__ __forceinline__ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
+
+// The prefill pass's per-token-and-channel functions on the special-function unit (__expf: relative
+// error a few ulp; far inside the float32 rows of the tolerance table).
+__device__ __forceinline__ float softplus_fast(float v) { return v > 20.0f ? v : log1pf(__expf(v)); }
+__device__ __forceinline__ float silu_fast(float v) { return __fdividef(v, 1.0f + __expf(-v)); }
+
+// Reduce-scatter of kM values over the kO·2 lanes of a channel (xor partners o = kO, kO/2, …, 1):
+// at each level a lane keeps the half of its values selected by bit o of its lane g and adds the
+// partner's copy of that half; once one value is left, both partners add (commutative: the same
+// bits). Lane g ends with the whole sums of values [g·kM/kLanes, (g+1)·kM/kLanes) (kM ≥ kLanes),
+// or of value g / (kLanes/kM) (kM < kLanes). Fixed order: reproducible.
+template <int kO, int kM>
+__device__ __forceinline__ void reduce_scatter(float* v, int g) {
+  if constexpr (kO >= 1) {
+    if constexpr (kM >= 2) {
+      constexpr int kHalf = kM / 2;
+      const bool upper = (g & kO) != 0;
+#pragma unroll
+      for (int j = 0; j < kHalf; ++j) {
+        const float send = upper ? v[j] : v[j + kHalf];
+        const float keep = upper ? v[j + kHalf] : v[j];
+        v[j] = keep + __shfl_xor_sync(0xffffffffu, send, kO);
+      }
+      reduce_scatter<kO / 2, kHalf>(v, g);
+    } else {
+      v[0] += __shfl_xor_sync(0xffffffffu, v[0], kO);
+      reduce_scatter<kO / 2, 1>(v, g);
+    }
+  }
+}
+
+// The rescan of one segment from its carry-in h: y partial sums per token (this lane's states) and,
+// with kBoundaries, the block-boundary states.
+template <int kLanes, int kSeg, bool kBoundaries>
+__device__ __forceinline__ void tile_rescan(float (&h)[4], float (&acc)[kSeg], const float (&a)[kSeg][4],
+                                            const float2* ddc, const float* bc, const int32_t* slots, int base,
+                                            int ch, int d, int n0, bool store, const PoolRef& pool, int64_t e,
+                                            int valid, bool vec) {
+  constexpr int kRow = 8 * kLanes;
+#pragma unroll
+  for (int k = 0; k < kSeg; ++k) {
+    const int tk = base + k;
+    const float dc = ddc[tk * ch + d].y;
+    const float4 B = *reinterpret_cast<const float4*>(bc + tk * kRow + n0);
+    const float4 C = *reinterpret_cast<const float4*>(bc + tk * kRow + 4 * kLanes + n0);
+    const float Bv[4] = {B.x, B.y, B.z, B.w};
+    const float Cv[4] = {C.x, C.y, C.z, C.w};
+    float sum = 0.0f;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      h[s] = fmaf(a[k][s], h[s], dc * Bv[s]);
+      sum = fmaf(h[s], Cv[s], sum);
+    }
+    acc[k] = sum;
+    if constexpr (kBoundaries) {
+      const int32_t slot = slots[tk];
+      if (store && slot >= 0) store_quad(pool, slot * pool.slot_size + e, valid, vec, h);
+    }
+  }
+}
+
+template <int kLanes, int kSegs, int kSeg, int kStages>
+__global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Params p) {
+  using S = TileScan<kLanes, kSegs, kSeg, kStages>;
+  constexpr int kL = S::kL;
+  constexpr int kRow = S::kRow;
+  constexpr int kPrepStep = kSegs * kLanes;   // = blockDim.x / ch: token rows per pass of the block
+  constexpr int kQuadStep = 4 * kPrepStep;    // = blockDim.x / (ch / 4)
+  const GpuRequest r = p.wave.requests[blockIdx.y];
+  if (r.decode || r.end <= r.begin) return;  // uniform over the block
+  const int ch = static_cast<int>(blockDim.x) / kPrepStep;
+  const int group = ch * kLanes;  // threads of one segment (whole warps)
+  const int tid = static_cast<int>(threadIdx.x);
+  const int seg = tid / group;
+  const int tcl = tid - seg * group;
+  const int d = tcl / kLanes;
+  const int g = tcl % kLanes;
+  const int ch0 = static_cast<int>(blockIdx.x) * ch;
+  const int64_t I = p.I;
+  const int N = p.N;
+  // The scan thread: channel i, states n0 … n0+3.
+  const int i = ch0 + d;
+  const bool active = i < p.I;
+  const int ic = active ? i : p.I - 1;
+  const int n0 = 4 * g;
+  const int valid = max(0, min(4, N - n0));
+  const bool vec = quad_vector_ok(p.ssm_state, N);
+  const int64_t e = int64_t{ic} * N + n0;
+  const bool boundaries = r.num_boundaries > 0;
+  const int64_t dbc_stride = p.R + 2 * N;
+
+  extern __shared__ float4 dynamic_smem[];
+  float4* pair_decay = dynamic_smem;                                    // [kSegs−1][group]
+  float4* pair_local = pair_decay + (kSegs - 1) * group;                // [kSegs−1][group]
+  float4* carry_smem = pair_local + (kSegs - 1) * group;                // [2][group]
+  float2* ddc_smem = reinterpret_cast<float2*>(carry_smem + 2 * group);  // [2][kL·ch] (Δ, Δ·c)
+  float2* dg_smem = ddc_smem + 2 * kL * ch;                              // [2][kL·ch] (D·c, gate)
+  float* raw_smem = reinterpret_cast<float*>(dg_smem + 2 * kL * ch);     // [kStages][3][kL·ch] dt, c, z
+  float* bc_smem = raw_smem + kStages * 3 * kL * ch;                     // [kStages][kL·kRow]
+  int32_t* slot_smem = reinterpret_cast<int32_t*>(bc_smem + kStages * kL * kRow);  // [kStages][kL]
+
+  float A2[4];  // A·log2 e
+#pragma unroll
+  for (int s = 0; s < 4; ++s) A2[s] = s < valid ? -expf(load_element(p.A_log.data, e + s, p.A_log.kind)) * kLog2e : 0.0f;
+  float carry[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (active && valid > 0 && r.read_slot >= 0) {
+    const Quad q = load_quad(p.ssm_state, r.read_slot * p.ssm_state.slot_size + e, valid, vec);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) carry[s] = q.v[s];
+  }
+
+  // The preparing thread: channel ch0 + dp, token rows tp, tp + kPrepStep, … of a chunk.
+  const int dp = tid % ch;
+  const int tp = tid / ch;
+  const bool prep_active = ch0 + dp < p.I;
+  const int ipc = prep_active ? ch0 + dp : p.I - 1;
+  const float dt_bias = load_element(p.dt_bias.data, ipc, p.dt_bias.kind);
+  const float z_bias = weight_or(p.in_bias, I + ipc, 0.0f);
+  const float Dp = load_element(p.D.data, ipc, p.D.kind);
+  // The copying thread (16-byte path): quad column qq, token rows rq, rq + kQuadStep, … of [3·kL].
+  const bool act_vec = (p.I % 4) == 0 && (ch % 4) == 0 && aligned16(p.dt) && aligned16(p.c) && aligned16(p.xz);
+  const bool bc_vec = (N % 4) == 0 && (p.R % 4) == 0 && aligned16(p.dbc);
+  const int quads = max(ch / 4, 1);
+  const int qq = tid % quads;
+  const int rq = tid / quads;
+
+  // Chunk `begin`'s rows → stage `st` (asynchronous; rows past the request's end or channels past I
+  // are not copied and never read unmasked; B/C there are zeros).
+  const auto stage = [&](int32_t begin, int st) {
+    float* raw = raw_smem + st * 3 * kL * ch;
+    if (act_vec) {
+      const int col = ch0 + 4 * qq;
+      for (int row = rq; row < 3 * kL; row += kQuadStep) {
+        const int which = row / kL;
+        const int tk = row - which * kL;
+        const int64_t t = begin + tk;
+        if (t < r.end && col < p.I) {
+          const float* src = which == 0 ? p.dt + t * I + col : which == 1 ? p.c + t * I + col : p.xz + t * 2 * I + I + col;
+          cp_async16(raw + which * kL * ch + tk * ch + 4 * qq, src);
+        }
+      }
+    } else {
+      const int col = ch0 + dp;
+      for (int row = tp; row < 3 * kL; row += kPrepStep) {
+        const int which = row / kL;
+        const int tk = row - which * kL;
+        const int64_t t = begin + tk;
+        if (t < r.end && col < p.I) {
+          const float* src = which == 0 ? p.dt + t * I + col : which == 1 ? p.c + t * I + col : p.xz + t * 2 * I + I + col;
+          cp_async4(raw + which * kL * ch + tk * ch + dp, src);
+        }
+      }
+    }
+    float* bc = bc_smem + st * kL * kRow;
+    if (bc_vec) {
+      for (int idx = tid; idx < kL * 2 * kLanes; idx += blockDim.x) {
+        const int tk = idx / (2 * kLanes);
+        const int qd = idx % (2 * kLanes);
+        const int which = qd / kLanes;
+        const int n = 4 * (qd % kLanes);
+        const int64_t t = begin + tk;
+        float* dst = bc + tk * kRow + 4 * qd;
+        if (t < r.end && n < N) {
+          cp_async16(dst, p.dbc + t * dbc_stride + p.R + which * N + n);
+        } else {
+          *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+      }
+    } else {
+      for (int idx = tid; idx < kL * kRow; idx += blockDim.x) {
+        const int tk = idx / kRow;
+        const int col = idx % kRow;
+        const int which = col / (4 * kLanes);
+        const int n = col % (4 * kLanes);
+        const int64_t t = begin + tk;
+        if (t < r.end && n < N) {
+          cp_async4(bc + idx, p.dbc + t * dbc_stride + p.R + which * N + n);
+        } else {
+          bc[idx] = 0.0f;
+        }
+      }
+    }
+    if (boundaries) {
+      int32_t* slots = slot_smem + st * kL;
+      for (int tk = tid; tk < kL; tk += blockDim.x) {
+        const int32_t t = begin + tk;
+        if (t < r.end) {
+          cp_async4(slots + tk, p.boundary_slot + t);
+        } else {
+          slots[tk] = -1;
+        }
+      }
+    }
+  };
+  // Chunk `begin` in stage `st` → prepared buffer `pb`: (Δ, Δ·c) and (D·c, gate), zeros past the
+  // request's end and past I.
+  const auto prep = [&](int32_t begin, int st, int pb) {
+    const float* raw = raw_smem + st * 3 * kL * ch;
+    float2* ddc = ddc_smem + pb * kL * ch;
+    float2* dg = dg_smem + pb * kL * ch;
+    for (int tk = tp; tk < kL; tk += kPrepStep) {
+      const int o = tk * ch + dp;
+      float2 x = make_float2(0.0f, 0.0f);
+      float2 y = make_float2(0.0f, 0.0f);
+      if (prep_active && begin + tk < r.end) {
+        const float c = raw[kL * ch + o];
+        const float delta = softplus_fast(raw[o] + dt_bias);
+        x = make_float2(delta, delta * c);
+        y = make_float2(Dp * c, silu_fast(raw[2 * kL * ch + o] + z_bias));
+      }
+      ddc[o] = x;
+      dg[o] = y;
+    }
+  };
+
+#pragma unroll
+  for (int q = 0; q < kStages - 1; ++q) {
+    const int32_t begin = r.begin + q * kL;
+    if (begin < r.end) stage(begin, q);
+    cp_async_commit();
+  }
+  cp_async_wait<kStages - 2>();  // chunk 0
+  __syncthreads();
+  prep(r.begin, 0, 0);
+
+  constexpr int kPer = kSeg >= kLanes ? kSeg / kLanes : 1;  // tokens whose y this lane stores
+  constexpr int kShare = kSeg >= kLanes ? 1 : kLanes / kSeg;  // lanes holding the same token's sum
+  int st = 0;
+  int c = 0;
+  for (int32_t chunk = r.begin; chunk < r.end; chunk += kL, ++c) {
+    cp_async_wait<kStages - 3>();  // chunk c + 1
+    __syncthreads();  // chunk c prepared and c + 1 copied, visible; everyone is done with chunk c − 1
+    {
+      const int32_t begin = chunk + (kStages - 1) * kL;
+      const int target = st == 0 ? kStages - 1 : st - 1;  // (c + kStages − 1) mod kStages
+      if (begin < r.end) stage(begin, target);
+      cp_async_commit();
+    }
+    const int st_next = st + 1 == kStages ? 0 : st + 1;
+    if (chunk + kL < r.end) prep(chunk + kL, st_next, (c + 1) & 1);
+
+    const float2* ddc = ddc_smem + (c & 1) * kL * ch;
+    const float2* dg = dg_smem + (c & 1) * kL * ch;
+    const float* bc = bc_smem + st * kL * kRow;
+    const int32_t* slots = slot_smem + st * kL;
+    const int base = seg * kSeg;
+    // Local scan of the segment from zero.
+    float a[kSeg][4];
+    float local[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float dsum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kSeg; ++k) {
+      const int tk = base + k;
+      const float2 dd = ddc[tk * ch + d];
+      const float4 B = *reinterpret_cast<const float4*>(bc + tk * kRow + n0);
+      const float Bv[4] = {B.x, B.y, B.z, B.w};
+      dsum += dd.x;
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        a[k][s] = fast_exp2(dd.x * A2[s]);
+        local[s] = fmaf(a[k][s], local[s], dd.y * Bv[s]);
+      }
+    }
+    if (seg < kSegs - 1) {
+      pair_decay[seg * group + tcl] =
+          make_float4(fast_exp2(dsum * A2[0]), fast_exp2(dsum * A2[1]), fast_exp2(dsum * A2[2]), fast_exp2(dsum * A2[3]));
+      pair_local[seg * group + tcl] = make_float4(local[0], local[1], local[2], local[3]);
+    }
+    __syncthreads();
+    // Carry-in: the chunk's carry (the last segment's state after chunk c − 1) through segments < seg.
+    if (c > 0 && seg < kSegs - 1) {
+      const float4 v = carry_smem[(c & 1) * group + tcl];
+      carry[0] = v.x, carry[1] = v.y, carry[2] = v.z, carry[3] = v.w;
+    }
+    float h[4] = {carry[0], carry[1], carry[2], carry[3]};
+#pragma unroll
+    for (int w = 0; w < kSegs - 1; ++w) {
+      if (w < seg) {
+        const float4 dcy = pair_decay[w * group + tcl];
+        const float4 loc = pair_local[w * group + tcl];
+        h[0] = fmaf(dcy.x, h[0], loc.x);
+        h[1] = fmaf(dcy.y, h[1], loc.y);
+        h[2] = fmaf(dcy.z, h[2], loc.z);
+        h[3] = fmaf(dcy.w, h[3], loc.w);
+      }
+    }
+    float acc[kSeg];
+    const bool store = active && valid > 0;
+    if (boundaries) {
+      tile_rescan<kLanes, kSeg, true>(h, acc, a, ddc, bc, slots, base, ch, d, n0, store, p.ssm_state, e, valid, vec);
+    } else {
+      tile_rescan<kLanes, kSeg, false>(h, acc, a, ddc, bc, slots, base, ch, d, n0, store, p.ssm_state, e, valid, vec);
+    }
+    reduce_scatter<kLanes / 2, kSeg>(acc, g);
+    if (active && g % kShare == 0) {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int tk = base + (g / kShare) * kPer + j;
+        const int64_t t = chunk + tk;
+        if (t < r.end) {
+          const float2 v = dg[tk * ch + d];
+          p.y[t * I + i] = (acc[j] + v.x) * v.y;
+        }
+      }
+    }
+    if (seg == kSegs - 1) {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) carry[s] = h[s];
+      carry_smem[((c + 1) & 1) * group + tcl] = make_float4(h[0], h[1], h[2], h[3]);
+    }
+    st = st_next;
+  }
+  // The final state: the last segment's state after the last chunk.
+  if (seg == kSegs - 1 && active && valid > 0) {
+    store_quad(p.ssm_state, r.write_slot * p.ssm_state.slot_size + e, valid, vec, carry);
+  }
+}
+
 __global__ void bias_rows_kernel(RowsRef out, const float* in, WeightRef bias, int64_t width, int64_t num_tokens,
                                  const int32_t* flags) {
   for (int64_t t = blockIdx.y; t < num_tokens; t += gridDim.y) {
@@ -526,6 +897,45 @@ void launch_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
          scan_smem_bytes(kWarps * kSeg, p.N), stream>>>(p);
 }
 
+// Channels per block of the tile scan: the multiple of kUnit (≤ kMaxChannels) that minimises the
+// busiest SM's share, ch × ⌈blocks / SMs⌉ with blocks = ⌈I / ch⌉ × requests; ties to the narrower
+// tile (Mamba-2.8B, one request, 132 SMs: 8 and 40 channels tie; 8 channels, 640 blocks of 4 warps,
+// 5 per SM, measured 827 µs against 849 µs for 40 channels at 8k tokens on the H100).
+template <class S>
+int tile_channels(int I, int32_t count) {
+  int device = 0;
+  int sms = 0;
+  HYBRIDTB_CUDA_CHECK(cudaGetDevice(&device));
+  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  sms = std::max(sms, 1);
+  int best = S::kUnit;
+  int64_t best_cost = INT64_MAX;
+  for (int ch = S::kUnit; ch <= S::kMaxChannels; ch += S::kUnit) {
+    const int64_t blocks = int64_t{(I + ch - 1) / ch} * count;
+    const int64_t cost = ch * ((blocks + sms - 1) / sms);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = ch;
+    }
+  }
+  return best;
+}
+
+// channels > 0: that tile (rounded down to a multiple of kUnit; the benchmark's sweep), else tile_channels.
+template <int kLanes, int kSegs = 4, int kSeg = 8, int kStages = 4>
+void launch_tile_scan(const Mamba1Params& p, int32_t count, int channels, cudaStream_t stream) {
+  using S = TileScan<kLanes, kSegs, kSeg, kStages>;
+  const int ch = channels > 0 ? std::max(S::kUnit, std::min(channels, S::kMaxChannels) / S::kUnit * S::kUnit)
+                              : tile_channels<S>(p.I, count);
+  const size_t smem = S::smem_bytes(ch);
+  const auto kernel = scan_tile_kernel<kLanes, kSegs, kSeg, kStages>;
+  if (smem > 48 * 1024) {
+    HYBRIDTB_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  }
+  kernel<<<dim3((p.I + ch - 1) / ch, count), kSegs * kLanes * ch, smem, stream>>>(p);
+}
+
 }  // namespace
 
 void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
@@ -551,19 +961,18 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
     q.wave.num_requests -= begin;
     const int32_t count = q.wave.num_requests;
     switch (lanes) {
-      case 1: launch_scan<1, 4, 8>(q, count, stream); break;
-      case 2: launch_scan<2, 4, 8>(q, count, stream); break;
+      case 1: launch_tile_scan<1>(q, count, 0, stream); break;
+      case 2: launch_tile_scan<2>(q, count, 0, stream); break;
       case 4:
         switch (p.scan_variant) {  // the benchmark's sweep; 0 is the default
-          case 1: launch_scan<4, 8, 4, 3>(q, count, stream); break;
-          case 2: launch_scan<4, 4, 8, 4>(q, count, stream); break;
-          case 3: launch_scan<4, 8, 8, 2>(q, count, stream); break;
-          case 4: launch_scan<4, 2, 8, 10>(q, count, stream); break;
-          default: launch_scan<4, 4, 8>(q, count, stream); break;
+          case 1: case 2: case 3: case 4: case 5: launch_tile_scan<4>(q, count, 8 * p.scan_variant, stream); break;
+          case 6: launch_tile_scan<4, 4, 8, 3>(q, count, 0, stream); break;
+          case 7: launch_scan<4, 4, 8>(q, count, stream); break;  // the previous block scan (8 channels per block)
+          default: launch_tile_scan<4>(q, count, 0, stream); break;
         }
         break;
-      case 8: launch_scan<8, 4, 8>(q, count, stream); break;
-      default: launch_scan<16, 4, 8>(q, count, stream); break;
+      case 8: launch_tile_scan<8>(q, count, 0, stream); break;
+      default: launch_tile_scan<16>(q, count, 0, stream); break;
     }
     HYBRIDTB_CUDA_CHECK_LAUNCH();
   }

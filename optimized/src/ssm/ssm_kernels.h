@@ -92,7 +92,10 @@ struct Mamba1Params {
   // kernel skips a request of the other kind should the ranges overlap.
   int32_t decode_end = 0;
   int32_t prefill_begin = 0;
-  int32_t scan_variant = 0;          // prefill-scan tiling for N ≤ 16 (benchmark sweep); 0: the default
+  // Prefill scan for 13 ≤ N ≤ 16 (4 lanes per channel; the benchmark's sweep): 1…5 the tile scan with
+  // 8·v channels per block, 6 its 3-stage copy ring, 7 the earlier 8-channel block scan; 0: the
+  // default (the tile scan, channels per block chosen per launch).
+  int32_t scan_variant = 0;
   const GpuChunk* chunks = nullptr;  // [num_chunks] every request of the wave (decodes: one chunk)
   int32_t num_chunks = 0;
   const int32_t* request_first_chunk = nullptr;  // [num_requests]
