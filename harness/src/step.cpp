@@ -15,6 +15,8 @@ Tensor upload(Backend& backend, const Tensor& host) {
   return device;
 }
 
+}  // namespace
+
 Tensor download(Backend& backend, const Tensor& device) {
   if (device.empty()) return {};
   Tensor host = Tensor::host(device.dtype(), device.shape());
@@ -22,14 +24,11 @@ Tensor download(Backend& backend, const Tensor& device) {
   return host;
 }
 
-// An output buffer of the backend's output dtype filled with kOutputPoison.
 Tensor poisoned_output(Backend& backend, const Shape& shape) {
   Tensor host = Tensor::host(backend.output_dtype(), shape);
   fill_host(host, kOutputPoison);
   return upload(backend, host);
 }
-
-}  // namespace
 
 BatchInputs upload_inputs(Backend& backend, const BatchInputs& in) {
   BatchInputs device;

@@ -25,6 +25,19 @@ const T& required(const std::optional<T>& value, const char* field, const char* 
   return *value;
 }
 
+// Mode all: the state-block entries of request r's last computed and last scheduled tokens.
+struct LastBlocks {
+  int64_t computed;
+  int64_t scheduled;
+};
+LastBlocks last_blocks(const MambaAttentionMetadata& metadata, int64_t r) {
+  const char* why = "mamba_cache_mode all";
+  return {entry(required(metadata.block_idx_last_computed_token, "block_idx_last_computed_token", why),
+                "block_idx_last_computed_token", r),
+          entry(required(metadata.block_idx_last_scheduled_token, "block_idx_last_scheduled_token", why),
+                "block_idx_last_scheduled_token", r)};
+}
+
 }  // namespace
 
 RequestPlan plan_decode(const AttentionConfig& config, const MambaAttentionMetadata& metadata,
@@ -38,15 +51,9 @@ RequestPlan plan_decode(const AttentionConfig& config, const MambaAttentionMetad
   const IntArray& rows = metadata.state_indices_tensor_d;
   Slot read;
   if (config.mamba_cache_mode == MambaCacheMode::kAll) {
-    const char* why = "mamba_cache_mode all";
-    const int64_t last_computed =
-        entry(required(metadata.block_idx_last_computed_token, "block_idx_last_computed_token", why),
-              "block_idx_last_computed_token", r);
-    const int64_t last_scheduled =
-        entry(required(metadata.block_idx_last_scheduled_token, "block_idx_last_scheduled_token", why),
-              "block_idx_last_scheduled_token", r);
-    read = slot_at(rows, "state_indices_tensor_d", r, last_computed);
-    plan.final_write = slot_at(rows, "state_indices_tensor_d", r, last_scheduled);
+    const LastBlocks last = last_blocks(metadata, r);
+    read = slot_at(rows, "state_indices_tensor_d", r, last.computed);
+    plan.final_write = slot_at(rows, "state_indices_tensor_d", r, last.scheduled);
   } else {
     read = slot_at(rows, "state_indices_tensor_d", r, 0);
     plan.final_write = read;
@@ -81,21 +88,15 @@ RequestPlan plan_prefill(const AttentionConfig& config, const MambaAttentionMeta
     return plan;
   }
   // Mode all: row i of the prefill table; the state blocks of positions [k·B, (k+1)·B) are entries k.
-  const char* why = "mamba_cache_mode all";
   const int64_t block = config.mamba_block_size;
-  const int64_t last_computed =
-      entry(required(metadata.block_idx_last_computed_token, "block_idx_last_computed_token", why),
-            "block_idx_last_computed_token", r);
-  const int64_t last_scheduled =
-      entry(required(metadata.block_idx_last_scheduled_token, "block_idx_last_scheduled_token", why),
-            "block_idx_last_scheduled_token", r);
-  if (has_initial_state) plan.read = slot_at(indices, "state_indices_tensor_p", i, last_computed);
+  const LastBlocks last = last_blocks(metadata, r);
+  if (has_initial_state) plan.read = slot_at(indices, "state_indices_tensor_p", i, last.computed);
   for (int64_t p = plan.first_position; p < plan.first_position + (plan.end - plan.begin); ++p) {
     if ((p + 1) % block == 0) {
       plan.boundary_writes.emplace_back(p, slot_at(indices, "state_indices_tensor_p", i, (p + 1) / block - 1));
     }
   }
-  plan.final_write = slot_at(indices, "state_indices_tensor_p", i, last_scheduled);
+  plan.final_write = slot_at(indices, "state_indices_tensor_p", i, last.scheduled);
   return plan;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <utility>
 
 #include "hybridtb/dtype.h"
 #include "hybridtb/metadata.h"
@@ -117,6 +118,17 @@ namespace {
         same_bytes("kv_cache after the write", cuda.kv_cache, reference.kv_cache),
         same_bytes("k_scale_cache after the write", cuda.k_scale_cache, reference.k_scale_cache),
         same_bytes("v_scale_cache after the write", cuda.v_scale_cache, reference.v_scale_cache)}) {
+    if (!result) return result;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult outputs_padding_untouched(const StepOutputs& out, const BatchFile& step) {
+  const int64_t rows = step.batch.num_actual_tokens;
+  for (const auto& [what, t] : {std::pair{"output", &out.output}, std::pair{"attn_output", &out.attn_output},
+                                std::pair{"ssm_output", &out.ssm_output}}) {
+    if (t->empty()) continue;
+    ::testing::AssertionResult result = padding_untouched(what, *t, rows);
     if (!result) return result;
   }
   return ::testing::AssertionSuccess();

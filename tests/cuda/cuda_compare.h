@@ -18,6 +18,10 @@ std::string cuda_unavailable_reason();
 // The row of the tolerance table for the CUDA backend's output of this step.
 Tolerance cuda_attention_tolerance(const BatchFile& step);
 
+// Rows [num_actual_tokens, T) of output, attn_output and ssm_output (where present) still hold the
+// NaN poison.
+::testing::AssertionResult outputs_padding_untouched(const StepOutputs& out, const BatchFile& step);
+
 // Every check of a CUDA step against the reference's (see the file comment).
 ::testing::AssertionResult cuda_matches_reference(const BatchFile& step, const StepOutputs& cuda,
                                                   const StepOutputs& reference);

@@ -22,6 +22,7 @@
 #include "attention/attention_plan.h"
 #include "common/device_memory.h"
 #include "cuda_compare.h"
+#include "cuda_plan.h"
 #include "hybridtb/backend.h"
 #include "hybridtb/batch_file.h"
 #include "hybridtb/dtype.h"
@@ -198,34 +199,6 @@ std::vector<Case> cases() {
        .path = Path::kSimt});
   add({.name = "FallbackFp8Cache", .requests = kDecodes, .kv = KvCacheDtype::kFp8E4M3, .path = Path::kSimt});
   return all;
-}
-
-// The planner's split of this step (prepare only: metadata upload, no kernel runs), on device
-// buffers of the step's shapes.
-AttentionPlanSummary plan_of(const BatchFile& step) {
-  const AttentionConfig& c = step.config;
-  const int64_t t = step.batch.num_tokens();
-  const int64_t hq = c.num_heads;
-  const int64_t hkv = c.num_kv_heads;
-  const int64_t d = c.head_size;
-  cuda::DeviceMemory memory;
-  const auto bytes = [](DType dtype, int64_t n) { return static_cast<size_t>(n) * element_size(dtype); };
-  auto q = memory.allocate(bytes(c.dtype, t * hq * d));
-  auto o = memory.allocate(bytes(c.dtype, t * hq * d));
-  StepTensors tensors;
-  tensors.query = TensorView(q.get(), c.dtype, {t, hq, d}, Device::kCuda);
-  const TensorView output(o.get(), c.dtype, {t, hq, d}, Device::kCuda);
-  const DType storage = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
-  const int64_t nb = step.inputs.kv_cache.size(0);
-  auto cache = memory.allocate(bytes(storage, nb * 2 * c.block_size * hkv * d));
-  tensors.kv_cache = TensorView(cache.get(), storage, {nb, 2, c.block_size, hkv, d}, Device::kCuda);
-  if (step.inputs.output_scale) tensors.output_scale = step.inputs.output_scale;
-  int sms = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) sms = 1;
-  cuda::AttentionRunner runner(c, memory, sms);
-  runner.prepare(step.batch, tensors, output, nullptr);
-  if (cudaDeviceSynchronize() != cudaSuccess) throw Error("plan_of: cudaDeviceSynchronize failed");
-  return runner.summary();
 }
 
 int64_t decode_rows_of(const BatchFile& step) {

@@ -30,6 +30,7 @@
 #include "attention/attention_plan.h"
 #include "common/device_memory.h"
 #include "cuda_compare.h"
+#include "cuda_plan.h"
 #include "hybridtb/backend.h"
 #include "hybridtb/batch_file.h"
 #include "hybridtb/compare.h"
@@ -177,45 +178,6 @@ std::vector<FusedCase> cases() {
   return all;
 }
 
-// The planner's split of this step (prepare only: metadata upload, no kernel runs), on device
-// buffers of the step's shapes (as tests/cuda/cuda_decode_mma_test.cpp).
-AttentionPlanSummary plan_of(const BatchFile& step) {
-  const AttentionConfig& c = step.config;
-  const int64_t t = step.batch.num_tokens();
-  const int64_t hq = c.num_heads;
-  const int64_t hkv = c.num_kv_heads;
-  const int64_t d = c.head_size;
-  cuda::DeviceMemory memory;
-  const auto bytes = [](DType dtype, int64_t n) { return static_cast<size_t>(n) * element_size(dtype); };
-  auto q = memory.allocate(bytes(c.dtype, t * hq * d));
-  auto o = memory.allocate(bytes(c.dtype, t * hq * d));
-  StepTensors tensors;
-  tensors.query = TensorView(q.get(), c.dtype, {t, hq, d}, Device::kCuda);
-  const TensorView output(o.get(), c.dtype, {t, hq, d}, Device::kCuda);
-  const DType storage = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
-  const int64_t nb = step.inputs.kv_cache.size(0);
-  auto cache = memory.allocate(bytes(storage, nb * 2 * c.block_size * hkv * d));
-  tensors.kv_cache = TensorView(cache.get(), storage, {nb, 2, c.block_size, hkv, d}, Device::kCuda);
-  std::shared_ptr<void> k_scales;
-  std::shared_ptr<void> v_scales;
-  if (!step.inputs.k_scale_cache.empty()) {
-    const Shape& shape = step.inputs.k_scale_cache.shape();
-    k_scales = memory.allocate(bytes(DType::kFloat32, step.inputs.k_scale_cache.numel()));
-    v_scales = memory.allocate(bytes(DType::kFloat32, step.inputs.v_scale_cache.numel()));
-    tensors.k_scale_cache = TensorView(k_scales.get(), DType::kFloat32, shape, Device::kCuda);
-    tensors.v_scale_cache = TensorView(v_scales.get(), DType::kFloat32, shape, Device::kCuda);
-  }
-  tensors.k_scale = step.inputs.k_scale;
-  tensors.v_scale = step.inputs.v_scale;
-  if (step.inputs.output_scale) tensors.output_scale = step.inputs.output_scale;
-  int sms = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) sms = 1;
-  cuda::AttentionRunner runner(c, memory, sms);
-  runner.prepare(step.batch, tensors, output, nullptr);
-  if (cudaDeviceSynchronize() != cudaSuccess) throw Error("plan_of: cudaDeviceSynchronize failed");
-  return runner.summary();
-}
-
 // Every epilogue `expect` names got rows.
 ::testing::AssertionResult reaches(const AttentionPlanSummary& plan, const Epilogues& expect) {
   const int64_t simt = plan.decode_rows - plan.decode_mma_rows;
@@ -301,21 +263,6 @@ AttentionPlanSummary plan_of(const BatchFile& step) {
   return ::testing::AssertionSuccess();
 }
 
-// Rows [num_actual_tokens, T) of every output still hold the NaN poison.
-::testing::AssertionResult padding_untouched(const StepOutputs& out, const BatchFile& step) {
-  const int64_t row = step.config.num_heads * step.config.head_size;
-  for (const auto& [name, t] : {std::pair{"output", &out.output}, std::pair{"attn_output", &out.attn_output},
-                                std::pair{"ssm_output", &out.ssm_output}}) {
-    if (t->empty()) continue;
-    for (int64_t i = step.batch.num_actual_tokens * row; i < t->numel(); ++i) {
-      if (!std::isnan(load_as_double(t->data(), t->dtype(), i))) {
-        return ::testing::AssertionFailure() << name << ": padding row " << i / row << " was written";
-      }
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
 std::string report_text(const ComparisonReport& report) { return format_report_table({report}); }
 
 class CudaFusedTest : public ::testing::TestWithParam<FusedCase> {
@@ -346,7 +293,7 @@ TEST_P(CudaFusedTest, FusedEqualsSeparatePassAndReference) {
 
   EXPECT_TRUE(same_bits(fused, unfused));
   EXPECT_TRUE(output_is_rounded_sum(fused, step));
-  EXPECT_TRUE(padding_untouched(fused, step));
+  EXPECT_TRUE(outputs_padding_untouched(fused, step));
   // cuda_matches_reference holds `output` to the attention row of the tolerance table, which is
   // the output's row only without an SSM branch; with one, the table's row is attention + SSM
   // (fused_parity_tolerance), which compare_step applies (with every check of

@@ -15,6 +15,12 @@ namespace hybridtb {
 // padding rows were never touched.
 inline constexpr double kOutputPoison = std::numeric_limits<double>::quiet_NaN();
 
+// A host copy of a tensor in the backend's memory (an empty tensor stays empty).
+Tensor download(Backend& backend, const Tensor& device);
+
+// An output buffer in the backend's memory, of its output dtype, filled with kOutputPoison.
+Tensor poisoned_output(Backend& backend, const Shape& shape);
+
 // Copies of every input tensor of `host` in the backend's memory (empty tensors stay empty;
 // the scalar scales are copied as they are). run_step and the benchmark suite upload through it.
 BatchInputs upload_inputs(Backend& backend, const BatchInputs& host);

@@ -1,0 +1,14 @@
+// The attention planner's split of a step, for tests/cuda that check which kernel each row takes
+// (internal header attention/attention_plan.h; link hybridtb_cuda_internal).
+#pragma once
+
+#include "attention/attention_plan.h"
+#include "hybridtb/batch_file.h"
+
+namespace hybridtb::testing {
+
+// AttentionRunner::prepare on device buffers of the step's shapes (metadata upload only, no
+// kernel runs) and its summary.
+cuda::AttentionPlanSummary plan_of(const BatchFile& step);
+
+}  // namespace hybridtb::testing
