@@ -10,6 +10,8 @@ void register_builtin_modes(ModeRegistry& registry) {
   HYBRIDTB_SSM_MODE(registry, prefix_sum);
   HYBRIDTB_SSM_MODE(registry, mamba1);
   HYBRIDTB_SSM_MODE(registry, ema);
+  HYBRIDTB_SSM_MODE(registry, mamba2);
+  HYBRIDTB_SSM_MODE(registry, gdn);
 }
 
 }  // namespace hybridtb::reference::ssm

@@ -1,0 +1,395 @@
+// SSM mode `gdn`: the Gated DeltaNet layer of Qwen3-Next (vLLM's Qwen3NextGatedDeltaNet, pymllm's
+// GatedDeltaNet) for one request, in float64 (../shared/notes/ssm-modes.md §1.4). The core —
+// conv + SiLU, split, L2 normalisation, gates and the delta rule — is gdn_core (gdn_core.h), which a
+// per-layer hybrid design also calls on its own; the mode adds the projections around it:
+//   [mixed_qkv; z] = in_proj_qkvz·hidden,  [b; a] = in_proj_ba·hidden
+//   o   = gdn_core(mixed_qkv, a, b)                                          [Hv, dv]
+//   y_i = o_i / sqrt(mean(o_i²) + 1e-6) ⊙ norm_weight ⊙ silu(z_i)            per value head i
+//   contribution = out_proj·y
+// Prefill runs the delta rule token by token on the V-major state; a decode token takes the
+// single-step form of the decode kernels (per row of M: decay, predict, correct, read). Checked
+// against an independent K-major token loop, the chunked WY form and metamorphic relations by
+// tests/ssm_gdn (ctest -L gdn), and by the generic suite tests/ssm.
+//
+// Knowingly differs from vLLM: in_proj_qkvz and in_proj_ba are stored in the de-interleaved order
+// that fix_query_key_value_ordering produces ([q_all | k_all | v_all | z_all] and [b | a]), not
+// HF's per-key-head-group interleaving, so a Qwen3-Next checkpoint's rows must be permuted when
+// written to a batch file. Everything is float64; vLLM runs the projections and conv in the model
+// dtype and the recurrence in float32. The L2 norm puts its 1e-6 inside the square root, as fla's
+// l2norm_fwd does (pymllm's PyTorch paths use ‖q‖ + 1e-6; notes §1.4.3).
+#include <Eigen/Core>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gdn_core.h"
+#include "hybridtb/error.h"
+#include "hybridtb/reference/ssm_mode.h"
+
+namespace hybridtb::reference::ssm {
+namespace {
+
+using Vector = Eigen::VectorXd;
+
+// fla's l2norm_fwd and the RMSNormGated of Qwen3-Next (rms_norm_eps) both use 1e-6.
+constexpr double kL2NormEps = 1e-6;
+constexpr double kRmsNormEps = 1e-6;
+
+// SGLang's fused_gdn_gating and fla switch softplus to the identity above 20; log1p keeps small
+// outputs exact.
+double softplus(double v) { return v > 20.0 ? v : std::log1p(std::exp(v)); }
+double silu(double v) { return v / (1.0 + std::exp(-v)); }
+// b = −∞ gives exactly 0 (exp(∞) = ∞), b = +∞ exactly 1.
+double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+
+const Matrix& require(const Weights& weights, const char* name, int64_t rows, int64_t cols) {
+  const auto it = weights.find(name);
+  HYBRIDTB_CHECK(it != weights.end(), "missing weight /weights/", name, " (required by ssm_mode gdn)");
+  HYBRIDTB_CHECK(it->second.rows() == rows && it->second.cols() == cols, "/weights/", name, " is [",
+                 it->second.rows(), ", ", it->second.cols(), "], ssm_mode gdn needs [", rows, ", ", cols, "]");
+  return it->second;
+}
+
+// A 1-d weight of length n (a [1, n] row of the Weights map) as a column vector; zeros if it is
+// optional and absent.
+Vector vector_weight(const Weights& weights, const char* name, int64_t n, bool optional) {
+  if (optional && weights.find(name) == weights.end()) return Vector::Zero(n);
+  return require(weights, name, 1, n).row(0).transpose();
+}
+
+Vector& state_slot(State& state, const char* name, int64_t size) {
+  const auto it = state.find(name);
+  HYBRIDTB_CHECK(it != state.end(), "missing state pool /inputs/ssm/", name, " (required by ssm_mode gdn)");
+  HYBRIDTB_CHECK(it->second.size() == size, "state /inputs/ssm/", name, " slot has ", it->second.size(),
+                 " values, ssm_mode gdn needs ", size);
+  return it->second;
+}
+
+TensorSpec normal(const char* name, Shape dims, double std, bool optional, const char* meaning) {
+  TensorSpec spec{name, std::move(dims), DType::kFloat32, optional, meaning};
+  spec.init_std = std;
+  return spec;
+}
+
+TensorSpec uniform(const char* name, Shape dims, double low, double high, const char* meaning) {
+  TensorSpec spec{name, std::move(dims), DType::kFloat32, false, meaning};
+  spec.init_low = low;
+  spec.init_high = high;
+  return spec;
+}
+
+double inv_sqrt(int64_t n) { return 1.0 / std::sqrt(static_cast<double>(n)); }
+
+// --- the core ----------------------------------------------------------------------------------------
+
+struct CoreWeights {
+  const Matrix& conv_w;  // [conv_dim, K]: column K−1 multiplies the current token
+  Vector conv_bias;      // [conv_dim] (zeros when absent)
+  Vector A;              // [Hv] = −exp(A_log)
+  Vector dt_bias;        // [Hv]
+
+  CoreWeights(const Weights& weights, const GdnSizes& s)
+      : conv_w(require(weights, "conv1d_weight", s.conv_dim(), s.conv_kernel)),
+        conv_bias(vector_weight(weights, "conv1d_bias", s.conv_dim(), true)),
+        A(-vector_weight(weights, "A_log", s.num_v_heads, false).array().exp().matrix()),
+        dt_bias(vector_weight(weights, "dt_bias", s.num_v_heads, false)) {}
+};
+
+// causal_conv1d_fn + SiLU over a chunk: mixed_qkv [L, conv_dim] → [L, conv_dim]; the conv state
+// becomes the last K−1 rows of [saved | chunk] (older saved inputs shift in when L < K−1).
+Matrix conv_chunk(const CoreWeights& w, const GdnSizes& s, Vector& conv_state, const Matrix& mixed_qkv) {
+  const int64_t C = s.conv_dim(), K = s.conv_kernel, L = mixed_qkv.rows();
+  Matrix window(K - 1 + L, C);
+  for (int64_t j = 0; j < K - 1; ++j) {
+    for (int64_t c = 0; c < C; ++c) window(j, c) = conv_state(c * (K - 1) + j);
+  }
+  window.bottomRows(L) = mixed_qkv;
+  Matrix out(L, C);
+  for (int64_t t = 0; t < L; ++t) {
+    for (int64_t c = 0; c < C; ++c) {
+      double acc = w.conv_bias(c);
+      for (int64_t j = 0; j < K; ++j) acc += w.conv_w(c, j) * window(t + j, c);
+      out(t, c) = silu(acc);
+    }
+  }
+  for (int64_t j = 0; j < K - 1; ++j) {
+    for (int64_t c = 0; c < C; ++c) conv_state(c * (K - 1) + j) = window(L + j, c);
+  }
+  return out;
+}
+
+// causal_conv1d_update + SiLU for one token ([1, conv_dim]): the dot reads the saved inputs
+// before the state shifts left by one and takes the token.
+Matrix conv_step(const CoreWeights& w, const GdnSizes& s, Vector& conv_state, const Matrix& mixed_qkv) {
+  const int64_t C = s.conv_dim(), K = s.conv_kernel;
+  Matrix out(1, C);
+  for (int64_t c = 0; c < C; ++c) {
+    double* saved = conv_state.data() + c * (K - 1);
+    double acc = w.conv_bias(c);
+    for (int64_t j = 0; j < K - 1; ++j) acc += w.conv_w(c, j) * saved[j];
+    acc += w.conv_w(c, K - 1) * mixed_qkv(0, c);
+    out(0, c) = silu(acc);
+    for (int64_t j = 0; j + 1 < K - 1; ++j) saved[j] = saved[j + 1];
+    saved[K - 2] = mixed_qkv(0, c);
+  }
+  return out;
+}
+
+// What the delta rule consumes per token, from the conv output and the raw gates.
+struct DeltaInputs {
+  Matrix q;      // [L, Hk·dk]: L2-normalised per key head, times dk^-1/2
+  Matrix k;      // [L, Hk·dk]: L2-normalised per key head
+  Matrix v;      // [L, Hv·dv]
+  Matrix alpha;  // [L, Hv]: exp(g) ∈ [0, 1]
+  Matrix beta;   // [L, Hv]: sigmoid(b) ∈ [0, 1]
+};
+
+DeltaInputs delta_inputs(const CoreWeights& w, const GdnSizes& s, const Matrix& qkv, const Matrix& a,
+                         const Matrix& b) {
+  const int64_t L = qkv.rows(), Hk = s.num_k_heads, dk = s.head_k_dim, Hv = s.num_v_heads;
+  const int64_t key_width = Hk * dk;
+  DeltaInputs in{qkv.leftCols(key_width), qkv.middleCols(key_width, key_width), qkv.rightCols(Hv * s.head_v_dim),
+                 Matrix(L, Hv), Matrix(L, Hv)};
+  const double scale = inv_sqrt(dk);
+  for (int64_t t = 0; t < L; ++t) {
+    for (int64_t h = 0; h < Hk; ++h) {
+      auto q = in.q.row(t).segment(h * dk, dk);
+      auto k = in.k.row(t).segment(h * dk, dk);
+      q *= scale / std::sqrt(q.squaredNorm() + kL2NormEps);
+      k /= std::sqrt(k.squaredNorm() + kL2NormEps);
+    }
+    for (int64_t h = 0; h < Hv; ++h) {
+      in.alpha(t, h) = std::exp(w.A(h) * softplus(a(t, h) + w.dt_bias(h)));
+      in.beta(t, h) = sigmoid(b(t, h));
+    }
+  }
+  return in;
+}
+
+// The delta rule over a chunk, token by token on the V-major state: per value head,
+// M ← α·M, u = β·(v − M k̂), M ← M + u k̂ᵀ, o = M q̂.
+Matrix delta_rule_chunk(const GdnSizes& s, const DeltaInputs& in, Vector& recurrent_state) {
+  const int64_t Hv = s.num_v_heads, dk = s.head_k_dim, dv = s.head_v_dim;
+  const int64_t group = Hv / s.num_k_heads;
+  Matrix o(in.v.rows(), Hv * dv);
+  for (int64_t t = 0; t < in.v.rows(); ++t) {
+    for (int64_t h = 0; h < Hv; ++h) {
+      Eigen::Map<Matrix> M(recurrent_state.data() + h * dv * dk, dv, dk);
+      const Vector q = in.q.row(t).segment((h / group) * dk, dk).transpose();
+      const Vector k = in.k.row(t).segment((h / group) * dk, dk).transpose();
+      M *= in.alpha(t, h);
+      const Vector u = in.beta(t, h) * (in.v.row(t).segment(h * dv, dv).transpose() - M * k);
+      M.noalias() += u * k.transpose();
+      o.row(t).segment(h * dv, dv) = (M * q).transpose();
+    }
+  }
+  return o;
+}
+
+// The single-step form of the decode kernels (SGLang's fused_sigmoid_gating_delta_rule_update,
+// FlashInfer's gated_delta_rule_decode_pretranspose): each row i of the V-major M is one value
+// channel, contiguous in k, updated on its own — decay, predict v_i, correct, read o_i.
+Matrix delta_rule_step(const GdnSizes& s, const DeltaInputs& in, Vector& recurrent_state) {
+  const int64_t Hv = s.num_v_heads, dk = s.head_k_dim, dv = s.head_v_dim;
+  const int64_t group = Hv / s.num_k_heads;
+  Matrix o(1, Hv * dv);
+  for (int64_t h = 0; h < Hv; ++h) {
+    const double* q = in.q.data() + (h / group) * dk;
+    const double* k = in.k.data() + (h / group) * dk;
+    const double alpha = in.alpha(0, h), beta = in.beta(0, h);
+    for (int64_t i = 0; i < dv; ++i) {
+      double* row = recurrent_state.data() + (h * dv + i) * dk;
+      double predicted = 0.0;
+      for (int64_t j = 0; j < dk; ++j) {
+        row[j] *= alpha;
+        predicted += row[j] * k[j];
+      }
+      const double correction = beta * (in.v(0, h * dv + i) - predicted);
+      double read = 0.0;
+      for (int64_t j = 0; j < dk; ++j) {
+        row[j] += correction * k[j];
+        read += row[j] * q[j];
+      }
+      o(0, h * dv + i) = read;
+    }
+  }
+  return o;
+}
+
+// --- the mode ----------------------------------------------------------------------------------------
+
+// The projections around the core, with their logical shapes, checked; references into the
+// Weights map (no copies of the large projections per request).
+struct Projections {
+  const Matrix& in_proj_qkvz;  // [2·Hk·dk + 2·Hv·dv, H]: q_all, k_all, v_all, z_all rows
+  const Matrix& in_proj_ba;    // [2·Hv, H]: b rows, then a rows
+  Vector norm_weight;          // [dv]
+  const Matrix& out_proj;      // [H, Hv·dv]
+
+  Projections(const Weights& weights, const GdnSizes& s, int64_t hidden)
+      : in_proj_qkvz(require(weights, "in_proj_qkvz", s.conv_dim() + s.num_v_heads * s.head_v_dim, hidden)),
+        in_proj_ba(require(weights, "in_proj_ba", 2 * s.num_v_heads, hidden)),
+        norm_weight(vector_weight(weights, "norm_weight", s.head_v_dim, false)),
+        out_proj(require(weights, "out_proj", hidden, s.num_v_heads * s.head_v_dim)) {}
+};
+
+class GdnMode final : public Mode {
+ public:
+  std::string name() const override { return "gdn"; }
+
+  std::string description() const override {
+    return "Gated DeltaNet (Qwen3-Next): in_proj_qkvz/in_proj_ba -> causal conv1d + SiLU -> L2-normalised q, k -> "
+           "gated delta rule on a V-major state -> RMSNormGated(o, z) -> out_proj";
+  }
+
+  std::vector<std::string> parameters() const override {
+    return {"num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "conv_kernel"};
+  }
+
+  std::vector<TensorSpec> state_specs(const ModeShape& shape) const override {
+    return gdn_state_specs(gdn_sizes(shape));
+  }
+
+  std::vector<TensorSpec> weight_specs(const ModeShape& shape) const override {
+    const GdnSizes s = gdn_sizes(shape);
+    const int64_t H = shape.hidden_size, value_width = s.num_v_heads * s.head_v_dim;
+    // Projections normal(0, 1/sqrt(fan_in)) so mixed_qkv, z, a and b are O(1); norm_weight around
+    // 1 (HF: ones).
+    std::vector<TensorSpec> specs = {
+        normal("in_proj_qkvz", {s.conv_dim() + value_width, H}, inv_sqrt(H), false,
+               "rows q_all (Hk*dk), k_all (Hk*dk), v_all (Hv*dv), z_all (Hv*dv), contiguous: vLLM's order after "
+               "fix_query_key_value_ordering, not HF's per-key-head-group interleaving"),
+        normal("in_proj_ba", {2 * s.num_v_heads, H}, inv_sqrt(H), false,
+               "rows b (Hv; beta = sigmoid(b)), then a (Hv; the decay's input), contiguous"),
+    };
+    for (TensorSpec& spec : gdn_core_weight_specs(s)) specs.push_back(std::move(spec));
+    specs.push_back(uniform("norm_weight", {s.head_v_dim}, 0.5, 1.5,
+                            "RMSNormGated weight, shared by the value heads: o/rms(o) * w * silu(z), eps 1e-6"));
+    specs.push_back(normal("out_proj", {H, value_width}, inv_sqrt(value_width), false,
+                           "num_v_heads*head_v_dim -> hidden (the contribution)"));
+    return specs;
+  }
+
+  void advance(const Weights& weights, State& state, const Matrix& x, Matrix& y, bool decode) const override {
+    const GdnSizes s = sizes_from(weights, state);
+    const int64_t hidden = weights.at("in_proj_qkvz").cols();
+    HYBRIDTB_CHECK(x.cols() == hidden, "gdn: hidden rows have ", x.cols(), " values, in_proj_qkvz expects ", hidden);
+    const Projections p(weights, s, hidden);
+    const int64_t Hv = s.num_v_heads, dv = s.head_v_dim;
+
+    const Matrix qkvz = x * p.in_proj_qkvz.transpose();  // [L, conv_dim + Hv·dv]
+    const Matrix ba = x * p.in_proj_ba.transpose();      // [L, 2·Hv]
+    const Matrix o =
+        gdn_core(s, weights, state, qkvz.leftCols(s.conv_dim()), ba.rightCols(Hv), ba.leftCols(Hv), decode);
+
+    Matrix gated(o.rows(), Hv * dv);
+    for (Eigen::Index t = 0; t < o.rows(); ++t) {
+      for (int64_t h = 0; h < Hv; ++h) {
+        const auto o_h = o.row(t).segment(h * dv, dv);
+        const double inv_rms = 1.0 / std::sqrt(o_h.squaredNorm() / static_cast<double>(dv) + kRmsNormEps);
+        for (int64_t i = 0; i < dv; ++i) {
+          gated(t, h * dv + i) = o_h(i) * inv_rms * p.norm_weight(i) * silu(qkvz(t, s.conv_dim() + h * dv + i));
+        }
+      }
+    }
+    y = gated * p.out_proj.transpose();
+  }
+
+ private:
+  // The sizes as the tensors give them: Hv from A_log, dv from norm_weight, conv_dim and K from
+  // conv1d_weight, dk from the recurrent_state slot (Hv·dv·dk values), Hk from conv_dim; the driver
+  // has checked every shape against /config/ssm, and gdn_sizes rechecks the relations.
+  static GdnSizes sizes_from(const Weights& weights, const State& state) {
+    const auto dims = [&](const char* name) -> const Matrix& {
+      const auto it = weights.find(name);
+      HYBRIDTB_CHECK(it != weights.end(), "missing weight /weights/", name, " (required by ssm_mode gdn)");
+      return it->second;
+    };
+    const auto recurrent = state.find("recurrent_state");
+    HYBRIDTB_CHECK(recurrent != state.end(),
+                   "missing state pool /inputs/ssm/recurrent_state (required by ssm_mode gdn)");
+    const int64_t Hv = dims("A_log").cols(), dv = dims("norm_weight").cols();
+    const int64_t conv_dim = dims("conv1d_weight").rows();
+    const int64_t dk = recurrent->second.size() / (Hv * dv);
+    HYBRIDTB_CHECK(dk > 0 && (conv_dim - Hv * dv) % (2 * dk) == 0, "gdn: conv1d_weight's ", conv_dim,
+                   " channels do not fit num_v_heads ", Hv, ", head_v_dim ", dv, " and head_k_dim ", dk,
+                   " (from the recurrent_state slot)");
+    ModeShape shape;
+    shape.hidden_size = dims("in_proj_qkvz").cols();
+    shape.params = {{"num_k_heads", (conv_dim - Hv * dv) / (2 * dk)},
+                    {"num_v_heads", Hv},
+                    {"head_k_dim", dk},
+                    {"head_v_dim", dv},
+                    {"conv_kernel", dims("conv1d_weight").cols()}};
+    return gdn_sizes(shape);
+  }
+};
+
+}  // namespace
+
+GdnSizes gdn_sizes(const ModeShape& shape) {
+  const GdnSizes s{.num_k_heads = shape.param("num_k_heads"),
+                   .num_v_heads = shape.param("num_v_heads"),
+                   .head_k_dim = shape.param("head_k_dim"),
+                   .head_v_dim = shape.param("head_v_dim"),
+                   .conv_kernel = shape.param("conv_kernel")};
+  HYBRIDTB_CHECK(s.num_v_heads % s.num_k_heads == 0, "/config/ssm num_v_heads = ", s.num_v_heads,
+                 " must be a multiple of /config/ssm num_k_heads = ", s.num_k_heads,
+                 " for ssm_mode gdn (each key head serves num_v_heads / num_k_heads value heads)");
+  HYBRIDTB_CHECK(s.conv_kernel >= 2, "/config/ssm conv_kernel must be >= 2 for ssm_mode gdn (the conv state keeps ",
+                 "conv_kernel - 1 inputs), got ", s.conv_kernel);
+  return s;
+}
+
+std::vector<TensorSpec> gdn_state_specs(const GdnSizes& s) {
+  // Random states are standard normal (the default init): conv inputs are projections of O(1)
+  // hidden states, and M stays O(1) under the non-expanding transition α(I − β k̂ k̂ᵀ).
+  return {
+      {"conv_state", {s.conv_dim(), s.conv_kernel - 1}, DType::kFloat32, false,
+       "the last conv_kernel - 1 mixed_qkv rows (q, k, v channels before the conv) per channel, oldest first"},
+      {"recurrent_state", {s.num_v_heads, s.head_v_dim, s.head_k_dim}, DType::kFloat32, false,
+       "the delta-rule state M per value head, V-major [head_v_dim, head_k_dim] as vLLM, SGLang, FlashInfer and "
+       "pymllm store it (fla/HF keep the transpose S = M^T)"},
+  };
+}
+
+std::vector<TensorSpec> gdn_core_weight_specs(const GdnSizes& s) {
+  // A_log uniform in [0, log 16) (HF draws A uniform in (0, 16)); dt_bias uniform in [−6.9, −2.25)
+  // = softplus⁻¹ of [1e-3, 0.1) (fla/mamba's dt range), so with a ~ N(0, 1) most decays α lie well
+  // inside (0, 1) and random models neither forget everything nor never forget.
+  return {
+      normal("conv1d_weight", {s.conv_dim(), s.conv_kernel}, inv_sqrt(s.conv_kernel), false,
+             "depthwise causal conv taps per channel (q, k, v order); column K-1 multiplies the current token"),
+      normal("conv1d_bias", {s.conv_dim()}, 0.1, true, "conv bias, before the SiLU (Qwen3-Next has none)"),
+      uniform("A_log", {s.num_v_heads}, 0.0, std::log(16.0), "per value head; g = -exp(A_log) * softplus(a + dt_bias)"),
+      uniform("dt_bias", {s.num_v_heads}, -6.9, -2.25, "per value head, added to a before the softplus (threshold 20)"),
+  };
+}
+
+Matrix gdn_core(const GdnSizes& s, const Weights& weights, State& state, const Matrix& mixed_qkv, const Matrix& a,
+                const Matrix& b, bool decode) {
+  const int64_t L = mixed_qkv.rows();
+  HYBRIDTB_CHECK(mixed_qkv.cols() == s.conv_dim(), "gdn: mixed_qkv rows have ", mixed_qkv.cols(),
+                 " values, conv_dim is ", s.conv_dim());
+  HYBRIDTB_CHECK(a.rows() == L && a.cols() == s.num_v_heads && b.rows() == L && b.cols() == s.num_v_heads,
+                 "gdn: a and b must be [", L, ", ", s.num_v_heads, "], got [", a.rows(), ", ", a.cols(), "] and [",
+                 b.rows(), ", ", b.cols(), "]");
+  HYBRIDTB_CHECK(!decode || L == 1, "gdn: a decode call has one token, got ", L);
+  const CoreWeights w(weights, s);
+  Vector& conv_state = state_slot(state, "conv_state", s.conv_dim() * (s.conv_kernel - 1));
+  Vector& recurrent_state =
+      state_slot(state, "recurrent_state", s.num_v_heads * s.head_v_dim * s.head_k_dim);
+  if (decode) {
+    const DeltaInputs in = delta_inputs(w, s, conv_step(w, s, conv_state, mixed_qkv), a, b);
+    return delta_rule_step(s, in, recurrent_state);
+  }
+  const DeltaInputs in = delta_inputs(w, s, conv_chunk(w, s, conv_state, mixed_qkv), a, b);
+  return delta_rule_chunk(s, in, recurrent_state);
+}
+
+// Registered by modes.cpp (HYBRIDTB_SSM_MODE(registry, gdn), which declares this factory).
+std::unique_ptr<Mode> make_gdn_mode() { return std::make_unique<GdnMode>(); }
+
+}  // namespace hybridtb::reference::ssm

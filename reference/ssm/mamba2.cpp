@@ -1,0 +1,343 @@
+// SSM mode `mamba2`: the Mamba-2 (SSD) mixer as vLLM's MambaMixer2 and mamba_ssm's Mamba2 compute it,
+// for one request, in float64 (../shared/notes/ssm-modes.md §1.1, §1.3). Prefill is a token-by-token
+// recurrence over the chunk; a decode token uses the single-step form (causal_conv1d_update +
+// selective_state_update). Checked against an independent naive loop and the chunked SSD algorithm
+// by tests/ssm_mamba2 (ctest -L mamba2).
+//
+// Per token, with Hs heads of P channels, N = state_size, G = n_groups, K = conv_kernel,
+// d_ssm = Hs·P, conv_dim = d_ssm + 2·G·N, g(h) = h / (Hs / G):
+//   [z; xBC; dt] = in_proj·hidden (+ in_proj_bias)                  [d_ssm], [conv_dim], [Hs]
+//   [x; B; C]    = silu(causal_conv1d(xBC) + conv1d_bias)             x [Hs, P], B and C [G, N]
+//   Δ_h = softplus(dt_h + dt_bias_h)   (threshold 20, no dt_limit clamp: vLLM's default (0, inf))
+//   S_h = exp(Δ_h·A_h)·S_h + Δ_h·outer(x_h, B_g(h)),  A = −exp(A_log)   S: [Hs, P, N]
+//   y_h = S_h·C_g(h) + D_h·x_h
+//   v   = y ⊙ silu(z);  v ← v / sqrt(mean_group(v²) + 1e-5) ⊙ norm_weight   (groups of d_ssm / G)
+//   contribution = out_proj·v (+ out_proj_bias)
+// The norm is mamba_ssm's RMSNormGated with norm_before_gate = False (vLLM's Mixer2RMSNormGated).
+// Everything between in_proj and the norm is the core (mamba2_core.h), callable on its own.
+//
+// Knowingly differs from vLLM: the conv state's layout, as in mamba1 ([conv_dim, K−1] per slot,
+// oldest input first; vLLM keeps [K−1, conv_dim] in memory); precision (all float64; vLLM
+// rounds to the model dtype between stages and runs the SSD kernels in float32); and the norm,
+// always applied with eps 1e-5 (vLLM skips it when use_rms_norm is false and takes rms_norm_eps
+// from the model config).
+#include <Eigen/Core>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hybridtb/error.h"
+#include "hybridtb/reference/ssm_mode.h"
+#include "mamba2_core.h"
+
+namespace hybridtb::reference::ssm {
+namespace {
+
+using Vector = Eigen::VectorXd;
+
+// mamba_ssm's kernels (_chunk_cumsum_fwd, selective_state_update) and torch's F.softplus switch
+// to the identity above 20; log1p keeps small outputs exact.
+double softplus(double v) { return v > 20.0 ? v : std::log1p(std::exp(v)); }
+
+double silu(double v) { return v / (1.0 + std::exp(-v)); }
+
+// mamba_ssm's Mamba2 norm and vLLM's Mixer2RMSNormGated (rms_norm_eps of Mamba-2 configs).
+constexpr double kNormEps = 1e-5;
+
+const Matrix& require(const Weights& weights, const char* name, int64_t rows, int64_t cols) {
+  const auto it = weights.find(name);
+  HYBRIDTB_CHECK(it != weights.end(), "missing weight /weights/", name, " (required by ssm_mode mamba2)");
+  HYBRIDTB_CHECK(it->second.rows() == rows && it->second.cols() == cols, "/weights/", name, " is [",
+                 it->second.rows(), ", ", it->second.cols(), "], ssm_mode mamba2 needs [", rows, ", ", cols, "]");
+  return it->second;
+}
+
+// A 1-d weight of length n (a [1, n] row of the Weights map) as a column vector; zeros if it is
+// optional and absent.
+Vector vector_weight(const Weights& weights, const char* name, int64_t n, bool optional) {
+  if (optional && weights.find(name) == weights.end()) return Vector::Zero(n);
+  return require(weights, name, 1, n).row(0).transpose();
+}
+
+Vector& state_slot(State& state, const char* name, int64_t size) {
+  const auto it = state.find(name);
+  HYBRIDTB_CHECK(it != state.end(), "missing state pool /inputs/ssm/", name, " (required by ssm_mode mamba2)");
+  HYBRIDTB_CHECK(it->second.size() == size, "state /inputs/ssm/", name, " slot has ", it->second.size(),
+                 " values, ssm_mode mamba2 needs ", size);
+  return it->second;
+}
+
+Mamba2Sizes sizes_from_shape(const ModeShape& shape) {
+  Mamba2Sizes s;
+  s.heads = shape.param("num_ssm_heads");
+  s.head_dim = shape.param("head_dim");
+  s.state = shape.param("state_size");
+  s.groups = shape.param("n_groups");
+  s.kernel = shape.param("conv_kernel");
+  check_mamba2_sizes(s);
+  return s;
+}
+
+// causal_conv1d_fn over L tokens: c = silu(conv(xBC)) [L, conv_dim]; the conv state becomes the
+// last K−1 rows of [saved | xBC] (older saved inputs shift in when L < K−1).
+Matrix conv_prefill(const Mamba2Sizes& s, const Mamba2CoreWeights& w, const Matrix& xBC, Vector& conv_state) {
+  const int64_t C = s.conv_dim(), K = s.kernel, L = xBC.rows();
+  Matrix window(K - 1 + L, C);
+  for (int64_t j = 0; j < K - 1; ++j) {
+    for (int64_t c = 0; c < C; ++c) window(j, c) = conv_state(c * (K - 1) + j);
+  }
+  window.bottomRows(L) = xBC;
+  Matrix out(L, C);
+  for (int64_t t = 0; t < L; ++t) {
+    for (int64_t c = 0; c < C; ++c) {
+      double acc = w.conv_bias(c);
+      for (int64_t j = 0; j < K; ++j) acc += w.conv_weight(c, j) * window(t + j, c);
+      out(t, c) = silu(acc);
+    }
+  }
+  for (int64_t j = 0; j < K - 1; ++j) {
+    for (int64_t c = 0; c < C; ++c) conv_state(c * (K - 1) + j) = window(L + j, c);
+  }
+  return out;
+}
+
+// The recurrence over L tokens of conv outputs `c` [L, conv_dim], sequential in float64 (the SSD
+// kernels compute the same sums chunk by chunk; tests/ssm_mamba2 checks the two agree).
+Matrix scan_prefill(const Mamba2Sizes& s, const Mamba2CoreWeights& w, const Matrix& c, const Matrix& dt,
+                    Vector& ssm_state) {
+  const int64_t P = s.head_dim, N = s.state, L = c.rows();
+  const int64_t b_offset = s.d_ssm(), c_offset = s.d_ssm() + s.groups * N;
+  Matrix y(L, s.d_ssm());
+  for (int64_t t = 0; t < L; ++t) {
+    for (int64_t h = 0; h < s.heads; ++h) {
+      const double delta = softplus(dt(t, h) + w.dt_bias(h));
+      const double decay = std::exp(delta * w.A(h));
+      const int64_t g = s.group_of(h);
+      for (int64_t p = 0; p < P; ++p) {
+        const double x = c(t, h * P + p);
+        double* S = ssm_state.data() + (h * P + p) * N;
+        double acc = w.D(h) * x;
+        for (int64_t n = 0; n < N; ++n) {
+          S[n] = decay * S[n] + delta * x * c(t, b_offset + g * N + n);
+          acc += S[n] * c(t, c_offset + g * N + n);
+        }
+        y(t, h * P + p) = acc;
+      }
+    }
+  }
+  return y;
+}
+
+// causal_conv1d_update + selective_state_update for one token: the conv reads the saved columns
+// before the state shifts left by one and takes the token; then, per head, with Δ broadcast,
+// state = state·dA + x ⊗ dB (dA = exp(Δ·A), dB = Δ·B), out = state·C + D·x.
+Matrix decode_step(const Mamba2Sizes& s, const Mamba2CoreWeights& w, const Matrix& xBC, const Matrix& dt,
+                   Vector& conv_state, Vector& ssm_state) {
+  const int64_t C = s.conv_dim(), K = s.kernel, P = s.head_dim, N = s.state;
+  Vector c(C);
+  for (int64_t ch = 0; ch < C; ++ch) {
+    double* saved = conv_state.data() + ch * (K - 1);
+    double acc = w.conv_bias(ch);
+    for (int64_t j = 0; j < K - 1; ++j) acc += w.conv_weight(ch, j) * saved[j];
+    acc += w.conv_weight(ch, K - 1) * xBC(0, ch);
+    c(ch) = silu(acc);
+    for (int64_t j = 0; j + 1 < K - 1; ++j) saved[j] = saved[j + 1];
+    saved[K - 2] = xBC(0, ch);
+  }
+
+  Matrix y(1, s.d_ssm());
+  for (int64_t h = 0; h < s.heads; ++h) {
+    const int64_t g = s.group_of(h);
+    const double delta = softplus(dt(0, h) + w.dt_bias(h));
+    const double dA = std::exp(delta * w.A(h));
+    const Eigen::RowVectorXd dB = delta * c.segment(s.d_ssm() + g * N, N).transpose();  // [N]
+    const Vector Cg = c.segment(s.d_ssm() + s.groups * N + g * N, N);
+    const Vector x = c.segment(h * P, P);
+    Eigen::Map<Matrix> S(ssm_state.data() + h * P * N, P, N);
+    S = S * dA + x * dB;
+    y.row(0).segment(h * P, P) = (S * Cg + w.D(h) * x).transpose();
+  }
+  return y;
+}
+
+// v = y ⊙ silu(z), then RMS-normalised per group of d_ssm / G channels and scaled by norm_weight.
+Matrix gated_rms_norm(const Mamba2Sizes& s, const Matrix& y, const Matrix& z, const Vector& norm_weight) {
+  const int64_t group_size = s.d_ssm() / s.groups;
+  Matrix v(y.rows(), y.cols());
+  for (Eigen::Index t = 0; t < y.rows(); ++t) {
+    for (Eigen::Index i = 0; i < y.cols(); ++i) v(t, i) = y(t, i) * silu(z(t, i));
+    for (int64_t g = 0; g < s.groups; ++g) {
+      auto group = v.row(t).segment(g * group_size, group_size);
+      const double inv_rms = 1.0 / std::sqrt(group.squaredNorm() / static_cast<double>(group_size) + kNormEps);
+      group = (group * inv_rms).cwiseProduct(norm_weight.segment(g * group_size, group_size).transpose());
+    }
+  }
+  return v;
+}
+
+class Mamba2Mode final : public Mode {
+ public:
+  std::string name() const override { return "mamba2"; }
+
+  std::string description() const override {
+    return "Mamba-2 (SSD) mixer as vLLM's MambaMixer2: in_proj [z|x|B|C|dt] -> causal conv1d + SiLU over xBC -> "
+           "scalar-decay recurrence per head (A = -exp(A_log), grouped B/C, D skip) -> gated RMSNorm with z -> "
+           "out_proj";
+  }
+
+  std::vector<std::string> parameters() const override {
+    return {"num_ssm_heads", "head_dim", "state_size", "n_groups", "conv_kernel"};
+  }
+
+  std::vector<TensorSpec> state_specs(const ModeShape& shape) const override {
+    const Mamba2Sizes s = sizes_from_shape(shape);
+    // Random states are standard normal (the default init): conv inputs are in_proj outputs of
+    // O(1) hidden states, and S stays O(1) under a decay ≤ 1.
+    return {
+        {"conv_state", {s.conv_dim(), s.kernel - 1}, DType::kFloat32, false,
+         "the last conv_kernel - 1 conv inputs (xBC after in_proj, before the conv) per channel, oldest first "
+         "(vLLM keeps them as [K-1, conv_dim] in memory)"},
+        {"ssm_state", {s.heads, s.head_dim, s.state}, DType::kFloat32, false,
+         "the SSD state S per head, [num_ssm_heads, head_dim, state_size] (vLLM's layout)"},
+    };
+  }
+
+  std::vector<TensorSpec> weight_specs(const ModeShape& shape) const override {
+    const Mamba2Sizes s = sizes_from_shape(shape);
+    const int64_t H = shape.hidden_size, Hs = s.heads, d_ssm = s.d_ssm(), conv_dim = s.conv_dim();
+    const auto normal = [](const char* name, Shape dims, double std, bool optional, const char* meaning) {
+      TensorSpec spec{name, std::move(dims), DType::kFloat32, optional, meaning};
+      spec.init_std = std;
+      return spec;
+    };
+    const auto uniform = [](const char* name, Shape dims, double low, double high, const char* meaning) {
+      TensorSpec spec{name, std::move(dims), DType::kFloat32, false, meaning};
+      spec.init_low = low;
+      spec.init_high = high;
+      return spec;
+    };
+    const auto inv_sqrt = [](int64_t fan_in) { return 1.0 / std::sqrt(static_cast<double>(fan_in)); };
+    // Random models follow mamba_ssm's Mamba2 initialisation where it keeps values sane: projections
+    // normal(0, 1/sqrt(fan_in)) so every stage stays O(1); biases small; dt_bias uniform in
+    // [−6.9, −2.25) = softplus⁻¹ of [1e-3, 0.1) (dt_min, dt_max); A_log uniform in [0, log 16)
+    // so A spans A_init_range −1 … −16; D and the norm weight around 1 (mamba_ssm: ones).
+    return {
+        normal("in_proj", {2 * d_ssm + 2 * s.groups * s.state + Hs, H}, inv_sqrt(H), false,
+               "rows z (d_ssm), x (d_ssm), B (G*N), C (G*N), dt (num_ssm_heads), mamba_ssm's order"),
+        normal("in_proj_bias", {2 * d_ssm + 2 * s.groups * s.state + Hs}, 0.1, true,
+               "added to in_proj's output, same order"),
+        normal("conv1d_weight", {conv_dim, s.kernel}, inv_sqrt(s.kernel), false,
+               "depthwise causal conv taps per x|B|C channel; column K-1 multiplies the current token"),
+        normal("conv1d_bias", {conv_dim}, 0.1, true, "conv bias, before the SiLU"),
+        uniform("dt_bias", {Hs}, -6.9, -2.25, "added to dt before the softplus (threshold 20)"),
+        uniform("A_log", {Hs}, 0.0, std::log(16.0), "A = -exp(A_log), one scalar decay rate per head"),
+        uniform("D", {Hs}, 0.5, 1.5, "skip connection y += D * x per head"),
+        uniform("norm_weight", {d_ssm}, 0.5, 1.5,
+                "gated RMSNorm scale: rmsnorm(y * silu(z)) * w over groups of d_ssm / n_groups, eps 1e-5"),
+        normal("out_proj", {H, d_ssm}, inv_sqrt(d_ssm), false, "d_ssm -> hidden (the contribution)"),
+        normal("out_proj_bias", {H}, 0.1, true, "added to out_proj's output"),
+    };
+  }
+
+  void advance(const Weights& weights, State& state, const Matrix& x, Matrix& y, bool decode) const override {
+    const Mamba2Sizes s = sizes_from(weights, state);
+    const int64_t d_ssm = s.d_ssm(), conv_dim = s.conv_dim(), proj = 2 * d_ssm + 2 * s.groups * s.state + s.heads;
+    const Matrix& in_proj = require(weights, "in_proj", proj, x.cols());
+    const Vector in_bias = vector_weight(weights, "in_proj_bias", proj, true);
+    const Vector norm_weight = vector_weight(weights, "norm_weight", d_ssm, false);
+    const Matrix& out_proj = require(weights, "out_proj", x.cols(), d_ssm);
+    const Vector out_bias = vector_weight(weights, "out_proj_bias", x.cols(), true);
+    Vector& conv_state = state_slot(state, "conv_state", conv_dim * (s.kernel - 1));
+    Vector& ssm_state = state_slot(state, "ssm_state", d_ssm * s.state);
+
+    Matrix projected = x * in_proj.transpose();  // [L, z | xBC | dt]
+    projected.rowwise() += in_bias.transpose();
+    const Matrix z = projected.leftCols(d_ssm);
+    const Matrix y_ssm = mamba2_core(s, mamba2_core_weights(weights, s), projected.middleCols(d_ssm, conv_dim),
+                                     projected.rightCols(s.heads), conv_state, ssm_state, decode);
+    y = gated_rms_norm(s, y_ssm, z, norm_weight) * out_proj.transpose();
+    y.rowwise() += out_bias.transpose();
+  }
+
+ private:
+  // The sizes as the tensors give them: Hs from A_log [Hs], d_ssm from norm_weight [d_ssm],
+  // conv_dim and K from conv1d_weight [conv_dim, K], N from the ssm_state slot (Hs·P·N values),
+  // G from conv_dim = d_ssm + 2·G·N. The driver has checked them against /config/ssm; the checks
+  // here name what is inconsistent when the mode is called directly.
+  static Mamba2Sizes sizes_from(const Weights& weights, const State& state) {
+    const auto dims = [&](const char* name) -> const Matrix& {
+      const auto it = weights.find(name);
+      HYBRIDTB_CHECK(it != weights.end(), "missing weight /weights/", name, " (required by ssm_mode mamba2)");
+      return it->second;
+    };
+    const auto pool = state.find("ssm_state");
+    HYBRIDTB_CHECK(pool != state.end(), "missing state pool /inputs/ssm/ssm_state (required by ssm_mode mamba2)");
+    Mamba2Sizes s;
+    s.heads = dims("A_log").cols();
+    const int64_t d_ssm = dims("norm_weight").cols();
+    const int64_t conv_dim = dims("conv1d_weight").rows();
+    s.kernel = dims("conv1d_weight").cols();
+    HYBRIDTB_CHECK(d_ssm % s.heads == 0, "mamba2: /weights/norm_weight has ", d_ssm,
+                   " values, not a multiple of num_ssm_heads = ", s.heads, " (from /weights/A_log)");
+    s.head_dim = d_ssm / s.heads;
+    HYBRIDTB_CHECK(pool->second.size() % d_ssm == 0 && pool->second.size() > 0, "state /inputs/ssm/ssm_state slot has ",
+                   pool->second.size(), " values, not a positive multiple of d_ssm = ", d_ssm);
+    s.state = pool->second.size() / d_ssm;
+    HYBRIDTB_CHECK(conv_dim > d_ssm && (conv_dim - d_ssm) % (2 * s.state) == 0, "mamba2: /weights/conv1d_weight has ",
+                   conv_dim, " channels, not d_ssm + 2·n_groups·state_size with d_ssm = ", d_ssm,
+                   " and state_size = ", s.state);
+    s.groups = (conv_dim - d_ssm) / (2 * s.state);
+    check_mamba2_sizes(s);
+    return s;
+  }
+};
+
+}  // namespace
+
+void check_mamba2_sizes(const Mamba2Sizes& s) {
+  for (const auto& [name, value] : {std::pair{"num_ssm_heads", s.heads}, std::pair{"head_dim", s.head_dim},
+                                    std::pair{"state_size", s.state}, std::pair{"n_groups", s.groups},
+                                    std::pair{"conv_kernel", s.kernel}}) {
+    HYBRIDTB_CHECK(value > 0, "/config/ssm ", name, " must be > 0 for ssm_mode mamba2, got ", value);
+  }
+  HYBRIDTB_CHECK(s.heads % s.groups == 0, "/config/ssm n_groups = ", s.groups,
+                 " must divide num_ssm_heads = ", s.heads,
+                 " for ssm_mode mamba2 (head h reads the B and C of group h / (num_ssm_heads / n_groups))");
+  HYBRIDTB_CHECK(s.kernel >= 2, "/config/ssm conv_kernel must be >= 2 for ssm_mode mamba2 (the conv state keeps ",
+                 "conv_kernel - 1 inputs), got ", s.kernel);
+}
+
+Mamba2CoreWeights mamba2_core_weights(const Weights& weights, const Mamba2Sizes& s) {
+  Mamba2CoreWeights w;
+  w.conv_weight = require(weights, "conv1d_weight", s.conv_dim(), s.kernel);
+  w.conv_bias = vector_weight(weights, "conv1d_bias", s.conv_dim(), true);
+  w.dt_bias = vector_weight(weights, "dt_bias", s.heads, false);
+  w.A = -vector_weight(weights, "A_log", s.heads, false).array().exp().matrix();
+  w.D = vector_weight(weights, "D", s.heads, false);
+  return w;
+}
+
+Matrix mamba2_core(const Mamba2Sizes& s, const Mamba2CoreWeights& w, const Matrix& xBC, const Matrix& dt,
+                   Eigen::VectorXd& conv_state, Eigen::VectorXd& ssm_state, bool decode) {
+  check_mamba2_sizes(s);
+  HYBRIDTB_CHECK(xBC.cols() == s.conv_dim() && dt.cols() == s.heads && xBC.rows() == dt.rows(),
+                 "mamba2 core: xBC is [", xBC.rows(), ", ", xBC.cols(), "] and dt [", dt.rows(), ", ", dt.cols(),
+                 "], need [L, ", s.conv_dim(), "] and [L, ", s.heads, "]");
+  HYBRIDTB_CHECK(conv_state.size() == s.conv_dim() * (s.kernel - 1) && ssm_state.size() == s.d_ssm() * s.state,
+                 "mamba2 core: conv_state has ", conv_state.size(), " values and ssm_state ", ssm_state.size(),
+                 ", need ", s.conv_dim() * (s.kernel - 1), " and ", s.d_ssm() * s.state);
+  if (decode) {
+    HYBRIDTB_CHECK(xBC.rows() == 1, "mamba2: a decode call has one token, got ", xBC.rows());
+    return decode_step(s, w, xBC, dt, conv_state, ssm_state);
+  }
+  const Matrix c = conv_prefill(s, w, xBC, conv_state);
+  return scan_prefill(s, w, c, dt, ssm_state);
+}
+
+// Registered by modes.cpp (HYBRIDTB_SSM_MODE(registry, mamba2), which declares this factory).
+std::unique_ptr<Mode> make_mamba2_mode() { return std::make_unique<Mamba2Mode>(); }
+
+}  // namespace hybridtb::reference::ssm

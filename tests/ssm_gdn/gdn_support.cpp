@@ -1,0 +1,205 @@
+// Helpers for the gdn tests (see gdn_support.h).
+#include "gdn_support.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+
+#include "hybridtb/dtype.h"
+
+// The mode's factory (reference/ssm/gdn.cpp; private to the library, registered by modes.cpp). The
+// tests use it directly so they test the file itself; registration is covered by tests/ssm.
+namespace hybridtb::reference::ssm {
+std::unique_ptr<Mode> make_gdn_mode();
+}  // namespace hybridtb::reference::ssm
+
+namespace hybridtb::testing {
+
+namespace ssm = reference::ssm;
+
+namespace {
+
+size_t at(int64_t i) { return static_cast<size_t>(i); }
+
+Eigen::VectorXd to_eigen(const std::vector<double>& values) {
+  return Eigen::Map<const Eigen::VectorXd>(values.data(), static_cast<Eigen::Index>(values.size()));
+}
+
+std::vector<double> from_eigen(const Eigen::VectorXd& values) { return {values.data(), values.data() + values.size()}; }
+
+}  // namespace
+
+const ssm::Mode& gdn_mode() {
+  static const std::unique_ptr<ssm::Mode> mode = ssm::make_gdn_mode();
+  return *mode;
+}
+
+std::map<std::string, int64_t> gdn_params(const GdnDims& d) {
+  return {{"num_k_heads", d.Hk}, {"num_v_heads", d.Hv}, {"head_k_dim", d.dk}, {"head_v_dim", d.dv},
+          {"conv_kernel", d.K}};
+}
+
+ssm::ModeShape gdn_shape(const GdnDims& d) {
+  ssm::ModeShape shape;
+  shape.hidden_size = d.H;
+  shape.params = gdn_params(d);
+  return shape;
+}
+
+ssm::GdnSizes gdn_core_sizes(const GdnDims& d) { return ssm::gdn_sizes(gdn_shape(d)); }
+
+std::string describe(const GdnDims& d) {
+  return "H=" + std::to_string(d.H) + " Hk=" + std::to_string(d.Hk) + " Hv=" + std::to_string(d.Hv) +
+         " dk=" + std::to_string(d.dk) + " dv=" + std::to_string(d.dv) + " K=" + std::to_string(d.K);
+}
+
+std::map<std::string, Tensor> random_weights(const GdnDims& dims, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::map<std::string, Tensor> tensors;
+  for (const ssm::TensorSpec& spec : gdn_mode().weight_specs(gdn_shape(dims))) {
+    Tensor tensor = Tensor::host(spec.dtype, spec.shape);
+    std::normal_distribution<double> normal(0.0, spec.init_std);
+    std::uniform_real_distribution<double> uniform(spec.init_low, spec.init_high);
+    for (int64_t i = 0; i < tensor.numel(); ++i) {
+      const double v = spec.init_low < spec.init_high ? uniform(rng) : normal(rng);
+      store_from_double(tensor.data(), tensor.dtype(), i, v);
+    }
+    tensors.emplace(spec.name, tensor);
+  }
+  return tensors;
+}
+
+std::vector<double> random_values(int64_t count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  std::vector<double> values(at(count));
+  for (double& v : values) v = dist(rng);
+  return values;
+}
+
+NaiveGdnState random_state(const GdnDims& d, uint64_t seed) {
+  return {random_values(d.C() * (d.K - 1), seed), random_values(d.Hv * d.dk * d.dv, seed + 1)};
+}
+
+NaiveGdnState zero_state(const GdnDims& d) {
+  return {std::vector<double>(at(d.C() * (d.K - 1)), 0.0), std::vector<double>(at(d.Hv * d.dk * d.dv), 0.0)};
+}
+
+std::vector<double> transpose_heads(const std::vector<double>& values, int64_t heads, int64_t rows, int64_t cols) {
+  std::vector<double> out(values.size());
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) out[at((h * cols + c) * rows + r)] = values[at((h * rows + r) * cols + c)];
+    }
+  }
+  return out;
+}
+
+std::map<std::string, TensorView> views(const std::map<std::string, Tensor>& tensors) {
+  std::map<std::string, TensorView> out;
+  for (const auto& [name, tensor] : tensors) out.emplace(name, tensor.view());
+  return out;
+}
+
+ssm::Weights to_weights(const std::map<std::string, Tensor>& tensors) {
+  ssm::Weights weights;
+  for (const auto& [name, tensor] : tensors) {
+    const int64_t rows = tensor.view().rank() == 1 ? 1 : tensor.size(0);
+    const int64_t cols = tensor.numel() / rows;
+    ssm::Matrix m(rows, cols);
+    for (int64_t i = 0; i < tensor.numel(); ++i) {
+      m(i / cols, i % cols) = load_as_double(tensor.data(), tensor.dtype(), i);
+    }
+    weights.emplace(name, m);
+  }
+  return weights;
+}
+
+ssm::State to_mode_state(const NaiveGdnState& state, const GdnDims& d) {
+  ssm::State out;
+  out["conv_state"] = to_eigen(state.conv);
+  out["recurrent_state"] = to_eigen(transpose_heads(state.S, d.Hv, d.dk, d.dv));
+  return out;
+}
+
+NaiveGdnState from_mode_state(const ssm::State& state, const GdnDims& d) {
+  NaiveGdnState out;
+  out.conv = from_eigen(state.at("conv_state"));
+  out.S = transpose_heads(from_eigen(state.at("recurrent_state")), d.Hv, d.dv, d.dk);
+  return out;
+}
+
+ssm::Matrix to_matrix(const std::vector<double>& values, int64_t rows, int64_t cols) {
+  ssm::Matrix m(rows, cols);
+  for (int64_t i = 0; i < rows * cols; ++i) m(i / cols, i % cols) = values[at(i)];
+  return m;
+}
+
+std::vector<double> to_vector(const ssm::Matrix& matrix) {
+  std::vector<double> out(at(matrix.size()));
+  for (Eigen::Index r = 0; r < matrix.rows(); ++r) {
+    for (Eigen::Index c = 0; c < matrix.cols(); ++c) out[at(r * matrix.cols() + c)] = matrix(r, c);
+  }
+  return out;
+}
+
+std::vector<double> run_mode(const ssm::Weights& weights, NaiveGdnState& state, const std::vector<double>& hidden,
+                             const GdnDims& d, int64_t begin, int64_t end, bool decode) {
+  const std::vector<double> rows(hidden.begin() + static_cast<std::ptrdiff_t>(begin * d.H),
+                                 hidden.begin() + static_cast<std::ptrdiff_t>(end * d.H));
+  ssm::State mode_state = to_mode_state(state, d);
+  ssm::Matrix y(end - begin, d.H);
+  gdn_mode().advance(weights, mode_state, to_matrix(rows, end - begin, d.H), y, decode);
+  state = from_mode_state(mode_state, d);
+  return to_vector(y);
+}
+
+std::vector<double> run_core(const ssm::Weights& weights, NaiveGdnState& state, const GdnDims& d,
+                             const std::vector<double>& mixed_qkv, const std::vector<double>& a,
+                             const std::vector<double>& b, int64_t L, bool decode) {
+  ssm::State mode_state = to_mode_state(state, d);
+  const ssm::Matrix o = ssm::gdn_core(gdn_core_sizes(d), weights, mode_state, to_matrix(mixed_qkv, L, d.C()),
+                                      to_matrix(a, L, d.Hv), to_matrix(b, L, d.Hv), decode);
+  state = from_mode_state(mode_state, d);
+  return to_vector(o);
+}
+
+void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, const Tolerance& tolerance,
+                  const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  size_t bad = 0, worst = 0;
+  double max_abs = 0.0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    if (tolerance.allows(actual[i], expected[i])) continue;
+    const double diff = std::isnan(actual[i]) ? INFINITY : std::fabs(actual[i] - expected[i]);
+    if (bad++ == 0 || diff > max_abs) {
+      max_abs = diff;
+      worst = i;
+    }
+  }
+  if (bad > 0) {
+    ADD_FAILURE() << what << ": " << bad << " of " << actual.size() << " elements out of tolerance; worst [" << worst
+                  << "] = " << actual[worst] << ", expected " << expected[worst] << " (|diff| " << max_abs << "; "
+                  << tolerance.rationale << ")";
+  }
+}
+
+void expect_state_close(const NaiveGdnState& actual, const NaiveGdnState& expected, const Tolerance& tolerance,
+                        const std::string& what) {
+  expect_close(actual.conv, expected.conv, tolerance, what + " conv_state");
+  expect_close(actual.S, expected.S, tolerance, what + " recurrent state (K-major)");
+}
+
+double max_abs_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = 0.0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+Tolerance gdn_tolerance(const GdnDims& d, int64_t num_tokens, int64_t longest_sum) {
+  const int64_t m = std::max({d.H, d.C() + d.Hv * d.dv, d.Hv * d.dv, d.dk, d.dv, longest_sum});
+  return tolerance_for(ToleranceCase::kSsmModeFloat64, num_tokens, m);
+}
+
+}  // namespace hybridtb::testing

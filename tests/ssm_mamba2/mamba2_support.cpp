@@ -1,0 +1,191 @@
+// Helpers for the mamba2 tests (see mamba2_support.h).
+#include "mamba2_support.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+
+#include "hybridtb/dtype.h"
+
+// The mode's factory (reference/ssm/mamba2.cpp; private to the library, registered by modes.cpp).
+// The mode-level tests use it directly so they test the file itself; the registry and the driver
+// run it in tests/ssm (the generic suite).
+namespace hybridtb::reference::ssm {
+std::unique_ptr<Mode> make_mamba2_mode();
+}  // namespace hybridtb::reference::ssm
+
+namespace hybridtb::testing {
+
+namespace ssm = reference::ssm;
+
+namespace {
+
+size_t at(int64_t i) { return static_cast<size_t>(i); }
+
+}  // namespace
+
+const ssm::Mode& mamba2_mode() {
+  static const std::unique_ptr<ssm::Mode> mode = ssm::make_mamba2_mode();
+  return *mode;
+}
+
+std::map<std::string, int64_t> mamba2_params(const Mamba2Dims& d) {
+  return {{"num_ssm_heads", d.Hs}, {"head_dim", d.P}, {"state_size", d.N}, {"n_groups", d.G}, {"conv_kernel", d.K}};
+}
+
+ssm::ModeShape mamba2_shape(const Mamba2Dims& d) {
+  ssm::ModeShape shape;
+  shape.hidden_size = d.H;
+  shape.params = mamba2_params(d);
+  return shape;
+}
+
+ssm::Mamba2Sizes core_sizes(const Mamba2Dims& d) {
+  ssm::Mamba2Sizes s;
+  s.heads = d.Hs;
+  s.head_dim = d.P;
+  s.state = d.N;
+  s.groups = d.G;
+  s.kernel = d.K;
+  return s;
+}
+
+std::string describe(const Mamba2Dims& d) {
+  return "H=" + std::to_string(d.H) + " Hs=" + std::to_string(d.Hs) + " P=" + std::to_string(d.P) +
+         " N=" + std::to_string(d.N) + " G=" + std::to_string(d.G) + " K=" + std::to_string(d.K);
+}
+
+std::vector<double> normal_values(int64_t count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  std::vector<double> values(at(count));
+  for (double& v : values) v = dist(rng);
+  return values;
+}
+
+std::map<std::string, Tensor> random_weights(const Mamba2Dims& dims, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::map<std::string, Tensor> tensors;
+  for (const ssm::TensorSpec& spec : mamba2_mode().weight_specs(mamba2_shape(dims))) {
+    Tensor tensor = Tensor::host(spec.dtype, spec.shape);
+    std::normal_distribution<double> normal(0.0, spec.init_std);
+    std::uniform_real_distribution<double> uniform(spec.init_low, spec.init_high);
+    for (int64_t i = 0; i < tensor.numel(); ++i) {
+      const double v = spec.init_low < spec.init_high ? uniform(rng) : normal(rng);
+      store_from_double(tensor.data(), tensor.dtype(), i, v);
+    }
+    tensors.emplace(spec.name, tensor);
+  }
+  return tensors;
+}
+
+NaiveMamba2State random_state(const Mamba2Dims& d, uint64_t seed) {
+  return {normal_values(d.conv_dim() * (d.K - 1), seed), normal_values(d.d_ssm() * d.N, seed + 1)};
+}
+
+NaiveMamba2State zero_state(const Mamba2Dims& d) {
+  return {std::vector<double>(at(d.conv_dim() * (d.K - 1)), 0.0), std::vector<double>(at(d.d_ssm() * d.N), 0.0)};
+}
+
+std::map<std::string, TensorView> views(const std::map<std::string, Tensor>& tensors) {
+  std::map<std::string, TensorView> out;
+  for (const auto& [name, tensor] : tensors) out.emplace(name, tensor.view());
+  return out;
+}
+
+Tensor tensor_of(const Shape& shape, const std::vector<double>& values) {
+  Tensor t = Tensor::host(DType::kFloat64, shape);
+  for (size_t i = 0; i < values.size(); ++i) store_from_double(t.data(), t.dtype(), static_cast<int64_t>(i), values[i]);
+  return t;
+}
+
+std::vector<double> values_of(const Tensor& tensor) {
+  std::vector<double> out(at(tensor.numel()));
+  for (int64_t i = 0; i < tensor.numel(); ++i) out[at(i)] = load_as_double(tensor.data(), tensor.dtype(), i);
+  return out;
+}
+
+ssm::Weights to_weights(const std::map<std::string, Tensor>& tensors) {
+  ssm::Weights weights;
+  for (const auto& [name, tensor] : tensors) {
+    const int64_t rows = tensor.view().rank() == 1 ? 1 : tensor.size(0);
+    const int64_t cols = tensor.numel() / rows;
+    weights.emplace(name, to_matrix(values_of(tensor), rows, cols));
+  }
+  return weights;
+}
+
+Eigen::VectorXd to_eigen(const std::vector<double>& values) {
+  return Eigen::Map<const Eigen::VectorXd>(values.data(), static_cast<Eigen::Index>(values.size()));
+}
+
+std::vector<double> from_eigen(const Eigen::VectorXd& values) {
+  return std::vector<double>(values.data(), values.data() + values.size());
+}
+
+ssm::State to_mode_state(const NaiveMamba2State& state) {
+  return {{"conv_state", to_eigen(state.conv)}, {"ssm_state", to_eigen(state.ssm)}};
+}
+
+NaiveMamba2State from_mode_state(const ssm::State& state) {
+  return {from_eigen(state.at("conv_state")), from_eigen(state.at("ssm_state"))};
+}
+
+ssm::Matrix to_matrix(const std::vector<double>& values, int64_t rows, int64_t cols) {
+  ssm::Matrix m(rows, cols);
+  for (int64_t i = 0; i < rows * cols; ++i) m(i / cols, i % cols) = values[at(i)];
+  return m;
+}
+
+std::vector<double> to_vector(const ssm::Matrix& matrix) {
+  std::vector<double> out(at(matrix.size()));
+  for (Eigen::Index r = 0; r < matrix.rows(); ++r) {
+    for (Eigen::Index c = 0; c < matrix.cols(); ++c) out[at(r * matrix.cols() + c)] = matrix(r, c);
+  }
+  return out;
+}
+
+std::vector<double> run_mode(const ssm::Weights& weights, NaiveMamba2State& state, const std::vector<double>& hidden,
+                             int64_t H, int64_t begin, int64_t end, bool decode) {
+  const std::vector<double> rows(hidden.begin() + static_cast<std::ptrdiff_t>(begin * H),
+                                 hidden.begin() + static_cast<std::ptrdiff_t>(end * H));
+  ssm::State mode_state = to_mode_state(state);
+  ssm::Matrix y(end - begin, H);
+  mamba2_mode().advance(weights, mode_state, to_matrix(rows, end - begin, H), y, decode);
+  state = from_mode_state(mode_state);
+  return to_vector(y);
+}
+
+void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, const Tolerance& tolerance,
+                  const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  size_t bad = 0, worst = 0;
+  double max_abs = 0.0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    if (tolerance.allows(actual[i], expected[i])) continue;
+    const double diff = std::isnan(actual[i]) ? INFINITY : std::fabs(actual[i] - expected[i]);
+    if (bad++ == 0 || diff > max_abs) {
+      max_abs = diff;
+      worst = i;
+    }
+  }
+  if (bad > 0) {
+    ADD_FAILURE() << what << ": " << bad << " of " << actual.size() << " elements out of tolerance; worst [" << worst
+                  << "] = " << actual[worst] << ", expected " << expected[worst] << " (|diff| " << max_abs << "; "
+                  << tolerance.rationale << ")";
+  }
+}
+
+void expect_state_close(const NaiveMamba2State& actual, const NaiveMamba2State& expected, const Tolerance& tolerance,
+                        const std::string& what) {
+  expect_close(actual.conv, expected.conv, tolerance, what + " conv_state");
+  expect_close(actual.ssm, expected.ssm, tolerance, what + " ssm_state");
+}
+
+Tolerance mamba2_tolerance(const Mamba2Dims& d, int64_t num_tokens) {
+  return tolerance_for(ToleranceCase::kSsmModeFloat64, num_tokens,
+                       std::max({d.H, d.proj(), d.conv_dim(), d.d_ssm(), d.Hs, d.P, d.N, d.K}));
+}
+
+}  // namespace hybridtb::testing

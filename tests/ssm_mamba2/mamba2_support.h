@@ -1,0 +1,65 @@
+// Helpers for the mamba2 tests: the mode (its factory, not the registry, so the file itself is
+// tested), seeded random weights and states drawn as the mode's TensorSpecs say, conversions between
+// the test's std::vector form and the mode's Eigen form, and elementwise comparisons that report the
+// worst element. Used by tests/ssm_mamba2.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hybridtb/reference/ssm_mode.h"
+#include "hybridtb/tensor.h"
+#include "hybridtb/tolerance.h"
+#include "mamba2_core.h"
+#include "naive_mamba2.h"
+
+namespace hybridtb::testing {
+
+const reference::ssm::Mode& mamba2_mode();
+// /config/ssm parameters of `dims` (AttentionConfig::ssm_params).
+std::map<std::string, int64_t> mamba2_params(const Mamba2Dims& dims);
+reference::ssm::ModeShape mamba2_shape(const Mamba2Dims& dims);
+// The core's sizes (mamba2_core.h) for `dims`.
+reference::ssm::Mamba2Sizes core_sizes(const Mamba2Dims& dims);
+std::string describe(const Mamba2Dims& dims);
+
+// Every weight of the mode (optional ones included), float32, drawn as its TensorSpec says.
+std::map<std::string, Tensor> random_weights(const Mamba2Dims& dims, uint64_t seed);
+// One random request state (standard normal, as the state specs say), or zeros.
+NaiveMamba2State random_state(const Mamba2Dims& dims, uint64_t seed);
+NaiveMamba2State zero_state(const Mamba2Dims& dims);
+// `count` standard-normal values (hidden states, xBC or dt rows).
+std::vector<double> normal_values(int64_t count, uint64_t seed);
+
+std::map<std::string, TensorView> views(const std::map<std::string, Tensor>& tensors);
+// A float64 host tensor of `shape` holding `values` row-major.
+Tensor tensor_of(const Shape& shape, const std::vector<double>& values);
+std::vector<double> values_of(const Tensor& tensor);
+// Weights in the mode's form: 2-d [rows, cols]; 1-d weights [1, n].
+reference::ssm::Weights to_weights(const std::map<std::string, Tensor>& tensors);
+reference::ssm::State to_mode_state(const NaiveMamba2State& state);
+NaiveMamba2State from_mode_state(const reference::ssm::State& state);
+reference::ssm::Matrix to_matrix(const std::vector<double>& values, int64_t rows, int64_t cols);
+std::vector<double> to_vector(const reference::ssm::Matrix& matrix);
+Eigen::VectorXd to_eigen(const std::vector<double>& values);
+std::vector<double> from_eigen(const Eigen::VectorXd& values);
+
+// Runs the mode over tokens [begin, end) of `hidden` ([tokens][H]); returns their contributions.
+std::vector<double> run_mode(const reference::ssm::Weights& weights, NaiveMamba2State& state,
+                             const std::vector<double>& hidden, int64_t H, int64_t begin, int64_t end, bool decode);
+
+// EXPECT that every element is within `tolerance`, naming the worst element of `what` on failure.
+void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, const Tolerance& tolerance,
+                  const std::string& what);
+void expect_state_close(const NaiveMamba2State& actual, const NaiveMamba2State& expected, const Tolerance& tolerance,
+                        const std::string& what);
+
+// The tolerance of two float64 evaluations of `num_tokens` tokens at `dims`: the table's SSM-mode
+// row (kSsmModeFloat64) with m = the largest dimension of H and the mode's tensors.
+Tolerance mamba2_tolerance(const Mamba2Dims& dims, int64_t num_tokens);
+
+}  // namespace hybridtb::testing
