@@ -1,13 +1,15 @@
 // hybridtb_bench_ssm [--out FILE.json]: the mamba1 kernels of the cuda backend's SSM branch
-// (optimized/src/ssm/mamba1_kernels.cu) on one GPU, against ceilings measured in the same run:
+// (optimized/src/ssm/mamba1_kernels.cu) on one GPU, against ceilings measured in the same run
+// (device-to-device copy bandwidth of 1 GiB; ex2 throughput with every SM full):
 //   decode: the single-step state update (launch_mamba1_scan on decode requests) for d_inner 5120,
 //           state 16, 64 and 256 sequences; bytes = ssm_state read + write (fp32) + per-token
-//           inputs; % of the measured device-to-device copy bandwidth (read + write counted);
-//   prefill: the one-pass selective scan (block scan over tiles of 8 … 40 channels; gating fused) of one
-//           request of 8k and 32k tokens (with a sweep of its variants, "variants_us": the channel
-//           tile chosen per launch, forced tiles of 8 … 40 channels, a 3-stage copy ring, and the
-//           earlier 8-channel block scan "legacy_…"), and the causal conv; tokens/s against
-//           t_min = max(bytes / copy bandwidth, D·N·T / 4.17e12 exp/s) (perf-anchors.md §6.3).
+//           inputs; % of the measured copy bandwidth (read + write counted), of the 1 GiB copy and of
+//           a copy of the same bytes (the state pool's size: what a transfer of this size can reach);
+//           "variants_us": lanes per channel × quads per lane 2 × 2 (the default), 4 × 1 (previous);
+//   prefill: the selective scan (gating fused) of one request of 8k and 32k tokens ("variants_us":
+//           the channel tile chosen per launch (the default) and the widest, 40 channels), and the
+//           causal conv; tokens/s against
+//           t_min = max(bytes / copy bandwidth, D·N·T / ex2 rate) (perf-anchors.md §6.3).
 // Inputs are deterministic non-zero values (a hash fill); every timing is the median of CUDA-event
 // samples after warm-up, with the ssm_state pool restored and L2 flushed (256 MiB read) before
 // every sample, outside the events (a 256 MiB read: clean lines, no write-back in the timed region). The GEMMs (cuBLAS) are not timed here. Case names ("name")
@@ -49,6 +51,28 @@ __global__ void read_flush_kernel(const uint4* p, int64_t count, uint32_t* sink)
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (acc == 0x9e3779b9u) *sink = acc;  // never true for the zero-filled buffer; keeps the loads
+}
+
+// The exp ceiling: every thread runs 8 independent chains of ex2.approx (the scan's exp), so the
+// special-function units, not latency, bound it; x ← 2^(−x) stays in [0.5, 1], never denormal.
+constexpr int kExpChains = 8;
+constexpr int kExpSteps = 4096;
+__global__ void exp_rate_kernel(float* sink) {
+  float x[kExpChains];
+#pragma unroll
+  for (int c = 0; c < kExpChains; ++c) x[c] = 0.5f + 0.01f * c + 1e-6f * threadIdx.x;
+  for (int step = 0; step < kExpSteps; ++step) {
+#pragma unroll
+    for (int c = 0; c < kExpChains; ++c) {
+      float y;
+      asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(-x[c]));
+      x[c] = y;
+    }
+  }
+  float acc = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kExpChains; ++c) acc += x[c];
+  if (acc == -1.0f) *sink = acc;  // never true; keeps the chains
 }
 
 float* device_filled(int64_t n, float low, float high, uint32_t seed) {
@@ -207,10 +231,18 @@ int main(int argc, char** argv) {
   const double copy_bw = 2.0 * static_cast<double>(copy_bytes) / (copy_ms * 1e-3);
   cudaFree(a);
   cudaFree(b);
-  const double exp_rate = 4.17e12;  // perf-anchors §6.3 (H100 SFU exp throughput)
+  const double exp_rate_nominal = 4.17e12;  // perf-anchors §6.3 (H100 SXM: 132 SMs × 16 / clock × 1.98 GHz)
+  // Ceiling: ex2 throughput measured with every SM full (2048 threads each).
+  float* exp_sink = nullptr;
+  HYBRIDTB_CUDA_CHECK(cudaMalloc(&exp_sink, sizeof(float)));
+  const unsigned exp_blocks = static_cast<unsigned>(prop.multiProcessorCount) * 8;
+  const double exp_ms = bench::median_ms(10, stream, [&] { exp_rate_kernel<<<exp_blocks, 256, 0, stream>>>(exp_sink); }, 2);
+  const double exp_rate = static_cast<double>(exp_blocks) * 256 * kExpChains * kExpSteps / (exp_ms * 1e-3);
+  cudaFree(exp_sink);
 
   std::string json = "{\n  \"gpu\": \"" + std::string(prop.name) + "\",\n  \"copy_bandwidth_Bps\": " +
                      std::to_string(copy_bw) + ",\n  \"exp_rate_per_s\": " + std::to_string(exp_rate) +
+                     ",\n  \"exp_rate_nominal_per_s\": " + std::to_string(exp_rate_nominal) +
                      ",\n  \"I\": 5120, \"N\": 16, \"K\": 4, \"R\": 160,\n  \"cases\": [\n";
   bool first_case = true;
   auto add_case = [&](const std::string& text) {
@@ -228,22 +260,48 @@ int main(int argc, char** argv) {
   // Case names ("name") match experiments/peers/torch_mamba1_peer.py's; "median_us" is the time.
   for (const int seqs : {64, 256}) {
     Setup s = make_setup(seqs, 1);
-    const double ms = median_ms_flushed(50, 5, stream, s, flush, flush_bytes, [&] { launch_mamba1_scan(s.p, stream); });
+    // The decode sweep (scan_variant on a decode wave; 0 = the default the backend uses).
+    const char* variant_names[] = {"lanes2_quads2", "lanes4_quads1"};
+    constexpr int kVariants = sizeof(variant_names) / sizeof(variant_names[0]);
+    std::string variants;
+    double ms = 0.0;
+    for (int v = kVariants - 1; v >= 0; --v) {
+      s.p.scan_variant = v;
+      const double t = median_ms_flushed(50, 5, stream, s, flush, flush_bytes, [&] { launch_mamba1_scan(s.p, stream); });
+      variants += std::string(variants.empty() ? "" : ", ") + "\"" + variant_names[v] + "\": " + num(t * 1e3);
+      if (v == 0) ms = t;
+    }
+    s.p.scan_variant = 0;
     // ssm_state read + write, plus dt, c, z in and y out per channel, and B/C per sequence.
     const double state_bytes = seqs * (2.0 * I * N * 4);
     const double bytes = state_bytes + seqs * (4.0 * I * 4 + 2.0 * N * 4);
     const double pct = 100.0 * (bytes / copy_bw) / (ms * 1e-3);
+    // The same bytes moved by a device-to-device copy (bytes / 2 read, bytes / 2 written), timed the
+    // same way (L2 flushed first): the ceiling for a transfer of this size, launch and ramp included.
+    void* copy_src = nullptr;
+    void* copy_dst = nullptr;
+    const auto half = static_cast<size_t>(bytes / 2);
+    HYBRIDTB_CUDA_CHECK(cudaMalloc(&copy_src, half));
+    HYBRIDTB_CUDA_CHECK(cudaMalloc(&copy_dst, half));
+    HYBRIDTB_CUDA_CHECK(cudaMemset(copy_src, 1, half));
+    const double same_size_copy_ms = median_ms_flushed(50, 5, stream, s, flush, flush_bytes, [&] {
+      HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(copy_dst, copy_src, half, cudaMemcpyDeviceToDevice, stream));
+    });
+    cudaFree(copy_src);
+    cudaFree(copy_dst);
+    const double pct_same_size = 100.0 * same_size_copy_ms / ms;
     add_case("{\"name\": \"decode " + std::to_string(seqs) + " seqs\", \"case\": \"decode_state_update\", \"seqs\": " +
              std::to_string(seqs) + ", \"median_us\": " + num(ms * 1e3) + ", \"us\": " + num(ms * 1e3) +
              ", \"bytes\": " + num(bytes) + ", \"state_bytes\": " + num(state_bytes) + ", \"GBps\": " +
-             num(bytes / (ms * 1e-3) / 1e9) + ", \"pct_of_copy_bw\": " + num(pct) + ", \"launches\": 1}");
+             num(bytes / (ms * 1e-3) / 1e9) + ", \"pct_of_copy_bw\": " + num(pct) + ", \"same_size_copy_us\": " +
+             num(same_size_copy_ms * 1e3) + ", \"pct_of_same_size_copy\": " + num(pct_same_size) +
+             ", \"launches\": 1, \"variants_us\": {" + variants + "}}");
     release(s);
   }
   for (const int tokens : {8192, 32768}) {
     Setup s = make_setup(1, tokens);
     // The tiling sweep (scan_variant; 0 = the default the backend uses).
-    const char* variant_names[] = {"tile_auto", "tile_ch8",  "tile_ch16",        "tile_ch24",
-                                   "tile_ch32", "tile_ch40", "tile_auto_3stage", "legacy_warps4_seg8_5blk"};
+    const char* variant_names[] = {"tile_auto", "tile_ch40"};
     constexpr int kVariants = sizeof(variant_names) / sizeof(variant_names[0]);
     std::string variants;
     double scan_ms = 0.0;

@@ -1,6 +1,7 @@
 // PTX wrappers for the tensor-core attention kernels (sm_80+; built for sm_90): mma.sync
 // m16n8k16 with float32 accumulation for float16 / bfloat16 inputs, ldmatrix (plain and
-// transposed), movmatrix (8×8 transpose of a fragment), 16-byte cp.async with zero-fill, and exp2.
+// transposed), movmatrix (8×8 transpose of a fragment), 16- and 4-byte cp.async with zero-fill, and exp2
+// (the mamba1 scan uses the copies and exp2 too).
 // Fragment layouts (PTX ISA "Matrix fragments for mma.m16n8k16"), g = lane / 4, t = lane % 4:
 //   A (16×16, row): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
 //   B (16×8, col):  b0 = (k 2t..2t+1, n g), b1 = (k 2t+8..2t+9, n g)
@@ -76,6 +77,10 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
 // 16 bytes global → shared (L2 only); ok == false zero-fills without reading global memory.
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool ok) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+// 4 bytes global → shared (through L1: the only path for 4-byte copies); ok == false zero-fills.
+__device__ __forceinline__ void cp_async_4(uint32_t dst, const void* src, bool ok) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>

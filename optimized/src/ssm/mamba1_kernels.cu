@@ -6,20 +6,22 @@
 //   c = silu(conv_bias + Σ_j w[i, j]·window[j]),  Δ = softplus(dt + dt_bias) (threshold 20),
 //   h = exp(Δ·A)·h + Δ·c·B,  A = −exp(A_log),  y = (h·C + D·c)·silu(z).
 // Decodes: one launch, the state row of each channel read and written once in 16-byte accesses
-// (bandwidth-bound). Prefills: one launch of a one-pass block scan (scan_tile_kernel): a block owns
+// (bandwidth-bound; the prefill scan's arithmetic). Prefills: one launch of a one-pass block scan
+// (scan_tile_kernel): a block owns
 // a tile of 8 … 40 channels of one request (chosen per launch to balance the SMs; B/C of a token
 // staged once per block) and walks its tokens in chunks copied ahead into shared memory (16-byte
 // cp.async ring), time segments of a chunk scanned in parallel by the block's warps and joined
 // through shared memory; exp(Δ·A) is computed once per token·channel·state (ex2.approx with
-// A·log2 e, as vLLM) and kept in registers for the rescan. (scan_kernel, the earlier block scan over
-// 8 channels reading its rows from global memory, stays as the benchmark's reference variant.)
-// Fixed orders, no atomics: bitwise reproducible.
+// A·log2 e, as vLLM) and kept in registers for the rescan. Fixed orders, no atomics: bitwise
+// reproducible.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
+#include "common/mma.cuh"
 #include "ssm/ssm_kernels.h"
 
 namespace hybridtb::cuda::ssm {
@@ -31,7 +33,6 @@ __device__ __forceinline__ float weight_or(const WeightRef& w, int64_t i, float 
   return w.data != nullptr ? load_element(w.data, i, w.kind) : absent;
 }
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
-__device__ __forceinline__ float softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
 
 // u = x part of in_proj's output plus its bias.
 __device__ __forceinline__ float conv_input(const Mamba1Params& p, int64_t t, int i) {
@@ -148,13 +149,13 @@ __global__ void conv_write_kernel(Mamba1Params p) {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// 2^x on the special-function unit (ex2.approx.ftz: relative error ≤ 2^-22, results below 2^-126
-// flushed to zero) — the form vLLM's selective-scan kernels use (exp2f with A prescaled by log2 e).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
+// exp(Δ·A) is computed as 2^(Δ·A·log2 e) on the special-function unit (mma::exp2_approx,
+// ex2.approx.ftz: relative error ≤ 2^-22), the form vLLM's selective-scan kernels use.
+// The shared-memory address of a pointer into shared memory (for cp.async).
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
+__device__ __forceinline__ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
 
 struct Quad {
   float v[4];
@@ -166,25 +167,25 @@ __device__ __forceinline__ bool quad_vector_ok(const PoolRef& pool, int N) {
          pool.kind != ElementKind::kFp8E5M2 && pool.kind != ElementKind::kInt8;
 }
 
-// Elements [e, e + 4) of a pool slot (states ≥ N read as 0).
-__device__ __forceinline__ Quad load_quad(const PoolRef& pool, int64_t e, int valid, bool vec) {
-  Quad q{};
+// Elements [e, e + 4) of a pool slot (states past `valid` read as 0).
+__device__ __forceinline__ void load_quad(const PoolRef& pool, int64_t e, int valid, bool vec, float (&h)[4]) {
   if (vec) {
     if (pool.kind == ElementKind::kFloat32) {
       const float4 x = *reinterpret_cast<const float4*>(static_cast<const float*>(pool.data) + e);
-      q.v[0] = x.x, q.v[1] = x.y, q.v[2] = x.z, q.v[3] = x.w;
+      h[0] = x.x, h[1] = x.y, h[2] = x.z, h[3] = x.w;
     } else {
       const uint2 x = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(pool.data) + e);
-      const uint16_t h[4] = {static_cast<uint16_t>(x.x), static_cast<uint16_t>(x.x >> 16),
-                             static_cast<uint16_t>(x.y), static_cast<uint16_t>(x.y >> 16)};
 #pragma unroll
-      for (int s = 0; s < 4; ++s) q.v[s] = load_element(h, s, pool.kind);
+      for (int s = 0; s < 4; ++s) {
+        const auto bits = static_cast<unsigned short>((s < 2 ? x.x : x.y) >> (16 * (s % 2)));
+        h[s] = pool.kind == ElementKind::kFloat16 ? __half2float(__ushort_as_half(bits))
+                                                  : __bfloat162float(__ushort_as_bfloat16(bits));
+      }
     }
-    return q;
+    return;
   }
 #pragma unroll
-  for (int s = 0; s < 4; ++s) q.v[s] = s < valid ? load_element(pool.data, e + s, pool.kind) : 0.0f;
-  return q;
+  for (int s = 0; s < 4; ++s) h[s] = s < valid ? load_element(pool.data, e + s, pool.kind) : 0.0f;
 }
 
 __device__ __forceinline__ void store_quad(const PoolRef& pool, int64_t e, int valid, bool vec, const float* h) {
@@ -215,261 +216,82 @@ __device__ __forceinline__ Quad load_bc(const Mamba1Params& p, int64_t t, int of
   return q;
 }
 
-// (4) Decodes, bandwidth-bound: kLanes lanes per channel, 4 states each held in registers; the
-// state row moves once in 16-byte accesses (float32 pools), B/C are read per lane (L1 broadcast),
-// y reduced over the channel's lanes, the gate fused. Block = 256 threads = 256 / kLanes channels.
-template <int kLanes>
-__global__ void __launch_bounds__(256) decode_kernel(Mamba1Params p) {
+// Per token and channel (the scans' Δ and gate) on the special-function unit (__expf: relative
+// error a few ulp; far inside the float32 rows of the tolerance table).
+__device__ __forceinline__ float softplus_fast(float v) { return v > 20.0f ? v : log1pf(__expf(v)); }
+__device__ __forceinline__ float silu_fast(float v) { return __fdividef(v, 1.0f + __expf(-v)); }
+
+// (4) Decodes, bandwidth-bound: kLanes lanes per channel, lane g holding quads g, g + kLanes, … (kQ
+// of them) of the channel's states. Mamba-1's 16 states are 2 lanes of 2 quads: each warp access
+// then reads whole 32-byte sectors (16 channels × 32 contiguous bytes), and Δ, the gate, the
+// channel's input loads and the reduction of y are done by 2 lanes, not 4. A block is 256 threads
+// = 256 / kLanes channels of one request; every load (state rows, A, B, C, the channel's inputs) is
+// issued before the first store. The arithmetic is the prefill scan's (ex2 of Δ·A·log2 e,
+// softplus_fast, silu_fast), so a decode step and a one-token prefill agree to rounding.
+template <int kLanes, int kQ, int kMinBlocks>
+__global__ void __launch_bounds__(256, kMinBlocks) decode_kernel(Mamba1Params p) {
+  constexpr int kPerBlock = 256 / kLanes;
   const GpuRequest r = p.wave.requests[blockIdx.y];
   if (!r.decode || r.end <= r.begin) return;  // uniform over the block; empty entries: nothing to do
   const int N = p.N;
   const int g = threadIdx.x % kLanes;
-  const int i = blockIdx.x * (256 / kLanes) + threadIdx.x / kLanes;
+  const int i = blockIdx.x * kPerBlock + threadIdx.x / kLanes;
   const bool active = i < p.I;
   const int ic = active ? i : p.I - 1;  // inactive lanes compute on a valid channel, store nothing
-  const int n0 = 4 * g;
-  const int valid = max(0, min(4, N - n0));
-  const int64_t t = r.begin;
-  const float delta = softplus(p.dt[t * p.I + ic] + load_element(p.dt_bias.data, ic, p.dt_bias.kind));
-  const float c = p.c[t * p.I + ic];
   const bool vec = quad_vector_ok(p.ssm_state, N);
-  const int64_t e = int64_t{ic} * N + n0;
-  Quad h = valid > 0 && r.read_slot >= 0 ? load_quad(p.ssm_state, r.read_slot * p.ssm_state.slot_size + e, valid, vec)
-                                         : Quad{};
-  const Quad B = load_bc(p, t, n0, valid);
-  const Quad C = load_bc(p, t, N + n0, valid);
+  const bool a_vec = vec && p.A_log.kind == ElementKind::kFloat32 && aligned16(p.A_log.data);
+  const int64_t t = r.begin;
+  float h[kQ][4], A[kQ][4], B[kQ][4], C[kQ][4];
+#pragma unroll
+  for (int j = 0; j < kQ; ++j) {
+    const int n0 = 4 * (g + kLanes * j);
+    const int valid = max(0, min(4, N - n0));
+    const int64_t e = int64_t{ic} * N + n0;
+    if (valid > 0 && r.read_slot >= 0) {
+      load_quad(p.ssm_state, r.read_slot * p.ssm_state.slot_size + e, valid, vec, h[j]);
+    } else {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) h[j][s] = 0.0f;
+    }
+    if (a_vec && valid > 0) {
+      const float4 x = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(p.A_log.data) + e));
+      A[j][0] = x.x, A[j][1] = x.y, A[j][2] = x.z, A[j][3] = x.w;
+    } else {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) A[j][s] = s < valid ? load_element(p.A_log.data, e + s, p.A_log.kind) : 0.0f;
+    }
+    const Quad b = load_bc(p, t, n0, valid);
+    const Quad c = load_bc(p, t, N + n0, valid);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) B[j][s] = b.v[s], C[j][s] = c.v[s];
+  }
+  const float dt = __ldg(p.dt + t * p.I + ic) + load_element(p.dt_bias.data, ic, p.dt_bias.kind);
+  const float cv = p.c[t * p.I + ic];
+  const float z = p.xz[t * 2 * p.I + p.I + ic] + weight_or(p.in_bias, int64_t{p.I} + ic, 0.0f);
+  const float Dv = load_element(p.D.data, ic, p.D.kind);
+
+  const float delta = softplus_fast(dt);
+  const float dc = delta * cv;
   float acc = 0.0f;
 #pragma unroll
-  for (int s = 0; s < 4; ++s) {
-    const float A = s < valid ? -expf(load_element(p.A_log.data, e + s, p.A_log.kind)) : 0.0f;
-    h.v[s] = h.v[s] * expf(delta * A) + delta * B.v[s] * c;
-    acc += h.v[s] * C.v[s];
-  }
-  if (active && valid > 0) store_quad(p.ssm_state, r.write_slot * p.ssm_state.slot_size + e, valid, vec, h.v);
-#pragma unroll
-  for (int off = 1; off < kLanes; off <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (active && g == 0) {
-    acc += load_element(p.D.data, ic, p.D.kind) * c;
-    const float z = p.xz[t * 2 * p.I + p.I + ic] + weight_or(p.in_bias, int64_t{p.I} + ic, 0.0f);
-    p.y[t * p.I + ic] = acc * silu(z);
-  }
-}
-
-__device__ __forceinline__ void cp_async4(void* smem, const void* global) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(address), "l"(global));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
-// (5) Prefills, one pass: block = (32 / kLanes channels) × kWarps time segments of kSeg tokens;
-// the block walks the request in chunks of kWarps·kSeg tokens, carrying the state across chunks in
-// registers. Software-pipelined: while chunk c is computed, chunk c+1's B/C rows (and block-boundary
-// slots) are in flight to shared memory (cp.async) and its dt/c/z values to registers, so a chunk
-// never waits on a memory round trip. Per chunk each warp (a segment): the lanes of a channel split
-// the segment's tokens for Δ = softplus(dt + bias), Δ·c and the gate (once per token and channel; Δ
-// and Δ·c shuffled to the channel's lanes); a local scan from zero keeps every a = exp(Δ·A) in
-// registers (one exp per token·channel·state) and the segment's (Π a, h_local); the segments' pairs
-// meet in shared memory, each segment composes its carry-in in segment order (and every thread the
-// chunk's carry-out, identically); the rescan from the carry-in writes y (sum over states, + D·c,
-// × silu(z)), the block-boundary states and the final state. Every input is read from global memory
-// once, fixed orders, no atomics.
-// Occupancy: kMinBlocks blocks per SM (the default 5 × 4 warps: Mamba-2.8B's 640 channel tiles of
-// one request all resident at once on 132 SMs, at most 102 registers per thread).
-// Dynamic shared memory: scan_smem_bytes(kWarps·kSeg, N).
-__host__ __device__ constexpr int padded_state(int N) { return (N + 3) / 4 * 4; }
-inline size_t scan_smem_bytes(int chunk, int N) {
-  return size_t{2} * chunk * (2 * padded_state(N) * sizeof(float) + sizeof(int32_t));
-}
-
-template <int kLanes, int kWarps, int kSeg, int kMinBlocks>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) scan_kernel(Mamba1Params p) {
-  constexpr int kPerLane = (kSeg + kLanes - 1) / kLanes;  // tokens whose Δ/gate this lane computes
-  constexpr int kChunk = kWarps * kSeg;
-  constexpr int kThreads = kWarps * 32;
-  __shared__ float2 segment_pair[kWarps][4][32];
-  extern __shared__ float4 dynamic_smem[];
-  const GpuRequest r = p.wave.requests[blockIdx.y];
-  if (r.decode) return;  // uniform over the block
-  const int N = p.N;
-  const int Np = padded_state(N);
-  const int row = 2 * Np;  // B then C, each padded to whole quads
-  float* bc_smem = reinterpret_cast<float*>(dynamic_smem);             // [2][kChunk][row]
-  int32_t* slot_smem = reinterpret_cast<int32_t*>(bc_smem + 2 * kChunk * row);  // [2][kChunk]
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
-  const int g = lane % kLanes;
-  const int lane_base = lane - g;
-  const int i = blockIdx.x * (32 / kLanes) + lane / kLanes;
-  const bool active = i < p.I;
-  const int ic = active ? i : p.I - 1;
-  const int n0 = 4 * g;
-  const int valid = max(0, min(4, N - n0));
-  const int64_t I = p.I;
-  const bool vec = quad_vector_ok(p.ssm_state, N);
-  const int64_t e = int64_t{ic} * N + n0;
-  const bool boundaries = r.num_boundaries > 0;
-  const int64_t dbc_stride = p.R + 2 * N;
-
-  float A2[4];  // A·log2 e
-#pragma unroll
-  for (int s = 0; s < 4; ++s) A2[s] = s < valid ? -expf(load_element(p.A_log.data, e + s, p.A_log.kind)) * kLog2e : 0.0f;
-  const float dt_bias = load_element(p.dt_bias.data, ic, p.dt_bias.kind);
-  const float z_bias = weight_or(p.in_bias, I + ic, 0.0f);
-  const float D = load_element(p.D.data, ic, p.D.kind);
-  Quad carry = valid > 0 && r.read_slot >= 0
-                   ? load_quad(p.ssm_state, r.read_slot * p.ssm_state.slot_size + e, valid, vec)
-                   : Quad{};
-
-  // Chunk `begin`'s B/C rows and boundary slots → shared buffer `buffer` (asynchronous).
-  const auto issue_shared = [&](int32_t begin, int buffer) {
-    float* bc = bc_smem + buffer * kChunk * row;
-    for (int idx = threadIdx.x; idx < kChunk * row; idx += kThreads) {
-      const int token = idx / row;
-      const int col = idx - token * row;
-      const int which = col >= Np ? 1 : 0;
-      const int n = col - which * Np;
-      const int32_t t = begin + token;
-      if (t < r.end && n < N) {
-        cp_async4(bc + idx, p.dbc + t * dbc_stride + p.R + which * N + n);
-      } else {
-        bc[idx] = 0.0f;
-      }
-    }
-    if (boundaries) {
-      for (int token = threadIdx.x; token < kChunk; token += kThreads) {
-        const int32_t t = begin + token;
-        if (t < r.end) {
-          cp_async4(slot_smem + buffer * kChunk + token, p.boundary_slot + t);
-        } else {
-          slot_smem[buffer * kChunk + token] = -1;
-        }
-      }
-    }
-    cp_async_commit();
-  };
-  // This lane's tokens k ≡ g (mod kLanes) of the segment: raw dt, c, z (0 past the request's end).
-  float raw_dt[kPerLane], raw_c[kPerLane], raw_z[kPerLane];
-  const auto load_own = [&](int32_t begin) {
-    const int32_t seg = begin + warp * kSeg;
-#pragma unroll
-    for (int k = 0; k < kPerLane * kLanes; ++k) {
-      if (k % kLanes != g) continue;
-      const int j = k / kLanes;
-      const int32_t t = seg + k;
-      raw_dt[j] = raw_c[j] = raw_z[j] = 0.0f;
-      if (k < kSeg && t < r.end) {
-        raw_dt[j] = p.dt[t * I + ic];
-        raw_c[j] = p.c[t * I + ic];
-        raw_z[j] = p.xz[t * 2 * I + I + ic];
-      }
-    }
-  };
-
-  issue_shared(r.begin, 0);
-  load_own(r.begin);
-  int buffer = 0;
-  for (int32_t chunk = r.begin; chunk < r.end; chunk += kChunk, buffer ^= 1) {
-    const int32_t seg = chunk + warp * kSeg;
-    // Δ, Δ·c, c and the gate of this lane's tokens, from the values loaded during the last chunk.
-    float own_delta[kPerLane], own_dc[kPerLane], own_c[kPerLane], own_gate[kPerLane];
-#pragma unroll
-    for (int k = 0; k < kPerLane * kLanes; ++k) {
-      if (k % kLanes != g) continue;
-      const int j = k / kLanes;
-      const bool in = k < kSeg && seg + k < r.end;
-      own_c[j] = raw_c[j];
-      own_delta[j] = in ? softplus(raw_dt[j] + dt_bias) : 0.0f;
-      own_dc[j] = own_delta[j] * own_c[j];
-      own_gate[j] = in ? silu(raw_z[j] + z_bias) : 0.0f;
-    }
-    cp_async_wait_all();
-    __syncthreads();  // this chunk's shared rows are visible; every thread is done with the last chunk
-    const int32_t next = chunk + kChunk;
-    if (next < r.end) {
-      issue_shared(next, buffer ^ 1);
-      load_own(next);
-    }
-    const float* bc = bc_smem + buffer * kChunk * row + warp * kSeg * row;
-    const int32_t* slots = slot_smem + buffer * kChunk + warp * kSeg;
-    float delta[kSeg], dc[kSeg];
-#pragma unroll
-    for (int k = 0; k < kSeg; ++k) {
-      delta[k] = __shfl_sync(0xffffffffu, own_delta[k / kLanes], lane_base + k % kLanes);
-      dc[k] = __shfl_sync(0xffffffffu, own_dc[k / kLanes], lane_base + k % kLanes);
-    }
-    // Local scan from zero (tokens past the request's end: Δ = 0 → a = 1, B = 0 → b = 0).
-    float a[kSeg][4];
-    float local[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    float decay[4] = {1.0f, 1.0f, 1.0f, 1.0f};
-#pragma unroll
-    for (int k = 0; k < kSeg; ++k) {
-      const float4 B = valid > 0 ? *reinterpret_cast<const float4*>(bc + k * row + n0) : float4{};
-      const float Bv[4] = {B.x, B.y, B.z, B.w};
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        a[k][s] = fast_exp2(delta[k] * A2[s]);
-        local[s] = a[k][s] * local[s] + dc[k] * Bv[s];
-        decay[s] *= a[k][s];
-      }
-    }
-#pragma unroll
-    for (int s = 0; s < 4; ++s) segment_pair[warp][s][lane] = make_float2(decay[s], local[s]);
-    __syncthreads();
-    // Carry-in of this segment and carry-out of the chunk, composing the segments in order.
-    float h[4];
-#pragma unroll
-    for (int s = 0; s < 4; ++s) h[s] = carry.v[s];
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        if (w == warp) local[s] = h[s];  // reuse: the carry-in
-        const float2 pair = segment_pair[w][s][lane];
-        h[s] = pair.x * h[s] + pair.y;
-      }
-    }
+  for (int j = 0; j < kQ; ++j) {
+    const int n0 = 4 * (g + kLanes * j);
+    const int valid = max(0, min(4, N - n0));
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      carry.v[s] = h[s];
-      h[s] = local[s];
+      const float A2 = s < valid ? -expf(A[j][s]) * kLog2e : 0.0f;
+      h[j][s] = fmaf(mma::exp2_approx(delta * A2), h[j][s], dc * B[j][s]);
+      acc = fmaf(h[j][s], C[j][s], acc);
     }
-    // Rescan from the carry-in: y (summed over the channel's lanes; each lane keeps its own tokens'),
-    // block-boundary and final states.
-    float own_y[kPerLane];
-#pragma unroll
-    for (int k = 0; k < kSeg; ++k) {
-      const int32_t t = seg + k;
-      const float4 B = valid > 0 ? *reinterpret_cast<const float4*>(bc + k * row + n0) : float4{};
-      const float4 C = valid > 0 ? *reinterpret_cast<const float4*>(bc + k * row + Np + n0) : float4{};
-      const float Bv[4] = {B.x, B.y, B.z, B.w};
-      const float Cv[4] = {C.x, C.y, C.z, C.w};
-      float acc = 0.0f;
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        h[s] = a[k][s] * h[s] + dc[k] * Bv[s];
-        acc += h[s] * Cv[s];
-      }
-#pragma unroll
-      for (int off = 1; off < kLanes; off <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-      if (k % kLanes == g) own_y[k / kLanes] = acc;
-      if (t < r.end && active && valid > 0) {
-        if (boundaries) {
-          const int32_t boundary = slots[k];
-          if (boundary >= 0) store_quad(p.ssm_state, boundary * p.ssm_state.slot_size + e, valid, vec, h);
-        }
-        if (t == r.end - 1) store_quad(p.ssm_state, r.write_slot * p.ssm_state.slot_size + e, valid, vec, h);
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < kPerLane * kLanes; ++k) {
-      if (k % kLanes != g || k >= kSeg) continue;
-      const int j = k / kLanes;
-      const int32_t t = seg + k;
-      if (active && t < r.end) p.y[t * I + ic] = (own_y[j] + D * own_c[j]) * own_gate[j];
+    if (active && valid > 0) {
+      store_quad(p.ssm_state, r.write_slot * p.ssm_state.slot_size + int64_t{ic} * N + n0, valid, vec, h[j]);
     }
   }
+#pragma unroll
+  for (int off = 1; off < kLanes; off <<= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (active && g == 0) p.y[t * p.I + ic] = (acc + Dv * cv) * silu_fast(z);
 }
+
 
 // (5') Prefills, channel tiles (the default): block = kSegs time segments × (ch channels ×
 // kLanes lanes), ch chosen per launch (a multiple of max(4, 32 / kLanes), at most 40; blockDim.x =
@@ -512,20 +334,7 @@ struct TileScan {
   }
 };
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* global) {
-  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(global));
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-__device__ __forceinline__ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
 
-// The prefill pass's per-token-and-channel functions on the special-function unit (__expf: relative
-// error a few ulp; far inside the float32 rows of the tolerance table).
-__device__ __forceinline__ float softplus_fast(float v) { return v > 20.0f ? v : log1pf(__expf(v)); }
-__device__ __forceinline__ float silu_fast(float v) { return __fdividef(v, 1.0f + __expf(-v)); }
 
 // Reduce-scatter of kM values over the kO·2 lanes of a channel (xor partners o = kO, kO/2, …, 1):
 // at each level a lane keeps the half of its values selected by bit o of its lane g and adds the
@@ -627,9 +436,7 @@ __global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Par
   for (int s = 0; s < 4; ++s) A2[s] = s < valid ? -expf(load_element(p.A_log.data, e + s, p.A_log.kind)) * kLog2e : 0.0f;
   float carry[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   if (active && valid > 0 && r.read_slot >= 0) {
-    const Quad q = load_quad(p.ssm_state, r.read_slot * p.ssm_state.slot_size + e, valid, vec);
-#pragma unroll
-    for (int s = 0; s < 4; ++s) carry[s] = q.v[s];
+    load_quad(p.ssm_state, r.read_slot * p.ssm_state.slot_size + e, valid, vec, carry);
   }
 
   // The preparing thread: channel ch0 + dp, token rows tp, tp + kPrepStep, … of a chunk.
@@ -659,7 +466,7 @@ __global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Par
         const int64_t t = begin + tk;
         if (t < r.end && col < p.I) {
           const float* src = which == 0 ? p.dt + t * I + col : which == 1 ? p.c + t * I + col : p.xz + t * 2 * I + I + col;
-          cp_async16(raw + which * kL * ch + tk * ch + 4 * qq, src);
+          mma::cp_async_16(shared_address(raw + which * kL * ch + tk * ch + 4 * qq), src, true);
         }
       }
     } else {
@@ -670,7 +477,7 @@ __global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Par
         const int64_t t = begin + tk;
         if (t < r.end && col < p.I) {
           const float* src = which == 0 ? p.dt + t * I + col : which == 1 ? p.c + t * I + col : p.xz + t * 2 * I + I + col;
-          cp_async4(raw + which * kL * ch + tk * ch + dp, src);
+          mma::cp_async_4(shared_address(raw + which * kL * ch + tk * ch + dp), src, true);
         }
       }
     }
@@ -684,7 +491,7 @@ __global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Par
         const int64_t t = begin + tk;
         float* dst = bc + tk * kRow + 4 * qd;
         if (t < r.end && n < N) {
-          cp_async16(dst, p.dbc + t * dbc_stride + p.R + which * N + n);
+          mma::cp_async_16(shared_address(dst), p.dbc + t * dbc_stride + p.R + which * N + n, true);
         } else {
           *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
@@ -697,7 +504,7 @@ __global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Par
         const int n = col % (4 * kLanes);
         const int64_t t = begin + tk;
         if (t < r.end && n < N) {
-          cp_async4(bc + idx, p.dbc + t * dbc_stride + p.R + which * N + n);
+          mma::cp_async_4(shared_address(bc + idx), p.dbc + t * dbc_stride + p.R + which * N + n, true);
         } else {
           bc[idx] = 0.0f;
         }
@@ -708,7 +515,7 @@ __global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Par
       for (int tk = tid; tk < kL; tk += blockDim.x) {
         const int32_t t = begin + tk;
         if (t < r.end) {
-          cp_async4(slots + tk, p.boundary_slot + t);
+          mma::cp_async_4(shared_address(slots + tk), p.boundary_slot + t, true);
         } else {
           slots[tk] = -1;
         }
@@ -740,9 +547,9 @@ __global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Par
   for (int q = 0; q < kStages - 1; ++q) {
     const int32_t begin = r.begin + q * kL;
     if (begin < r.end) stage(begin, q);
-    cp_async_commit();
+    mma::cp_async_commit();
   }
-  cp_async_wait<kStages - 2>();  // chunk 0
+  mma::cp_async_wait<kStages - 2>();  // chunk 0
   __syncthreads();
   prep(r.begin, 0, 0);
 
@@ -751,13 +558,13 @@ __global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Par
   int st = 0;
   int c = 0;
   for (int32_t chunk = r.begin; chunk < r.end; chunk += kL, ++c) {
-    cp_async_wait<kStages - 3>();  // chunk c + 1
+    mma::cp_async_wait<kStages - 3>();  // chunk c + 1
     __syncthreads();  // chunk c prepared and c + 1 copied, visible; everyone is done with chunk c − 1
     {
       const int32_t begin = chunk + (kStages - 1) * kL;
       const int target = st == 0 ? kStages - 1 : st - 1;  // (c + kStages − 1) mod kStages
       if (begin < r.end) stage(begin, target);
-      cp_async_commit();
+      mma::cp_async_commit();
     }
     const int st_next = st + 1 == kStages ? 0 : st + 1;
     if (chunk + kL < r.end) prep(chunk + kL, st_next, (c + 1) & 1);
@@ -780,13 +587,14 @@ __global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Par
       dsum += dd.x;
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
-        a[k][s] = fast_exp2(dd.x * A2[s]);
+        a[k][s] = mma::exp2_approx(dd.x * A2[s]);
         local[s] = fmaf(a[k][s], local[s], dd.y * Bv[s]);
       }
     }
     if (seg < kSegs - 1) {
       pair_decay[seg * group + tcl] =
-          make_float4(fast_exp2(dsum * A2[0]), fast_exp2(dsum * A2[1]), fast_exp2(dsum * A2[2]), fast_exp2(dsum * A2[3]));
+          make_float4(mma::exp2_approx(dsum * A2[0]), mma::exp2_approx(dsum * A2[1]), mma::exp2_approx(dsum * A2[2]),
+                      mma::exp2_approx(dsum * A2[3]));
       pair_local[seg * group + tcl] = make_float4(local[0], local[1], local[2], local[3]);
     }
     __syncthreads();
@@ -884,19 +692,6 @@ int lanes_for(int N) {
   return lanes;
 }
 
-template <int kLanes>
-void launch_decode(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
-  decode_kernel<kLanes><<<dim3((p.I + 256 / kLanes - 1) / (256 / kLanes), count), 256, 0, stream>>>(p);
-}
-
-template <int kLanes, int kWarps, int kSeg, int kMinBlocks = 640 / (kWarps * 32)>
-void launch_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
-  constexpr int kChannelsPerBlock = 32 / kLanes;
-  scan_kernel<kLanes, kWarps, kSeg, kMinBlocks>
-      <<<dim3((p.I + kChannelsPerBlock - 1) / kChannelsPerBlock, count), kWarps * 32,
-         scan_smem_bytes(kWarps * kSeg, p.N), stream>>>(p);
-}
-
 // Channels per block of the tile scan: the multiple of kUnit (≤ kMaxChannels) that minimises the
 // busiest SM's share, ch × ⌈blocks / SMs⌉ with blocks = ⌈I / ch⌉ × requests; ties to the narrower
 // tile (Mamba-2.8B, one request, 132 SMs: 8 and 40 channels tie; 8 channels, 640 blocks of 4 warps,
@@ -936,6 +731,13 @@ void launch_tile_scan(const Mamba1Params& p, int32_t count, int channels, cudaSt
   kernel<<<dim3((p.I + ch - 1) / ch, count), kSegs * kLanes * ch, smem, stream>>>(p);
 }
 
+// The decode update: grid = (channel blocks, decode requests).
+template <int kLanes, int kQ, int kMinBlocks = 4>
+void launch_decode(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
+  constexpr int kPerBlock = 256 / kLanes;
+  decode_kernel<kLanes, kQ, kMinBlocks><<<dim3((p.I + kPerBlock - 1) / kPerBlock, count), 256, 0, stream>>>(p);
+}
+
 }  // namespace
 
 void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
@@ -944,12 +746,17 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
   // Decodes: requests [0, decode_end) (one launch, none without decodes).
   const int32_t decodes = std::min(p.decode_end, p.wave.num_requests);
   if (decodes > 0) {
-    switch (lanes) {
-      case 1: launch_decode<1>(p, decodes, stream); break;
-      case 2: launch_decode<2>(p, decodes, stream); break;
-      case 4: launch_decode<4>(p, decodes, stream); break;
-      case 8: launch_decode<8>(p, decodes, stream); break;
-      default: launch_decode<16>(p, decodes, stream); break;
+    switch (lanes) {  // quads per channel as a power of two → lanes × quads per lane
+      case 1: launch_decode<1, 1>(p, decodes, stream); break;
+      case 2: launch_decode<1, 2>(p, decodes, stream); break;
+      case 4:
+        switch (p.scan_variant) {  // the benchmark's sweep; 0 is the default
+          case 1: launch_decode<4, 1, 6>(p, decodes, stream); break;  // the previous layout, 4 lanes of 1 quad
+          default: launch_decode<2, 2>(p, decodes, stream); break;
+        }
+        break;
+      case 8: launch_decode<2, 4, 2>(p, decodes, stream); break;
+      default: launch_decode<4, 4, 2>(p, decodes, stream); break;
     }
     HYBRIDTB_CUDA_CHECK_LAUNCH();
   }
@@ -963,14 +770,7 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
     switch (lanes) {
       case 1: launch_tile_scan<1>(q, count, 0, stream); break;
       case 2: launch_tile_scan<2>(q, count, 0, stream); break;
-      case 4:
-        switch (p.scan_variant) {  // the benchmark's sweep; 0 is the default
-          case 1: case 2: case 3: case 4: case 5: launch_tile_scan<4>(q, count, 8 * p.scan_variant, stream); break;
-          case 6: launch_tile_scan<4, 4, 8, 3>(q, count, 0, stream); break;
-          case 7: launch_scan<4, 4, 8>(q, count, stream); break;  // the previous block scan (8 channels per block)
-          default: launch_tile_scan<4>(q, count, 0, stream); break;
-        }
-        break;
+      case 4: launch_tile_scan<4>(q, count, p.scan_variant == 1 ? 40 : 0, stream); break;  // the benchmark's widest tile
       case 8: launch_tile_scan<8>(q, count, 0, stream); break;
       default: launch_tile_scan<16>(q, count, 0, stream); break;
     }

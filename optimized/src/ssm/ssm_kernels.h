@@ -92,9 +92,9 @@ struct Mamba1Params {
   // kernel skips a request of the other kind should the ranges overlap.
   int32_t decode_end = 0;
   int32_t prefill_begin = 0;
-  // Prefill scan for 13 ≤ N ≤ 16 (4 lanes per channel; the benchmark's sweep): 1…5 the tile scan with
-  // 8·v channels per block, 6 its 3-stage copy ring, 7 the earlier 8-channel block scan; 0: the
-  // default (the tile scan, channels per block chosen per launch).
+  // The benchmark's comparison for 13 ≤ N ≤ 16 (0: the default): 1 runs the decode update in the
+  // previous layout (4 lanes of one quad per channel) and the prefill scan on its widest tile (40
+  // channels per block instead of the per-launch choice).
   int32_t scan_variant = 0;
   const GpuChunk* chunks = nullptr;  // [num_chunks] every request of the wave (decodes: one chunk)
   int32_t num_chunks = 0;
