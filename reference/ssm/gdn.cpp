@@ -27,9 +27,12 @@
 #include "gdn_core.h"
 #include "hybridtb/error.h"
 #include "hybridtb/reference/ssm_mode.h"
+#include "layer_parts.h"
 
 namespace hybridtb::reference::ssm {
 namespace {
+
+constexpr const char* kMode = "gdn";  // names this mode in error messages
 
 using Vector = Eigen::VectorXd;
 
@@ -37,50 +40,8 @@ using Vector = Eigen::VectorXd;
 constexpr double kL2NormEps = 1e-6;
 constexpr double kRmsNormEps = 1e-6;
 
-// SGLang's fused_gdn_gating and fla switch softplus to the identity above 20; log1p keeps small
-// outputs exact.
-double softplus(double v) { return v > 20.0 ? v : std::log1p(std::exp(v)); }
-double silu(double v) { return v / (1.0 + std::exp(-v)); }
 // b = −∞ gives exactly 0 (exp(∞) = ∞), b = +∞ exactly 1.
 double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
-
-const Matrix& require(const Weights& weights, const char* name, int64_t rows, int64_t cols) {
-  const auto it = weights.find(name);
-  HYBRIDTB_CHECK(it != weights.end(), "missing weight /weights/", name, " (required by ssm_mode gdn)");
-  HYBRIDTB_CHECK(it->second.rows() == rows && it->second.cols() == cols, "/weights/", name, " is [",
-                 it->second.rows(), ", ", it->second.cols(), "], ssm_mode gdn needs [", rows, ", ", cols, "]");
-  return it->second;
-}
-
-// A 1-d weight of length n (a [1, n] row of the Weights map) as a column vector; zeros if it is
-// optional and absent.
-Vector vector_weight(const Weights& weights, const char* name, int64_t n, bool optional) {
-  if (optional && weights.find(name) == weights.end()) return Vector::Zero(n);
-  return require(weights, name, 1, n).row(0).transpose();
-}
-
-Vector& state_slot(State& state, const char* name, int64_t size) {
-  const auto it = state.find(name);
-  HYBRIDTB_CHECK(it != state.end(), "missing state pool /inputs/ssm/", name, " (required by ssm_mode gdn)");
-  HYBRIDTB_CHECK(it->second.size() == size, "state /inputs/ssm/", name, " slot has ", it->second.size(),
-                 " values, ssm_mode gdn needs ", size);
-  return it->second;
-}
-
-TensorSpec normal(const char* name, Shape dims, double std, bool optional, const char* meaning) {
-  TensorSpec spec{name, std::move(dims), DType::kFloat32, optional, meaning};
-  spec.init_std = std;
-  return spec;
-}
-
-TensorSpec uniform(const char* name, Shape dims, double low, double high, const char* meaning) {
-  TensorSpec spec{name, std::move(dims), DType::kFloat32, false, meaning};
-  spec.init_low = low;
-  spec.init_high = high;
-  return spec;
-}
-
-double inv_sqrt(int64_t n) { return 1.0 / std::sqrt(static_cast<double>(n)); }
 
 // --- the core ----------------------------------------------------------------------------------------
 
@@ -91,51 +52,11 @@ struct CoreWeights {
   Vector dt_bias;        // [Hv]
 
   CoreWeights(const Weights& weights, const GdnSizes& s)
-      : conv_w(require(weights, "conv1d_weight", s.conv_dim(), s.conv_kernel)),
-        conv_bias(vector_weight(weights, "conv1d_bias", s.conv_dim(), true)),
-        A(-vector_weight(weights, "A_log", s.num_v_heads, false).array().exp().matrix()),
-        dt_bias(vector_weight(weights, "dt_bias", s.num_v_heads, false)) {}
+      : conv_w(require_weight(weights, kMode, "conv1d_weight", s.conv_dim(), s.conv_kernel)),
+        conv_bias(vector_weight(weights, kMode, "conv1d_bias", s.conv_dim(), true)),
+        A(-vector_weight(weights, kMode, "A_log", s.num_v_heads, false).array().exp().matrix()),
+        dt_bias(vector_weight(weights, kMode, "dt_bias", s.num_v_heads, false)) {}
 };
-
-// causal_conv1d_fn + SiLU over a chunk: mixed_qkv [L, conv_dim] → [L, conv_dim]; the conv state
-// becomes the last K−1 rows of [saved | chunk] (older saved inputs shift in when L < K−1).
-Matrix conv_chunk(const CoreWeights& w, const GdnSizes& s, Vector& conv_state, const Matrix& mixed_qkv) {
-  const int64_t C = s.conv_dim(), K = s.conv_kernel, L = mixed_qkv.rows();
-  Matrix window(K - 1 + L, C);
-  for (int64_t j = 0; j < K - 1; ++j) {
-    for (int64_t c = 0; c < C; ++c) window(j, c) = conv_state(c * (K - 1) + j);
-  }
-  window.bottomRows(L) = mixed_qkv;
-  Matrix out(L, C);
-  for (int64_t t = 0; t < L; ++t) {
-    for (int64_t c = 0; c < C; ++c) {
-      double acc = w.conv_bias(c);
-      for (int64_t j = 0; j < K; ++j) acc += w.conv_w(c, j) * window(t + j, c);
-      out(t, c) = silu(acc);
-    }
-  }
-  for (int64_t j = 0; j < K - 1; ++j) {
-    for (int64_t c = 0; c < C; ++c) conv_state(c * (K - 1) + j) = window(L + j, c);
-  }
-  return out;
-}
-
-// causal_conv1d_update + SiLU for one token ([1, conv_dim]): the dot reads the saved inputs
-// before the state shifts left by one and takes the token.
-Matrix conv_step(const CoreWeights& w, const GdnSizes& s, Vector& conv_state, const Matrix& mixed_qkv) {
-  const int64_t C = s.conv_dim(), K = s.conv_kernel;
-  Matrix out(1, C);
-  for (int64_t c = 0; c < C; ++c) {
-    double* saved = conv_state.data() + c * (K - 1);
-    double acc = w.conv_bias(c);
-    for (int64_t j = 0; j < K - 1; ++j) acc += w.conv_w(c, j) * saved[j];
-    acc += w.conv_w(c, K - 1) * mixed_qkv(0, c);
-    out(0, c) = silu(acc);
-    for (int64_t j = 0; j + 1 < K - 1; ++j) saved[j] = saved[j + 1];
-    saved[K - 2] = mixed_qkv(0, c);
-  }
-  return out;
-}
 
 // What the delta rule consumes per token, from the conv output and the raw gates.
 struct DeltaInputs {
@@ -229,10 +150,10 @@ struct Projections {
   const Matrix& out_proj;      // [H, Hv·dv]
 
   Projections(const Weights& weights, const GdnSizes& s, int64_t hidden)
-      : in_proj_qkvz(require(weights, "in_proj_qkvz", s.conv_dim() + s.num_v_heads * s.head_v_dim, hidden)),
-        in_proj_ba(require(weights, "in_proj_ba", 2 * s.num_v_heads, hidden)),
-        norm_weight(vector_weight(weights, "norm_weight", s.head_v_dim, false)),
-        out_proj(require(weights, "out_proj", hidden, s.num_v_heads * s.head_v_dim)) {}
+      : in_proj_qkvz(require_weight(weights, kMode, "in_proj_qkvz", s.conv_dim() + s.num_v_heads * s.head_v_dim, hidden)),
+        in_proj_ba(require_weight(weights, kMode, "in_proj_ba", 2 * s.num_v_heads, hidden)),
+        norm_weight(vector_weight(weights, kMode, "norm_weight", s.head_v_dim, false)),
+        out_proj(require_weight(weights, kMode, "out_proj", hidden, s.num_v_heads * s.head_v_dim)) {}
 };
 
 class GdnMode final : public Mode {
@@ -258,16 +179,16 @@ class GdnMode final : public Mode {
     // Projections normal(0, 1/sqrt(fan_in)) so mixed_qkv, z, a and b are O(1); norm_weight around
     // 1 (HF: ones).
     std::vector<TensorSpec> specs = {
-        normal("in_proj_qkvz", {s.conv_dim() + value_width, H}, inv_sqrt(H), false,
+        normal_spec("in_proj_qkvz", {s.conv_dim() + value_width, H}, inv_sqrt(H), false,
                "rows q_all (Hk*dk), k_all (Hk*dk), v_all (Hv*dv), z_all (Hv*dv), contiguous: vLLM's order after "
                "fix_query_key_value_ordering, not HF's per-key-head-group interleaving"),
-        normal("in_proj_ba", {2 * s.num_v_heads, H}, inv_sqrt(H), false,
+        normal_spec("in_proj_ba", {2 * s.num_v_heads, H}, inv_sqrt(H), false,
                "rows b (Hv; beta = sigmoid(b)), then a (Hv; the decay's input), contiguous"),
     };
     for (TensorSpec& spec : gdn_core_weight_specs(s)) specs.push_back(std::move(spec));
-    specs.push_back(uniform("norm_weight", {s.head_v_dim}, 0.5, 1.5,
+    specs.push_back(uniform_spec("norm_weight", {s.head_v_dim}, 0.5, 1.5,
                             "RMSNormGated weight, shared by the value heads: o/rms(o) * w * silu(z), eps 1e-6"));
-    specs.push_back(normal("out_proj", {H, value_width}, inv_sqrt(value_width), false,
+    specs.push_back(normal_spec("out_proj", {H, value_width}, inv_sqrt(value_width), false,
                            "num_v_heads*head_v_dim -> hidden (the contribution)"));
     return specs;
   }
@@ -360,11 +281,11 @@ std::vector<TensorSpec> gdn_core_weight_specs(const GdnSizes& s) {
   // = softplus⁻¹ of [1e-3, 0.1) (fla/mamba's dt range), so with a ~ N(0, 1) most decays α lie well
   // inside (0, 1) and random models neither forget everything nor never forget.
   return {
-      normal("conv1d_weight", {s.conv_dim(), s.conv_kernel}, inv_sqrt(s.conv_kernel), false,
+      normal_spec("conv1d_weight", {s.conv_dim(), s.conv_kernel}, inv_sqrt(s.conv_kernel), false,
              "depthwise causal conv taps per channel (q, k, v order); column K-1 multiplies the current token"),
-      normal("conv1d_bias", {s.conv_dim()}, 0.1, true, "conv bias, before the SiLU (Qwen3-Next has none)"),
-      uniform("A_log", {s.num_v_heads}, 0.0, std::log(16.0), "per value head; g = -exp(A_log) * softplus(a + dt_bias)"),
-      uniform("dt_bias", {s.num_v_heads}, -6.9, -2.25, "per value head, added to a before the softplus (threshold 20)"),
+      normal_spec("conv1d_bias", {s.conv_dim()}, 0.1, true, "conv bias, before the SiLU (Qwen3-Next has none)"),
+      uniform_spec("A_log", {s.num_v_heads}, 0.0, std::log(16.0), "per value head; g = -exp(A_log) * softplus(a + dt_bias)"),
+      uniform_spec("dt_bias", {s.num_v_heads}, -6.9, -2.25, "per value head, added to a before the softplus (threshold 20)"),
   };
 }
 
@@ -378,14 +299,14 @@ Matrix gdn_core(const GdnSizes& s, const Weights& weights, State& state, const M
                  b.rows(), ", ", b.cols(), "]");
   HYBRIDTB_CHECK(!decode || L == 1, "gdn: a decode call has one token, got ", L);
   const CoreWeights w(weights, s);
-  Vector& conv_state = state_slot(state, "conv_state", s.conv_dim() * (s.conv_kernel - 1));
+  Vector& conv_state = state_slot(state, kMode, "conv_state", s.conv_dim() * (s.conv_kernel - 1));
   Vector& recurrent_state =
-      state_slot(state, "recurrent_state", s.num_v_heads * s.head_v_dim * s.head_k_dim);
+      state_slot(state, kMode, "recurrent_state", s.num_v_heads * s.head_v_dim * s.head_k_dim);
   if (decode) {
-    const DeltaInputs in = delta_inputs(w, s, conv_step(w, s, conv_state, mixed_qkv), a, b);
+    const DeltaInputs in = delta_inputs(w, s, causal_conv_silu_step(w.conv_w, w.conv_bias, mixed_qkv, conv_state), a, b);
     return delta_rule_step(s, in, recurrent_state);
   }
-  const DeltaInputs in = delta_inputs(w, s, conv_chunk(w, s, conv_state, mixed_qkv), a, b);
+  const DeltaInputs in = delta_inputs(w, s, causal_conv_silu(w.conv_w, w.conv_bias, mixed_qkv, conv_state), a, b);
   return delta_rule_chunk(s, in, recurrent_state);
 }
 

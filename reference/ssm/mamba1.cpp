@@ -27,18 +27,15 @@
 
 #include "hybridtb/error.h"
 #include "hybridtb/reference/ssm_mode.h"
+#include "layer_parts.h"
 
 namespace hybridtb::reference::ssm {
 namespace {
 
+constexpr const char* kMode = "mamba1";  // names this mode in error messages
+
 using Vector = Eigen::VectorXd;
 using RowVector = Eigen::RowVectorXd;
-
-// vLLM (selective_scan_fwd.cu, _selective_scan_update_kernel) and torch's F.softplus switch to the
-// identity above 20; log1p keeps small outputs exact.
-double softplus(double v) { return v > 20.0 ? v : std::log1p(std::exp(v)); }
-
-double silu(double v) { return v / (1.0 + std::exp(-v)); }
 
 // The hyper-parameters, read once from /config/ssm.
 struct Sizes {
@@ -59,21 +56,6 @@ struct Sizes {
   }
 };
 
-const Matrix& require(const Weights& weights, const char* name, int64_t rows, int64_t cols) {
-  const auto it = weights.find(name);
-  HYBRIDTB_CHECK(it != weights.end(), "missing weight /weights/", name, " (required by ssm_mode mamba1)");
-  HYBRIDTB_CHECK(it->second.rows() == rows && it->second.cols() == cols, "/weights/", name, " is [",
-                 it->second.rows(), ", ", it->second.cols(), "], ssm_mode mamba1 needs [", rows, ", ", cols, "]");
-  return it->second;
-}
-
-// A 1-d weight of length n (a [1, n] row of the Weights map) as a column vector; zeros if it is
-// optional and absent.
-Vector vector_weight(const Weights& weights, const char* name, int64_t n, bool optional) {
-  if (optional && weights.find(name) == weights.end()) return Vector::Zero(n);
-  return require(weights, name, 1, n).row(0).transpose();
-}
-
 // The weights of one layer with their logical shapes, checked. The matrices are references into
 // the Weights map (no copies of the large projections per request); vectors and A are small.
 struct Layer {
@@ -90,27 +72,18 @@ struct Layer {
   Vector out_bias;         // [H] (zeros when absent)
 
   Layer(const Weights& weights, const Sizes& s)
-      : in_proj(require(weights, "in_proj", 2 * s.intermediate, s.hidden)),
-        in_bias(vector_weight(weights, "in_proj_bias", 2 * s.intermediate, true)),
-        conv_w(require(weights, "conv1d_weight", s.intermediate, s.kernel)),
-        conv_bias(vector_weight(weights, "conv1d_bias", s.intermediate, true)),
-        x_proj(require(weights, "x_proj", s.dt_rank + 2 * s.state, s.intermediate)),
-        dt_proj(require(weights, "dt_proj", s.intermediate, s.dt_rank)),
-        dt_bias(vector_weight(weights, "dt_proj_bias", s.intermediate, false)),
-        A(-require(weights, "A_log", s.intermediate, s.state).array().exp().matrix()),
-        D(vector_weight(weights, "D", s.intermediate, false)),
-        out_proj(require(weights, "out_proj", s.hidden, s.intermediate)),
-        out_bias(vector_weight(weights, "out_proj_bias", s.hidden, true)) {}
+      : in_proj(require_weight(weights, kMode, "in_proj", 2 * s.intermediate, s.hidden)),
+        in_bias(vector_weight(weights, kMode, "in_proj_bias", 2 * s.intermediate, true)),
+        conv_w(require_weight(weights, kMode, "conv1d_weight", s.intermediate, s.kernel)),
+        conv_bias(vector_weight(weights, kMode, "conv1d_bias", s.intermediate, true)),
+        x_proj(require_weight(weights, kMode, "x_proj", s.dt_rank + 2 * s.state, s.intermediate)),
+        dt_proj(require_weight(weights, kMode, "dt_proj", s.intermediate, s.dt_rank)),
+        dt_bias(vector_weight(weights, kMode, "dt_proj_bias", s.intermediate, false)),
+        A(-require_weight(weights, kMode, "A_log", s.intermediate, s.state).array().exp().matrix()),
+        D(vector_weight(weights, kMode, "D", s.intermediate, false)),
+        out_proj(require_weight(weights, kMode, "out_proj", s.hidden, s.intermediate)),
+        out_bias(vector_weight(weights, kMode, "out_proj_bias", s.hidden, true)) {}
 };
-
-// One slot of a state pool, checked for its size.
-Vector& state_slot(State& state, const char* name, int64_t size) {
-  const auto it = state.find(name);
-  HYBRIDTB_CHECK(it != state.end(), "missing state pool /inputs/ssm/", name, " (required by ssm_mode mamba1)");
-  HYBRIDTB_CHECK(it->second.size() == size, "state /inputs/ssm/", name, " slot has ", it->second.size(),
-                 " values, ssm_mode mamba1 needs ", size);
-  return it->second;
-}
 
 // Everything after the convolution, for the tokens of `c` ([L, I], conv outputs after SiLU):
 // Δ [L, I], B [L, N] and C [L, N] from x_proj and dt_proj.
@@ -170,36 +143,24 @@ class Mamba1Mode final : public Mode {
   std::vector<TensorSpec> weight_specs(const ModeShape& shape) const override {
     const Sizes s(shape);
     const int64_t H = s.hidden, I = s.intermediate, N = s.state, K = s.kernel, R = s.dt_rank;
-    const auto normal = [](const char* name, Shape dims, double std, bool optional, const char* meaning) {
-      TensorSpec spec{name, std::move(dims), DType::kFloat32, optional, meaning};
-      spec.init_std = std;
-      return spec;
-    };
-    const auto uniform = [](const char* name, Shape dims, double low, double high, const char* meaning) {
-      TensorSpec spec{name, std::move(dims), DType::kFloat32, false, meaning};
-      spec.init_low = low;
-      spec.init_high = high;
-      return spec;
-    };
-    const auto inv_sqrt = [](int64_t fan_in) { return 1.0 / std::sqrt(static_cast<double>(fan_in)); };
     // Random models follow mamba_ssm's initialisation where it keeps values sane: projections
     // normal(0, 1/sqrt(fan_in)) so every stage stays O(1); biases small; dt_proj_bias uniform in
     // [−6.9, −2.25) = softplus⁻¹ of [1e-3, 0.1) (mamba draws dt log-uniform in that range);
     // A_log uniform in [0, log 16) so A spans mamba's S4D-real −1 … −16 for any N; D around 1
     // (mamba: ones).
     return {
-        normal("in_proj", {2 * I, H}, inv_sqrt(H), false, "x rows (0..I-1) first, then z (gate) rows"),
-        normal("in_proj_bias", {2 * I}, 0.1, true, "added to in_proj's output, x part first"),
-        normal("conv1d_weight", {I, K}, inv_sqrt(K), false,
+        normal_spec("in_proj", {2 * I, H}, inv_sqrt(H), false, "x rows (0..I-1) first, then z (gate) rows"),
+        normal_spec("in_proj_bias", {2 * I}, 0.1, true, "added to in_proj's output, x part first"),
+        normal_spec("conv1d_weight", {I, K}, inv_sqrt(K), false,
                "depthwise causal conv taps per channel; column K-1 multiplies the current token"),
-        normal("conv1d_bias", {I}, 0.1, true, "conv bias, before the SiLU"),
-        normal("x_proj", {R + 2 * N, I}, inv_sqrt(I), false, "dt rows (R) first, then B rows (N), then C rows (N)"),
-        normal("dt_proj", {I, R}, inv_sqrt(R), false, "dt_rank -> intermediate_size"),
-        uniform("dt_proj_bias", {I}, -6.9, -2.25, "added before the softplus (threshold 20)"),
-        uniform("A_log", {I, N}, 0.0, std::log(16.0), "A = -exp(A_log)"),
-        uniform("D", {I}, 0.5, 1.5, "skip connection y += D * u"),
-        normal("out_proj", {H, I}, inv_sqrt(I), false, "intermediate_size -> hidden (the contribution)"),
-        normal("out_proj_bias", {H}, 0.1, true, "added to out_proj's output"),
+        normal_spec("conv1d_bias", {I}, 0.1, true, "conv bias, before the SiLU"),
+        normal_spec("x_proj", {R + 2 * N, I}, inv_sqrt(I), false, "dt rows (R) first, then B rows (N), then C rows (N)"),
+        normal_spec("dt_proj", {I, R}, inv_sqrt(R), false, "dt_rank -> intermediate_size"),
+        uniform_spec("dt_proj_bias", {I}, -6.9, -2.25, "added before the softplus (threshold 20)"),
+        uniform_spec("A_log", {I, N}, 0.0, std::log(16.0), "A = -exp(A_log)"),
+        uniform_spec("D", {I}, 0.5, 1.5, "skip connection y += D * u"),
+        normal_spec("out_proj", {H, I}, inv_sqrt(I), false, "intermediate_size -> hidden (the contribution)"),
+        normal_spec("out_proj_bias", {H}, 0.1, true, "added to out_proj's output"),
     };
   }
 
@@ -207,8 +168,8 @@ class Mamba1Mode final : public Mode {
     const Sizes s = sizes_from(weights);
     HYBRIDTB_CHECK(x.cols() == s.hidden, "mamba1: hidden rows have ", x.cols(), " values, in_proj expects ", s.hidden);
     const Layer layer(weights, s);
-    Vector& conv_state = state_slot(state, "conv_state", s.intermediate * (s.kernel - 1));
-    Vector& ssm_state = state_slot(state, "ssm_state", s.intermediate * s.state);
+    Vector& conv_state = state_slot(state, kMode, "conv_state", s.intermediate * (s.kernel - 1));
+    Vector& ssm_state = state_slot(state, kMode, "ssm_state", s.intermediate * s.state);
 
     Matrix xz = x * layer.in_proj.transpose();  // [L, 2I]
     xz.rowwise() += layer.in_bias.transpose();
@@ -248,29 +209,10 @@ class Mamba1Mode final : public Mode {
   // in_proj); returns the pre-gate y [L, I] and leaves both states after the last token.
   static Matrix prefill_scan(const Layer& layer, const Sizes& s, Vector& conv_state, Vector& ssm_state,
                              const Matrix& u) {
-    const int64_t I = s.intermediate, N = s.state, K = s.kernel;
+    const int64_t I = s.intermediate, N = s.state;
     const int64_t L = u.rows();
 
-    // xfull = [prior | x]: K−1 saved inputs (oldest first), then the chunk; [K−1+L, I].
-    Matrix window(K - 1 + L, I);
-    for (int64_t j = 0; j < K - 1; ++j) {
-      for (int64_t i = 0; i < I; ++i) window(j, i) = conv_state(i * (K - 1) + j);
-    }
-    window.bottomRows(L) = u;
-
-    // c[t, i] = silu(bias_i + Σ_j w[i, j]·xfull[t + j, i]); w[:, K−1] meets token t itself.
-    Matrix c(L, I);
-    for (int64_t t = 0; t < L; ++t) {
-      for (int64_t i = 0; i < I; ++i) {
-        double acc = layer.conv_bias(i);
-        for (int64_t j = 0; j < K; ++j) acc += layer.conv_w(i, j) * window(t + j, i);
-        c(t, i) = silu(acc);
-      }
-    }
-    // The new conv state is the last K−1 rows of xfull (older saved inputs shift in when L < K−1).
-    for (int64_t j = 0; j < K - 1; ++j) {
-      for (int64_t i = 0; i < I; ++i) conv_state(i * (K - 1) + j) = window(L + j, i);
-    }
+    const Matrix c = causal_conv_silu(layer.conv_w, layer.conv_bias, u, conv_state);  // [L, I]
 
     // The selective scan, sequential over the chunk (vLLM runs it as a parallel prefix scan).
     const ScanInputs in = scan_inputs(layer, s, c);
@@ -293,19 +235,9 @@ class Mamba1Mode final : public Mode {
   // causal_conv1d_update + selective_state_update for one decode token; `u` is [1, I].
   static Matrix decode_step(const Layer& layer, const Sizes& s, Vector& conv_state, Vector& ssm_state,
                             const Matrix& u) {
-    const int64_t I = s.intermediate, N = s.state, K = s.kernel;
+    const int64_t I = s.intermediate, N = s.state;
 
-    // The conv reads the saved columns before the state shifts left by one and takes the token.
-    Matrix c(1, I);
-    for (int64_t i = 0; i < I; ++i) {
-      double* saved = conv_state.data() + i * (K - 1);
-      double acc = layer.conv_bias(i);
-      for (int64_t j = 0; j < K - 1; ++j) acc += layer.conv_w(i, j) * saved[j];
-      acc += layer.conv_w(i, K - 1) * u(0, i);
-      c(0, i) = silu(acc);
-      for (int64_t j = 0; j + 1 < K - 1; ++j) saved[j] = saved[j + 1];
-      saved[K - 2] = u(0, i);
-    }
+    const Matrix c = causal_conv_silu_step(layer.conv_w, layer.conv_bias, u, conv_state);  // [1, I]
 
     // state = state·dA + dB·x;  out = state·C + D·x.
     const ScanInputs in = scan_inputs(layer, s, c);

@@ -31,44 +31,18 @@
 
 #include "hybridtb/error.h"
 #include "hybridtb/reference/ssm_mode.h"
+#include "layer_parts.h"
 #include "mamba2_core.h"
 
 namespace hybridtb::reference::ssm {
 namespace {
 
+constexpr const char* kMode = "mamba2";  // names this mode in error messages
+
 using Vector = Eigen::VectorXd;
-
-// mamba_ssm's kernels (_chunk_cumsum_fwd, selective_state_update) and torch's F.softplus switch
-// to the identity above 20; log1p keeps small outputs exact.
-double softplus(double v) { return v > 20.0 ? v : std::log1p(std::exp(v)); }
-
-double silu(double v) { return v / (1.0 + std::exp(-v)); }
 
 // mamba_ssm's Mamba2 norm and vLLM's Mixer2RMSNormGated (rms_norm_eps of Mamba-2 configs).
 constexpr double kNormEps = 1e-5;
-
-const Matrix& require(const Weights& weights, const char* name, int64_t rows, int64_t cols) {
-  const auto it = weights.find(name);
-  HYBRIDTB_CHECK(it != weights.end(), "missing weight /weights/", name, " (required by ssm_mode mamba2)");
-  HYBRIDTB_CHECK(it->second.rows() == rows && it->second.cols() == cols, "/weights/", name, " is [",
-                 it->second.rows(), ", ", it->second.cols(), "], ssm_mode mamba2 needs [", rows, ", ", cols, "]");
-  return it->second;
-}
-
-// A 1-d weight of length n (a [1, n] row of the Weights map) as a column vector; zeros if it is
-// optional and absent.
-Vector vector_weight(const Weights& weights, const char* name, int64_t n, bool optional) {
-  if (optional && weights.find(name) == weights.end()) return Vector::Zero(n);
-  return require(weights, name, 1, n).row(0).transpose();
-}
-
-Vector& state_slot(State& state, const char* name, int64_t size) {
-  const auto it = state.find(name);
-  HYBRIDTB_CHECK(it != state.end(), "missing state pool /inputs/ssm/", name, " (required by ssm_mode mamba2)");
-  HYBRIDTB_CHECK(it->second.size() == size, "state /inputs/ssm/", name, " slot has ", it->second.size(),
-                 " values, ssm_mode mamba2 needs ", size);
-  return it->second;
-}
 
 Mamba2Sizes sizes_from_shape(const ModeShape& shape) {
   Mamba2Sizes s;
@@ -79,29 +53,6 @@ Mamba2Sizes sizes_from_shape(const ModeShape& shape) {
   s.kernel = shape.param("conv_kernel");
   check_mamba2_sizes(s);
   return s;
-}
-
-// causal_conv1d_fn over L tokens: c = silu(conv(xBC)) [L, conv_dim]; the conv state becomes the
-// last K−1 rows of [saved | xBC] (older saved inputs shift in when L < K−1).
-Matrix conv_prefill(const Mamba2Sizes& s, const Mamba2CoreWeights& w, const Matrix& xBC, Vector& conv_state) {
-  const int64_t C = s.conv_dim(), K = s.kernel, L = xBC.rows();
-  Matrix window(K - 1 + L, C);
-  for (int64_t j = 0; j < K - 1; ++j) {
-    for (int64_t c = 0; c < C; ++c) window(j, c) = conv_state(c * (K - 1) + j);
-  }
-  window.bottomRows(L) = xBC;
-  Matrix out(L, C);
-  for (int64_t t = 0; t < L; ++t) {
-    for (int64_t c = 0; c < C; ++c) {
-      double acc = w.conv_bias(c);
-      for (int64_t j = 0; j < K; ++j) acc += w.conv_weight(c, j) * window(t + j, c);
-      out(t, c) = silu(acc);
-    }
-  }
-  for (int64_t j = 0; j < K - 1; ++j) {
-    for (int64_t c = 0; c < C; ++c) conv_state(c * (K - 1) + j) = window(L + j, c);
-  }
-  return out;
 }
 
 // The recurrence over L tokens of conv outputs `c` [L, conv_dim], sequential in float64 (the SSD
@@ -136,17 +87,8 @@ Matrix scan_prefill(const Mamba2Sizes& s, const Mamba2CoreWeights& w, const Matr
 // state = state·dA + x ⊗ dB (dA = exp(Δ·A), dB = Δ·B), out = state·C + D·x.
 Matrix decode_step(const Mamba2Sizes& s, const Mamba2CoreWeights& w, const Matrix& xBC, const Matrix& dt,
                    Vector& conv_state, Vector& ssm_state) {
-  const int64_t C = s.conv_dim(), K = s.kernel, P = s.head_dim, N = s.state;
-  Vector c(C);
-  for (int64_t ch = 0; ch < C; ++ch) {
-    double* saved = conv_state.data() + ch * (K - 1);
-    double acc = w.conv_bias(ch);
-    for (int64_t j = 0; j < K - 1; ++j) acc += w.conv_weight(ch, j) * saved[j];
-    acc += w.conv_weight(ch, K - 1) * xBC(0, ch);
-    c(ch) = silu(acc);
-    for (int64_t j = 0; j + 1 < K - 1; ++j) saved[j] = saved[j + 1];
-    saved[K - 2] = xBC(0, ch);
-  }
+  const int64_t P = s.head_dim, N = s.state;
+  const Vector c = causal_conv_silu_step(w.conv_weight, w.conv_bias, xBC, conv_state).row(0).transpose();
 
   Matrix y(1, s.d_ssm());
   for (int64_t h = 0; h < s.heads; ++h) {
@@ -208,50 +150,38 @@ class Mamba2Mode final : public Mode {
   std::vector<TensorSpec> weight_specs(const ModeShape& shape) const override {
     const Mamba2Sizes s = sizes_from_shape(shape);
     const int64_t H = shape.hidden_size, Hs = s.heads, d_ssm = s.d_ssm(), conv_dim = s.conv_dim();
-    const auto normal = [](const char* name, Shape dims, double std, bool optional, const char* meaning) {
-      TensorSpec spec{name, std::move(dims), DType::kFloat32, optional, meaning};
-      spec.init_std = std;
-      return spec;
-    };
-    const auto uniform = [](const char* name, Shape dims, double low, double high, const char* meaning) {
-      TensorSpec spec{name, std::move(dims), DType::kFloat32, false, meaning};
-      spec.init_low = low;
-      spec.init_high = high;
-      return spec;
-    };
-    const auto inv_sqrt = [](int64_t fan_in) { return 1.0 / std::sqrt(static_cast<double>(fan_in)); };
     // Random models follow mamba_ssm's Mamba2 initialisation where it keeps values sane: projections
     // normal(0, 1/sqrt(fan_in)) so every stage stays O(1); biases small; dt_bias uniform in
     // [−6.9, −2.25) = softplus⁻¹ of [1e-3, 0.1) (dt_min, dt_max); A_log uniform in [0, log 16)
     // so A spans A_init_range −1 … −16; D and the norm weight around 1 (mamba_ssm: ones).
     return {
-        normal("in_proj", {2 * d_ssm + 2 * s.groups * s.state + Hs, H}, inv_sqrt(H), false,
+        normal_spec("in_proj", {2 * d_ssm + 2 * s.groups * s.state + Hs, H}, inv_sqrt(H), false,
                "rows z (d_ssm), x (d_ssm), B (G*N), C (G*N), dt (num_ssm_heads), mamba_ssm's order"),
-        normal("in_proj_bias", {2 * d_ssm + 2 * s.groups * s.state + Hs}, 0.1, true,
+        normal_spec("in_proj_bias", {2 * d_ssm + 2 * s.groups * s.state + Hs}, 0.1, true,
                "added to in_proj's output, same order"),
-        normal("conv1d_weight", {conv_dim, s.kernel}, inv_sqrt(s.kernel), false,
+        normal_spec("conv1d_weight", {conv_dim, s.kernel}, inv_sqrt(s.kernel), false,
                "depthwise causal conv taps per x|B|C channel; column K-1 multiplies the current token"),
-        normal("conv1d_bias", {conv_dim}, 0.1, true, "conv bias, before the SiLU"),
-        uniform("dt_bias", {Hs}, -6.9, -2.25, "added to dt before the softplus (threshold 20)"),
-        uniform("A_log", {Hs}, 0.0, std::log(16.0), "A = -exp(A_log), one scalar decay rate per head"),
-        uniform("D", {Hs}, 0.5, 1.5, "skip connection y += D * x per head"),
-        uniform("norm_weight", {d_ssm}, 0.5, 1.5,
+        normal_spec("conv1d_bias", {conv_dim}, 0.1, true, "conv bias, before the SiLU"),
+        uniform_spec("dt_bias", {Hs}, -6.9, -2.25, "added to dt before the softplus (threshold 20)"),
+        uniform_spec("A_log", {Hs}, 0.0, std::log(16.0), "A = -exp(A_log), one scalar decay rate per head"),
+        uniform_spec("D", {Hs}, 0.5, 1.5, "skip connection y += D * x per head"),
+        uniform_spec("norm_weight", {d_ssm}, 0.5, 1.5,
                 "gated RMSNorm scale: rmsnorm(y * silu(z)) * w over groups of d_ssm / n_groups, eps 1e-5"),
-        normal("out_proj", {H, d_ssm}, inv_sqrt(d_ssm), false, "d_ssm -> hidden (the contribution)"),
-        normal("out_proj_bias", {H}, 0.1, true, "added to out_proj's output"),
+        normal_spec("out_proj", {H, d_ssm}, inv_sqrt(d_ssm), false, "d_ssm -> hidden (the contribution)"),
+        normal_spec("out_proj_bias", {H}, 0.1, true, "added to out_proj's output"),
     };
   }
 
   void advance(const Weights& weights, State& state, const Matrix& x, Matrix& y, bool decode) const override {
     const Mamba2Sizes s = sizes_from(weights, state);
     const int64_t d_ssm = s.d_ssm(), conv_dim = s.conv_dim(), proj = 2 * d_ssm + 2 * s.groups * s.state + s.heads;
-    const Matrix& in_proj = require(weights, "in_proj", proj, x.cols());
-    const Vector in_bias = vector_weight(weights, "in_proj_bias", proj, true);
-    const Vector norm_weight = vector_weight(weights, "norm_weight", d_ssm, false);
-    const Matrix& out_proj = require(weights, "out_proj", x.cols(), d_ssm);
-    const Vector out_bias = vector_weight(weights, "out_proj_bias", x.cols(), true);
-    Vector& conv_state = state_slot(state, "conv_state", conv_dim * (s.kernel - 1));
-    Vector& ssm_state = state_slot(state, "ssm_state", d_ssm * s.state);
+    const Matrix& in_proj = require_weight(weights, kMode, "in_proj", proj, x.cols());
+    const Vector in_bias = vector_weight(weights, kMode, "in_proj_bias", proj, true);
+    const Vector norm_weight = vector_weight(weights, kMode, "norm_weight", d_ssm, false);
+    const Matrix& out_proj = require_weight(weights, kMode, "out_proj", x.cols(), d_ssm);
+    const Vector out_bias = vector_weight(weights, kMode, "out_proj_bias", x.cols(), true);
+    Vector& conv_state = state_slot(state, kMode, "conv_state", conv_dim * (s.kernel - 1));
+    Vector& ssm_state = state_slot(state, kMode, "ssm_state", d_ssm * s.state);
 
     Matrix projected = x * in_proj.transpose();  // [L, z | xBC | dt]
     projected.rowwise() += in_bias.transpose();
@@ -312,11 +242,11 @@ void check_mamba2_sizes(const Mamba2Sizes& s) {
 
 Mamba2CoreWeights mamba2_core_weights(const Weights& weights, const Mamba2Sizes& s) {
   Mamba2CoreWeights w;
-  w.conv_weight = require(weights, "conv1d_weight", s.conv_dim(), s.kernel);
-  w.conv_bias = vector_weight(weights, "conv1d_bias", s.conv_dim(), true);
-  w.dt_bias = vector_weight(weights, "dt_bias", s.heads, false);
-  w.A = -vector_weight(weights, "A_log", s.heads, false).array().exp().matrix();
-  w.D = vector_weight(weights, "D", s.heads, false);
+  w.conv_weight = require_weight(weights, kMode, "conv1d_weight", s.conv_dim(), s.kernel);
+  w.conv_bias = vector_weight(weights, kMode, "conv1d_bias", s.conv_dim(), true);
+  w.dt_bias = vector_weight(weights, kMode, "dt_bias", s.heads, false);
+  w.A = -vector_weight(weights, kMode, "A_log", s.heads, false).array().exp().matrix();
+  w.D = vector_weight(weights, kMode, "D", s.heads, false);
   return w;
 }
 
@@ -333,7 +263,7 @@ Matrix mamba2_core(const Mamba2Sizes& s, const Mamba2CoreWeights& w, const Matri
     HYBRIDTB_CHECK(xBC.rows() == 1, "mamba2: a decode call has one token, got ", xBC.rows());
     return decode_step(s, w, xBC, dt, conv_state, ssm_state);
   }
-  const Matrix c = conv_prefill(s, w, xBC, conv_state);
+  const Matrix c = causal_conv_silu(w.conv_weight, w.conv_bias, xBC, conv_state);
   return scan_prefill(s, w, c, dt, ssm_state);
 }
 

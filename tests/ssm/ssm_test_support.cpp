@@ -208,6 +208,38 @@ void expect_close(const Eigen::VectorXd& actual, const Eigen::VectorXd& expected
   expect_close_impl(actual, expected, actual.size(), 1, tolerance, what);
 }
 
+void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, const Tolerance& tolerance,
+                  const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  const auto n = static_cast<Eigen::Index>(actual.size());
+  expect_close_impl(Eigen::Map<const Eigen::VectorXd>(actual.data(), n),
+                    Eigen::Map<const Eigen::VectorXd>(expected.data(), n), n, 1, tolerance, what);
+}
+
+std::map<std::string, TensorView> views(const std::map<std::string, Tensor>& tensors) {
+  std::map<std::string, TensorView> out;
+  for (const auto& [name, tensor] : tensors) out.emplace(name, tensor.view());
+  return out;
+}
+
+reference::ssm::Weights to_weights(const std::map<std::string, Tensor>& tensors) {
+  reference::ssm::Weights weights;
+  for (const auto& [name, tensor] : tensors) {
+    const int64_t rows = tensor.view().rank() == 1 ? 1 : tensor.size(0);
+    const int64_t cols = tensor.numel() / rows;
+    Matrix m(rows, cols);
+    for (int64_t i = 0; i < tensor.numel(); ++i) m(i / cols, i % cols) = load_as_double(tensor.data(), tensor.dtype(), i);
+    weights.emplace(name, m);
+  }
+  return weights;
+}
+
+Matrix to_matrix(const std::vector<double>& values, int64_t rows, int64_t cols) {
+  return Eigen::Map<const Matrix>(values.data(), rows, cols);
+}
+
+std::vector<double> to_vector(const Matrix& matrix) { return {matrix.data(), matrix.data() + matrix.size()}; }
+
 std::string error_of(const std::function<void()>& run) {
   try {
     run();

@@ -1,7 +1,8 @@
 // Helpers for the SSM tests (tests/ssm): a small decoder layer for any registered mode, steps
 // built from per-request hidden states and state slots (make_synthetic_batch for the rest, our
-// own /batch/ssm_block_table), running the driver on them with shared state pools, and
-// comparisons that name the worst element. Run: ctest --test-dir <build> -L ssm
+// own /batch/ssm_block_table), running the driver on them with shared state pools, conversions
+// between tensors and a mode's Eigen forms, and comparisons that name the worst element; also used
+// by the per-mode suites (tests/ssm_mamba1, ssm_mamba2, ssm_gdn). Run: ctest --test-dir <build> -L ssm
 #pragma once
 
 #include <gtest/gtest.h>
@@ -113,6 +114,18 @@ Tolerance exact_tolerance();
 void expect_close(const Matrix& actual, const Matrix& expected, const Tolerance& tolerance, const std::string& what);
 void expect_close(const Eigen::VectorXd& actual, const Eigen::VectorXd& expected, const Tolerance& tolerance,
                   const std::string& what);
+
+// EXPECT over flat row-major values (a mode's contributions or a state slot), as above.
+void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, const Tolerance& tolerance,
+                  const std::string& what);
+
+// Views of named tensors (a step's weights or pools).
+std::map<std::string, TensorView> views(const std::map<std::string, Tensor>& tensors);
+// Named tensors in a mode's Weights form (exact doubles): k-d tensors [size(0), rest], 1-d [1, n].
+reference::ssm::Weights to_weights(const std::map<std::string, Tensor>& tensors);
+// Row-major values ↔ a [rows, cols] matrix.
+Matrix to_matrix(const std::vector<double>& values, int64_t rows, int64_t cols);
+std::vector<double> to_vector(const Matrix& matrix);
 
 // The Error message `run` throws, or "" if it returns.
 std::string error_of(const std::function<void()>& run);

@@ -345,8 +345,8 @@ TEST(GdnKernels, SoftplusSwitchesToIdentityAboveTwenty) {
   ASSERT_FALSE(tol.allows(-above, -(above + std::log1p(std::exp(-above))))) << "the branches must be distinguishable";
   for (const bool decode : {false, true}) {
     SCOPED_TRACE(decode ? "decode" : "prefill");
-    expect_close({log_decay_for(20.0, decode), log_decay_for(above, decode), log_decay_for(-3.0, decode)},
-                 {-(20.0 + std::log1p(std::exp(-20.0))), -above, -std::log1p(std::exp(-3.0))}, tol,
+    expect_close(std::vector<double>{log_decay_for(20.0, decode), log_decay_for(above, decode), log_decay_for(-3.0, decode)},
+                 std::vector<double>{-(20.0 + std::log1p(std::exp(-20.0))), -above, -std::log1p(std::exp(-3.0))}, tol,
                  "g at a + dt_bias = 20, 20 + 2^-40, -3");
   }
 }

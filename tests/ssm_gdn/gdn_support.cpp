@@ -96,26 +96,6 @@ std::vector<double> transpose_heads(const std::vector<double>& values, int64_t h
   return out;
 }
 
-std::map<std::string, TensorView> views(const std::map<std::string, Tensor>& tensors) {
-  std::map<std::string, TensorView> out;
-  for (const auto& [name, tensor] : tensors) out.emplace(name, tensor.view());
-  return out;
-}
-
-ssm::Weights to_weights(const std::map<std::string, Tensor>& tensors) {
-  ssm::Weights weights;
-  for (const auto& [name, tensor] : tensors) {
-    const int64_t rows = tensor.view().rank() == 1 ? 1 : tensor.size(0);
-    const int64_t cols = tensor.numel() / rows;
-    ssm::Matrix m(rows, cols);
-    for (int64_t i = 0; i < tensor.numel(); ++i) {
-      m(i / cols, i % cols) = load_as_double(tensor.data(), tensor.dtype(), i);
-    }
-    weights.emplace(name, m);
-  }
-  return weights;
-}
-
 ssm::State to_mode_state(const NaiveGdnState& state, const GdnDims& d) {
   ssm::State out;
   out["conv_state"] = to_eigen(state.conv);
@@ -127,20 +107,6 @@ NaiveGdnState from_mode_state(const ssm::State& state, const GdnDims& d) {
   NaiveGdnState out;
   out.conv = from_eigen(state.at("conv_state"));
   out.S = transpose_heads(from_eigen(state.at("recurrent_state")), d.Hv, d.dv, d.dk);
-  return out;
-}
-
-ssm::Matrix to_matrix(const std::vector<double>& values, int64_t rows, int64_t cols) {
-  ssm::Matrix m(rows, cols);
-  for (int64_t i = 0; i < rows * cols; ++i) m(i / cols, i % cols) = values[at(i)];
-  return m;
-}
-
-std::vector<double> to_vector(const ssm::Matrix& matrix) {
-  std::vector<double> out(at(matrix.size()));
-  for (Eigen::Index r = 0; r < matrix.rows(); ++r) {
-    for (Eigen::Index c = 0; c < matrix.cols(); ++c) out[at(r * matrix.cols() + c)] = matrix(r, c);
-  }
   return out;
 }
 
@@ -163,26 +129,6 @@ std::vector<double> run_core(const ssm::Weights& weights, NaiveGdnState& state, 
                                       to_matrix(a, L, d.Hv), to_matrix(b, L, d.Hv), decode);
   state = from_mode_state(mode_state, d);
   return to_vector(o);
-}
-
-void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, const Tolerance& tolerance,
-                  const std::string& what) {
-  ASSERT_EQ(actual.size(), expected.size()) << what;
-  size_t bad = 0, worst = 0;
-  double max_abs = 0.0;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    if (tolerance.allows(actual[i], expected[i])) continue;
-    const double diff = std::isnan(actual[i]) ? INFINITY : std::fabs(actual[i] - expected[i]);
-    if (bad++ == 0 || diff > max_abs) {
-      max_abs = diff;
-      worst = i;
-    }
-  }
-  if (bad > 0) {
-    ADD_FAILURE() << what << ": " << bad << " of " << actual.size() << " elements out of tolerance; worst [" << worst
-                  << "] = " << actual[worst] << ", expected " << expected[worst] << " (|diff| " << max_abs << "; "
-                  << tolerance.rationale << ")";
-  }
 }
 
 void expect_state_close(const NaiveGdnState& actual, const NaiveGdnState& expected, const Tolerance& tolerance,

@@ -15,6 +15,7 @@
 #include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/tensor.h"
 #include "hybridtb/tolerance.h"
+#include "ssm_test_support.h"
 #include "naive_gdn.h"
 
 namespace hybridtb::testing {
@@ -36,14 +37,9 @@ NaiveGdnState zero_state(const GdnDims& dims);
 // [heads][rows][cols] → [heads][cols][rows]: S (K-major) ↔ M (V-major).
 std::vector<double> transpose_heads(const std::vector<double>& values, int64_t heads, int64_t rows, int64_t cols);
 
-std::map<std::string, TensorView> views(const std::map<std::string, Tensor>& tensors);
-// Weights in the mode's form: 2-d [rows, cols]; 1-d weights [1, n].
-reference::ssm::Weights to_weights(const std::map<std::string, Tensor>& tensors);
 // The mode's state holds M = Sᵀ per value head: the conversion at the boundary.
 reference::ssm::State to_mode_state(const NaiveGdnState& state, const GdnDims& dims);
 NaiveGdnState from_mode_state(const reference::ssm::State& state, const GdnDims& dims);
-reference::ssm::Matrix to_matrix(const std::vector<double>& values, int64_t rows, int64_t cols);
-std::vector<double> to_vector(const reference::ssm::Matrix& matrix);
 
 // The mode over tokens [begin, end) of hidden [L][H]; returns their contributions row-major.
 std::vector<double> run_mode(const reference::ssm::Weights& weights, NaiveGdnState& state,
@@ -54,9 +50,7 @@ std::vector<double> run_core(const reference::ssm::Weights& weights, NaiveGdnSta
                              const std::vector<double>& mixed_qkv, const std::vector<double>& a,
                              const std::vector<double>& b, int64_t L, bool decode);
 
-// EXPECT that every element is within `tolerance`, naming the worst element of `what` on failure.
-void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, const Tolerance& tolerance,
-                  const std::string& what);
+// EXPECT the conv and SSM states within `tolerance` (expect_close of ssm_test_support.h for values).
 void expect_state_close(const NaiveGdnState& actual, const NaiveGdnState& expected, const Tolerance& tolerance,
                         const std::string& what);
 double max_abs_difference(const std::vector<double>& a, const std::vector<double>& b);

@@ -84,24 +84,6 @@ std::vector<double> random_hidden(const Mamba1Sizes& s, int64_t num_tokens, uint
   return normal_values(num_tokens * s.H, 1.0, seed);
 }
 
-std::map<std::string, TensorView> views(const std::map<std::string, Tensor>& tensors) {
-  std::map<std::string, TensorView> out;
-  for (const auto& [name, tensor] : tensors) out.emplace(name, tensor.view());
-  return out;
-}
-
-ssm::Weights to_weights(const std::map<std::string, Tensor>& tensors) {
-  ssm::Weights weights;
-  for (const auto& [name, tensor] : tensors) {
-    const int64_t rows = tensor.view().rank() == 1 ? 1 : tensor.size(0);
-    const int64_t cols = tensor.numel() / rows;
-    ssm::Matrix m(rows, cols);
-    for (int64_t i = 0; i < tensor.numel(); ++i) m(i / cols, i % cols) = load_as_double(tensor.data(), tensor.dtype(), i);
-    weights.emplace(name, m);
-  }
-  return weights;
-}
-
 ssm::State to_mode_state(const NaiveMamba1State& state) {
   ssm::State out;
   out["conv_state"] = Eigen::Map<const Eigen::VectorXd>(state.conv.data(), static_cast<Eigen::Index>(state.conv.size()));
@@ -118,20 +100,6 @@ NaiveMamba1State from_mode_state(const ssm::State& state) {
   return out;
 }
 
-ssm::Matrix to_matrix(const std::vector<double>& values, int64_t rows, int64_t cols) {
-  ssm::Matrix m(rows, cols);
-  for (int64_t i = 0; i < rows * cols; ++i) m(i / cols, i % cols) = values[at(i)];
-  return m;
-}
-
-std::vector<double> to_vector(const ssm::Matrix& matrix) {
-  std::vector<double> out(at(matrix.size()));
-  for (Eigen::Index r = 0; r < matrix.rows(); ++r) {
-    for (Eigen::Index c = 0; c < matrix.cols(); ++c) out[at(r * matrix.cols() + c)] = matrix(r, c);
-  }
-  return out;
-}
-
 std::vector<double> run_mode(const ssm::Weights& weights, NaiveMamba1State& state, const std::vector<double>& hidden,
                              int64_t H, int64_t begin, int64_t end, bool decode) {
   const std::vector<double> rows(hidden.begin() + static_cast<std::ptrdiff_t>(begin * H),
@@ -141,26 +109,6 @@ std::vector<double> run_mode(const ssm::Weights& weights, NaiveMamba1State& stat
   mamba1_mode().advance(weights, mode_state, to_matrix(rows, end - begin, H), y, decode);
   state = from_mode_state(mode_state);
   return to_vector(y);
-}
-
-void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, const Tolerance& tolerance,
-                  const std::string& what) {
-  ASSERT_EQ(actual.size(), expected.size()) << what;
-  size_t bad = 0, worst = 0;
-  double max_abs = 0.0;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    if (tolerance.allows(actual[i], expected[i])) continue;
-    const double diff = std::isnan(actual[i]) ? INFINITY : std::fabs(actual[i] - expected[i]);
-    if (bad++ == 0 || diff > max_abs) {
-      max_abs = diff;
-      worst = i;
-    }
-  }
-  if (bad > 0) {
-    ADD_FAILURE() << what << ": " << bad << " of " << actual.size() << " elements out of tolerance; worst [" << worst
-                  << "] = " << actual[worst] << ", expected " << expected[worst] << " (|diff| " << max_abs << "; "
-                  << tolerance.rationale << ")";
-  }
 }
 
 void expect_state_close(const NaiveMamba1State& actual, const NaiveMamba1State& expected, const Tolerance& tolerance,

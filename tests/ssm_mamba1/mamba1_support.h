@@ -13,6 +13,7 @@
 #include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/tensor.h"
 #include "hybridtb/tolerance.h"
+#include "ssm_test_support.h"
 #include "naive_mamba1.h"
 
 namespace hybridtb::testing {
@@ -30,21 +31,14 @@ NaiveMamba1State zero_state(const Mamba1Sizes& sizes);
 // [num_tokens][H] standard normal hidden states.
 std::vector<double> random_hidden(const Mamba1Sizes& sizes, int64_t num_tokens, uint64_t seed);
 
-std::map<std::string, TensorView> views(const std::map<std::string, Tensor>& tensors);
-// Weights in the mode's form: 2-d [rows, cols]; 1-d weights [1, n].
-reference::ssm::Weights to_weights(const std::map<std::string, Tensor>& tensors);
 reference::ssm::State to_mode_state(const NaiveMamba1State& state);
 NaiveMamba1State from_mode_state(const reference::ssm::State& state);
-reference::ssm::Matrix to_matrix(const std::vector<double>& values, int64_t rows, int64_t cols);
-std::vector<double> to_vector(const reference::ssm::Matrix& matrix);
 
 // Runs the mode over tokens [begin, end) of `hidden`; returns their contributions row-major.
 std::vector<double> run_mode(const reference::ssm::Weights& weights, NaiveMamba1State& state,
                              const std::vector<double>& hidden, int64_t H, int64_t begin, int64_t end, bool decode);
 
-// EXPECT that every element is within `tolerance`, naming the worst element of `what` on failure.
-void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, const Tolerance& tolerance,
-                  const std::string& what);
+// EXPECT the conv and SSM states within `tolerance` (expect_close of ssm_test_support.h for values).
 void expect_state_close(const NaiveMamba1State& actual, const NaiveMamba1State& expected, const Tolerance& tolerance,
                         const std::string& what);
 

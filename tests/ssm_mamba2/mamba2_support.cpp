@@ -88,12 +88,6 @@ NaiveMamba2State zero_state(const Mamba2Dims& d) {
   return {std::vector<double>(at(d.conv_dim() * (d.K - 1)), 0.0), std::vector<double>(at(d.d_ssm() * d.N), 0.0)};
 }
 
-std::map<std::string, TensorView> views(const std::map<std::string, Tensor>& tensors) {
-  std::map<std::string, TensorView> out;
-  for (const auto& [name, tensor] : tensors) out.emplace(name, tensor.view());
-  return out;
-}
-
 Tensor tensor_of(const Shape& shape, const std::vector<double>& values) {
   Tensor t = Tensor::host(DType::kFloat64, shape);
   for (size_t i = 0; i < values.size(); ++i) store_from_double(t.data(), t.dtype(), static_cast<int64_t>(i), values[i]);
@@ -104,16 +98,6 @@ std::vector<double> values_of(const Tensor& tensor) {
   std::vector<double> out(at(tensor.numel()));
   for (int64_t i = 0; i < tensor.numel(); ++i) out[at(i)] = load_as_double(tensor.data(), tensor.dtype(), i);
   return out;
-}
-
-ssm::Weights to_weights(const std::map<std::string, Tensor>& tensors) {
-  ssm::Weights weights;
-  for (const auto& [name, tensor] : tensors) {
-    const int64_t rows = tensor.view().rank() == 1 ? 1 : tensor.size(0);
-    const int64_t cols = tensor.numel() / rows;
-    weights.emplace(name, to_matrix(values_of(tensor), rows, cols));
-  }
-  return weights;
 }
 
 Eigen::VectorXd to_eigen(const std::vector<double>& values) {
@@ -132,20 +116,6 @@ NaiveMamba2State from_mode_state(const ssm::State& state) {
   return {from_eigen(state.at("conv_state")), from_eigen(state.at("ssm_state"))};
 }
 
-ssm::Matrix to_matrix(const std::vector<double>& values, int64_t rows, int64_t cols) {
-  ssm::Matrix m(rows, cols);
-  for (int64_t i = 0; i < rows * cols; ++i) m(i / cols, i % cols) = values[at(i)];
-  return m;
-}
-
-std::vector<double> to_vector(const ssm::Matrix& matrix) {
-  std::vector<double> out(at(matrix.size()));
-  for (Eigen::Index r = 0; r < matrix.rows(); ++r) {
-    for (Eigen::Index c = 0; c < matrix.cols(); ++c) out[at(r * matrix.cols() + c)] = matrix(r, c);
-  }
-  return out;
-}
-
 std::vector<double> run_mode(const ssm::Weights& weights, NaiveMamba2State& state, const std::vector<double>& hidden,
                              int64_t H, int64_t begin, int64_t end, bool decode) {
   const std::vector<double> rows(hidden.begin() + static_cast<std::ptrdiff_t>(begin * H),
@@ -155,26 +125,6 @@ std::vector<double> run_mode(const ssm::Weights& weights, NaiveMamba2State& stat
   mamba2_mode().advance(weights, mode_state, to_matrix(rows, end - begin, H), y, decode);
   state = from_mode_state(mode_state);
   return to_vector(y);
-}
-
-void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, const Tolerance& tolerance,
-                  const std::string& what) {
-  ASSERT_EQ(actual.size(), expected.size()) << what;
-  size_t bad = 0, worst = 0;
-  double max_abs = 0.0;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    if (tolerance.allows(actual[i], expected[i])) continue;
-    const double diff = std::isnan(actual[i]) ? INFINITY : std::fabs(actual[i] - expected[i]);
-    if (bad++ == 0 || diff > max_abs) {
-      max_abs = diff;
-      worst = i;
-    }
-  }
-  if (bad > 0) {
-    ADD_FAILURE() << what << ": " << bad << " of " << actual.size() << " elements out of tolerance; worst [" << worst
-                  << "] = " << actual[worst] << ", expected " << expected[worst] << " (|diff| " << max_abs << "; "
-                  << tolerance.rationale << ")";
-  }
 }
 
 void expect_state_close(const NaiveMamba2State& actual, const NaiveMamba2State& expected, const Tolerance& tolerance,

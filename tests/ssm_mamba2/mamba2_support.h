@@ -14,6 +14,7 @@
 #include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/tensor.h"
 #include "hybridtb/tolerance.h"
+#include "ssm_test_support.h"
 #include "mamba2_core.h"
 #include "naive_mamba2.h"
 
@@ -35,16 +36,11 @@ NaiveMamba2State zero_state(const Mamba2Dims& dims);
 // `count` standard-normal values (hidden states, xBC or dt rows).
 std::vector<double> normal_values(int64_t count, uint64_t seed);
 
-std::map<std::string, TensorView> views(const std::map<std::string, Tensor>& tensors);
 // A float64 host tensor of `shape` holding `values` row-major.
 Tensor tensor_of(const Shape& shape, const std::vector<double>& values);
 std::vector<double> values_of(const Tensor& tensor);
-// Weights in the mode's form: 2-d [rows, cols]; 1-d weights [1, n].
-reference::ssm::Weights to_weights(const std::map<std::string, Tensor>& tensors);
 reference::ssm::State to_mode_state(const NaiveMamba2State& state);
 NaiveMamba2State from_mode_state(const reference::ssm::State& state);
-reference::ssm::Matrix to_matrix(const std::vector<double>& values, int64_t rows, int64_t cols);
-std::vector<double> to_vector(const reference::ssm::Matrix& matrix);
 Eigen::VectorXd to_eigen(const std::vector<double>& values);
 std::vector<double> from_eigen(const Eigen::VectorXd& values);
 
@@ -52,9 +48,7 @@ std::vector<double> from_eigen(const Eigen::VectorXd& values);
 std::vector<double> run_mode(const reference::ssm::Weights& weights, NaiveMamba2State& state,
                              const std::vector<double>& hidden, int64_t H, int64_t begin, int64_t end, bool decode);
 
-// EXPECT that every element is within `tolerance`, naming the worst element of `what` on failure.
-void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, const Tolerance& tolerance,
-                  const std::string& what);
+// EXPECT the conv and SSM states within `tolerance` (expect_close of ssm_test_support.h for values).
 void expect_state_close(const NaiveMamba2State& actual, const NaiveMamba2State& expected, const Tolerance& tolerance,
                         const std::string& what);
 
