@@ -3,6 +3,7 @@
 // dtype. Each tensor has its own generator, seeded from (seed, weight/pool, name), so adding a
 // tensor to a mode does not change the others. Used by the tests and the batch generator.
 #include <cstdint>
+#include <map>
 #include <random>
 #include <string>
 
@@ -42,15 +43,21 @@ Tensor random_tensor(const TensorSpec& spec, const Shape& shape, uint64_t seed, 
 
 }  // namespace
 
+std::map<std::string, Tensor> make_random_weights(const Mode& mode, const ModeShape& shape, uint64_t seed) {
+  std::map<std::string, Tensor> weights;
+  for (const TensorSpec& spec : mode.weight_specs(shape)) {
+    weights[spec.name] = random_tensor(spec, spec.shape, seed, Kind::kWeight);
+  }
+  return weights;
+}
+
 RandomSsmTensors make_random_ssm_tensors(const AttentionConfig& config, int64_t num_slots, uint64_t seed) {
   const Mode& mode = ModeRegistry::instance().find(config.ssm_mode);
   HYBRIDTB_CHECK(num_slots >= 1, "make_random_ssm_tensors: num_slots must be >= 1, got ", num_slots);
   const ModeShape shape = mode_shape(config);
   for (const std::string& name : mode.parameters()) shape.param(name);  // a missing parameter fails here, named
   RandomSsmTensors out;
-  for (const TensorSpec& spec : mode.weight_specs(shape)) {
-    out.weights[spec.name] = random_tensor(spec, spec.shape, seed, Kind::kWeight);
-  }
+  out.weights = make_random_weights(mode, shape, seed);
   for (const TensorSpec& spec : mode.state_specs(shape)) {
     Shape pool{num_slots};
     pool.insert(pool.end(), spec.shape.begin(), spec.shape.end());

@@ -55,19 +55,7 @@ std::string describe(const GdnDims& d) {
 }
 
 std::map<std::string, Tensor> random_weights(const GdnDims& dims, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::map<std::string, Tensor> tensors;
-  for (const ssm::TensorSpec& spec : gdn_mode().weight_specs(gdn_shape(dims))) {
-    Tensor tensor = Tensor::host(spec.dtype, spec.shape);
-    std::normal_distribution<double> normal(0.0, spec.init_std);
-    std::uniform_real_distribution<double> uniform(spec.init_low, spec.init_high);
-    for (int64_t i = 0; i < tensor.numel(); ++i) {
-      const double v = spec.init_low < spec.init_high ? uniform(rng) : normal(rng);
-      store_from_double(tensor.data(), tensor.dtype(), i, v);
-    }
-    tensors.emplace(spec.name, tensor);
-  }
-  return tensors;
+  return ssm::make_random_weights(gdn_mode(), gdn_shape(dims), seed);
 }
 
 std::vector<double> random_values(int64_t count, uint64_t seed) {

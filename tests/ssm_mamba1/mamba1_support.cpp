@@ -51,19 +51,7 @@ ssm::ModeShape mamba1_shape(const Mamba1Sizes& s) {
 }
 
 std::map<std::string, Tensor> random_weights(const Mamba1Sizes& sizes, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::map<std::string, Tensor> tensors;
-  for (const ssm::TensorSpec& spec : mamba1_mode().weight_specs(mamba1_shape(sizes))) {
-    Tensor tensor = Tensor::host(spec.dtype, spec.shape);
-    std::normal_distribution<double> normal(0.0, spec.init_std);
-    std::uniform_real_distribution<double> uniform(spec.init_low, spec.init_high);
-    for (int64_t i = 0; i < tensor.numel(); ++i) {
-      const double v = spec.init_low < spec.init_high ? uniform(rng) : normal(rng);
-      store_from_double(tensor.data(), tensor.dtype(), i, v);
-    }
-    tensors.emplace(spec.name, tensor);
-  }
-  return tensors;
+  return ssm::make_random_weights(mamba1_mode(), mamba1_shape(sizes), seed);
 }
 
 NaiveMamba1State random_state(const Mamba1Sizes& s, uint64_t seed) {

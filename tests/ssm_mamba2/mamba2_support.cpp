@@ -65,19 +65,7 @@ std::vector<double> normal_values(int64_t count, uint64_t seed) {
 }
 
 std::map<std::string, Tensor> random_weights(const Mamba2Dims& dims, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::map<std::string, Tensor> tensors;
-  for (const ssm::TensorSpec& spec : mamba2_mode().weight_specs(mamba2_shape(dims))) {
-    Tensor tensor = Tensor::host(spec.dtype, spec.shape);
-    std::normal_distribution<double> normal(0.0, spec.init_std);
-    std::uniform_real_distribution<double> uniform(spec.init_low, spec.init_high);
-    for (int64_t i = 0; i < tensor.numel(); ++i) {
-      const double v = spec.init_low < spec.init_high ? uniform(rng) : normal(rng);
-      store_from_double(tensor.data(), tensor.dtype(), i, v);
-    }
-    tensors.emplace(spec.name, tensor);
-  }
-  return tensors;
+  return ssm::make_random_weights(mamba2_mode(), mamba2_shape(dims), seed);
 }
 
 NaiveMamba2State random_state(const Mamba2Dims& d, uint64_t seed) {

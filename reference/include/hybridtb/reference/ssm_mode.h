@@ -121,5 +121,8 @@ struct RandomSsmTensors {
   std::map<std::string, Tensor> weights;
 };
 RandomSsmTensors make_random_ssm_tensors(const AttentionConfig& config, int64_t num_slots, uint64_t seed);
+// The weights alone, for a mode and a shape (tests of one mode that have no AttentionConfig); the
+// same values make_random_ssm_tensors draws for that shape and seed.
+std::map<std::string, Tensor> make_random_weights(const Mode& mode, const ModeShape& shape, uint64_t seed);
 
 }  // namespace hybridtb::reference::ssm
