@@ -186,36 +186,6 @@ std::optional<std::vector<float>> per_head_values(const std::string& setting, in
   return values;
 }
 
-// Mamba's conventions for the parameters a preset or override did not give (mamba1):
-// expand 2, d_state 16, d_conv 4, dt_rank ceil(hidden / 16).
-void default_mamba1_params(AttentionConfig& c) {
-  const int64_t hidden = c.num_heads * c.head_size;
-  c.ssm_params.try_emplace("intermediate_size", 2 * hidden);
-  c.ssm_params.try_emplace("state_size", 16);
-  c.ssm_params.try_emplace("conv_kernel", 4);
-  c.ssm_params.try_emplace("dt_rank", (hidden + 15) / 16);
-}
-
-// Mamba-2's conventions (mamba_ssm Mamba2): expand 2, head_dim 64, d_state 128, one group, d_conv 4.
-void default_mamba2_params(AttentionConfig& c) {
-  const int64_t hidden = c.num_heads * c.head_size;
-  c.ssm_params.try_emplace("head_dim", 64);
-  c.ssm_params.try_emplace("num_ssm_heads", std::max<int64_t>(1, 2 * hidden / c.ssm_params.at("head_dim")));
-  c.ssm_params.try_emplace("state_size", 128);
-  c.ssm_params.try_emplace("n_groups", 1);
-  c.ssm_params.try_emplace("conv_kernel", 4);
-}
-
-// Qwen3-Next's shape of a GDN layer, scaled to the layer: one value head per query head of the
-// layer's head size, two value heads per key head (when the head count is even), d_conv 4.
-void default_gdn_params(AttentionConfig& c) {
-  c.ssm_params.try_emplace("num_v_heads", c.num_heads);
-  c.ssm_params.try_emplace("num_k_heads", c.num_heads % 2 == 0 ? c.num_heads / 2 : c.num_heads);
-  c.ssm_params.try_emplace("head_k_dim", c.head_size);
-  c.ssm_params.try_emplace("head_v_dim", c.head_size);
-  c.ssm_params.try_emplace("conv_kernel", 4);
-}
-
 uint64_t mix_seed(uint64_t seed, uint64_t salt) {
   uint64_t z = seed + salt * 0x9E3779B97F4A7C15ull;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -271,9 +241,12 @@ Layer finish(const LayerSettings& settings) {
     }
     return s;
   });
-  if (c.ssm_mode == "mamba1") default_mamba1_params(c);
-  if (c.ssm_mode == "mamba2") default_mamba2_params(c);
-  if (c.ssm_mode == "gdn") default_gdn_params(c);
+  if (c.has_ssm_branch()) {  // the mode's conventional parameters where a preset or --set gave none
+    const auto& mode = reference::ssm::ModeRegistry::instance().find(c.ssm_mode);
+    for (const auto& [name, value] : mode.default_parameters(reference::ssm::mode_shape(c))) {
+      c.ssm_params.try_emplace(name, value);
+    }
+  }
   if (c.mamba_cache_mode != MambaCacheMode::kNone && c.mamba_block_size == 0) {
     c.mamba_block_size = 512 % c.block_size == 0 ? 512 : c.block_size;
   }

@@ -168,6 +168,16 @@ class GdnMode final : public Mode {
   std::vector<std::string> parameters() const override {
     return {"num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "conv_kernel"};
   }
+  // Qwen3-Next's shape scaled to the layer: one value head per query head of the layer's head
+  // size, two value heads per key head (when the head count is even), d_conv 4.
+  std::map<std::string, int64_t> default_parameters(const ModeShape& shape) const override {
+    const int64_t heads = shape.num_heads;
+    return {{"num_v_heads", heads},
+            {"num_k_heads", heads % 2 == 0 ? heads / 2 : heads},
+            {"head_k_dim", shape.head_size},
+            {"head_v_dim", shape.head_size},
+            {"conv_kernel", 4}};
+  }
 
   std::vector<TensorSpec> state_specs(const ModeShape& shape) const override {
     return gdn_state_specs(gdn_sizes(shape));

@@ -127,6 +127,11 @@ class Mamba1Mode final : public Mode {
   std::vector<std::string> parameters() const override {
     return {"intermediate_size", "state_size", "conv_kernel", "dt_rank"};
   }
+  // Mamba's conventions: expand 2, d_state 16, d_conv 4, dt_rank ⌈hidden / 16⌉.
+  std::map<std::string, int64_t> default_parameters(const ModeShape& shape) const override {
+    const int64_t H = shape.hidden_size;
+    return {{"intermediate_size", 2 * H}, {"state_size", 16}, {"conv_kernel", 4}, {"dt_rank", (H + 15) / 16}};
+  }
 
   std::vector<TensorSpec> state_specs(const ModeShape& shape) const override {
     const Sizes s(shape);

@@ -23,6 +23,7 @@
 // from the model config).
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -132,6 +133,17 @@ class Mamba2Mode final : public Mode {
 
   std::vector<std::string> parameters() const override {
     return {"num_ssm_heads", "head_dim", "state_size", "n_groups", "conv_kernel"};
+  }
+  // Mamba-2's conventions (mamba_ssm Mamba2): expand 2 over heads of head_dim (default 64),
+  // d_state 128, one group, d_conv 4.
+  std::map<std::string, int64_t> default_parameters(const ModeShape& shape) const override {
+    const auto given = shape.params.find("head_dim");
+    const int64_t head_dim = given != shape.params.end() ? given->second : 64;
+    return {{"head_dim", head_dim},
+            {"num_ssm_heads", std::max<int64_t>(1, 2 * shape.hidden_size / head_dim)},
+            {"state_size", 128},
+            {"n_groups", 1},
+            {"conv_kernel", 4}};
   }
 
   std::vector<TensorSpec> state_specs(const ModeShape& shape) const override {

@@ -65,6 +65,10 @@ class Mode {
   virtual std::string description() const = 0;
   // Names of the integer hyper-parameters read from /config/ssm.
   virtual std::vector<std::string> parameters() const { return {}; }
+  // Conventional values of those parameters (the model family's defaults) for a layer of this
+  // shape, given the parameters already set (`shape.params`); `hybridtb gen` fills in the ones a
+  // preset or --set did not give.
+  virtual std::map<std::string, int64_t> default_parameters(const ModeShape& /*shape*/) const { return {}; }
   // One slot of each state pool (empty for a stateless mode).
   virtual std::vector<TensorSpec> state_specs(const ModeShape& shape) const = 0;
   virtual std::vector<TensorSpec> weight_specs(const ModeShape& shape) const = 0;
