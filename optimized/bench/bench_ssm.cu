@@ -7,8 +7,8 @@
 //           a copy of the same bytes (the state pool's size: what a transfer of this size can reach);
 //           "variants_us": lanes per channel × quads per lane 2 × 2 (the default), 4 × 1 (previous);
 //   prefill: the selective scan (gating fused) of one request of 8k and 32k tokens ("variants_us":
-//           the channel tile chosen per launch (the default) and the widest, 40 channels), and the
-//           causal conv; tokens/s against
+//           the default tile, 3 time segments at 5 blocks per SM; 4 segments at 5 per SM; 4 segments
+//           at 4 per SM), and the causal conv; tokens/s against
 //           t_min = max(bytes / copy bandwidth, D·N·T / ex2 rate) (perf-anchors.md §6.3).
 // Inputs are deterministic non-zero values (a hash fill); every timing is the median of CUDA-event
 // samples after warm-up, with the ssm_state pool restored and L2 flushed (256 MiB read) before
@@ -301,7 +301,7 @@ int main(int argc, char** argv) {
   for (const int tokens : {8192, 32768}) {
     Setup s = make_setup(1, tokens);
     // The tiling sweep (scan_variant; 0 = the default the backend uses).
-    const char* variant_names[] = {"tile_auto", "tile_ch40"};
+    const char* variant_names[] = {"tile", "tile_4segs", "tile_4segs_4_per_sm"};
     constexpr int kVariants = sizeof(variant_names) / sizeof(variant_names[0]);
     std::string variants;
     double scan_ms = 0.0;

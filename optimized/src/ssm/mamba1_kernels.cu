@@ -8,11 +8,11 @@
 // Decodes: one launch, the state row of each channel read and written once in 16-byte accesses
 // (bandwidth-bound; the prefill scan's arithmetic). Prefills: one launch of a one-pass block scan
 // (scan_tile_kernel): a block owns
-// a tile of 8 … 40 channels of one request (chosen per launch to balance the SMs; B/C of a token
-// staged once per block) and walks its tokens in chunks copied ahead into shared memory (16-byte
+// a tile of channels of one request (whole warps per time segment: 8 channels for 16 states; B/C of
+// a token staged once per block) and walks its tokens in chunks copied ahead into shared memory (16-byte
 // cp.async ring), time segments of a chunk scanned in parallel by the block's warps and joined
 // through shared memory; exp(Δ·A) is computed once per token·channel·state (ex2.approx with
-// A·log2 e, as vLLM) and kept in registers for the rescan. Fixed orders, no atomics: bitwise
+// A·log2 e, as vLLM) and kept in registers for the rescan (with Δ·c·B where registers allow). Fixed orders, no atomics: bitwise
 // reproducible.
 #include <cuda_runtime.h>
 
@@ -216,10 +216,31 @@ __device__ __forceinline__ Quad load_bc(const Mamba1Params& p, int64_t t, int of
   return q;
 }
 
-// Per token and channel (the scans' Δ and gate) on the special-function unit (__expf: relative
-// error a few ulp; far inside the float32 rows of the tolerance table).
-__device__ __forceinline__ float softplus_fast(float v) { return v > 20.0f ? v : log1pf(__expf(v)); }
-__device__ __forceinline__ float silu_fast(float v) { return __fdividef(v, 1.0f + __expf(-v)); }
+// Per token and channel (the scans' Δ and gate), branch-free on the special-function unit and the
+// FMA pipe: the prefill scan runs them once per token·channel, where log1pf's range reduction and
+// __expf's subnormal guard cost more instructions than the 16 states' scan work.
+// softplus(v) = max(v, 0) + log1p(y), y = e^−|v| ∈ (0, 1] (v itself above 20, as vLLM and torch);
+// log1p(y) = 2·atanh(s), s = y / (2 + y) ∈ (0, 1/3], by its odd series to s^15 (the next term is
+// below 1e-9 of the sum), so the result keeps float32's relative precision for small Δ too (a
+// few ulp from ex2.approx and the approximate division; far inside the float32 rows of the
+// tolerance table).
+__device__ __forceinline__ float softplus_fast(float v) {
+  const float y = mma::exp2_approx(-fabsf(v) * kLog2e);
+  const float s = __fdividef(y, 2.0f + y);
+  const float s2 = s * s;
+  float series = 1.0f / 15.0f;
+  series = fmaf(series, s2, 1.0f / 13.0f);
+  series = fmaf(series, s2, 1.0f / 11.0f);
+  series = fmaf(series, s2, 1.0f / 9.0f);
+  series = fmaf(series, s2, 1.0f / 7.0f);
+  series = fmaf(series, s2, 1.0f / 5.0f);
+  series = fmaf(series, s2, 1.0f / 3.0f);
+  series = fmaf(series, s2, 1.0f);
+  return v > 20.0f ? v : fmaxf(v, 0.0f) + 2.0f * s * series;
+}
+// silu(v) = v / (1 + e^−v); e^−v → ∞ for very negative v gives 0 (the approximate division's
+// reciprocal of ∞ is 0).
+__device__ __forceinline__ float silu_fast(float v) { return __fdividef(v, 1.0f + mma::exp2_approx(-v * kLog2e)); }
 
 // (4) Decodes, bandwidth-bound: kLanes lanes per channel, lane g holding quads g, g + kLanes, … (kQ
 // of them) of the channel's states. Mamba-1's 16 states are 2 lanes of 2 quads: each warp access
@@ -293,48 +314,40 @@ __global__ void __launch_bounds__(256, kMinBlocks) decode_kernel(Mamba1Params p)
 }
 
 
-// (5') Prefills, channel tiles (the default): block = kSegs time segments × (ch channels ×
-// kLanes lanes), ch chosen per launch (a multiple of max(4, 32 / kLanes), at most 40; blockDim.x =
-// kSegs·kLanes·ch); the block walks its request in chunks of kL = kSegs·kSeg tokens, carrying the
-// state across chunks. Memory: every chunk's dt, c, z rows of the channel tile (ch·4 contiguous
-// bytes per token row and tensor: 160 B at ch 40) and its B/C rows move to shared memory in 16-byte
-// cp.async copies (4-byte ones where sizes or alignment forbid), kStages chunks in flight ahead of
-// the one being scanned; one pass over the chunk (all threads, element = channel × token) turns them
-// into Δ = softplus(dt + bias), Δ·c, D·c and the gate silu(z + bias) once per token and channel,
-// one chunk ahead of the scan. Scan (thread = segment × channel × lane of 4 states): a local scan
-// of the segment's kSeg tokens from zero keeps every a = exp(Δ·A) in registers (one ex2 per
+// (5) Prefills, channel tiles: block = kSegs time segments × (kCh channels × kLanes lanes), kCh the
+// fewest channels that fill whole warps (32 / kLanes, at least 4: 8 channels of 4 lanes for
+// Mamba-1's 16 states), all sizes compile-time constants so that no index needs a run-time
+// division; the block walks its request in chunks of kL = kSegs·kSeg tokens, carrying the state
+// across chunks. Memory: every chunk's dt, c, z rows of the channel tile (kCh·4 contiguous bytes per
+// token row and tensor) and its B/C rows move to shared memory in 16-byte cp.async copies (4-byte
+// ones where sizes or alignment forbid), kStages chunks in flight ahead of the one being scanned;
+// one pass over the chunk (all threads, element = channel × token) turns them into Δ =
+// softplus(dt + bias), Δ·c, D·c and the gate silu(z + bias) once per token and channel, one chunk
+// ahead of the scan. Scan (thread = segment × channel × lane of 4 states): a local scan of the
+// segment's kSeg tokens from zero keeps every a = exp(Δ·A) and u = Δ·c·B in registers (one ex2 per
 // token·channel·state) and yields (Π a = 2^(A·log2 e·ΣΔ), h_local); segment w composes the chunk's
-// carry-in with the pairs of segments < w (in order) and rescans from it, writing y (reduce-scatter
-// over the channel's lanes: each lane ends with whole sums of kSeg / kLanes tokens, + D·c, × gate)
-// and the block-boundary states; the last segment's final h is the chunk's carry-out (tokens past
-// the request's end have Δ = 0 and B = 0: a = 1, no input, the state passes unchanged), so after
-// the last chunk it is the final state. Two barriers per chunk, fixed orders, no atomics.
-constexpr int kTileMaxThreads = 640;
-constexpr int kTileMaxChannels = 40;
-
+// carry-in with the pairs of segments < w (in order) and rescans from it (two FMAs per state and
+// token: h = a·h + u, y += h·C), writing y (reduce-scatter over the channel's lanes: each lane ends
+// with whole sums of kSeg / kLanes tokens, + D·c, × gate) and the block-boundary states; the last
+// segment's final h is the chunk's carry-out (tokens past the request's end have Δ = 0 and B = 0:
+// a = 1, no input, the state passes unchanged), so after the last chunk it is the final state. Two
+// barriers per chunk, fixed orders, no atomics.
 template <int kLanes, int kSegs, int kSeg, int kStages>
 struct TileScan {
   static_assert(kSegs >= 2 && kStages >= 3 && (kLanes & (kLanes - 1)) == 0, "tile scan shape");
+  static constexpr int kCh = 32 / kLanes > 4 ? 32 / kLanes : 4;  // channels per block (whole warps per segment)
+  static constexpr int kGroup = kCh * kLanes;  // threads of one segment
+  static constexpr int kThreads = kSegs * kGroup;
   static constexpr int kL = kSegs * kSeg;    // tokens per chunk
   static constexpr int kRow = 8 * kLanes;    // B/C floats per token in shared memory: B quads, then C quads
-  static constexpr int kUnit = 32 / kLanes > 4 ? 32 / kLanes : 4;  // channel granularity (whole warps per segment)
-  static constexpr int kByThreads = kTileMaxThreads / (kSegs * kLanes) / kUnit * kUnit;
-  static constexpr int kMaxChannels = kByThreads < kTileMaxChannels / kUnit * kUnit ? kByThreads
-                                                                                      : kTileMaxChannels / kUnit * kUnit;
-  static_assert(kMaxChannels >= kUnit, "tile scan: no channel tile fits");
-  // Dynamic shared memory for a tile of `ch` channels: segment pairs [kSegs−1][ch·kLanes] float4 ×2,
-  // carries [2][ch·kLanes] float4, prepared values [2 buffers][kL·ch] float2 ×2 (Δ, Δ·c and D·c,
-  // gate), raw rows [kStages][3][kL·ch] float, B/C rows [kStages][kL·kRow] float, boundary slots
-  // [kStages][kL] int32.
-  static size_t smem_bytes(int ch) {
-    const size_t group = size_t(ch) * kLanes;
-    return (2 * (kSegs - 1) + 2) * group * sizeof(float4) + size_t{4} * kL * ch * sizeof(float2) +
-           size_t{kStages} * 3 * kL * ch * sizeof(float) + size_t{kStages} * kL * kRow * sizeof(float) +
-           size_t{kStages} * kL * sizeof(int32_t);
-  }
+  // Shared memory: segment pairs [kSegs−1][kGroup] float4 ×2, carries [2][kGroup] float4, prepared
+  // values [2 buffers][kL·kCh] float2 ×2 (Δ, Δ·c and D·c, gate), raw rows [kStages][3][kL·kCh] float,
+  // B/C rows [kStages][kL·kRow] float, boundary slots [kStages][kL] int32.
+  static constexpr size_t kSmemBytes = (2 * (kSegs - 1) + 2) * size_t{kGroup} * sizeof(float4) +
+                                       size_t{4} * kL * kCh * sizeof(float2) +
+                                       size_t{kStages} * 3 * kL * kCh * sizeof(float) +
+                                       size_t{kStages} * kL * kRow * sizeof(float) + size_t{kStages} * kL * sizeof(int32_t);
 };
-
-
 
 // Reduce-scatter of kM values over the kO·2 lanes of a channel (xor partners o = kO, kO/2, …, 1):
 // at each level a lane keeps the half of its values selected by bit o of its lane g and adds the
@@ -361,26 +374,34 @@ __device__ __forceinline__ void reduce_scatter(float* v, int g) {
   }
 }
 
-// The rescan of one segment from its carry-in h: y partial sums per token (this lane's states) and,
-// with kBoundaries, the block-boundary states.
-template <int kLanes, int kSeg, bool kBoundaries>
+// The rescan of one segment from its carry-in h: y partial sums per token (this lane's states) into
+// acc and, with kBoundaries, the block-boundary states. The inputs u = Δ·c·B come from the local
+// scan's registers (kKeepU) or are recomputed from shared memory (Δ·c of channel d, B), which costs
+// a multiply per state and token but 4·kSeg fewer registers.
+template <int kLanes, int kSeg, int kCh, bool kKeepU, bool kBoundaries, int kU>
 __device__ __forceinline__ void tile_rescan(float (&h)[4], float (&acc)[kSeg], const float (&a)[kSeg][4],
-                                            const float2* ddc, const float* bc, const int32_t* slots, int base,
-                                            int ch, int d, int n0, bool store, const PoolRef& pool, int64_t e,
-                                            int valid, bool vec) {
+                                            const float (&u)[kU][4], const float2* ddc, int d, const float* bc,
+                                            const int32_t* slots, int base, int n0, bool store, const PoolRef& pool,
+                                            int64_t e, int valid, bool vec) {
   constexpr int kRow = 8 * kLanes;
 #pragma unroll
   for (int k = 0; k < kSeg; ++k) {
     const int tk = base + k;
-    const float dc = ddc[tk * ch + d].y;
-    const float4 B = *reinterpret_cast<const float4*>(bc + tk * kRow + n0);
     const float4 C = *reinterpret_cast<const float4*>(bc + tk * kRow + 4 * kLanes + n0);
-    const float Bv[4] = {B.x, B.y, B.z, B.w};
     const float Cv[4] = {C.x, C.y, C.z, C.w};
+    float uk[4];
+    if constexpr (kKeepU) {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) uk[s] = u[k][s];
+    } else {
+      const float dc = ddc[tk * kCh + d].y;
+      const float4 B = *reinterpret_cast<const float4*>(bc + tk * kRow + n0);
+      uk[0] = dc * B.x, uk[1] = dc * B.y, uk[2] = dc * B.z, uk[3] = dc * B.w;
+    }
     float sum = 0.0f;
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      h[s] = fmaf(a[k][s], h[s], dc * Bv[s]);
+      h[s] = fmaf(a[k][s], h[s], uk[s]);
       sum = fmaf(h[s], Cv[s], sum);
     }
     acc[k] = sum;
@@ -391,23 +412,24 @@ __device__ __forceinline__ void tile_rescan(float (&h)[4], float (&acc)[kSeg], c
   }
 }
 
-template <int kLanes, int kSegs, int kSeg, int kStages>
-__global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Params p) {
+template <int kLanes, int kSegs, int kSeg, int kStages, int kMinBlocks, bool kKeepU>
+__global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThreads, kMinBlocks)
+    scan_tile_kernel(Mamba1Params p) {
   using S = TileScan<kLanes, kSegs, kSeg, kStages>;
   constexpr int kL = S::kL;
   constexpr int kRow = S::kRow;
-  constexpr int kPrepStep = kSegs * kLanes;   // = blockDim.x / ch: token rows per pass of the block
-  constexpr int kQuadStep = 4 * kPrepStep;    // = blockDim.x / (ch / 4)
+  constexpr int kCh = S::kCh;
+  constexpr int kGroup = S::kGroup;
+  constexpr int kThreads = S::kThreads;
+  constexpr int kPrepStep = kThreads / kCh;  // token rows per pass of the block
   const GpuRequest r = p.wave.requests[blockIdx.y];
   if (r.decode || r.end <= r.begin) return;  // uniform over the block
-  const int ch = static_cast<int>(blockDim.x) / kPrepStep;
-  const int group = ch * kLanes;  // threads of one segment (whole warps)
   const int tid = static_cast<int>(threadIdx.x);
-  const int seg = tid / group;
-  const int tcl = tid - seg * group;
+  const int seg = tid / kGroup;
+  const int tcl = tid % kGroup;
   const int d = tcl / kLanes;
   const int g = tcl % kLanes;
-  const int ch0 = static_cast<int>(blockIdx.x) * ch;
+  const int ch0 = static_cast<int>(blockIdx.x) * kCh;
   const int64_t I = p.I;
   const int N = p.N;
   // The scan thread: channel i, states n0 … n0+3.
@@ -422,13 +444,13 @@ __global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Par
   const int64_t dbc_stride = p.R + 2 * N;
 
   extern __shared__ float4 dynamic_smem[];
-  float4* pair_decay = dynamic_smem;                                    // [kSegs−1][group]
-  float4* pair_local = pair_decay + (kSegs - 1) * group;                // [kSegs−1][group]
-  float4* carry_smem = pair_local + (kSegs - 1) * group;                // [2][group]
-  float2* ddc_smem = reinterpret_cast<float2*>(carry_smem + 2 * group);  // [2][kL·ch] (Δ, Δ·c)
-  float2* dg_smem = ddc_smem + 2 * kL * ch;                              // [2][kL·ch] (D·c, gate)
-  float* raw_smem = reinterpret_cast<float*>(dg_smem + 2 * kL * ch);     // [kStages][3][kL·ch] dt, c, z
-  float* bc_smem = raw_smem + kStages * 3 * kL * ch;                     // [kStages][kL·kRow]
+  float4* pair_decay = dynamic_smem;                                     // [kSegs−1][kGroup]
+  float4* pair_local = pair_decay + (kSegs - 1) * kGroup;                // [kSegs−1][kGroup]
+  float4* carry_smem = pair_local + (kSegs - 1) * kGroup;                // [2][kGroup]
+  float2* ddc_smem = reinterpret_cast<float2*>(carry_smem + 2 * kGroup);  // [2][kL·kCh] (Δ, Δ·c)
+  float2* dg_smem = ddc_smem + 2 * kL * kCh;                              // [2][kL·kCh] (D·c, gate)
+  float* raw_smem = reinterpret_cast<float*>(dg_smem + 2 * kL * kCh);     // [kStages][3][kL·kCh] dt, c, z
+  float* bc_smem = raw_smem + kStages * 3 * kL * kCh;                     // [kStages][kL·kRow]
   int32_t* slot_smem = reinterpret_cast<int32_t*>(bc_smem + kStages * kL * kRow);  // [kStages][kL]
 
   float A2[4];  // A·log2 e
@@ -440,50 +462,51 @@ __global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Par
   }
 
   // The preparing thread: channel ch0 + dp, token rows tp, tp + kPrepStep, … of a chunk.
-  const int dp = tid % ch;
-  const int tp = tid / ch;
+  const int dp = tid % kCh;
+  const int tp = tid / kCh;
   const bool prep_active = ch0 + dp < p.I;
   const int ipc = prep_active ? ch0 + dp : p.I - 1;
   const float dt_bias = load_element(p.dt_bias.data, ipc, p.dt_bias.kind);
   const float z_bias = weight_or(p.in_bias, I + ipc, 0.0f);
   const float Dp = load_element(p.D.data, ipc, p.D.kind);
-  // The copying thread (16-byte path): quad column qq, token rows rq, rq + kQuadStep, … of [3·kL].
-  const bool act_vec = (p.I % 4) == 0 && (ch % 4) == 0 && aligned16(p.dt) && aligned16(p.c) && aligned16(p.xz);
+  // Token t's row of the channel tile in dt (which 0), c (1) or z (2: the second half of in_proj's rows).
+  const auto tile_row = [&](int which, int64_t t) -> const float* {
+    return which == 0 ? p.dt + t * I + ch0 : which == 1 ? p.c + t * I + ch0 : p.xz + t * 2 * I + I + ch0;
+  };
+  const bool act_vec = (p.I % 4) == 0 && aligned16(p.dt) && aligned16(p.c) && aligned16(p.xz);
   const bool bc_vec = (N % 4) == 0 && (p.R % 4) == 0 && aligned16(p.dbc);
-  const int quads = max(ch / 4, 1);
-  const int qq = tid % quads;
-  const int rq = tid / quads;
 
   // Chunk `begin`'s rows → stage `st` (asynchronous; rows past the request's end or channels past I
   // are not copied and never read unmasked; B/C there are zeros).
   const auto stage = [&](int32_t begin, int st) {
-    float* raw = raw_smem + st * 3 * kL * ch;
+    float* raw = raw_smem + st * 3 * kL * kCh;
     if (act_vec) {
-      const int col = ch0 + 4 * qq;
-      for (int row = rq; row < 3 * kL; row += kQuadStep) {
+      constexpr int kQuads = kCh / 4;  // 16-byte columns per row
+      for (int idx = tid; idx < 3 * kL * kQuads; idx += kThreads) {
+        const int row = idx / kQuads;
+        const int q = idx % kQuads;
         const int which = row / kL;
-        const int tk = row - which * kL;
+        const int tk = row % kL;
         const int64_t t = begin + tk;
-        if (t < r.end && col < p.I) {
-          const float* src = which == 0 ? p.dt + t * I + col : which == 1 ? p.c + t * I + col : p.xz + t * 2 * I + I + col;
-          mma::cp_async_16(shared_address(raw + which * kL * ch + tk * ch + 4 * qq), src, true);
+        if (t < r.end && ch0 + 4 * q < p.I) {
+          mma::cp_async_16(shared_address(raw + row * kCh + 4 * q), tile_row(which, t) + 4 * q, true);
         }
       }
     } else {
-      const int col = ch0 + dp;
-      for (int row = tp; row < 3 * kL; row += kPrepStep) {
+      for (int idx = tid; idx < 3 * kL * kCh; idx += kThreads) {
+        const int row = idx / kCh;
+        const int col = idx % kCh;
         const int which = row / kL;
-        const int tk = row - which * kL;
+        const int tk = row % kL;
         const int64_t t = begin + tk;
-        if (t < r.end && col < p.I) {
-          const float* src = which == 0 ? p.dt + t * I + col : which == 1 ? p.c + t * I + col : p.xz + t * 2 * I + I + col;
-          mma::cp_async_4(shared_address(raw + which * kL * ch + tk * ch + dp), src, true);
+        if (t < r.end && ch0 + col < p.I) {
+          mma::cp_async_4(shared_address(raw + idx), tile_row(which, t) + col, true);
         }
       }
     }
     float* bc = bc_smem + st * kL * kRow;
     if (bc_vec) {
-      for (int idx = tid; idx < kL * 2 * kLanes; idx += blockDim.x) {
+      for (int idx = tid; idx < kL * 2 * kLanes; idx += kThreads) {
         const int tk = idx / (2 * kLanes);
         const int qd = idx % (2 * kLanes);
         const int which = qd / kLanes;
@@ -497,7 +520,7 @@ __global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Par
         }
       }
     } else {
-      for (int idx = tid; idx < kL * kRow; idx += blockDim.x) {
+      for (int idx = tid; idx < kL * kRow; idx += kThreads) {
         const int tk = idx / kRow;
         const int col = idx % kRow;
         const int which = col / (4 * kLanes);
@@ -512,7 +535,7 @@ __global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Par
     }
     if (boundaries) {
       int32_t* slots = slot_smem + st * kL;
-      for (int tk = tid; tk < kL; tk += blockDim.x) {
+      for (int tk = tid; tk < kL; tk += kThreads) {
         const int32_t t = begin + tk;
         if (t < r.end) {
           mma::cp_async_4(shared_address(slots + tk), p.boundary_slot + t, true);
@@ -525,18 +548,19 @@ __global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Par
   // Chunk `begin` in stage `st` → prepared buffer `pb`: (Δ, Δ·c) and (D·c, gate), zeros past the
   // request's end and past I.
   const auto prep = [&](int32_t begin, int st, int pb) {
-    const float* raw = raw_smem + st * 3 * kL * ch;
-    float2* ddc = ddc_smem + pb * kL * ch;
-    float2* dg = dg_smem + pb * kL * ch;
+    const float* raw = raw_smem + st * 3 * kL * kCh;
+    float2* ddc = ddc_smem + pb * kL * kCh;
+    float2* dg = dg_smem + pb * kL * kCh;
+#pragma unroll
     for (int tk = tp; tk < kL; tk += kPrepStep) {
-      const int o = tk * ch + dp;
+      const int o = tk * kCh + dp;
       float2 x = make_float2(0.0f, 0.0f);
       float2 y = make_float2(0.0f, 0.0f);
       if (prep_active && begin + tk < r.end) {
-        const float c = raw[kL * ch + o];
+        const float c = raw[kL * kCh + o];
         const float delta = softplus_fast(raw[o] + dt_bias);
         x = make_float2(delta, delta * c);
-        y = make_float2(Dp * c, silu_fast(raw[2 * kL * ch + o] + z_bias));
+        y = make_float2(Dp * c, silu_fast(raw[2 * kL * kCh + o] + z_bias));
       }
       ddc[o] = x;
       dg[o] = y;
@@ -555,6 +579,8 @@ __global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Par
 
   constexpr int kPer = kSeg >= kLanes ? kSeg / kLanes : 1;  // tokens whose y this lane stores
   constexpr int kShare = kSeg >= kLanes ? 1 : kLanes / kSeg;  // lanes holding the same token's sum
+  const int base = seg * kSeg;
+  float* y_col = p.y + i;  // column i of y (stored only when active)
   int st = 0;
   int c = 0;
   for (int32_t chunk = r.begin; chunk < r.end; chunk += kL, ++c) {
@@ -569,46 +595,48 @@ __global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Par
     const int st_next = st + 1 == kStages ? 0 : st + 1;
     if (chunk + kL < r.end) prep(chunk + kL, st_next, (c + 1) & 1);
 
-    const float2* ddc = ddc_smem + (c & 1) * kL * ch;
-    const float2* dg = dg_smem + (c & 1) * kL * ch;
+    const float2* ddc = ddc_smem + (c & 1) * kL * kCh;
+    const float2* dg = dg_smem + (c & 1) * kL * kCh;
     const float* bc = bc_smem + st * kL * kRow;
     const int32_t* slots = slot_smem + st * kL;
-    const int base = seg * kSeg;
     // Local scan of the segment from zero.
     float a[kSeg][4];
+    float u[kKeepU ? kSeg : 1][4];  // (unused without kKeepU)
     float local[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float dsum = 0.0f;
 #pragma unroll
     for (int k = 0; k < kSeg; ++k) {
       const int tk = base + k;
-      const float2 dd = ddc[tk * ch + d];
+      const float2 dd = ddc[tk * kCh + d];
       const float4 B = *reinterpret_cast<const float4*>(bc + tk * kRow + n0);
       const float Bv[4] = {B.x, B.y, B.z, B.w};
       dsum += dd.x;
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
         a[k][s] = mma::exp2_approx(dd.x * A2[s]);
-        local[s] = fmaf(a[k][s], local[s], dd.y * Bv[s]);
+        const float uk = dd.y * Bv[s];
+        if constexpr (kKeepU) u[k][s] = uk;
+        local[s] = fmaf(a[k][s], local[s], uk);
       }
     }
     if (seg < kSegs - 1) {
-      pair_decay[seg * group + tcl] =
+      pair_decay[seg * kGroup + tcl] =
           make_float4(mma::exp2_approx(dsum * A2[0]), mma::exp2_approx(dsum * A2[1]), mma::exp2_approx(dsum * A2[2]),
                       mma::exp2_approx(dsum * A2[3]));
-      pair_local[seg * group + tcl] = make_float4(local[0], local[1], local[2], local[3]);
+      pair_local[seg * kGroup + tcl] = make_float4(local[0], local[1], local[2], local[3]);
     }
     __syncthreads();
     // Carry-in: the chunk's carry (the last segment's state after chunk c − 1) through segments < seg.
     if (c > 0 && seg < kSegs - 1) {
-      const float4 v = carry_smem[(c & 1) * group + tcl];
+      const float4 v = carry_smem[(c & 1) * kGroup + tcl];
       carry[0] = v.x, carry[1] = v.y, carry[2] = v.z, carry[3] = v.w;
     }
     float h[4] = {carry[0], carry[1], carry[2], carry[3]};
 #pragma unroll
     for (int w = 0; w < kSegs - 1; ++w) {
       if (w < seg) {
-        const float4 dcy = pair_decay[w * group + tcl];
-        const float4 loc = pair_local[w * group + tcl];
+        const float4 dcy = pair_decay[w * kGroup + tcl];
+        const float4 loc = pair_local[w * kGroup + tcl];
         h[0] = fmaf(dcy.x, h[0], loc.x);
         h[1] = fmaf(dcy.y, h[1], loc.y);
         h[2] = fmaf(dcy.z, h[2], loc.z);
@@ -618,9 +646,11 @@ __global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Par
     float acc[kSeg];
     const bool store = active && valid > 0;
     if (boundaries) {
-      tile_rescan<kLanes, kSeg, true>(h, acc, a, ddc, bc, slots, base, ch, d, n0, store, p.ssm_state, e, valid, vec);
+      tile_rescan<kLanes, kSeg, kCh, kKeepU, true>(h, acc, a, u, ddc, d, bc, slots, base, n0, store, p.ssm_state, e,
+                                                   valid, vec);
     } else {
-      tile_rescan<kLanes, kSeg, false>(h, acc, a, ddc, bc, slots, base, ch, d, n0, store, p.ssm_state, e, valid, vec);
+      tile_rescan<kLanes, kSeg, kCh, kKeepU, false>(h, acc, a, u, ddc, d, bc, slots, base, n0, store, p.ssm_state, e,
+                                                    valid, vec);
     }
     reduce_scatter<kLanes / 2, kSeg>(acc, g);
     if (active && g % kShare == 0) {
@@ -629,15 +659,15 @@ __global__ void __launch_bounds__(kTileMaxThreads, 1) scan_tile_kernel(Mamba1Par
         const int tk = base + (g / kShare) * kPer + j;
         const int64_t t = chunk + tk;
         if (t < r.end) {
-          const float2 v = dg[tk * ch + d];
-          p.y[t * I + i] = (acc[j] + v.x) * v.y;
+          const float2 v = dg[tk * kCh + d];
+          y_col[t * I] = (acc[j] + v.x) * v.y;
         }
       }
     }
     if (seg == kSegs - 1) {
 #pragma unroll
       for (int s = 0; s < 4; ++s) carry[s] = h[s];
-      carry_smem[((c + 1) & 1) * group + tcl] = make_float4(h[0], h[1], h[2], h[3]);
+      carry_smem[((c + 1) & 1) * kGroup + tcl] = make_float4(h[0], h[1], h[2], h[3]);
     }
     st = st_next;
   }
@@ -692,43 +722,24 @@ int lanes_for(int N) {
   return lanes;
 }
 
-// Channels per block of the tile scan: the multiple of kUnit (≤ kMaxChannels) that minimises the
-// busiest SM's share, ch × ⌈blocks / SMs⌉ with blocks = ⌈I / ch⌉ × requests; ties to the narrower
-// tile (Mamba-2.8B, one request, 132 SMs: 8 and 40 channels tie; 8 channels, 640 blocks of 4 warps,
-// 5 per SM, measured 827 µs against 849 µs for 40 channels at 8k tokens on the H100).
-template <class S>
-int tile_channels(int I, int32_t count) {
-  int device = 0;
-  int sms = 0;
-  HYBRIDTB_CUDA_CHECK(cudaGetDevice(&device));
-  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  sms = std::max(sms, 1);
-  int best = S::kUnit;
-  int64_t best_cost = INT64_MAX;
-  for (int ch = S::kUnit; ch <= S::kMaxChannels; ch += S::kUnit) {
-    const int64_t blocks = int64_t{(I + ch - 1) / ch} * count;
-    const int64_t cost = ch * ((blocks + sms - 1) / sms);
-    if (cost < best_cost) {
-      best_cost = cost;
-      best = ch;
-    }
-  }
-  return best;
-}
-
-// channels > 0: that tile (rounded down to a multiple of kUnit; the benchmark's sweep), else tile_channels.
-template <int kLanes, int kSegs = 4, int kSeg = 8, int kStages = 4>
-void launch_tile_scan(const Mamba1Params& p, int32_t count, int channels, cudaStream_t stream) {
+// The tile scan of a wave's prefills: grid = (channel tiles, prefill requests). kMinBlocks resident
+// blocks per SM (the register budget): Mamba-2.8B's 5120 channels are 640 blocks of 4 warps for one
+// request, which 132 SMs hold in one wave at 5 per SM — at 4 per SM the last 112 blocks would run a
+// second full-length round. The dynamic shared memory limit is raised once per kernel (per process:
+// hybridtb drives one device) where a tile needs more than the default 48 KB.
+template <int kLanes, int kSegs, int kSeg, int kStages, int kMinBlocks, bool kKeepU>
+void launch_tile_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
   using S = TileScan<kLanes, kSegs, kSeg, kStages>;
-  const int ch = channels > 0 ? std::max(S::kUnit, std::min(channels, S::kMaxChannels) / S::kUnit * S::kUnit)
-                              : tile_channels<S>(p.I, count);
-  const size_t smem = S::smem_bytes(ch);
-  const auto kernel = scan_tile_kernel<kLanes, kSegs, kSeg, kStages>;
-  if (smem > 48 * 1024) {
-    HYBRIDTB_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const auto kernel = scan_tile_kernel<kLanes, kSegs, kSeg, kStages, kMinBlocks, kKeepU>;
+  if constexpr (S::kSmemBytes > 48 * 1024) {
+    static const bool raised = [&] {
+      HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(S::kSmemBytes)));
+      return true;
+    }();
+    (void)raised;
   }
-  kernel<<<dim3((p.I + ch - 1) / ch, count), kSegs * kLanes * ch, smem, stream>>>(p);
+  kernel<<<dim3((p.I + S::kCh - 1) / S::kCh, count), S::kThreads, S::kSmemBytes, stream>>>(p);
 }
 
 // The decode update: grid = (channel blocks, decode requests).
@@ -767,12 +778,22 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
     q.wave.requests += begin;
     q.wave.num_requests -= begin;
     const int32_t count = q.wave.num_requests;
+    // <lanes, segments, tokens per segment, stages, blocks per SM, u kept in registers>
     switch (lanes) {
-      case 1: launch_tile_scan<1>(q, count, 0, stream); break;
-      case 2: launch_tile_scan<2>(q, count, 0, stream); break;
-      case 4: launch_tile_scan<4>(q, count, p.scan_variant == 1 ? 40 : 0, stream); break;  // the benchmark's widest tile
-      case 8: launch_tile_scan<8>(q, count, 0, stream); break;
-      default: launch_tile_scan<16>(q, count, 0, stream); break;
+      case 1: launch_tile_scan<1, 4, 8, 4, 5, false>(q, count, stream); break;
+      case 2: launch_tile_scan<2, 4, 8, 4, 5, false>(q, count, stream); break;
+      case 4:
+        // The benchmark's sweep (0 is the default): 3 segments keeping u in 128 registers at 5 blocks
+        // per SM measured 793 µs at 8k tokens on the H100, 4 segments recomputing u in 96 registers
+        // 815 µs, 4 segments keeping u at 4 blocks per SM 992 µs (a second round of blocks).
+        switch (p.scan_variant) {
+          case 1: launch_tile_scan<4, 4, 8, 4, 5, false>(q, count, stream); break;
+          case 2: launch_tile_scan<4, 4, 8, 4, 4, true>(q, count, stream); break;
+          default: launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream); break;
+        }
+        break;
+      case 8: launch_tile_scan<8, 4, 8, 4, 5, false>(q, count, stream); break;
+      default: launch_tile_scan<16, 4, 8, 3, 2, false>(q, count, stream); break;
     }
     HYBRIDTB_CUDA_CHECK_LAUNCH();
   }

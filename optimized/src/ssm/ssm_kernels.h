@@ -93,8 +93,9 @@ struct Mamba1Params {
   int32_t decode_end = 0;
   int32_t prefill_begin = 0;
   // The benchmark's comparison for 13 ≤ N ≤ 16 (0: the default): 1 runs the decode update in the
-  // previous layout (4 lanes of one quad per channel) and the prefill scan on its widest tile (40
-  // channels per block instead of the per-launch choice).
+  // previous layout (4 lanes of one quad per channel) and the prefill scan with 4 time segments per
+  // block instead of 3, recomputing Δ·c·B in the rescan (96 registers at 5 blocks per SM); 2 runs the
+  // prefill scan with 4 segments keeping Δ·c·B in registers at 4 blocks per SM (128 registers).
   int32_t scan_variant = 0;
   const GpuChunk* chunks = nullptr;  // [num_chunks] every request of the wave (decodes: one chunk)
   int32_t num_chunks = 0;
