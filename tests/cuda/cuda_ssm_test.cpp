@@ -1,5 +1,5 @@
 // The SSM branch of the "cuda" backend against the reference, for every mode (zero,
-// prefix_sum_flat, prefix_sum, ema, mamba1) and every mamba_cache_mode (none, all, align) on mixed
+// prefix_sum_flat, prefix_sum, ema, mamba1, mamba2, gdn) and every mamba_cache_mode (none, all, align) on mixed
 // batches (decodes with context, a decode without context, continued chunks, fresh prefills, a
 // long prefill crossing many scan chunks, CUDA-graph padding): the contribution, the fused output
 // and every state pool within the tolerance table (compare_step, as `hybridtb parity`), padding
@@ -7,7 +7,13 @@
 // implementation refused with NotSupported, chunked prefill == one-shot prefill on the GPU, and
 // bitwise run-to-run reproducibility; for mamba1 also decode-only steps (the scan's single decode
 // launch), long single requests of a length no chunk size divides, 16-bit pools on the vector
-// state path and odd sizes (partial channel tiles and state quads) on the scalar one. Decode-only
+// state path and odd sizes (partial channel tiles and state quads) on the scalar one; for gdn also
+// Qwen3-Next's head dims (128: prefills over many 64-token WY chunks, CUDA-graph decodes), a
+// square 32 × 32 state (a transposed pool would be caught), dk ≠ dv both ways, odd dims on the
+// scalar paths, 16-bit pools and every cache mode; for mamba2 also grouped B/C (8 heads, 2 groups),
+// Mamba-2's head_dim 64 × state 128 (prefills over many 64-token SSD chunks, chunks cut at block
+// boundaries, CUDA-graph decodes), two P tiles with a partial N tile, state 256, odd sizes on the
+// scalar paths and 16-bit pools. Decode-only
 // steps padded for a full CUDA graph (FULL_DECODE_ONLY, every mode and cache mode) run as the
 // fixed-shape decode step (optimized/src/ssm/ssm_gpu_mode.h, FixedDecodeStep), checked here through
 // the backend (parity, padding rows and padding requests' slots untouched, reproducible) and
@@ -60,6 +66,7 @@ struct SsmCase {
   bool odd_mamba = false;     // I 20, N 6, K 3, R 5: partial channel tiles, partial state quads, unaligned B/C
   DType pool_dtype = DType::kFloat32;
   uint64_t seed = 1;
+  std::map<std::string, int64_t> params;  // non-empty: the mode's parameters (overrides the above)
 };
 
 void PrintTo(const SsmCase& c, std::ostream* out) { *out << c.name; }
@@ -104,6 +111,7 @@ AttentionConfig make_config(const SsmCase& c) {
   if (c.odd_mamba) {
     config.ssm_params = {{"intermediate_size", 20}, {"state_size", 6}, {"conv_kernel", 3}, {"dt_rank", 5}};
   }
+  if (!c.params.empty()) config.ssm_params = c.params;
   return config;
 }
 
@@ -144,7 +152,9 @@ std::vector<SsmCase> cases() {
                                                                    {"prefix_sum_flat", "PrefixSumFlat"},
                                                                    {"prefix_sum", "PrefixSum"},
                                                                    {"ema", "Ema"},
-                                                                   {"mamba1", "Mamba1"}};
+                                                                   {"mamba1", "Mamba1"},
+                                                                   {"mamba2", "Mamba2"},
+                                                                   {"gdn", "Gdn"}};
   for (const auto& [mode, mode_name] : modes) {
     // Small ones: the compute-sanitizer subset.
     all.push_back({.name = std::string("Small") + mode_name, .mode = mode, .cache = MambaCacheMode::kAll,
@@ -209,6 +219,109 @@ std::vector<SsmCase> cases() {
   all.push_back({.name = "Mamba1BigLongFp16Pools", .mode = "mamba1", .cache = MambaCacheMode::kAll,
                  .dtype = DType::kFloat16, .requests = kLong, .big_mamba = true, .pool_dtype = DType::kFloat16,
                  .seed = 15});
+  // mamba2 at realistic shapes.
+  // 8 heads of 16 channels, state 32, 2 groups (heads 0-3 read group 0's B and C, 4-7 group 1's);
+  // Mamba-2's own head_dim 64 and state 128 (one group: B and C shared by every head; prefills
+  // crossing many 64-token SSD chunks with mode none, chunks cut at every 16-token block boundary
+  // with mode all); head_dim 80 and state 96 (two P tiles and a partial N tile of the chunk
+  // kernels); state 256 (two state quads per lane in the decode update); odd sizes (head_dim 5,
+  // state 6, conv_kernel 3: the scalar state path, partial tiles everywhere).
+  const auto mamba2 = [](int64_t heads, int64_t head_dim, int64_t state, int64_t groups, int64_t conv_kernel) {
+    return std::map<std::string, int64_t>{{"num_ssm_heads", heads},
+                                          {"head_dim", head_dim},
+                                          {"state_size", state},
+                                          {"n_groups", groups},
+                                          {"conv_kernel", conv_kernel}};
+  };
+  all.push_back({.name = "SmallMamba2Heads8", .mode = "mamba2", .cache = MambaCacheMode::kAll, .requests = kSmall,
+                 .padding_tokens = 2, .padding_requests = 1, .seed = 101, .params = mamba2(8, 16, 32, 2, 4)});
+  all.push_back({.name = "SmallGraphMamba2Heads8", .mode = "mamba2", .cache = MambaCacheMode::kAll,
+                 .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1, .decode_graph = true,
+                 .seed = 103, .params = mamba2(8, 16, 32, 2, 4)});
+  all.push_back({.name = "SmallMamba2OddBf16Pools", .mode = "mamba2", .cache = MambaCacheMode::kAll,
+                 .requests = kSmall, .padding_tokens = 2, .padding_requests = 1, .pool_dtype = DType::kBFloat16,
+                 .seed = 105, .params = mamba2(3, 5, 6, 1, 3)});
+  all.push_back({.name = "SmallGraphMamba2OddFp16Pools", .mode = "mamba2", .cache = MambaCacheMode::kAll,
+                 .dtype = DType::kFloat16, .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1,
+                 .decode_graph = true, .pool_dtype = DType::kFloat16, .seed = 107, .params = mamba2(3, 5, 6, 1, 3)});
+  for (const auto& [cache, cache_name] : caches) {
+    all.push_back({.name = std::string("Mamba2Heads8Mixed") + cache_name + "Bf16", .mode = "mamba2", .cache = cache,
+                   .requests = kMixed, .padding_tokens = 3, .padding_requests = 1, .seed = 109,
+                   .params = mamba2(8, 16, 32, 2, 4)});
+    all.push_back({.name = std::string("Mamba2Head64State128GraphDecodes") + cache_name, .mode = "mamba2",
+                   .cache = cache, .requests = kGraphDecodes, .padding_tokens = 3, .padding_requests = 3,
+                   .decode_graph = true, .seed = 111, .params = mamba2(4, 64, 128, 1, 4)});
+  }
+  all.push_back({.name = "Mamba2Head64State128LongNoneFp32", .mode = "mamba2", .dtype = DType::kFloat32,
+                 .requests = kLong, .seed = 113, .params = mamba2(4, 64, 128, 1, 4)});
+  all.push_back({.name = "Mamba2Head64State128LongAllBf16Pools", .mode = "mamba2", .cache = MambaCacheMode::kAll,
+                 .requests = kLong, .pool_dtype = DType::kBFloat16, .seed = 115, .params = mamba2(4, 64, 128, 1, 4)});
+  all.push_back({.name = "Mamba2Head64State128MixedAlignFp32", .mode = "mamba2", .cache = MambaCacheMode::kAlign,
+                 .dtype = DType::kFloat32, .requests = kMixed, .padding_tokens = 2, .padding_requests = 1,
+                 .seed = 117, .params = mamba2(4, 64, 128, 1, 4)});
+  all.push_back({.name = "Mamba2Head64State128GraphDecodesAllFp16Pools", .mode = "mamba2",
+                 .cache = MambaCacheMode::kAll, .dtype = DType::kFloat16, .requests = kGraphDecodesB,
+                 .padding_tokens = 3, .padding_requests = 3, .decode_graph = true, .pool_dtype = DType::kFloat16,
+                 .seed = 119, .params = mamba2(4, 64, 128, 1, 4)});
+  all.push_back({.name = "Mamba2Heads8LongSingleAllFp32", .mode = "mamba2", .cache = MambaCacheMode::kAll,
+                 .dtype = DType::kFloat32, .requests = kLongSingle, .seed = 121, .params = mamba2(8, 16, 32, 2, 4)});
+  all.push_back({.name = "Mamba2Head80State96MixedNoneFp32", .mode = "mamba2", .dtype = DType::kFloat32,
+                 .requests = kMixed, .seed = 123, .params = mamba2(4, 80, 96, 2, 4)});
+  all.push_back({.name = "Mamba2State256MixedAllBf16", .mode = "mamba2", .cache = MambaCacheMode::kAll,
+                 .requests = kMixed, .padding_tokens = 2, .padding_requests = 1, .seed = 125,
+                 .params = mamba2(2, 32, 256, 1, 4)});
+  all.push_back({.name = "Mamba2State256GraphDecodesNone", .mode = "mamba2", .requests = kGraphDecodes,
+                 .padding_tokens = 3, .padding_requests = 3, .decode_graph = true, .seed = 127,
+                 .params = mamba2(2, 32, 256, 1, 4)});
+  all.push_back({.name = "Mamba2OddMixedAlignFp16Pools", .mode = "mamba2", .cache = MambaCacheMode::kAlign,
+                 .requests = kMixed, .padding_tokens = 2, .padding_requests = 1, .pool_dtype = DType::kFloat16,
+                 .seed = 129, .params = mamba2(3, 5, 6, 1, 3)});
+  // gdn at realistic shapes.
+  // Two value heads per key head (Qwen3-Next's ratio) with head dims 32 (a square state: a
+  // transposed pool would be caught), 128 (Qwen3-Next's; prefills crossing many 64-token chunks
+  // with mode none, chunks cut at every 16-token block boundary with mode all), unequal key and
+  // value dims both ways (partial state tiles, fewer lanes per state row), and odd ones (dk 6, dv 10,
+  // conv_kernel 3: the scalar state and activation paths).
+  const auto gdn = [](int64_t dk, int64_t dv, int64_t conv_kernel) {
+    return std::map<std::string, int64_t>{{"num_k_heads", 2},
+                                          {"num_v_heads", 4},
+                                          {"head_k_dim", dk},
+                                          {"head_v_dim", dv},
+                                          {"conv_kernel", conv_kernel}};
+  };
+  all.push_back({.name = "SmallGdnHeads32", .mode = "gdn", .cache = MambaCacheMode::kAll, .requests = kSmall,
+                 .padding_tokens = 2, .padding_requests = 1, .seed = 61, .params = gdn(32, 32, 4)});
+  all.push_back({.name = "SmallGraphGdnHeads32", .mode = "gdn", .cache = MambaCacheMode::kAll,
+                 .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1, .decode_graph = true,
+                 .seed = 63, .params = gdn(32, 32, 4)});
+  all.push_back({.name = "SmallGdnOddBf16Pools", .mode = "gdn", .cache = MambaCacheMode::kAll, .requests = kSmall,
+                 .padding_tokens = 2, .padding_requests = 1, .pool_dtype = DType::kBFloat16, .seed = 65,
+                 .params = gdn(6, 10, 3)});
+  for (const auto& [cache, cache_name] : caches) {
+    all.push_back({.name = std::string("GdnHeads32Mixed") + cache_name + "Bf16", .mode = "gdn", .cache = cache,
+                   .requests = kMixed, .padding_tokens = 3, .padding_requests = 1, .seed = 67,
+                   .params = gdn(32, 32, 4)});
+    all.push_back({.name = std::string("GdnHeads128GraphDecodes") + cache_name, .mode = "gdn", .cache = cache,
+                   .requests = kGraphDecodes, .padding_tokens = 3, .padding_requests = 3, .decode_graph = true,
+                   .seed = 69, .params = gdn(128, 128, 4)});
+  }
+  all.push_back({.name = "GdnHeads128LongNoneFp32", .mode = "gdn", .dtype = DType::kFloat32, .requests = kLong,
+                 .seed = 71, .params = gdn(128, 128, 4)});
+  all.push_back({.name = "GdnHeads128LongAllBf16Pools", .mode = "gdn", .cache = MambaCacheMode::kAll,
+                 .requests = kLong, .pool_dtype = DType::kBFloat16, .seed = 73, .params = gdn(128, 128, 4)});
+  all.push_back({.name = "GdnHeads128MixedAlignFp32", .mode = "gdn", .cache = MambaCacheMode::kAlign,
+                 .dtype = DType::kFloat32, .requests = kMixed, .padding_tokens = 2, .padding_requests = 1,
+                 .seed = 75, .params = gdn(128, 128, 4)});
+  all.push_back({.name = "GdnHeads128GraphDecodesAllFp16Pools", .mode = "gdn", .cache = MambaCacheMode::kAll,
+                 .dtype = DType::kFloat16, .requests = kGraphDecodesB, .padding_tokens = 3, .padding_requests = 3,
+                 .decode_graph = true, .pool_dtype = DType::kFloat16, .seed = 77, .params = gdn(128, 128, 4)});
+  all.push_back({.name = "GdnWideKeysMixedAllFp32", .mode = "gdn", .cache = MambaCacheMode::kAll,
+                 .dtype = DType::kFloat32, .requests = kMixed, .seed = 79, .params = gdn(64, 32, 4)});
+  all.push_back({.name = "GdnWideValuesLongSingleNone", .mode = "gdn", .requests = kLongSingle, .seed = 81,
+                 .params = gdn(16, 48, 4)});
+  all.push_back({.name = "GdnOddMixedAlignFp16Pools", .mode = "gdn", .cache = MambaCacheMode::kAlign,
+                 .requests = kMixed, .padding_tokens = 2, .padding_requests = 1, .pool_dtype = DType::kFloat16,
+                 .seed = 83, .params = gdn(6, 10, 3)});
   return all;
 }
 
@@ -345,7 +458,7 @@ void expect_chunked_equals_one_shot(const std::string& mode, int64_t length, int
 TEST(CudaSsm, ChunkedPrefillEqualsOneShot) {
   const std::string reason = cuda_unavailable_reason();
   if (!reason.empty()) GTEST_SKIP() << reason;
-  for (const std::string mode : {"prefix_sum", "ema", "mamba1"}) {
+  for (const std::string mode : {"prefix_sum", "ema", "mamba1", "mamba2", "gdn"}) {
     for (const MambaCacheMode cache : {MambaCacheMode::kNone, MambaCacheMode::kAll}) {
       SCOPED_TRACE(mode + " cache " + std::string(to_string(cache)));
       expect_chunked_equals_one_shot(mode, 400, 1, cache);

@@ -10,6 +10,8 @@ void register_builtin_gpu_modes(GpuModeRegistry& registry) {
   HYBRIDTB_GPU_SSM_MODE(registry, prefix_sum);
   HYBRIDTB_GPU_SSM_MODE(registry, mamba1);
   HYBRIDTB_GPU_SSM_MODE(registry, ema);
+  HYBRIDTB_GPU_SSM_MODE(registry, mamba2);
+  HYBRIDTB_GPU_SSM_MODE(registry, gdn);
 }
 
 }  // namespace hybridtb::cuda::ssm

@@ -1,0 +1,210 @@
+// GPU ssm_mode "gdn" (reference/ssm/gdn.cpp: Qwen3-Next's Gated DeltaNet as vLLM/fla/FlashInfer
+// serve it), float32 arithmetic:
+//   qkvz = hidden·in_proj_qkvz^T       cuBLAS, [T, conv_dim + Hv·dv]: q_all | k_all | v_all | z_all
+//   ba   = hidden·in_proj_ba^T         cuBLAS, [T, 2·Hv]: b | a
+//   o    = the GDN core (launch_gdn_core, below; gdn_kernels.h) of mixed_qkv = qkvz[:, :conv_dim], a, b
+//   y    = o_h / sqrt(mean(o_h²) + 1e-6) ⊙ norm_weight ⊙ silu(z_h)   per value head h (rows that run)
+//   out  = y·out_proj^T                cuBLAS, [T, H], stored for the rows that run
+// The core, per wave: the shared causal conv + SiLU front end (causal_conv.h) over mixed_qkv with its
+// conv-state stash and final/block-boundary writes; the per-token preparation (L2-normalised q and k,
+// q·dk^-1/2, g, β); then the decodes' single-step update (one bandwidth-bound launch) and the
+// prefills' chunked WY form (chunks of 64 cut after block-boundary tokens: the host plans them and
+// uploads the list per wave). A fixed decode step (ssm_gpu_mode.h) runs the same GEMMs over all T
+// padded rows and, for its one wave of R entries, the single-token conv, the preparation and the
+// decode update straight from the request table: no host-side lists, no uploads.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hybridtb/error.h"
+#include "ssm/causal_conv.h"
+#include "ssm/gdn_kernels.h"
+#include "ssm/gemm_rows.h"
+#include "ssm/ssm_gpu_mode.h"
+#include "ssm/ssm_kernels.h"
+
+namespace hybridtb::cuda::ssm {
+namespace {
+
+// The sizes of /config/ssm (the driver has checked every tensor against them).
+struct GdnSizes {
+  int64_t Hk = 0, Hv = 0, dk = 0, dv = 0, K = 0;
+  int64_t conv_dim() const { return 2 * Hk * dk + Hv * dv; }
+  int64_t value_width() const { return Hv * dv; }
+};
+
+GdnSizes sizes_of(const GpuStep& step) {
+  const auto& params = step.config->ssm_params;
+  return GdnSizes{.Hk = params.at("num_k_heads"),
+                  .Hv = params.at("num_v_heads"),
+                  .dk = params.at("head_k_dim"),
+                  .dv = params.at("head_v_dim"),
+                  .K = params.at("conv_kernel")};
+}
+
+WeightRef weight_or_absent(const GpuStep& step, const char* name) {
+  const GpuWeight* w = step.weight(name);
+  return w != nullptr ? w->ref : WeightRef{};
+}
+
+// The eager plan of one wave: its decodes' range and its prefills' chunks (uploaded to the step's
+// scratch). A chunk ends after kGdnChunk tokens, after a block-boundary token (its exit state is the
+// boundary state) or at the request's end, whichever comes first.
+void plan_wave(const GpuStep& step, const GpuWave& wave, GdnParams& p) {
+  std::vector<GdnPrefill> prefills;
+  std::vector<GdnChunk> chunks;
+  p.decode_end = 0;
+  for (size_t r = 0; r < wave.host.size(); ++r) {
+    const GpuRequest& request = wave.host[r];
+    if (request.decode != 0) {
+      p.decode_end = static_cast<int32_t>(r + 1);  // the driver lists decodes first
+      continue;
+    }
+    GdnPrefill prefill;
+    prefill.request = static_cast<int32_t>(r);
+    prefill.first_chunk = static_cast<int32_t>(chunks.size());
+    for (int32_t begin = request.begin; begin < request.end;) {
+      int32_t end = std::min(request.end, begin + kGdnChunk);
+      for (int32_t b = 0; b < request.num_boundaries; ++b) {
+        const int32_t token = step.boundaries[static_cast<size_t>(request.first_boundary + b)].token;
+        if (token >= begin && token + 1 < end) end = token + 1;
+      }
+      chunks.push_back(GdnChunk{static_cast<int32_t>(r), begin, end, 0});
+      begin = end;
+    }
+    prefill.num_chunks = static_cast<int32_t>(chunks.size()) - prefill.first_chunk;
+    prefills.push_back(prefill);
+  }
+  p.prefills = step.context->upload(prefills);
+  p.num_prefills = static_cast<int32_t>(prefills.size());
+  p.chunks = step.context->upload(chunks);
+  p.num_chunks = static_cast<int32_t>(chunks.size());
+}
+
+}  // namespace
+
+void check_gdn_supported(const GpuStep& step) {
+  const GdnSizes s = sizes_of(step);
+  if (s.dk > kGdnMaxHeadDim || s.dv > kGdnMaxHeadDim) {
+    throw NotSupported(detail::concat("cuda backend: ssm_mode gdn with head_k_dim ", s.dk, " and head_v_dim ", s.dv,
+                                      " (the GPU kernels take head_k_dim and head_v_dim <= ", kGdnMaxHeadDim, ")"));
+  }
+  if (s.K < 2 || s.K > kCausalConvMaxKernel) {
+    throw NotSupported(detail::concat("cuda backend: ssm_mode gdn with conv_kernel ", s.K,
+                                      " (the GPU conv takes conv_kernel 2..", kCausalConvMaxKernel, ")"));
+  }
+}
+
+void launch_gdn_core(const GpuStep& step, const GdnCoreIo& io) {
+  const cudaStream_t stream = step.context->stream();
+  const GdnSizes s = sizes_of(step);
+  const int64_t T = step.num_tokens;
+
+  CausalConvParams conv;
+  conv.channels = static_cast<int32_t>(s.conv_dim());
+  conv.kernel = static_cast<int32_t>(s.K);
+  conv.in = io.mixed_qkv;
+  conv.in_stride = io.mixed_qkv_stride;
+  conv.weight = weight_or_absent(step, "conv1d_weight");
+  conv.bias = weight_or_absent(step, "conv1d_bias");
+  conv.state = step.pools.at("conv_state");
+
+  GdnParams base;
+  base.Hk = static_cast<int32_t>(s.Hk);
+  base.Hv = static_cast<int32_t>(s.Hv);
+  base.dk = static_cast<int32_t>(s.dk);
+  base.dv = static_cast<int32_t>(s.dv);
+  base.num_tokens = T;
+  base.boundary_slot = step.boundary_slot;
+  base.qkv = step.scratch_of<float>(T * s.conv_dim());
+  base.a = io.a;
+  base.b = io.b;
+  base.gate_stride = io.gate_stride;
+  base.g = step.scratch_of<float>(T * s.Hv);
+  base.beta = step.scratch_of<float>(T * s.Hv);
+  base.o = io.o;
+  base.A_log = weight_or_absent(step, "A_log");
+  base.dt_bias = weight_or_absent(step, "dt_bias");
+  base.recurrent_state = step.pools.at("recurrent_state");
+  conv.out = base.qkv;
+
+  if (step.fixed) {
+    // One wave of R entries, each empty or one decode token: nothing host-side depends on the batch.
+    GdnParams p = base;
+    p.wave = step.waves.front().device;
+    p.decode_end = p.wave.num_requests;
+    causal_conv_silu_fixed(step, conv);
+    launch_gdn_prepare(p, stream);
+    launch_gdn_decode(p, stream);
+    return;
+  }
+
+  // Eager: the chunk buffers (indexed by token row, so every wave's prefills share them) when any
+  // wave has a prefill.
+  const bool any_prefill = std::any_of(step.waves.begin(), step.waves.end(), [](const GpuWave& wave) {
+    return std::any_of(wave.host.begin(), wave.host.end(), [](const GpuRequest& r) { return r.decode == 0; });
+  });
+  if (any_prefill) {
+    base.w = step.scratch_of<float>(T * s.Hv * s.dk);
+    base.u = step.scratch_of<float>(T * s.Hv * s.dv);
+    base.attn = step.scratch_of<float>(T * s.Hv * kGdnChunk);
+    base.gcum = step.scratch_of<float>(T * s.Hv);
+  }
+  for (const GpuWave& wave : step.waves) {
+    GdnParams p = base;
+    p.wave = wave.device;
+    plan_wave(step, wave, p);
+    causal_conv_silu(step, wave, conv);
+    launch_gdn_prepare(p, stream);
+    launch_gdn_decode(p, stream);
+    launch_gdn_prefill(p, stream);
+  }
+}
+
+namespace {
+
+class GdnGpuMode final : public GpuMode {
+ public:
+  std::string name() const override { return "gdn"; }
+  bool uses_cublas() const override { return true; }
+  void check_supported(const GpuStep& step) const override { check_gdn_supported(step); }
+
+  void forward(const GpuStep& step) const override {
+    const cudaStream_t stream = step.context->stream();
+    const GdnSizes s = sizes_of(step);
+    const int64_t T = step.num_tokens, H = step.hidden_size;
+    const int64_t qkvz_width = s.conv_dim() + s.value_width();
+
+    float* qkvz = step.scratch_of<float>(T * qkvz_width);
+    float* ba = step.scratch_of<float>(T * 2 * s.Hv);
+    float* o = step.scratch_of<float>(T * s.value_width());
+    float* y = step.scratch_of<float>(T * s.value_width());
+    float* out = step.scratch_of<float>(T * H);
+
+    gemm_rows(step, qkvz, T, qkvz_width, step.hidden.data, step.hidden.kind, step.hidden.row_stride, H,
+              weight_or_absent(step, "in_proj_qkvz"), "gdn in_proj_qkvz");
+    gemm_rows(step, ba, T, 2 * s.Hv, step.hidden.data, step.hidden.kind, step.hidden.row_stride, H,
+              weight_or_absent(step, "in_proj_ba"), "gdn in_proj_ba");
+    GdnCoreIo io;
+    io.mixed_qkv = qkvz;  // the first conv_dim columns of each qkvz row
+    io.mixed_qkv_stride = qkvz_width;
+    io.b = ba;            // in_proj_ba rows: b, then a
+    io.a = ba + s.Hv;
+    io.gate_stride = 2 * s.Hv;
+    io.o = o;
+    launch_gdn_core(step, io);
+    launch_gdn_gated_norm(o, qkvz + s.conv_dim(), qkvz_width, weight_or_absent(step, "norm_weight"), y,
+                          static_cast<int32_t>(s.Hv), static_cast<int32_t>(s.dv), T, step.active, stream);
+    gemm_rows(step, out, T, H, y, ElementKind::kFloat32, s.value_width(), s.value_width(),
+              weight_or_absent(step, "out_proj"), "gdn out_proj");
+    launch_bias_rows(step.contribution, out, WeightRef{}, H, T, step.active, stream);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<GpuMode> make_gdn_gpu_mode() { return std::make_unique<GdnGpuMode>(); }
+
+}  // namespace hybridtb::cuda::ssm

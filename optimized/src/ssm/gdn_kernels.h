@@ -1,0 +1,125 @@
+// The GPU Gated DeltaNet (ssm_mode gdn, reference/ssm/gdn.cpp + gdn_core.h): the core launcher a
+// per-layer hybrid backend calls on its own (launch_gdn_core: conv + SiLU, L2-normalised q and k,
+// gates, the gated delta rule; defined in gdn.cpp) and the kernels under it (gdn_kernels.cu): the
+// per-token preparation, the bandwidth-bound single-token decode update, the chunked WY prefill
+// (chunk 64) and the gated RMSNorm of the mode. C++17, no CUDA headers beyond the runtime's stream
+// type; every launcher checks its launch and throws hybridtb::Error on failure.
+//
+// Shapes (Hk key heads of dk, Hv value heads of dv, value head h reads key head h / (Hv/Hk)):
+//   mixed_qkv [T, conv_dim = 2·Hk·dk + Hv·dv]  q_all | k_all | v_all, before the conv
+//   a, b      [T, Hv]                          the decay's input and β's logit
+//   o         [T, Hv·dv]                       the delta rule's read-out, value head major
+//   pools     conv_state [slots, conv_dim, K−1] (oldest first), recurrent_state [slots, Hv, dv, dk]
+//             (V-major: row v of value head h is contiguous in k, as vLLM/SGLang/FlashInfer store it)
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "ssm/ssm_params.h"
+
+namespace hybridtb::cuda::ssm {
+
+struct GpuStep;  // ssm_gpu_mode.h (C++20; launch_gdn_core is defined in gdn.cpp)
+
+// --- the core launcher ------------------------------------------------------------------------------
+
+// Device inputs and output of the GDN core for the step's rows [0, step.num_tokens), float32.
+struct GdnCoreIo {
+  const float* mixed_qkv = nullptr;  // [T, conv_dim] before the conv, rows mixed_qkv_stride apart
+  int64_t mixed_qkv_stride = 0;
+  const float* a = nullptr;  // [T, Hv], rows gate_stride apart
+  const float* b = nullptr;  // [T, Hv], rows gate_stride apart
+  int64_t gate_stride = 0;
+  float* o = nullptr;  // [T, Hv·dv] dense: written for the tokens of the step's requests, other rows untouched
+};
+
+// Runs the GDN core over every wave of `step` (eager or fixed, ssm_gpu_mode.h): per wave the conv
+// front end (causal_conv.h: conv-state stash, conv + SiLU, final and block-boundary conv states),
+// the per-token preparation, then the decodes' single-step update and the prefills' chunked form,
+// writing o for the wave's tokens and recurrent_state to the write slots (and, mamba_cache_mode
+// all, to the block-boundary slots). Sizes from step.config->ssm_params (num_k_heads, num_v_heads,
+// head_k_dim, head_v_dim, conv_kernel); weights conv1d_weight, conv1d_bias (optional), A_log,
+// dt_bias from step.weights; pools conv_state and recurrent_state from step.pools. Scratch from
+// step.scratch() only; a fixed step uploads nothing. Call check_gdn_supported first.
+void launch_gdn_core(const GpuStep& step, const GdnCoreIo& io);
+
+// Throws NotSupported naming the limit for sizes the kernels do not take (below).
+void check_gdn_supported(const GpuStep& step);
+
+inline constexpr int kGdnMaxHeadDim = 128;  // head_k_dim, head_v_dim ≤ 128 (Qwen3-Next: 128)
+inline constexpr int kGdnChunk = 64;        // tokens per chunk of the WY prefill (fla's chunk size)
+
+// --- the kernels ------------------------------------------------------------------------------------
+
+// A piece of ≤ kGdnChunk consecutive tokens of one prefill request. Chunks end at kGdnChunk tokens,
+// at every block-boundary token (mamba_cache_mode all: the state after it is written, so it must be
+// a chunk's last token) and at the request's end; a request's chunks are consecutive in the list.
+struct GdnChunk {
+  int32_t request = 0;  // index in the wave
+  int32_t begin = 0;    // token rows [begin, end)
+  int32_t end = 0;
+  int32_t unused = 0;
+};
+
+// A prefill request of the wave and its chunks [first_chunk, first_chunk + num_chunks).
+struct GdnPrefill {
+  int32_t request = 0;  // index in the wave
+  int32_t first_chunk = 0;
+  int32_t num_chunks = 0;
+  int32_t unused = 0;
+};
+
+struct GdnParams {
+  int32_t Hk = 0, Hv = 0, dk = 0, dv = 0;
+  int64_t num_tokens = 0;  // T
+  WaveRef wave;
+  // The wave's decodes are entries [0, decode_end) (the driver lists them first; a fixed step: every
+  // entry, empty ones skipped); the decode kernel skips entries that are not one-token decodes.
+  int32_t decode_end = 0;
+  // The wave's prefills, their chunks (eager only; device arrays in the step's scratch).
+  const GdnPrefill* prefills = nullptr;
+  int32_t num_prefills = 0;
+  const GdnChunk* chunks = nullptr;
+  int32_t num_chunks = 0;
+  const int32_t* boundary_slot = nullptr;  // [T] −1, or the slot the state after row t goes to (eager)
+  // Activations (float32).
+  float* qkv = nullptr;  // [T, conv_dim] conv output after SiLU; q and k normalised in place
+  const float* a = nullptr;
+  const float* b = nullptr;
+  int64_t gate_stride = 0;
+  float* g = nullptr;     // [T, Hv] log decay −exp(A_log)·softplus(a + dt_bias)
+  float* beta = nullptr;  // [T, Hv] sigmoid(b)
+  float* o = nullptr;     // [T, Hv·dv]
+  // Chunk scratch (prefills), per token row t and value head h:
+  float* w = nullptr;      // [T, Hv, dk] W = (I + A)^-1·diag(β·e^G)·K
+  float* u = nullptr;      // [T, Hv, dv] U = (I + A)^-1·diag(β)·V
+  float* attn = nullptr;   // [T, Hv, kGdnChunk] row i of the chunk: (q̂_i·k̂_j)·e^(G_i − G_j), j ≤ i (else 0)
+  float* gcum = nullptr;   // [T, Hv] G_i: the in-chunk inclusive cumsum of g
+  // Weights and the state pool.
+  WeightRef A_log, dt_bias;
+  PoolRef recurrent_state;
+};
+
+// Per token of the wave's requests: q and k of each key head L2-normalised (1e-6 inside the square
+// root, as fla's l2norm_fwd), q times dk^-1/2, in place in qkv; g and β per value head. Empty
+// entries are skipped; grid from the wave's num_requests and max_tokens only.
+void launch_gdn_prepare(const GdnParams& p, cudaStream_t stream);
+// Decodes (entries [0, decode_end) that are one-token decodes), bandwidth-bound: each value head's
+// [dv, dk] state read and written once, row by row — decay, predict, correct, read (the reference's
+// delta_rule_step) — in 16-byte accesses where the pool allows. Grid from Hv, dv and decode_end only.
+void launch_gdn_decode(const GdnParams& p, cudaStream_t stream);
+// Prefills (chunked WY form): the intra-chunk kernel (per chunk × value head: A, the triangular
+// solve, W, U, the masked decayed q·k) and the state pass (per prefill × value head × tile of 32
+// state rows: sequential over the request's chunks, writing o, the block-boundary states and the
+// final state).
+void launch_gdn_prefill(const GdnParams& p, cudaStream_t stream);
+
+// The mode's gated RMSNorm, per row t flagged kRowActive and value head h:
+//   y[t, h·dv + i] = o_i / sqrt(mean(o²) + 1e-6) · norm_weight[i] · silu(z[t, h·dv + i])
+// z rows z_stride apart; rows not flagged kRowActive are not written.
+void launch_gdn_gated_norm(const float* o, const float* z, int64_t z_stride, WeightRef norm_weight, float* y,
+                           int32_t Hv, int32_t dv, int64_t num_tokens, const int32_t* flags, cudaStream_t stream);
+
+}  // namespace hybridtb::cuda::ssm

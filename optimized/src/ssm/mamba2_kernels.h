@@ -1,0 +1,100 @@
+// Launchers of the mamba2 GPU mode's kernels (mamba2_kernels.cu): the single-step decode update,
+// the chunked SSD prefill (chunk states, state passing, chunk scan) and the gated RMSNorm. C++17,
+// no CUDA headers beyond the runtime's stream type; every launcher checks its launch and throws
+// hybridtb::Error on failure. The conv front end is causal_conv.h's; the projections gemm_rows.h's.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "ssm/ssm_params.h"
+
+namespace hybridtb::cuda::ssm {
+
+inline constexpr int kMamba2ChunkTokens = 64;  // tokens per SSD chunk (at most; chunks also end at boundaries)
+inline constexpr int kMamba2MaxState = 256;    // state_size ≤ 256 (the decode update: ≤ 2 quads per lane)
+
+// A chunk of the SSD prefill: ≤ kMamba2ChunkTokens consecutive token rows of one prefill request.
+// The host cuts every request's rows into chunks from its first row on, also ending a chunk after
+// each block-boundary row (mamba_cache_mode all), so boundary states are exactly the states
+// between chunks — the ones the state passing computes anyway.
+struct Mamba2Chunk {
+  int32_t begin = 0;           // token rows [begin, end)
+  int32_t end = 0;
+  int32_t boundary_slot = -1;  // the slot receiving the state after row end − 1, or −1
+  int32_t unused = 0;
+};
+
+// A prefill request of the wave as the state passing walks it: chunks [first_chunk,
+// first_chunk + num_chunks), consecutive in the chunk list.
+struct Mamba2Sequence {
+  int32_t first_chunk = 0;
+  int32_t num_chunks = 0;
+  int32_t read_slot = -1;  // the initial state (−1: zeros)
+  int32_t write_slot = 0;  // the state after the request's last row
+};
+
+struct Mamba2Params {
+  int32_t heads = 0;     // Hs
+  int32_t head_dim = 0;  // P
+  int32_t state = 0;     // N
+  int32_t groups = 0;    // G: head h reads the B and C of group h / (Hs / G)
+  int64_t num_tokens = 0;
+  // Activations (float32, dense). in_proj's output rows [z (d_ssm) | xBC (conv_dim) | dt (Hs)]
+  // without its bias; the conv's output rows [x (d_ssm) | B (G·N) | C (G·N)].
+  const float* zxbcdt = nullptr;  // [T, 2·d_ssm + 2·G·N + Hs]
+  const float* xbc = nullptr;     // [T, d_ssm + 2·G·N]
+  float* y = nullptr;             // [T, d_ssm] the SSM output with the D skip (before the norm)
+  // Weights: in_proj_bias (optional, [2·d_ssm + 2·G·N + Hs]), dt_bias, A_log and D [Hs].
+  WeightRef in_bias, dt_bias, A_log, D;
+  PoolRef ssm_state;  // [slots, Hs, P, N]
+
+  // Decode update (launch_mamba2_decode): the wave's entries with one token. decode_all: every
+  // non-empty entry (a fixed decode step); else only entries flagged decode (an eager wave).
+  WaveRef wave;
+  int32_t decode_all = 0;
+  const int32_t* boundary_slot = nullptr;  // eager: [T] −1 or the slot receiving the state after row t
+
+  // Chunked prefill (launch_mamba2_prefill): host-planned lists (uploaded) and scratch.
+  const Mamba2Chunk* chunks = nullptr;  // [num_chunks]
+  int32_t num_chunks = 0;
+  const Mamba2Sequence* sequences = nullptr;  // [num_sequences]
+  int32_t num_sequences = 0;
+  float* chunk_states = nullptr;  // [num_chunks, Hs, P, N]: each chunk's own state sum, then the state entering it
+  float* chunk_decay = nullptr;   // [num_chunks, Hs]: exp(Σ_chunk Δ·A), the decay across the whole chunk
+};
+
+// The single-step update (vLLM's selective_state_update) of the wave's decode entries: per head,
+// Δ = softplus(dt + dt_bias), S = exp(Δ·A)·S + Δ·x ⊗ B, y = S·C + D·x; S read from read_slot (zeros
+// if −1) and written to write_slot (and the boundary slot of the row, if any). Every state row is
+// read and written once, in 16-byte accesses whatever the pool's element, several rows in flight
+// per thread. Grid from Hs, P, N and the wave's num_requests only (fixed decode steps).
+void launch_mamba2_decode(const Mamba2Params& p, cudaStream_t stream);
+
+// The chunked SSD prefill of the wave's sequences: (1) per chunk × head × (P, N) tile the chunk's
+// own state sum and decay, (2) per sequence × state element the state passing across its chunks
+// from the saved state (block-boundary and final states stored to the pool), (3) per chunk × head ×
+// P tile the outputs: the intra-chunk term (C·Bᵀ masked by the segment-sum decay) + the
+// inter-chunk term exp(Λ_t)·(H·C_t) + D·x.
+void launch_mamba2_prefill(const Mamba2Params& p, cudaStream_t stream);
+
+// Gated RMSNorm (mamba_ssm's RMSNormGated, norm_before_gate False) of rows t < num_tokens flagged
+// kRowActive: v = y ⊙ silu(z + z_bias), then per group of d_ssm / G channels
+// v / sqrt(mean(v²) + eps) ⊙ norm_weight. Other rows of `out` are not written.
+struct Mamba2NormParams {
+  int32_t d_ssm = 0;
+  int32_t groups = 0;
+  int64_t num_tokens = 0;
+  float eps = 1e-5f;
+  const float* y = nullptr;       // [T, d_ssm]
+  const float* z = nullptr;       // z of row t at z[t·z_stride …] (in_proj's output, no bias)
+  int64_t z_stride = 0;
+  WeightRef z_bias;               // optional: in_proj_bias (its first d_ssm values are z's)
+  WeightRef norm_weight;          // [d_ssm]
+  const int32_t* flags = nullptr;  // [T] row flags
+  float* out = nullptr;           // [T, d_ssm]
+};
+void launch_mamba2_gated_norm(const Mamba2NormParams& p, cudaStream_t stream);
+
+}  // namespace hybridtb::cuda::ssm
