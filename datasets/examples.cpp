@@ -2,6 +2,9 @@
 #include "examples.h"
 
 #include <cmath>
+#include <map>
+#include <string>
+#include <utility>
 
 #include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/synthetic.h"
@@ -176,6 +179,39 @@ BatchFile hybrid_zero_bf16() {
   return make_synthetic_batch(small_hybrid_layer("zero"), {}, {{12, 1}, {0, 9}}, {.seed = 25});
 }
 
+// A linear-attention layer of a per-layer model (layer_kind: the mode's core is the whole mixer).
+// Its attention attributes are those of the model's attention layers (small_hybrid_layer's), which
+// the step's metadata is built from; it holds no query, key, value or KV cache.
+AttentionConfig small_linear_layer(LayerKind kind, std::map<std::string, int64_t> params) {
+  AttentionConfig c = small_hybrid_layer(std::string(to_string(kind)));
+  c.layer_kind = kind;
+  c.ssm_params = std::move(params);
+  return c;
+}
+
+// A Qwen3-Next-style Gated DeltaNet layer, scaled down (2 key heads, 4 value heads, dk 16 ≠ dv 8 so
+// that a transposed recurrent state cannot go unnoticed): decodes, a continued chunk, a fresh
+// prefill, then a padding request and two CUDA-graph padding rows that must stay unwritten.
+BatchFile linear_gdn_bf16() {
+  const AttentionConfig c = small_linear_layer(
+      LayerKind::kGdn, {{"num_k_heads", 2}, {"num_v_heads", 4}, {"head_k_dim", 16}, {"head_v_dim", 8}, {"conv_kernel", 4}});
+  BatchFile f = make_synthetic_batch(c, {}, {{40, 1}, {7, 1}, {50, 30}, {0, 21}},
+                                     {.seed = 27, .padding_tokens = 2, .padding_requests = 1, .ssm_block_table = true});
+  return with_ssm_tensors(std::move(f), 28);
+}
+
+// A Mamba-2 layer of a per-layer design (4 SSM heads of 8, state 8, 2 groups), float32, with
+// prefix caching (mamba_cache_mode all: states written at every 16-token boundary).
+BatchFile linear_mamba2_all_fp32() {
+  AttentionConfig c = small_linear_layer(
+      LayerKind::kMamba2, {{"num_ssm_heads", 4}, {"head_dim", 8}, {"state_size", 8}, {"n_groups", 2}, {"conv_kernel", 4}});
+  c.dtype = DType::kFloat32;
+  c.mamba_cache_mode = MambaCacheMode::kAll;
+  c.mamba_block_size = 16;
+  BatchFile f = make_synthetic_batch(c, {}, {{40, 1}, {20, 30}, {0, 18}}, {.seed = 29, .ssm_block_table = true});
+  return with_ssm_tensors(std::move(f), 30);
+}
+
 }  // namespace
 
 const std::vector<Example>& all() {
@@ -199,6 +235,10 @@ const std::vector<Example>& all() {
        hybrid_prefix_sum_flat_bf16},
       {"hybrid_ema_align_fp32.h5", "the guide's ema mode with prefix caching (mode align), fp32", hybrid_ema_align_fp32},
       {"hybrid_zero_bf16.h5", "the seed's default zero contribution, bf16", hybrid_zero_bf16},
+      {"linear_gdn_bf16.h5", "a Gated DeltaNet linear-attention layer (layer_kind gdn), mixed step with padding, bf16",
+       linear_gdn_bf16},
+      {"linear_mamba2_all_fp32.h5",
+       "a Mamba-2 linear-attention layer (layer_kind mamba2), prefix caching (mode all), fp32", linear_mamba2_all_fp32},
   };
   return examples;
 }

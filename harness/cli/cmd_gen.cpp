@@ -165,7 +165,7 @@ Command add_gen_command(CLI::App& app) {
   cmd->add_flag("--alias-blocks", opt->alias_blocks,
                 "Random block-table aliasing: blocks a request only reads are drawn with repeats from a small pool");
   cmd->add_option("--ssm-slots", opt->ssm_slots,
-                  "A dedicated /batch/ssm_block_table: auto (on when the layer has an SSM branch) | on | off")
+                  "A dedicated /batch/ssm_block_table: auto (on when the layer keeps SSM state) | on (any layer) | off")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd->add_flag("--no-shuffle", opt->no_shuffle, "Consecutive block ids instead of shuffled ones");
@@ -263,9 +263,13 @@ Command add_gen_command(CLI::App& app) {
                   std::cout << "wrote " << path << ": " << preset_names[p] << " " << mix_name << ", " << b.num_reqs()
                             << " requests, " << b.num_actual_tokens << " tokens";
                   if (b.num_tokens() != b.num_actual_tokens) std::cout << " (padded to " << b.num_tokens() << ")";
-                  std::cout << ", " << (c.attn_type == AttnType::kDecoder ? check.inputs.kv_cache.size(0) : 0)
-                            << " KV blocks, " << to_string(c.dtype) << "/" << to_string(c.kv_cache_dtype)
-                            << ", ssm " << c.ssm_mode << ", " << human_bytes(batch_bytes(check)) << ", " << std::fixed
+                  if (c.is_linear_layer()) {  // no KV cache: the model's attention layers hold it
+                    std::cout << ", " << to_string(c.layer_kind) << " layer, " << to_string(c.dtype);
+                  } else {
+                    std::cout << ", " << (c.attn_type == AttnType::kDecoder ? check.inputs.kv_cache.size(0) : 0)
+                              << " KV blocks, " << to_string(c.dtype) << "/" << to_string(c.kv_cache_dtype);
+                  }
+                  std::cout << ", ssm " << c.ssm_mode << ", " << human_bytes(batch_bytes(check)) << ", " << std::fixed
                             << std::setprecision(2) << seconds << " s\n";
                 }
               }

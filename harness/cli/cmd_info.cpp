@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "hybridtb/batch_file.h"
 #include "hybridtb/error.h"
+#include "hybridtb/reference/linear_layer.h"
 #include "hybridtb/reference/ssm_mode.h"
 #include "summary.h"
 
@@ -35,8 +36,10 @@ int describe(const std::string& path) {
   }
   try {
     const BatchFile file = read_batch_file(path);
-    if (file.config.has_ssm_branch()) {
-      const StepTensors views = file.inputs.views();
+    const StepTensors views = file.inputs.views();
+    if (file.config.is_linear_layer()) {
+      reference::ssm::validate_linear_tensors(file.config, views.ssm_state, views.weights);
+    } else if (file.config.has_ssm_branch()) {
       reference::ssm::validate_ssm_tensors(file.config, views.ssm_state, views.weights);
     }
     std::cout << "valid:    hybrid-batch " << file.schema_version << "\n";

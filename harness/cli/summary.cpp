@@ -1,12 +1,21 @@
 // Summaries printed by `hybridtb run` and `hybridtb info`.
 #include "summary.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iomanip>
+
+#include "hybridtb/linear_layer.h"
 
 namespace hybridtb::cli {
 
 void print_config(std::ostream& out, const AttentionConfig& c, const BuilderConfig& b) {
+  if (c.is_linear_layer()) {
+    out << "layer:    " << to_string(c.layer_kind) << " (linear attention: the ssm_mode " << c.ssm_mode
+        << " core on /inputs";
+    for (const LinearInput& input : linear_layer_spec(c).inputs) out << " " << input.name << "[T, " << input.width << "]";
+    out << "; the attention attributes below are the model's attention layers')\n";
+  }
   out << "config:   heads " << c.num_heads << "/" << c.num_kv_heads << " (q/kv), head_size " << c.head_size
       << ", block_size " << c.block_size << ", scale " << c.scale << "\n"
       << "          dtype " << to_string(c.dtype) << ", kv_cache " << to_string(c.kv_cache_dtype) << ", "
@@ -53,7 +62,7 @@ void print_metadata(std::ostream& out, const HybridMetadata& m) {
 namespace {
 void print_tensor_stats(std::ostream& out, const char* label, const BatchFile& file, const TensorView& v) {
   if (v.empty()) return;
-  const int64_t row = file.config.num_heads * file.config.head_size;
+  const int64_t row = v.numel() / std::max<int64_t>(1, v.size(0));  // [T, Hq, D], or a linear layer's [T, width]
   const int64_t real = file.batch.num_actual_tokens * row;
   double max_abs = 0.0, sum_sq = 0.0;
   int64_t non_finite = 0, padding_written = 0;
@@ -77,7 +86,7 @@ void print_tensor_stats(std::ostream& out, const char* label, const BatchFile& f
 }  // namespace
 
 void print_outputs(std::ostream& out, const BatchFile& file, const StepOutputs& o) {
-  print_tensor_stats(out, "output:   ", file, o.output);
+  print_tensor_stats(out, "output:   ", file, o.output);  // a linear layer's: its core's (see the layer line)
   print_tensor_stats(out, "attention:", file, o.attn_output);
   if (!o.ssm_output.empty()) print_tensor_stats(out, "ssm:      ", file, o.ssm_output);
   for (const auto& [name, pool] : o.ssm_state) {

@@ -3,10 +3,11 @@
 
 Shows what a Python user sees: every group's attributes and every dataset's h5py dtype, shape and
 dtype_name (bfloat16 arrives as float32, fp8 as raw uint8 bytes). --check verifies the root
-attributes, the required items and their shapes against /config, and the generic rules of the SSM
-branch of schema 1.1 (/config/ssm, /inputs/ssm, /weights, ssm_output, the pools after the step),
-as datasets/SCHEMA.md states them; it prints every problem and exits 1 if there is any. The
-hybridtb tests run it on files written by the C++ writer.
+attributes, the required items and their shapes against /config, the generic rules of the SSM
+branch of schema 1.1 (/config/ssm, /inputs/ssm, /weights, ssm_output, the pools after the step) and
+the linear-attention layers of 1.2 (/config layer_kind, their own inputs and output), as
+datasets/SCHEMA.md states them; it prints every problem and exits 1 if there is any. The hybridtb
+tests run it on files written by the C++ writer.
 
     /usr/bin/python3 harness/scripts/read_batch_h5py.py FILE [--check]
 """
@@ -63,6 +64,9 @@ def check(f):
     dtype, kv_cache_dtype = text(c["dtype"]), text(c["kv_cache_dtype"])
     tokens = f["batch/slot_mapping"].shape[0]
     requests = f["batch/query_start_loc"].shape[0] - 1
+    kind = text(c.get("layer_kind", "full_attention"))
+    if kind != "full_attention":
+        return problems + check_linear_layer(f, kind, dtype, tokens, requests)
     expected = {
         "batch/seq_lens": (None, (requests,)),
         "inputs/query": (dtype, (tokens, heads, head_size)),
@@ -89,6 +93,62 @@ def check(f):
             if "dtype_name" not in obj.attrs:
                 problems.append(f"/{name}: no dtype_name attribute")
             obj[()]  # every dataset must be readable
+
+    f.visititems(every_dataset)
+    return problems
+
+
+def linear_widths(kind, params):
+    """(inputs {name: width}, output width) of a linear-attention layer (SCHEMA.md §6.4)."""
+    p = {k: int(v) for k, v in params.items()}
+    if kind == "gdn":
+        hk, hv, dk, dv = p["num_k_heads"], p["num_v_heads"], p["head_k_dim"], p["head_v_dim"]
+        return {"mixed_qkv": 2 * hk * dk + hv * dv, "a": hv, "b": hv}, hv * dv
+    hs, hd, n, g = p["num_ssm_heads"], p["head_dim"], p["state_size"], p["n_groups"]
+    return {"xBC": hs * hd + 2 * g * n, "dt": hs}, hs * hd
+
+
+def check_linear_layer(f, kind, dtype, tokens, requests):
+    """A linear-attention layer (1.2): its inputs [T, W] in /config dtype, no attention tensors, an
+    output [T, W_out] alone; its pools and weights follow the SSM branch's generic rules."""
+    problems = []
+    if kind not in ("gdn", "mamba2"):
+        return [f"/config layer_kind {kind!r} is not full_attention, gdn or mamba2"]
+    if text(f["config"].attrs["ssm_mode"]) != kind:
+        problems.append(f"/config ssm_mode {text(f['config'].attrs['ssm_mode'])!r} != layer_kind {kind!r}")
+    try:
+        inputs, output_width = linear_widths(kind, dict(f["config/ssm"].attrs) if "config/ssm" in f else {})
+    except KeyError as missing:
+        return problems + [f"missing /config/ssm {missing.args[0]} (a parameter of layer_kind {kind})"]
+    if f["batch/seq_lens"].shape != (requests,):
+        problems.append(f"/batch/seq_lens: shape {list(f['batch/seq_lens'].shape)} != {[requests]}")
+    for name in ("query", "key", "value", "kv_cache", "k_scale", "v_scale", "k_scale_cache", "v_scale_cache"):
+        if f"inputs/{name}" in f:
+            problems.append(f"/inputs/{name} is present, but layer_kind {kind} is a linear-attention layer")
+    for name, width in inputs.items():
+        if f"inputs/{name}" not in f:
+            problems.append(f"missing dataset /inputs/{name}")
+            continue
+        ds = f[f"inputs/{name}"]
+        if tuple(ds.shape) != (tokens, width):
+            problems.append(f"/inputs/{name}: shape {list(ds.shape)} != {[tokens, width]}")
+        if text(ds.attrs.get("dtype_name", "")) != dtype:
+            problems.append(f"/inputs/{name}: dtype_name {text(ds.attrs.get('dtype_name', ''))!r} != {dtype!r}")
+    for group in ("outputs", "expected"):
+        if group not in f:
+            continue
+        if f"{group}/output" not in f or tuple(f[f"{group}/output"].shape) != (tokens, output_width):
+            problems.append(f"/{group}/output must be [{tokens}, {output_width}]")
+        for name in ("attn_output", "ssm_output", "kv_cache"):
+            if f"{group}/{name}" in f:
+                problems.append(f"/{group}/{name} is present, but layer_kind {kind} has no such output")
+    problems += check_ssm(f, tokens, 0, 0)
+
+    def every_dataset(name, obj):
+        if isinstance(obj, h5py.Dataset):
+            if "dtype_name" not in obj.attrs:
+                problems.append(f"/{name}: no dtype_name attribute")
+            obj[()]
 
     f.visititems(every_dataset)
     return problems

@@ -12,6 +12,23 @@ std::unique_ptr<StepGraph> Backend::capture_decode_step(const HybridMetadata& /*
   throw NotSupported(detail::concat("backend '", name(), "' does not capture CUDA graphs"));
 }
 
+void Backend::linear_attention_forward(const HybridMetadata& /*metadata*/, const BatchDescription& /*batch*/,
+                                       const StepTensors& /*tensors*/, const TensorView& /*output*/) {
+  throw NotSupported(detail::concat("backend '", name(), "' does not run linear-attention layers (layer_kind gdn, mamba2)"));
+}
+
+void Backend::init_graph_state(int64_t /*max_num_reqs*/, int64_t /*max_num_tokens*/) {
+  throw NotSupported(detail::concat("backend '", name(), "' has no CUDA-graph state (init_graph_state)"));
+}
+
+void Backend::init_capture_metadata(const HybridMetadata& /*metadata*/, const BatchDescription& /*batch*/) {
+  throw NotSupported(detail::concat("backend '", name(), "' does not capture CUDA graphs (init_capture_metadata)"));
+}
+
+void Backend::init_replay_metadata(const HybridMetadata& /*metadata*/, const BatchDescription& /*batch*/) {
+  throw NotSupported(detail::concat("backend '", name(), "' does not replay CUDA graphs (init_replay_metadata)"));
+}
+
 BackendRegistry& BackendRegistry::instance() {
   static BackendRegistry registry;
   return registry;

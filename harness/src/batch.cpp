@@ -5,8 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <utility>
 
 #include "hybridtb/error.h"
+#include "hybridtb/linear_layer.h"
 
 namespace hybridtb {
 
@@ -41,6 +44,7 @@ StepTensors BatchInputs::views() const {
   t.output_scale = output_scale;
   for (const auto& [name, pool] : ssm_state) t.ssm_state[name] = pool;
   for (const auto& [name, weight] : weights) t.weights[name] = weight;
+  for (const auto& [name, input] : linear_inputs) t.linear_inputs[name] = input;
   return t;
 }
 
@@ -187,8 +191,59 @@ void validate(const AttentionConfig& config, const BatchDescription& batch, int6
   if (config.attn_type == AttnType::kDecoder) check_paging(config, batch, num_blocks);
 }
 
+namespace {
+
+// A linear-attention layer: exactly its kind's inputs, [T, width] in config.dtype, and none of the
+// attention tensors (a layer holding both would leave it unclear which mixer the file describes).
+void validate_linear_layer(const AttentionConfig& config, const BatchDescription& batch, const BatchInputs& in) {
+  const std::string kind(to_string(config.layer_kind));
+  for (const auto& [name, tensor] : {std::pair<const char*, const Tensor*>{"query", &in.query},
+                                     {"key", &in.key},
+                                     {"value", &in.value},
+                                     {"kv_cache", &in.kv_cache},
+                                     {"k_scale_cache", &in.k_scale_cache},
+                                     {"v_scale_cache", &in.v_scale_cache}}) {
+    HYBRIDTB_CHECK(tensor->empty(), "/inputs/", name, " is present, but layer_kind ", kind,
+                   " is a linear-attention layer: it has no query, key, value or KV cache (its inputs are ",
+                   "its own, see datasets/SCHEMA.md §6.4)");
+  }
+  HYBRIDTB_CHECK(!in.output_scale, "/inputs/output_scale is present, but layer_kind ", kind,
+                 " has no fp8 output (its output is the core's, in the backend's output dtype)");
+  HYBRIDTB_CHECK(in.k_scale == 1.0f && in.v_scale == 1.0f, "/inputs/k_scale and v_scale must keep their default 1 in ",
+                 "a layer_kind ", kind, " layer (it has no KV cache to scale; the file does not store them)");
+  const LinearLayerSpec spec = linear_layer_spec(config);
+  const int64_t T = batch.num_tokens();
+  for (const LinearInput& input : spec.inputs) {
+    const auto it = in.linear_inputs.find(input.name);
+    const std::string path = "/inputs/" + input.name;
+    const std::string dims = "[T, " + input.width_formula + "]";
+    HYBRIDTB_CHECK(it != in.linear_inputs.end() && !it->second.empty(), "missing ", path, " (required by layer_kind ",
+                   kind, ": ", to_string(config.dtype), " ", dims, " = [", T, ", ", input.width, "], ", input.meaning,
+                   ")");
+    check_tensor(it->second, path.c_str(), config.dtype, {T, input.width}, dims.c_str());
+  }
+  for (const auto& [name, tensor] : in.linear_inputs) {
+    bool known = false;
+    for (const LinearInput& input : spec.inputs) known = known || input.name == name;
+    HYBRIDTB_CHECK(known, "/inputs/", name, " is not an input of layer_kind ", kind);
+  }
+  // No KV cache bounds the block ids: the model's attention layers hold it. Slots are still
+  // checked against the table, since the attention layers of the same step write through them.
+  validate(config, batch, std::numeric_limits<int32_t>::max());
+}
+
+}  // namespace
+
 void validate(const AttentionConfig& config, const BatchDescription& batch, const BatchInputs& in) {
   validate(config);
+  if (config.is_linear_layer()) {
+    validate_linear_layer(config, batch, in);
+    return;
+  }
+  for (const auto& [name, input] : in.linear_inputs) {
+    HYBRIDTB_CHECK(input.empty(), "/inputs/", name, " is a linear-attention input, but /config layer_kind is ",
+                   "full_attention (set layer_kind to the linear kind the file describes)");
+  }
   const int64_t T = batch.num_tokens();
   check_tensor(in.query, "/inputs/query", config.dtype, {T, config.num_heads, config.head_size},
                "[T, num_heads, head_size]");

@@ -2,6 +2,7 @@
 #include <mutex>
 
 #include "hybridtb/backend.h"
+#include "hybridtb/per_layer.h"
 #include "hybridtb/reference/reference_backend.h"
 #ifdef HYBRIDTB_HAVE_CUDA
 #include "hybridtb/cuda/cuda_backend.h"
@@ -24,6 +25,11 @@ void register_builtin_backends() {
 std::unique_ptr<Backend> create_backend(const std::string& name, const BackendSettings& settings) {
   register_builtin_backends();
   return BackendRegistry::instance().create(name, settings);
+}
+
+std::unique_ptr<PerLayerBackend> create_per_layer_backend(const std::string& name, const PerLayerSettings& settings) {
+  return std::make_unique<PerLayerBackend>(create_backend(name, settings.attention),
+                                           create_backend(name, settings.linear), settings);
 }
 
 }  // namespace hybridtb

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "hybridtb/error.h"
+#include "hybridtb/linear_layer.h"
 
 #ifndef HYBRIDTB_GIT_COMMIT
 #define HYBRIDTB_GIT_COMMIT "unknown"
@@ -47,10 +48,13 @@ Location unravel(int64_t index, const Shape& shape, const std::vector<std::strin
   return location;
 }
 
-// [T, Hq, D] → (req, tok within the request, head, dim), plus the row.
+// [T, Hq, D] → (req, tok within the request, head, dim), plus the row; a linear layer's [T, width]
+// → (req, tok, col), plus the row.
 Locator token_major_locator(const BatchDescription& batch, const Shape& shape) {
   return [&batch, shape](int64_t index) {
-    const Location raw = unravel(index, shape, {"row", "head", "dim"});
+    const bool rows_of_columns = shape.size() == 2;
+    const Location raw = unravel(index, shape, rows_of_columns ? std::vector<std::string>{"row", "col"}
+                                                               : std::vector<std::string>{"row", "head", "dim"});
     const int64_t row = raw.coords[0].second;
     int64_t request = -1;
     for (int64_t r = 0; r < batch.num_reqs(); ++r) {
@@ -61,11 +65,9 @@ Locator token_major_locator(const BatchDescription& batch, const Shape& shape) {
     }
     Location location;
     location.flat_index = index;
-    location.coords = {{"req", request},
-                       {"tok", request >= 0 ? row - batch.query_start_loc[request] : row},
-                       {"head", raw.coords[1].second},
-                       {"dim", raw.coords[2].second},
-                       {"row", row}};
+    location.coords = {{"req", request}, {"tok", request >= 0 ? row - batch.query_start_loc[request] : row}};
+    for (size_t d = 1; d < raw.coords.size(); ++d) location.coords.push_back(raw.coords[d]);
+    location.coords.emplace_back("row", row);
     return location;
   };
 }
@@ -253,7 +255,9 @@ ParityKey parity_key(const BatchFile& file, Quantity quantity, DType candidate_d
     // update (the largest dimension of H and of the mode's pools and weights); N = tokens a state
     // summarises.
     key.reduction_length = std::max<int64_t>(1, batch.max_query_len());
-    int64_t m = file.config.num_heads * file.config.head_size;
+    // The parallel branch reads hidden rows of H = Hq·D; a linear layer reads its own inputs.
+    int64_t m = file.config.is_linear_layer() ? 1 : file.config.num_heads * file.config.head_size;
+    for (const auto& [name, input] : file.inputs.linear_inputs) m = std::max(m, max_dim(input.shape(), 1));
     for (const auto& [name, pool] : file.inputs.ssm_state) m = std::max(m, max_dim(pool.shape(), 1));
     for (const auto& [name, weight] : file.inputs.weights) m = std::max(m, max_dim(weight.shape(), 0));
     key.inner_length = m;
@@ -278,12 +282,14 @@ ComparisonReport compare_step(const BatchFile& file, const StepOutputs& candidat
       " Hkv=", config.num_kv_heads, " D=", config.head_size, " BS=", config.block_size, " window=",
       config.sliding_window, " softcap=", config.logits_soft_cap, config.sinks ? " sinks" : "",
       config.alibi_slopes ? " alibi" : "", " ", to_string(config.attn_type), " ssm=", config.ssm_mode,
-      file.inputs.output_scale ? " fp8-output" : "");
+      file.inputs.output_scale ? " fp8-output" : "", config.is_linear_layer() ? " layer=" : "",
+      config.is_linear_layer() ? to_string(config.layer_kind) : "");
   report.batch_summary = detail::concat("R=", batch.num_reqs(), " T=", batch.num_tokens(), " actual=",
                                         batch.num_actual_tokens, " max_query=", batch.max_query_len(),
                                         " max_seq=", batch.max_seq_len());
 
-  const int64_t row = config.num_heads * config.head_size;
+  const bool linear = config.is_linear_layer();
+  const int64_t row = linear ? linear_layer_spec(config).output_width : config.num_heads * config.head_size;
   const int64_t actual_elements = batch.num_actual_tokens * row;
   const bool has_ssm = config.has_ssm_branch();
 
@@ -291,9 +297,8 @@ ComparisonReport compare_step(const BatchFile& file, const StepOutputs& candidat
     ParityKey key = parity_key(file, q, t.empty() ? DType::kFloat64 : t.dtype());
     // The candidate's arithmetic: a backend whose outputs are float64 computes in float64 (the
     // reference); its pools are still stored in their own dtype.
-    key.compute_dtype = candidate.attn_output.empty() || candidate.attn_output.dtype() == DType::kFloat64
-                            ? DType::kFloat64
-                            : DType::kFloat32;
+    const Tensor& probe = linear ? candidate.output : candidate.attn_output;
+    key.compute_dtype = probe.empty() || probe.dtype() == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
     return key;
   };
   auto token_major = [&](const std::string& name, Quantity q, const TensorView& a, const TensorView& b,
@@ -305,41 +310,48 @@ ComparisonReport compare_step(const BatchFile& file, const StepOutputs& candidat
     report.quantities.push_back(std::move(r));
   };
 
-  // Attention, SSM contribution, fused output.
-  const Tolerance attention_tolerance = parity_tolerance(key_for(Quantity::kAttnOutput, candidate.attn_output));
-  token_major("attn_output", Quantity::kAttnOutput, candidate.attn_output, expected.attn_output, attention_tolerance);
-  if (has_ssm || !candidate.ssm_output.empty() || !expected.ssm_output.empty()) {
-    token_major("ssm_output", Quantity::kSsmOutput, candidate.ssm_output, expected.ssm_output,
-                parity_tolerance(key_for(Quantity::kSsmOutput, candidate.ssm_output)));
-  }
-  const Tolerance output_tolerance =
-      has_ssm ? fused_parity_tolerance(key_for(Quantity::kOutput, candidate.output),
-                                       key_for(Quantity::kSsmOutput, candidate.output))
-              : parity_tolerance(key_for(Quantity::kOutput, candidate.output));
-  token_major("output", Quantity::kOutput, candidate.output, expected.output, output_tolerance);
+  if (linear) {
+    // A linear layer's only output is its core's: the SSM chain cut before the gated norm and
+    // out_proj, so the SSM contribution's row bounds it.
+    token_major("output", Quantity::kSsmOutput, candidate.output, expected.output,
+                parity_tolerance(key_for(Quantity::kSsmOutput, candidate.output)));
+  } else {
+    // Attention, SSM contribution, fused output.
+    const Tolerance attention_tolerance = parity_tolerance(key_for(Quantity::kAttnOutput, candidate.attn_output));
+    token_major("attn_output", Quantity::kAttnOutput, candidate.attn_output, expected.attn_output, attention_tolerance);
+    if (has_ssm || !candidate.ssm_output.empty() || !expected.ssm_output.empty()) {
+      token_major("ssm_output", Quantity::kSsmOutput, candidate.ssm_output, expected.ssm_output,
+                  parity_tolerance(key_for(Quantity::kSsmOutput, candidate.ssm_output)));
+    }
+    const Tolerance output_tolerance =
+        has_ssm ? fused_parity_tolerance(key_for(Quantity::kOutput, candidate.output),
+                                         key_for(Quantity::kSsmOutput, candidate.output))
+                : parity_tolerance(key_for(Quantity::kOutput, candidate.output));
+    token_major("output", Quantity::kOutput, candidate.output, expected.output, output_tolerance);
 
-  // KV cache and scale caches: bit-exact.
-  if (!candidate.kv_cache.empty() || !expected.kv_cache.empty()) {
-    const TensorView a = candidate.kv_cache, b = expected.kv_cache;
-    QuantityReport r = compare_float({"kv_cache", Quantity::kKvCache, a, b,
-                                      parity_tolerance(key_for(Quantity::kKvCache, a)),
-                                      shape_locator(a.empty() ? b.shape() : a.shape(), {"block", "kv", "slot", "head", "dim"}),
-                                      -1, true});
-    finish(r);
-    report.quantities.push_back(std::move(r));
-  }
-  const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> scale_caches[] = {
-      {"k_scale_cache", {&candidate.k_scale_cache, &expected.k_scale_cache}},
-      {"v_scale_cache", {&candidate.v_scale_cache, &expected.v_scale_cache}}};
-  for (const auto& [name, tensors] : scale_caches) {
-    const TensorView a = *tensors.first, b = *tensors.second;
-    if (a.empty() && b.empty()) continue;
-    QuantityReport r = compare_float({name, Quantity::kScaleCache, a, b,
-                                      parity_tolerance(key_for(Quantity::kScaleCache, a)),
-                                      shape_locator(a.empty() ? b.shape() : a.shape(), {"block", "slot", "head"}), -1,
-                                      true});
-    finish(r);
-    report.quantities.push_back(std::move(r));
+    // KV cache and scale caches: bit-exact.
+    if (!candidate.kv_cache.empty() || !expected.kv_cache.empty()) {
+      const TensorView a = candidate.kv_cache, b = expected.kv_cache;
+      QuantityReport r = compare_float({"kv_cache", Quantity::kKvCache, a, b,
+                                        parity_tolerance(key_for(Quantity::kKvCache, a)),
+                                        shape_locator(a.empty() ? b.shape() : a.shape(), {"block", "kv", "slot", "head", "dim"}),
+                                        -1, true});
+      finish(r);
+      report.quantities.push_back(std::move(r));
+    }
+    const std::pair<const char*, std::pair<const Tensor*, const Tensor*>> scale_caches[] = {
+        {"k_scale_cache", {&candidate.k_scale_cache, &expected.k_scale_cache}},
+        {"v_scale_cache", {&candidate.v_scale_cache, &expected.v_scale_cache}}};
+    for (const auto& [name, tensors] : scale_caches) {
+      const TensorView a = *tensors.first, b = *tensors.second;
+      if (a.empty() && b.empty()) continue;
+      QuantityReport r = compare_float({name, Quantity::kScaleCache, a, b,
+                                        parity_tolerance(key_for(Quantity::kScaleCache, a)),
+                                        shape_locator(a.empty() ? b.shape() : a.shape(), {"block", "slot", "head"}), -1,
+                                        true});
+      finish(r);
+      report.quantities.push_back(std::move(r));
+    }
   }
 
   // State pools: every slot with tolerance; slots the metadata does not name must keep the input.

@@ -41,6 +41,11 @@ constexpr std::array<std::pair<AttnType, std::string_view>, 2> kAttnTypes = {{
     {AttnType::kDecoder, "decoder"},
     {AttnType::kEncoderOnly, "encoder_only"},
 }};
+constexpr std::array<std::pair<LayerKind, std::string_view>, 3> kLayerKinds = {{
+    {LayerKind::kFullAttention, "full_attention"},
+    {LayerKind::kGdn, "gdn"},
+    {LayerKind::kMamba2, "mamba2"},
+}};
 constexpr std::array<std::pair<MambaCacheMode, std::string_view>, 3> kMambaCacheModes = {{
     {MambaCacheMode::kNone, "none"},
     {MambaCacheMode::kAll, "all"},
@@ -83,6 +88,9 @@ DType kv_storage_dtype(KvCacheDtype kv, DType model_dtype) {
 
 std::string_view to_string(AttnType type) { return name_of(kAttnTypes, type); }
 AttnType attn_type_from_string(std::string_view name) { return parse(kAttnTypes, name, "/config attn_type"); }
+
+std::string_view to_string(LayerKind kind) { return name_of(kLayerKinds, kind); }
+LayerKind layer_kind_from_string(std::string_view name) { return parse(kLayerKinds, name, "/config layer_kind"); }
 
 std::string_view to_string(MambaCacheMode mode) { return name_of(kMambaCacheModes, mode); }
 MambaCacheMode mamba_cache_mode_from_string(std::string_view name) {
@@ -133,6 +141,16 @@ void validate(const AttentionConfig& c) {
     HYBRIDTB_CHECK(static_cast<int64_t>(c.sinks->size()) == c.num_heads, "/config/sinks has ", c.sinks->size(),
                    " entries, expected num_heads = ", c.num_heads);
     for (float s : *c.sinks) HYBRIDTB_CHECK(std::isfinite(s), "/config/sinks must be finite");
+  }
+  if (c.is_linear_layer()) {
+    // The kind names the mixer; ssm_mode says whose parameters (/config/ssm), pools and weights the
+    // layer holds. They must agree, or a file would run one mixer on another's tensors.
+    HYBRIDTB_CHECK(c.ssm_mode == to_string(c.layer_kind), "/config ssm_mode '", c.ssm_mode, "' does not match layer_kind ",
+                   to_string(c.layer_kind), ": a ", to_string(c.layer_kind), " layer needs ssm_mode '",
+                   to_string(c.layer_kind), "' (its parameters, state pools and weights are that mode's)");
+    HYBRIDTB_CHECK(c.attn_type == AttnType::kDecoder, "/config layer_kind ", to_string(c.layer_kind),
+                   " needs attn_type decoder (a linear-attention layer keeps recurrent state per request), got ",
+                   to_string(c.attn_type));
   }
   if (c.attn_type == AttnType::kEncoderOnly) {
     HYBRIDTB_CHECK(!c.has_ssm_branch(), "/config ssm_mode '", c.ssm_mode,

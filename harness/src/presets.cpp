@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "hybridtb/error.h"
+#include "hybridtb/reference/linear_layer.h"
 #include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/synthetic.h"
 
@@ -136,6 +137,16 @@ const std::vector<Key>& keys() {
          if (v != l.attention.ssm_mode) l.attention.ssm_params.clear();  // another mode: its own parameters
          l.attention.ssm_mode = v;
        }},
+      {"layer_kind", "full_attention | gdn | mamba2",
+       "what the layer is: full attention (+ the ssm_mode branch) or a linear-attention layer, whose ssm_mode becomes "
+       "the kind's (a different mode drops the ssm.* set before it)",
+       [](LayerSettings& l, const std::string& v) {
+         l.attention.layer_kind = layer_kind_from_string(v);
+         if (!l.attention.is_linear_layer()) return;
+         const std::string mode(to_string(l.attention.layer_kind));
+         if (mode != l.attention.ssm_mode) l.attention.ssm_params.clear();
+         l.attention.ssm_mode = mode;
+       }},
       {"ssm.<param>", "int", "an integer parameter of the SSM mode (e.g. ssm.state_size)", nullptr},
       {"mamba_cache_mode", "none | all | align", "SSM prefix caching (all/align: mamba_block_size defaults to 512)",
        [](LayerSettings& l, const std::string& v) { l.attention.mamba_cache_mode = mamba_cache_mode_from_string(v); }},
@@ -241,7 +252,7 @@ Layer finish(const LayerSettings& settings) {
     }
     return s;
   });
-  if (c.has_ssm_branch()) {  // the mode's conventional parameters where a preset or --set gave none
+  if (c.has_ssm_branch() || c.is_linear_layer()) {  // the mode's conventional parameters where none were given
     const auto& mode = reference::ssm::ModeRegistry::instance().find(c.ssm_mode);
     for (const auto& [name, value] : mode.default_parameters(reference::ssm::mode_shape(c))) {
       c.ssm_params.try_emplace(name, value);
@@ -283,6 +294,23 @@ const std::vector<Preset>& presets() {
        "minimal attention part (40 query heads of 64 = 2560, one KV head, window 16)",
        {"num_heads=40", "num_kv_heads=1", "head_size=64", "sliding_window=16", "ssm_mode=mamba1",
         "ssm.intermediate_size=5120", "ssm.state_size=16", "ssm.conv_kernel=4", "ssm.dt_rank=160"}},
+      // Per-layer hybrids (linear-attention layers). A linear layer's attention attributes are its
+      // model's attention layers' (the step's metadata is one build for all layers), so a model's
+      // presets share them and the same mix and seed give its layers one batch.
+      {"qwen3-next-attention",
+       "a Qwen3-Next-80B-A3B full-attention layer (every 4th layer): GQA 16/2, head 256, no window",
+       {"num_heads=16", "num_kv_heads=2", "head_size=256"}},
+      {"qwen3-next-gdn",
+       "a Qwen3-Next-80B-A3B Gated DeltaNet layer (3 of every 4): 16 key heads, 32 value heads, dk = dv = 128, "
+       "conv 4 (conv_dim 8192, state 2 MiB fp32 per request); attention attributes those of qwen3-next-attention",
+       {"num_heads=16", "num_kv_heads=2", "head_size=256", "layer_kind=gdn", "ssm.num_k_heads=16",
+        "ssm.num_v_heads=32", "ssm.head_k_dim=128", "ssm.head_v_dim=128", "ssm.conv_kernel=4"}},
+      {"falcon-h1-7b-mamba2",
+       "Falcon-H1-7B's Mamba-2 mixer as a linear layer: 24 SSM heads of 128, state 256, 1 group, conv 4 "
+       "(d_ssm 3072, conv_dim 3584); attention attributes those of its attention (12/2, head 128). Falcon-H1 runs "
+       "both in parallel in every layer; here the mixer is a layer of its own",
+       {"num_heads=12", "num_kv_heads=2", "head_size=128", "layer_kind=mamba2", "ssm.num_ssm_heads=24",
+        "ssm.head_dim=128", "ssm.state_size=256", "ssm.n_groups=1", "ssm.conv_kernel=4"}},
   };
   return table;
 }
@@ -321,10 +349,12 @@ BatchFile generate_batch(const Layer& layer, const Mix& mix, const GenOptions& o
   HYBRIDTB_CHECK(options.prefix_hit_tokens >= 0, "--prefix-hits must be >= 0, got ", options.prefix_hit_tokens);
 
   // Speculative decodes: K tokens = 1 + num_speculative_tokens.
+  // The layer keeps recurrent state: a parallel SSM branch, or a linear layer's mixer.
+  const bool has_state = config.has_ssm_branch() || config.is_linear_layer();
   const int64_t k = mix.max_speculative_query_len();
   if (k > 0) {
     config.num_speculative_tokens = std::max(config.num_speculative_tokens, k - 1);
-    HYBRIDTB_CHECK(!(config.has_ssm_branch() && config.mamba_cache_mode == MambaCacheMode::kAll), "mix '", mix_name,
+    HYBRIDTB_CHECK(!(has_state && config.mamba_cache_mode == MambaCacheMode::kAll), "mix '", mix_name,
                    "' has speculative decodes, which mamba_cache_mode all does not support (vLLM: speculative decoding "
                    "is not supported with Mamba prefix caching)");
   }
@@ -334,7 +364,9 @@ BatchFile generate_batch(const Layer& layer, const Mix& mix, const GenOptions& o
   synthetic.fast_fill = true;
   synthetic.shared_prefix_tokens = options.prefix_hit_tokens;
   synthetic.alias_blocks = options.alias_blocks;
-  synthetic.ssm_block_table = config.has_ssm_branch() && options.ssm_slots.value_or(true);
+  // auto: when the layer keeps state; on: also for a plain attention layer, so that it carries the
+  // SSM block table of its model's step (a per-layer model's layers share one /batch).
+  synthetic.ssm_block_table = options.ssm_slots.value_or(has_state);
 
   if (options.pad_to > 0) {
     const int64_t n = options.pad_to;
@@ -371,13 +403,17 @@ BatchFile generate_batch(const Layer& layer, const Mix& mix, const GenOptions& o
   }
 
   BatchFile file = make_synthetic_batch(config, builder, requests, synthetic);
-  if (config.has_ssm_branch()) {
+  if (has_state) {
     auto tensors = reference::ssm::make_random_ssm_tensors(config, std::max<int64_t>(1, ssm_slots_needed(file.batch)),
                                                            mix_seed(options.seed, 2));
     file.inputs.ssm_state = std::move(tensors.ssm_state);
     file.inputs.weights = std::move(tensors.weights);
     const StepTensors views = file.inputs.views();
-    reference::ssm::validate_ssm_tensors(config, views.ssm_state, views.weights);
+    if (config.is_linear_layer()) {
+      reference::ssm::validate_linear_tensors(config, views.ssm_state, views.weights);
+    } else {
+      reference::ssm::validate_ssm_tensors(config, views.ssm_state, views.weights);
+    }
   }
   file.provenance["producer"] = "hybridtb gen";
   file.provenance["mix"] = mix_name;
@@ -392,6 +428,7 @@ int64_t batch_bytes(const BatchFile& file) {
                   in.k_scale_cache.nbytes() + in.v_scale_cache.nbytes();
   for (const auto& [name, t] : in.ssm_state) bytes += t.nbytes();
   for (const auto& [name, t] : in.weights) bytes += t.nbytes();
+  for (const auto& [name, t] : in.linear_inputs) bytes += t.nbytes();
   return bytes;
 }
 

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "hybridtb/error.h"
+#include "hybridtb/linear_layer.h"
 
 namespace hybridtb {
 
@@ -28,7 +29,7 @@ uint64_t mix64(uint64_t z) {
 }
 
 // The key of one tensor's stream: tensors of one batch never share values.
-enum class Stream : uint64_t { kQuery = 1, kKey = 2, kValue = 3, kKvCache = 4 };
+enum class Stream : uint64_t { kQuery = 1, kKey = 2, kValue = 3, kKvCache = 4, kFirstLinearInput = 5 };
 uint64_t stream_key(uint64_t seed, Stream stream) { return mix64(mix64(seed + kGolden) ^ static_cast<uint64_t>(stream)); }
 
 // Value number `index` of a stream: approximately standard-normal (an Irwin–Hall sum of four
@@ -367,6 +368,18 @@ BatchFile make_synthetic_batch(const AttentionConfig& config, const BuilderConfi
 
   // Tensors.
   BatchInputs& in = file.inputs;
+  if (config.is_linear_layer()) {
+    // A linear-attention layer reads its own inputs and holds no KV cache (the model's attention
+    // layers do, through the same block table); one stream per input, in the spec's order.
+    HYBRIDTB_CHECK(!options.output_scale, "make_synthetic_batch: a linear-attention layer has no fp8 output");
+    const std::vector<LinearInput> inputs = linear_layer_spec(config).inputs;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const auto stream = static_cast<Stream>(static_cast<uint64_t>(Stream::kFirstLinearInput) + i);
+      in.linear_inputs[inputs[i].name] = random_tensor(rng, config.dtype, {T, inputs[i].width}, options, stream);
+    }
+    validate(config, b, in);
+    return file;
+  }
   in.query = random_tensor(rng, config.dtype, {T, config.num_heads, config.head_size}, options, Stream::kQuery);
   in.key = random_tensor(rng, config.dtype, {T, config.num_kv_heads, config.head_size}, options, Stream::kKey);
   in.value = random_tensor(rng, config.dtype, {T, config.num_kv_heads, config.head_size}, options, Stream::kValue);

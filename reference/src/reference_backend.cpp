@@ -1,10 +1,14 @@
-// ReferenceBackend: wires the reference builders and the reference attention into the Backend
-// interface. Host memory only; writes float64 outputs (ground truth is never rounded).
+// ReferenceBackend: wires the reference builders, the reference attention, the SSM branch and the
+// linear-attention layers into the Backend interface. Host memory only; writes float64 outputs
+// (ground truth is never rounded).
 #include "hybridtb/reference/reference_backend.h"
 
 #include <cstring>
+#include <optional>
+#include <utility>
 
 #include "hybridtb/error.h"
+#include "hybridtb/reference/linear_layer.h"
 #include "hybridtb/reference/metadata_builders.h"
 #include "hybridtb/reference/paged_attention.h"
 #include "hybridtb/reference/ssm_mode.h"
@@ -43,6 +47,7 @@ class ReferenceBackend final : public Backend {
   }
 
   void write_kv_cache(const BatchDescription& batch, const StepTensors& tensors) override {
+    require_attention_layer("write_kv_cache");
     reference::write_kv_cache(settings_.attention, batch, tensors);
   }
 
@@ -50,6 +55,7 @@ class ReferenceBackend final : public Backend {
                                                   the 2D and 3D paths, so it needs no plan*/,
                          const BatchDescription& batch, const StepTensors& tensors,
                          const TensorView& output) override {
+    require_attention_layer("attention_forward");
     paged_attention(settings_.attention, batch, tensors, output);
   }
 
@@ -68,6 +74,7 @@ class ReferenceBackend final : public Backend {
   // the seed logged it and returned the attention output alone.
   void hybrid_forward(const HybridMetadata& metadata, const BatchDescription& batch, const StepTensors& tensors,
                       const HybridOutputs& outputs) override {
+    require_attention_layer("hybrid_forward");
     attention_forward(metadata, batch, tensors, outputs.attn_output);
     const int64_t rows = batch.num_actual_tokens;
     const int64_t row_size = settings_.attention.num_heads * settings_.attention.head_size;
@@ -83,8 +90,69 @@ class ReferenceBackend final : public Backend {
     }
   }
 
+  // pymllm's forward_gdn: the mode's core on the layer's own inputs (reference/ssm/linear_layer.cpp).
+  void linear_attention_forward(const HybridMetadata& metadata, const BatchDescription& batch,
+                                const StepTensors& tensors, const TensorView& output) override {
+    const AttentionConfig& config = settings_.attention;
+    HYBRIDTB_CHECK(config.is_linear_layer(), "linear_attention_forward called for a full_attention layer (ssm_mode ",
+                   config.ssm_mode, "): run it with hybrid_forward");
+    HYBRIDTB_CHECK(metadata.mamba.has_value(), "layer_kind ", to_string(config.layer_kind),
+                   " needs the Mamba metadata (its state slots)");
+    ssm::linear_attention_forward(config, *metadata.mamba, batch, tensors, output);
+  }
+
+  // The CUDA-graph lifecycle (backend.h). The reference has no graphs: its run calls stay eager.
+  // The hooks check what a graph would need — a padded decode batch within the state's capacity,
+  // replayed with the captured padded shape — so a graph runner written against the interface runs
+  // here too and fails where a GPU backend would, with the same message.
+  void init_graph_state(int64_t max_num_reqs, int64_t max_num_tokens) override {
+    HYBRIDTB_CHECK(max_num_reqs > 0 && max_num_tokens > 0, "init_graph_state: max_num_reqs (", max_num_reqs,
+                   ") and max_num_tokens (", max_num_tokens, ") must be > 0");
+    graph_ = GraphState{max_num_reqs, max_num_tokens, std::nullopt};
+  }
+
+  void init_capture_metadata(const HybridMetadata& /*metadata*/, const BatchDescription& batch) override {
+    HYBRIDTB_CHECK(graph_.has_value(), "init_capture_metadata before init_graph_state");
+    check_graph_batch(batch, "capture");
+    graph_->captured = std::pair{batch.num_reqs(), batch.num_tokens()};
+  }
+
+  void init_replay_metadata(const HybridMetadata& /*metadata*/, const BatchDescription& batch) override {
+    HYBRIDTB_CHECK(graph_.has_value() && graph_->captured.has_value(), "init_replay_metadata before any capture");
+    check_graph_batch(batch, "replay");
+    const auto [reqs, tokens] = *graph_->captured;
+    HYBRIDTB_CHECK(batch.num_reqs() == reqs && batch.num_tokens() == tokens, "CUDA-graph replay: the batch has ",
+                   batch.num_reqs(), " requests and ", batch.num_tokens(), " token rows, the graph was captured for ",
+                   reqs, " and ", tokens, " (pad it to that shape)");
+  }
+
  private:
+  // What init_graph_state allocated (capacities) and what was captured (padded requests, rows).
+  struct GraphState {
+    int64_t max_num_reqs = 0;
+    int64_t max_num_tokens = 0;
+    std::optional<std::pair<int64_t, int64_t>> captured;
+  };
+
+  // A linear-attention layer has no query, key, value or KV cache: its calls are refused by name.
+  void require_attention_layer(const char* call) const {
+    HYBRIDTB_CHECK(!settings_.attention.is_linear_layer(), call, " called for a layer_kind ",
+                   to_string(settings_.attention.layer_kind),
+                   " layer, which has no attention: run it with linear_attention_forward");
+  }
+
+  void check_graph_batch(const BatchDescription& batch, const char* what) const {
+    HYBRIDTB_CHECK(batch.num_reqs() <= graph_->max_num_reqs && batch.num_tokens() <= graph_->max_num_tokens,
+                   "CUDA-graph ", what, ": the batch has ", batch.num_reqs(), " requests and ", batch.num_tokens(),
+                   " token rows, more than init_graph_state's ", graph_->max_num_reqs, " and ", graph_->max_num_tokens);
+    for (int64_t r = 0; r < batch.num_reqs(); ++r) {
+      HYBRIDTB_CHECK(batch.query_len(r) <= 1, "CUDA-graph ", what, ": request ", r, " has query_len ",
+                     batch.query_len(r), "; a graph holds a decode step (one token per request, padding requests 0)");
+    }
+  }
+
   BackendSettings settings_;
+  std::optional<GraphState> graph_;
 };
 
 }  // namespace

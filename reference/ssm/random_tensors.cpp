@@ -1,13 +1,16 @@
 // make_random_ssm_tensors: seeded random weights and state pools for a mode, drawn as each
 // TensorSpec asks (uniform in [init_low, init_high) or normal(0, init_std)), stored in the spec's
 // dtype. Each tensor has its own generator, seeded from (seed, weight/pool, name), so adding a
-// tensor to a mode does not change the others. Used by the tests and the batch generator.
+// tensor to a mode does not change the others. Used by the tests and the batch generator. A
+// linear-attention layer gets its mode's pools and its core's weights only.
 #include <cstdint>
 #include <map>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "hybridtb/error.h"
+#include "hybridtb/reference/linear_layer.h"
 #include "hybridtb/reference/ssm_mode.h"
 
 namespace hybridtb::reference::ssm {
@@ -57,8 +60,17 @@ RandomSsmTensors make_random_ssm_tensors(const AttentionConfig& config, int64_t 
   const ModeShape shape = mode_shape(config);
   for (const std::string& name : mode.parameters()) shape.param(name);  // a missing parameter fails here, named
   RandomSsmTensors out;
-  out.weights = make_random_weights(mode, shape, seed);
-  for (const TensorSpec& spec : mode.state_specs(shape)) {
+  std::vector<TensorSpec> state_specs;
+  if (config.is_linear_layer()) {
+    // The core's weights only, with the values the mode would draw for them (one generator per name).
+    const LinearLayerTensorSpecs specs = linear_layer_tensor_specs(config);
+    for (const TensorSpec& spec : specs.weights) out.weights[spec.name] = random_tensor(spec, spec.shape, seed, Kind::kWeight);
+    state_specs = specs.state;
+  } else {
+    out.weights = make_random_weights(mode, shape, seed);
+    state_specs = mode.state_specs(shape);
+  }
+  for (const TensorSpec& spec : state_specs) {
     Shape pool{num_slots};
     pool.insert(pool.end(), spec.shape.begin(), spec.shape.end());
     out.ssm_state[spec.name] = random_tensor(spec, pool, seed, Kind::kPool);

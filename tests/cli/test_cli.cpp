@@ -72,7 +72,7 @@ TEST(Cli, RunWritesOutputsForEveryExampleAndLeavesPaddingRowsUnwritten) {
     EXPECT_EQ(result.outputs->backend, "reference");
     EXPECT_EQ(result.outputs->output.dtype(), DType::kFloat64);  // ground truth is not rounded
     const TensorView o = result.outputs->output;
-    const int64_t row = result.config.num_heads * result.config.head_size;
+    const int64_t row = o.numel() / o.size(0);  // Hq·D, or a linear layer's output width
     for (int64_t i = 0; i < o.numel(); ++i) {
       const double x = load_as_double(o.data(), o.dtype(), i);
       if (i < result.batch.num_actual_tokens * row) {
@@ -83,7 +83,12 @@ TEST(Cli, RunWritesOutputsForEveryExampleAndLeavesPaddingRowsUnwritten) {
     }
     EXPECT_EQ(result.outputs->metadata.attention.num_actual_tokens, result.batch.num_actual_tokens);
     // The fused output is the attention output plus the SSM contribution (seed HybridAttentionImpl).
-    if (result.config.has_ssm_branch()) {
+    // A linear-attention layer's output is its core's alone, beside the pools after the step.
+    if (result.config.is_linear_layer()) {
+      EXPECT_TRUE(result.outputs->attn_output.empty());
+      EXPECT_TRUE(result.outputs->kv_cache.empty());
+      EXPECT_EQ(result.outputs->ssm_state.size(), result.inputs.ssm_state.size());
+    } else if (result.config.has_ssm_branch()) {
       ASSERT_FALSE(result.outputs->ssm_output.empty());
       const TensorView a = result.outputs->attn_output, s = result.outputs->ssm_output;
       for (int64_t i = 0; i < result.batch.num_actual_tokens * row; ++i) {
@@ -120,6 +125,26 @@ TEST(Cli, DecodeOnlyPaddedExampleRecordsTheCudaGraphPadding) {
   // Decode-only with 8 sequences; seq_threshold_3D = 128/4 = 32 snapped to the capture size 8.
   EXPECT_EQ(result.outputs->metadata.attention.seq_threshold_3d, 8);
   EXPECT_EQ(result.outputs->metadata.attention.use_3d_path, 1);
+}
+
+// Linear-attention layers (layer_kind gdn / mamba2) go through every command that runs a step.
+TEST(Cli, LinearLayerFilesRunRecordReplayAndCompare) {
+  const fs::path dir = testing::scratch_dir();
+  const std::string files = example_path("linear_gdn_bf16.h5").string() + " " +
+                            example_path("linear_mamba2_all_fp32.h5").string();
+  std::string out;
+  ASSERT_EQ(run_command(cli() + " parity --quiet --no-rationale --backend reference " + files, &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("ssm/recurrent_state"));
+  EXPECT_THAT(out, HasSubstr("2 passed, 0 failed"));
+  ASSERT_EQ(run_command(cli() + " record --quiet --out-dir " + dir.string() + " " + files, &out), 0) << out;
+  ASSERT_EQ(run_command(cli() + " replay --quiet --no-rationale --backend reference " + (dir / "linear_gdn_bf16.h5").string() +
+                            " " + (dir / "linear_mamba2_all_fp32.h5").string(),
+                        &out),
+            0)
+      << out;
+  EXPECT_THAT(out, HasSubstr("2 passed, 0 failed"));
+  ASSERT_EQ(run_command(cli() + " info " + (dir / "linear_gdn_bf16.h5").string(), &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("layer:    gdn (linear attention"));
 }
 
 void expect_failure_without_output(const fs::path& input, const std::string& expected_message) {

@@ -43,6 +43,7 @@
 #include "hybridtb/batch_file.h"
 #include "hybridtb/compare.h"
 #include "hybridtb/error.h"
+#include "hybridtb/reference/linear_layer.h"
 #include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/step.h"
 #include "io/hdf5.h"
@@ -471,8 +472,10 @@ enum class Outcome { kRan, kLoaded, kRejected };
 Outcome exercise(const std::string& path, bool run, std::string* message) {
   try {
     const BatchFile file = read_batch_file(path);
-    if (file.config.has_ssm_branch()) {
-      const StepTensors views = file.inputs.views();
+    const StepTensors views = file.inputs.views();
+    if (file.config.is_linear_layer()) {
+      reference::ssm::validate_linear_tensors(file.config, views.ssm_state, views.weights);
+    } else if (file.config.has_ssm_branch()) {
       reference::ssm::validate_ssm_tensors(file.config, views.ssm_state, views.weights);
     }
     if (!run) return Outcome::kLoaded;

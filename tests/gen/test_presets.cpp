@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <set>
+#include <string>
 
 #include "batch_checks.h"
 #include "hybridtb/backend.h"
 #include "hybridtb/error.h"
+#include "hybridtb/per_layer.h"
 #include "hybridtb/presets.h"
 #include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/step.h"
@@ -36,6 +39,10 @@ void expect_finite_rows(const Tensor& t, int64_t rows, const std::string& what) 
 void expect_replays(const BatchFile& file) {
   const StepOutputs out = replay(file);
   expect_finite_rows(out.output, file.batch.num_actual_tokens, "output");
+  if (file.config.is_linear_layer()) {  // the core's output alone
+    EXPECT_TRUE(out.attn_output.empty());
+    return;
+  }
   expect_finite_rows(out.attn_output, file.batch.num_actual_tokens, "attn_output");
   if (file.config.has_ssm_branch()) expect_finite_rows(out.ssm_output, file.batch.num_actual_tokens, "ssm_output");
 }
@@ -61,11 +68,71 @@ TEST(Presets, EveryPresetBuildsAValidBatchThatReplaysOnTheReference) {
     EXPECT_EQ(file.batch.query_len(2), 20);
     EXPECT_EQ(file.batch.query_len(3), 24);
     EXPECT_EQ(file.provenance.at("mix"), "d2@300+c1x20@40+p1x24");
-    if (layer.attention.has_ssm_branch()) {
+    if (layer.attention.has_ssm_branch() || layer.attention.is_linear_layer()) {
       EXPECT_TRUE(file.batch.ssm_block_table.has_value());
       EXPECT_FALSE(file.inputs.weights.empty());
     }
     expect_replays(file);
+  }
+}
+
+// The per-layer presets: Qwen3-Next's GDN layer (notes §1.4.1, §3.6) and Falcon-H1-7B's Mamba-2
+// mixer (notes §3.5, §3.8) as linear layers whose attention attributes are their models'.
+TEST(Presets, LinearLayerPresetsHaveTheModelsShapes) {
+  const Layer gdn = make_layer("qwen3-next-gdn");
+  EXPECT_EQ(gdn.attention.layer_kind, LayerKind::kGdn);
+  EXPECT_EQ(gdn.attention.ssm_mode, "gdn");
+  EXPECT_EQ(gdn.attention.ssm_params, (std::map<std::string, int64_t>{{"num_k_heads", 16},
+                                                                      {"num_v_heads", 32},
+                                                                      {"head_k_dim", 128},
+                                                                      {"head_v_dim", 128},
+                                                                      {"conv_kernel", 4}}));
+  const Layer attention = make_layer("qwen3-next-attention");
+  EXPECT_EQ(attention.attention.layer_kind, LayerKind::kFullAttention);
+  // One model: the GDN layer's attention attributes are the attention layer's (one metadata build).
+  AttentionConfig same = gdn.attention;
+  same.layer_kind = LayerKind::kFullAttention;
+  same.ssm_mode = "none";
+  same.ssm_params.clear();
+  EXPECT_EQ(same, attention.attention);
+
+  const Layer mamba2 = make_layer("falcon-h1-7b-mamba2");
+  EXPECT_EQ(mamba2.attention.layer_kind, LayerKind::kMamba2);
+  EXPECT_EQ(mamba2.attention.ssm_params, (std::map<std::string, int64_t>{{"num_ssm_heads", 24},
+                                                                         {"head_dim", 128},
+                                                                         {"state_size", 256},
+                                                                         {"n_groups", 1},
+                                                                         {"conv_kernel", 4}}));
+  EXPECT_EQ(mamba2.attention.num_heads, 12);
+  EXPECT_EQ(mamba2.attention.num_kv_heads, 2);
+
+  // The files: the linear inputs at the models' widths, the core's weights only, no attention tensors.
+  const BatchFile file = generate_batch(gdn, parse_mix("d2@30+p1x5"), {.seed = 2});
+  EXPECT_EQ(file.inputs.linear_inputs.at("mixed_qkv").shape(), (Shape{7, 2 * 16 * 128 + 32 * 128}));
+  EXPECT_EQ(file.inputs.linear_inputs.at("a").shape(), (Shape{7, 32}));
+  EXPECT_TRUE(file.inputs.query.empty());
+  EXPECT_TRUE(file.inputs.kv_cache.empty());
+  EXPECT_EQ(file.inputs.ssm_state.at("recurrent_state").shape(), (Shape{ssm_slots_needed(file.batch), 32, 128, 128}));
+  std::set<std::string> weights;
+  for (const auto& [name, weight] : file.inputs.weights) weights.insert(name);
+  EXPECT_EQ(weights, (std::set<std::string>{"A_log", "conv1d_bias", "conv1d_weight", "dt_bias"}));
+  // With the same mix and seed (and SSM slots for the attention layer too) the two presets give the
+  // two layers of one step, which run_per_layer_step runs with one metadata build.
+  const BatchFile attention_file = generate_batch(attention, parse_mix("d2@30+p1x5"), {.seed = 2, .ssm_slots = true});
+  EXPECT_EQ(attention_file.batch.block_table, file.batch.block_table);
+  EXPECT_EQ(attention_file.batch.slot_mapping, file.batch.slot_mapping);
+  EXPECT_EQ(attention_file.batch.ssm_block_table, file.batch.ssm_block_table);
+  auto model = create_per_layer_backend("reference", {{attention.attention, attention.builder}, {gdn.attention, gdn.builder}});
+  const std::vector<StepOutputs> step = run_per_layer_step(*model, {&file, &attention_file});
+  expect_finite_rows(step[0].output, file.batch.num_actual_tokens, "gdn output");
+  expect_finite_rows(step[1].output, file.batch.num_actual_tokens, "attention output");
+  // layer_kind switches ssm_mode with it, and a kind whose mode disagrees is refused by name.
+  EXPECT_EQ(make_layer("llama3-8b", {"layer_kind=mamba2"}).attention.ssm_mode, "mamba2");
+  try {
+    make_layer("qwen3-next-gdn", {"ssm_mode=mamba2"});
+    ADD_FAILURE() << "ssm_mode mamba2 on a gdn layer was accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("does not match layer_kind gdn"));
   }
 }
 

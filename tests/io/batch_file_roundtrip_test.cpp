@@ -250,7 +250,7 @@ TEST(BatchFileRoundTrip, NoHdf5HandlesLeak) {
 TEST(BatchFileRoundTripSsm, SchemaVersionWrittenIsTheHeaderConstant) {
   EXPECT_EQ(std::string(kWrittenSchemaVersion), std::to_string(kSchemaMajor) + "." + std::to_string(kSchemaMinor));
   const BatchFile back = round_trip(small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kAuto)));
-  EXPECT_EQ(back.schema_version, "1.1");
+  EXPECT_EQ(back.schema_version, kWrittenSchemaVersion);
 }
 
 // Params, pools, weights, ssm_output and the pools after the step, in every float dtype, bit for
@@ -484,7 +484,7 @@ TEST(BatchFileLayout, SsmItems) {
   const h5::ErrorSilencer silence;
   const h5::File h5file = h5::File::open_read_only(path.string());
   const h5::Group root = h5file.root();
-  EXPECT_EQ(root.read_string_attribute("schema_version"), "1.1");
+  EXPECT_EQ(root.read_string_attribute("schema_version"), kWrittenSchemaVersion);
   const h5::Group params = group_at(root, "/config/ssm");
   EXPECT_EQ(params.attribute_names(),
             (std::vector<std::string>{"conv_kernel", "dt_rank", "intermediate_size", "state_size"}));

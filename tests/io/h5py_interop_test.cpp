@@ -154,7 +154,7 @@ with h5py.File(sys.argv[1], "r") as f:
 )", {(dir / "batch.h5").string(), (dir / "query.bin").string(), (dir / "kv.bin").string()});
   EXPECT_THAT(output, HasSubstr("query <f2\n"));
   EXPECT_THAT(output, HasSubstr("kv_cache |u1 float8_e4m3fn\n"));
-  EXPECT_THAT(output, HasSubstr("schema str hybrid-batch 1.1\n"));
+  EXPECT_THAT(output, HasSubstr(std::string("schema str hybrid-batch ") + kWrittenSchemaVersion + "\n"));
   EXPECT_THAT(output, HasSubstr("backend reference\n"));
   EXPECT_THAT(output, HasSubstr("num_heads int64 4\n"));
   EXPECT_THAT(output, HasSubstr("scale float64 0.17677669529663687\n"));
@@ -281,7 +281,7 @@ with h5py.File(sys.argv[1], "r") as f:
         print(path, ds.dtype.str, ds.attrs["dtype_name"], list(ds.shape))
         open(os.path.join(sys.argv[2], path.replace("/", "_") + ".bin"), "wb").write(ds[()].tobytes())
 )", {path, dir.string()});
-  EXPECT_THAT(output, HasSubstr("version 1.1\n"));
+  EXPECT_THAT(output, HasSubstr(std::string("version ") + kWrittenSchemaVersion + "\n"));
   EXPECT_THAT(output, HasSubstr("param conv_kernel int64 4\nparam dt_rank int64 2\nparam intermediate_size int64 8\n"
                                 "param state_size int64 4\n"));
   EXPECT_THAT(output, HasSubstr("inputs/ssm/conv_state <f4 bfloat16 [12, 8, 3]\n"));

@@ -55,7 +55,7 @@ void add_ssm_inputs(BatchFile& file, DType dtype, uint64_t seed);
 void add_ssm_outputs(StepOutputs& out, const BatchFile& file, DType dtype, uint64_t seed);
 
 // The schema_version write_batch_file records (kSchemaMajor.kSchemaMinor, spelled out).
-inline constexpr const char* kWrittenSchemaVersion = "1.1";
+inline constexpr const char* kWrittenSchemaVersion = "1.2";
 
 // Field-by-field equality with bitwise comparison of every float (EXPECT_* failures name the field).
 void expect_same_batch_file(const BatchFile& expected, const BatchFile& actual);

@@ -26,6 +26,7 @@ void expect_same_batch_inputs(const BatchFile& a, const BatchFile& b) {
   EXPECT_EQ(a.batch.num_accepted_tokens, b.batch.num_accepted_tokens);
   EXPECT_EQ(a.config.sinks, b.config.sinks);
   EXPECT_EQ(a.config.ssm_params, b.config.ssm_params);
+  EXPECT_EQ(a.config.layer_kind, b.config.layer_kind);
   EXPECT_TRUE(bitwise_equal(a.inputs.query, b.inputs.query));
   EXPECT_TRUE(bitwise_equal(a.inputs.key, b.inputs.key));
   EXPECT_TRUE(bitwise_equal(a.inputs.value, b.inputs.value));
@@ -36,6 +37,7 @@ void expect_same_batch_inputs(const BatchFile& a, const BatchFile& b) {
   EXPECT_EQ(a.inputs.v_scale, b.inputs.v_scale);
   expect_same_tensors(a.inputs.ssm_state, b.inputs.ssm_state, "/inputs/ssm");
   expect_same_tensors(a.inputs.weights, b.inputs.weights, "/weights");
+  expect_same_tensors(a.inputs.linear_inputs, b.inputs.linear_inputs, "/inputs (linear layer)");
 }
 
 }  // namespace hybridtb::testing

@@ -5,8 +5,9 @@
 
 namespace hybridtb::testing {
 
-// Everything a generator writes is equal: the batch description, the config's sinks and SSM
-// parameters, and every input tensor, scale cache, state pool and weight (bitwise).
+// Everything a generator writes is equal: the batch description, the config's sinks, SSM
+// parameters and layer kind, and every input tensor, scale cache, state pool, weight and
+// linear-layer input (bitwise).
 void expect_same_batch_inputs(const BatchFile& a, const BatchFile& b);
 
 }  // namespace hybridtb::testing

@@ -4,8 +4,12 @@
 // A backend is created for one layer configuration (like vLLM's AttentionImpl). A step runs in
 // two phases that are kept apart on purpose:
 //   1. build_metadata()   — the plan: plain integers (metadata.h), comparable across backends;
-//   2. write_kv_cache(), attention_forward() — the run, on tensors in the backend's memory.
-// Later issues add the SSM branch and the fused hybrid forward to the run phase.
+//   2. the run, on tensors in the backend's memory: write_kv_cache() + hybrid_forward() (attention
+//      and the parallel SSM branch) for a full-attention layer, linear_attention_forward() for a
+//      linear-attention layer (config.layer_kind gdn or mamba2).
+// A per-layer hybrid model (Qwen3-Next: GDN and attention layers) runs through one composite
+// Backend, PerLayerBackend (per_layer.h), which builds the metadata once per step for all layers
+// and routes each call to the backend of the layer's kind, as pymllm's HybridAttnBackend does.
 #pragma once
 
 #include <functional>
@@ -87,6 +91,17 @@ class Backend {
   virtual void hybrid_forward(const HybridMetadata& metadata, const BatchDescription& batch, const StepTensors& tensors,
                               const HybridOutputs& outputs) = 0;
 
+  // A linear-attention layer (config.layer_kind gdn or mamba2; pymllm's forward_gdn): the mode's
+  // core over the layer's inputs tensors.linear_inputs (linear_layer.h), with the state pools
+  // tensors.ssm_state (updated in place) and the core's weights tensors.weights. Writes rows
+  // [0, num_actual_tokens) of `output` ([T, linear_layer_spec(config).output_width] in
+  // output_dtype()) and nothing else. Requests whose state slot is < 0 (padding, PAD_SLOT_ID) read
+  // and write no state and contribute zero rows. The slots, cache modes and block boundaries are
+  // the Mamba metadata's, as for ssm_forward. Default: NotSupported (a backend without linear
+  // layers; never a silent fallback).
+  virtual void linear_attention_forward(const HybridMetadata& metadata, const BatchDescription& batch,
+                                        const StepTensors& tensors, const TensorView& output);
+
   // --- CUDA graphs (serving engines replay decode steps from graphs) -------------------------------
   // The stream the run phase enqueues on (a cudaStream_t for "cuda"), or nullptr for a host
   // backend. Lets callers time a step with events on it, or order their own work after it.
@@ -98,6 +113,32 @@ class Backend {
   virtual std::unique_ptr<StepGraph> capture_decode_step(const HybridMetadata& metadata,
                                                          const BatchDescription& batch, const StepTensors& tensors,
                                                          const HybridOutputs& outputs);
+
+  // The CUDA-graph lifecycle of a whole model's decode step (pymllm's AttentionBackend hooks
+  // init_cuda_graph_state, init_forward_metadata_capture_cuda_graph and ..._replay_cuda_graph),
+  // for a graph runner that captures the calls of EVERY layer of one step into one graph, where
+  // capture_decode_step captures one layer's step on its own. A composite backend forwards each
+  // hook to each of its backends (PerLayerBackend). Default: NotSupported.
+  //
+  // The contract, which a GPU backend implements with persistent buffers at fixed addresses:
+  //  - init_graph_state(max_num_reqs, max_num_tokens): allocates, once, the metadata buffers every
+  //    captured graph reads (state-slot ids, query_start_loc, the KV-write slots, the attention
+  //    plan), sized for padded batches of up to these many requests and token rows.
+  //  - init_capture_metadata(metadata, batch): plans `batch` (a padded decode batch: query_len ≤ 1,
+  //    trailing padding requests and rows) into those buffers. From then on the run calls
+  //    (write_kv_cache, hybrid_forward, linear_attention_forward) read only these buffers, with no
+  //    host synchronisation and no allocation, so the runner can capture them; the next eager
+  //    build_metadata ends that (as pymllm's init_forward_metadata replaces the graph's metadata).
+  //  - init_replay_metadata(metadata, batch): re-plans a new batch of the CAPTURED padded shape
+  //    into the same buffers, in place (stream-ordered copies, outside the graph), before the runner
+  //    replays it. Padding requests and rows are rewritten as PAD_SLOT_ID on every replay, never
+  //    left holding a slot id from an earlier, larger batch (pymllm keeps stale req_pool_indices
+  //    there, and its padded decode rows then write live state; notes §2.6).
+  // Errors name the field: a batch larger than the state, a prefill or speculative row, a replay
+  // whose padded shape differs from the capture's, or a replay before any capture.
+  virtual void init_graph_state(int64_t max_num_reqs, int64_t max_num_tokens);
+  virtual void init_capture_metadata(const HybridMetadata& metadata, const BatchDescription& batch);
+  virtual void init_replay_metadata(const HybridMetadata& metadata, const BatchDescription& batch);
 };
 
 struct BackendSettings {

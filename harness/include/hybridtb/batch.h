@@ -57,6 +57,9 @@ struct StepTensors {
   // SSM branch, by name (each mode documents its names; reference/ssm/README.md):
   std::map<std::string, TensorView> ssm_state;  // state pools [num_slots, ...]; updated in place
   std::map<std::string, TensorView> weights;    // the mode's weights (read only)
+  // A linear-attention layer's inputs (layer_kind gdn/mamba2; hybridtb/linear_layer.h), each
+  // [T, width] in config.dtype. Such a layer has no query, key, value or KV cache (empty views).
+  std::map<std::string, TensorView> linear_inputs;
 };
 
 // Host-owned inputs as read from (or written to) a batch file.
@@ -69,6 +72,7 @@ struct BatchInputs {
   std::optional<float> output_scale;
   std::map<std::string, Tensor> ssm_state;  // /inputs/ssm/<name>: pools before this step
   std::map<std::string, Tensor> weights;    // /weights/<name>
+  std::map<std::string, Tensor> linear_inputs;  // /inputs/<name> of a linear-attention layer
 
   StepTensors views() const;
 };
@@ -78,7 +82,9 @@ struct BatchInputs {
 // padding rows/requests well formed, decode-first order is NOT required here (the Mamba builder
 // checks it).
 void validate(const AttentionConfig& config, const BatchDescription& batch, int64_t num_blocks);
-// Also checks every tensor's dtype and shape against the config and the batch.
+// Also checks every tensor's dtype and shape against the config and the batch. A linear-attention
+// layer (config.is_linear_layer()) has its linear inputs instead of query, key, value and the KV cache
+// (present ones are an error), and its block ids are not bounded by a cache it does not hold.
 void validate(const AttentionConfig& config, const BatchDescription& batch, const BatchInputs& inputs);
 
 }  // namespace hybridtb

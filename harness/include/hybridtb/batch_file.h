@@ -16,12 +16,13 @@ namespace hybridtb {
 
 inline constexpr const char* kSchemaName = "hybrid-batch";
 inline constexpr int kSchemaMajor = 1;
-inline constexpr int kSchemaMinor = 1;  // the version this build writes (1.1: SSM branch items)
+inline constexpr int kSchemaMinor = 2;  // the version this build writes (1.1: SSM branch items; 1.2: layer kinds)
 
 // What a backend produced for one step (/outputs), or what a trusted run recorded (/expected).
 struct StepOutputs {
   std::string backend;    // root attribute `backend` for /outputs; group attribute for /expected
-  Tensor output;          // [T, Hq, D] final output (attention + SSM contribution when present)
+  Tensor output;          // [T, Hq, D] final output (attention + SSM contribution when present); a linear
+                          // layer's (layer_kind gdn/mamba2) core output [T, output_width], its only tensor
   Tensor attn_output;     // [T, Hq, D] attention alone
   Tensor kv_cache;        // [NB, 2, BS, Hkv, D] after the KV write
   Tensor k_scale_cache;   // [NB, BS, Hkv] after the write (per-token-head modes only)
@@ -32,7 +33,7 @@ struct StepOutputs {
 };
 
 struct BatchFile {
-  std::string schema_version = "1.1";  // as read; always written as kSchemaMajor.kSchemaMinor
+  std::string schema_version = "1.2";  // as read; always written as kSchemaMajor.kSchemaMinor
   AttentionConfig config;
   BuilderConfig builder;
   BatchDescription batch;

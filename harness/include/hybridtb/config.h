@@ -44,6 +44,17 @@ std::string_view to_string(CudaGraphMode mode);
 CudaGraphMode cudagraph_mode_from_string(std::string_view name);
 bool has_full_cudagraphs(CudaGraphMode mode);  // FULL, FULL_DECODE_ONLY, FULL_AND_PIECEWISE
 
+// What a layer of a per-layer hybrid model is (SGLang's and pymllm's `layer_types`; Qwen3-Next: three
+// GDN layers, then one full-attention layer). Stored as /config layer_kind (schema 1.2; absent means
+// full_attention, so every older file keeps its meaning).
+//   kFullAttention  this testbed's hybrid layer: paged attention plus the optional parallel SSM branch
+//                   (ssm_mode; "none" for a plain attention layer)
+//   kGdn, kMamba2   a linear-attention layer: its mixer is the core of SSM mode gdn / mamba2 on the
+//                   layer's per-token inputs (hybridtb/linear_layer.h); ssm_mode must name that mode
+enum class LayerKind : uint8_t { kFullAttention, kGdn, kMamba2 };
+std::string_view to_string(LayerKind kind);
+LayerKind layer_kind_from_string(std::string_view name);  // Error naming /config layer_kind and the kinds
+
 // Sentinel for padded tokens in slot_mapping and padded rows of SSM state indices
 // (vllm/v1/attention/backends/utils.py: PAD_SLOT_ID).
 inline constexpr int32_t kPadSlotId = -1;
@@ -60,7 +71,10 @@ struct AttentionConfig {
   DType dtype = DType::kBFloat16;  // query, key, value (and output unless fp8 output is requested)
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kAuto;
   AttnType attn_type = AttnType::kDecoder;
-  std::string ssm_mode = "none";  // the SSM history branch; "none" = plain attention layer
+  LayerKind layer_kind = LayerKind::kFullAttention;
+  // full_attention: the parallel SSM history branch, "none" = plain attention layer. A linear layer
+  // (gdn, mamba2): the mode whose core is the layer's mixer, equal to the kind's name.
+  std::string ssm_mode = "none";
   // Integer hyper-parameters of the SSM mode (/config/ssm attributes), e.g. mamba1's
   // intermediate_size, state_size, conv_kernel, dt_rank. Each mode documents its own.
   std::map<std::string, int64_t> ssm_params;
@@ -71,7 +85,11 @@ struct AttentionConfig {
   std::optional<std::vector<float>> sinks;         // [num_heads] attention-sink logits (optional)
 
   int64_t num_queries_per_kv() const { return num_heads / num_kv_heads; }
-  bool has_ssm_branch() const { return ssm_mode != "none"; }
+  bool is_linear_layer() const { return layer_kind != LayerKind::kFullAttention; }
+  // The parallel branch belongs to full-attention layers; a linear layer's ssm_mode is its mixer.
+  bool has_ssm_branch() const { return !is_linear_layer() && ssm_mode != "none"; }
+
+  bool operator==(const AttentionConfig&) const = default;
 };
 
 // Engine-side settings that change what the metadata builders produce.
@@ -79,6 +97,8 @@ struct BuilderConfig {
   CudaGraphMode cudagraph_mode = CudaGraphMode::kNone;
   std::vector<int64_t> cudagraph_capture_sizes;  // in vLLM's list order (ties resolve to the first)
   int64_t max_num_seqs = 256;                    // scheduler_config.max_num_seqs
+
+  bool operator==(const BuilderConfig&) const = default;
 
   // Largest decode batch a full CUDA graph is captured for (BaseMambaAttentionMetadataBuilder:
   // min(max_num_seqs, max_cudagraph_capture_size)).

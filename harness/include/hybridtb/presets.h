@@ -61,7 +61,9 @@ struct GenOptions {
   int64_t prefix_hit_tokens = 0;  // > 0: requests with at least this context share their prefix blocks
   bool alias_blocks = false;      // random aliasing of the blocks a request only reads
   bool shuffle_blocks = true;     // false: consecutive block ids in request order
-  std::optional<bool> ssm_slots;  // a dedicated /batch/ssm_block_table; default: when the layer has an SSM branch
+  // A dedicated /batch/ssm_block_table; default: when the layer keeps state (an SSM branch or a
+  // linear-attention layer). true also gives a plain attention layer the table of its model's step.
+  std::optional<bool> ssm_slots;
   std::map<std::string, std::string> provenance;  // extra root attributes (preset, mix, command line)
 };
 

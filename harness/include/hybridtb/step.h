@@ -3,9 +3,9 @@
 // serves `hybridtb run`, the tests and the parity tools, so all of them exercise one code path.
 #pragma once
 
-#include "hybridtb/backend.h"
 #include <limits>
 
+#include "hybridtb/backend.h"
 #include "hybridtb/batch_file.h"
 
 namespace hybridtb {
@@ -25,8 +25,17 @@ Tensor poisoned_output(Backend& backend, const Shape& shape);
 // the scalar scales are copied as they are). run_step and the benchmark suite upload through it.
 BatchInputs upload_inputs(Backend& backend, const BatchInputs& host);
 
-// Runs `file`'s step on `backend`. The file is not modified (the KV cache is copied first).
-// Throws Error / NotSupported if the backend cannot run this configuration.
+// Runs `file`'s step on `backend`: build_metadata, then run_layer_step. The file is not modified
+// (the KV cache and the state pools are copied first). Throws Error / NotSupported if the backend
+// cannot run this configuration.
 StepOutputs run_step(Backend& backend, const BatchFile& file);
+
+// Runs one layer of a step whose metadata is already built (a per-layer model builds it once for
+// all its layers; per_layer.h), by the layer's kind: write_kv_cache + hybrid_forward for a
+// full-attention layer (outputs output, attn_output, ssm_output when it has a branch, the KV and
+// scale caches), linear_attention_forward for a linear layer (outputs output [T, output_width]
+// alone). Both give the state pools after the step and carry `metadata`. Output buffers start
+// poisoned (kOutputPoison).
+StepOutputs run_layer_step(Backend& backend, const BatchFile& file, const HybridMetadata& metadata);
 
 }  // namespace hybridtb

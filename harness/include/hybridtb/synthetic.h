@@ -2,6 +2,11 @@
 // complete, valid hybrid-batch with realistic paging. Used by the tests, by the shipped example
 // batches, and as the core of `hybridtb gen`.
 //
+// A linear-attention layer (config.layer_kind gdn or mamba2) gets its inputs (linear_layer.h)
+// instead of query, key, value and a KV cache; its paging is the same, the attention layers' of the
+// model, so the same requests, seed, block_size, window and Mamba cache settings give every layer
+// of a per-layer model the same batch.
+//
 // Paging follows vLLM: block 0 is the null block and is never given to a request; each request
 // gets ceil(seq_len / block_size) physical blocks, shuffled across the pool by default; blocks that
 // slid out of the sliding window for every query of the request are pointed at the null block,

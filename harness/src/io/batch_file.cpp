@@ -17,6 +17,7 @@
 #include <new>
 
 #include "hybridtb/error.h"
+#include "hybridtb/linear_layer.h"
 #include "io/hdf5.h"
 
 namespace hybridtb {
@@ -586,6 +587,8 @@ void read_config(const Group& root, BatchFile& file) {
   c.kv_cache_dtype = kv_cache_dtype_from_string(string_attribute(
       g, "kv_cache_dtype", "\"auto\" | \"fp8_e4m3\" | \"fp8_e5m2\" | \"int8_per_token_head\" | \"fp8_per_token_head\""));
   c.attn_type = attn_type_from_string(string_attribute(g, "attn_type", "\"decoder\" | \"encoder_only\""));
+  // Schema 1.2, optional: absent means full_attention, the only kind before it.
+  if (g.has_attribute("layer_kind")) c.layer_kind = layer_kind_from_string(g.read_string_attribute("layer_kind"));
   c.ssm_mode = string_attribute(g, "ssm_mode", "string, \"none\" for a plain attention layer");
   c.mamba_cache_mode =
       mamba_cache_mode_from_string(string_attribute(g, "mamba_cache_mode", "\"none\" | \"all\" | \"align\""));
@@ -650,8 +653,46 @@ void read_batch(const Group& root, BatchFile& file) {
 
 std::string required_tensor(DType dtype, const Dims& dims) { return std::string(to_string(dtype)) + " " + dim_names(dims); }
 
+// /inputs of a linear-attention layer (schema 1.2): its kind's inputs, [T, width] in /config dtype,
+// and none of the attention tensors.
+void read_linear_inputs(const Group& root, const Group& g, BatchFile& file) {
+  const AttentionConfig& c = file.config;
+  const std::string kind(to_string(c.layer_kind));
+  for (const char* name : {"query", "key", "value", "kv_cache", "k_scale", "v_scale", "k_scale_cache", "v_scale_cache",
+                           "output_scale"}) {
+    HYBRIDTB_CHECK(g.child_kind(name) == ObjectKind::kMissing && !g.has_attribute(name), g.child_path(name),
+                   " is present, but /config layer_kind ", kind,
+                   " is a linear-attention layer: it has no query, key, value, KV cache (nor its scales) or fp8 "
+                   "output");
+  }
+  const int64_t T = file.batch.num_tokens();
+  const std::string config_dtype = "/config dtype " + std::string(to_string(c.dtype));
+  for (const LinearInput& input : linear_layer_spec(c).inputs) {
+    const Dims dims{{"T", T}, {input.width_formula, input.width}};
+    const std::string requirement = detail::concat(to_string(c.dtype), " ", dim_names(dims), ", ", input.meaning);
+    file.inputs.linear_inputs[input.name] =
+        read_tensor(require_dataset(g, input.name, requirement), dims, c.dtype, config_dtype);
+  }
+  read_ssm_inputs(root, g, file.inputs);
+}
+
+// An input of another linear kind is refused, not ignored: a linear layer whose layer_kind is
+// missing or wrong would otherwise be read as something else.
+void check_no_foreign_linear_inputs(const Group& g, LayerKind kind) {
+  for (const auto& [name, owner] : foreign_linear_inputs(kind)) {
+    HYBRIDTB_CHECK(g.child_kind(name) == ObjectKind::kMissing, g.child_path(name), " is an input of layer_kind ",
+                   to_string(owner), ", but /config layer_kind is ", to_string(kind),
+                   kind == LayerKind::kFullAttention ? " (the default when the attribute is absent)" : "");
+  }
+}
+
 void read_inputs(const Group& root, BatchFile& file) {
   const Group g = require_group(root, "inputs");
+  check_no_foreign_linear_inputs(g, file.config.layer_kind);
+  if (file.config.is_linear_layer()) {
+    read_linear_inputs(root, g, file);
+    return;
+  }
   const AttentionConfig& c = file.config;
   BatchInputs& in = file.inputs;
   const int64_t T = file.batch.num_tokens();
@@ -717,16 +758,26 @@ void collect_metadata(const Group& group, const std::string& prefix, std::vector
   }
 }
 
-// `backend_holder`: /outputs names its backend at the root (it describes how the file was
-// produced); /expected carries its own, as it may come from another run.
-StepOutputs read_outputs(const Group& g, const h5::Object& backend_holder, const BatchFile& file) {
+// output (a float [T, output_width]) and nothing of the attention's: a linear layer has no
+// attention output, KV cache or parallel SSM contribution.
+void read_linear_outputs(const Group& g, const BatchFile& file, StepOutputs& out) {
+  const AttentionConfig& c = file.config;
+  const LinearLayerSpec spec = linear_layer_spec(c);
+  const Dims dims{{"T", file.batch.num_tokens()}, {"output_width", spec.output_width}};
+  const Dataset output = require_dataset(g, "output", dim_names(dims) + ", " + spec.output_meaning);
+  const DType dtype = tensor_dtype(output);
+  HYBRIDTB_CHECK(is_floating(dtype), output.path(), ": dtype ", to_string(dtype), " is not a float type");
+  out.output = read_tensor(output, dims, dtype, "");
+  for (const char* name : {"attn_output", "ssm_output", "kv_cache", "k_scale_cache", "v_scale_cache"}) {
+    HYBRIDTB_CHECK(g.child_kind(name) == ObjectKind::kMissing, g.child_path(name), " is present, but /config layer_kind ",
+                   to_string(c.layer_kind), " is a linear-attention layer (its only output is `output`)");
+  }
+}
+
+// output, attn_output, the caches after the write and the SSM branch's contribution.
+void read_attention_outputs(const Group& g, const BatchFile& file, StepOutputs& out) {
   const AttentionConfig& c = file.config;
   const int64_t T = file.batch.num_tokens();
-  StepOutputs out;
-  if (backend_holder.has_attribute("backend")) out.backend = backend_holder.read_string_attribute("backend");
-
-  // Outputs keep whatever dtype the producer used (the reference writes float64), so only shapes
-  // are checked here.
   const Dims tokens = token_dims(T, c, false);
   out.output = read_tensor(require_dataset(g, "output", "[T, num_heads, head_size]"), tokens, std::nullopt, "");
   out.attn_output = read_tensor(require_dataset(g, "attn_output", "[T, num_heads, head_size]"), tokens, std::nullopt, "");
@@ -745,6 +796,22 @@ StepOutputs read_outputs(const Group& g, const h5::Object& backend_holder, const
     const DType dtype = tensor_dtype(*d);
     HYBRIDTB_CHECK(is_floating(dtype), d->path(), ": dtype ", to_string(dtype), " is not a float type");
     out.ssm_output = read_tensor(*d, tokens, dtype, "");
+  }
+}
+
+// `backend_holder`: /outputs names its backend at the root (it describes how the file was
+// produced); /expected carries its own, as it may come from another run.
+StepOutputs read_outputs(const Group& g, const h5::Object& backend_holder, const BatchFile& file) {
+  const AttentionConfig& c = file.config;
+  StepOutputs out;
+  if (backend_holder.has_attribute("backend")) out.backend = backend_holder.read_string_attribute("backend");
+
+  // Outputs keep whatever dtype the producer used (the reference writes float64), so only shapes
+  // are checked here.
+  if (c.is_linear_layer()) {
+    read_linear_outputs(g, file, out);
+  } else {
+    read_attention_outputs(g, file, out);
   }
   if (std::optional<Group> ssm = find_group(g, "ssm")) {
     out.ssm_state = read_named_tensors(*ssm, "state pools");
@@ -821,6 +888,8 @@ void write_config(const Group& root, const BatchFile& file) {
   g.write_string_attribute("dtype", std::string(to_string(c.dtype)));
   g.write_string_attribute("kv_cache_dtype", std::string(to_string(c.kv_cache_dtype)));
   g.write_string_attribute("attn_type", std::string(to_string(c.attn_type)));
+  // Only linear layers carry layer_kind: absent means full_attention (schema 1.2).
+  if (c.is_linear_layer()) g.write_string_attribute("layer_kind", std::string(to_string(c.layer_kind)));
   g.write_string_attribute("ssm_mode", c.ssm_mode);
   g.write_string_attribute("mamba_cache_mode", std::string(to_string(c.mamba_cache_mode)));
   g.write_int_attribute("mamba_block_size", c.mamba_block_size);
@@ -865,15 +934,20 @@ void write_batch(const Group& root, const BatchFile& file) {
 void write_inputs(const Group& root, const BatchFile& file) {
   const Group g = root.create_group("inputs");
   const BatchInputs& in = file.inputs;
-  write_tensor(g, "query", in.query);
-  write_tensor(g, "key", in.key);
-  write_tensor(g, "value", in.value);
-  if (!in.kv_cache.empty()) write_tensor(g, "kv_cache", in.kv_cache);
-  write_float32_scalar(g, "k_scale", in.k_scale);
-  write_float32_scalar(g, "v_scale", in.v_scale);
-  if (in.output_scale) write_float32_scalar(g, "output_scale", *in.output_scale);
-  if (!in.k_scale_cache.empty()) write_tensor(g, "k_scale_cache", in.k_scale_cache);
-  if (!in.v_scale_cache.empty()) write_tensor(g, "v_scale_cache", in.v_scale_cache);
+  if (file.config.is_linear_layer()) {
+    // A linear layer's own inputs (validated before the file was created); no attention tensors.
+    for (const auto& [name, input] : in.linear_inputs) write_tensor(g, name, input);
+  } else {
+    write_tensor(g, "query", in.query);
+    write_tensor(g, "key", in.key);
+    write_tensor(g, "value", in.value);
+    if (!in.kv_cache.empty()) write_tensor(g, "kv_cache", in.kv_cache);
+    write_float32_scalar(g, "k_scale", in.k_scale);
+    write_float32_scalar(g, "v_scale", in.v_scale);
+    if (in.output_scale) write_float32_scalar(g, "output_scale", *in.output_scale);
+    if (!in.k_scale_cache.empty()) write_tensor(g, "k_scale_cache", in.k_scale_cache);
+    if (!in.v_scale_cache.empty()) write_tensor(g, "v_scale_cache", in.v_scale_cache);
+  }
   // The SSM branch (1.1): checked by check_ssm_inputs() before the file was created.
   if (!in.ssm_state.empty()) {
     const Group ssm = g.create_group("ssm");
@@ -911,8 +985,28 @@ void write_metadata(const Group& parent, const HybridMetadata& metadata) {
   }
 }
 
-void write_outputs(const Group& root, const char* name, const StepOutputs& out, const BatchFile& file) {
-  const Group g = root.create_group(name);
+// A linear layer's result: output [T, output_width] alone (checked before anything is created).
+void write_linear_outputs(const Group& g, const StepOutputs& out, const BatchFile& file) {
+  const LinearLayerSpec spec = linear_layer_spec(file.config);
+  const Dims dims{{"T", file.batch.num_tokens()}, {"output_width", spec.output_width}};
+  HYBRIDTB_CHECK(!out.output.empty(), "missing dataset ", g.child_path("output"), " (required: ", dim_names(dims),
+                 "): the StepOutputs tensor is empty");
+  check_shape(g.child_path("output"), out.output.shape(), dims);
+  HYBRIDTB_CHECK(is_floating(out.output.dtype()), g.child_path("output"), ": dtype ", to_string(out.output.dtype()),
+                 " is not a float type");
+  for (const auto& [field, tensor] : {std::pair<const char*, const Tensor*>{"attn_output", &out.attn_output},
+                                      {"ssm_output", &out.ssm_output},
+                                      {"kv_cache", &out.kv_cache},
+                                      {"k_scale_cache", &out.k_scale_cache},
+                                      {"v_scale_cache", &out.v_scale_cache}}) {
+    HYBRIDTB_CHECK(tensor->empty(), g.child_path(field), ": a linear-attention layer (layer_kind ",
+                   to_string(file.config.layer_kind), ") has no such output; leave the StepOutputs tensor empty");
+  }
+  write_tensor(g, "output", out.output);
+}
+
+// A full-attention layer's result: output, attn_output, the caches, the SSM branch's contribution.
+void write_attention_outputs(const Group& g, const StepOutputs& out, const BatchFile& file) {
   const AttentionConfig& c = file.config;
   const Dims tokens = token_dims(file.batch.num_tokens(), c, false);
   const int64_t num_blocks = file.inputs.kv_cache.empty() ? -1 : file.inputs.kv_cache.size(0);
@@ -941,6 +1035,16 @@ void write_outputs(const Group& root, const char* name, const StepOutputs& out, 
     HYBRIDTB_CHECK(is_floating(out.ssm_output.dtype()), path, ": dtype ", to_string(out.ssm_output.dtype()),
                    " is not a float type");
     write_tensor(g, "ssm_output", out.ssm_output);
+  }
+}
+
+void write_outputs(const Group& root, const char* name, const StepOutputs& out, const BatchFile& file) {
+  const Group g = root.create_group(name);
+  const AttentionConfig& c = file.config;
+  if (c.is_linear_layer()) {
+    write_linear_outputs(g, out, file);
+  } else {
+    write_attention_outputs(g, out, file);
   }
   if (!out.ssm_state.empty()) {
     const std::string group_path = g.child_path("ssm");

@@ -119,7 +119,9 @@ void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& me
                  const StepTensors& tensors, const TensorView& contribution);
 
 // Seeded random weights and state pools for a mode, drawn as each TensorSpec says (used by tests
-// and the batch generator). Pools are [num_slots, ...]; optional weights are included.
+// and the batch generator). Pools are [num_slots, ...]; optional weights are included. For a
+// linear-attention layer (config.layer_kind gdn/mamba2): the pools and the core's weights of
+// linear_layer.h, with the values the mode draws for those names.
 struct RandomSsmTensors {
   std::map<std::string, Tensor> ssm_state;
   std::map<std::string, Tensor> weights;
