@@ -26,17 +26,6 @@ struct LinearCore {
   CoreAdvance advance;
 };
 
-Mamba2Sizes mamba2_sizes(const ModeShape& shape) {
-  Mamba2Sizes s;
-  s.heads = shape.param("num_ssm_heads");
-  s.head_dim = shape.param("head_dim");
-  s.state = shape.param("state_size");
-  s.groups = shape.param("n_groups");
-  s.kernel = shape.param("conv_kernel");
-  check_mamba2_sizes(s);
-  return s;
-}
-
 LinearCore linear_core(const AttentionConfig& config) {
   const ModeShape shape = mode_shape(config);
   switch (config.layer_kind) {

@@ -45,16 +45,6 @@ using Vector = Eigen::VectorXd;
 // mamba_ssm's Mamba2 norm and vLLM's Mixer2RMSNormGated (rms_norm_eps of Mamba-2 configs).
 constexpr double kNormEps = 1e-5;
 
-Mamba2Sizes sizes_from_shape(const ModeShape& shape) {
-  Mamba2Sizes s;
-  s.heads = shape.param("num_ssm_heads");
-  s.head_dim = shape.param("head_dim");
-  s.state = shape.param("state_size");
-  s.groups = shape.param("n_groups");
-  s.kernel = shape.param("conv_kernel");
-  check_mamba2_sizes(s);
-  return s;
-}
 
 // The recurrence over L tokens of conv outputs `c` [L, conv_dim], sequential in float64 (the SSD
 // kernels compute the same sums chunk by chunk; tests/ssm_mamba2 checks the two agree).
@@ -147,7 +137,7 @@ class Mamba2Mode final : public Mode {
   }
 
   std::vector<TensorSpec> state_specs(const ModeShape& shape) const override {
-    const Mamba2Sizes s = sizes_from_shape(shape);
+    const Mamba2Sizes s = mamba2_sizes(shape);
     // Random states are standard normal (the default init): conv inputs are in_proj outputs of
     // O(1) hidden states, and S stays O(1) under a decay ≤ 1.
     return {
@@ -160,7 +150,7 @@ class Mamba2Mode final : public Mode {
   }
 
   std::vector<TensorSpec> weight_specs(const ModeShape& shape) const override {
-    const Mamba2Sizes s = sizes_from_shape(shape);
+    const Mamba2Sizes s = mamba2_sizes(shape);
     const int64_t H = shape.hidden_size, Hs = s.heads, d_ssm = s.d_ssm(), conv_dim = s.conv_dim();
     // Random models follow mamba_ssm's Mamba2 initialisation where it keeps values sane: projections
     // normal(0, 1/sqrt(fan_in)) so every stage stays O(1); biases small; dt_bias uniform in
@@ -250,6 +240,17 @@ void check_mamba2_sizes(const Mamba2Sizes& s) {
                  " for ssm_mode mamba2 (head h reads the B and C of group h / (num_ssm_heads / n_groups))");
   HYBRIDTB_CHECK(s.kernel >= 2, "/config/ssm conv_kernel must be >= 2 for ssm_mode mamba2 (the conv state keeps ",
                  "conv_kernel - 1 inputs), got ", s.kernel);
+}
+
+Mamba2Sizes mamba2_sizes(const ModeShape& shape) {
+  Mamba2Sizes s;
+  s.heads = shape.param("num_ssm_heads");
+  s.head_dim = shape.param("head_dim");
+  s.state = shape.param("state_size");
+  s.groups = shape.param("n_groups");
+  s.kernel = shape.param("conv_kernel");
+  check_mamba2_sizes(s);
+  return s;
 }
 
 Mamba2CoreWeights mamba2_core_weights(const Weights& weights, const Mamba2Sizes& s) {

@@ -32,6 +32,10 @@ struct Mamba2Sizes {
 // num_ssm_heads and conv_kernel ≥ 2.
 void check_mamba2_sizes(const Mamba2Sizes& sizes);
 
+// The sizes from /config/ssm num_ssm_heads, head_dim, state_size, n_groups and conv_kernel, checked
+// by check_mamba2_sizes (the mode and a per-layer mamba2 layer read them alike).
+Mamba2Sizes mamba2_sizes(const ModeShape& shape);
+
 // The core's weights in float64 (/weights names of ssm_mode mamba2).
 struct Mamba2CoreWeights {
   Matrix conv_weight;         // conv1d_weight [conv_dim, K]: column K−1 multiplies the current token
