@@ -25,6 +25,7 @@
 
 #include "bench/event_timer.h"
 #include "common/cuda_check.h"
+#include "ssm/causal_conv.h"
 #include "ssm/ssm_kernels.h"
 
 using namespace hybridtb::cuda;
@@ -95,6 +96,7 @@ constexpr int I = 5120, N = 16, K = 4, R = 160;
 
 struct Setup {
   Mamba1Params p;
+  CausalConvParams conv;  // mamba1's conv in front of the scan (x + in_proj_bias → c)
   std::vector<void*> owned;
   float* pool_saved = nullptr;  // the ssm_state pool before any run (restored before every sample)
   size_t pool_bytes = 0;
@@ -138,7 +140,6 @@ Setup make_setup(int requests, int length) {
   const int64_t T = int64_t{requests} * length;
   p.I = I;
   p.N = N;
-  p.K = K;
   p.R = R;
   p.num_tokens = T;
   auto own = [&](float* ptr) {
@@ -150,8 +151,6 @@ Setup make_setup(int requests, int length) {
   p.dbc = own(device_filled(T * (R + 2 * N), -1.0f, 1.0f, 3));
   p.dt = own(device_filled(T * I, -4.6f, -2.3f, 4));  // softplus → Δ ≈ 0.01 … 0.1
   p.y = own(device_filled(T * I, 0.0f, 0.0f, 5));
-  p.conv_w = WeightRef{own(device_filled(int64_t{I} * K, -0.5f, 0.5f, 6)), ElementKind::kFloat32};
-  p.conv_bias = WeightRef{own(device_filled(I, -0.1f, 0.1f, 7)), ElementKind::kFloat32};
   p.dt_bias = WeightRef{own(device_filled(I, -0.1f, 0.1f, 8)), ElementKind::kFloat32};
   p.A_log = WeightRef{own(device_filled(int64_t{I} * N, 0.0f, 2.77f, 9)), ElementKind::kFloat32};
   p.D = WeightRef{own(device_filled(I, 0.5f, 1.5f, 10)), ElementKind::kFloat32};
@@ -159,12 +158,19 @@ Setup make_setup(int requests, int length) {
   const int slots = requests + 1;
   p.ssm_state = PoolRef{own(device_filled(int64_t{slots} * I * N, -1.0f, 1.0f, 12)), ElementKind::kFloat32,
                         int64_t{I} * N};
-  p.conv_state = PoolRef{own(device_filled(int64_t{slots} * I * (K - 1), -1.0f, 1.0f, 13)), ElementKind::kFloat32,
-                         int64_t{I} * (K - 1)};
+  CausalConvParams& conv = s.conv;
+  conv.channels = I;
+  conv.kernel = K;
+  conv.num_tokens = T;
+  conv.in = p.xz;
+  conv.in_stride = 2 * I;
+  conv.in_bias = p.in_bias;
+  conv.weight = WeightRef{own(device_filled(int64_t{I} * K, -0.5f, 0.5f, 6)), ElementKind::kFloat32};
+  conv.bias = WeightRef{own(device_filled(I, -0.1f, 0.1f, 7)), ElementKind::kFloat32};
+  conv.out = own(device_filled(T * I, 0.0f, 0.0f, 15));
+  conv.state = PoolRef{own(device_filled(int64_t{slots} * I * (K - 1), -1.0f, 1.0f, 13)), ElementKind::kFloat32,
+                       int64_t{I} * (K - 1)};
   std::vector<GpuRequest> reqs;
-  std::vector<GpuChunk> chunks;
-  std::vector<int32_t> first;
-  std::vector<GpuConvWrite> writes;
   for (int r = 0; r < requests; ++r) {
     GpuRequest q;
     q.begin = r * length;
@@ -173,26 +179,15 @@ Setup make_setup(int requests, int length) {
     q.write_slot = r + 1;
     q.decode = length == 1 ? 1 : 0;
     reqs.push_back(q);
-    first.push_back(static_cast<int32_t>(chunks.size()));
-    const int size = std::max(64, (length + 127) / 128);
-    for (int b = q.begin; b < q.end; b += size) {
-      const int e = std::min(q.end, b + size);
-      chunks.push_back(GpuChunk{r, b, e, e == q.end ? 1 : 0});
-    }
-    writes.push_back(GpuConvWrite{r, length, r + 1, 0});
   }
   p.wave.requests = upload(reqs);
   p.wave.num_requests = requests;
   p.wave.max_tokens = length;
-  p.chunks = upload(chunks);
-  p.num_chunks = static_cast<int32_t>(chunks.size());
-  p.request_first_chunk = upload(first);
-  p.conv_writes = upload(writes);
-  p.num_conv_writes = static_cast<int32_t>(writes.size());
   p.boundary_slot = upload(std::vector<int32_t>(static_cast<size_t>(T), -1));
-  s.owned.insert(s.owned.end(), {(void*)p.wave.requests, (void*)p.chunks, (void*)p.request_first_chunk,
-                                 (void*)p.conv_writes, (void*)p.boundary_slot});
-  p.conv_stash = own(device_filled(int64_t{requests} * I * (K - 1), 0.0f, 0.0f, 14));
+  s.owned.insert(s.owned.end(), {(void*)p.wave.requests, (void*)p.boundary_slot});
+  conv.wave = p.wave;
+  conv.boundary_slot = p.boundary_slot;
+  conv.stash = own(device_filled(causal_conv_stash_floats(conv), 0.0f, 0.0f, 14));
   p.decode_end = length == 1 ? requests : 0;
   p.prefill_begin = length == 1 ? requests : 0;
   s.pool_bytes = static_cast<size_t>(slots) * I * N * sizeof(float);
@@ -312,7 +307,7 @@ int main(int argc, char** argv) {
       if (v == 0) scan_ms = ms;
     }
     s.p.scan_variant = 0;
-    const double conv_ms = median_ms_flushed(10, 2, stream, s, flush, flush_bytes, [&] { launch_mamba1_conv(s.p, stream); });
+    const double conv_ms = median_ms_flushed(10, 2, stream, s, flush, flush_bytes, [&] { launch_causal_conv(s.conv, stream); });
     // Minimal traffic of the scan with our float32 I/O: dt, c, z in, y out (4 B each per channel) + B, C.
     const double bytes = static_cast<double>(tokens) * (4.0 * I * 4 + 2.0 * N * 4);
     const double t_bw = bytes / copy_bw;

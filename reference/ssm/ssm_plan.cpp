@@ -40,6 +40,19 @@ LastBlocks last_blocks(const MambaAttentionMetadata& metadata, int64_t r) {
 
 }  // namespace
 
+void check_plannable_step(const AttentionConfig& config, const MambaAttentionMetadata& metadata,
+                          const BatchDescription& batch, const std::string& who) {
+  if (config.num_speculative_tokens > 0) {
+    throw NotSupported(detail::concat(who, " with /config/num_speculative_tokens ", config.num_speculative_tokens,
+                                      ": speculative decoding with an SSM is not modelled yet (a decode would advance "
+                                      "several tokens and write per-token states)"));
+  }
+  HYBRIDTB_CHECK(
+      metadata.num_reqs == batch.num_reqs() && metadata.num_decodes + metadata.num_prefills == batch.num_reqs(),
+      "the Mamba metadata (", metadata.num_decodes, " decodes + ", metadata.num_prefills, " prefills, num_reqs ",
+      metadata.num_reqs, ") does not describe the batch's ", batch.num_reqs(), " requests");
+}
+
 RequestPlan plan_decode(const AttentionConfig& config, const MambaAttentionMetadata& metadata,
                         const BatchDescription& batch, int64_t r) {
   RequestPlan plan;

@@ -144,15 +144,7 @@ void store_token_rows(const TensorView& tokens, const Matrix& rows) {
 void run_requests(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
                   const std::vector<Pool>& pools, int64_t num_tokens, const std::string& who,
                   const AdvanceRows& advance) {
-  if (config.num_speculative_tokens > 0) {
-    throw NotSupported(detail::concat(who, " with /config/num_speculative_tokens ", config.num_speculative_tokens,
-                                      ": speculative decoding with an SSM is not modelled yet (a decode would advance "
-                                      "several tokens and write per-token states)"));
-  }
-  HYBRIDTB_CHECK(
-      metadata.num_reqs == batch.num_reqs() && metadata.num_decodes + metadata.num_prefills == batch.num_reqs(),
-      "the Mamba metadata (", metadata.num_decodes, " decodes + ", metadata.num_prefills, " prefills, num_reqs ",
-      metadata.num_reqs, ") does not describe the batch's ", batch.num_reqs(), " requests");
+  check_plannable_step(config, metadata, batch, who);
   const int64_t num_slots = pools.empty() ? 0 : pools.front().view.size(0);
 
   // Plan and check every request before touching any state, so a bad batch changes nothing.

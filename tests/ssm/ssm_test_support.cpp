@@ -216,6 +216,18 @@ void expect_close(const std::vector<double>& actual, const std::vector<double>& 
                     Eigen::Map<const Eigen::VectorXd>(expected.data(), n), n, 1, tolerance, what);
 }
 
+void expect_weight_specs(const std::vector<reference::ssm::TensorSpec>& weights,
+                         const std::vector<ExpectedWeight>& expected) {
+  ASSERT_EQ(weights.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(weights[i].name, expected[i].name);
+    EXPECT_EQ(weights[i].shape, expected[i].shape) << expected[i].name;
+    EXPECT_EQ(weights[i].optional, expected[i].optional) << expected[i].name;
+    EXPECT_EQ(weights[i].dtype, DType::kFloat32) << expected[i].name;
+    EXPECT_FALSE(weights[i].meaning.empty()) << expected[i].name;
+  }
+}
+
 std::map<std::string, TensorView> views(const std::map<std::string, Tensor>& tensors) {
   std::map<std::string, TensorView> out;
   for (const auto& [name, tensor] : tensors) out.emplace(name, tensor.view());

@@ -119,6 +119,16 @@ void expect_close(const Eigen::VectorXd& actual, const Eigen::VectorXd& expected
 void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, const Tolerance& tolerance,
                   const std::string& what);
 
+// A mode's weight specs as a test lists them: name, shape and optionality in order; every one
+// float32 with a one-line meaning.
+struct ExpectedWeight {
+  const char* name;
+  Shape shape;
+  bool optional;
+};
+void expect_weight_specs(const std::vector<reference::ssm::TensorSpec>& weights,
+                         const std::vector<ExpectedWeight>& expected);
+
 // Views of named tensors (a step's weights or pools).
 std::map<std::string, TensorView> views(const std::map<std::string, Tensor>& tensors);
 // Named tensors in a mode's Weights form (exact doubles): k-d tensors [size(0), rest], 1-d [1, n].

@@ -53,25 +53,12 @@ TEST(GdnSpecs, NamesShapesAndParameters) {
   EXPECT_EQ(states[1].name, "recurrent_state");
   EXPECT_EQ(states[1].shape, (Shape{6, 3, 5})) << "V-major: [num_v_heads, head_v_dim, head_k_dim]";
 
-  struct Expected {
-    const char* name;
-    Shape shape;
-    bool optional;
-  };
-  const std::vector<Expected> expected = {
+  const std::vector<ExpectedWeight> expected = {
       {"in_proj_qkvz", {56, 20}, false}, {"in_proj_ba", {12, 20}, false}, {"conv1d_weight", {38, 4}, false},
       {"conv1d_bias", {38}, true},       {"A_log", {6}, false},           {"dt_bias", {6}, false},
       {"norm_weight", {3}, false},       {"out_proj", {20, 18}, false},
   };
-  const std::vector<ssm::TensorSpec> weights = mode.weight_specs(gdn_shape(d));
-  ASSERT_EQ(weights.size(), expected.size());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    EXPECT_EQ(weights[i].name, expected[i].name);
-    EXPECT_EQ(weights[i].shape, expected[i].shape) << expected[i].name;
-    EXPECT_EQ(weights[i].optional, expected[i].optional) << expected[i].name;
-    EXPECT_EQ(weights[i].dtype, DType::kFloat32) << expected[i].name;
-    EXPECT_FALSE(weights[i].meaning.empty()) << expected[i].name;
-  }
+  expect_weight_specs(mode.weight_specs(gdn_shape(d)), expected);
   for (const ssm::TensorSpec& spec : states) EXPECT_EQ(spec.dtype, DType::kFloat32) << spec.name;
 }
 

@@ -43,26 +43,13 @@ TEST(Mamba1Specs, NamesShapesAndParameters) {
   EXPECT_EQ(states[1].name, "ssm_state");
   EXPECT_EQ(states[1].shape, (Shape{6, 5}));
 
-  struct Expected {
-    const char* name;
-    Shape shape;
-    bool optional;
-  };
-  const std::vector<Expected> expected = {
+  const std::vector<ExpectedWeight> expected = {
       {"in_proj", {12, 10}, false},  {"in_proj_bias", {12}, true}, {"conv1d_weight", {6, 4}, false},
       {"conv1d_bias", {6}, true},    {"x_proj", {12, 6}, false},    {"dt_proj", {6, 2}, false},
       {"dt_proj_bias", {6}, false},  {"A_log", {6, 5}, false},     {"D", {6}, false},
       {"out_proj", {10, 6}, false},  {"out_proj_bias", {10}, true},
   };
-  const std::vector<ssm::TensorSpec> weights = mode.weight_specs(mamba1_shape(s));
-  ASSERT_EQ(weights.size(), expected.size());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    EXPECT_EQ(weights[i].name, expected[i].name);
-    EXPECT_EQ(weights[i].shape, expected[i].shape) << expected[i].name;
-    EXPECT_EQ(weights[i].optional, expected[i].optional) << expected[i].name;
-    EXPECT_EQ(weights[i].dtype, DType::kFloat32) << expected[i].name;
-    EXPECT_FALSE(weights[i].meaning.empty()) << expected[i].name;
-  }
+  expect_weight_specs(mode.weight_specs(mamba1_shape(s)), expected);
   for (const ssm::TensorSpec& spec : states) EXPECT_EQ(spec.dtype, DType::kFloat32) << spec.name;
 }
 

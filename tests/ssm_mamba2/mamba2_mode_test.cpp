@@ -50,26 +50,13 @@ TEST(Mamba2Specs, NamesShapesAndParameters) {
   EXPECT_EQ(states[1].name, "ssm_state");
   EXPECT_EQ(states[1].shape, (Shape{6, 3, 5}));
 
-  struct Expected {
-    const char* name;
-    Shape shape;
-    bool optional;
-  };
-  const std::vector<Expected> expected = {
+  const std::vector<ExpectedWeight> expected = {
       {"in_proj", {62, 10}, false},  {"in_proj_bias", {62}, true}, {"conv1d_weight", {38, 4}, false},
       {"conv1d_bias", {38}, true},   {"dt_bias", {6}, false},      {"A_log", {6}, false},
       {"D", {6}, false},             {"norm_weight", {18}, false}, {"out_proj", {10, 18}, false},
       {"out_proj_bias", {10}, true},
   };
-  const std::vector<ssm::TensorSpec> weights = mode.weight_specs(mamba2_shape(d));
-  ASSERT_EQ(weights.size(), expected.size());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    EXPECT_EQ(weights[i].name, expected[i].name);
-    EXPECT_EQ(weights[i].shape, expected[i].shape) << expected[i].name;
-    EXPECT_EQ(weights[i].optional, expected[i].optional) << expected[i].name;
-    EXPECT_EQ(weights[i].dtype, DType::kFloat32) << expected[i].name;
-    EXPECT_FALSE(weights[i].meaning.empty()) << expected[i].name;
-  }
+  expect_weight_specs(mode.weight_specs(mamba2_shape(d)), expected);
   for (const ssm::TensorSpec& spec : states) EXPECT_EQ(spec.dtype, DType::kFloat32) << spec.name;
 }
 

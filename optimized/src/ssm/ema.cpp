@@ -24,7 +24,7 @@ class EmaGpuMode final : public GpuMode {
       p.wave = wave.device;
       p.pool = step.pools.at("state");
       p.boundary_slot = step.boundary_slot;
-      p.decay = step.weight("a")->ref;
+      p.decay = step.weight_ref("a");
       launch_affine_scan(p, step.context->stream());
     }
   }

@@ -44,11 +44,6 @@ GdnSizes sizes_of(const GpuStep& step) {
                   .K = params.at("conv_kernel")};
 }
 
-WeightRef weight_or_absent(const GpuStep& step, const char* name) {
-  const GpuWeight* w = step.weight(name);
-  return w != nullptr ? w->ref : WeightRef{};
-}
-
 // The eager plan of one wave: its decodes' range and its prefills' chunks (uploaded to the step's
 // scratch). A chunk ends after kGdnChunk tokens, after a block-boundary token (its exit state is the
 // boundary state) or at the request's end, whichever comes first.
@@ -107,8 +102,8 @@ void launch_gdn_core(const GpuStep& step, const GdnCoreIo& io) {
   conv.kernel = static_cast<int32_t>(s.K);
   conv.in = io.mixed_qkv;
   conv.in_stride = io.mixed_qkv_stride;
-  conv.weight = weight_or_absent(step, "conv1d_weight");
-  conv.bias = weight_or_absent(step, "conv1d_bias");
+  conv.weight = step.weight_ref("conv1d_weight");
+  conv.bias = step.weight_ref("conv1d_bias");
   conv.state = step.pools.at("conv_state");
 
   GdnParams base;
@@ -125,8 +120,8 @@ void launch_gdn_core(const GpuStep& step, const GdnCoreIo& io) {
   base.g = step.scratch_of<float>(T * s.Hv);
   base.beta = step.scratch_of<float>(T * s.Hv);
   base.o = io.o;
-  base.A_log = weight_or_absent(step, "A_log");
-  base.dt_bias = weight_or_absent(step, "dt_bias");
+  base.A_log = step.weight_ref("A_log");
+  base.dt_bias = step.weight_ref("dt_bias");
   base.recurrent_state = step.pools.at("recurrent_state");
   conv.out = base.qkv;
 
@@ -184,9 +179,9 @@ class GdnGpuMode final : public GpuMode {
     float* out = step.scratch_of<float>(T * H);
 
     gemm_rows(step, qkvz, T, qkvz_width, step.hidden.data, step.hidden.kind, step.hidden.row_stride, H,
-              weight_or_absent(step, "in_proj_qkvz"), "gdn in_proj_qkvz");
+              step.weight_ref("in_proj_qkvz"), "gdn in_proj_qkvz");
     gemm_rows(step, ba, T, 2 * s.Hv, step.hidden.data, step.hidden.kind, step.hidden.row_stride, H,
-              weight_or_absent(step, "in_proj_ba"), "gdn in_proj_ba");
+              step.weight_ref("in_proj_ba"), "gdn in_proj_ba");
     GdnCoreIo io;
     io.mixed_qkv = qkvz;  // the first conv_dim columns of each qkvz row
     io.mixed_qkv_stride = qkvz_width;
@@ -195,10 +190,10 @@ class GdnGpuMode final : public GpuMode {
     io.gate_stride = 2 * s.Hv;
     io.o = o;
     launch_gdn_core(step, io);
-    launch_gdn_gated_norm(o, qkvz + s.conv_dim(), qkvz_width, weight_or_absent(step, "norm_weight"), y,
+    launch_gdn_gated_norm(o, qkvz + s.conv_dim(), qkvz_width, step.weight_ref("norm_weight"), y,
                           static_cast<int32_t>(s.Hv), static_cast<int32_t>(s.dv), T, step.active, stream);
     gemm_rows(step, out, T, H, y, ElementKind::kFloat32, s.value_width(), s.value_width(),
-              weight_or_absent(step, "out_proj"), "gdn out_proj");
+              step.weight_ref("out_proj"), "gdn out_proj");
     launch_bias_rows(step.contribution, out, WeightRef{}, H, T, step.active, stream);
   }
 };

@@ -37,6 +37,7 @@
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
 #include "ssm/gdn_kernels.h"
+#include "ssm/pool_quads.cuh"
 
 namespace hybridtb::cuda::ssm {
 namespace {
@@ -107,44 +108,6 @@ __global__ void __launch_bounds__(kPrepareMaxThreads) prepare_kernel(GdnParams p
 constexpr int kDecodeThreads = 256;
 constexpr int kDecodeRows = 4;  // state rows per lane group: 4 × 16-byte loads in flight per thread at dk 128
 
-// Elements [e, e + 4) of a pool slot as float (past `valid`: 0); vec: one 16-byte / 8-byte access.
-__device__ __forceinline__ void load_quad(const PoolRef& pool, int64_t e, int valid, bool vec, float (&x)[4]) {
-  if (vec) {
-    if (pool.kind == ElementKind::kFloat32) {
-      const float4 v = *reinterpret_cast<const float4*>(static_cast<const float*>(pool.data) + e);
-      x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-    } else {
-      const uint2 v = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(pool.data) + e);
-      const uint16_t bits[4] = {static_cast<uint16_t>(v.x & 0xffffu), static_cast<uint16_t>(v.x >> 16),
-                                static_cast<uint16_t>(v.y & 0xffffu), static_cast<uint16_t>(v.y >> 16)};
-#pragma unroll
-      for (int s = 0; s < 4; ++s) x[s] = load_element(bits, s, pool.kind);
-    }
-    return;
-  }
-#pragma unroll
-  for (int s = 0; s < 4; ++s) x[s] = s < valid ? load_element(pool.data, e + s, pool.kind) : 0.0f;
-}
-
-__device__ __forceinline__ void store_quad(const PoolRef& pool, int64_t e, int valid, bool vec, const float (&x)[4]) {
-  if (vec) {
-    if (pool.kind == ElementKind::kFloat32) {
-      *reinterpret_cast<float4*>(static_cast<float*>(pool.data) + e) = make_float4(x[0], x[1], x[2], x[3]);
-    } else {
-      uint16_t bits[4];
-#pragma unroll
-      for (int s = 0; s < 4; ++s) store_element(bits, s, pool.kind, x[s]);
-      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(pool.data) + e) =
-          make_uint2(bits[0] | (uint32_t{bits[1]} << 16), bits[2] | (uint32_t{bits[3]} << 16));
-    }
-    return;
-  }
-#pragma unroll
-  for (int s = 0; s < 4; ++s) {
-    if (s < valid) store_element(pool.data, e + s, pool.kind, x[s]);
-  }
-}
-
 // Elements [k0, k0 + 4) of a float32 activation row (past `valid`: 0).
 __device__ __forceinline__ void load_row_quad(const float* row, int k0, int valid, bool vec, float (&x)[4]) {
   if (vec) {
@@ -156,7 +119,6 @@ __device__ __forceinline__ void load_row_quad(const float* row, int k0, int vali
   for (int s = 0; s < 4; ++s) x[s] = s < valid ? row[k0 + s] : 0.0f;
 }
 
-__device__ __forceinline__ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
 
 // Block = tile blockIdx.x % tiles of value head blockIdx.x / tiles of wave entry blockIdx.y. Lane
 // group (kLanes lanes, 4 k each: kLanes ≥ dk / 4) j of the block owns rows tile·kRowsPerBlock + j +

@@ -1,19 +1,16 @@
-// mamba1 on the GPU: the causal conv1d (+ SiLU) with conv-state stash and write-back, the
-// single-step decode update and the chunked selective scan (gating fused), and the out_proj bias
-// epilogue (ssm_kernels.h); for decode-only waves (fixed decode steps) the single-token conv update,
-// reading and writing the conv state straight from the request table. The math is
-// reference/ssm/mamba1.cpp's, in float32:
-//   c = silu(conv_bias + Σ_j w[i, j]·window[j]),  Δ = softplus(dt + dt_bias) (threshold 20),
+// mamba1 on the GPU: the single-step decode update and the chunked selective scan (gating fused),
+// and the out_proj bias epilogue (ssm_kernels.h); the causal conv1d (+ SiLU) in front of them is the
+// shared front end (causal_conv.h). The math is reference/ssm/mamba1.cpp's, in float32:
+//   Δ = softplus(dt + dt_bias) (threshold 20),
 //   h = exp(Δ·A)·h + Δ·c·B,  A = −exp(A_log),  y = (h·C + D·c)·silu(z).
 // Decodes: one launch, the state row of each channel read and written once in 16-byte accesses
 // (bandwidth-bound; the prefill scan's arithmetic). Prefills: one launch of a one-pass block scan
-// (scan_tile_kernel): a block owns
-// a tile of channels of one request (whole warps per time segment: 8 channels for 16 states; B/C of
-// a token staged once per block) and walks its tokens in chunks copied ahead into shared memory (16-byte
-// cp.async ring), time segments of a chunk scanned in parallel by the block's warps and joined
-// through shared memory; exp(Δ·A) is computed once per token·channel·state (ex2.approx with
-// A·log2 e, as vLLM) and kept in registers for the rescan (with Δ·c·B where registers allow). Fixed orders, no atomics: bitwise
-// reproducible.
+// (scan_tile_kernel): a block owns a tile of channels of one request (whole warps per time
+// segment: 8 channels for 16 states; B/C of a token staged once per block) and walks its tokens in
+// chunks copied ahead into shared memory (16-byte cp.async ring), time segments of a chunk scanned
+// in parallel by the block's warps and joined through shared memory; exp(Δ·A) is computed once per
+// token·channel·state (ex2.approx with A·log2 e, as vLLM) and kept in registers for the rescan
+// (with Δ·c·B where registers allow). Fixed orders, no atomics: bitwise reproducible.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -22,123 +19,14 @@
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
 #include "common/mma.cuh"
+#include "ssm/pool_quads.cuh"
 #include "ssm/ssm_kernels.h"
 
 namespace hybridtb::cuda::ssm {
 namespace {
 
-constexpr int kChannels = 128;  // channels per block of the token-loop kernels
-
 __device__ __forceinline__ float weight_or(const WeightRef& w, int64_t i, float absent) {
   return w.data != nullptr ? load_element(w.data, i, w.kind) : absent;
-}
-__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
-
-// u = x part of in_proj's output plus its bias.
-__device__ __forceinline__ float conv_input(const Mamba1Params& p, int64_t t, int i) {
-  return p.xz[t * 2 * p.I + i] + weight_or(p.in_bias, i, 0.0f);
-}
-
-// Row w of a request's conv window [K−1 saved inputs | its tokens' u].
-__device__ __forceinline__ float window_row(const Mamba1Params& p, int32_t request, int32_t begin, int64_t w, int i) {
-  const int km1 = p.K - 1;
-  return w < km1 ? p.conv_stash[(int64_t{request} * p.I + i) * km1 + w] : conv_input(p, begin + w - km1, i);
-}
-
-// (1) The saved conv state of every request of the wave (zeros without one), read before any write.
-__global__ void conv_stash_kernel(Mamba1Params p) {
-  const GpuRequest r = p.wave.requests[blockIdx.y];
-  const int64_t size = int64_t{p.I} * (p.K - 1);
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < size; e += int64_t{gridDim.x} * blockDim.x) {
-    p.conv_stash[blockIdx.y * size + e] =
-        r.read_slot >= 0 ? load_element(p.conv_state.data, r.read_slot * p.conv_state.slot_size + e, p.conv_state.kind)
-                         : 0.0f;
-  }
-}
-
-// (2) c for every token of a chunk: thread = channel, a sliding window in registers.
-__global__ void __launch_bounds__(kChannels) conv_kernel(Mamba1Params p) {
-  const int i = blockIdx.x * kChannels + threadIdx.x;
-  if (i >= p.I) return;
-  const GpuChunk chunk = p.chunks[blockIdx.y];
-  const GpuRequest r = p.wave.requests[chunk.request];
-  const int K = p.K;
-  float w[kMamba1MaxKernel];
-  float win[kMamba1MaxKernel];
-#pragma unroll
-  for (int j = 0; j < kMamba1MaxKernel; ++j) {
-    w[j] = j < K ? load_element(p.conv_w.data, int64_t{i} * K + j, p.conv_w.kind) : 0.0f;
-    // Window rows of the chunk's first token: rows (chunk.begin − r.begin) + j of the request's window.
-    win[j] = j < K - 1 ? window_row(p, chunk.request, r.begin, (chunk.begin - r.begin) + j, i) : 0.0f;
-  }
-  const float bias = weight_or(p.conv_bias, i, 0.0f);
-  for (int32_t t = chunk.begin; t < chunk.end; ++t) {
-    const float u = conv_input(p, t, i);
-    float acc = bias;
-#pragma unroll
-    for (int j = 0; j < kMamba1MaxKernel; ++j) {
-      if (j < K) acc += w[j] * (j == K - 1 ? u : win[j]);
-    }
-    p.c[int64_t{t} * p.I + i] = silu(acc);
-#pragma unroll
-    for (int j = 0; j + 1 < kMamba1MaxKernel; ++j) {
-      if (j < K - 2) win[j] = win[j + 1];
-      else if (j == K - 2) win[j] = u;
-    }
-  }
-}
-
-// (2') Decode-only waves (a fixed decode step): the single-token conv update, per entry and channel
-// (thread = channel). The K − 1 saved inputs are read into registers before the shifted window is
-// stored, by the same thread, so read_slot == write_slot is safe; entries of one wave touch
-// disjoint slots. Same arithmetic, in the same order, as conv_kernel + conv_write_kernel.
-__global__ void __launch_bounds__(kChannels) conv_decode_kernel(Mamba1Params p) {
-  const int i = blockIdx.x * kChannels + threadIdx.x;
-  if (i >= p.I) return;
-  const GpuRequest r = p.wave.requests[blockIdx.y];
-  if (r.end <= r.begin) return;  // an empty entry (padding or skipped request): nothing read or written
-  const int K = p.K;
-  const int km1 = K - 1;
-  float w[kMamba1MaxKernel];
-  float win[kMamba1MaxKernel];
-#pragma unroll
-  for (int j = 0; j < kMamba1MaxKernel; ++j) {
-    w[j] = j < K ? load_element(p.conv_w.data, int64_t{i} * K + j, p.conv_w.kind) : 0.0f;
-    win[j] = j < km1 && r.read_slot >= 0
-                 ? load_element(p.conv_state.data, r.read_slot * p.conv_state.slot_size + int64_t{i} * km1 + j,
-                                p.conv_state.kind)
-                 : 0.0f;
-  }
-  const int64_t t = r.begin;
-  const float u = conv_input(p, t, i);
-  float acc = weight_or(p.conv_bias, i, 0.0f);
-#pragma unroll
-  for (int j = 0; j < kMamba1MaxKernel; ++j) {
-    if (j < K) acc += w[j] * (j == K - 1 ? u : win[j]);
-  }
-  p.c[t * p.I + i] = silu(acc);
-  // The conv state after the token: window rows 1 … K − 1, i.e. saved[1:] then u.
-#pragma unroll
-  for (int j = 0; j + 1 < kMamba1MaxKernel; ++j) {
-    if (j < km1) {
-      store_element(p.conv_state.data, r.write_slot * p.conv_state.slot_size + int64_t{i} * km1 + j,
-                    p.conv_state.kind, j + 1 < km1 ? win[j + 1] : u);
-    }
-  }
-}
-
-// (3) Conv-state writes: the window rows [count, count + K − 1) of the request go to the slot.
-__global__ void conv_write_kernel(Mamba1Params p) {
-  const GpuConvWrite write = p.conv_writes[blockIdx.y];
-  const GpuRequest r = p.wave.requests[write.request];
-  const int km1 = p.K - 1;
-  const int64_t size = int64_t{p.I} * km1;
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < size; e += int64_t{gridDim.x} * blockDim.x) {
-    const int i = static_cast<int>(e / km1);
-    const int j = static_cast<int>(e % km1);
-    store_element(p.conv_state.data, write.slot * p.conv_state.slot_size + e, p.conv_state.kind,
-                  window_row(p, write.request, r.begin, write.count + j, i));
-  }
 }
 
 // --- the selective scan ---------------------------------------------------------------------------
@@ -155,7 +43,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-__device__ __forceinline__ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
 
 struct Quad {
   float v[4];
@@ -165,46 +52,6 @@ struct Quad {
 __device__ __forceinline__ bool quad_vector_ok(const PoolRef& pool, int N) {
   return (N % 4) == 0 && (pool.slot_size % 4) == 0 && pool.kind != ElementKind::kFp8E4M3 &&
          pool.kind != ElementKind::kFp8E5M2 && pool.kind != ElementKind::kInt8;
-}
-
-// Elements [e, e + 4) of a pool slot (states past `valid` read as 0).
-__device__ __forceinline__ void load_quad(const PoolRef& pool, int64_t e, int valid, bool vec, float (&h)[4]) {
-  if (vec) {
-    if (pool.kind == ElementKind::kFloat32) {
-      const float4 x = *reinterpret_cast<const float4*>(static_cast<const float*>(pool.data) + e);
-      h[0] = x.x, h[1] = x.y, h[2] = x.z, h[3] = x.w;
-    } else {
-      const uint2 x = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(pool.data) + e);
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        const auto bits = static_cast<unsigned short>((s < 2 ? x.x : x.y) >> (16 * (s % 2)));
-        h[s] = pool.kind == ElementKind::kFloat16 ? __half2float(__ushort_as_half(bits))
-                                                  : __bfloat162float(__ushort_as_bfloat16(bits));
-      }
-    }
-    return;
-  }
-#pragma unroll
-  for (int s = 0; s < 4; ++s) h[s] = s < valid ? load_element(pool.data, e + s, pool.kind) : 0.0f;
-}
-
-__device__ __forceinline__ void store_quad(const PoolRef& pool, int64_t e, int valid, bool vec, const float* h) {
-  if (vec) {
-    if (pool.kind == ElementKind::kFloat32) {
-      *reinterpret_cast<float4*>(static_cast<float*>(pool.data) + e) = make_float4(h[0], h[1], h[2], h[3]);
-    } else {
-      uint16_t b[4];
-#pragma unroll
-      for (int s = 0; s < 4; ++s) store_element(b, s, pool.kind, h[s]);
-      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(pool.data) + e) =
-          make_uint2(b[0] | (uint32_t{b[1]} << 16), b[2] | (uint32_t{b[3]} << 16));
-    }
-    return;
-  }
-#pragma unroll
-  for (int s = 0; s < 4; ++s) {
-    if (s < valid) store_element(pool.data, e + s, pool.kind, h[s]);
-  }
 }
 
 // B (or C) values n0 … n0+3 of token t (states ≥ N: 0).
@@ -692,25 +539,6 @@ unsigned grid_for(int64_t n, int per_block) {
 }
 
 }  // namespace
-
-void launch_mamba1_conv(const Mamba1Params& p, cudaStream_t stream) {
-  if (p.wave.num_requests == 0) return;
-  const int64_t conv_size = int64_t{p.I} * (p.K - 1);
-  conv_stash_kernel<<<dim3(grid_for(conv_size, 256), p.wave.num_requests), 256, 0, stream>>>(p);
-  HYBRIDTB_CUDA_CHECK_LAUNCH();
-  conv_kernel<<<dim3((p.I + kChannels - 1) / kChannels, p.num_chunks), kChannels, 0, stream>>>(p);
-  HYBRIDTB_CUDA_CHECK_LAUNCH();
-  if (p.num_conv_writes > 0) {
-    conv_write_kernel<<<dim3(grid_for(conv_size, 256), p.num_conv_writes), 256, 0, stream>>>(p);
-    HYBRIDTB_CUDA_CHECK_LAUNCH();
-  }
-}
-
-void launch_mamba1_conv_decode(const Mamba1Params& p, cudaStream_t stream) {
-  if (p.wave.num_requests == 0) return;
-  conv_decode_kernel<<<dim3((p.I + kChannels - 1) / kChannels, p.wave.num_requests), kChannels, 0, stream>>>(p);
-  HYBRIDTB_CUDA_CHECK_LAUNCH();
-}
 
 namespace {
 

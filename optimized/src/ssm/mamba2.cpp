@@ -130,11 +130,7 @@ class Mamba2GpuMode final : public GpuMode {
     const Mamba2Sizes s = sizes_of(step);
     const int64_t T = step.num_tokens, H = step.hidden_size;
     const int64_t d_ssm = s.d_ssm(), conv_dim = s.conv_dim(), proj = s.proj();
-    const auto weight = [&](const char* name) -> WeightRef {
-      const GpuWeight* w = step.weight(name);
-      return w != nullptr ? w->ref : WeightRef{};
-    };
-    const WeightRef in_bias = weight("in_proj_bias");
+    const WeightRef in_bias = step.weight_ref("in_proj_bias");
 
     float* zxbcdt = step.scratch_of<float>(T * proj);
     float* xbc = step.scratch_of<float>(T * conv_dim);
@@ -142,7 +138,7 @@ class Mamba2GpuMode final : public GpuMode {
     float* v = step.scratch_of<float>(T * d_ssm);
     float* out = step.scratch_of<float>(T * H);
 
-    gemm_rows(step, zxbcdt, T, proj, step.hidden.data, step.hidden.kind, step.hidden.row_stride, H, weight("in_proj"),
+    gemm_rows(step, zxbcdt, T, proj, step.hidden.data, step.hidden.kind, step.hidden.row_stride, H, step.weight_ref("in_proj"),
               "mamba2 in_proj");
 
     CausalConvParams conv;
@@ -151,8 +147,8 @@ class Mamba2GpuMode final : public GpuMode {
     conv.in = zxbcdt + d_ssm;
     conv.in_stride = proj;
     conv.in_bias = weight_from(in_bias, d_ssm);
-    conv.weight = weight("conv1d_weight");
-    conv.bias = weight("conv1d_bias");
+    conv.weight = step.weight_ref("conv1d_weight");
+    conv.bias = step.weight_ref("conv1d_bias");
     conv.out = xbc;
     conv.state = step.pools.at("conv_state");
 
@@ -166,9 +162,9 @@ class Mamba2GpuMode final : public GpuMode {
     base.xbc = xbc;
     base.y = y;
     base.in_bias = in_bias;
-    base.dt_bias = weight("dt_bias");
-    base.A_log = weight("A_log");
-    base.D = weight("D");
+    base.dt_bias = step.weight_ref("dt_bias");
+    base.A_log = step.weight_ref("A_log");
+    base.D = step.weight_ref("D");
     base.ssm_state = step.pools.at("ssm_state");
 
     if (step.fixed) {
@@ -201,13 +197,13 @@ class Mamba2GpuMode final : public GpuMode {
     norm.z = zxbcdt;
     norm.z_stride = proj;
     norm.z_bias = in_bias;
-    norm.norm_weight = weight("norm_weight");
+    norm.norm_weight = step.weight_ref("norm_weight");
     norm.flags = step.active;
     norm.out = v;
     launch_mamba2_gated_norm(norm, stream);
 
-    gemm_rows(step, out, T, H, v, ElementKind::kFloat32, d_ssm, d_ssm, weight("out_proj"), "mamba2 out_proj");
-    launch_bias_rows(step.contribution, out, weight("out_proj_bias"), H, T, step.active, stream);
+    gemm_rows(step, out, T, H, v, ElementKind::kFloat32, d_ssm, d_ssm, step.weight_ref("out_proj"), "mamba2 out_proj");
+    launch_bias_rows(step.contribution, out, step.weight_ref("out_proj_bias"), H, T, step.active, stream);
   }
 };
 

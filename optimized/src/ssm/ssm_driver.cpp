@@ -119,6 +119,7 @@ namespace {
 
 // The per-request plan is the reference's (hybridtb/reference/ssm_plan.h): one interpretation of
 // the Mamba metadata for both backends.
+using reference::ssm::check_plannable_step;
 using reference::ssm::plan_decode;
 using reference::ssm::plan_prefill;
 using reference::ssm::RequestPlan;
@@ -288,16 +289,7 @@ PlannedStep plan_step(const AttentionConfig& config, const MambaAttentionMetadat
   gpu_mode.check_supported(step);
   if (gpu_mode.whole_step()) return planned;
 
-  if (config.num_speculative_tokens > 0) {
-    throw NotSupported(detail::concat("ssm_mode ", mode.name(), " with /config/num_speculative_tokens ",
-                                      config.num_speculative_tokens,
-                                      ": speculative decoding with an SSM branch is not modelled yet (a decode "
-                                      "would advance several tokens and write per-token states)"));
-  }
-  HYBRIDTB_CHECK(
-      metadata.num_reqs == batch.num_reqs() && metadata.num_decodes + metadata.num_prefills == batch.num_reqs(),
-      "the Mamba metadata (", metadata.num_decodes, " decodes + ", metadata.num_prefills, " prefills, num_reqs ",
-      metadata.num_reqs, ") does not describe the batch's ", batch.num_reqs(), " requests");
+  check_plannable_step(config, metadata, batch, "ssm_mode " + mode.name());
 
   // Plan and check every request before anything runs, so a bad batch changes nothing.
   for (int64_t r = 0; r < metadata.num_decodes; ++r) {

@@ -143,6 +143,12 @@ struct GpuStep {
     const auto it = weights.find(name);
     return it == weights.end() ? nullptr : &it->second;
   }
+  // The weight as the kernels take it, or an absent WeightRef (data == nullptr) for an optional
+  // weight the batch does not have.
+  WeightRef weight_ref(const std::string& name) const {
+    const GpuWeight* w = weight(name);
+    return w != nullptr ? w->ref : WeightRef{};
+  }
   // Scratch device memory for this step's launches: the context's per-step scratch (eager), or
   // the fixed step's blocks, the same on every launch (fixed).
   void* scratch(size_t bytes) const {

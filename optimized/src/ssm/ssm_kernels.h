@@ -1,6 +1,7 @@
 // Launchers of the SSM kernels (ssm_kernels.cu: shared and simple modes; mamba1_kernels.cu:
-// mamba1). C++17, no CUDA headers beyond the runtime's stream type; every launcher checks its
-// launch (HYBRIDTB_CUDA_CHECK_LAUNCH) and throws hybridtb::Error on failure.
+// mamba1's scan, whose conv is causal_conv.h). C++17, no CUDA headers beyond the runtime's stream
+// type; every launcher checks its launch (HYBRIDTB_CUDA_CHECK_LAUNCH) and throws hybridtb::Error
+// on failure.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -64,28 +65,10 @@ void launch_affine_scan(const AffineScanParams& p, cudaStream_t stream);
 
 // --- mamba1 (mamba1_kernels.cu) ------------------------------------------------------------------
 
-// A piece of at most a few hundred consecutive tokens of one request (the token-parallel conv).
-// Chunks of a request are consecutive in the list.
-struct GpuChunk {
-  int32_t request = 0;  // index in the wave
-  int32_t begin = 0;    // token rows [begin, end)
-  int32_t end = 0;
-  int32_t last = 0;     // 1: the request's last chunk
-};
-
-// A conv-state write: the last K−1 conv inputs after the request's first `count` tokens go to `slot`.
-struct GpuConvWrite {
-  int32_t request = 0;
-  int32_t count = 0;
-  int32_t slot = 0;
-  int32_t unused = 0;
-};
-
 struct Mamba1Params {
-  int32_t I = 0, N = 0, K = 0, R = 0;
+  int32_t I = 0, N = 0, R = 0;
   int64_t num_tokens = 0;
-  // The wave's requests. The decode kernels (launch_mamba1_conv_decode, the scan's decode launch)
-  // skip empty entries (begin == end): a fixed decode step lists padding and skipped requests so.
+  // The wave's requests. The scan's decode launch skips empty entries (begin == end): a fixed decode step lists padding and skipped requests so.
   WaveRef wave;
   // The wave's decodes are requests [0, decode_end), its prefills [prefill_begin, num_requests) (the
   // driver lists decodes first); the scan launches one kernel for each non-empty range, and each
@@ -97,36 +80,20 @@ struct Mamba1Params {
   // block instead of 3, recomputing Δ·c·B in the rescan (96 registers at 5 blocks per SM); 2 runs the
   // prefill scan with 4 segments keeping Δ·c·B in registers at 4 blocks per SM (128 registers).
   int32_t scan_variant = 0;
-  const GpuChunk* chunks = nullptr;  // [num_chunks] every request of the wave (decodes: one chunk)
-  int32_t num_chunks = 0;
-  const int32_t* request_first_chunk = nullptr;  // [num_requests]
-  const GpuConvWrite* conv_writes = nullptr;     // [num_conv_writes]
-  int32_t num_conv_writes = 0;
-  const int32_t* boundary_slot = nullptr;        // [T]
+  const int32_t* boundary_slot = nullptr;  // [T]
   // Activations (float32, dense).
-  const float* xz = nullptr;      // [T, 2I] in_proj output without bias
-  float* conv_stash = nullptr;    // [num_requests, I, K−1] the initial conv state per request
-  float* c = nullptr;             // [T, I] conv output after SiLU
+  const float* xz = nullptr;      // [T, 2I] in_proj output without bias (the scan reads z)
+  const float* c = nullptr;       // [T, I] conv output after SiLU (causal_conv.h)
   const float* dbc = nullptr;     // [T, R + 2N] x_proj output
   const float* dt = nullptr;      // [T, I] dt_proj output without bias
   float* y = nullptr;             // [T, I] gated scan output
   // Weights.
-  WeightRef in_bias, conv_w, conv_bias, dt_bias, A_log, D;
+  WeightRef in_bias, dt_bias, A_log, D;  // in_bias [2I]: the scan adds its z half
   // Pools.
-  PoolRef conv_state, ssm_state;
+  PoolRef ssm_state;
 };
-inline constexpr int kMamba1MaxKernel = 8;     // conv_kernel ≤ 8 (vLLM: 4)
 inline constexpr int kMamba1MaxState = 64;     // state_size ≤ 64 (Mamba-1: 16)
 
-// Conv: stash initial conv states, the causal conv + SiLU over the wave's tokens, the conv-state
-// write-back (final and block-boundary states).
-void launch_mamba1_conv(const Mamba1Params& p, cudaStream_t stream);
-// Conv of a decode-only wave, the single-token update (causal_conv1d_update): every entry of the
-// wave is empty or one decode token; per entry and channel, the K − 1 saved inputs are read from
-// read_slot (zeros if −1), c = silu(bias + w·[saved | u]) is stored, and the shifted window
-// [saved[1:] | u] goes to write_slot, in one kernel with no host-side list (chunks, conv_writes
-// and conv_stash are not used). Grid from I and the wave's num_requests only.
-void launch_mamba1_conv_decode(const Mamba1Params& p, cudaStream_t stream);
 // Selective scan of the wave: one launch for the decodes (the single-step update, bandwidth-bound),
 // one for the prefills (a one-pass block scan: each block walks a request over a tile of channels,
 // one exp per token·channel·state); gating fused; block-boundary and final states written.

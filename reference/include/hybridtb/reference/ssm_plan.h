@@ -37,6 +37,13 @@ struct RequestPlan {
   Slot final_write;
 };
 
+// Checks that a step can be planned request by request, before any plan: `who` (e.g. "ssm_mode
+// mamba1") without speculative decoding (NotSupported: a decode would advance several tokens and
+// write per-token states), and Mamba metadata whose decodes + prefills are the batch's requests
+// (Error otherwise).
+void check_plannable_step(const AttentionConfig& config, const MambaAttentionMetadata& metadata,
+                          const BatchDescription& batch, const std::string& who);
+
 // Request r (< num_decodes) of the step. Throws Error naming the metadata field on a missing or
 // out-of-range entry.
 RequestPlan plan_decode(const AttentionConfig& config, const MambaAttentionMetadata& metadata,

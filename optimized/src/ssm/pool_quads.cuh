@@ -1,0 +1,60 @@
+// Four consecutive elements of an SSM state pool as float32, moved as one access where the caller
+// has checked it can be (`vec`: a 16-byte float32 or 8-byte float16/bfloat16 access, 4-element
+// aligned); otherwise element by element, with the elements past `valid` read as 0 and never
+// written. The state-update kernels of mamba1 and gdn keep a lane's state rows in such quads.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "common/elements.cuh"
+#include "ssm/ssm_params.h"
+
+namespace hybridtb::cuda::ssm {
+
+__device__ __forceinline__ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
+
+// Elements [e, e + 4) of the pool (past `valid`: 0).
+__device__ __forceinline__ void load_quad(const PoolRef& pool, int64_t e, int valid, bool vec, float (&x)[4]) {
+  if (vec) {
+    if (pool.kind == ElementKind::kFloat32) {
+      const float4 v = *reinterpret_cast<const float4*>(static_cast<const float*>(pool.data) + e);
+      x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+    } else {
+      const uint2 v = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(pool.data) + e);
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        const auto bits = static_cast<unsigned short>((s < 2 ? v.x : v.y) >> (16 * (s % 2)));
+        x[s] = pool.kind == ElementKind::kFloat16 ? __half2float(__ushort_as_half(bits))
+                                                  : __bfloat162float(__ushort_as_bfloat16(bits));
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int s = 0; s < 4; ++s) x[s] = s < valid ? load_element(pool.data, e + s, pool.kind) : 0.0f;
+}
+
+// Elements [e, e + valid) of the pool ← x (rounded to the pool's kind).
+__device__ __forceinline__ void store_quad(const PoolRef& pool, int64_t e, int valid, bool vec, const float (&x)[4]) {
+  if (vec) {
+    if (pool.kind == ElementKind::kFloat32) {
+      *reinterpret_cast<float4*>(static_cast<float*>(pool.data) + e) = make_float4(x[0], x[1], x[2], x[3]);
+    } else {
+      uint16_t bits[4];
+#pragma unroll
+      for (int s = 0; s < 4; ++s) store_element(bits, s, pool.kind, x[s]);
+      *reinterpret_cast<uint2*>(static_cast<uint16_t*>(pool.data) + e) =
+          make_uint2(bits[0] | (uint32_t{bits[1]} << 16), bits[2] | (uint32_t{bits[3]} << 16));
+    }
+    return;
+  }
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    if (s < valid) store_element(pool.data, e + s, pool.kind, x[s]);
+  }
+}
+
+}  // namespace hybridtb::cuda::ssm
