@@ -6,9 +6,10 @@
 #   harness/scripts/parity-sweep.sh OUTDIR [--backend B] [--quick] [--hybridtb PATH] [--jobs N]
 #
 # --backend   the candidate (default reference: then every case passes trivially)
-# --quick     a covering subset: every preset, mix, dtype and KV-cache dtype at least once (28
-#             cases, under 2 minutes on 2 cores); the full sweep is the whole product (630 cases,
-#             a few minutes on 16 cores)
+# --quick     a covering subset: every preset, mix, dtype and KV-cache dtype at least once (32
+#             cases, under 2 minutes on 2 cores); the full sweep is the whole product (666 cases:
+#             the linear-attention presets qwen3-next-gdn and falcon-h1-7b-mamba2 with kv auto
+#             only, having no KV cache; a few minutes on 16 cores)
 # --hybridtb  the executable (default build/harness/cli/hybridtb)
 # --jobs      parallel cases (default nproc)
 # --only      keep the cases whose id (<preset>__<mix>__<dtype>__<kv_cache_dtype>) contains one of
@@ -46,7 +47,10 @@ import concurrent.futures, json, os, subprocess, sys, time
 
 outdir, backend, quick, hybridtb, jobs, only = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4], int(sys.argv[5]), sys.argv[6]
 
-PRESETS = ["llama3-8b", "mistral-7b", "gemma3-local-128", "gemma3-local-256", "gpt-oss", "hymba-small", "mamba-2.8b"]
+PRESETS = ["llama3-8b", "mistral-7b", "gemma3-local-128", "gemma3-local-256", "gpt-oss", "hymba-small", "mamba-2.8b",
+           "qwen3-next-gdn", "falcon-h1-7b-mamba2"]
+# Linear-attention layers (layer_kind gdn / mamba2) have no KV cache: their cases take kv "auto" only.
+LINEAR_PRESETS = {"qwen3-next-gdn", "falcon-h1-7b-mamba2"}
 # The SSM presets' real weights are 64–160 MiB of float32: shrink the branch, keep the attention.
 PRESET_SETS = {"hymba-small": ["ssm.intermediate_size=128", "ssm.dt_rank=8"],
                "mamba-2.8b": ["ssm.intermediate_size=128", "ssm.dt_rank=8"]}
@@ -65,7 +69,8 @@ KV_DTYPES = ["auto", "fp8_e4m3", "fp8_e5m2", "int8_per_token_head", "fp8_per_tok
 
 def case_list():
     if not quick:
-        return [(p, m, d, k) for p in PRESETS for m in MIXES for d in DTYPES for k in KV_DTYPES]
+        return [(p, m, d, k) for p in PRESETS for m in MIXES for d in DTYPES for k in KV_DTYPES
+                if p not in LINEAR_PRESETS or k == "auto"]
     # Every value of every axis at least once, rotating the others, so a failure still points at
     # one preset, mix, dtype or cache dtype.
     cases = []
@@ -77,6 +82,8 @@ def case_list():
     for i, k in enumerate(KV_DTYPES):
         for d in DTYPES:
             cases.append((PRESETS[(i + DTYPES.index(d)) % 5], "mixed", d, k))
+    for p in sorted(LINEAR_PRESETS):
+        cases.append((p, "mixed", "bfloat16", "auto"))
     seen, unique = set(), []
     for c in cases:
         if c not in seen:

@@ -12,6 +12,10 @@ std::unique_ptr<StepGraph> Backend::capture_decode_step(const HybridMetadata& /*
   throw NotSupported(detail::concat("backend '", name(), "' does not capture CUDA graphs"));
 }
 
+std::unique_ptr<Backend> Backend::create_sibling(const BackendSettings& settings) {
+  return BackendRegistry::instance().create(name(), settings);
+}
+
 void Backend::linear_attention_forward(const HybridMetadata& /*metadata*/, const BatchDescription& /*batch*/,
                                        const StepTensors& /*tensors*/, const TensorView& /*output*/) {
   throw NotSupported(detail::concat("backend '", name(), "' does not run linear-attention layers (layer_kind gdn, mamba2)"));

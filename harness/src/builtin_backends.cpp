@@ -1,5 +1,6 @@
 // The one place that knows which concrete backends this build contains.
 #include <mutex>
+#include <utility>
 
 #include "hybridtb/backend.h"
 #include "hybridtb/per_layer.h"
@@ -28,8 +29,10 @@ std::unique_ptr<Backend> create_backend(const std::string& name, const BackendSe
 }
 
 std::unique_ptr<PerLayerBackend> create_per_layer_backend(const std::string& name, const PerLayerSettings& settings) {
-  return std::make_unique<PerLayerBackend>(create_backend(name, settings.attention),
-                                           create_backend(name, settings.linear), settings);
+  // One model: the linear layers' backend shares the attention backend's device resources.
+  std::unique_ptr<Backend> attention = create_backend(name, settings.attention);
+  std::unique_ptr<Backend> linear = attention->create_sibling(settings.linear);
+  return std::make_unique<PerLayerBackend>(std::move(attention), std::move(linear), settings);
 }
 
 }  // namespace hybridtb

@@ -24,6 +24,8 @@
 
 namespace hybridtb {
 
+struct BackendSettings;
+
 // A decode step captured into a CUDA graph by Backend::capture_decode_step: the step's launches
 // recorded once against fixed device buffers. replay() re-plans a new batch of the same padded
 // shape into those buffers (the metadata updated in place, as vLLM updates its persistent
@@ -52,6 +54,12 @@ class Backend {
   // Element type of the outputs this backend writes: float64 for the reference (ground truth is
   // never rounded), the model dtype (or fp8 with output_scale) for a GPU backend.
   virtual DType output_dtype() const = 0;
+
+  // A backend of this kind for another layer configuration of the same model, sharing this one's
+  // device resources (a GPU backend: its stream, memory allocator and cuBLAS handle), so that the
+  // layers of one step run in order on one stream and one CUDA graph can capture them all
+  // (create_per_layer_backend uses it). Default: the registered backend name(), created afresh.
+  virtual std::unique_ptr<Backend> create_sibling(const BackendSettings& settings);
 
   // --- memory on this backend's device -------------------------------------------------------
   virtual Tensor allocate(DType dtype, const Shape& shape) = 0;
@@ -121,21 +129,25 @@ class Backend {
   // hook to each of its backends (PerLayerBackend). Default: NotSupported.
   //
   // The contract, which a GPU backend implements with persistent buffers at fixed addresses:
-  //  - init_graph_state(max_num_reqs, max_num_tokens): allocates, once, the metadata buffers every
-  //    captured graph reads (state-slot ids, query_start_loc, the KV-write slots, the attention
-  //    plan), sized for padded batches of up to these many requests and token rows.
+  //  - init_graph_state(max_num_reqs, max_num_tokens): the capacities of the graph state: padded
+  //    batches of up to these many requests and token rows.
   //  - init_capture_metadata(metadata, batch): plans `batch` (a padded decode batch: query_len ≤ 1,
-  //    trailing padding requests and rows) into those buffers. From then on the run calls
-  //    (write_kv_cache, hybrid_forward, linear_attention_forward) read only these buffers, with no
-  //    host synchronisation and no allocation, so the runner can capture them; the next eager
-  //    build_metadata ends that (as pymllm's init_forward_metadata replaces the graph's metadata).
-  //  - init_replay_metadata(metadata, batch): re-plans a new batch of the CAPTURED padded shape
-  //    into the same buffers, in place (stream-ordered copies, outside the graph), before the runner
-  //    replays it. Padding requests and rows are rewritten as PAD_SLOT_ID on every replay, never
-  //    left holding a slot id from an earlier, larger batch (pymllm keeps stale req_pool_indices
-  //    there, and its padded decode rows then write live state; notes §2.6).
+  //    trailing padding requests and rows) into the metadata buffers of its padded shape (state-slot
+  //    ids, query_start_loc, the KV-write slots, the attention plan; allocated on the first capture
+  //    of that shape and kept for the backend's life). From then on the run calls (write_kv_cache,
+  //    attention_forward, ssm_forward, hybrid_forward, linear_attention_forward) read only these
+  //    buffers and bind their own layer's tensors to them, with no upload and no host
+  //    synchronisation, so the runner can capture them (the first call of each kind may allocate
+  //    its scratch: capture in cudaStreamCaptureModeRelaxed, or run the step once first, as vLLM's
+  //    warm-up does). The next eager build_metadata ends that (as pymllm's init_forward_metadata
+  //    replaces the graph's metadata).
+  //  - init_replay_metadata(metadata, batch): re-plans a new batch of a CAPTURED padded shape into
+  //    the same buffers, in place (stream-ordered copies, outside the graph), before the runner
+  //    replays that shape's graph. Padding requests and rows are rewritten as PAD_SLOT_ID on every
+  //    replay, never left holding a slot id from an earlier, larger batch (pymllm keeps stale
+  //    req_pool_indices there, and its padded decode rows then write live state; notes §2.6).
   // Errors name the field: a batch larger than the state, a prefill or speculative row, a replay
-  // whose padded shape differs from the capture's, or a replay before any capture.
+  // whose padded shape no capture had, or a replay before any capture.
   virtual void init_graph_state(int64_t max_num_reqs, int64_t max_num_tokens);
   virtual void init_capture_metadata(const HybridMetadata& metadata, const BatchDescription& batch);
   virtual void init_replay_metadata(const HybridMetadata& metadata, const BatchDescription& batch);

@@ -15,15 +15,14 @@
 //     init_replay_metadata) to both backends, attention first (pymllm: to both sub-backends).
 // All routing lives in per_layer.cpp. Checked by tests/per_layer (ctest -L per_layer).
 //
-// On the GPU (next): the composite needs no change — create_per_layer_backend("cuda", ...) gives it
-// two cuda backends. The cuda backend implements linear_attention_forward with its GPU driver for
-// the mode's core, planning slots through reference/ssm/ssm_plan.h as its SSM branch does, and the
-// graph hooks of backend.h by turning the pieces its CudaStepGraph owns today (a fixed-shape
-// attention runner, the KV-write slot buffer, a fixed-shape SSM decode step) into backend state:
-// init_graph_state allocates them for the capacities; init_capture_metadata re-plans the capture
-// batch into them (their prepare(), stream-ordered copies) and switches the run calls to launch
-// from them; init_replay_metadata re-plans the replay batch (padding rows → PAD_SLOT_ID). A graph
-// runner then captures the layer calls of a whole step on native_stream() and replays it.
+// On the GPU: create_per_layer_backend("cuda", ...) gives the composite two cuda backends that share
+// one device (Backend::create_sibling: one stream, one allocator, one cuBLAS handle), so the layers
+// of a step run in order on one stream. The linear one runs linear_attention_forward through the GPU
+// driver of its mode's core (optimized/src/ssm/ssm_gpu_mode.h), planned by the reference's rules
+// (reference/ssm/ssm_plan.h) as the SSM branch is; both implement the graph hooks with one device
+// plan per captured padded shape, to which every layer call binds its own tensors — so a graph runner
+// captures the calls of a whole step on native_stream() into one graph and replays it after
+// init_replay_metadata (tests/cuda/cuda_per_layer_test.cpp).
 #pragma once
 
 #include <memory>

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "attention/attention_launch.h"
@@ -174,30 +175,15 @@ void AttentionRunner::fix_shape(const BatchDescription& batch) {
   fixed_ = std::move(f);
 }
 
-void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& tensors, const TensorView& output,
-                              cudaStream_t stream, const FusedAdd& fused) {
+// The checks of a batch that need no tensor.
+void AttentionRunner::check_batch(const BatchDescription& batch) const {
   const AttentionConfig& c = config_;
-  const bool encoder = c.attn_type == AttnType::kEncoderOnly;
   const int64_t t = batch.num_tokens();
   const int64_t r_count = batch.num_reqs();
-  const int64_t hq = c.num_heads;
-  const int64_t hkv = c.num_kv_heads;
-  const int64_t d = c.head_size;
-  const int64_t qpk = c.num_queries_per_kv();
   HYBRIDTB_CHECK(batch.num_actual_tokens >= 0 && batch.num_actual_tokens <= t, "num_actual_tokens (",
                  batch.num_actual_tokens, ") must lie in [0, ", t, "]");
   HYBRIDTB_CHECK(batch.seq_lens.numel() == r_count, "seq_lens has ", batch.seq_lens.numel(), " entries for ", r_count,
                  " requests");
-  check_view(tensors.query, "query", {t, hq, d}, c.dtype);
-  check_view(output, "output", {t, hq, d}, c.dtype);
-  HYBRIDTB_CHECK(fused.addend.empty() || !fused.output.empty(),
-                 "the fused hybrid add needs the hybrid output beside the SSM contribution");
-  for (const TensorView* v : {&fused.addend, &fused.output}) {
-    if (v->empty()) continue;
-    check_view(*v, "the fused add's SSM contribution/hybrid output", {t, hq, d}, c.dtype);
-    HYBRIDTB_CHECK(v->strides() == output.strides(), "the fused add's tensors must have the output's strides ",
-                   shape_to_string(output.strides()), ", got ", v->describe());
-  }
   if (fixed_) {
     const FixedShape& f = *fixed_;
     HYBRIDTB_CHECK(batch.num_reqs() == f.num_reqs, "CUDA graph: the batch has ", batch.num_reqs(),
@@ -216,12 +202,82 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
                      " query tokens (a captured decode step takes at most one per request)");
     }
   }
-  if (encoder && is_quantized(c.kv_cache_dtype)) {
+  if (c.attn_type == AttnType::kEncoderOnly && is_quantized(c.kv_cache_dtype)) {
     throw NotSupported(detail::concat("kv_cache_dtype ", to_string(c.kv_cache_dtype),
                                       " not supported for encoder_only (vLLM raises NotImplementedError)"));
   }
-  AttentionParams& p = params_;
-  p = AttentionParams{};
+}
+
+// The block table's rows for every block the requests' seq_lens need: ids in [0, cache_blocks).
+// Returns how many blocks the batch spans (the largest id + 1; 0 for none).
+int64_t AttentionRunner::referenced_blocks(const BatchDescription& batch, int64_t cache_blocks) const {
+  const int64_t r_count = batch.num_reqs();
+  HYBRIDTB_CHECK(batch.block_table.rank() == 2 && batch.block_table.size(0) >= r_count,
+                 "block_table must have one row per request, got ", batch.block_table.describe());
+  int64_t spanned = 0;
+  // Block ids are consulted on the device without bounds checks: check them here.
+  for (int64_t r = 0; r < r_count; ++r) {
+    const int64_t blocks = (batch.seq_len(r) + config_.block_size - 1) / config_.block_size;
+    HYBRIDTB_CHECK(blocks <= batch.block_table.size(1), "request ", r, ": seq_len ", batch.seq_len(r),
+                   " needs more blocks than block_table has columns (", batch.block_table.size(1), ")");
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t id = batch.block_table.at(r, b);
+      HYBRIDTB_CHECK(id >= 0 && id < cache_blocks, "request ", r, ": block_table entry ", id,
+                     " is outside the cache's ", cache_blocks, " blocks");
+      spanned = std::max(spanned, id + 1);
+    }
+  }
+  return spanned;
+}
+
+// The kernel parameters the configuration alone decides.
+AttentionParams AttentionRunner::config_params() const {
+  const AttentionConfig& c = config_;
+  const bool encoder = c.attn_type == AttnType::kEncoderOnly;
+  AttentionParams p{};
+  p.num_heads = to_i32(c.num_heads);
+  p.num_kv_heads = to_i32(c.num_kv_heads);
+  p.queries_per_kv = to_i32(c.num_queries_per_kv());
+  p.head_size = to_i32(c.head_size);
+  p.block_size = to_i32(c.block_size);
+  p.sliding_window = to_i32(c.sliding_window);
+  p.scale = static_cast<float>(c.scale);
+  p.encoder = encoder ? 1 : 0;
+  p.q_kind = element_kind(c.dtype);
+  p.kv_kind = element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype));
+  p.kv_scale_mode = is_per_token_head(c.kv_cache_dtype) ? KvScaleMode::kPerTokenHead
+                    : is_quantized(c.kv_cache_dtype)    ? KvScaleMode::kPerTensor
+                                                        : KvScaleMode::kNone;
+  // vLLM's encoder path drops soft cap, ALiBi, sinks and the fp8 output scale (reference make_layer).
+  if (!encoder) {
+    p.soft_cap = static_cast<float>(c.logits_soft_cap);
+    p.alibi_slopes = static_cast<const float*>(alibi_.get());
+    p.alibi_sqrt = c.use_alibi_sqrt ? 1 : 0;
+    p.sinks = static_cast<const float*>(sinks_.get());
+  }
+  return p;
+}
+
+// One call's tensors (t token rows) checked and bound over config_params(); also says whether the
+// decode kernels can read the cache and, if the tensor-core prefill cannot run, why.
+AttentionParams AttentionRunner::bind(int64_t t, const StepTensors& tensors, const TensorView& output,
+                                      const FusedAdd& fused, bool& decode_ok, std::string& prefill_why) const {
+  const AttentionConfig& c = config_;
+  const bool encoder = c.attn_type == AttnType::kEncoderOnly;
+  const int64_t hq = c.num_heads;
+  const int64_t hkv = c.num_kv_heads;
+  const int64_t d = c.head_size;
+  check_view(tensors.query, "query", {t, hq, d}, c.dtype);
+  check_view(output, "output", {t, hq, d}, c.dtype);
+  HYBRIDTB_CHECK(fused.addend.empty() || !fused.output.empty(),
+                 "the fused hybrid add needs the hybrid output beside the SSM contribution");
+  for (const TensorView* v : {&fused.addend, &fused.output}) {
+    if (v->empty()) continue;
+    check_view(*v, "the fused add's SSM contribution/hybrid output", {t, hq, d}, c.dtype);
+    HYBRIDTB_CHECK(v->strides() == output.strides(), "the fused add's tensors must have the output's strides ",
+                   shape_to_string(output.strides()), ", got ", v->describe());
+  }
+  AttentionParams p = config_params();
   p.query = tensors.query.data();
   p.q_stride_token = tensors.query.stride(0);
   p.q_stride_head = tensors.query.stride(1);
@@ -263,77 +319,108 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
       p.k_scale_cache = static_cast<const float*>(tensors.k_scale_cache.data());
       p.v_scale_cache = static_cast<const float*>(tensors.v_scale_cache.data());
     }
-    HYBRIDTB_CHECK(batch.block_table.rank() == 2 && batch.block_table.size(0) >= r_count,
-                   "block_table must have one row per request, got ", batch.block_table.describe());
-    // Block ids are consulted on the device without bounds checks: check them here.
-    for (int64_t r = 0; r < r_count; ++r) {
-      const int64_t blocks = (batch.seq_len(r) + c.block_size - 1) / c.block_size;
-      HYBRIDTB_CHECK(blocks <= batch.block_table.size(1), "request ", r, ": seq_len ", batch.seq_len(r),
-                     " needs more blocks than block_table has columns (", batch.block_table.size(1), ")");
-      for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t id = batch.block_table.at(r, b);
-        HYBRIDTB_CHECK(id >= 0 && id < cache.size(0), "request ", r, ": block_table entry ", id,
-                       " is outside the cache's ", cache.size(0), " blocks");
-      }
-    }
   }
-  p.num_heads = to_i32(hq);
-  p.num_kv_heads = to_i32(hkv);
-  p.queries_per_kv = to_i32(qpk);
-  p.head_size = to_i32(d);
-  p.block_size = to_i32(c.block_size);
-  p.sliding_window = to_i32(c.sliding_window);
-  p.scale = static_cast<float>(c.scale);
-  p.encoder = encoder ? 1 : 0;
-  p.q_kind = element_kind(c.dtype);
-  p.kv_kind = element_kind(storage);
-  p.kv_scale_mode = is_per_token_head(c.kv_cache_dtype) ? KvScaleMode::kPerTokenHead
-                    : is_quantized(c.kv_cache_dtype)    ? KvScaleMode::kPerTensor
-                                                        : KvScaleMode::kNone;
   p.k_scale = tensors.k_scale;
   p.v_scale = tensors.v_scale;
-  // vLLM's encoder path drops soft cap, ALiBi, sinks and the fp8 output scale (reference make_layer).
-  if (!encoder) {
-    p.soft_cap = static_cast<float>(c.logits_soft_cap);
-    p.alibi_slopes = static_cast<const float*>(alibi_.get());
-    p.alibi_sqrt = c.use_alibi_sqrt ? 1 : 0;
-    p.sinks = static_cast<const float*>(sinks_.get());
-    if (tensors.output_scale) {
-      p.fp8_output = 1;
-      p.output_scale = *tensors.output_scale;
-    }
+  if (!encoder && tensors.output_scale) {
+    p.fp8_output = 1;
+    p.output_scale = *tensors.output_scale;
   }
 
-  // --- work lists ----------------------------------------------------------------------------------
-  const bool decode_ok = !encoder && !force_generic && decode_supported(p.kv_kind, d) && cache_vectorisable;
-  HYBRIDTB_CHECK(!fixed_ || decode_ok, "CUDA graph: the KV cache ", tensors.kv_cache.describe(),
-                 " is not 16-byte aligned, which the decode kernels need");
+  decode_ok = !encoder && !force_generic && decode_supported(p.kv_kind, d) && cache_vectorisable;
   // Tensor-core prefill: 16-bit model dtype = cache element, D 64/128/256, 16-byte aligned rows
   // (cp.async) and 4-byte aligned output pairs.
-  std::string prefill_why;
-  {
-    const auto aligned = [](const void* ptr, int64_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; };
-    const ElementKind kv_elem = encoder ? p.q_kind : p.kv_kind;
-    // The epilogue stores element pairs to the output and the fused add's tensors (same strides).
-    bool rows_aligned = p.q_stride_token % 8 == 0 && p.q_stride_head % 8 == 0 && aligned(p.query, 16) &&
-                        p.o_stride_token % 2 == 0 && p.o_stride_head % 2 == 0 && aligned(p.output, 4) &&
-                        aligned(p.ssm_addend, 4) && aligned(p.hybrid_output, 4);
-    if (encoder) {
-      rows_aligned = rows_aligned && p.k_stride_token % 8 == 0 && p.k_stride_head % 8 == 0 &&
-                     p.v_stride_token % 8 == 0 && p.v_stride_head % 8 == 0 && aligned(p.key, 16) &&
-                     aligned(p.value, 16);
-    } else {
-      rows_aligned = rows_aligned && cache_vectorisable;
-    }
-    if (force_generic || disable_prefill) {
-      prefill_why = "forced generic";
-    } else if (!prefill_supported(p.q_kind, kv_elem, d)) {
-      prefill_why = detail::concat("dtype ", to_string(c.dtype), ", kv_cache_dtype ", to_string(c.kv_cache_dtype),
-                                   ", head size ", d, " (needs float16/bfloat16 with a 16-bit auto cache, D 64/128/256)");
-    } else if (!rows_aligned) {
-      prefill_why = "query/output/cache rows not 16-byte aligned";
-    }
+  prefill_why.clear();
+  const auto aligned = [](const void* ptr, int64_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; };
+  const ElementKind kv_elem = encoder ? p.q_kind : p.kv_kind;
+  // The epilogue stores element pairs to the output and the fused add's tensors (same strides).
+  bool rows_aligned = p.q_stride_token % 8 == 0 && p.q_stride_head % 8 == 0 && aligned(p.query, 16) &&
+                      p.o_stride_token % 2 == 0 && p.o_stride_head % 2 == 0 && aligned(p.output, 4) &&
+                      aligned(p.ssm_addend, 4) && aligned(p.hybrid_output, 4);
+  if (encoder) {
+    rows_aligned = rows_aligned && p.k_stride_token % 8 == 0 && p.k_stride_head % 8 == 0 &&
+                   p.v_stride_token % 8 == 0 && p.v_stride_head % 8 == 0 && aligned(p.key, 16) &&
+                   aligned(p.value, 16);
+  } else {
+    rows_aligned = rows_aligned && cache_vectorisable;
   }
+  if (force_generic || disable_prefill) {
+    prefill_why = "forced generic";
+  } else if (!prefill_supported(p.q_kind, kv_elem, d)) {
+    prefill_why = detail::concat("dtype ", to_string(c.dtype), ", kv_cache_dtype ", to_string(c.kv_cache_dtype),
+                                 ", head size ", d, " (needs float16/bfloat16 with a 16-bit auto cache, D 64/128/256)");
+  } else if (!rows_aligned) {
+    prefill_why = "query/output/cache rows not 16-byte aligned";
+  }
+  return p;
+}
+
+void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& tensors, const TensorView& output,
+                              cudaStream_t stream, const FusedAdd& fused) {
+  check_batch(batch);
+  bool decode_ok = false;
+  std::string prefill_why;
+  AttentionParams p = bind(batch.num_tokens(), tensors, output, fused, decode_ok, prefill_why);
+  if (config_.attn_type != AttnType::kEncoderOnly) referenced_blocks(batch, tensors.kv_cache.size(0));
+  HYBRIDTB_CHECK(!fixed_ || decode_ok, "CUDA graph: the KV cache ", tensors.kv_cache.describe(),
+                 " is not 16-byte aligned, which the decode kernels need");
+  plan(batch, decode_ok, prefill_why, p, stream);
+  params_ = p;
+  if (fixed_) check_fixed_params();
+}
+
+void AttentionRunner::prepare_plan(const BatchDescription& batch, cudaStream_t stream) {
+  HYBRIDTB_CHECK(fixed_, "AttentionRunner::prepare_plan needs fixed-shape mode (fix_shape)");
+  check_batch(batch);
+  // fix_shape checked that the decode kernels take this configuration; launch_on checks the cache's
+  // alignment they need. A fixed-shape batch has no prefill rows.
+  const int64_t spanned = referenced_blocks(batch, std::numeric_limits<int64_t>::max());
+  AttentionParams p = config_params();
+  plan(batch, /*decode_ok=*/true, "a CUDA-graph decode step", p, stream);
+  params_ = p;
+  plan_blocks_ = spanned;
+  plan_tokens_ = batch.num_tokens();
+  planned_alone_ = true;
+}
+
+void AttentionRunner::launch_on(const StepTensors& tensors, const TensorView& output, const FusedAdd& fused,
+                                cudaStream_t stream) const {
+  HYBRIDTB_CHECK(planned_alone_, "AttentionRunner::launch_on called before prepare_plan");
+  bool decode_ok = false;
+  std::string prefill_why;
+  AttentionParams p = bind(plan_tokens_, tensors, output, fused, decode_ok, prefill_why);
+  HYBRIDTB_CHECK(decode_ok, "CUDA graph: the KV cache ", tensors.kv_cache.describe(),
+                 " is not 16-byte aligned, which the decode kernels need");
+  HYBRIDTB_CHECK(plan_blocks_ <= tensors.kv_cache.size(0), "the planned block_table reaches block ", plan_blocks_ - 1,
+                 ", outside this kv_cache's ", tensors.kv_cache.size(0), " blocks");
+  // The plan's half of the parameters: its buffers, the block table's stride, the partials.
+  p.block_table_stride = params_.block_table_stride;
+  p.num_mm_ranges = params_.num_mm_ranges;
+  p.partial_acc = params_.partial_acc;
+  p.partial_ml = params_.partial_ml;
+  p.query_start_loc = params_.query_start_loc;
+  p.seq_lens = params_.seq_lens;
+  p.block_table = params_.block_table;
+  p.mm_prefix = params_.mm_prefix;
+  p.generic_items = params_.generic_items;
+  p.prefill_items = params_.prefill_items;
+  p.decode_items = params_.decode_items;
+  p.combine_items = params_.combine_items;
+  launch_with(p, stream);
+}
+
+// The work lists of `batch` (decode_ok: the decode kernels can read the cache; prefill_why: why the
+// tensor-core prefill cannot run, "" if it can) uploaded in one copy; their device pointers, the
+// block table's stride and the partials are written into `p`.
+void AttentionRunner::plan(const BatchDescription& batch, bool decode_ok, const std::string& prefill_why,
+                           AttentionParams& p, cudaStream_t stream) {
+  const AttentionConfig& c = config_;
+  const bool encoder = c.attn_type == AttnType::kEncoderOnly;
+  const int64_t r_count = batch.num_reqs();
+  const int64_t hq = c.num_heads;
+  const int64_t hkv = c.num_kv_heads;
+  const int64_t d = c.head_size;
+  const int64_t qpk = c.num_queries_per_kv();
   const bool prefill_ok = prefill_why.empty();
   std::vector<GenericItem> generic;
   std::vector<GenericItem> prefill;
@@ -539,7 +626,6 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
   num_decode_ = static_cast<int64_t>(decode.size());
   num_decode_mma_ = static_cast<int64_t>(decode_mma.size());
   num_combine_ = static_cast<int64_t>(combine.size());
-  if (fixed_) check_fixed_params();
 }
 
 // A captured graph baked the first prepare()'s pointers and scalars into its kernel nodes: later
@@ -574,16 +660,18 @@ void AttentionRunner::check_fixed_params() {
   same("the partials buffer", a.partial_acc, b.partial_acc);
 }
 
-void AttentionRunner::launch(cudaStream_t stream) const {
-  launch_decode_attention(params_, params_.kv_kind, num_decode_, heads_per_pass_, block_shift_, stream);
+void AttentionRunner::launch(cudaStream_t stream) const { launch_with(params_, stream); }
+
+void AttentionRunner::launch_with(const AttentionParams& params, cudaStream_t stream) const {
+  launch_decode_attention(params, params.kv_kind, num_decode_, heads_per_pass_, block_shift_, stream);
   if (num_decode_mma_ > 0) {
-    AttentionParams mma_params = params_;
+    AttentionParams mma_params = params;
     mma_params.decode_items = decode_mma_items_;
     launch_decode_mma(mma_params, num_decode_mma_, block_shift_, stream);
   }
-  launch_decode_combine(params_, num_combine_, stream);
-  launch_prefill_attention(params_, num_prefill_, prefill_variant_used_, stream);
-  launch_generic_attention(params_, params_.encoder ? params_.q_kind : params_.kv_kind, num_generic_, stream);
+  launch_decode_combine(params, num_combine_, stream);
+  launch_prefill_attention(params, num_prefill_, prefill_variant_used_, stream);
+  launch_generic_attention(params, params.encoder ? params.q_kind : params.kv_kind, num_generic_, stream);
   debug_slowdown(stream);  // a no-op unless configured with -DHYBRIDTB_DEBUG_SLOWDOWN_US=N
 }
 

@@ -58,6 +58,17 @@ class AttentionRunner {
   void prepare(const BatchDescription& batch, const StepTensors& tensors, const TensorView& output,
                cudaStream_t stream, const FusedAdd& fused = {});
   void launch(cudaStream_t stream) const;
+
+  // Plan-once, bind-per-layer (fixed-shape mode only; the cuda backend's CUDA-graph lifecycle, where
+  // every attention layer of a step reads one plan): prepare_plan() is prepare()'s metadata half —
+  // the batch's checks, work lists, query_start_loc, seq_lens and block table, uploaded into this
+  // runner's buffers — and launch_on() enqueues the kernels over one layer's tensors reading that
+  // plan. launch_on checks the tensors as prepare() does and against the plan (the cache's alignment
+  // and its blocks) before enqueueing anything, and uploads nothing, so it can be captured. The
+  // layers' launches share the plan's buffers (partials included): they must run in stream order.
+  void prepare_plan(const BatchDescription& batch, cudaStream_t stream);
+  void launch_on(const StepTensors& tensors, const TensorView& output, const FusedAdd& fused,
+                 cudaStream_t stream) const;
   const AttentionPlanSummary& summary() const { return summary_; }
 
   // Enters fixed-shape mode for batches shaped like `batch` (call once, before the first prepare):
@@ -82,6 +93,15 @@ class AttentionRunner {
   int prefill_variant = -1;      // benchmarks: tile variant of the prefill kernel (-1: the default for D)
 
  private:
+  void check_batch(const BatchDescription& batch) const;
+  int64_t referenced_blocks(const BatchDescription& batch, int64_t cache_blocks) const;
+  AttentionParams config_params() const;
+  AttentionParams bind(int64_t t, const StepTensors& tensors, const TensorView& output, const FusedAdd& fused,
+                       bool& decode_ok, std::string& prefill_why) const;
+  void plan(const BatchDescription& batch, bool decode_ok, const std::string& prefill_why, AttentionParams& p,
+            cudaStream_t stream);
+  void launch_with(const AttentionParams& params, cudaStream_t stream) const;
+
   AttentionConfig config_;
   DeviceMemory& memory_;
   int num_sms_;
@@ -102,6 +122,9 @@ class AttentionRunner {
   int heads_per_pass_ = 1;
   int block_shift_ = -1;
   AttentionPlanSummary summary_;
+  bool planned_alone_ = false;  // prepare_plan() ran: launch_on() may bind tensors to params_'s plan
+  int64_t plan_blocks_ = 0;     // blocks the plan's block table spans (largest id + 1)
+  int64_t plan_tokens_ = 0;     // token rows of the planned batch
   struct FixedShape {
     int64_t num_reqs = 0;
     int64_t block_columns = 0;

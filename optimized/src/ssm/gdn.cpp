@@ -12,6 +12,8 @@
 // uploads the list per wave). A fixed decode step (ssm_gpu_mode.h) runs the same GEMMs over all T
 // padded rows and, for its one wave of R entries, the single-token conv, the preparation and the
 // decode update straight from the request table: no host-side lists, no uploads.
+// A GDN layer of a per-layer model (layer_kind gdn) runs the core alone on the layer's own inputs
+// (linear_forward).
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -195,6 +197,30 @@ class GdnGpuMode final : public GpuMode {
     gemm_rows(step, out, T, H, y, ElementKind::kFloat32, s.value_width(), s.value_width(),
               step.weight_ref("out_proj"), "gdn out_proj");
     launch_bias_rows(step.contribution, out, WeightRef{}, H, T, step.active, stream);
+  }
+
+  // A GDN layer of a per-layer model: the core alone on the layer's mixed_qkv, a and b (widened to
+  // float32, exactly), its read-out o stored as the layer's output.
+  void linear_forward(const GpuStep& step) const override {
+    const cudaStream_t stream = step.context->stream();
+    const GdnSizes s = sizes_of(step);
+    const int64_t T = step.num_tokens;
+    float* mixed_qkv = step.scratch_of<float>(T * s.conv_dim());
+    float* a = step.scratch_of<float>(T * s.Hv);
+    float* b = step.scratch_of<float>(T * s.Hv);
+    float* o = step.scratch_of<float>(T * s.value_width());
+    launch_rows_to_float(step.linear_inputs.at("mixed_qkv"), s.conv_dim(), T, mixed_qkv, stream);
+    launch_rows_to_float(step.linear_inputs.at("a"), s.Hv, T, a, stream);
+    launch_rows_to_float(step.linear_inputs.at("b"), s.Hv, T, b, stream);
+    GdnCoreIo io;
+    io.mixed_qkv = mixed_qkv;
+    io.mixed_qkv_stride = s.conv_dim();
+    io.a = a;
+    io.b = b;
+    io.gate_stride = s.Hv;
+    io.o = o;
+    launch_gdn_core(step, io);
+    launch_bias_rows(step.contribution, o, WeightRef{}, s.value_width(), T, step.active, stream);
   }
 };
 

@@ -14,6 +14,8 @@
 // (ssm_gpu_mode.h) runs the same GEMMs over all T padded rows, and for its one wave of R entries the
 // single-token conv update and the decode update straight from the request table: no uploads, grids
 // from the shape only. Every intermediate stays float32 (the reference rounds nothing either).
+// A Mamba-2 layer of a per-layer model (layer_kind mamba2) runs the core alone on the layer's own
+// xBC and dt (linear_forward).
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -125,21 +127,63 @@ class Mamba2GpuMode final : public GpuMode {
   }
 
   void forward(const GpuStep& step) const override {
-    SsmContext& context = *step.context;
-    const cudaStream_t stream = context.stream();
+    const cudaStream_t stream = step.context->stream();
     const Mamba2Sizes s = sizes_of(step);
     const int64_t T = step.num_tokens, H = step.hidden_size;
-    const int64_t d_ssm = s.d_ssm(), conv_dim = s.conv_dim(), proj = s.proj();
+    const int64_t d_ssm = s.d_ssm(), proj = s.proj();
     const WeightRef in_bias = step.weight_ref("in_proj_bias");
 
     float* zxbcdt = step.scratch_of<float>(T * proj);
-    float* xbc = step.scratch_of<float>(T * conv_dim);
     float* y = step.scratch_of<float>(T * d_ssm);
     float* v = step.scratch_of<float>(T * d_ssm);
     float* out = step.scratch_of<float>(T * H);
 
     gemm_rows(step, zxbcdt, T, proj, step.hidden.data, step.hidden.kind, step.hidden.row_stride, H, step.weight_ref("in_proj"),
               "mamba2 in_proj");
+    run_core(step, s, zxbcdt, in_bias, y);
+
+    Mamba2NormParams norm;
+    norm.d_ssm = static_cast<int32_t>(d_ssm);
+    norm.groups = static_cast<int32_t>(s.groups);
+    norm.num_tokens = T;
+    norm.eps = kNormEps;
+    norm.y = y;
+    norm.z = zxbcdt;
+    norm.z_stride = proj;
+    norm.z_bias = in_bias;
+    norm.norm_weight = step.weight_ref("norm_weight");
+    norm.flags = step.active;
+    norm.out = v;
+    launch_mamba2_gated_norm(norm, stream);
+
+    gemm_rows(step, out, T, H, v, ElementKind::kFloat32, d_ssm, d_ssm, step.weight_ref("out_proj"), "mamba2 out_proj");
+    launch_bias_rows(step.contribution, out, step.weight_ref("out_proj_bias"), H, T, step.active, stream);
+  }
+
+  // A Mamba-2 layer of a per-layer model: the core alone on the layer's xBC and dt (widened to
+  // float32, exactly, into in_proj's row layout; z unused, no in_proj bias), y stored as the output.
+  void linear_forward(const GpuStep& step) const override {
+    const cudaStream_t stream = step.context->stream();
+    const Mamba2Sizes s = sizes_of(step);
+    const int64_t T = step.num_tokens;
+    const int64_t d_ssm = s.d_ssm(), conv_dim = s.conv_dim(), proj = s.proj();
+    float* zxbcdt = step.scratch_of<float>(T * proj);
+    float* y = step.scratch_of<float>(T * d_ssm);
+    launch_rows_to_float(step.linear_inputs.at("xBC"), conv_dim, T, zxbcdt + d_ssm, stream, proj);
+    launch_rows_to_float(step.linear_inputs.at("dt"), s.heads, T, zxbcdt + d_ssm + conv_dim, stream, proj);
+    run_core(step, s, zxbcdt, WeightRef{}, y);
+    launch_bias_rows(step.contribution, y, WeightRef{}, d_ssm, T, step.active, stream);
+  }
+
+ private:
+  // The core (conv + SiLU over xBC, the SSM with the D skip) from in_proj's rows zxbcdt
+  // [T, z | xBC | dt] (+ in_bias where each part is used) into y [T, d_ssm].
+  static void run_core(const GpuStep& step, const Mamba2Sizes& s, const float* zxbcdt, const WeightRef& in_bias,
+                       float* y) {
+    const cudaStream_t stream = step.context->stream();
+    const int64_t T = step.num_tokens;
+    const int64_t d_ssm = s.d_ssm(), conv_dim = s.conv_dim(), proj = s.proj();
+    float* xbc = step.scratch_of<float>(T * conv_dim);
 
     CausalConvParams conv;
     conv.channels = static_cast<int32_t>(conv_dim);
@@ -175,35 +219,18 @@ class Mamba2GpuMode final : public GpuMode {
       p.wave = step.waves.front().device;
       p.decode_all = 1;
       launch_mamba2_decode(p, stream);
-    } else {
-      for (const GpuWave& wave : step.waves) {
-        causal_conv_silu(step, wave, conv);
-        Mamba2Params p = base;
-        p.wave = wave.device;
-        p.boundary_slot = step.boundary_slot;
-        const bool has_decodes =
-            std::any_of(wave.host.begin(), wave.host.end(), [](const GpuRequest& r) { return r.decode != 0; });
-        if (has_decodes) launch_mamba2_decode(p, stream);
-        if (plan_prefill(step, wave, s, p)) launch_mamba2_prefill(p, stream);
-      }
+      return;
     }
-
-    Mamba2NormParams norm;
-    norm.d_ssm = static_cast<int32_t>(d_ssm);
-    norm.groups = static_cast<int32_t>(s.groups);
-    norm.num_tokens = T;
-    norm.eps = kNormEps;
-    norm.y = y;
-    norm.z = zxbcdt;
-    norm.z_stride = proj;
-    norm.z_bias = in_bias;
-    norm.norm_weight = step.weight_ref("norm_weight");
-    norm.flags = step.active;
-    norm.out = v;
-    launch_mamba2_gated_norm(norm, stream);
-
-    gemm_rows(step, out, T, H, v, ElementKind::kFloat32, d_ssm, d_ssm, step.weight_ref("out_proj"), "mamba2 out_proj");
-    launch_bias_rows(step.contribution, out, step.weight_ref("out_proj_bias"), H, T, step.active, stream);
+    for (const GpuWave& wave : step.waves) {
+      causal_conv_silu(step, wave, conv);
+      Mamba2Params p = base;
+      p.wave = wave.device;
+      p.boundary_slot = step.boundary_slot;
+      const bool has_decodes =
+          std::any_of(wave.host.begin(), wave.host.end(), [](const GpuRequest& r) { return r.decode != 0; });
+      if (has_decodes) launch_mamba2_decode(p, stream);
+      if (plan_prefill(step, wave, s, p)) launch_mamba2_prefill(p, stream);
+    }
   }
 };
 

@@ -20,6 +20,8 @@
 
 #include "common/cuda_check.h"
 #include "hybridtb/error.h"
+#include "hybridtb/linear_layer.h"
+#include "hybridtb/reference/linear_layer.h"
 #include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/reference/ssm_plan.h"
 #include "ssm/ssm_gpu_mode.h"
@@ -213,9 +215,10 @@ const GpuMode& gpu_mode_of(const AttentionConfig& config) {
 
 }  // namespace
 
-// Everything ssm_forward checks before a kernel runs, and what it plans: the step's tensors and
-// sizes (step.num_tokens = num_actual_tokens; no device plan yet) and, for per-request modes, the
-// checked per-request plan.
+// Everything ssm_forward (or linear_attention_forward) checks before a kernel runs, and what it
+// plans: the step's tensors bound for the GPU mode (bind_tensors) and, for per-request modes, the
+// checked per-request plan (plan_requests). The plan needs no tensor, so a fixed decode step can
+// plan once for the tensors of every layer of a step.
 struct PlannedStep {
   PlannedStep() = default;
   PlannedStep(const PlannedStep&) = delete;  // `runs` points into `plans`
@@ -223,20 +226,28 @@ struct PlannedStep {
 
   const GpuMode* gpu_mode = nullptr;
   GpuStep step;
-  int64_t query_rows = 0;  // rows of the query (and contribution) tensors
+  int64_t input_rows = 0;  // rows of the query or the linear inputs (and of the output)
+  int64_t num_slots = 0;   // slots of the state pools (has_pools)
+  bool has_pools = false;
   std::vector<RequestPlan> plans;        // every decode with tokens, then every prefill
   std::vector<const RequestPlan*> runs;  // those that run: no padding slot, at least one token
 };
 
+void GpuMode::linear_forward(const GpuStep& step) const {
+  throw NotSupported(detail::concat("cuda backend: ssm_mode ", name(), " has no linear-attention layer form (layer_kind ",
+                                    to_string(step.config->layer_kind), ")"));
+}
+
 namespace {
 
-PlannedStep plan_step(const AttentionConfig& config, const MambaAttentionMetadata& metadata,
-                      const BatchDescription& batch, const StepTensors& tensors, const TensorView& contribution,
-                      SsmContext& context) {
-  const reference::ssm::Mode& mode = reference::ssm::ModeRegistry::instance().find(config.ssm_mode);
-  const GpuMode& gpu_mode = gpu_mode_of(config);
-  reference::ssm::validate_ssm_tensors(config, tensors.ssm_state, tensors.weights);
-  const reference::ssm::ModeShape shape = reference::ssm::mode_shape(config);
+std::string owner_of(const AttentionConfig& config) {
+  return config.is_linear_layer() ? "layer_kind " + std::string(to_string(config.layer_kind))
+                                  : "ssm_mode " + config.ssm_mode;
+}
+
+// The SSM branch's rows: the query viewed as hidden rows [T, H], the contribution of its shape.
+void bind_branch_rows(PlannedStep& planned, const AttentionConfig& config, const StepTensors& tensors,
+                      const TensorView& contribution, int64_t hidden_size) {
   const TensorView& query = tensors.query;
   HYBRIDTB_CHECK(query.device() == Device::kCuda && contribution.device() == Device::kCuda,
                  "the GPU SSM driver needs CUDA tensors, got query ", query.describe(), " and contribution ",
@@ -248,23 +259,76 @@ PlannedStep plan_step(const AttentionConfig& config, const MambaAttentionMetadat
                      contribution.is_contiguous(),
                  "the SSM contribution buffer ", contribution.describe(),
                  " must be a contiguous float tensor of the query's shape ", shape_to_string(query.shape()));
-  const int64_t num_tokens = batch.num_actual_tokens;
-  HYBRIDTB_CHECK(0 <= num_tokens && num_tokens <= query.size(0), "/batch/num_actual_tokens = ", num_tokens,
-                 " does not fit the query's ", query.size(0), " rows");
+  GpuStep& step = planned.step;
+  step.hidden = RowsRef{query.data(), gpu_element_kind(query.dtype(), "/inputs/query"), query.stride(0)};
+  step.contribution =
+      RowsRef{contribution.data(), gpu_element_kind(contribution.dtype(), "the SSM contribution"), hidden_size};
+  step.output_width = hidden_size;
+  planned.input_rows = query.size(0);
+}
+
+// A linear layer's rows: its inputs by name ([T, width] each) and its output [T, output_width].
+void bind_linear_rows(PlannedStep& planned, const AttentionConfig& config, const StepTensors& tensors,
+                      const TensorView& output) {
+  const LinearLayerSpec spec = linear_layer_spec(config);
+  const std::string owner = owner_of(config);
+  int64_t rows = -1;
+  GpuStep& step = planned.step;
+  for (const LinearInput& input : spec.inputs) {
+    const auto it = tensors.linear_inputs.find(input.name);
+    HYBRIDTB_CHECK(it != tensors.linear_inputs.end() && !it->second.empty(), "missing /inputs/", input.name,
+                   " (required by ", owner, ": [T, ", input.width_formula, "], ", input.meaning, ")");
+    const TensorView& view = it->second;
+    if (rows < 0 && view.rank() == 2) rows = view.size(0);
+    HYBRIDTB_CHECK(view.device() == Device::kCuda && view.rank() == 2 && view.size(0) == rows &&
+                       view.size(1) == input.width && view.stride(1) == 1,
+                   "/inputs/", input.name, " must be a CUDA tensor [T, ", input.width_formula, "] = [", rows, ", ",
+                   input.width, "] with contiguous rows (T as the other inputs), got ", view.describe());
+    step.linear_inputs[input.name] =
+        RowsRef{view.data(), gpu_element_kind(view.dtype(), "/inputs/" + input.name), view.stride(0)};
+  }
+  HYBRIDTB_CHECK(output.device() == Device::kCuda && output.shape() == Shape({rows, spec.output_width}) &&
+                     is_floating(output.dtype()) && output.is_contiguous(),
+                 "the linear layer's output buffer ", output.describe(), " must be a contiguous CUDA float tensor [T, ",
+                 spec.output_width, "] = [", rows, ", ", spec.output_width, "] (", spec.output_meaning, ")");
+  step.contribution =
+      RowsRef{output.data(), gpu_element_kind(output.dtype(), "the linear layer's output"), spec.output_width};
+  step.output_width = spec.output_width;
+  planned.input_rows = rows;
+}
+
+// Checks the step's tensors against the mode's specs (the SSM branch) or the linear layer's, and
+// binds them: rows, weights and pools as the GPU mode reads them. No plan yet.
+PlannedStep bind_tensors(const AttentionConfig& config, const StepTensors& tensors, const TensorView& output,
+                         SsmContext& context) {
+  const reference::ssm::Mode& mode = reference::ssm::ModeRegistry::instance().find(config.ssm_mode);
+  const GpuMode& gpu_mode = gpu_mode_of(config);
+  const reference::ssm::ModeShape shape = reference::ssm::mode_shape(config);
+  std::vector<reference::ssm::TensorSpec> weight_specs;
+  std::vector<reference::ssm::TensorSpec> state_specs;
+  if (config.is_linear_layer()) {
+    reference::ssm::validate_linear_tensors(config, tensors.ssm_state, tensors.weights);
+    reference::ssm::LinearLayerTensorSpecs specs = reference::ssm::linear_layer_tensor_specs(config);
+    weight_specs = std::move(specs.weights);
+    state_specs = std::move(specs.state);
+  } else {
+    reference::ssm::validate_ssm_tensors(config, tensors.ssm_state, tensors.weights);
+    weight_specs = mode.weight_specs(shape);
+    state_specs = mode.state_specs(shape);
+  }
 
   PlannedStep planned;
   planned.gpu_mode = &gpu_mode;
-  planned.query_rows = query.size(0);
   GpuStep& step = planned.step;
   step.config = &config;
   step.context = &context;
-  step.num_tokens = num_tokens;
   step.hidden_size = shape.hidden_size;
-  step.num_decode_tokens = metadata.num_decode_tokens;
-  step.hidden = RowsRef{query.data(), gpu_element_kind(query.dtype(), "/inputs/query"), query.stride(0)};
-  step.contribution = RowsRef{contribution.data(), gpu_element_kind(contribution.dtype(), "the SSM contribution"),
-                              shape.hidden_size};
-  for (const reference::ssm::TensorSpec& spec : mode.weight_specs(shape)) {
+  if (config.is_linear_layer()) {
+    bind_linear_rows(planned, config, tensors, output);
+  } else {
+    bind_branch_rows(planned, config, tensors, output, shape.hidden_size);
+  }
+  for (const reference::ssm::TensorSpec& spec : weight_specs) {
     const auto it = tensors.weights.find(spec.name);
     if (it == tensors.weights.end() || it->second.empty()) continue;
     const TensorView& w = it->second;
@@ -273,9 +337,7 @@ PlannedStep plan_step(const AttentionConfig& config, const MambaAttentionMetadat
     step.weights[spec.name] =
         GpuWeight{WeightRef{w.data(), gpu_element_kind(w.dtype(), "/weights/" + spec.name)}, w.shape()};
   }
-  int64_t num_slots = 0;
-  bool has_pools = false;
-  for (const reference::ssm::TensorSpec& spec : mode.state_specs(shape)) {
+  for (const reference::ssm::TensorSpec& spec : state_specs) {
     const auto it = tensors.ssm_state.find(spec.name);
     if (it == tensors.ssm_state.end() || it->second.empty()) continue;
     const TensorView& pool = it->second;
@@ -283,15 +345,25 @@ PlannedStep plan_step(const AttentionConfig& config, const MambaAttentionMetadat
                    " must be a contiguous CUDA tensor, got ", pool.describe());
     step.pools[spec.name] =
         PoolRef{pool.data(), gpu_element_kind(pool.dtype(), "/inputs/ssm/" + spec.name), product(spec.shape)};
-    num_slots = pool.size(0);
-    has_pools = true;
+    planned.num_slots = pool.size(0);
+    planned.has_pools = true;
   }
   gpu_mode.check_supported(step);
-  if (gpu_mode.whole_step()) return planned;
+  return planned;
+}
 
-  check_plannable_step(config, metadata, batch, "ssm_mode " + mode.name());
+// Plans every request of the step (the reference's rules) into planned.plans/runs, and sets the
+// step's token counts; checks nothing that needs a tensor (check_slots does, once bound).
+void plan_requests(PlannedStep& planned, const AttentionConfig& config, const MambaAttentionMetadata& metadata,
+                   const BatchDescription& batch) {
+  const int64_t num_tokens = batch.num_actual_tokens;
+  HYBRIDTB_CHECK(0 <= num_tokens && num_tokens <= batch.num_tokens(), "/batch/num_actual_tokens = ", num_tokens,
+                 " is outside the batch's ", batch.num_tokens(), " token rows");
+  planned.step.num_tokens = num_tokens;
+  planned.step.num_decode_tokens = metadata.num_decode_tokens;
+  if (planned.gpu_mode->whole_step()) return;
 
-  // Plan and check every request before anything runs, so a bad batch changes nothing.
+  check_plannable_step(config, metadata, batch, owner_of(config));
   for (int64_t r = 0; r < metadata.num_decodes; ++r) {
     if (batch.query_len(r) > 0) planned.plans.push_back(plan_decode(config, metadata, batch, r));
   }
@@ -300,14 +372,45 @@ PlannedStep plan_step(const AttentionConfig& config, const MambaAttentionMetadat
     HYBRIDTB_CHECK(0 <= plan.begin && plan.begin <= plan.end && plan.end <= num_tokens, "request ", plan.request,
                    " has token rows [", plan.begin, ", ", plan.end, ") outside the step's ", num_tokens, " tokens");
     bool padding = false;
-    for (const Slot* slot : slots_of(plan)) {
-      HYBRIDTB_CHECK(!has_pools || slot->index < num_slots, slot->field, " = ", slot->index,
-                     " is outside the SSM state pools' ", num_slots, " slots");
-      padding = padding || slot->index < 0;
-    }
+    for (const Slot* slot : slots_of(plan)) padding = padding || slot->index < 0;
     if (!padding && plan.end > plan.begin) planned.runs.push_back(&plan);
   }
-  return planned;
+}
+
+// The largest slot the plan reads or writes (−1 if none).
+int64_t max_slot_of(const PlannedStep& planned) {
+  int64_t max_slot = -1;
+  for (const RequestPlan& plan : planned.plans) {
+    for (const Slot* slot : slots_of(plan)) max_slot = std::max(max_slot, slot->index);
+  }
+  return max_slot;
+}
+
+// Every slot of the plan inside the bound pools; Error naming the first that is not.
+void check_slots(const PlannedStep& planned) {
+  if (!planned.has_pools) return;
+  for (const RequestPlan& plan : planned.plans) {
+    for (const Slot* slot : slots_of(plan)) {
+      HYBRIDTB_CHECK(slot->index < planned.num_slots, slot->field, " = ", slot->index,
+                     " is outside the SSM state pools' ", planned.num_slots, " slots");
+    }
+  }
+}
+
+// The step's token rows must fit the bound tensors.
+void check_rows(const PlannedStep& planned, int64_t rows) {
+  HYBRIDTB_CHECK(rows <= planned.input_rows, "the step's ", rows, " token rows do not fit the ",
+                 planned.step.config->is_linear_layer() ? "linear inputs'" : "query's", " ", planned.input_rows,
+                 " rows");
+}
+
+// The mode's forward for the SSM branch, its linear_forward for a linear layer.
+void run_mode(const GpuMode& gpu_mode, const GpuStep& step) {
+  if (step.config->is_linear_layer()) {
+    gpu_mode.linear_forward(step);
+  } else {
+    gpu_mode.forward(step);
+  }
 }
 
 // The eager wave driver: per-token flags and boundary slots and the requests wave by wave, in one
@@ -367,31 +470,50 @@ void run_waves(PlannedStep& planned) {
   }
 
   if (num_tokens > 0) {
-    if (!step.waves.empty()) planned.gpu_mode->forward(step);
+    if (!step.waves.empty()) run_mode(*planned.gpu_mode, step);
     // Rows of skipped requests (padding slots, no state run) contribute zeros.
-    launch_zero_rows(step.contribution, step.hidden_size, 0, num_tokens, step.active, ZeroRows::kSkipped,
+    launch_zero_rows(step.contribution, step.output_width, 0, num_tokens, step.active, ZeroRows::kSkipped,
                      context.stream());
   }
 }
 
 }  // namespace
 
-void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
-                 const StepTensors& tensors, const TensorView& contribution, SsmContext& context) {
-  PlannedStep planned = plan_step(config, metadata, batch, tensors, contribution, context);
+// The eager step: bound, planned and checked before anything runs; decode-only steps take the
+// fixed step's launches (the ones a replayed CUDA graph runs: the same bits eager or replayed).
+void run_ssm_step(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
+                  const StepTensors& tensors, const TensorView& output, SsmContext& context) {
+  PlannedStep planned = bind_tensors(config, tensors, output, context);
+  plan_requests(planned, config, metadata, batch);
+  check_rows(planned, planned.step.num_tokens);
+  check_slots(planned);
   // A query view cut to num_actual_tokens rows (no padding rows to compute over) runs eagerly too.
-  if (is_fixed_decode_step(config, metadata, batch) && batch.num_tokens() <= planned.query_rows &&
+  if (is_fixed_decode_step(config, metadata, batch) && batch.num_tokens() <= planned.input_rows &&
       (planned.gpu_mode->whole_step() || fixed_step_blocker(planned.runs).empty())) {
-    // The launches a replayed CUDA graph of this shape runs: the same bits, eager or replayed.
     FixedDecodeStep fixed(config, context);
-    fixed.prepare_planned(planned, metadata, batch);
-    fixed.launch();
+    fixed.upload_plan(planned, metadata, batch);
+    fixed.launch_planned(planned);
   } else if (planned.gpu_mode->whole_step()) {
     planned.gpu_mode->forward(planned.step);
   } else {
     run_waves(planned);
   }
   context.end_step();
+}
+
+void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
+                 const StepTensors& tensors, const TensorView& contribution, SsmContext& context) {
+  HYBRIDTB_CHECK(!config.is_linear_layer(), "ssm_forward called for a layer_kind ", to_string(config.layer_kind),
+                 " layer (run it with linear_attention_forward)");
+  run_ssm_step(config, metadata, batch, tensors, contribution, context);
+}
+
+void linear_attention_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata,
+                              const BatchDescription& batch, const StepTensors& tensors, const TensorView& output,
+                              SsmContext& context) {
+  HYBRIDTB_CHECK(config.is_linear_layer(), "linear_attention_forward called for a full_attention layer (ssm_mode ",
+                 config.ssm_mode, "): run it with hybrid_forward");
+  run_ssm_step(config, metadata, batch, tensors, output, context);
 }
 
 // --- the fixed-shape decode step ---------------------------------------------------------------------
@@ -437,50 +559,31 @@ void require_fixed(const AttentionConfig& config, const MambaAttentionMetadata& 
 }  // namespace
 
 void FixedDecodeStep::prepare(const MambaAttentionMetadata& metadata, const BatchDescription& batch,
-                              const StepTensors& tensors, const TensorView& contribution) {
+                              const StepTensors& tensors, const TensorView& output) {
   require_fixed(config_, metadata);
-  PlannedStep planned = plan_step(config_, metadata, batch, tensors, contribution, context_);
-  prepare_planned(planned, metadata, batch);
-}
-
-void FixedDecodeStep::prepare_planned(PlannedStep& planned, const MambaAttentionMetadata& metadata,
-                                      const BatchDescription& batch) {
-  // Checks first: a call that throws changes nothing.
-  require_fixed(config_, metadata);
-  const bool whole_step = gpu_mode_->whole_step();
-  const int64_t T = batch.num_tokens();
-  const int64_t R = batch.num_reqs();
-  const int64_t num_actual = planned.step.num_tokens;
-  HYBRIDTB_CHECK(num_actual <= T && T <= planned.query_rows, "a fixed-shape SSM decode step needs num_actual_tokens (",
-                 num_actual, ") <= its token rows (", T, ", /batch/slot_mapping) <= the query's rows (",
-                 planned.query_rows, ")");
-  if (!whole_step) {
-    const std::string blocker = fixed_step_blocker(planned.runs);
-    if (!blocker.empty()) throw NotSupported("a fixed-shape SSM decode step cannot run this batch: " + blocker);
-  }
+  PlannedStep planned = bind_tensors(config_, tensors, output, context_);
+  plan_requests(planned, config_, metadata, batch);
+  check_rows(planned, batch.num_tokens());
+  check_slots(planned);
   // The tensors the launches read and write, by name: the same ones on every prepare.
-  const GpuStep& planned_step = planned.step;
-  std::vector<TensorKey> tensors = {
-      {"/inputs/query", planned_step.hidden.data, planned_step.hidden.kind, planned_step.hidden.row_stride},
-      {"the SSM contribution", planned_step.contribution.data, planned_step.contribution.kind,
-       planned_step.contribution.row_stride}};
-  for (const auto& [name, pool] : planned_step.pools) {
-    tensors.push_back({"/inputs/ssm/" + name, pool.data, pool.kind, pool.slot_size});
+  const GpuStep& step = planned.step;
+  std::vector<TensorKey> keys;
+  if (config_.is_linear_layer()) {
+    for (const auto& [name, rows] : step.linear_inputs) keys.push_back({"/inputs/" + name, rows.data, rows.kind, rows.row_stride});
+  } else {
+    keys.push_back({"/inputs/query", step.hidden.data, step.hidden.kind, step.hidden.row_stride});
   }
-  for (const auto& [name, weight] : planned_step.weights) {
-    tensors.push_back({"/weights/" + name, weight.ref.data, weight.ref.kind, product(weight.shape)});
+  keys.push_back({config_.is_linear_layer() ? "the linear layer's output" : "the SSM contribution", step.contribution.data,
+                  step.contribution.kind, step.contribution.row_stride});
+  for (const auto& [name, pool] : step.pools) keys.push_back({"/inputs/ssm/" + name, pool.data, pool.kind, pool.slot_size});
+  for (const auto& [name, weight] : step.weights) {
+    keys.push_back({"/weights/" + name, weight.ref.data, weight.ref.kind, product(weight.shape)});
   }
-  if (prepared_) {
-    HYBRIDTB_CHECK(T == num_tokens_, "FixedDecodeStep::prepare: the batch has ", T,
-                   " token rows (/batch/slot_mapping) but the step was prepared for ", num_tokens_,
-                   " (a fixed step keeps its padded shape; use one step per captured size)");
-    HYBRIDTB_CHECK(R == num_reqs_, "FixedDecodeStep::prepare: the batch has ", R,
-                   " requests (/batch/query_start_loc) but the step was prepared for ", num_reqs_,
-                   " (a fixed step keeps its padded shape; use one step per captured size)");
-    for (size_t i = 0; i < std::max(tensors.size(), tensors_.size()); ++i) {
-      if (i < tensors.size() && i < tensors_.size() && tensors[i] == tensors_[i]) continue;
+  if (bound_tensors_) {
+    for (size_t i = 0; i < std::max(keys.size(), tensors_.size()); ++i) {
+      if (i < keys.size() && i < tensors_.size() && keys[i] == tensors_[i]) continue;
       const TensorKey none{"(none)"};
-      const TensorKey& now = i < tensors.size() ? tensors[i] : none;
+      const TensorKey& now = i < keys.size() ? keys[i] : none;
       const TensorKey& then = i < tensors_.size() ? tensors_[i] : none;
       throw Error(detail::concat("FixedDecodeStep::prepare: ", now.name == none.name ? then.name : now.name,
                                  " is not the tensor the step was prepared with (", now.name, " at ", now.data,
@@ -489,6 +592,46 @@ void FixedDecodeStep::prepare_planned(PlannedStep& planned, const MambaAttention
                                  ", extent ", then.extent,
                                  "); a prepared step keeps its tensors: copy new values into them"));
     }
+  }
+  upload_plan(planned, metadata, batch);
+  if (!bound_tensors_) {
+    bound_tensors_ = tensors;
+    bound_output_ = output;
+    tensors_ = std::move(keys);
+  }
+}
+
+void FixedDecodeStep::prepare_plan(const MambaAttentionMetadata& metadata, const BatchDescription& batch) {
+  require_fixed(config_, metadata);
+  PlannedStep planned;
+  planned.gpu_mode = gpu_mode_;
+  planned.step.config = &config_;
+  planned.step.context = &context_;
+  plan_requests(planned, config_, metadata, batch);
+  upload_plan(planned, metadata, batch);
+}
+
+void FixedDecodeStep::upload_plan(const PlannedStep& planned, const MambaAttentionMetadata& metadata,
+                                  const BatchDescription& batch) {
+  // Checks first: a call that throws changes nothing.
+  require_fixed(config_, metadata);
+  const bool whole_step = gpu_mode_->whole_step();
+  const int64_t T = batch.num_tokens();
+  const int64_t R = batch.num_reqs();
+  const int64_t num_actual = planned.step.num_tokens;
+  HYBRIDTB_CHECK(num_actual <= T, "a fixed-shape SSM decode step needs num_actual_tokens (", num_actual,
+                 ") <= its token rows (", T, ", /batch/slot_mapping)");
+  if (!whole_step) {
+    const std::string blocker = fixed_step_blocker(planned.runs);
+    if (!blocker.empty()) throw NotSupported("a fixed-shape SSM decode step cannot run this batch: " + blocker);
+  }
+  if (prepared_) {
+    HYBRIDTB_CHECK(T == num_tokens_, "FixedDecodeStep::prepare: the batch has ", T,
+                   " token rows (/batch/slot_mapping) but the step was prepared for ", num_tokens_,
+                   " (a fixed step keeps its padded shape; use one step per captured size)");
+    HYBRIDTB_CHECK(R == num_reqs_, "FixedDecodeStep::prepare: the batch has ", R,
+                   " requests (/batch/query_start_loc) but the step was prepared for ", num_reqs_,
+                   " (a fixed step keeps its padded shape; use one step per captured size)");
   }
 
   // The host image of the device plan: [T row flags | R requests].
@@ -525,42 +668,57 @@ void FixedDecodeStep::prepare_planned(PlannedStep& planned, const MambaAttention
 
   if (!prepared_) {
     plan_ = context_.memory().allocate(std::max<size_t>(packed_.size(), 1) * sizeof(int32_t));
-    auto* device = static_cast<int32_t*>(plan_.get());
-    step_ = std::move(planned.step);
-    step_.config = &config_;
-    step_.context = &context_;
-    step_.fixed = true;
-    step_.num_tokens = T;
-    step_.num_decode_tokens = 0;
-    step_.active = device;
-    step_.boundary_slot = nullptr;
-    step_.boundaries.clear();
-    GpuWave wave;
-    wave.device.requests = reinterpret_cast<const GpuRequest*>(device + T);
-    wave.device.num_requests = narrow(R, "the number of requests");
-    wave.device.max_tokens = 1;
-    step_.waves = {wave};
-    step_.fixed_scratch = &scratch_;
     num_tokens_ = T;
     num_reqs_ = R;
-    tensors_ = std::move(tensors);
   }
   if (gpu_mode_->uses_cublas()) context_.cublas();
   if (!packed_.empty()) {
     HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(plan_.get(), packed_.data(), packed_.size() * sizeof(int32_t),
                                         cudaMemcpyHostToDevice, context_.stream()));
   }
+  max_slot_ = max_slot_of(planned);
   prepared_ = true;
 }
 
 void FixedDecodeStep::launch() {
-  HYBRIDTB_CHECK(prepared_, "FixedDecodeStep::launch called before prepare");
+  HYBRIDTB_CHECK(prepared_ && bound_tensors_.has_value(), "FixedDecodeStep::launch called before prepare");
+  launch_on(*bound_tensors_, bound_output_);
+}
+
+void FixedDecodeStep::launch_on(const StepTensors& tensors, const TensorView& output) {
+  HYBRIDTB_CHECK(prepared_, "FixedDecodeStep::launch_on called before a plan (prepare or prepare_plan)");
+  PlannedStep bound = bind_tensors(config_, tensors, output, context_);
+  HYBRIDTB_CHECK(num_tokens_ <= bound.input_rows, "a fixed-shape SSM decode step of ", num_tokens_,
+                 " token rows cannot run on tensors of ", bound.input_rows, " rows");
+  HYBRIDTB_CHECK(!bound.has_pools || max_slot_ < bound.num_slots, "the planned state slot ", max_slot_,
+                 " is outside these SSM state pools' ", bound.num_slots, " slots");
+  launch_planned(bound);
+}
+
+// Launches the mode over the bound tensors of `bound` (checked against the plan) as the fixed step.
+void FixedDecodeStep::launch_planned(PlannedStep& bound) {
   if (num_tokens_ == 0) return;
+  auto* device = static_cast<int32_t*>(plan_.get());
+  GpuStep step = std::move(bound.step);
+  step.config = &config_;
+  step.context = &context_;
+  step.fixed = true;
+  step.num_tokens = num_tokens_;
+  step.num_decode_tokens = 0;
+  step.active = device;
+  step.boundary_slot = nullptr;
+  step.boundaries.clear();
+  GpuWave wave;
+  wave.device.requests = reinterpret_cast<const GpuRequest*>(device + num_tokens_);
+  wave.device.num_requests = narrow(num_reqs_, "the number of requests");
+  wave.device.max_tokens = 1;
+  step.waves = {wave};
+  step.fixed_scratch = &scratch_;
   scratch_.rewind();
-  gpu_mode_->forward(step_);
+  run_mode(*gpu_mode_, step);
   // Rows of skipped requests contribute zeros; padding rows are left alone.
   if (!gpu_mode_->whole_step()) {
-    launch_zero_rows(step_.contribution, step_.hidden_size, 0, num_tokens_, step_.active, ZeroRows::kSkipped,
+    launch_zero_rows(step.contribution, step.output_width, 0, num_tokens_, step.active, ZeroRows::kSkipped,
                      context_.stream());
   }
 }

@@ -18,6 +18,10 @@
 // replayed after re-planning a new batch of the same shape. ssm_forward runs eager decode steps
 // through it too, so an eager step and a replayed one run the same launches.
 //
+// The same driver runs a per-layer model's linear-attention layers (config.layer_kind gdn or mamba2,
+// linear_attention_forward below): the plan is the same, the GpuStep carries the layer's own inputs
+// (linear_inputs) instead of the hidden rows, and the mode's linear_forward runs its core alone.
+//
 // Adding a GPU mode is its file(s) in optimized/src/ssm/ plus one line in gpu_modes.cpp. A mode of
 // the reference registry without a GPU mode is reported NotSupported by the cuda backend.
 #pragma once
@@ -27,6 +31,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -126,8 +131,12 @@ struct GpuStep {
   int64_t num_tokens = 0;       // T: num_actual_tokens (eager) or the padded row count (fixed)
   int64_t hidden_size = 0;      // H = num_heads · head_size
   int64_t num_decode_tokens = 0;  // eager only
-  RowsRef hidden;               // query[:T] viewed as [T, H]
-  RowsRef contribution;         // [T, H] in the backend's output dtype
+  RowsRef hidden;               // query[:T] viewed as [T, H] (the SSM branch; empty for a linear layer)
+  RowsRef contribution;         // [T, output_width] in the backend's output dtype: the branch's
+                                // contribution, or a linear layer's output
+  int64_t output_width = 0;     // H for the SSM branch; linear_layer_spec(config).output_width
+  // A linear layer's inputs by name (linear_layer.h: gdn mixed_qkv, a, b; mamba2 xBC, dt), [T, width].
+  std::map<std::string, RowsRef> linear_inputs;
   std::map<std::string, PoolRef> pools;       // by the mode's pool names
   std::map<std::string, GpuWeight> weights;   // present weights by name (absent optional ones missing)
   // device [T] row flags (ssm_params.h): kRowActive for rows of requests that run (whole-step
@@ -177,6 +186,10 @@ class GpuMode {
   // wave requests' tokens and the states (final and step.boundary_slot); the driver zero-fills the
   // rows flagged kRowSkipped. Whole-step modes write every row not flagged kRowPadding.
   virtual void forward(const GpuStep& step) const = 0;
+  // A linear-attention layer of this mode (step.config->layer_kind names it): the mode's core alone
+  // over step.linear_inputs (no projections, no norm), written to step.contribution for the rows
+  // flagged kRowActive, with the states as forward() writes them. Default: NotSupported.
+  virtual void linear_forward(const GpuStep& step) const;
 };
 
 class GpuModeRegistry {
@@ -206,6 +219,16 @@ ElementKind gpu_element_kind(DType dtype, const std::string& what);
 void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
                  const StepTensors& tensors, const TensorView& contribution, SsmContext& context);
 
+// A linear-attention layer (config.layer_kind gdn or mamba2; Backend::linear_attention_forward) on
+// the GPU: the mode's core over tensors.linear_inputs ([T, width] each, any float dtype), its state
+// pools tensors.ssm_state and core weights tensors.weights (reference linear_layer_tensor_specs),
+// writing rows [0, num_actual_tokens) of `output` ([T, linear_layer_spec(config).output_width]
+// contiguous); requests with a padding slot get zero rows and touch no state. The same planning,
+// checks, errors and fixed decode steps as ssm_forward.
+void linear_attention_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata,
+                              const BatchDescription& batch, const StepTensors& tensors, const TensorView& output,
+                              SsmContext& context);
+
 // True if this step runs as a fixed-shape decode step: config.ssm_mode has a GPU mode, the
 // metadata has no prefills, and no speculative decoding (num_speculative_tokens == 0). Every request
 // then has at most one token; trailing padding requests have none.
@@ -215,22 +238,26 @@ bool is_fixed_decode_step(const AttentionConfig& config, const MambaAttentionMet
 struct PlannedStep;  // ssm_driver.cpp: a checked step and its per-request plan
 
 // A decode-only SSM step of fixed shape (T = batch.num_tokens() rows including CUDA-graph padding,
-// R = batch.num_reqs() request entries including padding requests): every buffer its launches read
-// is allocated once, so launch() can be captured into a CUDA graph and replayed after each later
-// prepare() of a new batch of the same shape.
+// R = batch.num_reqs() request entries including padding requests) for config's SSM branch or, for
+// a linear-attention layer config, the layer's core: every buffer its launches read is allocated
+// once, so a launch can be captured into a CUDA graph and replayed after each later plan of a new
+// batch of the same shape.
 //
-// Device plan (one buffer, one stream-ordered upload per prepare): int32 [T] row flags (kRowActive
+// Device plan (one buffer, one stream-ordered upload per plan): int32 [T] row flags (kRowActive
 // for the token of a request that runs, kRowSkipped for the token of a request skipped for a
 // padding slot, kRowPadding for rows t >= num_actual_tokens; whole-step modes: kRowActive for
 // t < num_decode_tokens), then R GpuRequest entries, entry r for request r: {row, row + 1,
 // read slot or −1, write slot} if it runs, else empty {0, 0, −1, −1}. The mode runs this as one
 // wave of R entries with max_tokens 1; every kernel skips empty entries and honours the flags.
+// The plan depends on the batch and the metadata only, so one plan serves every layer of a step
+// (prepare_plan + launch_on, the cuda backend's CUDA-graph lifecycle); prepare + launch bind one
+// set of tensors for the step's life (a captured single-layer step).
 //
-// Lifetime: the object owns the plan buffer and the scratch (from the context's allocator) and
-// must outlive every CUDA graph captured from launch(); it keeps pointers to the tensors given to
-// the first prepare(), which must stay allocated as long. The SsmContext (its stream, cuBLAS
-// handle and workspace) must outlive it; every step of one context shares that handle and
-// workspace, so their launches (and graphs) must run in order on the context's stream. Not
+// Lifetime: the object owns the plan buffer and the scratch (from the context's allocator; shared by
+// the launches of every layer, which run in stream order) and must outlive every CUDA graph captured
+// from a launch; the tensors of a captured launch must stay allocated as long. The SsmContext (its
+// stream, cuBLAS handle and workspace) must outlive it; every step of one context shares that handle
+// and workspace, so their launches (and graphs) must run in order on the context's stream. Not
 // copyable or movable.
 class FixedDecodeStep {
  public:
@@ -239,30 +266,43 @@ class FixedDecodeStep {
   FixedDecodeStep(const FixedDecodeStep&) = delete;
   FixedDecodeStep& operator=(const FixedDecodeStep&) = delete;
 
-  // Validates and plans the step with exactly the rules and errors of ssm_forward (the reference's
-  // per-request plan: reference/ssm/ssm_plan.h), then uploads the plan (stream-ordered, the
-  // context's stream) into device buffers allocated on the first call. No kernel runs. Later calls
-  // must have the same T, R and the same tensors (query, contribution, pool and weight data
-  // pointers) — otherwise Error naming what changed. Requests sharing a state slot (the driver would
-  // need two waves) → NotSupported naming the slot; a step that is_fixed_decode_step rejects →
-  // NotSupported saying why. Creates the cuBLAS handle (if the mode uses one) so that nothing is
-  // created during a capture. A call that throws uploads nothing: the previous plan stays.
+  // Validates and plans the step with exactly the rules and errors of ssm_forward (or
+  // linear_attention_forward; the reference's per-request plan: reference/ssm/ssm_plan.h), then
+  // uploads the plan (stream-ordered, the context's stream) into device buffers allocated on the
+  // first call. No kernel runs. `output` is the SSM contribution ([T, Hq, D]) or a linear layer's
+  // output ([T, output_width]). Later calls must have the same T, R and the same tensors (query or
+  // linear inputs, output, pool and weight data pointers) — otherwise Error naming what changed.
+  // Requests sharing a state slot (the driver would need two waves) → NotSupported naming the
+  // slot; a step that is_fixed_decode_step rejects → NotSupported saying why. Creates the cuBLAS
+  // handle (if the mode uses one) so that nothing is created during a capture. A call that throws
+  // uploads nothing: the previous plan stays.
   void prepare(const MambaAttentionMetadata& metadata, const BatchDescription& batch, const StepTensors& tensors,
-               const TensorView& contribution);
-  // Enqueues the step's kernels and cuBLAS calls on the context's stream, reading only the buffers
-  // prepare() filled and scratch it allocates on its first call and keeps for the object's life
-  // (later calls reuse it). Makes no host→device copy, so its first call can be captured into a
-  // CUDA graph (in cudaStreamCaptureModeRelaxed, which allows the first call's scratch allocations).
-  // Throws Error before prepare().
+               const TensorView& output);
+  // Enqueues the step's kernels and cuBLAS calls on the tensors of the first prepare(). Throws
+  // Error before prepare().
   void launch();
+
+  // The plan alone: every check of prepare() that needs no tensor, then the upload. Same T and R
+  // on later calls (Error otherwise); a call that throws uploads nothing.
+  void prepare_plan(const MambaAttentionMetadata& metadata, const BatchDescription& batch);
+  // Enqueues the step over `tensors` and `output` (any tensors of this config: one layer's),
+  // reading the last plan: the tensors are checked as ssm_forward checks them, and against the
+  // plan (at least T rows; every planned slot inside the pools) before anything is enqueued. Reads
+  // only the plan buffer and scratch it allocates on its first call and keeps for the object's
+  // life; makes no host→device copy, so it can be captured into a CUDA graph (in
+  // cudaStreamCaptureModeRelaxed, which allows the first call's scratch allocations).
+  void launch_on(const StepTensors& tensors, const TensorView& output);
 
   int64_t num_tokens() const { return num_tokens_; }  // T (after the first prepare)
   int64_t num_reqs() const { return num_reqs_; }      // R (after the first prepare)
 
  private:
-  friend void ssm_forward(const AttentionConfig&, const MambaAttentionMetadata&, const BatchDescription&,
-                          const StepTensors&, const TensorView&, SsmContext&);
-  void prepare_planned(PlannedStep& planned, const MambaAttentionMetadata& metadata, const BatchDescription& batch);
+  // The eager driver (ssm_driver.cpp: ssm_forward and linear_attention_forward) hands a step it has
+  // already checked and planned straight to these.
+  friend void run_ssm_step(const AttentionConfig&, const MambaAttentionMetadata&, const BatchDescription&,
+                           const StepTensors&, const TensorView&, SsmContext&);
+  void upload_plan(const PlannedStep& planned, const MambaAttentionMetadata& metadata, const BatchDescription& batch);
+  void launch_planned(PlannedStep& bound);
 
   AttentionConfig config_;
   SsmContext& context_;
@@ -270,17 +310,19 @@ class FixedDecodeStep {
   bool prepared_ = false;
   int64_t num_tokens_ = 0;  // T
   int64_t num_reqs_ = 0;    // R
-  GpuStep step_;            // what launch() hands the mode; device pointers fixed by the first prepare
+  int64_t max_slot_ = -1;   // the largest state slot the last plan reads or writes (−1: none)
   const GpuMode* gpu_mode_ = nullptr;
   // A tensor the launches read or write, as the first prepare saw it (later ones must match).
   struct TensorKey {
     std::string name;  // "/inputs/query", "the SSM contribution", "/inputs/ssm/<pool>", "/weights/<name>"
     const void* data = nullptr;
     ElementKind kind = ElementKind::kFloat32;
-    int64_t extent = 0;  // row stride (query, contribution), slot size (pools), elements (weights)
+    int64_t extent = 0;  // row stride (rows), slot size (pools), elements (weights)
     bool operator==(const TensorKey&) const = default;
   };
-  std::vector<TensorKey> tensors_;
+  std::vector<TensorKey> tensors_;  // of the first prepare()
+  std::optional<StepTensors> bound_tensors_;
+  TensorView bound_output_;
   std::shared_ptr<void> plan_;   // device [T flags | R GpuRequest]
   std::vector<int32_t> packed_;  // its host image
 };

@@ -49,10 +49,10 @@ __global__ void to_float_kernel(const void* src, ElementKind kind, float* dst, i
   }
 }
 
-__global__ void rows_to_float_kernel(RowsRef src, int64_t width, int64_t rows, float* dst) {
+__global__ void rows_to_float_kernel(RowsRef src, int64_t width, int64_t rows, float* dst, int64_t dst_stride) {
   for (int64_t t = blockIdx.y; t < rows; t += gridDim.y) {
     for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < width; c += int64_t{gridDim.x} * blockDim.x) {
-      dst[t * width + c] = load_element(src.data, t * src.row_stride + c, src.kind);
+      dst[t * dst_stride + c] = load_element(src.data, t * src.row_stride + c, src.kind);
     }
   }
 }
@@ -144,10 +144,11 @@ void launch_to_float(const void* src, ElementKind kind, float* dst, int64_t coun
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 
-void launch_rows_to_float(const RowsRef& src, int64_t width, int64_t rows, float* dst, cudaStream_t stream) {
+void launch_rows_to_float(const RowsRef& src, int64_t width, int64_t rows, float* dst, cudaStream_t stream,
+                          int64_t dst_stride) {
   if (rows <= 0 || width == 0) return;
   const dim3 grid(blocks_for(std::min<int64_t>(width, 4 * kThreads)), row_blocks(rows));
-  rows_to_float_kernel<<<grid, kThreads, 0, stream>>>(src, width, rows, dst);
+  rows_to_float_kernel<<<grid, kThreads, 0, stream>>>(src, width, rows, dst, dst_stride > 0 ? dst_stride : width);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 

@@ -32,8 +32,10 @@ void launch_add_rows(const RowsRef& output, const RowsRef& attn, const RowsRef& 
 
 // Converts `count` contiguous elements of `kind` to float32 (exact).
 void launch_to_float(const void* src, ElementKind kind, float* dst, int64_t count, cudaStream_t stream);
-// Converts rows [0, rows) × `width` of a row-strided tensor to a dense float32 [rows, width].
-void launch_rows_to_float(const RowsRef& src, int64_t width, int64_t rows, float* dst, cudaStream_t stream);
+// Converts rows [0, rows) × `width` of a row-strided tensor to float32 rows `dst_stride` apart
+// (0: dense, [rows, width]).
+void launch_rows_to_float(const RowsRef& src, int64_t width, int64_t rows, float* dst, cudaStream_t stream,
+                          int64_t dst_stride = 0);
 
 // --- affine column scans: prefix_sum, ema, prefix_sum_flat -----------------------------------------
 // Per request and column c: h_t = g_c·h_{t−1} + b_t, contribution_t = h_t, with

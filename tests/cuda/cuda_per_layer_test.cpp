@@ -1,0 +1,489 @@
+// Per-layer hybrid models on the GPU (issue 8; hybridtb/per_layer.h):
+//   - linear-attention layers (layer_kind gdn, mamba2) on the "cuda" backend against the reference
+//     (compare_step: the tolerance table for the output and every state pool, untouched slots,
+//     padding rows), for mixed prefill/decode batches and CUDA-graph-padded decode batches in every
+//     mamba_cache_mode, and bit for bit from run to run;
+//   - one step of a per-layer model — three linear layers and one full-attention layer, Qwen3-Next's
+//     pattern — captured into ONE CUDA graph through the lifecycle hooks (init_graph_state,
+//     init_capture_metadata, init_replay_metadata), as pymllm's graph runner does, and replayed for
+//     new batches of the captured padded shape: capturing runs nothing; every replay equals the
+//     eager step of the same batch bit for bit (every layer's output, the KV cache, every pool);
+//     padding rows stay unwritten and padding requests whose SSM table rows hold stale slot ids of
+//     live requests write nothing (pymllm's bug, notes §2.6); the replayed step matches the
+//     reference.
+// Skips with the reason on a machine without a CUDA device.
+// Run: ctest --test-dir <build> -L cuda   (cases named Small* are the compute-sanitizer subset)
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "cuda_compare.h"
+#include "hybridtb/backend.h"
+#include "hybridtb/batch_file.h"
+#include "hybridtb/compare.h"
+#include "hybridtb/error.h"
+#include "hybridtb/linear_layer.h"
+#include "hybridtb/per_layer.h"
+#include "hybridtb/reference/ssm_mode.h"
+#include "hybridtb/step.h"
+#include "hybridtb/synthetic.h"
+
+namespace hybridtb::testing {
+namespace {
+
+// The model's full-attention layer: bf16, 4 query heads of 128 over 2 KV heads (the decode kernels'
+// head size, so a graph can hold it), blocks of 16.
+AttentionConfig attention_config(MambaCacheMode cache) {
+  AttentionConfig c;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_size = 128;
+  c.block_size = 16;
+  c.scale = 1.0 / std::sqrt(128.0);
+  c.dtype = DType::kBFloat16;
+  c.mamba_cache_mode = cache;
+  c.mamba_block_size = cache == MambaCacheMode::kNone ? 0 : 16;
+  return c;
+}
+
+// Its linear layer of `kind` (the attention attributes are the model's, as in a per-layer file):
+//   gdn     2 key heads, 4 value heads, dk = dv = 32 (square: a transposed state would go unseen
+//           by shape alone), or 128 (Qwen3-Next's) when `big`; conv 4
+//   mamba2  4 heads of 16, state 16 (64 when `big`), 2 groups, conv 4
+AttentionConfig linear_config(LayerKind kind, MambaCacheMode cache, DType dtype, bool big = false) {
+  AttentionConfig c = attention_config(cache);
+  c.dtype = dtype;
+  c.layer_kind = kind;
+  c.ssm_mode = std::string(to_string(kind));
+  if (kind == LayerKind::kGdn) {
+    const int64_t d = big ? 128 : 32;
+    c.ssm_params = {{"num_k_heads", 2}, {"num_v_heads", 4}, {"head_k_dim", d}, {"head_v_dim", d}, {"conv_kernel", 4}};
+  } else {
+    c.ssm_params = {{"num_ssm_heads", 4}, {"head_dim", 16}, {"state_size", big ? 64 : 16}, {"n_groups", 2},
+                    {"conv_kernel", 4}};
+  }
+  return c;
+}
+
+BuilderConfig graph_builder() {
+  BuilderConfig builder;
+  builder.cudagraph_mode = CudaGraphMode::kFullDecodeOnly;
+  builder.cudagraph_capture_sizes = {1, 2, 4, 8};
+  return builder;
+}
+
+// One layer's file of a step: the synthetic batch (with a dedicated SSM block table) and, for a
+// linear layer, random pools of `num_slots` slots and weights from `tensor_seed` (one model: every
+// batch of a test gets the same ones).
+BatchFile layer_file(const AttentionConfig& config, const BuilderConfig& builder, const std::vector<RequestSpec>& requests,
+                     SyntheticOptions options, int64_t num_slots, uint64_t tensor_seed) {
+  options.ssm_block_table = true;
+  BatchFile file = make_synthetic_batch(config, builder, requests, options);
+  if (config.is_linear_layer()) {
+    const int64_t slots = num_slots > 0 ? num_slots : ssm_slots_needed(file.batch);
+    auto tensors = reference::ssm::make_random_ssm_tensors(config, slots, tensor_seed);
+    file.inputs.ssm_state = std::move(tensors.ssm_state);
+    file.inputs.weights = std::move(tensors.weights);
+  }
+  return file;
+}
+
+StepOutputs run_on(const std::string& backend_name, const BatchFile& file) {
+  auto backend = create_backend(backend_name, BackendSettings{file.config, file.builder});
+  return run_step(*backend, file);
+}
+
+// --- linear layers against the reference ------------------------------------------------------------
+
+struct LinearCase {
+  std::string name;
+  LayerKind kind = LayerKind::kGdn;
+  MambaCacheMode cache = MambaCacheMode::kNone;
+  DType dtype = DType::kBFloat16;
+  std::vector<RequestSpec> requests;
+  int64_t padding = 0;  // padding requests and token rows (CUDA-graph padding)
+  bool graph = false;   // the builder pads decode-only batches (the fixed decode step runs them)
+  bool big = false;
+  uint64_t seed = 1;
+};
+void PrintTo(const LinearCase& c, std::ostream* out) { *out << c.name; }
+
+// Decodes (one without context), chunked prefills continuing from saved states, a fresh prefill
+// crossing several 64-token chunks and block boundaries.
+const std::vector<RequestSpec> kMixed = {{40, 1}, {0, 1}, {19, 1}, {35, 30}, {0, 150}, {64, 17}};
+const std::vector<RequestSpec> kSmallMixed = {{20, 1}, {0, 1}, {16, 9}, {0, 18}};
+const std::vector<RequestSpec> kDecodes = {{300, 1}, {17, 1}, {0, 1}, {45, 1}, {64, 1}};
+
+std::vector<LinearCase> linear_cases() {
+  std::vector<LinearCase> all;
+  const std::vector<std::pair<MambaCacheMode, std::string>> caches = {
+      {MambaCacheMode::kNone, "None"}, {MambaCacheMode::kAll, "All"}, {MambaCacheMode::kAlign, "Align"}};
+  for (const LayerKind kind : {LayerKind::kGdn, LayerKind::kMamba2}) {
+    const std::string k = kind == LayerKind::kGdn ? "Gdn" : "Mamba2";
+    all.push_back({.name = "Small" + k + "MixedAll", .kind = kind, .cache = MambaCacheMode::kAll,
+                   .requests = kSmallMixed, .padding = 2, .seed = 3});
+    all.push_back({.name = "Small" + k + "GraphDecodesAll", .kind = kind, .cache = MambaCacheMode::kAll,
+                   .requests = kDecodes, .padding = 3, .graph = true, .seed = 5});
+    for (const auto& [cache, cache_name] : caches) {
+      all.push_back({.name = k + "Mixed" + cache_name + "Bf16", .kind = kind, .cache = cache, .requests = kMixed,
+                     .padding = 2, .seed = 7});
+      all.push_back({.name = k + "GraphDecodes" + cache_name, .kind = kind, .cache = cache, .requests = kDecodes,
+                     .padding = 3, .graph = true, .seed = 9});
+    }
+    all.push_back({.name = k + "MixedAlignFp32", .kind = kind, .cache = MambaCacheMode::kAlign,
+                   .dtype = DType::kFloat32, .requests = kMixed, .seed = 11});
+    all.push_back({.name = k + "BigMixedAllFp16", .kind = kind, .cache = MambaCacheMode::kAll,
+                   .dtype = DType::kFloat16, .requests = kMixed, .padding = 1, .big = true, .seed = 13});
+  }
+  return all;
+}
+
+class CudaLinearLayer : public ::testing::TestWithParam<LinearCase> {
+ protected:
+  void SetUp() override {
+    const std::string reason = cuda_unavailable_reason();
+    if (!reason.empty()) GTEST_SKIP() << reason;
+  }
+};
+
+TEST_P(CudaLinearLayer, MatchesTheReferenceAndRepeatsBitForBit) {
+  const LinearCase& c = GetParam();
+  const AttentionConfig config = linear_config(c.kind, c.cache, c.dtype, c.big);
+  SyntheticOptions options{.seed = c.seed, .padding_tokens = c.padding, .padding_requests = c.padding};
+  const BatchFile file = layer_file(config, c.graph ? graph_builder() : BuilderConfig{}, c.requests, options,
+                                    0, c.seed + 100);
+  const StepOutputs cuda = run_on("cuda", file);
+  const StepOutputs reference = run_on("reference", file);
+  if (c.graph) {
+    ASSERT_EQ(cuda.metadata.mamba->cudagraph_padded, 1) << "the builder did not pad the decode batch";
+  }
+  const ComparisonReport report = compare_step(file, cuda, reference);
+  EXPECT_TRUE(report.passed()) << format_report_table({report});
+  // The output is the core's own: not all zeros (the rows were computed, not skipped).
+  double largest = 0.0;
+  for (int64_t i = 0; i < file.batch.num_actual_tokens * cuda.output.size(1); ++i) {
+    largest = std::max(largest, std::abs(load_as_double(cuda.output.data(), cuda.output.dtype(), i)));
+  }
+  EXPECT_GT(largest, 0.0);
+
+  const StepOutputs again = run_on("cuda", file);
+  EXPECT_TRUE(bitwise_equal(again.output, cuda.output)) << "a second run differs";
+  for (const auto& [name, pool] : cuda.ssm_state) EXPECT_TRUE(bitwise_equal(again.ssm_state.at(name), pool)) << name;
+}
+
+std::string linear_case_name(const ::testing::TestParamInfo<LinearCase>& param) { return param.param.name; }
+INSTANTIATE_TEST_SUITE_P(Cases, CudaLinearLayer, ::testing::ValuesIn(linear_cases()), linear_case_name);
+
+// --- one CUDA graph of a whole per-layer step ---------------------------------------------------------
+
+// Padded decode batches of one shape (8 requests, 8 rows): A (the capture) has the widest block
+// table; B has more padding, C none.
+struct PaddedBatch {
+  std::vector<RequestSpec> requests;
+  int64_t padding = 0;
+};
+const PaddedBatch kA = {{{300, 1}, {17, 1}, {2000, 1}, {45, 1}, {0, 1}, {128, 1}}, 2};
+const PaddedBatch kB = {{{1200, 1}, {3, 1}, {600, 1}}, 5};
+const PaddedBatch kC = {{{64, 1}, {500, 1}, {1, 1}, {77, 1}, {128, 1}, {0, 1}, {900, 1}, {31, 1}}, 0};
+constexpr int64_t kPaddedSize = 8;
+constexpr int kLinearLayers = 3;
+
+// The layer files of one model step: kLinearLayers linear layers (own pools and weights), then the
+// attention layer. Every step of the test has KV caches of one shape and pools of one size.
+struct ModelStep {
+  std::vector<BatchFile> layers;
+  std::vector<const BatchFile*> pointers() const {
+    std::vector<const BatchFile*> out;
+    for (const BatchFile& layer : layers) out.push_back(&layer);
+    return out;
+  }
+};
+
+class PerLayerModel {
+ public:
+  PerLayerModel(LayerKind kind, MambaCacheMode cache)
+      : attention_(attention_config(cache)), linear_(linear_config(kind, cache, DType::kBFloat16)) {}
+
+  PerLayerSettings settings() const { return {{attention_, graph_builder()}, {linear_, graph_builder()}}; }
+
+  // A, B and C; the padding requests of B keep (stale) SSM table rows naming slots only A's
+  // requests use — a padded graph replay must not touch them.
+  std::vector<ModelStep> steps() const {
+    const std::vector<const PaddedBatch*> specs = {&kA, &kB, &kC};
+    int64_t blocks = 0, slots = 0;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const BatchFile probe = layer_file(attention_, graph_builder(), specs[i]->requests, options(*specs[i], i, 3), 0, 0);
+      blocks = std::max(blocks, probe.inputs.kv_cache.size(0));
+      slots = std::max(slots, ssm_slots_needed(probe.batch) + 2);
+    }
+    std::vector<ModelStep> out;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const BatchFile probe = layer_file(attention_, graph_builder(), specs[i]->requests, options(*specs[i], i, 3), 0, 0);
+      const SyntheticOptions o = options(*specs[i], i, 3 + blocks - probe.inputs.kv_cache.size(0));
+      ModelStep step;
+      for (int l = 0; l < kLinearLayers; ++l) {
+        step.layers.push_back(layer_file(linear_, graph_builder(), specs[i]->requests, o, slots, 31 + l));
+      }
+      step.layers.push_back(layer_file(attention_, graph_builder(), specs[i]->requests, o, 0, 0));
+      out.push_back(std::move(step));
+    }
+    // B's padding requests: stale rows naming A's slots that B's requests do not use.
+    const IntArray& a_table = *out[0].layers[0].batch.ssm_block_table;
+    const int64_t b_real = static_cast<int64_t>(kB.requests.size());
+    for (BatchFile& layer : out[1].layers) {
+      IntArray& table = *layer.batch.ssm_block_table;
+      for (int64_t r = b_real; r < table.size(0); ++r) {
+        for (int64_t col = 0; col < table.size(1); ++col) {
+          // A's requests 3..5 (rows of A's table that B's requests never use).
+          table.at(r, col) = col < a_table.size(1) ? a_table.at(3 + (r - b_real) % 3, col) : 0;
+        }
+      }
+    }
+    return out;
+  }
+
+ private:
+  static SyntheticOptions options(const PaddedBatch& b, size_t index, int64_t spare_blocks) {
+    return {.seed = 40 + index, .spare_blocks = spare_blocks, .padding_tokens = b.padding,
+            .padding_requests = b.padding};
+  }
+
+  AttentionConfig attention_;
+  AttentionConfig linear_;
+};
+
+// One layer's fixed device tensors (inputs rewritten before each step, outputs poisoned).
+struct LayerTensors {
+  BatchInputs device;
+  Tensor output, attn_output;
+  bool linear = false;
+
+  LayerTensors(Backend& backend, const BatchFile& file)
+      : device(upload_inputs(backend, file.inputs)), linear(file.config.is_linear_layer()) {
+    const int64_t t = file.batch.num_tokens();
+    if (linear) {
+      output = poisoned_output(backend, {t, linear_layer_spec(file.config).output_width});
+    } else {
+      const Shape shape{t, file.config.num_heads, file.config.head_size};
+      output = poisoned_output(backend, shape);
+      attn_output = poisoned_output(backend, shape);
+    }
+  }
+
+  void load(Backend& backend, const BatchFile& file) {
+    const BatchInputs& in = file.inputs;
+    for (const auto& [name, input] : in.linear_inputs) backend.copy(device.linear_inputs.at(name), input);
+    if (!linear) {
+      backend.copy(device.query, in.query);
+      backend.copy(device.key, in.key);
+      backend.copy(device.value, in.value);
+      backend.copy(device.kv_cache, in.kv_cache);
+    }
+    for (const auto& [name, pool] : in.ssm_state) backend.copy(device.ssm_state.at(name), pool);
+    for (Tensor* t : {&output, &attn_output}) {
+      if (t->empty()) continue;
+      Tensor host = Tensor::host(t->dtype(), t->shape());
+      fill_host(host, kOutputPoison);
+      backend.copy(*t, host);
+    }
+  }
+
+  // The layer's calls of one step (graph mode: bound to the backend's current plan).
+  void run(Backend& backend, const HybridMetadata& metadata, const BatchDescription& batch) const {
+    const StepTensors views = device.views();
+    if (linear) {
+      backend.linear_attention_forward(metadata, batch, views, output);
+    } else {
+      backend.write_kv_cache(batch, views);
+      backend.hybrid_forward(metadata, batch, views, {output, attn_output, Tensor()});
+    }
+  }
+
+  StepOutputs download_all(Backend& backend, const HybridMetadata& metadata) const {
+    StepOutputs out;
+    out.backend = backend.name();
+    out.metadata = metadata;
+    out.output = download(backend, output);
+    if (!linear) {
+      out.attn_output = download(backend, attn_output);
+      out.kv_cache = download(backend, device.kv_cache);
+    }
+    for (const auto& [name, pool] : device.ssm_state) out.ssm_state[name] = download(backend, pool);
+    return out;
+  }
+};
+
+::testing::AssertionResult same_bits(const StepOutputs& replayed, const StepOutputs& eager) {
+  for (const auto& [name, a, b] : {std::tuple{"output", &replayed.output, &eager.output},
+                                   std::tuple{"attn_output", &replayed.attn_output, &eager.attn_output},
+                                   std::tuple{"kv_cache", &replayed.kv_cache, &eager.kv_cache}}) {
+    if (a->empty() != b->empty() || (!a->empty() && !bitwise_equal(*a, *b))) {
+      return ::testing::AssertionFailure() << name << " differs";
+    }
+  }
+  if (replayed.ssm_state.size() != eager.ssm_state.size()) return ::testing::AssertionFailure() << "pool lists differ";
+  for (const auto& [name, pool] : eager.ssm_state) {
+    if (!bitwise_equal(pool, replayed.ssm_state.at(name))) return ::testing::AssertionFailure() << "pool " << name << " differs";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+struct Graph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ~Graph() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);  // NOLINT: best effort
+    if (graph != nullptr) cudaGraphDestroy(graph);    // NOLINT
+  }
+};
+
+class CudaPerLayerGraph : public ::testing::TestWithParam<std::pair<LayerKind, MambaCacheMode>> {
+ protected:
+  void SetUp() override {
+    const std::string reason = cuda_unavailable_reason();
+    if (!reason.empty()) GTEST_SKIP() << reason;
+  }
+};
+
+TEST_P(CudaPerLayerGraph, OneGraphOfTheWholeStepReplaysLikeTheEagerStep) {
+  const auto [kind, cache] = GetParam();
+  const PerLayerModel model(kind, cache);
+  const std::vector<ModelStep> steps = model.steps();
+  const ModelStep& a = steps[0];
+  auto backend = create_per_layer_backend("cuda", model.settings());
+  std::vector<LayerTensors> layers;
+  for (const BatchFile& file : a.layers) layers.emplace_back(*backend, file);
+
+  // Capture A's step: plan it into the graph state, then record every layer's calls on one stream.
+  backend->init_graph_state(kPaddedSize, kPaddedSize);
+  const HybridMetadata captured = backend->build_metadata(a.layers[0].batch);
+  ASSERT_EQ(captured.mamba->cudagraph_padded, 1) << "the builder did not pad A for a CUDA graph";
+  backend->init_capture_metadata(captured, a.layers[0].batch);
+  for (size_t l = 0; l < layers.size(); ++l) layers[l].load(*backend, a.layers[l]);
+  std::vector<StepOutputs> before;
+  for (const LayerTensors& layer : layers) before.push_back(layer.download_all(*backend, captured));
+  const auto stream = static_cast<cudaStream_t>(backend->native_stream());
+  Graph g;
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  std::string capture_error;
+  try {
+    for (const LayerTensors& layer : layers) layer.run(*backend, captured, a.layers[0].batch);
+  } catch (const std::exception& e) {
+    capture_error = e.what();
+  }
+  const cudaError_t ended = cudaStreamEndCapture(stream, &g.graph);
+  ASSERT_TRUE(capture_error.empty()) << "a layer call during the capture threw: " << capture_error;
+  ASSERT_EQ(ended, cudaSuccess) << cudaGetErrorString(ended);
+  check(cudaGraphInstantiate(&g.exec, g.graph, 0), "cudaGraphInstantiate");
+  size_t nodes = 0;
+  check(cudaGraphGetNodes(g.graph, nullptr, &nodes), "cudaGraphGetNodes");
+  EXPECT_GT(nodes, static_cast<size_t>(layers.size())) << "every layer's kernels are in the graph";
+  for (size_t l = 0; l < layers.size(); ++l) {
+    EXPECT_TRUE(same_bits(layers[l].download_all(*backend, captured), before[l])) << "capturing ran layer " << l;
+  }
+
+  for (size_t s = 0; s < steps.size(); ++s) {
+    SCOPED_TRACE("step " + std::string(1, static_cast<char>('A' + s)));
+    const ModelStep& step = steps[s];
+    const BatchDescription& batch = step.layers[0].batch;
+    for (size_t l = 0; l < layers.size(); ++l) layers[l].load(*backend, step.layers[l]);
+    const HybridMetadata metadata = backend->build_metadata(batch);
+    backend->init_replay_metadata(metadata, batch);
+    check(cudaGraphLaunch(g.exec, stream), "cudaGraphLaunch");
+    backend->synchronize();
+
+    auto eager_backend = create_per_layer_backend("cuda", model.settings());
+    const std::vector<StepOutputs> eager = run_per_layer_step(*eager_backend, step.pointers());
+    auto reference_backend = create_per_layer_backend("reference", model.settings());
+    const std::vector<StepOutputs> reference = run_per_layer_step(*reference_backend, step.pointers());
+    for (size_t l = 0; l < layers.size(); ++l) {
+      SCOPED_TRACE("layer " + std::to_string(l));
+      const StepOutputs replayed = layers[l].download_all(*backend, metadata);
+      EXPECT_TRUE(same_bits(replayed, eager[l])) << "the replayed step differs from the eager step";
+      const ComparisonReport report = compare_step(step.layers[l], replayed, reference[l]);
+      EXPECT_TRUE(report.passed()) << format_report_table({report});
+    }
+  }
+  // The stale rows of B really named live slots: the builder rewrote them as PAD_SLOT_ID.
+  const HybridMetadata b_metadata = backend->build_metadata(steps[1].layers[0].batch);
+  for (int64_t r = static_cast<int64_t>(kB.requests.size()); r < kPaddedSize; ++r) {
+    EXPECT_NE((*steps[1].layers[0].batch.ssm_block_table).at(r, 0), kPadSlotId);
+    EXPECT_EQ(b_metadata.mamba->state_indices_tensor_d.at(r, 0), kPadSlotId) << "request " << r;
+  }
+}
+
+std::string model_name(const ::testing::TestParamInfo<std::pair<LayerKind, MambaCacheMode>>& param) {
+  return "Small" + std::string(param.param.first == LayerKind::kGdn ? "Gdn" : "Mamba2") + "Cache" +
+         std::string(to_string(param.param.second));
+}
+INSTANTIATE_TEST_SUITE_P(Models, CudaPerLayerGraph,
+                         ::testing::Values(std::pair{LayerKind::kGdn, MambaCacheMode::kNone},
+                                           std::pair{LayerKind::kGdn, MambaCacheMode::kAll},
+                                           std::pair{LayerKind::kMamba2, MambaCacheMode::kAlign}),
+                         model_name);
+
+// The hooks refuse what a graph cannot hold, naming it, and run calls in graph mode refuse another
+// shape; a linear layer's backend refuses attention calls.
+TEST(CudaPerLayerGraphRefusals, HooksAndCallsNameWhatDoesNotFit) {
+  const std::string reason = cuda_unavailable_reason();
+  if (!reason.empty()) GTEST_SKIP() << reason;
+  const PerLayerModel model(LayerKind::kGdn, MambaCacheMode::kNone);
+  const std::vector<ModelStep> steps = model.steps();
+  auto backend = create_per_layer_backend("cuda", model.settings());
+  const BatchDescription& a = steps[0].layers[0].batch;
+  const HybridMetadata metadata = backend->build_metadata(a);
+  const auto message = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(message([&] { backend->init_capture_metadata(metadata, a); }).find("before init_graph_state"),
+            std::string::npos);
+  backend->init_graph_state(2, 2);
+  EXPECT_NE(message([&] { backend->init_capture_metadata(metadata, a); }).find("more than init_graph_state's 2 and 2"),
+            std::string::npos);
+  backend->init_graph_state(kPaddedSize, kPaddedSize);
+  EXPECT_NE(message([&] { backend->init_replay_metadata(metadata, a); }).find("before any capture"), std::string::npos);
+  const BatchFile mixed = layer_file(linear_config(LayerKind::kGdn, MambaCacheMode::kNone, DType::kBFloat16),
+                                     graph_builder(), {{20, 1}, {16, 3}}, {.seed = 3}, 0, 1);
+  EXPECT_NE(message([&] { backend->init_capture_metadata(backend->build_metadata(mixed.batch), mixed.batch); })
+                .find("query_len 3"),
+            std::string::npos);
+  backend->init_capture_metadata(metadata, a);
+  const BatchFile four = layer_file(linear_config(LayerKind::kGdn, MambaCacheMode::kNone, DType::kBFloat16),
+                                    graph_builder(), {{5, 1}, {9, 1}, {3, 1}},
+                                    {.seed = 4, .padding_tokens = 1, .padding_requests = 1}, 0, 1);
+  ASSERT_EQ(four.batch.num_reqs(), 4);  // padded to the capture size 4, which no graph has
+  EXPECT_NE(message([&] { backend->init_replay_metadata(backend->build_metadata(four.batch), four.batch); })
+                .find("pad it to a captured shape"),
+            std::string::npos);
+  // Graph mode: a call with another batch shape is refused.
+  backend->init_replay_metadata(metadata, a);
+  LayerTensors gdn(*backend, steps[0].layers[0]);
+  const StepTensors views = gdn.device.views();
+  EXPECT_NE(message([&] { backend->linear_attention_forward(metadata, four.batch, views, gdn.output); })
+                .find("CUDA-graph mode"),
+            std::string::npos);
+  // A linear layer's backend has no attention.
+  auto linear_only = create_backend("cuda", {model.settings().linear});
+  EXPECT_NE(message([&] { linear_only->write_kv_cache(a, views); }).find("which has no attention"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hybridtb::testing
