@@ -16,6 +16,7 @@
 # prints the summary table last. HYBRIDTB_GIT_COMMIT in the environment names the commit where the
 # tree has no .git (the device machine gets a copy without it).
 # Exit status: 0 if every stage passed, 1 otherwise (later stages still run).
+# The bench stage also runs the GDN / Mamba-2 benchmark when built: bench-linear.json, bench-linear.log.
 set -uo pipefail
 
 ALL_STAGES="ctest sanitizer examples sweep bench peer suite graph compare-check"
@@ -130,6 +131,12 @@ if want bench; then
     rc=$?
     record bench-ssm "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "bench-ssm.json ($(( $(date +%s) - t0 )) s)"
   fi
+  if [[ -x "$BUILD/optimized/hybridtb_bench_linear" ]]; then
+    t0=$(date +%s)
+    "$BUILD/optimized/hybridtb_bench_linear" --out "$OUT/bench-linear.json" >"$OUT/bench-linear.log" 2>&1
+    rc=$?
+    record bench-linear "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "bench-linear.json ($(( $(date +%s) - t0 )) s)"
+  fi
 fi
 
 # --- PyTorch peer on the same shapes (torch is on the GPU machine) -------------------------------
@@ -214,6 +221,7 @@ fi
   fi
   [[ -f "$OUT/bench.log" ]] && { echo "--- benchmark ---"; cat "$OUT/bench.log"; }
   [[ -f "$OUT/bench-ssm.log" ]] && { echo "--- SSM benchmark ---"; cat "$OUT/bench-ssm.log"; }
+  [[ -f "$OUT/bench-linear.log" ]] && { echo "--- linear-attention benchmark (GDN, Mamba-2) ---"; cat "$OUT/bench-linear.log"; }
   [[ -f "$OUT/peer-ratio.log" ]] && { echo "--- PyTorch peer (ratio > 1: hybridtb faster) ---"; cat "$OUT/peer-ratio.log"; }
   [[ -f "$OUT/peer-ssm-ratio.log" ]] && { echo "--- PyTorch peer, mamba1 ---"; cat "$OUT/peer-ssm-ratio.log"; }
   [[ -f "$OUT/graph.log" ]] && { echo "--- CUDA graph vs eager ---"; sed -n '/^status/,$p' "$OUT/graph.log"; }

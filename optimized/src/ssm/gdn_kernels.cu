@@ -6,10 +6,13 @@
 //   per value head, V-major M [dv, dk]:  M ← α·M;  u = β·(v − M k̂);  M ← M + u k̂ᵀ;  o = M q̂
 //
 // Decodes (decode_kernel): bandwidth-bound. Each row of M (one value channel, dk contiguous
-// floats) is held by kLanes lanes of 4 consecutive k each (16-byte float32 / 8-byte 16-bit pool
-// accesses), each lane group owns kDecodeRows rows, and every load of the block is issued before the
-// first store: M is read and written exactly once; q̂, k̂, v, g, β are a few hundred bytes per head.
-// The dots over k are per-lane partial sums joined by xor shuffles within the row's lanes.
+// states) is held by kLanes lanes of one 16-byte run each whatever the pool's element (4 float32
+// or 8 16-bit states; streaming accesses, the kernel templated on the element), each lane group
+// owns kDecodeRows rows (64 bytes in flight per thread), and every state load of the thread is
+// issued as raw bits before the first is widened or stored: M is read and written exactly once;
+// q̂, k̂, v, g, β are a few hundred bytes per head. The dots over k are per-lane partial sums (the
+// lane's run in k order) joined by xor shuffles within the row's lanes, the trees of a thread's
+// rows interleaved (a row's chain of dependent shuffles no longer waits for the previous row's).
 //
 // Prefills (fla's chunk_gated_delta_rule with chunk C = 64, V-major). Chunks never straddle a
 // request and end after every block-boundary token (mamba_cache_mode all), so each boundary state
@@ -33,6 +36,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
@@ -58,6 +63,16 @@ __device__ __forceinline__ float group_sum(float x) {
 #pragma unroll
   for (int offset = kLanes / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
   return x;
+}
+
+// group_sum of each of x[0 … kCount) (the same sums), the kCount trees interleaved level by level.
+template <int kLanes, int kCount>
+__device__ __forceinline__ void group_sums(float (&x)[kCount]) {
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) {
+#pragma unroll
+    for (int s = 0; s < kCount; ++s) x[s] += __shfl_xor_sync(0xffffffffu, x[s], offset);
+  }
 }
 
 // --- (1) preparation ------------------------------------------------------------------------------
@@ -106,27 +121,70 @@ __global__ void __launch_bounds__(kPrepareMaxThreads) prepare_kernel(GdnParams p
 // --- (2) decodes ----------------------------------------------------------------------------------
 
 constexpr int kDecodeThreads = 256;
-constexpr int kDecodeRows = 4;  // state rows per lane group: 4 × 16-byte loads in flight per thread at dk 128
 
-// Elements [k0, k0 + 4) of a float32 activation row (past `valid`: 0).
-__device__ __forceinline__ void load_row_quad(const float* row, int k0, int valid, bool vec, float (&x)[4]) {
-  if (vec) {
-    const float4 v = *reinterpret_cast<const float4*>(row + k0);
-    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-    return;
-  }
+// A lane moves a run of kDecodeRun<T> consecutive k of a state row per access: 16 bytes whatever the
+// pool's element T (float, __half, __nv_bfloat16): 4 float32 or 8 16-bit states. A lane group holds
+// kDecodeRows rows: 64 bytes of state loads in flight per thread. Measured on an H100 at Qwen3-Next's
+// sizes, 64 / 256 sequences (hybridtb_bench_linear): bfloat16 pools 85 / 88% of the copy bandwidth;
+// 16-bit runs of 4 (8-byte accesses: twice the lanes, shuffles and loads per byte) 77 / 81%, and
+// 60 / 62% before the rows' shuffle trees were interleaved; 8 rows of runs of 8 no faster.
+template <typename T>
+inline constexpr int kDecodeRun = 16 / static_cast<int>(sizeof(T));
+template <typename T>
+inline constexpr int kDecodeRows = 4;
+template <typename T>
+using RunBits = std::conditional_t<kDecodeRun<T> * sizeof(T) == 16, uint4, uint2>;
+
+// Elements [e, e + kDecodeRun<T>) of the pool as their raw bits, streaming (evict-first: each state
+// is read once); the caller checked the vector access (run-aligned).
+template <typename T>
+__device__ __forceinline__ RunBits<T> load_run_bits(const PoolRef& pool, int64_t e) {
+  return __ldcs(reinterpret_cast<const RunBits<T>*>(static_cast<const T*>(pool.data) + e));
+}
+template <typename T>
+__device__ __forceinline__ void widen_run(const RunBits<T>& raw, float (&x)[kDecodeRun<T>]) {
+  T elements[kDecodeRun<T>];
+  memcpy(elements, &raw, sizeof(raw));
 #pragma unroll
-  for (int s = 0; s < 4; ++s) x[s] = s < valid ? row[k0 + s] : 0.0f;
+  for (int s = 0; s < kDecodeRun<T>; ++s) x[s] = element_to_float(elements[s]);
+}
+// Elements [e, e + kDecodeRun<T>) of the pool ← x rounded to T (RNE, as store_element), streaming.
+template <typename T>
+__device__ __forceinline__ void store_run_bits(const PoolRef& pool, int64_t e, const float (&x)[kDecodeRun<T>]) {
+  const ElementVec<T, kDecodeRun<T>> packed = pack_elements<T, kDecodeRun<T>>(x);
+  RunBits<T> raw;
+  memcpy(&raw, &packed, sizeof(raw));
+  __stcs(reinterpret_cast<RunBits<T>*>(static_cast<T*>(pool.data) + e), raw);
 }
 
+// Elements [k0, k0 + kRun) of a float32 activation row (past `valid`: 0), 16-byte loads where
+// `vec` (k0 4-aligned) and the quad is whole.
+template <int kRun>
+__device__ __forceinline__ void load_row_run(const float* row, int k0, int valid, bool vec, float (&x)[kRun]) {
+#pragma unroll
+  for (int j = 0; j < kRun; j += 4) {
+    if (vec && valid - j >= 4) {
+      const float4 v = *reinterpret_cast<const float4*>(row + k0 + j);
+      x[j] = v.x, x[j + 1] = v.y, x[j + 2] = v.z, x[j + 3] = v.w;
+    } else {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) x[j + s] = j + s < valid ? row[k0 + j + s] : 0.0f;
+    }
+  }
+}
 
-// Block = tile blockIdx.x % tiles of value head blockIdx.x / tiles of wave entry blockIdx.y. Lane
-// group (kLanes lanes, 4 k each: kLanes ≥ dk / 4) j of the block owns rows tile·kRowsPerBlock + j +
-// kGroups·s, s < kDecodeRows (consecutive groups on consecutive rows: a warp reads contiguous memory).
-template <int kLanes>
+// Block = tile blockIdx.x % tiles of value head blockIdx.x / tiles of wave entry blockIdx.y, pool
+// element T. Lane group (kLanes lanes of kRun = kDecodeRun<T> consecutive k each: kLanes ≥ dk / kRun)
+// j of the block owns rows tile·kRowsPerBlock + j + kGroups·s, s < kDecodeRows<T> (consecutive
+// groups on consecutive rows: a warp reads contiguous memory). With the vector path (dk and the
+// slot size multiples of kRun, the pool 16-byte aligned) every state load of the thread is issued as
+// raw bits before any is widened; otherwise the states move element by element.
+template <typename T, int kLanes>
 __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(GdnParams p, int tiles) {
+  constexpr int kRun = kDecodeRun<T>;
+  constexpr int kRows = kDecodeRows<T>;
   constexpr int kGroups = kDecodeThreads / kLanes;
-  constexpr int kRowsPerBlock = kGroups * kDecodeRows;
+  constexpr int kRowsPerBlock = kGroups * kRows;
   const GpuRequest r = p.wave.requests[blockIdx.y];
   if (!r.decode || r.end <= r.begin) return;  // uniform over the block: empty entries and prefills
   const int h = static_cast<int>(blockIdx.x) / tiles;
@@ -140,56 +198,88 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(GdnParams p, int
   const float* q_row = row + int64_t{hk} * dk;
   const float* k_row = row + int64_t{p.Hk + hk} * dk;
   const float* v_row = row + 2 * int64_t{p.Hk} * dk + int64_t{h} * dv;
-  const int k0 = 4 * lane;
-  const int valid = max(0, min(4, dk - k0));
+  const int k0 = kRun * lane;
+  const int valid = max(0, min(kRun, dk - k0));
   const bool row_vec = (dk % 4) == 0 && (conv_dim(p) % 4) == 0 && aligned16(p.qkv);
   const PoolRef& pool = p.recurrent_state;
-  const bool pool_vec = (dk % 4) == 0 && (pool.slot_size % 4) == 0 && aligned16(pool.data);
+  const bool pool_vec = (dk % kRun) == 0 && (pool.slot_size % kRun) == 0 && aligned16(pool.data);
 
   // Every load first: the state rows, then q̂, k̂, v and the gates.
-  float m[kDecodeRows][4];
-  float v[kDecodeRows];
+  float m[kRows][kRun];
+  float v[kRows];
+  if (pool_vec) {
+    RunBits<T> raw[kRows];
 #pragma unroll
-  for (int s = 0; s < kDecodeRows; ++s) {
-    const int i = tile * kRowsPerBlock + group + kGroups * s;
-    const int64_t e = (int64_t{h} * dv + i) * dk + k0;
-    if (i < dv && valid > 0 && r.read_slot >= 0) {
-      load_quad(pool, r.read_slot * pool.slot_size + e, valid, pool_vec, m[s]);
-    } else {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) m[s][c] = 0.0f;
+    for (int s = 0; s < kRows; ++s) {
+      const int i = tile * kRowsPerBlock + group + kGroups * s;
+      const int64_t e = (int64_t{h} * dv + i) * dk + k0;
+      raw[s] = i < dv && valid > 0 && r.read_slot >= 0 ? load_run_bits<T>(pool, r.read_slot * pool.slot_size + e)
+                                                       : RunBits<T>{};  // zeros in every element kind
+      v[s] = i < dv ? v_row[i] : 0.0f;
     }
-    v[s] = i < dv ? v_row[i] : 0.0f;
+#pragma unroll
+    for (int s = 0; s < kRows; ++s) widen_run<T>(raw[s], m[s]);
+  } else {
+#pragma unroll
+    for (int s = 0; s < kRows; ++s) {
+      const int i = tile * kRowsPerBlock + group + kGroups * s;
+      const int64_t e = r.read_slot * pool.slot_size + (int64_t{h} * dv + i) * dk + k0;
+#pragma unroll
+      for (int c = 0; c < kRun; ++c) {
+        m[s][c] = i < dv && c < valid && r.read_slot >= 0 ? load_element(pool.data, e + c, pool.kind) : 0.0f;
+      }
+      v[s] = i < dv ? v_row[i] : 0.0f;
+    }
   }
-  float q[4], k[4];
-  load_row_quad(q_row, k0, valid, row_vec, q);
-  load_row_quad(k_row, k0, valid, row_vec, k);
+  float q[kRun], k[kRun];
+  load_row_run<kRun>(q_row, k0, valid, row_vec, q);
+  load_row_run<kRun>(k_row, k0, valid, row_vec, k);
   const float alpha = expf(p.g[t * p.Hv + h]);
   const float beta = p.beta[t * p.Hv + h];
 
+  // Each row's two dots over k: the lane's partial sums in k order, then group_sum's xor tree, run
+  // for all the thread's rows at once (group_sums) so that their shuffles overlap instead of
+  // queueing row after row. The state is stored as soon as it is final.
+  float predicted[kRows];
 #pragma unroll
-  for (int s = 0; s < kDecodeRows; ++s) {
-    const int i = tile * kRowsPerBlock + group + kGroups * s;
-    float predicted = 0.0f;
+  for (int s = 0; s < kRows; ++s) {
+    predicted[s] = 0.0f;
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
+    for (int c = 0; c < kRun; ++c) {
       m[s][c] *= alpha;
-      predicted = fmaf(m[s][c], k[c], predicted);
+      predicted[s] = fmaf(m[s][c], k[c], predicted[s]);
     }
-    predicted = group_sum<kLanes>(predicted);
-    const float correction = beta * (v[s] - predicted);
-    float read = 0.0f;
+  }
+  group_sums<kLanes, kRows>(predicted);
+  float read[kRows];
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
+  for (int s = 0; s < kRows; ++s) {
+    const int i = tile * kRowsPerBlock + group + kGroups * s;
+    const float correction = beta * (v[s] - predicted[s]);
+    read[s] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kRun; ++c) {
       m[s][c] = fmaf(correction, k[c], m[s][c]);
-      read = fmaf(m[s][c], q[c], read);
+      read[s] = fmaf(m[s][c], q[c], read[s]);
     }
-    read = group_sum<kLanes>(read);
-    if (i < dv) {
-      if (valid > 0) {
-        store_quad(pool, r.write_slot * pool.slot_size + (int64_t{h} * dv + i) * dk + k0, valid, pool_vec, m[s]);
+    if (i < dv && valid > 0) {
+      const int64_t e = r.write_slot * pool.slot_size + (int64_t{h} * dv + i) * dk + k0;
+      if (pool_vec) {
+        store_run_bits<T>(pool, e, m[s]);
+      } else {
+#pragma unroll
+        for (int c = 0; c < kRun; ++c) {
+          if (c < valid) store_element(pool.data, e + c, pool.kind, m[s][c]);
+        }
       }
-      if (lane == 0) p.o[t * p.Hv * dv + int64_t{h} * dv + i] = read;
+    }
+  }
+  group_sums<kLanes, kRows>(read);
+  if (lane == 0) {
+#pragma unroll
+    for (int s = 0; s < kRows; ++s) {
+      const int i = tile * kRowsPerBlock + group + kGroups * s;
+      if (i < dv) p.o[t * p.Hv * dv + int64_t{h} * dv + i] = read[s];
     }
   }
 }
@@ -501,13 +591,31 @@ __global__ void __launch_bounds__(kNormThreads) gated_norm_kernel(const float* o
   }
 }
 
-// The decode kernel for lanes per state row (a power of two ≥ dk / 4, ≤ 32).
-template <int kLanes>
+// The decode kernel for the pool's element T and lanes per state row (a power of two ≥ dk / kRun, ≤ 32).
+template <typename T, int kLanes>
 void launch_decode(const GdnParams& p, int32_t entries, cudaStream_t stream) {
-  constexpr int kRowsPerBlock = kDecodeThreads / kLanes * kDecodeRows;
+  constexpr int kRowsPerBlock = kDecodeThreads / kLanes * kDecodeRows<T>;
   const int tiles = (p.dv + kRowsPerBlock - 1) / kRowsPerBlock;
-  decode_kernel<kLanes><<<dim3(static_cast<unsigned>(tiles * p.Hv), static_cast<unsigned>(entries)), kDecodeThreads,
-                          0, stream>>>(p, tiles);
+  decode_kernel<T, kLanes><<<dim3(static_cast<unsigned>(tiles * p.Hv), static_cast<unsigned>(entries)),
+                             kDecodeThreads, 0, stream>>>(p, tiles);
+}
+
+template <typename T>
+void launch_decode_of(const GdnParams& p, int32_t entries, cudaStream_t stream) {
+  const int runs = (p.dk + kDecodeRun<T> - 1) / kDecodeRun<T>;
+  if (runs <= 1) {
+    launch_decode<T, 1>(p, entries, stream);
+  } else if (runs <= 2) {
+    launch_decode<T, 2>(p, entries, stream);
+  } else if (runs <= 4) {
+    launch_decode<T, 4>(p, entries, stream);
+  } else if (runs <= 8) {
+    launch_decode<T, 8>(p, entries, stream);
+  } else if (runs <= 16) {
+    launch_decode<T, 16>(p, entries, stream);
+  } else if constexpr (kDecodeRun<T> * 16 < kGdnMaxHeadDim) {
+    launch_decode<T, 32>(p, entries, stream);  // float32 runs of 4: dk ≤ kGdnMaxHeadDim = 128
+  }
 }
 
 // Dynamic shared memory above the default 48 KiB needs an opt-in per kernel.
@@ -532,19 +640,10 @@ void launch_gdn_prepare(const GdnParams& p, cudaStream_t stream) {
 void launch_gdn_decode(const GdnParams& p, cudaStream_t stream) {
   const int32_t entries = std::min(p.decode_end, p.wave.num_requests);
   if (entries <= 0) return;
-  const int quads = (p.dk + 3) / 4;
-  if (quads <= 1) {
-    launch_decode<1>(p, entries, stream);
-  } else if (quads <= 2) {
-    launch_decode<2>(p, entries, stream);
-  } else if (quads <= 4) {
-    launch_decode<4>(p, entries, stream);
-  } else if (quads <= 8) {
-    launch_decode<8>(p, entries, stream);
-  } else if (quads <= 16) {
-    launch_decode<16>(p, entries, stream);
-  } else {
-    launch_decode<32>(p, entries, stream);  // dk ≤ kGdnMaxHeadDim = 128
+  switch (p.recurrent_state.kind) {
+    case ElementKind::kFloat32: launch_decode_of<float>(p, entries, stream); break;
+    case ElementKind::kFloat16: launch_decode_of<__half>(p, entries, stream); break;
+    default: launch_decode_of<__nv_bfloat16>(p, entries, stream); break;
   }
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }

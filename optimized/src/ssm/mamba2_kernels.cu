@@ -17,7 +17,8 @@
 // update at 86 / 90 / 92 % of the 1 GiB device copy bandwidth (3.0 TB/s, read + write counted)
 // for 32 / 64 / 128 requests with float32 pools (78 % for 16, where a copy of the same bytes reaches
 // 87 %), 75 / 80 % for 64 / 128 requests with bfloat16 pools; the prefill of one 2048-token request
-// in 0.95 ms (chunk states 0.27, state passing 0.12, chunk scan 0.56 ms).
+// in 0.95 ms (chunk states 0.27, state passing 0.12, chunk scan 0.56 ms). In the tree since:
+// optimized/bench/bench_linear.cu at Falcon-H1-7B's sizes (Hs 24, P 128, N 256).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -70,11 +71,14 @@ __device__ __forceinline__ float decay_rate(const Mamba2Params& p, int h) {  // 
 // kLanes consecutive lanes of a warp; a lane moves kAccesses runs of kVec = 16 / sizeof(T)
 // consecutive states (n0 = kVec·(lane + kLanes·a)), each one 16-byte access (T: the pool's
 // element: float, __half or __nv_bfloat16), streaming (evict-first: every state is touched once).
-// A thread handles kRows rows: all their loads are issued first and held as raw 16-byte registers
-// (4 per access whatever T, so 16-bit pools keep as many bytes in flight as float32 ones: the
-// update is bound by the state's bandwidth), then row by row widened, updated, summed and stored.
-// The group's B and C are staged once per block in shared memory. y's sum over N is the lane's
-// states in order, then an xor-shuffle tree over the kLanes lanes (fixed order). Sizes the vector
+// A thread handles kRows rows (4; 8 for 16-bit rows of one access per lane, so that a thread keeps
+// as many bytes in flight as with float32 rows of two): all their loads are issued first and held
+// as raw 16-byte registers (4 per access whatever T: the update is bound by the state's
+// bandwidth), then row by row widened, updated, summed and stored.
+// The group's B and C are staged once per block in shared memory, and each lane's part of them read
+// into registers once for all its rows. y's sum over N is the lane's states in order, then an
+// xor-shuffle tree over the kLanes lanes (fixed order), the trees of a thread's rows interleaved
+// level by level (their shuffles overlap instead of queueing row after row). Sizes the vector
 // path does not take (N or the slot size no multiple of kVec) move element by element.
 constexpr int kDecodeThreads = 128;
 
@@ -170,29 +174,39 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(Mamba2Params p) 
   const int32_t boundary = p.boundary_slot != nullptr ? p.boundary_slot[t] : -1;
   __syncthreads();
 
+  // The lane's B and C (the same for all its rows) into registers once; past N: 0.
+  float B[kAccesses][kVec], C[kAccesses][kVec];
+#pragma unroll
+  for (int a = 0; a < kAccesses; ++a) {
+    const int n0 = kVec * (lane + kLanes * a);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      const bool ok = n0 + i < N;
+      B[a][i] = ok ? bc_smem[0][n0 + i] : 0.0f;
+      C[a][i] = ok ? bc_smem[1][n0 + i] : 0.0f;
+    }
+  }
+
+  // Row by row: widened, updated and stored (the state is final before y's sum); then y's xor
+  // trees of all the thread's rows interleaved level by level (the same sums as row by row, the
+  // shuffles of different rows overlapping), then y.
+  float acc[kRows];
 #pragma unroll
   for (int k = 0; k < kRows; ++k) {
     const int row = row0 + k * kRowsPerPass;
     const float dx = delta * x[k];
-    float acc = 0.0f;
+    acc[k] = 0.0f;
     float S[kAccesses][kVec];
 #pragma unroll
     for (int a = 0; a < kAccesses; ++a) {
-      const int n0 = kVec * (lane + kLanes * a);
       widen_states<T>(raw[k][a], S[a]);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
-        const bool ok = n0 + i < N;
-        const float B = ok ? bc_smem[0][n0 + i] : 0.0f;
-        const float C = ok ? bc_smem[1][n0 + i] : 0.0f;
-        S[a][i] = fmaf(S[a][i], dA, dx * B);
-        acc = fmaf(S[a][i], C, acc);
+        S[a][i] = fmaf(S[a][i], dA, dx * B[a][i]);
+        acc[k] = fmaf(S[a][i], C[a][i], acc[k]);
       }
     }
-#pragma unroll
-    for (int o = kLanes / 2; o >= 1; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
     if (row >= P) continue;
-    if (lane == 0) p.y[t * d.d_ssm + int64_t{h} * P + row] = fmaf(Dh, x[k], acc);
 #pragma unroll
     for (int a = 0; a < kAccesses; ++a) {
       const int n0 = kVec * (lane + kLanes * a);
@@ -200,6 +214,18 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(Mamba2Params p) 
       const int64_t e = head_base + int64_t{row} * N + n0;
       store_states<T>(p.ssm_state, r.write_slot * p.ssm_state.slot_size + e, N - n0, vec, S[a]);
       if (boundary >= 0) store_states<T>(p.ssm_state, boundary * p.ssm_state.slot_size + e, N - n0, vec, S[a]);
+    }
+  }
+#pragma unroll
+  for (int o = kLanes / 2; o >= 1; o /= 2) {
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], o);
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < kRows; ++k) {
+      const int row = row0 + k * kRowsPerPass;
+      if (row < P) p.y[t * d.d_ssm + int64_t{h} * P + row] = fmaf(Dh, x[k], acc[k]);
     }
   }
 }
@@ -497,8 +523,16 @@ __global__ void __launch_bounds__(kNormThreads, 1) gated_norm_kernel(Mamba2NormP
   }
 }
 
+// Rows per thread of the decode update: 4, or 8 where one access covers a lane's part of a row of
+// 16-bit states (kAccesses 1 of 16-bit elements: the same 128 bytes in flight per thread as float32
+// rows of 2 accesses, and twice the rows per block for the block's fixed costs). At Falcon-H1-7B's
+// sizes on an H100 (hybridtb_bench_linear, 64 / 256 sequences, bfloat16 pools): 80 / 311 µs with 8
+// rows, 80 / 321 µs with 4, 96 / 335 µs with 16.
+template <typename T, int kAccesses>
+inline constexpr int kDecodeRowsOf = sizeof(T) == 2 && kAccesses == 1 ? 8 : 4;
+
 // The decode update's launch: kLanes lanes × kAccesses accesses per lane cover a state row.
-template <typename T, int kLanes, int kAccesses, int kRows = 4>
+template <typename T, int kLanes, int kAccesses, int kRows = kDecodeRowsOf<T, kAccesses>>
 void launch_decode(const Mamba2Params& p, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kDecodeThreads / kLanes * kRows;
   const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(p.wave.num_requests),
