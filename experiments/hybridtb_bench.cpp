@@ -4,7 +4,8 @@
 // common Backend interface, with Google Benchmark doing registration, filtering, repetitions and
 // the console. Per case the batch is built in memory by the same generator as `hybridtb gen`
 // (make_layer + parse_mix + generate_batch, same seed), so a case name is also its repro command
-// (--repro). What is timed per iteration is one step: write_kv_cache + hybrid_forward, with the
+// (--repro). What is timed per iteration is one step: write_kv_cache + hybrid_forward (a
+// linear-attention layer, layer_kind gdn / mamba2: linear_attention_forward), with the
 // SSM add fused into the attention epilogues ("fused") or as a separate pass ("two_kernel", hybrid
 // layers only: BackendSettings::fuse_hybrid_add off), or the step captured once as a CUDA graph and
 // replayed with its metadata re-uploaded ("graph": decode steps; --cuda-graph adds it to GPU cases);
@@ -47,6 +48,7 @@
 
 #include "hybridtb/backend.h"
 #include "hybridtb/error.h"
+#include "hybridtb/linear_layer.h"
 #include "hybridtb/mix.h"
 #include "hybridtb/perf_model.h"
 #include "hybridtb/presets.h"
@@ -238,6 +240,10 @@ struct Runner {
       return;
     }
     Backend& b = *p.backend;
+    if (file.config.is_linear_layer()) {
+      b.linear_attention_forward(p.metadata, file.batch, p.tensors, p.output);
+      return;
+    }
     b.write_kv_cache(file.batch, p.tensors);
     b.hybrid_forward(p.metadata, file.batch, p.tensors, {p.output, p.attn_output, p.ssm_output});
   }
@@ -258,13 +264,23 @@ struct Runner {
     p->metadata = b.build_metadata(file.batch);  // the plan: never timed
     p->device = upload_inputs(b, file.inputs);
     p->tensors = p->device.views();
-    const Shape shape{file.batch.num_tokens(), file.config.num_heads, file.config.head_size};
-    p->output = b.allocate(b.output_dtype(), shape);
-    p->attn_output = b.allocate(b.output_dtype(), shape);
-    if (file.config.has_ssm_branch()) p->ssm_output = b.allocate(b.output_dtype(), shape);
+    if (file.config.is_linear_layer()) {
+      // A linear-attention layer: its core's output rows alone, no KV cache.
+      p->output = b.allocate(b.output_dtype(), {file.batch.num_tokens(), linear_layer_spec(file.config).output_width});
+      if (bench.path == "graph") {
+        p->skip = "a linear-attention layer is captured with the whole model step through the CUDA-graph hooks "
+                  "(hybridtb_bench_per_layer), not as one layer's step";
+        return p;
+      }
+    } else {
+      const Shape shape{file.batch.num_tokens(), file.config.num_heads, file.config.head_size};
+      p->output = b.allocate(b.output_dtype(), shape);
+      p->attn_output = b.allocate(b.output_dtype(), shape);
+      if (file.config.has_ssm_branch()) p->ssm_output = b.allocate(b.output_dtype(), shape);
+    }
 
     std::set<int64_t> blocks;
-    for (int64_t i = 0; i < file.batch.num_actual_tokens; ++i) {
+    for (int64_t i = 0; i < (file.config.is_linear_layer() ? 0 : file.batch.num_actual_tokens); ++i) {
       const int64_t slot = file.batch.slot_mapping[static_cast<size_t>(i)];
       if (slot >= 0) blocks.insert(slot / file.config.block_size);
     }

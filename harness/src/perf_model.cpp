@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "hybridtb/error.h"
+#include "hybridtb/linear_layer.h"
 
 namespace hybridtb {
 
@@ -99,9 +100,54 @@ double ssm_flops(const AttentionConfig& config, double tokens, bool& known) {
   return 0.0;
 }
 
+double param_of(const AttentionConfig& config, const char* name) {
+  const auto it = config.ssm_params.find(name);
+  HYBRIDTB_CHECK(it != config.ssm_params.end(), "perf model: ", config.ssm_mode, " needs /config/ssm ", name);
+  return static_cast<double>(it->second);
+}
+
+// A linear-attention layer's core per token, nominal (FlashInfer's GDN count: the outer product
+// into the state and the read-out, 2 FLOPs per multiply-add each; gates, norms and the conv not
+// counted): gdn 4·Hv·dk·dv, mamba2 4·Hs·P·N (Δ·x ⊗ B into the state, y = S·C).
+double linear_core_flops_per_token(const AttentionConfig& config) {
+  if (config.layer_kind == LayerKind::kGdn) {
+    return 4.0 * param_of(config, "num_v_heads") * param_of(config, "head_k_dim") * param_of(config, "head_v_dim");
+  }
+  return 4.0 * param_of(config, "num_ssm_heads") * param_of(config, "head_dim") * param_of(config, "state_size");
+}
+
+// Bytes of one slot over every state pool of `inputs`.
+double bytes_per_slot(const BatchInputs& inputs) {
+  double per_slot = 0.0;
+  for (const auto& [name, pool] : inputs.ssm_state) {
+    if (pool.size(0) > 0) per_slot += static_cast<double>(pool.nbytes()) / static_cast<double>(pool.size(0));
+  }
+  return per_slot;
+}
+
 }  // namespace
 
+StepCost linear_layer_step_cost(const AttentionConfig& config, const BatchDescription& batch,
+                                const BatchInputs& inputs) {
+  HYBRIDTB_CHECK(config.is_linear_layer(), "linear_layer_step_cost: layer_kind full_attention is not a linear layer");
+  StepCost cost;
+  cost.tokens = batch.num_actual_tokens;
+  for (int64_t r = 0; r < batch.num_reqs(); ++r) cost.requests += batch.query_len(r) > 0 ? 1 : 0;
+  const double t = static_cast<double>(cost.tokens);
+  double weights = 0.0;
+  for (const auto& [name, w] : inputs.weights) weights += static_cast<double>(w.nbytes());
+  double row_in = 0.0;  // bytes of one token's inputs
+  for (const auto& [name, input] : inputs.linear_inputs) {
+    if (input.size(0) > 0) row_in += static_cast<double>(input.nbytes()) / static_cast<double>(input.size(0));
+  }
+  const double row_out = static_cast<double>(linear_layer_spec(config).output_width * element_size(config.dtype));
+  cost.ssm_bytes = weights + t * (row_in + row_out) + static_cast<double>(cost.requests) * 2.0 * bytes_per_slot(inputs);
+  cost.ssm_flops = t * linear_core_flops_per_token(config);
+  return cost;
+}
+
 StepCost step_cost(const AttentionConfig& config, const BatchDescription& batch, const BatchInputs& inputs) {
+  if (config.is_linear_layer()) return linear_layer_step_cost(config, batch, inputs);
   StepCost cost = attention_step_cost(config, batch, inputs.output_scale.has_value());
   if (!config.has_ssm_branch()) return cost;
   const double t = static_cast<double>(cost.tokens);
@@ -110,11 +156,7 @@ StepCost step_cost(const AttentionConfig& config, const BatchDescription& batch,
   const double s_o = inputs.output_scale ? 1.0 : s_q;
   double weights = 0.0;
   for (const auto& [name, w] : inputs.weights) weights += static_cast<double>(w.nbytes());
-  double per_slot = 0.0;  // bytes of one state slot over every pool
-  for (const auto& [name, pool] : inputs.ssm_state) {
-    if (pool.size(0) > 0) per_slot += static_cast<double>(pool.nbytes()) / static_cast<double>(pool.size(0));
-  }
-  cost.ssm_bytes = weights + t * h * (s_q + s_o) + static_cast<double>(cost.requests) * 2.0 * per_slot;
+  cost.ssm_bytes = weights + t * h * (s_q + s_o) + static_cast<double>(cost.requests) * 2.0 * bytes_per_slot(inputs);
   cost.ssm_flops = ssm_flops(config, t, cost.ssm_flops_known);
   return cost;
 }

@@ -139,5 +139,34 @@ TEST(PerfModel, SsmBranchFromTensors) {
   EXPECT_FALSE(step_cost(c, batch({{0, 1}}), BatchInputs{}).ssm_flops_known);
 }
 
+// A linear-attention layer: no attention, its own inputs and output, the state slots, and the
+// nominal FLOPs FlashInfer counts for GDN (4·Hv·dk·dv per token) and the same for Mamba-2 (4·Hs·P·N).
+TEST(PerfModel, LinearLayersByHand) {
+  AttentionConfig c = config(0);
+  c.layer_kind = LayerKind::kGdn;
+  c.ssm_mode = "gdn";
+  c.ssm_params = {{"num_k_heads", 1}, {"num_v_heads", 2}, {"head_k_dim", 4}, {"head_v_dim", 8}, {"conv_kernel", 4}};
+  BatchInputs inputs;
+  // conv_dim = 2·1·4 + 2·8 = 24; bf16 rows: mixed_qkv 48 B, a and b 4 B each per token.
+  inputs.linear_inputs["mixed_qkv"] = Tensor::host(DType::kBFloat16, {5, 24});
+  inputs.linear_inputs["a"] = Tensor::host(DType::kBFloat16, {5, 2});
+  inputs.linear_inputs["b"] = Tensor::host(DType::kBFloat16, {5, 2});
+  inputs.weights["A_log"] = Tensor::host(DType::kFloat32, {2});              // 8 B
+  inputs.ssm_state["recurrent_state"] = Tensor::host(DType::kFloat32, {3, 2, 8, 4});  // 256 B per slot
+  const StepCost cost = step_cost(c, batch({{15, 1}, {0, 3}, {0, 0}}, 1), inputs);
+  EXPECT_EQ(cost.tokens, 4);
+  EXPECT_EQ(cost.requests, 2);
+  EXPECT_EQ(cost.attention_flops, 0.0);
+  EXPECT_EQ(cost.kv_read_bytes + cost.kv_write_bytes + cost.qo_bytes + cost.block_table_bytes, 0.0);
+  // Weights once + 4 tokens · (56 B in + output Hv·dv = 16 bf16 = 32 B out) + 2 requests · 2 · 256 B.
+  EXPECT_DOUBLE_EQ(cost.ssm_bytes, 8.0 + 4 * (56.0 + 32.0) + 2 * 2 * 256.0);
+  EXPECT_DOUBLE_EQ(cost.ssm_flops, 4 * 4.0 * 2 * 4 * 8);
+
+  c.layer_kind = LayerKind::kMamba2;
+  c.ssm_mode = "mamba2";
+  c.ssm_params = {{"num_ssm_heads", 3}, {"head_dim", 5}, {"state_size", 7}, {"n_groups", 1}, {"conv_kernel", 4}};
+  EXPECT_DOUBLE_EQ(step_cost(c, batch({{0, 2}}), BatchInputs{}).ssm_flops, 2 * 4.0 * 3 * 5 * 7);
+}
+
 }  // namespace
 }  // namespace hybridtb

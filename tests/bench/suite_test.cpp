@@ -92,6 +92,15 @@ TEST(Suite, ShippedSuitesParseAndCoverTheIssue) {
   bool spec = false;
   for (const SuiteCase& c : standard.cases) spec = spec || c.mix.find('s') == 0;
   EXPECT_TRUE(spec) << "speculative decodes";
+  // Issue 8: GDN and Mamba-2 layers, decode and prefill; GDN prefill at FlashInfer's 64k × 8 heads.
+  for (const char* preset : {"qwen3-next-gdn", "falcon-h1-7b-mamba2"}) {
+    for (const char* mix : {"d64@4k", "d256@4k", "p1x8k"}) {
+      bool found = false;
+      for (const SuiteCase& c : standard.cases) found = found || (c.preset == preset && c.mix == mix);
+      EXPECT_TRUE(found) << preset << " " << mix;
+    }
+  }
+  EXPECT_TRUE(has(standard, "qwen3-next-gdn", "p1x64k", "ssm.num_v_heads=8"));
   // The quick suite is a subset of the standard one, case names included.
   for (const SuiteCase& q : quick.cases) {
     bool found = false;

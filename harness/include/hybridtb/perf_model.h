@@ -23,6 +23,11 @@
 //   * SSM FLOPs per token, H = Hq·D: zero 0; prefix_sum/prefix_sum_flat H; ema 3·H; mamba1
 //     2·2I·H + 2·I·K + 2·(R + 2N)·I + 2·I·R + 7·I·N + 2·I·H (the projections, the conv, the scan);
 //     another mode: 0 and ssm_flops_known = false.
+//   * a linear-attention layer (layer_kind gdn / mamba2; linear_layer_step_cost): no attention; bytes
+//     = every core weight once + the layer's input rows in and output rows out + per request one read
+//     and one write of its state slot; FLOPs nominal per token, as FlashInfer counts GDN prefill
+//     (the outer product into the state and the read-out, 2 FLOPs per multiply-add; gates, norms and
+//     the conv not counted): gdn 4·Hv·dk·dv, mamba2 4·Hs·P·N.
 // Padding rows (≥ num_actual_tokens) and padding requests (query_len 0) count nothing.
 #pragma once
 
@@ -63,8 +68,14 @@ struct StepCost {
 // The cost of the attention part of a step (KV write, attention, output), without the SSM branch.
 StepCost attention_step_cost(const AttentionConfig& config, const BatchDescription& batch, bool fp8_output = false);
 
+// A linear-attention layer's step (above), its bytes from the actual tensors of `inputs`; the cost
+// lands in ssm_flops / ssm_bytes. Error for a full-attention layer.
+StepCost linear_layer_step_cost(const AttentionConfig& config, const BatchDescription& batch,
+                                const BatchInputs& inputs);
+
 // The whole step: attention_step_cost plus the SSM branch of config.ssm_mode, whose bytes come from
-// the actual weight and state-pool tensors of `inputs` (so every mode is covered without a table).
+// the actual weight and state-pool tensors of `inputs` (so every mode is covered without a table);
+// linear_layer_step_cost for a linear-attention layer.
 StepCost step_cost(const AttentionConfig& config, const BatchDescription& batch, const BatchInputs& inputs);
 
 }  // namespace hybridtb
