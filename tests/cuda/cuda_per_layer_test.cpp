@@ -2,7 +2,7 @@
 //   - linear-attention layers (layer_kind gdn, mamba2) on the "cuda" backend against the reference
 //     (compare_step: the tolerance table for the output and every state pool, untouched slots,
 //     padding rows), for mixed prefill/decode batches and CUDA-graph-padded decode batches in every
-//     mamba_cache_mode, and bit for bit from run to run;
+//     mamba_cache_mode, bit for bit from run to run, and a mixed batch bit for bit each request alone;
 //   - one step of a per-layer model — three linear layers and one full-attention layer, Qwen3-Next's
 //     pattern — captured into ONE CUDA graph through the lifecycle hooks (init_graph_state,
 //     init_capture_metadata, init_replay_metadata), as pymllm's graph runner does, and replayed for
@@ -36,6 +36,8 @@
 #include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/step.h"
 #include "hybridtb/synthetic.h"
+#include "per_layer_support.h"
+#include "ssm_test_support.h"
 
 namespace hybridtb::testing {
 namespace {
@@ -182,6 +184,39 @@ TEST_P(CudaLinearLayer, MatchesTheReferenceAndRepeatsBitForBit) {
 
 std::string linear_case_name(const ::testing::TestParamInfo<LinearCase>& param) { return param.param.name; }
 INSTANTIATE_TEST_SUITE_P(Cases, CudaLinearLayer, ::testing::ValuesIn(linear_cases()), linear_case_name);
+
+// Mixed batch == each request alone, bit for bit: a request's output rows and state depend on nothing
+// else in the batch — whichever path runs it (in the mixed batch the eager wave driver; alone, a
+// decode takes the fixed decode step: the same sums in the same order).
+class CudaLinearKinds : public ::testing::TestWithParam<LayerKind> {
+ protected:
+  void SetUp() override {
+    const std::string reason = cuda_unavailable_reason();
+    if (!reason.empty()) GTEST_SKIP() << reason;
+  }
+};
+
+TEST_P(CudaLinearKinds, MixedBatchEqualsEachRequestAloneBitForBit) {
+  const AttentionConfig config = linear_config(GetParam(), MambaCacheMode::kNone, DType::kBFloat16);
+  const BatchFile mixed =
+      layer_file(config, BuilderConfig{}, kMixed, {.seed = 21, .padding_tokens = 2, .padding_requests = 1}, 0, 77);
+  const StepOutputs together = run_on("cuda", mixed);
+  const BatchDescription& b = mixed.batch;
+  for (int64_t r = 0; r < static_cast<int64_t>(kMixed.size()); ++r) {
+    SCOPED_TRACE("request " + std::to_string(r));
+    const int64_t begin = b.query_start_loc[r], end = b.query_start_loc[r + 1];
+    const int32_t slot = b.ssm_block_table->at(r, 0);
+    const BatchFile alone_file = request_step(config, b.context_len(r), input_rows(mixed, begin, end), slot,
+                                              mixed.inputs.ssm_state, mixed.inputs.weights);
+    const StepOutputs alone = run_on("cuda", alone_file);
+    expect_close(rows_of(together.output, begin, end), rows_of(alone.output, 0, end - begin), exact_tolerance(),
+                 "output rows");
+    EXPECT_TRUE(same_slot_bytes(together.ssm_state, alone.ssm_state, slot)) << "slot " << slot;
+  }
+}
+
+std::string kind_name_of(const ::testing::TestParamInfo<LayerKind>& param) { return kind_name(param.param); }
+INSTANTIATE_TEST_SUITE_P(Kinds, CudaLinearKinds, ::testing::Values(LayerKind::kGdn, LayerKind::kMamba2), kind_name_of);
 
 // --- one CUDA graph of a whole per-layer step ---------------------------------------------------------
 
