@@ -17,20 +17,6 @@ namespace hybridtb::bench::gpu {
 
 namespace {
 
-// Spins ~`cycles` SM cycles in one thread and reports the cycles and the global-timer nanoseconds
-// elapsed: their ratio is the SM clock while it ran.
-__global__ void clock_kernel(long long cycles, unsigned long long* out) {
-  unsigned long long t0 = 0;
-  unsigned long long t1 = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  const long long c0 = clock64();
-  long long c1 = c0;
-  while (c1 - c0 < cycles) c1 = clock64();
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
-  out[0] = static_cast<unsigned long long>(c1 - c0);
-  out[1] = t1 - t0;
-}
-
 // nvbench's blocking kernel: holds the stream until the host sets *release (host-mapped memory),
 // so the step's work is all enqueued before any of it runs. Gives up after timeout_ns (a step that
 // waits on the GPU inside its enqueue would otherwise deadlock) and says so in *timed_out.
@@ -196,23 +182,6 @@ double StepTimer::stop_seconds() {
 double StepTimer::last_latency_seconds() const { return impl_->latency_s; }
 bool StepTimer::last_gate_timed_out() const { return impl_->gate_timed_out; }
 
-double measure_sm_clock_mhz() {
-  int device = 0, sm_khz = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 0.0;
-  if (cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device) != cudaSuccess) return 0.0;
-  unsigned long long* out = nullptr;
-  HYBRIDTB_CUDA_CHECK(cudaMalloc(&out, 2 * sizeof(unsigned long long)));
-  // ~1 ms at the maximum clock: long enough that the timer's granularity (≤ 1 µs) is < 0.1%.
-  const long long cycles = static_cast<long long>(sm_khz);  // kHz × 1 ms
-  clock_kernel<<<1, 1>>>(cycles, out);
-  unsigned long long host[2] = {0, 0};
-  const cudaError_t launch = cudaGetLastError();
-  if (launch == cudaSuccess) {
-    HYBRIDTB_CUDA_CHECK(cudaMemcpy(host, out, sizeof host, cudaMemcpyDeviceToHost));
-  }
-  cudaFree(out);
-  HYBRIDTB_CUDA_CHECK(launch);
-  return host[1] > 0 ? static_cast<double>(host[0]) / static_cast<double>(host[1]) * 1e3 : 0.0;
-}
+double measure_sm_clock_mhz() { return ::hybridtb::cuda::bench::measure_sm_clock_mhz(); }
 
 }  // namespace hybridtb::bench::gpu

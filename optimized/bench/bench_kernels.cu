@@ -1,4 +1,4 @@
-// Device helpers of the attention benchmark (see bench_kernels.h).
+// Device helpers of the benchmarks (see bench_kernels.h).
 #include "bench/bench_kernels.h"
 
 #include <cublas_v2.h>
@@ -50,8 +50,64 @@ __global__ void read_kernel(const uint4* data, int64_t count, unsigned* sink) {
   if (acc == 0x12345678u) *sink = acc;  // keeps the loads alive
 }
 
+// ReadFlusher's read: plain loads (cached, so they displace what L2 held).
+__global__ void read_flush_kernel(const uint4* p, int64_t count, uint32_t* sink) {
+  uint32_t acc = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
+    const uint4 v = p[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;  // never true for the zero-filled buffer; keeps the loads
+}
+
+// One thread spins `cycles` SM cycles and reports them with the %globaltimer nanoseconds they took.
+__global__ void clock_kernel(long long cycles, unsigned long long* out) {
+  unsigned long long t0 = 0;
+  unsigned long long t1 = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const long long c0 = clock64();
+  long long c1 = c0;
+  while (c1 - c0 < cycles) c1 = clock64();
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  out[0] = static_cast<unsigned long long>(c1 - c0);
+  out[1] = t1 - t0;
+}
+
 
 }  // namespace
+
+ReadFlusher::ReadFlusher(int64_t bytes) : bytes_(bytes) {
+  HYBRIDTB_CUDA_CHECK(cudaMalloc(&buffer_, static_cast<size_t>(bytes_)));
+  HYBRIDTB_CUDA_CHECK(cudaMemset(buffer_, 0, static_cast<size_t>(bytes_)));
+}
+
+ReadFlusher::~ReadFlusher() { cudaFree(buffer_); }  // NOLINT: best effort in a destructor
+
+void ReadFlusher::flush(cudaStream_t stream) const {
+  read_flush_kernel<<<1056, 256, 0, stream>>>(static_cast<const uint4*>(buffer_),
+                                              bytes_ / static_cast<int64_t>(sizeof(uint4)),
+                                              static_cast<uint32_t*>(buffer_));
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+double measure_sm_clock_mhz() {
+  int device = 0, sm_khz = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0.0;
+  if (cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device) != cudaSuccess) return 0.0;
+  unsigned long long* out = nullptr;
+  HYBRIDTB_CUDA_CHECK(cudaMalloc(&out, 2 * sizeof(unsigned long long)));
+  // ~1 ms at the maximum clock: long enough that the timer's granularity (≤ 1 µs) is < 0.1%.
+  const long long cycles = static_cast<long long>(sm_khz);  // kHz × 1 ms
+  clock_kernel<<<1, 1>>>(cycles, out);
+  unsigned long long host[2] = {0, 0};
+  const cudaError_t launch = cudaGetLastError();
+  if (launch == cudaSuccess) {
+    HYBRIDTB_CUDA_CHECK(cudaMemcpy(host, out, sizeof host, cudaMemcpyDeviceToHost));
+  }
+  cudaFree(out);
+  HYBRIDTB_CUDA_CHECK(launch);
+  return host[1] > 0 ? static_cast<double>(host[0]) / static_cast<double>(host[1]) * 1e3 : 0.0;
+}
 
 void fill_normal_16bit(void* data, int64_t count, bool is_half, uint64_t seed, cudaStream_t stream) {
   fill_kernel<<<1024, 256, 0, stream>>>(data, count, is_half, seed);

@@ -1,5 +1,6 @@
-// Device helpers of the attention benchmark (bench_kernels.cu): random fills and the bandwidth
-// ceiling measured in the same run. Host-only header.
+// Device helpers of the benchmarks (bench_kernels.cu; hybridtb_bench_attention, _ssm, _linear and
+// experiments/'s GPU timing): random fills, the ceilings measured in the same run, the L2 flush by a
+// read, the SM clock. Host-only header.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,6 +17,26 @@ void fill_normal_16bit(void* data, int64_t count, bool is_half, uint64_t seed, c
 double measure_read_bandwidth(int64_t bytes, int reps, cudaStream_t stream);
 // Median over `reps` of cudaMemcpyAsync device-to-device of `bytes`, counting read + write: bytes/s.
 double measure_copy_bandwidth(int64_t bytes, int reps, cudaStream_t stream);
+// Evicts the L2 by reading a zero-filled buffer (`bytes`, default 256 MiB: far more than any L2) in
+// 16-byte words: the lines it leaves are clean, so no write-back competes with the timed kernel that
+// follows, as it would after a memset flush. flush() enqueues the read on `stream`.
+class ReadFlusher {
+ public:
+  explicit ReadFlusher(int64_t bytes = int64_t{256} << 20);
+  ~ReadFlusher();
+  ReadFlusher(const ReadFlusher&) = delete;
+  ReadFlusher& operator=(const ReadFlusher&) = delete;
+  void flush(cudaStream_t stream) const;
+
+ private:
+  void* buffer_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// The SM clock right now, in MHz: a one-thread kernel spins ~1 ms of clock64() cycles, divided by the
+// %globaltimer nanoseconds they took (nvbench's method; no NVML). 0 if the device cannot say.
+double measure_sm_clock_mhz();
+
 // Median over 10 runs (after 2 warm-ups) of a cuBLAS bf16 GEMM 8192³ with float32 accumulation: TFLOP/s.
 // The tensor-core ceiling of hybridtb_bench_attention and hybridtb_bench.
 double measure_bf16_gemm_tflops(cudaStream_t stream);

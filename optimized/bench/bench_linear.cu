@@ -57,6 +57,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_kernels.h"
 #include "bench/event_timer.h"
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
@@ -79,16 +80,6 @@ __global__ void fill_kernel(void* p, ElementKind kind, int64_t n, float low, flo
   }
 }
 
-// Evicts L2 by reading `count` 16-byte words (bench_ssm's: clean lines, no write-back afterwards).
-__global__ void read_flush_kernel(const uint4* p, int64_t count, uint32_t* sink) {
-  uint32_t acc = 0;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
-    const uint4 v = p[i];
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x9e3779b9u) *sink = acc;  // never true for the zero-filled buffer; keeps the loads
-}
-
 // The FP32 FMA ceiling: kFmaChains independent chains x ← x·a + b per thread (a, b kernel arguments:
 // nothing folds; x stays near b / (1 − a), never denormal), so issue, not latency, bounds it.
 constexpr int kFmaChains = 16;
@@ -106,31 +97,6 @@ __global__ void fma_rate_kernel(float a, float b, float* sink) {
 #pragma unroll
   for (int c = 0; c < kFmaChains; ++c) acc += x[c];
   if (acc == -1.0f) *sink = acc;  // never true; keeps the chains
-}
-
-// One thread spins ~`cycles` SM cycles: cycles over %globaltimer nanoseconds is the SM clock
-// (nvbench's method, experiments/src/gpu_timing.cu's).
-__global__ void clock_kernel(long long cycles, unsigned long long* out) {
-  unsigned long long t0 = 0;
-  unsigned long long t1 = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  const long long c0 = clock64();
-  long long c1 = c0;
-  while (c1 - c0 < cycles) c1 = clock64();
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
-  out[0] = static_cast<unsigned long long>(c1 - c0);
-  out[1] = t1 - t0;
-}
-
-double measure_sm_clock_mhz() {
-  unsigned long long* d = nullptr;
-  HYBRIDTB_CUDA_CHECK(cudaMalloc(&d, 2 * sizeof(unsigned long long)));
-  unsigned long long h[2] = {0, 0};
-  clock_kernel<<<1, 1>>>(2'000'000, d);
-  HYBRIDTB_CUDA_CHECK_LAUNCH();
-  HYBRIDTB_CUDA_CHECK(cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost));
-  cudaFree(d);
-  return h[1] > 0 ? static_cast<double>(h[0]) / static_cast<double>(h[1]) * 1e3 : 0.0;
 }
 
 size_t element_size(ElementKind kind) { return kind == ElementKind::kFloat32 ? 4 : 2; }
@@ -177,16 +143,13 @@ struct Restore {
   size_t bytes;
 };
 
-struct Flush {
-  void* data = nullptr;
-  size_t bytes = 0;
-};
 
 // The medians (ms) of `reps` samples after `warmup` untimed ones of the phases run back to back,
 // an event before each phase and after the last: element i is phase i's median, the last element
 // the median of the whole. Before every sample, outside the events: the restores, then the L2 flush.
 std::vector<double> median_phases_ms(int reps, int warmup, cudaStream_t stream, const std::vector<Restore>& restores,
-                                     const Flush& flush, const std::vector<std::function<void()>>& phases) {
+                                     const bench::ReadFlusher& flush,
+                                     const std::vector<std::function<void()>>& phases) {
   const size_t n = phases.size();
   std::vector<cudaEvent_t> events(n + 1);
   for (cudaEvent_t& e : events) HYBRIDTB_CUDA_CHECK(cudaEventCreate(&e));
@@ -195,10 +158,7 @@ std::vector<double> median_phases_ms(int reps, int warmup, cudaStream_t stream, 
     for (const Restore& x : restores) {
       HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(x.dst, x.src, x.bytes, cudaMemcpyDeviceToDevice, stream));
     }
-    read_flush_kernel<<<1056, 256, 0, stream>>>(static_cast<const uint4*>(flush.data),
-                                                static_cast<int64_t>(flush.bytes / sizeof(uint4)),
-                                                static_cast<uint32_t*>(flush.data));
-    HYBRIDTB_CUDA_CHECK_LAUNCH();
+    flush.flush(stream);
     for (size_t i = 0; i < n; ++i) {
       HYBRIDTB_CUDA_CHECK(cudaEventRecord(events[i], stream));
       phases[i]();
@@ -224,14 +184,16 @@ std::vector<double> median_phases_ms(int reps, int warmup, cudaStream_t stream, 
   return medians;
 }
 
-double median_ms(int reps, int warmup, cudaStream_t stream, const std::vector<Restore>& restores, const Flush& flush,
+double median_ms(int reps, int warmup, cudaStream_t stream, const std::vector<Restore>& restores,
+                 const bench::ReadFlusher& flush,
                  const std::function<void()>& fn) {
   return median_phases_ms(reps, warmup, stream, restores, flush, {fn}).back();
 }
 
 // The same bytes moved by a device-to-device copy (bytes / 2 read, bytes / 2 written), timed like
 // the kernel (restores and L2 flush first): the ceiling for a transfer of this size.
-double same_size_copy_ms(double bytes, cudaStream_t stream, const std::vector<Restore>& restores, const Flush& flush) {
+double same_size_copy_ms(double bytes, cudaStream_t stream, const std::vector<Restore>& restores,
+                         const bench::ReadFlusher& flush) {
   Buffers b;
   const auto half = static_cast<size_t>(bytes / 2);
   void* src = b.alloc(half);
@@ -418,7 +380,7 @@ int run(int argc, char** argv) {
   HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, 0));
   HYBRIDTB_CUDA_CHECK(cudaDriverGetVersion(&driver));
   HYBRIDTB_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
-  const double sm_clock_start = measure_sm_clock_mhz();
+  const double sm_clock_start = bench::measure_sm_clock_mhz();
 
   // Ceiling: device-to-device copy of 1 GiB (read + write counted).
   const size_t copy_bytes = size_t{1} << 30;
@@ -447,10 +409,7 @@ int run(int argc, char** argv) {
   }
   constexpr double kBf16TensorSpec = 989.4e12;  // H100 SXM dense bf16 (perf-anchors.md §1.1): context only
 
-  Flush flush;
-  flush.bytes = size_t{256} << 20;
-  HYBRIDTB_CUDA_CHECK(cudaMalloc(&flush.data, flush.bytes));
-  HYBRIDTB_CUDA_CHECK(cudaMemset(flush.data, 0, flush.bytes));
+  const bench::ReadFlusher flush;  // 256 MiB
 
   std::vector<std::string> cases;
   auto add_case = [&](const Obj& o) {
@@ -595,9 +554,8 @@ int run(int argc, char** argv) {
         .num("pct_of_fma", 100.0 * flops / (ms * 1e-3) / fma_rate);
     add_case(o);
   }
-  cudaFree(flush.data);
   HYBRIDTB_CUDA_CHECK(cudaDeviceSynchronize());
-  const double sm_clock_end = measure_sm_clock_mhz();
+  const double sm_clock_end = bench::measure_sm_clock_mhz();
 
   Obj head;
   head.str("gpu", prop.name)

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_kernels.h"
 #include "bench/event_timer.h"
 #include "common/cuda_check.h"
 #include "ssm/causal_conv.h"
@@ -41,17 +42,6 @@ __global__ void fill_kernel(float* p, int64_t n, float low, float high, uint32_t
     h ^= h >> 13;
     p[i] = low + (high - low) * static_cast<float>(h & 0xFFFFFF) / 16777216.0f;
   }
-}
-
-// Evicts L2 by reading `count` 16-byte words (the lines it leaves are clean: no write-back competes
-// with the timed kernel, as it would after a memset flush).
-__global__ void read_flush_kernel(const uint4* p, int64_t count, uint32_t* sink) {
-  uint32_t acc = 0;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
-    const uint4 v = p[i];
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x9e3779b9u) *sink = acc;  // never true for the zero-filled buffer; keeps the loads
 }
 
 // The exp ceiling: every thread runs 8 independent chains of ex2.approx (the scan's exp), so the
@@ -105,7 +95,7 @@ struct Setup {
 // The median of `reps` CUDA-event samples of fn() after `warmup` untimed calls; before every sample,
 // outside the events: the ssm_state pool restored and L2 flushed (a 256 MiB read, clean lines).
 template <typename Fn>
-double median_ms_flushed(int reps, int warmup, cudaStream_t stream, const Setup& s, void* flush, size_t flush_bytes,
+double median_ms_flushed(int reps, int warmup, cudaStream_t stream, const Setup& s, const bench::ReadFlusher& flush,
                          Fn fn) {
   cudaEvent_t start;
   cudaEvent_t stop;
@@ -115,10 +105,7 @@ double median_ms_flushed(int reps, int warmup, cudaStream_t stream, const Setup&
   for (int r = 0; r < warmup + reps; ++r) {
     HYBRIDTB_CUDA_CHECK(
         cudaMemcpyAsync(s.p.ssm_state.data, s.pool_saved, s.pool_bytes, cudaMemcpyDeviceToDevice, stream));
-    read_flush_kernel<<<1056, 256, 0, stream>>>(static_cast<const uint4*>(flush),
-                                                static_cast<int64_t>(flush_bytes / sizeof(uint4)),
-                                                static_cast<uint32_t*>(flush));
-    HYBRIDTB_CUDA_CHECK_LAUNCH();
+    flush.flush(stream);
     HYBRIDTB_CUDA_CHECK(cudaEventRecord(start, stream));
     fn();
     HYBRIDTB_CUDA_CHECK(cudaEventRecord(stop, stream));
@@ -246,10 +233,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n", text.c_str());
   };
 
-  const size_t flush_bytes = size_t{256} << 20;
-  void* flush = nullptr;
-  HYBRIDTB_CUDA_CHECK(cudaMalloc(&flush, flush_bytes));
-  HYBRIDTB_CUDA_CHECK(cudaMemset(flush, 0, flush_bytes));
+  const bench::ReadFlusher flush;  // 256 MiB
   const auto num = [](double v) { return std::to_string(v); };
 
   // Case names ("name") match experiments/peers/torch_mamba1_peer.py's; "median_us" is the time.
@@ -262,7 +246,7 @@ int main(int argc, char** argv) {
     double ms = 0.0;
     for (int v = kVariants - 1; v >= 0; --v) {
       s.p.scan_variant = v;
-      const double t = median_ms_flushed(50, 5, stream, s, flush, flush_bytes, [&] { launch_mamba1_scan(s.p, stream); });
+      const double t = median_ms_flushed(50, 5, stream, s, flush, [&] { launch_mamba1_scan(s.p, stream); });
       variants += std::string(variants.empty() ? "" : ", ") + "\"" + variant_names[v] + "\": " + num(t * 1e3);
       if (v == 0) ms = t;
     }
@@ -279,7 +263,7 @@ int main(int argc, char** argv) {
     HYBRIDTB_CUDA_CHECK(cudaMalloc(&copy_src, half));
     HYBRIDTB_CUDA_CHECK(cudaMalloc(&copy_dst, half));
     HYBRIDTB_CUDA_CHECK(cudaMemset(copy_src, 1, half));
-    const double same_size_copy_ms = median_ms_flushed(50, 5, stream, s, flush, flush_bytes, [&] {
+    const double same_size_copy_ms = median_ms_flushed(50, 5, stream, s, flush, [&] {
       HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(copy_dst, copy_src, half, cudaMemcpyDeviceToDevice, stream));
     });
     cudaFree(copy_src);
@@ -302,12 +286,12 @@ int main(int argc, char** argv) {
     double scan_ms = 0.0;
     for (int v = kVariants - 1; v >= 0; --v) {
       s.p.scan_variant = v;
-      const double ms = median_ms_flushed(10, 2, stream, s, flush, flush_bytes, [&] { launch_mamba1_scan(s.p, stream); });
+      const double ms = median_ms_flushed(10, 2, stream, s, flush, [&] { launch_mamba1_scan(s.p, stream); });
       variants += std::string(variants.empty() ? "" : ", ") + "\"" + variant_names[v] + "\": " + num(ms * 1e3);
       if (v == 0) scan_ms = ms;
     }
     s.p.scan_variant = 0;
-    const double conv_ms = median_ms_flushed(10, 2, stream, s, flush, flush_bytes, [&] { launch_causal_conv(s.conv, stream); });
+    const double conv_ms = median_ms_flushed(10, 2, stream, s, flush, [&] { launch_causal_conv(s.conv, stream); });
     // Minimal traffic of the scan with our float32 I/O: dt, c, z in, y out (4 B each per channel) + B, C.
     const double bytes = static_cast<double>(tokens) * (4.0 * I * 4 + 2.0 * N * 4);
     const double t_bw = bytes / copy_bw;
@@ -321,7 +305,6 @@ int main(int argc, char** argv) {
              ", \"variants_us\": {" + variants + "}}");
     release(s);
   }
-  cudaFree(flush);
   json += "\n  ]\n}\n";
   if (!out_path.empty()) {
     FILE* f = std::fopen(out_path.c_str(), "w");
