@@ -33,11 +33,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hybridtb/backend.h"
 #include "hybridtb/error.h"
-#include "hybridtb/linear_layer.h"
 #include "hybridtb/per_layer.h"
 #include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/step.h"
@@ -84,35 +84,19 @@ void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
-// One layer's device tensors, with a host copy of its state to restore before every sample.
+// One layer's file and its buffers in the backend (hybridtb/step.h), with the file's state to
+// restore before every sample.
 struct Layer {
   BatchFile file;
-  BatchInputs device;
-  Tensor output, attn_output;
+  LayerBuffers buffers;
 
-  Layer(Backend& backend, BatchFile f) : file(std::move(f)), device(upload_inputs(backend, file.inputs)) {
-    const int64_t t = file.batch.num_tokens();
-    if (file.config.is_linear_layer()) {
-      output = poisoned_output(backend, {t, linear_layer_spec(file.config).output_width});
-    } else {
-      output = poisoned_output(backend, {t, file.config.num_heads, file.config.head_size});
-      attn_output = poisoned_output(backend, {t, file.config.num_heads, file.config.head_size});
-    }
-  }
+  Layer(Backend& backend, BatchFile f) : file(std::move(f)), buffers(backend, file) {}
   // Puts the step's starting state back (outside the timed region).
   void restore(Backend& backend) const {
-    for (const auto& [name, pool] : file.inputs.ssm_state) backend.copy(device.ssm_state.at(name), pool);
-    if (!file.config.is_linear_layer()) backend.copy(device.kv_cache, file.inputs.kv_cache);
+    for (const auto& [name, pool] : file.inputs.ssm_state) backend.copy(buffers.device.ssm_state.at(name), pool);
+    if (!file.config.is_linear_layer()) backend.copy(buffers.device.kv_cache, file.inputs.kv_cache);
   }
-  void run(Backend& backend, const HybridMetadata& metadata) const {
-    const StepTensors views = device.views();
-    if (file.config.is_linear_layer()) {
-      backend.linear_attention_forward(metadata, file.batch, views, output);
-    } else {
-      backend.write_kv_cache(file.batch, views);
-      backend.hybrid_forward(metadata, file.batch, views, {output, attn_output, Tensor()});
-    }
-  }
+  void run(Backend& backend, const HybridMetadata& metadata) const { buffers.run(backend, metadata, file.batch); }
   // The bytes the step must move for this layer: the state of every request that runs read and
   // written once (linear layers), the KV rows attention reads once (attention layers).
   double compulsory_bytes() const {
@@ -131,13 +115,8 @@ struct Layer {
     }
     return bytes;
   }
-  std::vector<Tensor> results(Backend& backend) const {
-    std::vector<Tensor> out = {download(backend, output)};
-    if (!attn_output.empty()) out.push_back(download(backend, device.kv_cache));
-    for (const auto& [name, pool] : device.ssm_state) out.push_back(download(backend, pool));
-    return out;
-  }
 };
+
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -190,8 +169,8 @@ nlohmann::ordered_json bench_size(int64_t batch_size, int64_t context, int sampl
   for (const Layer& layer : layers) layer.restore(*backend);
   eager_step();
   backend->synchronize();
-  std::vector<std::vector<Tensor>> eager_results;
-  for (const Layer& layer : layers) eager_results.push_back(layer.results(*backend));
+  std::vector<StepOutputs> eager_results;
+  for (const Layer& layer : layers) eager_results.push_back(layer.buffers.download_all(*backend, {}));
 
   // The graph: capture every layer's calls of one step on the backend's stream.
   backend->init_graph_state(batch_size, batch_size);
@@ -233,8 +212,7 @@ nlohmann::ordered_json bench_size(int64_t batch_size, int64_t context, int sampl
   backend->synchronize();
   bool equal = true;
   for (size_t l = 0; l < layers.size(); ++l) {
-    const std::vector<Tensor> replayed = layers[l].results(*backend);
-    for (size_t i = 0; i < replayed.size(); ++i) equal = equal && bitwise_equal(replayed[i], eager_results[l][i]);
+    equal = equal && first_bit_difference(layers[l].buffers.download_all(*backend, {}), eager_results[l]).empty();
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);

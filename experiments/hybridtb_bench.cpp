@@ -48,7 +48,6 @@
 
 #include "hybridtb/backend.h"
 #include "hybridtb/error.h"
-#include "hybridtb/linear_layer.h"
 #include "hybridtb/mix.h"
 #include "hybridtb/perf_model.h"
 #include "hybridtb/presets.h"
@@ -181,9 +180,7 @@ struct Prepared {
   std::string bench;
   std::unique_ptr<Backend> backend;
   HybridMetadata metadata;
-  BatchInputs device;
-  StepTensors tensors;
-  Tensor output, attn_output, ssm_output;
+  std::optional<LayerBuffers> buffers;  // the inputs in the backend's memory and the output buffers
   std::unique_ptr<StepGraph> graph;  // path "graph": the captured step
   std::vector<std::pair<int64_t, int64_t>> written_blocks;  // [begin, end) runs of KV blocks this step writes
   std::unique_ptr<gpu::StepTimer> timer;
@@ -221,15 +218,16 @@ struct Runner {
   void restore(Prepared& p, const BatchFile& file) {
     Backend& b = *p.backend;
     for (const auto& [begin, end] : p.written_blocks) {
-      b.copy(p.device.kv_cache.view().slice_rows(begin, end), file.inputs.kv_cache.view().slice_rows(begin, end));
+      b.copy(p.buffers->device.kv_cache.view().slice_rows(begin, end),
+             file.inputs.kv_cache.view().slice_rows(begin, end));
       if (!file.inputs.k_scale_cache.empty()) {
-        b.copy(p.device.k_scale_cache.view().slice_rows(begin, end),
+        b.copy(p.buffers->device.k_scale_cache.view().slice_rows(begin, end),
                file.inputs.k_scale_cache.view().slice_rows(begin, end));
-        b.copy(p.device.v_scale_cache.view().slice_rows(begin, end),
+        b.copy(p.buffers->device.v_scale_cache.view().slice_rows(begin, end),
                file.inputs.v_scale_cache.view().slice_rows(begin, end));
       }
     }
-    for (const auto& [name, pool] : file.inputs.ssm_state) b.copy(p.device.ssm_state.at(name), pool);
+    for (const auto& [name, pool] : file.inputs.ssm_state) b.copy(p.buffers->device.ssm_state.at(name), pool);
     b.synchronize();
   }
 
@@ -239,13 +237,7 @@ struct Runner {
       p.graph->replay(p.metadata, file.batch);
       return;
     }
-    Backend& b = *p.backend;
-    if (file.config.is_linear_layer()) {
-      b.linear_attention_forward(p.metadata, file.batch, p.tensors, p.output);
-      return;
-    }
-    b.write_kv_cache(file.batch, p.tensors);
-    b.hybrid_forward(p.metadata, file.batch, p.tensors, {p.output, p.attn_output, p.ssm_output});
+    p.buffers->run(*p.backend, p.metadata, file.batch);  // by the layer's kind (hybridtb/step.h)
   }
 
   // Creates the backend, uploads, builds the metadata and runs two untimed warm-up steps; records
@@ -262,22 +254,12 @@ struct Runner {
     }
     Backend& b = *p->backend;
     p->metadata = b.build_metadata(file.batch);  // the plan: never timed
-    p->device = upload_inputs(b, file.inputs);
-    p->tensors = p->device.views();
-    if (file.config.is_linear_layer()) {
-      // A linear-attention layer: its core's output rows alone, no KV cache.
-      p->output = b.allocate(b.output_dtype(), {file.batch.num_tokens(), linear_layer_spec(file.config).output_width});
-      if (bench.path == "graph") {
-        p->skip = "a linear-attention layer is captured with the whole model step through the CUDA-graph hooks "
-                  "(hybridtb_bench_per_layer), not as one layer's step";
-        return p;
-      }
-    } else {
-      const Shape shape{file.batch.num_tokens(), file.config.num_heads, file.config.head_size};
-      p->output = b.allocate(b.output_dtype(), shape);
-      p->attn_output = b.allocate(b.output_dtype(), shape);
-      if (file.config.has_ssm_branch()) p->ssm_output = b.allocate(b.output_dtype(), shape);
+    if (file.config.is_linear_layer() && bench.path == "graph") {
+      p->skip = "a linear-attention layer is captured with the whole model step through the CUDA-graph hooks "
+                "(hybridtb_bench_per_layer), not as one layer's step";
+      return p;
     }
+    p->buffers.emplace(b, file);
 
     std::set<int64_t> blocks;
     for (int64_t i = 0; i < (file.config.is_linear_layer() ? 0 : file.batch.num_actual_tokens); ++i) {
@@ -294,7 +276,7 @@ struct Runner {
     if (bench.gpu) p->timer = std::make_unique<gpu::StepTimer>(b.native_stream());
     try {
       if (bench.path == "graph") {
-        p->graph = b.capture_decode_step(p->metadata, file.batch, p->tensors, {p->output, p->attn_output, p->ssm_output});
+        p->graph = b.capture_decode_step(p->metadata, file.batch, p->buffers->views(), p->buffers->outputs());
       }
       for (int w = 0; w < (bench.gpu ? 2 : 1); ++w) {
         restore(*p, file);

@@ -72,6 +72,12 @@ StepCost attention_step_cost(const AttentionConfig& config, const BatchDescripti
 
 namespace {
 
+double param_of(const AttentionConfig& config, const char* name) {
+  const auto it = config.ssm_params.find(name);
+  HYBRIDTB_CHECK(it != config.ssm_params.end(), "perf model: ", config.ssm_mode, " needs /config/ssm ", name);
+  return static_cast<double>(it->second);
+}
+
 // FLOPs of the SSM branch for `tokens` tokens; known = false for a mode without a formula.
 double ssm_flops(const AttentionConfig& config, double tokens, bool& known) {
   known = true;
@@ -81,13 +87,8 @@ double ssm_flops(const AttentionConfig& config, double tokens, bool& known) {
   if (mode == "prefix_sum" || mode == "prefix_sum_flat") return tokens * h;
   if (mode == "ema") return tokens * 3.0 * h;
   if (mode == "mamba1") {
-    auto param = [&](const char* name) {
-      const auto it = config.ssm_params.find(name);
-      HYBRIDTB_CHECK(it != config.ssm_params.end(), "perf model: mamba1 needs /config/ssm ", name);
-      return static_cast<double>(it->second);
-    };
-    const double i = param("intermediate_size"), n = param("state_size"), k = param("conv_kernel"),
-                 r = param("dt_rank");
+    const double i = param_of(config, "intermediate_size"), n = param_of(config, "state_size"),
+                 k = param_of(config, "conv_kernel"), r = param_of(config, "dt_rank");
     const double per_token = 2.0 * 2.0 * i * h  // in_proj
                              + 2.0 * i * k      // causal conv1d
                              + 2.0 * (r + 2.0 * n) * i  // x_proj
@@ -100,11 +101,6 @@ double ssm_flops(const AttentionConfig& config, double tokens, bool& known) {
   return 0.0;
 }
 
-double param_of(const AttentionConfig& config, const char* name) {
-  const auto it = config.ssm_params.find(name);
-  HYBRIDTB_CHECK(it != config.ssm_params.end(), "perf model: ", config.ssm_mode, " needs /config/ssm ", name);
-  return static_cast<double>(it->second);
-}
 
 // A linear-attention layer's core per token, nominal (FlashInfer's GDN count: the outer product
 // into the state and the read-out, 2 FLOPs per multiply-add each; gates, norms and the conv not

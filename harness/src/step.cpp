@@ -2,6 +2,9 @@
 // only.
 #include "hybridtb/step.h"
 
+#include <string>
+#include <tuple>
+
 #include "hybridtb/error.h"
 #include "hybridtb/linear_layer.h"
 
@@ -49,43 +52,71 @@ BatchInputs upload_inputs(Backend& backend, const BatchInputs& in) {
   return device;
 }
 
+std::string first_bit_difference(const StepOutputs& a, const StepOutputs& b) {
+  for (const auto& [name, x, y] : {std::tuple{"output", &a.output, &b.output},
+                                   std::tuple{"attn_output", &a.attn_output, &b.attn_output},
+                                   std::tuple{"ssm_output", &a.ssm_output, &b.ssm_output},
+                                   std::tuple{"kv_cache", &a.kv_cache, &b.kv_cache},
+                                   std::tuple{"k_scale_cache", &a.k_scale_cache, &b.k_scale_cache},
+                                   std::tuple{"v_scale_cache", &a.v_scale_cache, &b.v_scale_cache}}) {
+    if (x->empty() != y->empty() || (!x->empty() && !bitwise_equal(*x, *y))) return name;
+  }
+  for (const auto& [name, pool] : b.ssm_state) {
+    const auto it = a.ssm_state.find(name);
+    if (it == a.ssm_state.end() || !bitwise_equal(it->second, pool)) return "state pool " + name;
+  }
+  for (const auto& [name, pool] : a.ssm_state) {
+    if (b.ssm_state.count(name) == 0) return "state pool " + name;
+  }
+  return "";
+}
+
 StepOutputs run_step(Backend& backend, const BatchFile& file) {
   return run_layer_step(backend, file, backend.build_metadata(file.batch));
 }
 
-StepOutputs run_layer_step(Backend& backend, const BatchFile& file, const HybridMetadata& metadata) {
-  const AttentionConfig& config = file.config;
+LayerBuffers::LayerBuffers(Backend& backend, const BatchFile& file)
+    : device(upload_inputs(backend, file.inputs)), config_(file.config) {
+  const int64_t t = file.batch.num_tokens();
+  if (config_.is_linear_layer()) {
+    output = poisoned_output(backend, {t, linear_layer_spec(config_).output_width});
+    return;
+  }
+  const Shape shape{t, config_.num_heads, config_.head_size};
+  output = poisoned_output(backend, shape);
+  attn_output = poisoned_output(backend, shape);
+  if (config_.has_ssm_branch()) ssm_output = poisoned_output(backend, shape);
+}
+
+void LayerBuffers::run(Backend& backend, const HybridMetadata& metadata, const BatchDescription& batch) const {
+  const StepTensors tensors = views();
+  if (config_.is_linear_layer()) {
+    backend.linear_attention_forward(metadata, batch, tensors, output);
+    return;
+  }
+  backend.write_kv_cache(batch, tensors);
+  backend.hybrid_forward(metadata, batch, tensors, outputs());
+}
+
+StepOutputs LayerBuffers::download_all(Backend& backend, const HybridMetadata& metadata) const {
   StepOutputs out;
   out.backend = backend.name();
   out.metadata = metadata;
-
-  BatchInputs device = upload_inputs(backend, file.inputs);
-  const StepTensors tensors = device.views();
-
-  if (config.is_linear_layer()) {
-    Tensor output = poisoned_output(backend, {file.batch.num_tokens(), linear_layer_spec(config).output_width});
-    backend.linear_attention_forward(metadata, file.batch, tensors, output);
-    backend.synchronize();
-    out.output = download(backend, output);
-  } else {
-    const Shape output_shape{file.batch.num_tokens(), config.num_heads, config.head_size};
-    Tensor output = poisoned_output(backend, output_shape);
-    Tensor attn_output = poisoned_output(backend, output_shape);
-    Tensor ssm_output = config.has_ssm_branch() ? poisoned_output(backend, output_shape) : Tensor();
-
-    backend.write_kv_cache(file.batch, tensors);
-    backend.hybrid_forward(metadata, file.batch, tensors, {output, attn_output, ssm_output});
-    backend.synchronize();
-
-    out.output = download(backend, output);
-    out.attn_output = download(backend, attn_output);
-    out.ssm_output = download(backend, ssm_output);
-    out.kv_cache = download(backend, device.kv_cache);
-    out.k_scale_cache = download(backend, device.k_scale_cache);
-    out.v_scale_cache = download(backend, device.v_scale_cache);
-  }
+  out.output = download(backend, output);
+  out.attn_output = download(backend, attn_output);
+  out.ssm_output = download(backend, ssm_output);
+  out.kv_cache = download(backend, device.kv_cache);
+  out.k_scale_cache = download(backend, device.k_scale_cache);
+  out.v_scale_cache = download(backend, device.v_scale_cache);
   for (const auto& [name, pool] : device.ssm_state) out.ssm_state[name] = download(backend, pool);
   return out;
+}
+
+StepOutputs run_layer_step(Backend& backend, const BatchFile& file, const HybridMetadata& metadata) {
+  const LayerBuffers buffers(backend, file);
+  buffers.run(backend, metadata, file.batch);
+  backend.synchronize();
+  return buffers.download_all(backend, metadata);
 }
 
 }  // namespace hybridtb

@@ -101,6 +101,22 @@ __global__ void fma_rate_kernel(float a, float b, float* sink) {
 
 size_t element_size(ElementKind kind) { return kind == ElementKind::kFloat32 ? 4 : 2; }
 
+// The wave of a case: `requests` requests of `length` token rows each, back to back; decodes
+// (length 1) read and write slot r + 1, prefills start from zeros and write slot r + 1.
+std::vector<GpuRequest> case_requests(int requests, int length) {
+  std::vector<GpuRequest> reqs;
+  for (int r = 0; r < requests; ++r) {
+    GpuRequest q;
+    q.begin = r * length;
+    q.end = (r + 1) * length;
+    q.decode = length == 1 ? 1 : 0;
+    q.read_slot = length == 1 ? r + 1 : -1;
+    q.write_slot = r + 1;
+    reqs.push_back(q);
+  }
+  return reqs;
+}
+
 // Device allocations of one case, freed together.
 struct Buffers {
   std::vector<void*> owned;
@@ -256,16 +272,7 @@ GdnParams make_gdn(Buffers& b, const GdnShape& s, int requests, int length, Elem
   p.dt_bias = WeightRef{b.f32(s.Hv, -0.1f, 0.1f, 28), ElementKind::kFloat32};
   const int64_t slot = int64_t{s.Hv} * s.dv * s.dk;
   p.recurrent_state = PoolRef{b.filled((requests + 1) * slot, pool_kind, -1.0f, 1.0f, 29), pool_kind, slot};
-  std::vector<GpuRequest> reqs;
-  for (int r = 0; r < requests; ++r) {
-    GpuRequest q;
-    q.begin = r * length;
-    q.end = (r + 1) * length;
-    q.decode = length == 1 ? 1 : 0;
-    q.read_slot = length == 1 ? r + 1 : -1;
-    q.write_slot = r + 1;
-    reqs.push_back(q);
-  }
+  const std::vector<GpuRequest> reqs = case_requests(requests, length);
   p.wave.requests = b.upload(reqs);
   p.wave.num_requests = requests;
   p.wave.max_tokens = length;
@@ -324,18 +331,11 @@ Mamba2Params make_mamba2(Buffers& b, const Mamba2Shape& s, int requests, int len
   p.D = WeightRef{b.f32(s.Hs, 0.5f, 1.5f, 46), ElementKind::kFloat32};
   const int64_t slot = int64_t{s.Hs} * s.P * s.N;
   p.ssm_state = PoolRef{b.filled((requests + 1) * slot, pool_kind, -1.0f, 1.0f, 47), pool_kind, slot};
-  std::vector<GpuRequest> reqs;
+  const std::vector<GpuRequest> reqs = case_requests(requests, length);
   std::vector<Mamba2Chunk> chunks;
   std::vector<Mamba2Sequence> sequences;
-  for (int r = 0; r < requests; ++r) {
-    GpuRequest q;
-    q.begin = r * length;
-    q.end = (r + 1) * length;
-    q.decode = length == 1 ? 1 : 0;
-    q.read_slot = length == 1 ? r + 1 : -1;
-    q.write_slot = r + 1;
-    reqs.push_back(q);
-    if (length == 1) continue;
+  for (const GpuRequest& q : reqs) {
+    if (q.decode != 0) continue;
     Mamba2Sequence seq;
     seq.first_chunk = static_cast<int32_t>(chunks.size());
     seq.read_slot = q.read_slot;

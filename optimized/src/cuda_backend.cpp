@@ -299,8 +299,8 @@ class CudaStepGraph final : public StepGraph {
  public:
   CudaStepGraph(const AttentionConfig& config, CudaDevice& device, const HybridMetadata& metadata,
                 const BatchDescription& batch, const StepTensors& tensors, const Backend::HybridOutputs& outputs)
-      : device_(device), plan_(config, device, batch), tensors_(tensors), outputs_(outputs), config_(config) {
-    check_hybrid_outputs(config, tensors, outputs);
+      : config_(config), device_(device), plan_(config_, device, batch), tensors_(tensors), outputs_(outputs) {
+    check_hybrid_outputs(config_, tensors, outputs);
     plan_.prepare(metadata, batch);
     capture();
   }
@@ -343,11 +343,11 @@ class CudaStepGraph final : public StepGraph {
     HYBRIDTB_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
   }
 
+  AttentionConfig config_;  // before plan_, which keeps a reference to it
   CudaDevice& device_;
   DecodeShapePlan plan_;
   StepTensors tensors_;
   Backend::HybridOutputs outputs_;
-  AttentionConfig config_;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
 };
@@ -360,8 +360,11 @@ class CudaBackend final : public Backend {
     validate(settings_.builder);
     if (!device_) device_ = std::make_shared<CudaDevice>();
     check_supported(settings_.attention);
-    slots_ = std::make_unique<Workspace>(*device_->memory);
-    runner_ = std::make_unique<AttentionRunner>(settings_.attention, *device_->memory, device_->num_sms);
+    // A linear-attention layer has no attention: no runner, no KV-write slots.
+    if (!settings_.attention.is_linear_layer()) {
+      slots_ = std::make_unique<Workspace>(*device_->memory);
+      runner_ = std::make_unique<AttentionRunner>(settings_.attention, *device_->memory, device_->num_sms);
+    }
   }
 
   ~CudaBackend() override {

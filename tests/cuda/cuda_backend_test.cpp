@@ -169,13 +169,7 @@ std::vector<Case> cases() {
   return all;
 }
 
-class CudaBackendTest : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    const std::string reason = cuda_unavailable_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-  }
-};
+class CudaBackendTest : public CudaParamFixture<Case> {};
 
 TEST_P(CudaBackendTest, MatchesReference) {
   const BatchFile step = make_step(GetParam());
@@ -197,8 +191,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaBackendTest, ::testing::ValuesIn(cases()), c
 
 // The shipped example batches, through the same step runner as `hybridtb run --backend cuda`.
 TEST(CudaExamples, MatchReference) {
-  const std::string reason = cuda_unavailable_reason();
-  if (!reason.empty()) GTEST_SKIP() << reason;
+  HYBRIDTB_SKIP_WITHOUT_CUDA();
   int ran = 0;
   for (const auto& entry : std::filesystem::directory_iterator(source_dir() / "datasets" / "examples")) {
     if (entry.path().extension() != ".h5") continue;
@@ -231,8 +224,7 @@ TEST(CudaExamples, MatchReference) {
 // A layer without an SSM branch (ssm_mode "none"): calling the branch is a caller error on both
 // backends (Error, not NotSupported: nothing is missing from the cuda backend here).
 TEST(CudaBackend, SsmForwardWithoutAnSsmBranchIsAnErrorLikeTheReference) {
-  const std::string reason = cuda_unavailable_reason();
-  if (!reason.empty()) GTEST_SKIP() << reason;
+  HYBRIDTB_SKIP_WITHOUT_CUDA();
   const BatchFile step = make_step({.name = "ssm", .requests = kSmall});
   ASSERT_FALSE(step.config.has_ssm_branch());
   for (const std::string name : {"reference", "cuda"}) {

@@ -12,6 +12,25 @@
 
 namespace hybridtb::testing {
 
+void load_step(Backend& backend, const LayerBuffers& layer, const BatchFile& file) {
+  const BatchInputs& in = file.inputs;
+  const BatchInputs& device = layer.device;
+  for (const auto& [name, input] : in.linear_inputs) backend.copy(device.linear_inputs.at(name), input);
+  for (const auto& [to, from] : {std::pair{&device.query, &in.query}, std::pair{&device.key, &in.key},
+                                 std::pair{&device.value, &in.value}, std::pair{&device.kv_cache, &in.kv_cache},
+                                 std::pair{&device.k_scale_cache, &in.k_scale_cache},
+                                 std::pair{&device.v_scale_cache, &in.v_scale_cache}}) {
+    if (!from->empty()) backend.copy(*to, *from);
+  }
+  for (const auto& [name, pool] : in.ssm_state) backend.copy(device.ssm_state.at(name), pool);
+  for (const Tensor* t : {&layer.output, &layer.attn_output, &layer.ssm_output}) {
+    if (t->empty()) continue;
+    Tensor host = Tensor::host(t->dtype(), t->shape());
+    fill_host(host, kOutputPoison);
+    backend.copy(*t, host);
+  }
+}
+
 std::string cuda_unavailable_reason() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);

@@ -7,13 +7,35 @@
 
 #include <string>
 
+#include "hybridtb/backend.h"
 #include "hybridtb/batch_file.h"
+#include "hybridtb/step.h"
 #include "hybridtb/tolerance.h"
 
 namespace hybridtb::testing {
 
 // "" if a CUDA device is usable, else the reason ("no CUDA device: <cudaGetErrorString>").
 std::string cuda_unavailable_reason();
+
+// Skips the current test, with the reason, on a machine without a usable CUDA device.
+#define HYBRIDTB_SKIP_WITHOUT_CUDA()                                                        \
+  do {                                                                                      \
+    const std::string skip_reason_ = ::hybridtb::testing::cuda_unavailable_reason();        \
+    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;                                 \
+  } while (0)
+
+// The fixture of GPU tests: SetUp skips them, with the reason, where no CUDA device is usable.
+template <typename Base = ::testing::Test>
+class CudaFixture : public Base {
+ protected:
+  void SetUp() override { HYBRIDTB_SKIP_WITHOUT_CUDA(); }
+};
+template <typename Param>
+using CudaParamFixture = CudaFixture<::testing::TestWithParam<Param>>;
+
+// Puts `file`'s step inputs (rows, KV and scale caches, state pools) into `layer`'s fixed device
+// tensors, as a CUDA-graph runner does before a replay, and poisons its outputs again.
+void load_step(Backend& backend, const LayerBuffers& layer, const BatchFile& file);
 
 // The row of the tolerance table for the CUDA backend's output of this step.
 Tolerance cuda_attention_tolerance(const BatchFile& step);

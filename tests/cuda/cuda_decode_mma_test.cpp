@@ -207,13 +207,7 @@ int64_t decode_rows_of(const BatchFile& step) {
   return n;
 }
 
-class CudaDecodeMmaTest : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    const std::string reason = cuda_unavailable_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-  }
-};
+class CudaDecodeMmaTest : public CudaParamFixture<Case> {};
 
 TEST_P(CudaDecodeMmaTest, MatchesReference) {
   const Case& c = GetParam();

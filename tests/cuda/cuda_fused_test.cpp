@@ -265,13 +265,7 @@ std::vector<FusedCase> cases() {
 
 std::string report_text(const ComparisonReport& report) { return format_report_table({report}); }
 
-class CudaFusedTest : public ::testing::TestWithParam<FusedCase> {
- protected:
-  void SetUp() override {
-    const std::string reason = cuda_unavailable_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-  }
-};
+class CudaFusedTest : public CudaParamFixture<FusedCase> {};
 
 TEST_P(CudaFusedTest, FusedEqualsSeparatePassAndReference) {
   const FusedCase& c = GetParam();

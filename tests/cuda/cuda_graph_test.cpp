@@ -141,74 +141,10 @@ std::vector<BatchFile> make_batches(const GraphCase& c) {
   }
   return out;
 }
-
-// The graph's fixed device tensors: inputs (rewritten before each replay) and outputs.
-struct GraphTensors {
-  BatchInputs device;
-  Tensor output, attn_output, ssm_output;
-
-  GraphTensors(Backend& backend, const BatchFile& file) : device(upload_inputs(backend, file.inputs)) {
-    const Shape shape{file.batch.num_tokens(), file.config.num_heads, file.config.head_size};
-    output = poisoned_output(backend, shape);
-    attn_output = poisoned_output(backend, shape);
-    if (file.config.has_ssm_branch()) ssm_output = poisoned_output(backend, shape);
-  }
-  Backend::HybridOutputs outputs() const { return {output, attn_output, ssm_output}; }
-
-  // Puts `file`'s step inputs into the captured tensors and poisons the outputs again.
-  void load(Backend& backend, const BatchFile& file) {
-    const BatchInputs& in = file.inputs;
-    ASSERT_EQ(device.kv_cache.shape(), in.kv_cache.shape()) << "the batches must share the KV cache shape";
-    backend.copy(device.query, in.query);
-    backend.copy(device.key, in.key);
-    backend.copy(device.value, in.value);
-    backend.copy(device.kv_cache, in.kv_cache);
-    if (!in.k_scale_cache.empty()) {
-      backend.copy(device.k_scale_cache, in.k_scale_cache);
-      backend.copy(device.v_scale_cache, in.v_scale_cache);
-    }
-    for (const auto& [name, pool] : in.ssm_state) backend.copy(device.ssm_state.at(name), pool);
-    for (Tensor* t : {&output, &attn_output, &ssm_output}) {
-      if (t->empty()) continue;
-      Tensor host = Tensor::host(t->dtype(), t->shape());
-      fill_host(host, kOutputPoison);
-      backend.copy(*t, host);
-    }
-  }
-
-  StepOutputs download_all(Backend& backend) const {
-    StepOutputs out;
-    out.backend = backend.name();
-    out.output = download(backend, output);
-    out.attn_output = download(backend, attn_output);
-    out.ssm_output = download(backend, ssm_output);
-    out.kv_cache = download(backend, device.kv_cache);
-    out.k_scale_cache = download(backend, device.k_scale_cache);
-    out.v_scale_cache = download(backend, device.v_scale_cache);
-    for (const auto& [name, pool] : device.ssm_state) out.ssm_state[name] = download(backend, pool);
-    return out;
-  }
-};
-
 ::testing::AssertionResult same_bits(const StepOutputs& replayed, const StepOutputs& eager) {
-  const std::vector<std::tuple<const char*, const Tensor*, const Tensor*>> pairs = {
-      {"output", &replayed.output, &eager.output},
-      {"attn_output", &replayed.attn_output, &eager.attn_output},
-      {"ssm_output", &replayed.ssm_output, &eager.ssm_output},
-      {"kv_cache", &replayed.kv_cache, &eager.kv_cache},
-      {"k_scale_cache", &replayed.k_scale_cache, &eager.k_scale_cache},
-      {"v_scale_cache", &replayed.v_scale_cache, &eager.v_scale_cache}};
-  for (const auto& [name, a, b] : pairs) {
-    if (a->empty() != b->empty() || (!a->empty() && !bitwise_equal(*a, *b))) {
-      return ::testing::AssertionFailure() << name << " of the replayed step differs from the eager step's";
-    }
-  }
-  for (const auto& [name, pool] : eager.ssm_state) {
-    if (!bitwise_equal(pool, replayed.ssm_state.at(name))) {
-      return ::testing::AssertionFailure() << "state pool " << name << " differs from the eager step's";
-    }
-  }
-  return ::testing::AssertionSuccess();
+  const std::string difference = first_bit_difference(replayed, eager);
+  if (difference.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << difference << " of the replayed step differs from the eager step's";
 }
 
 std::vector<GraphCase> cases() {
@@ -231,28 +167,22 @@ std::vector<GraphCase> cases() {
   };
 }
 
-class CudaGraphTest : public ::testing::TestWithParam<GraphCase> {
- protected:
-  void SetUp() override {
-    const std::string reason = cuda_unavailable_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-  }
-};
+class CudaGraphTest : public CudaParamFixture<GraphCase> {};
 
 TEST_P(CudaGraphTest, ReplayEqualsEager) {
   const GraphCase& c = GetParam();
   const std::vector<BatchFile> batches = make_batches(c);
   const BatchFile& a = batches.front();
   auto graph_backend = create_backend("cuda", {a.config, a.builder});
-  GraphTensors tensors(*graph_backend, a);
-  const StepTensors views = tensors.device.views();
+  LayerBuffers tensors(*graph_backend, a);
+  const StepTensors views = tensors.views();
   const std::unique_ptr<StepGraph> graph = graph_backend->capture_decode_step(
       graph_backend->build_metadata(a.batch), a.batch, views, tensors.outputs());
   graph_backend->synchronize();
   SCOPED_TRACE(graph->describe());
   {
     // Capturing ran nothing.
-    const StepOutputs after_capture = tensors.download_all(*graph_backend);
+    const StepOutputs after_capture = tensors.download_all(*graph_backend, {});
     EXPECT_TRUE(bitwise_equal(after_capture.kv_cache, a.inputs.kv_cache)) << "capture wrote the KV cache";
     for (const auto& [name, pool] : a.inputs.ssm_state) {
       EXPECT_TRUE(bitwise_equal(after_capture.ssm_state.at(name), pool)) << "capture wrote state pool " << name;
@@ -269,12 +199,13 @@ TEST_P(CudaGraphTest, ReplayEqualsEager) {
   for (size_t k : {0, 1, 2, 0}) {
     const BatchFile& step = batches[k];
     SCOPED_TRACE("batch " + std::string(1, static_cast<char>('A' + k)));
-    tensors.load(*graph_backend, step);
+    ASSERT_EQ(tensors.device.kv_cache.shape(), step.inputs.kv_cache.shape())
+        << "the batches must share the KV cache shape";
+    load_step(*graph_backend, tensors, step);
     const HybridMetadata metadata = graph_backend->build_metadata(step.batch);
     graph->replay(metadata, step.batch);
     graph_backend->synchronize();
-    StepOutputs replayed = tensors.download_all(*graph_backend);
-    replayed.metadata = metadata;
+    const StepOutputs replayed = tensors.download_all(*graph_backend, metadata);
 
     auto eager_backend = create_backend("cuda", {step.config, step.builder, c.fuse});
     const StepOutputs eager = run_step(*eager_backend, step);
@@ -294,13 +225,7 @@ std::string case_name(const ::testing::TestParamInfo<GraphCase>& param) { return
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaGraphTest, ::testing::ValuesIn(cases()), case_name);
 
-class CudaGraphRefusalTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const std::string reason = cuda_unavailable_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-  }
-};
+class CudaGraphRefusalTest : public CudaFixture<> {};
 
 // The message of the Error/NotSupported `f` throws ("" if it throws nothing).
 template <typename Exception, typename F>
@@ -318,8 +243,8 @@ TEST_F(CudaGraphRefusalTest, RefusesOtherShapesAndRunsNothing) {
   const std::vector<BatchFile> batches = make_batches(c);
   const BatchFile& a = batches.front();
   auto backend = create_backend("cuda", {a.config, a.builder});
-  GraphTensors tensors(*backend, a);
-  const StepTensors views = tensors.device.views();
+  LayerBuffers tensors(*backend, a);
+  const StepTensors views = tensors.views();
   const auto graph = backend->capture_decode_step(backend->build_metadata(a.batch), a.batch, views, tensors.outputs());
 
   // Another padded size (4 requests, 4 rows).
@@ -331,7 +256,7 @@ TEST_F(CudaGraphRefusalTest, RefusesOtherShapesAndRunsNothing) {
   why = message_of<Error>([&] { graph->replay(backend->build_metadata(wide.batch), wide.batch); });
   EXPECT_NE(why.find("block_table"), std::string::npos) << why;
   backend->synchronize();
-  const StepOutputs after = tensors.download_all(*backend);
+  const StepOutputs after = tensors.download_all(*backend, {});
   EXPECT_TRUE(bitwise_equal(after.kv_cache, a.inputs.kv_cache)) << "a refused replay wrote the KV cache";
   int64_t written = 0;
   for (int64_t i = 0; i < after.output.numel(); ++i) {
@@ -342,8 +267,8 @@ TEST_F(CudaGraphRefusalTest, RefusesOtherShapesAndRunsNothing) {
   // A step with a prefill chunk cannot be captured.
   const BatchFile mixed = make_batch(c, {{{10, 1}, {5, 7}}, 0}, 23, 3, 64);
   auto backend2 = create_backend("cuda", {mixed.config, mixed.builder});
-  GraphTensors tensors2(*backend2, mixed);
-  const StepTensors views2 = tensors2.device.views();
+  LayerBuffers tensors2(*backend2, mixed);
+  const StepTensors views2 = tensors2.views();
   why = message_of<NotSupported>([&] {
     backend2->capture_decode_step(backend2->build_metadata(mixed.batch), mixed.batch, views2, tensors2.outputs());
   });

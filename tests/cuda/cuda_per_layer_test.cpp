@@ -42,19 +42,19 @@
 namespace hybridtb::testing {
 namespace {
 
-// The model's full-attention layer: bf16, 4 query heads of 128 over 2 KV heads (the decode kernels'
-// head size, so a graph can hold it), blocks of 16.
-AttentionConfig attention_config(MambaCacheMode cache) {
-  AttentionConfig c;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
+// The per-layer tests' model (per_layer_support.h) at the decode kernels' head size, so that a graph
+// can hold its attention layer: bf16, 4 query heads of 128 over 2 KV heads, blocks of 16.
+AttentionConfig at_gpu_head_size(AttentionConfig c) {
   c.head_size = 128;
-  c.block_size = 16;
   c.scale = 1.0 / std::sqrt(128.0);
   c.dtype = DType::kBFloat16;
-  c.mamba_cache_mode = cache;
-  c.mamba_block_size = cache == MambaCacheMode::kNone ? 0 : 16;
   return c;
+}
+
+int64_t mamba_block_size_for(MambaCacheMode cache) { return cache == MambaCacheMode::kNone ? 0 : 16; }
+
+AttentionConfig attention_config(MambaCacheMode cache) {
+  return at_gpu_head_size(attention_layer(cache, mamba_block_size_for(cache)));
 }
 
 // Its linear layer of `kind` (the attention attributes are the model's, as in a per-layer file):
@@ -62,16 +62,13 @@ AttentionConfig attention_config(MambaCacheMode cache) {
 //           by shape alone), or 128 (Qwen3-Next's) when `big`; conv 4
 //   mamba2  4 heads of 16, state 16 (64 when `big`), 2 groups, conv 4
 AttentionConfig linear_config(LayerKind kind, MambaCacheMode cache, DType dtype, bool big = false) {
-  AttentionConfig c = attention_config(cache);
+  AttentionConfig c = at_gpu_head_size(linear_layer(kind, cache, mamba_block_size_for(cache)));
   c.dtype = dtype;
-  c.layer_kind = kind;
-  c.ssm_mode = std::string(to_string(kind));
   if (kind == LayerKind::kGdn) {
-    const int64_t d = big ? 128 : 32;
-    c.ssm_params = {{"num_k_heads", 2}, {"num_v_heads", 4}, {"head_k_dim", d}, {"head_v_dim", d}, {"conv_kernel", 4}};
+    c.ssm_params["head_k_dim"] = c.ssm_params["head_v_dim"] = big ? 128 : 32;
   } else {
-    c.ssm_params = {{"num_ssm_heads", 4}, {"head_dim", 16}, {"state_size", big ? 64 : 16}, {"n_groups", 2},
-                    {"conv_kernel", 4}};
+    c.ssm_params["head_dim"] = 16;
+    c.ssm_params["state_size"] = big ? 64 : 16;
   }
   return c;
 }
@@ -81,22 +78,6 @@ BuilderConfig graph_builder() {
   builder.cudagraph_mode = CudaGraphMode::kFullDecodeOnly;
   builder.cudagraph_capture_sizes = {1, 2, 4, 8};
   return builder;
-}
-
-// One layer's file of a step: the synthetic batch (with a dedicated SSM block table) and, for a
-// linear layer, random pools of `num_slots` slots and weights from `tensor_seed` (one model: every
-// batch of a test gets the same ones).
-BatchFile layer_file(const AttentionConfig& config, const BuilderConfig& builder, const std::vector<RequestSpec>& requests,
-                     SyntheticOptions options, int64_t num_slots, uint64_t tensor_seed) {
-  options.ssm_block_table = true;
-  BatchFile file = make_synthetic_batch(config, builder, requests, options);
-  if (config.is_linear_layer()) {
-    const int64_t slots = num_slots > 0 ? num_slots : ssm_slots_needed(file.batch);
-    auto tensors = reference::ssm::make_random_ssm_tensors(config, slots, tensor_seed);
-    file.inputs.ssm_state = std::move(tensors.ssm_state);
-    file.inputs.weights = std::move(tensors.weights);
-  }
-  return file;
 }
 
 StepOutputs run_on(const std::string& backend_name, const BatchFile& file) {
@@ -149,13 +130,7 @@ std::vector<LinearCase> linear_cases() {
   return all;
 }
 
-class CudaLinearLayer : public ::testing::TestWithParam<LinearCase> {
- protected:
-  void SetUp() override {
-    const std::string reason = cuda_unavailable_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-  }
-};
+class CudaLinearLayer : public CudaParamFixture<LinearCase> {};
 
 TEST_P(CudaLinearLayer, MatchesTheReferenceAndRepeatsBitForBit) {
   const LinearCase& c = GetParam();
@@ -188,13 +163,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaLinearLayer, ::testing::ValuesIn(linear_case
 // Mixed batch == each request alone, bit for bit: a request's output rows and state depend on nothing
 // else in the batch — whichever path runs it (in the mixed batch the eager wave driver; alone, a
 // decode takes the fixed decode step: the same sums in the same order).
-class CudaLinearKinds : public ::testing::TestWithParam<LayerKind> {
- protected:
-  void SetUp() override {
-    const std::string reason = cuda_unavailable_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-  }
-};
+class CudaLinearKinds : public CudaParamFixture<LayerKind> {};
 
 TEST_P(CudaLinearKinds, MixedBatchEqualsEachRequestAloneBitForBit) {
   const AttentionConfig config = linear_config(GetParam(), MambaCacheMode::kNone, DType::kBFloat16);
@@ -296,80 +265,10 @@ class PerLayerModel {
   AttentionConfig linear_;
 };
 
-// One layer's fixed device tensors (inputs rewritten before each step, outputs poisoned).
-struct LayerTensors {
-  BatchInputs device;
-  Tensor output, attn_output;
-  bool linear = false;
-
-  LayerTensors(Backend& backend, const BatchFile& file)
-      : device(upload_inputs(backend, file.inputs)), linear(file.config.is_linear_layer()) {
-    const int64_t t = file.batch.num_tokens();
-    if (linear) {
-      output = poisoned_output(backend, {t, linear_layer_spec(file.config).output_width});
-    } else {
-      const Shape shape{t, file.config.num_heads, file.config.head_size};
-      output = poisoned_output(backend, shape);
-      attn_output = poisoned_output(backend, shape);
-    }
-  }
-
-  void load(Backend& backend, const BatchFile& file) {
-    const BatchInputs& in = file.inputs;
-    for (const auto& [name, input] : in.linear_inputs) backend.copy(device.linear_inputs.at(name), input);
-    if (!linear) {
-      backend.copy(device.query, in.query);
-      backend.copy(device.key, in.key);
-      backend.copy(device.value, in.value);
-      backend.copy(device.kv_cache, in.kv_cache);
-    }
-    for (const auto& [name, pool] : in.ssm_state) backend.copy(device.ssm_state.at(name), pool);
-    for (Tensor* t : {&output, &attn_output}) {
-      if (t->empty()) continue;
-      Tensor host = Tensor::host(t->dtype(), t->shape());
-      fill_host(host, kOutputPoison);
-      backend.copy(*t, host);
-    }
-  }
-
-  // The layer's calls of one step (graph mode: bound to the backend's current plan).
-  void run(Backend& backend, const HybridMetadata& metadata, const BatchDescription& batch) const {
-    const StepTensors views = device.views();
-    if (linear) {
-      backend.linear_attention_forward(metadata, batch, views, output);
-    } else {
-      backend.write_kv_cache(batch, views);
-      backend.hybrid_forward(metadata, batch, views, {output, attn_output, Tensor()});
-    }
-  }
-
-  StepOutputs download_all(Backend& backend, const HybridMetadata& metadata) const {
-    StepOutputs out;
-    out.backend = backend.name();
-    out.metadata = metadata;
-    out.output = download(backend, output);
-    if (!linear) {
-      out.attn_output = download(backend, attn_output);
-      out.kv_cache = download(backend, device.kv_cache);
-    }
-    for (const auto& [name, pool] : device.ssm_state) out.ssm_state[name] = download(backend, pool);
-    return out;
-  }
-};
-
 ::testing::AssertionResult same_bits(const StepOutputs& replayed, const StepOutputs& eager) {
-  for (const auto& [name, a, b] : {std::tuple{"output", &replayed.output, &eager.output},
-                                   std::tuple{"attn_output", &replayed.attn_output, &eager.attn_output},
-                                   std::tuple{"kv_cache", &replayed.kv_cache, &eager.kv_cache}}) {
-    if (a->empty() != b->empty() || (!a->empty() && !bitwise_equal(*a, *b))) {
-      return ::testing::AssertionFailure() << name << " differs";
-    }
-  }
-  if (replayed.ssm_state.size() != eager.ssm_state.size()) return ::testing::AssertionFailure() << "pool lists differ";
-  for (const auto& [name, pool] : eager.ssm_state) {
-    if (!bitwise_equal(pool, replayed.ssm_state.at(name))) return ::testing::AssertionFailure() << "pool " << name << " differs";
-  }
-  return ::testing::AssertionSuccess();
+  const std::string difference = first_bit_difference(replayed, eager);
+  if (difference.empty()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << difference << " differs";
 }
 
 void check(cudaError_t status, const char* what) {
@@ -385,13 +284,7 @@ struct Graph {
   }
 };
 
-class CudaPerLayerGraph : public ::testing::TestWithParam<std::pair<LayerKind, MambaCacheMode>> {
- protected:
-  void SetUp() override {
-    const std::string reason = cuda_unavailable_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-  }
-};
+class CudaPerLayerGraph : public CudaParamFixture<std::pair<LayerKind, MambaCacheMode>> {};
 
 TEST_P(CudaPerLayerGraph, OneGraphOfTheWholeStepReplaysLikeTheEagerStep) {
   const auto [kind, cache] = GetParam();
@@ -399,7 +292,7 @@ TEST_P(CudaPerLayerGraph, OneGraphOfTheWholeStepReplaysLikeTheEagerStep) {
   const std::vector<ModelStep> steps = model.steps();
   const ModelStep& a = steps[0];
   auto backend = create_per_layer_backend("cuda", model.settings());
-  std::vector<LayerTensors> layers;
+  std::vector<LayerBuffers> layers;
   for (const BatchFile& file : a.layers) layers.emplace_back(*backend, file);
 
   // Capture A's step: plan it into the graph state, then record every layer's calls on one stream.
@@ -407,15 +300,15 @@ TEST_P(CudaPerLayerGraph, OneGraphOfTheWholeStepReplaysLikeTheEagerStep) {
   const HybridMetadata captured = backend->build_metadata(a.layers[0].batch);
   ASSERT_EQ(captured.mamba->cudagraph_padded, 1) << "the builder did not pad A for a CUDA graph";
   backend->init_capture_metadata(captured, a.layers[0].batch);
-  for (size_t l = 0; l < layers.size(); ++l) layers[l].load(*backend, a.layers[l]);
+  for (size_t l = 0; l < layers.size(); ++l) load_step(*backend, layers[l], a.layers[l]);
   std::vector<StepOutputs> before;
-  for (const LayerTensors& layer : layers) before.push_back(layer.download_all(*backend, captured));
+  for (const LayerBuffers& layer : layers) before.push_back(layer.download_all(*backend, captured));
   const auto stream = static_cast<cudaStream_t>(backend->native_stream());
   Graph g;
   check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
   std::string capture_error;
   try {
-    for (const LayerTensors& layer : layers) layer.run(*backend, captured, a.layers[0].batch);
+    for (const LayerBuffers& layer : layers) layer.run(*backend, captured, a.layers[0].batch);
   } catch (const std::exception& e) {
     capture_error = e.what();
   }
@@ -434,7 +327,7 @@ TEST_P(CudaPerLayerGraph, OneGraphOfTheWholeStepReplaysLikeTheEagerStep) {
     SCOPED_TRACE("step " + std::string(1, static_cast<char>('A' + s)));
     const ModelStep& step = steps[s];
     const BatchDescription& batch = step.layers[0].batch;
-    for (size_t l = 0; l < layers.size(); ++l) layers[l].load(*backend, step.layers[l]);
+    for (size_t l = 0; l < layers.size(); ++l) load_step(*backend, layers[l], step.layers[l]);
     const HybridMetadata metadata = backend->build_metadata(batch);
     backend->init_replay_metadata(metadata, batch);
     check(cudaGraphLaunch(g.exec, stream), "cudaGraphLaunch");
@@ -473,8 +366,7 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaPerLayerGraph,
 // The hooks refuse what a graph cannot hold, naming it, and run calls in graph mode refuse another
 // shape; a linear layer's backend refuses attention calls.
 TEST(CudaPerLayerGraphRefusals, HooksAndCallsNameWhatDoesNotFit) {
-  const std::string reason = cuda_unavailable_reason();
-  if (!reason.empty()) GTEST_SKIP() << reason;
+  HYBRIDTB_SKIP_WITHOUT_CUDA();
   const PerLayerModel model(LayerKind::kGdn, MambaCacheMode::kNone);
   const std::vector<ModelStep> steps = model.steps();
   auto backend = create_per_layer_backend("cuda", model.settings());
@@ -510,8 +402,8 @@ TEST(CudaPerLayerGraphRefusals, HooksAndCallsNameWhatDoesNotFit) {
             std::string::npos);
   // Graph mode: a call with another batch shape is refused.
   backend->init_replay_metadata(metadata, a);
-  LayerTensors gdn(*backend, steps[0].layers[0]);
-  const StepTensors views = gdn.device.views();
+  const LayerBuffers gdn(*backend, steps[0].layers[0]);
+  const StepTensors views = gdn.views();
   EXPECT_NE(message([&] { backend->linear_attention_forward(metadata, four.batch, views, gdn.output); })
                 .find("CUDA-graph mode"),
             std::string::npos);

@@ -183,13 +183,7 @@ std::vector<Case> cases() {
   return all;
 }
 
-class CudaPrefillTest : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    const std::string reason = cuda_unavailable_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-  }
-};
+class CudaPrefillTest : public CudaParamFixture<Case> {};
 
 TEST_P(CudaPrefillTest, MatchesReference) {
   const Case& c = GetParam();

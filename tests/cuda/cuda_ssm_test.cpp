@@ -350,13 +350,7 @@ void expect_untouched_slots(const std::map<std::string, Tensor>& before, const s
   }
 }
 
-class CudaSsmTest : public ::testing::TestWithParam<SsmCase> {
- protected:
-  void SetUp() override {
-    const std::string reason = cuda_unavailable_reason();
-    if (!reason.empty()) GTEST_SKIP() << reason;
-  }
-};
+class CudaSsmTest : public CudaParamFixture<SsmCase> {};
 
 // Parity (contribution, fused output, every pool, attention, metadata, padding, untouched slots)
 // and bitwise reproducibility.
@@ -456,8 +450,7 @@ void expect_chunked_equals_one_shot(const std::string& mode, int64_t length, int
 }
 
 TEST(CudaSsm, ChunkedPrefillEqualsOneShot) {
-  const std::string reason = cuda_unavailable_reason();
-  if (!reason.empty()) GTEST_SKIP() << reason;
+  HYBRIDTB_SKIP_WITHOUT_CUDA();
   for (const std::string mode : {"prefix_sum", "ema", "mamba1", "mamba2", "gdn"}) {
     for (const MambaCacheMode cache : {MambaCacheMode::kNone, MambaCacheMode::kAll}) {
       SCOPED_TRACE(mode + " cache " + std::string(to_string(cache)));
@@ -470,8 +463,7 @@ TEST(CudaSsm, ChunkedPrefillEqualsOneShot) {
 
 // A reference mode without a GPU implementation is refused by name, never run on the CPU.
 TEST(CudaSsm, ModeWithoutGpuImplementationIsNotSupported) {
-  const std::string reason = cuda_unavailable_reason();
-  if (!reason.empty()) GTEST_SKIP() << reason;
+  HYBRIDTB_SKIP_WITHOUT_CUDA();
   class CpuOnlyMode final : public reference::ssm::Mode {
    public:
     std::string name() const override { return "cpu_only_test_mode"; }
@@ -498,8 +490,7 @@ TEST(CudaSsm, ModeWithoutGpuImplementationIsNotSupported) {
 
 // The shipped SSM example batches, through the same step runner and comparison as `hybridtb parity`.
 TEST(CudaSsmExamples, MatchReference) {
-  const std::string reason = cuda_unavailable_reason();
-  if (!reason.empty()) GTEST_SKIP() << reason;
+  HYBRIDTB_SKIP_WITHOUT_CUDA();
   int ran = 0;
   for (const auto& entry : std::filesystem::directory_iterator(source_dir() / "datasets" / "examples")) {
     const std::string name = entry.path().filename().string();
@@ -684,12 +675,6 @@ std::vector<SsmCase> fixed_step_cases() {
   return all;
 }
 
-#define SKIP_WITHOUT_CUDA()                                        \
-  do {                                                             \
-    const std::string reason_ = cuda_unavailable_reason();          \
-    if (!reason_.empty()) GTEST_SKIP() << reason_;                  \
-  } while (0)
-
 // Host only (runs without a GPU): the routing predicate.
 TEST(CudaSsmFixedStep, IsFixedDecodeStep) {
   AttentionConfig config;
@@ -717,7 +702,7 @@ TEST(CudaSsmFixedStep, IsFixedDecodeStep) {
 // the eager backend (ssm_forward routes decode steps through a temporary fixed step) gives the
 // same bits.
 TEST(CudaSsmFixedStep, SmallReprepareEqualsFresh) {
-  SKIP_WITHOUT_CUDA();
+  HYBRIDTB_SKIP_WITHOUT_CUDA();
   for (const SsmCase& c : fixed_step_cases()) {
     SCOPED_TRACE(c.name);
     const auto [a, b] = graph_pair(c, kSmallGraphB);
@@ -754,7 +739,7 @@ TEST(CudaSsmFixedStep, SmallReprepareEqualsFresh) {
 // kernels and cuBLAS calls), replayed for A and, after prepare(B), for B: the bits of fresh steps
 // for A and B.
 TEST(CudaSsmFixedStep, SmallCapturedGraphReplaysNewBatch) {
-  SKIP_WITHOUT_CUDA();
+  HYBRIDTB_SKIP_WITHOUT_CUDA();
   struct Graph {
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
@@ -800,7 +785,7 @@ TEST(CudaSsmFixedStep, SmallCapturedGraphReplaysNewBatch) {
 // A request whose state slot is PAD_SLOT_ID (vLLM's padding slot on a real token) is skipped:
 // zero contribution rows, no slot read or written — as the reference does.
 TEST(CudaSsmFixedStep, SmallSkippedRequestGetsZeros) {
-  SKIP_WITHOUT_CUDA();
+  HYBRIDTB_SKIP_WITHOUT_CUDA();
   for (const SsmCase& c : fixed_step_cases()) {
     SCOPED_TRACE(c.name);
     const BatchFile file = make_ssm_step(c);
@@ -822,7 +807,7 @@ TEST(CudaSsmFixedStep, SmallSkippedRequestGetsZeros) {
 // Two requests sharing a state slot need two waves: prepare refuses the step (NotSupported naming
 // the slot), and the eager backend still runs it (the wave driver) as the reference does.
 TEST(CudaSsmFixedStep, SmallSharedSlotIsRefusedAndRunsEagerly) {
-  SKIP_WITHOUT_CUDA();
+  HYBRIDTB_SKIP_WITHOUT_CUDA();
   for (const SsmCase& c : fixed_step_cases()) {
     if (gpu::GpuModeRegistry::instance().find(c.mode)->whole_step()) continue;  // no slots
     SCOPED_TRACE(c.name);
@@ -854,7 +839,7 @@ TEST(CudaSsmFixedStep, SmallSharedSlotIsRefusedAndRunsEagerly) {
 // prepare refuses another shape, other tensors, prefills and bad slots with the item named, and a
 // refused prepare leaves the step's last plan in place.
 TEST(CudaSsmFixedStep, SmallPrepareRefusesChanges) {
-  SKIP_WITHOUT_CUDA();
+  HYBRIDTB_SKIP_WITHOUT_CUDA();
   const auto expect_error = [](const std::function<void()>& call, const std::string& needle, bool not_supported) {
     try {
       call();

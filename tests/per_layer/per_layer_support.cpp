@@ -43,10 +43,16 @@ std::string kind_name(LayerKind kind) { return std::string(to_string(kind)); }
 
 BatchFile layer_file(const AttentionConfig& config, const std::vector<RequestSpec>& requests, SyntheticOptions options,
                      uint64_t tensor_seed) {
+  return layer_file(config, BuilderConfig{}, requests, options, 0, tensor_seed);
+}
+
+BatchFile layer_file(const AttentionConfig& config, const BuilderConfig& builder, const std::vector<RequestSpec>& requests,
+                     SyntheticOptions options, int64_t num_slots, uint64_t tensor_seed) {
   options.ssm_block_table = true;
-  BatchFile file = make_synthetic_batch(config, {}, requests, options);
+  BatchFile file = make_synthetic_batch(config, builder, requests, options);
   if (config.is_linear_layer() || config.has_ssm_branch()) {
-    auto tensors = reference::ssm::make_random_ssm_tensors(config, ssm_slots_needed(file.batch), tensor_seed);
+    const int64_t slots = num_slots > 0 ? num_slots : ssm_slots_needed(file.batch);
+    auto tensors = reference::ssm::make_random_ssm_tensors(config, slots, tensor_seed);
     file.inputs.ssm_state = std::move(tensors.ssm_state);
     file.inputs.weights = std::move(tensors.weights);
   }

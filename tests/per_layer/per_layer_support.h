@@ -36,6 +36,10 @@ std::string kind_name(LayerKind kind);
 // same requests and options give every layer of the model the same batch.
 BatchFile layer_file(const AttentionConfig& config, const std::vector<RequestSpec>& requests,
                      SyntheticOptions options, uint64_t tensor_seed = 11);
+// The same with the builder's settings (e.g. CUDA-graph padding) and pools of `num_slots` slots (0: as
+// many as the batch names; more let batches of one model share the pools).
+BatchFile layer_file(const AttentionConfig& config, const BuilderConfig& builder, const std::vector<RequestSpec>& requests,
+                     SyntheticOptions options, int64_t num_slots, uint64_t tensor_seed);
 
 // A step of ONE request of a linear layer: context `context_len`, the given input rows (each
 // [query_len, width], exact in config.dtype), state slot `slot` of `pools` (the state before the

@@ -84,6 +84,24 @@ void launch_causal_conv_decode(const CausalConvParams& p, cudaStream_t stream);
 
 namespace hybridtb::cuda::ssm {
 
+// The conv of `step`'s mode by the names every mode with a conv front end uses (mamba1, mamba2, gdn):
+// /config/ssm conv_kernel, weights conv1d_weight and conv1d_bias (optional), pool conv_state; over
+// `channels` columns of `in` (rows in_stride apart, in_bias added first if present) into `out`.
+inline CausalConvParams mode_causal_conv(const GpuStep& step, int64_t channels, const float* in, int64_t in_stride,
+                                         float* out, WeightRef in_bias = {}) {
+  CausalConvParams conv;
+  conv.channels = static_cast<int32_t>(channels);
+  conv.kernel = static_cast<int32_t>(step.config->ssm_params.at("conv_kernel"));
+  conv.in = in;
+  conv.in_stride = in_stride;
+  conv.in_bias = in_bias;
+  conv.weight = step.weight_ref("conv1d_weight");
+  conv.bias = step.weight_ref("conv1d_bias");
+  conv.out = out;
+  conv.state = step.pools.at("conv_state");
+  return conv;
+}
+
 // Eager step (step.fixed == false): the conv of one wave, stash from the step's scratch, the
 // step's block-boundary rows, on the context's stream. `conv` gives sizes, in/out, weights, pool.
 inline void causal_conv_silu(const GpuStep& step, const GpuWave& wave, CausalConvParams conv) {

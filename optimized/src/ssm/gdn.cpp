@@ -99,14 +99,6 @@ void launch_gdn_core(const GpuStep& step, const GdnCoreIo& io) {
   const GdnSizes s = sizes_of(step);
   const int64_t T = step.num_tokens;
 
-  CausalConvParams conv;
-  conv.channels = static_cast<int32_t>(s.conv_dim());
-  conv.kernel = static_cast<int32_t>(s.K);
-  conv.in = io.mixed_qkv;
-  conv.in_stride = io.mixed_qkv_stride;
-  conv.weight = step.weight_ref("conv1d_weight");
-  conv.bias = step.weight_ref("conv1d_bias");
-  conv.state = step.pools.at("conv_state");
 
   GdnParams base;
   base.Hk = static_cast<int32_t>(s.Hk);
@@ -125,7 +117,7 @@ void launch_gdn_core(const GpuStep& step, const GdnCoreIo& io) {
   base.A_log = step.weight_ref("A_log");
   base.dt_bias = step.weight_ref("dt_bias");
   base.recurrent_state = step.pools.at("recurrent_state");
-  conv.out = base.qkv;
+  const CausalConvParams conv = mode_causal_conv(step, s.conv_dim(), io.mixed_qkv, io.mixed_qkv_stride, base.qkv);
 
   if (step.fixed) {
     // One wave of R entries, each empty or one decode token: nothing host-side depends on the batch.

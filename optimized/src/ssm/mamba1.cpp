@@ -65,7 +65,7 @@ class Mamba1GpuMode final : public GpuMode {
     const auto& params = step.config->ssm_params;
     const int64_t T = step.num_tokens, H = step.hidden_size;
     const int64_t I = params.at("intermediate_size"), N = params.at("state_size");
-    const int64_t K = params.at("conv_kernel"), R = params.at("dt_rank");
+    const int64_t R = params.at("dt_rank");
 
     Mamba1Params base;
     base.I = static_cast<int32_t>(I);
@@ -95,16 +95,7 @@ class Mamba1GpuMode final : public GpuMode {
               "mamba1 in_proj");
 
     // The conv over x (the first I columns of xz, + in_proj_bias) into c, with its conv state.
-    CausalConvParams conv;
-    conv.channels = static_cast<int32_t>(I);
-    conv.kernel = static_cast<int32_t>(K);
-    conv.in = xz;
-    conv.in_stride = 2 * I;
-    conv.in_bias = base.in_bias;
-    conv.weight = step.weight_ref("conv1d_weight");
-    conv.bias = step.weight_ref("conv1d_bias");
-    conv.out = c;
-    conv.state = step.pools.at("conv_state");
+    const CausalConvParams conv = mode_causal_conv(step, I, xz, 2 * I, c, base.in_bias);
     std::vector<Mamba1Params> waves;
     if (step.fixed) {
       // One wave of R entries, each empty or one decode token: the single-token conv update reads

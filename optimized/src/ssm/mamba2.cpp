@@ -185,16 +185,7 @@ class Mamba2GpuMode final : public GpuMode {
     const int64_t d_ssm = s.d_ssm(), conv_dim = s.conv_dim(), proj = s.proj();
     float* xbc = step.scratch_of<float>(T * conv_dim);
 
-    CausalConvParams conv;
-    conv.channels = static_cast<int32_t>(conv_dim);
-    conv.kernel = static_cast<int32_t>(s.kernel);
-    conv.in = zxbcdt + d_ssm;
-    conv.in_stride = proj;
-    conv.in_bias = weight_from(in_bias, d_ssm);
-    conv.weight = step.weight_ref("conv1d_weight");
-    conv.bias = step.weight_ref("conv1d_bias");
-    conv.out = xbc;
-    conv.state = step.pools.at("conv_state");
+    const CausalConvParams conv = mode_causal_conv(step, conv_dim, zxbcdt + d_ssm, proj, xbc, weight_from(in_bias, d_ssm));
 
     Mamba2Params base;
     base.heads = static_cast<int32_t>(s.heads);
