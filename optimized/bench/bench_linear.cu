@@ -19,7 +19,7 @@
 //       y (Hs·P) written, float32 (perf-anchors.md §6.4); same ceilings.
 //   gdn prefill {8k qwen3-next, 8k hv8, 64k hv8} — one fresh request (no initial state), the
 //       per-token preparation + the chunked WY prefill (launch_gdn_prepare + launch_gdn_prefill: the
-//       intra-chunk and the state-pass kernels; not the conv), "prepare_us" and "prefill_us" timed
+//       intra-chunk, state-pass and output kernels; not the conv), "prepare_us" and "prefill_us" timed
 //       by events between them in the same samples. qwen3-next: Hk 16, Hv 32; hv8: FlashInfer's
 //       comparison shape of 8 value heads of 128 with Hk 4 here (FlashInfer's has 2 key heads: the
 //       key heads only change the preparation's and the loads' share, not the chunk products).
@@ -262,12 +262,11 @@ GdnParams make_gdn(Buffers& b, const GdnShape& s, int requests, int length, Elem
   p.dv = s.dv;
   p.num_tokens = T;
   p.qkv = b.f32(T * s.conv_dim(), -1.0f, 1.0f, 21);
-  p.a = b.f32(T * s.Hv, -1.0f, 1.0f, 22);
-  p.b = b.f32(T * s.Hv, -1.0f, 1.0f, 23);
-  p.gate_stride = s.Hv;
+  p.a = RowsRef{b.f32(T * s.Hv, -1.0f, 1.0f, 22), ElementKind::kFloat32, s.Hv};
+  p.b = RowsRef{b.f32(T * s.Hv, -1.0f, 1.0f, 23), ElementKind::kFloat32, s.Hv};
   p.g = b.f32(T * s.Hv, 0.0f, 0.0f, 24);
   p.beta = b.f32(T * s.Hv, 0.0f, 0.0f, 25);
-  p.o = b.f32(T * s.Hv * s.dv, 0.0f, 0.0f, 26);
+  p.o = RowsRef{b.f32(T * s.Hv * s.dv, 0.0f, 0.0f, 26), ElementKind::kFloat32, int64_t{s.Hv} * s.dv};
   p.A_log = WeightRef{b.f32(s.Hv, -1.0f, 1.0f, 27), ElementKind::kFloat32};
   p.dt_bias = WeightRef{b.f32(s.Hv, -0.1f, 0.1f, 28), ElementKind::kFloat32};
   const int64_t slot = int64_t{s.Hv} * s.dv * s.dk;
@@ -301,6 +300,7 @@ GdnParams make_gdn(Buffers& b, const GdnShape& s, int requests, int length, Elem
   p.u = b.f32(T * s.Hv * s.dv, 0.0f, 0.0f, 31);
   p.attn = b.f32(T * s.Hv * kGdnChunk, 0.0f, 0.0f, 32);
   p.gcum = b.f32(T * s.Hv, 0.0f, 0.0f, 33);
+  p.h = b.f32(int64_t{p.num_chunks} * s.Hv * s.dv * s.dk, 0.0f, 0.0f, 34);
   return p;
 }
 
@@ -310,7 +310,6 @@ struct Mamba2Shape {
   int Hs, P, N, G;
   int64_t d_ssm() const { return int64_t{Hs} * P; }
   int64_t conv_dim() const { return d_ssm() + 2 * int64_t{G} * N; }
-  int64_t proj() const { return d_ssm() + conv_dim() + Hs; }
 };
 constexpr Mamba2Shape kFalconH1{24, 128, 256, 1};  // gen preset falcon-h1-7b-mamba2
 
@@ -323,9 +322,9 @@ Mamba2Params make_mamba2(Buffers& b, const Mamba2Shape& s, int requests, int len
   p.state = s.N;
   p.groups = s.G;
   p.num_tokens = T;
-  p.zxbcdt = b.f32(T * s.proj(), -4.6f, -2.3f, 41);  // the dt column: softplus → Δ ≈ 0.01 … 0.1
+  p.dt = RowsRef{b.f32(T * s.Hs, -4.6f, -2.3f, 41), ElementKind::kFloat32, s.Hs};  // softplus → Δ ≈ 0.01 … 0.1
   p.xbc = b.f32(T * s.conv_dim(), -1.0f, 1.0f, 42);
-  p.y = b.f32(T * s.d_ssm(), 0.0f, 0.0f, 43);
+  p.y = RowsRef{b.f32(T * s.d_ssm(), 0.0f, 0.0f, 43), ElementKind::kFloat32, s.d_ssm()};
   p.dt_bias = WeightRef{b.f32(s.Hs, -0.1f, 0.1f, 44), ElementKind::kFloat32};
   p.A_log = WeightRef{b.f32(s.Hs, 0.0f, 2.77f, 45), ElementKind::kFloat32};  // A = −1 … −16
   p.D = WeightRef{b.f32(s.Hs, 0.5f, 1.5f, 46), ElementKind::kFloat32};

@@ -149,8 +149,7 @@ Setup make_setup(int requests, int length) {
   conv.channels = I;
   conv.kernel = K;
   conv.num_tokens = T;
-  conv.in = p.xz;
-  conv.in_stride = 2 * I;
+  conv.in = RowsRef{const_cast<float*>(p.xz), ElementKind::kFloat32, 2 * I};
   conv.in_bias = p.in_bias;
   conv.weight = WeightRef{own(device_filled(int64_t{I} * K, -0.5f, 0.5f, 6)), ElementKind::kFloat32};
   conv.bias = WeightRef{own(device_filled(I, -0.1f, 0.1f, 7)), ElementKind::kFloat32};

@@ -1,5 +1,6 @@
 // PTX wrappers for the tensor-core attention kernels (sm_80+; built for sm_90): mma.sync
-// m16n8k16 with float32 accumulation for float16 / bfloat16 inputs, ldmatrix (plain and
+// m16n8k16 with float32 accumulation for float16 / bfloat16 inputs, m16n8k8 for TF32 inputs with
+// the float32 → hi + lo TF32 split (3xTF32: the GDN prefill), ldmatrix (plain and
 // transposed), movmatrix (8×8 transpose of a fragment), 16- and 4-byte cp.async with zero-fill, and exp2
 // (the mamba1 scan uses the copies and exp2 too).
 // Fragment layouts (PTX ISA "Matrix fragments for mma.m16n8k16"), g = lane / 4, t = lane % 4:
@@ -52,6 +53,27 @@ struct Mma<__nv_bfloat16> {
     return u;
   }
 };
+
+// float32 → TF32, round to nearest with ties away (as cvt.rna.tf32.f32), the 32-bit pattern an mma
+// reads (low 13 bits 0). Integer ops on the bits: cvt runs on the slow conversion pipe, and the
+// 3xTF32 products split every operand they load.
+__device__ __forceinline__ uint32_t to_tf32(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
+// x = hi + lo with hi, lo TF32 (x − hi is exact in float32; lo keeps its top 11 bits): 3xTF32,
+// a·b ≈ lo_a·hi_b + hi_a·lo_b + hi_a·hi_b, loses only lo_a·lo_b (≤ 2^-22·|a·b|) and lo's rounding.
+__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+  hi = to_tf32(x);
+  lo = to_tf32(x - __uint_as_float(hi));
+}
+// c += a·b, mma.sync m16n8k8 with TF32 inputs and float32 accumulation. Fragments (g = lane / 4,
+// t = lane % 4): a0 = (g, t), a1 = (g+8, t), a2 = (g, t+4), a3 = (g+8, t+4); b0 = (k t, n g),
+// b1 = (k t+4, n g); c as for m16n8k16.
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
 // Four 8×8 b16 matrices from shared memory; lane l gives the address of row l % 8 of matrix l / 8.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {

@@ -10,6 +10,7 @@
 
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
+#include "common/pdl.cuh"
 #include "ssm/causal_conv.h"
 
 namespace hybridtb::cuda::ssm {
@@ -18,6 +19,10 @@ namespace {
 constexpr int kConvChannels = 128;          // channels (threads) per block of the conv kernels
 constexpr int64_t kMinChunkTokens = 64;     // token-parallel conv: chunks of at least 64 tokens,
 constexpr int64_t kMaxChunksPerRequest = 128;  // at most 128 chunks per request
+// Tokens whose inputs a conv_kernel thread loads before computing any of them: the loop stores out
+// rows (which may alias the input, as far as the compiler knows), so without the batch every token
+// would wait a full memory latency for its input.
+constexpr int kConvBatch = 8;
 
 __device__ __forceinline__ float weight_or(const WeightRef& w, int64_t i, float absent) {
   return w.data != nullptr ? load_element(w.data, i, w.kind) : absent;
@@ -26,7 +31,7 @@ __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
 // u_t[c]: the conv input of step row t, channel c (in_bias included).
 __device__ __forceinline__ float conv_input(const CausalConvParams& p, int64_t t, int c) {
-  return p.in[t * p.in_stride + c] + weight_or(p.in_bias, c, 0.0f);
+  return load_element(p.in.data, t * p.in.row_stride + c, p.in.kind) + weight_or(p.in_bias, c, 0.0f);
 }
 
 // silu(bias + Σ_j w[j]·window[j]) over the K window rows, the current token's u last.
@@ -93,13 +98,22 @@ __global__ void __launch_bounds__(kConvChannels) conv_kernel(CausalConvParams p,
     window[j] = j >= km1 ? 0.0f : row < km1 ? stash[row] : conv_input(p, r.begin + row - km1, c);
   }
   const float bias = weight_or(p.bias, c, 0.0f);
-  for (int32_t t = begin; t < end; ++t) {
-    const float u = conv_input(p, t, c);
-    p.out[int64_t{t} * p.channels + c] = conv_output(w, window, u, bias, K);
-    shift_window(window, u, K);
-    if (p.boundary_slot != nullptr) {
-      const int32_t slot = p.boundary_slot[t];
-      if (slot >= 0) store_window(p, slot, c, window);
+  for (int32_t t0 = begin; t0 < end; t0 += kConvBatch) {
+    float u[kConvBatch];
+    int32_t slot[kConvBatch];
+#pragma unroll
+    for (int b = 0; b < kConvBatch; ++b) {
+      const int32_t t = t0 + b;
+      u[b] = t < end ? conv_input(p, t, c) : 0.0f;
+      slot[b] = t < end && p.boundary_slot != nullptr ? p.boundary_slot[t] : -1;
+    }
+#pragma unroll
+    for (int b = 0; b < kConvBatch; ++b) {
+      const int32_t t = t0 + b;
+      if (t >= end) break;
+      p.out[int64_t{t} * p.channels + c] = conv_output(w, window, u[b], bias, K);
+      shift_window(window, u[b], K);
+      if (slot[b] >= 0) store_window(p, slot[b], c, window);
     }
   }
   if (end == r.end) store_window(p, r.write_slot, c, window);
@@ -108,6 +122,7 @@ __global__ void __launch_bounds__(kConvChannels) conv_kernel(CausalConvParams p,
 // The fixed decode step: entry blockIdx.y's one token (or nothing), channel = thread; the saved
 // inputs are in registers before the shifted window is stored, so read_slot == write_slot is safe.
 __global__ void __launch_bounds__(kConvChannels) conv_decode_kernel(CausalConvParams p) {
+  pdl_allow_dependents();  // the state update after the conv may start issuing its state loads
   const int c = static_cast<int>(blockIdx.x) * kConvChannels + static_cast<int>(threadIdx.x);
   if (c >= p.channels) return;
   const GpuRequest r = p.wave.requests[blockIdx.y];

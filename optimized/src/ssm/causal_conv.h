@@ -13,18 +13,21 @@
 // mamba2 and gdn), of any PoolRef kind (float32/float16/bfloat16: loads widen exactly, stores
 // round to nearest even). The state holds u (in_bias included), as the reference's does.
 //
-// Input rows are float32 with a row stride: a column range of a wider row (xBC inside in_proj's
-// [z | xBC | dt] output) is `in` offset by its first column. The output is dense float32
-// [T, channels]: row t of the step → out[t·channels …]; only rows of the wave's requests are written.
+// Input rows are of any RowsRef kind (float32/float16/bfloat16: widened exactly on load) with a row
+// stride: a column range of a wider row (xBC inside in_proj's [z | xBC | dt] output) is `in` offset
+// by its first column, and a linear layer's own 16-bit inputs are read where they lie (no widening
+// pass). The output is dense float32 [T, channels]: row t of the step → out[t·channels …]; only rows
+// of the wave's requests are written.
 //
 // Two entry points, as the GPU modes' two step forms (ssm_gpu_mode.h):
 //   - eager, one launch group per wave (launch_causal_conv): (1) every request's saved window is
 //     copied to `stash` (scratch [num_requests, channels, K − 1]) before anything is written, so a
 //     request may read and write the same slot; (2) a token-parallel conv — grid (channel blocks,
 //     requests, token chunks of ⌈max_tokens / chunks⌉ ≥ 64 tokens), each thread a channel sliding
-//     its window down a chunk — that writes out, the block-boundary windows as it passes them and
-//     the final window. No host-side lists: everything comes from the device request table and
-//     boundary_slot, so nothing is uploaded.
+//     its window down a chunk, its inputs (and boundary slots) loaded kConvBatch tokens ahead so
+//     that a chunk costs a few memory latencies, not one per token — that writes out, the
+//     block-boundary windows as it passes them and the final window. No host-side lists: everything
+//     comes from the device request table and boundary_slot, so nothing is uploaded.
 //   - fixed decode step (launch_causal_conv_decode): every entry of the wave is empty (skipped) or
 //     one token; per entry and channel one thread reads the K − 1 saved inputs into registers,
 //     stores out and then the shifted window [saved[1:] | u] to write_slot (read_slot == write_slot
@@ -50,8 +53,7 @@ struct CausalConvParams {
   int32_t channels = 0;  // C: the conv's columns
   int32_t kernel = 0;    // K (2 … kCausalConvMaxKernel)
   int64_t num_tokens = 0;  // T: rows of in / out (the step's rows)
-  const float* in = nullptr;  // [T, in_stride]: column c of row t at in[t·in_stride + c]
-  int64_t in_stride = 0;
+  RowsRef in;  // [T, ≥ C] of in.kind: column c of row t at element t·in.row_stride + c
   WeightRef in_bias;  // optional [C], added to the input before the conv (and kept in the state)
   WeightRef weight;   // [C, K]; column K − 1 multiplies the current token
   WeightRef bias;     // optional [C], added before the SiLU
@@ -86,20 +88,25 @@ namespace hybridtb::cuda::ssm {
 
 // The conv of `step`'s mode by the names every mode with a conv front end uses (mamba1, mamba2, gdn):
 // /config/ssm conv_kernel, weights conv1d_weight and conv1d_bias (optional), pool conv_state; over
-// `channels` columns of `in` (rows in_stride apart, in_bias added first if present) into `out`.
-inline CausalConvParams mode_causal_conv(const GpuStep& step, int64_t channels, const float* in, int64_t in_stride,
-                                         float* out, WeightRef in_bias = {}) {
+// `channels` columns of `in` (in_bias added first if present) into `out`.
+inline CausalConvParams mode_causal_conv(const GpuStep& step, int64_t channels, const RowsRef& in, float* out,
+                                         WeightRef in_bias = {}) {
   CausalConvParams conv;
   conv.channels = static_cast<int32_t>(channels);
   conv.kernel = static_cast<int32_t>(step.config->ssm_params.at("conv_kernel"));
   conv.in = in;
-  conv.in_stride = in_stride;
   conv.in_bias = in_bias;
   conv.weight = step.weight_ref("conv1d_weight");
   conv.bias = step.weight_ref("conv1d_bias");
   conv.out = out;
   conv.state = step.pools.at("conv_state");
   return conv;
+}
+// The same over float32 rows in_stride apart (a column range of in_proj's output).
+inline CausalConvParams mode_causal_conv(const GpuStep& step, int64_t channels, const float* in, int64_t in_stride,
+                                         float* out, WeightRef in_bias = {}) {
+  return mode_causal_conv(step, channels, RowsRef{const_cast<float*>(in), ElementKind::kFloat32, in_stride}, out,
+                          in_bias);
 }
 
 // Eager step (step.fixed == false): the conv of one wave, stash from the step's scratch, the

@@ -12,8 +12,11 @@
 // uploads the list per wave). A fixed decode step (ssm_gpu_mode.h) runs the same GEMMs over all T
 // padded rows and, for its one wave of R entries, the single-token conv, the preparation and the
 // decode update straight from the request table: no host-side lists, no uploads.
-// A GDN layer of a per-layer model (layer_kind gdn) runs the core alone on the layer's own inputs
-// (linear_forward).
+// A GDN layer of a per-layer model (layer_kind gdn) runs the core alone on the layer's own inputs,
+// read where they lie in their own element type, o written straight to the layer's output
+// (linear_forward): a decode step is three launches, conv, preparation and decode update. (Doing
+// the preparation inside the decode kernel measured slower: 91 → 96–104 µs at 64 float32
+// sequences, the extra registers and the gates' dependent loads costing more than the launch.)
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -47,7 +50,7 @@ GdnSizes sizes_of(const GpuStep& step) {
 }
 
 // The eager plan of one wave: its decodes' range and its prefills' chunks (uploaded to the step's
-// scratch). A chunk ends after kGdnChunk tokens, after a block-boundary token (its exit state is the
+// scratch) with their entry-state scratch. A chunk ends after kGdnChunk tokens, after a block-boundary token (its exit state is the
 // boundary state) or at the request's end, whichever comes first.
 void plan_wave(const GpuStep& step, const GpuWave& wave, GdnParams& p) {
   std::vector<GdnPrefill> prefills;
@@ -78,6 +81,9 @@ void plan_wave(const GpuStep& step, const GpuWave& wave, GdnParams& p) {
   p.num_prefills = static_cast<int32_t>(prefills.size());
   p.chunks = step.context->upload(chunks);
   p.num_chunks = static_cast<int32_t>(chunks.size());
+  // Each chunk's entry state (float32, Hv·dv·dk per chunk: 2 MiB at Qwen3-Next's sizes, about 32 KiB
+  // per prefill token), for the prefill's output pass.
+  p.h = chunks.empty() ? nullptr : step.scratch_of<float>(int64_t{p.num_chunks} * p.Hv * p.dv * p.dk);
 }
 
 }  // namespace
@@ -110,14 +116,13 @@ void launch_gdn_core(const GpuStep& step, const GdnCoreIo& io) {
   base.qkv = step.scratch_of<float>(T * s.conv_dim());
   base.a = io.a;
   base.b = io.b;
-  base.gate_stride = io.gate_stride;
   base.g = step.scratch_of<float>(T * s.Hv);
   base.beta = step.scratch_of<float>(T * s.Hv);
   base.o = io.o;
   base.A_log = step.weight_ref("A_log");
   base.dt_bias = step.weight_ref("dt_bias");
   base.recurrent_state = step.pools.at("recurrent_state");
-  const CausalConvParams conv = mode_causal_conv(step, s.conv_dim(), io.mixed_qkv, io.mixed_qkv_stride, base.qkv);
+  const CausalConvParams conv = mode_causal_conv(step, s.conv_dim(), io.mixed_qkv, base.qkv);
 
   if (step.fixed) {
     // One wave of R entries, each empty or one decode token: nothing host-side depends on the batch.
@@ -177,12 +182,10 @@ class GdnGpuMode final : public GpuMode {
     gemm_rows(step, ba, T, 2 * s.Hv, step.hidden.data, step.hidden.kind, step.hidden.row_stride, H,
               step.weight_ref("in_proj_ba"), "gdn in_proj_ba");
     GdnCoreIo io;
-    io.mixed_qkv = qkvz;  // the first conv_dim columns of each qkvz row
-    io.mixed_qkv_stride = qkvz_width;
-    io.b = ba;            // in_proj_ba rows: b, then a
-    io.a = ba + s.Hv;
-    io.gate_stride = 2 * s.Hv;
-    io.o = o;
+    io.mixed_qkv = RowsRef{qkvz, ElementKind::kFloat32, qkvz_width};  // the first conv_dim columns of each qkvz row
+    io.b = RowsRef{ba, ElementKind::kFloat32, 2 * s.Hv};  // in_proj_ba rows: b, then a
+    io.a = RowsRef{ba + s.Hv, ElementKind::kFloat32, 2 * s.Hv};
+    io.o = RowsRef{o, ElementKind::kFloat32, s.value_width()};
     launch_gdn_core(step, io);
     launch_gdn_gated_norm(o, qkvz + s.conv_dim(), qkvz_width, step.weight_ref("norm_weight"), y,
                           static_cast<int32_t>(s.Hv), static_cast<int32_t>(s.dv), T, step.active, stream);
@@ -191,28 +194,16 @@ class GdnGpuMode final : public GpuMode {
     launch_bias_rows(step.contribution, out, WeightRef{}, H, T, step.active, stream);
   }
 
-  // A GDN layer of a per-layer model: the core alone on the layer's mixed_qkv, a and b (widened to
-  // float32, exactly), its read-out o stored as the layer's output.
+  // A GDN layer of a per-layer model: the core alone on the layer's mixed_qkv, a and b, read where
+  // they lie (the conv and the gates widen them exactly), its read-out o written straight to the
+  // layer's output rows (the driver zeroes skipped rows).
   void linear_forward(const GpuStep& step) const override {
-    const cudaStream_t stream = step.context->stream();
-    const GdnSizes s = sizes_of(step);
-    const int64_t T = step.num_tokens;
-    float* mixed_qkv = step.scratch_of<float>(T * s.conv_dim());
-    float* a = step.scratch_of<float>(T * s.Hv);
-    float* b = step.scratch_of<float>(T * s.Hv);
-    float* o = step.scratch_of<float>(T * s.value_width());
-    launch_rows_to_float(step.linear_inputs.at("mixed_qkv"), s.conv_dim(), T, mixed_qkv, stream);
-    launch_rows_to_float(step.linear_inputs.at("a"), s.Hv, T, a, stream);
-    launch_rows_to_float(step.linear_inputs.at("b"), s.Hv, T, b, stream);
     GdnCoreIo io;
-    io.mixed_qkv = mixed_qkv;
-    io.mixed_qkv_stride = s.conv_dim();
-    io.a = a;
-    io.b = b;
-    io.gate_stride = s.Hv;
-    io.o = o;
+    io.mixed_qkv = step.linear_inputs.at("mixed_qkv");
+    io.a = step.linear_inputs.at("a");
+    io.b = step.linear_inputs.at("b");
+    io.o = step.contribution;
     launch_gdn_core(step, io);
-    launch_bias_rows(step.contribution, o, WeightRef{}, s.value_width(), T, step.active, stream);
   }
 };
 

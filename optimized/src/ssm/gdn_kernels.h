@@ -25,14 +25,14 @@ struct GpuStep;  // ssm_gpu_mode.h (C++20; launch_gdn_core is defined in gdn.cpp
 
 // --- the core launcher ------------------------------------------------------------------------------
 
-// Device inputs and output of the GDN core for the step's rows [0, step.num_tokens), float32.
+// Device inputs and output of the GDN core for the step's rows [0, step.num_tokens), of any float kind.
 struct GdnCoreIo {
-  const float* mixed_qkv = nullptr;  // [T, conv_dim] before the conv, rows mixed_qkv_stride apart
-  int64_t mixed_qkv_stride = 0;
-  const float* a = nullptr;  // [T, Hv], rows gate_stride apart
-  const float* b = nullptr;  // [T, Hv], rows gate_stride apart
-  int64_t gate_stride = 0;
-  float* o = nullptr;  // [T, Hv·dv] dense: written for the tokens of the step's requests, other rows untouched
+  RowsRef mixed_qkv;  // [T, ≥ conv_dim] before the conv, any float kind (the conv widens it on load)
+  RowsRef a;  // [T, ≥ Hv] the decay's input, any float kind (widened on load)
+  RowsRef b;  // [T, ≥ Hv] β's logit, any float kind
+  // [T, ≥ Hv·dv] the read-out, rounded once to o.kind (float32 scratch, or a linear layer's output
+  // rows themselves): written for the tokens of the step's requests, other rows untouched.
+  RowsRef o;
 };
 
 // Runs the GDN core over every wave of `step` (eager or fixed, ssm_gpu_mode.h): per wave the conv
@@ -86,34 +86,37 @@ struct GdnParams {
   const int32_t* boundary_slot = nullptr;  // [T] −1, or the slot the state after row t goes to (eager)
   // Activations (float32).
   float* qkv = nullptr;  // [T, conv_dim] conv output after SiLU; q and k normalised in place
-  const float* a = nullptr;
-  const float* b = nullptr;
-  int64_t gate_stride = 0;
+  RowsRef a, b;  // [T, ≥ Hv] any float kind
   float* g = nullptr;     // [T, Hv] log decay −exp(A_log)·softplus(a + dt_bias)
   float* beta = nullptr;  // [T, Hv] sigmoid(b)
-  float* o = nullptr;     // [T, Hv·dv]
+  RowsRef o;              // [T, ≥ Hv·dv] any float kind (rounded once on store)
   // Chunk scratch (prefills), per token row t and value head h:
   float* w = nullptr;      // [T, Hv, dk] W = (I + A)^-1·diag(β·e^G)·K
-  float* u = nullptr;      // [T, Hv, dv] U = (I + A)^-1·diag(β)·V
+  float* u = nullptr;      // [T, Hv, dv] U = (I + A)^-1·diag(β)·V, replaced by V_new = U − W·Mᵀ (state pass)
   float* attn = nullptr;   // [T, Hv, kGdnChunk] row i of the chunk: (q̂_i·k̂_j)·e^(G_i − G_j), j ≤ i (else 0)
   float* gcum = nullptr;   // [T, Hv] G_i: the in-chunk inclusive cumsum of g
+  // [num_chunks, Hv, dv, dk] each chunk's entry state M (float32, V-major; 64 KiB per chunk and value
+  // head at dk = dv = 128): written by the state pass, read by the output pass.
+  float* h = nullptr;
   // Weights and the state pool.
   WeightRef A_log, dt_bias;
   PoolRef recurrent_state;
 };
 
 // Per token of the wave's requests: q and k of each key head L2-normalised (1e-6 inside the square
-// root, as fla's l2norm_fwd), q times dk^-1/2, in place in qkv; g and β per value head. Empty
-// entries are skipped; grid from the wave's num_requests and max_tokens only.
+// root, as fla's l2norm_fwd), q times dk^-1/2, in place in qkv; g and β per value head. Two grids:
+// the decode entries [0, decode_end) (one token each; empty entries skipped) and the prefill list
+// (wave.max_tokens × num_prefills); a fixed step's grid from num_requests only.
 void launch_gdn_prepare(const GdnParams& p, cudaStream_t stream);
 // Decodes (entries [0, decode_end) that are one-token decodes), bandwidth-bound: each value head's
 // [dv, dk] state read and written once, row by row — decay, predict, correct, read (the reference's
 // delta_rule_step) — in 16-byte accesses where the pool allows. Grid from Hv, dv and decode_end only.
 void launch_gdn_decode(const GdnParams& p, cudaStream_t stream);
-// Prefills (chunked WY form): the intra-chunk kernel (per chunk × value head: A, the triangular
-// solve, W, U, the masked decayed q·k) and the state pass (per prefill × value head × tile of 32
-// state rows: sequential over the request's chunks, writing o, the block-boundary states and the
-// final state).
+// Prefills (chunked WY form, 3xTF32 tensor-core products): the intra-chunk kernel (per chunk × value
+// head: A, the triangular solve, W, U, the masked decayed q·k), the state pass (per prefill × value
+// head × tile of 16 state rows: sequential over the request's chunks, writing V_new over U, each
+// chunk's entry state to h, the block-boundary states and the final state) and the output pass (per
+// chunk × value head × 64 value channels: o).
 void launch_gdn_prefill(const GdnParams& p, cudaStream_t stream);
 
 // The mode's gated RMSNorm, per row t flagged kRowActive and value head h:

@@ -140,7 +140,9 @@ class Mamba2GpuMode final : public GpuMode {
 
     gemm_rows(step, zxbcdt, T, proj, step.hidden.data, step.hidden.kind, step.hidden.row_stride, H, step.weight_ref("in_proj"),
               "mamba2 in_proj");
-    run_core(step, s, zxbcdt, in_bias, y);
+    run_core(step, s, RowsRef{zxbcdt + d_ssm, ElementKind::kFloat32, proj},
+             RowsRef{zxbcdt + d_ssm + s.conv_dim(), ElementKind::kFloat32, proj}, in_bias,
+             RowsRef{y, ElementKind::kFloat32, d_ssm});
 
     Mamba2NormParams norm;
     norm.d_ssm = static_cast<int32_t>(d_ssm);
@@ -160,32 +162,26 @@ class Mamba2GpuMode final : public GpuMode {
     launch_bias_rows(step.contribution, out, step.weight_ref("out_proj_bias"), H, T, step.active, stream);
   }
 
-  // A Mamba-2 layer of a per-layer model: the core alone on the layer's xBC and dt (widened to
-  // float32, exactly, into in_proj's row layout; z unused, no in_proj bias), y stored as the output.
+  // A Mamba-2 layer of a per-layer model: the core alone on the layer's xBC and dt, read where they
+  // lie (the conv and the SSM widen them exactly; z unused, no in_proj bias), y written straight to
+  // the layer's output rows (the driver zeroes skipped rows): a decode step is two launches.
   void linear_forward(const GpuStep& step) const override {
-    const cudaStream_t stream = step.context->stream();
-    const Mamba2Sizes s = sizes_of(step);
-    const int64_t T = step.num_tokens;
-    const int64_t d_ssm = s.d_ssm(), conv_dim = s.conv_dim(), proj = s.proj();
-    float* zxbcdt = step.scratch_of<float>(T * proj);
-    float* y = step.scratch_of<float>(T * d_ssm);
-    launch_rows_to_float(step.linear_inputs.at("xBC"), conv_dim, T, zxbcdt + d_ssm, stream, proj);
-    launch_rows_to_float(step.linear_inputs.at("dt"), s.heads, T, zxbcdt + d_ssm + conv_dim, stream, proj);
-    run_core(step, s, zxbcdt, WeightRef{}, y);
-    launch_bias_rows(step.contribution, y, WeightRef{}, d_ssm, T, step.active, stream);
+    run_core(step, sizes_of(step), step.linear_inputs.at("xBC"), step.linear_inputs.at("dt"), WeightRef{},
+             step.contribution);
   }
 
  private:
-  // The core (conv + SiLU over xBC, the SSM with the D skip) from in_proj's rows zxbcdt
-  // [T, z | xBC | dt] (+ in_bias where each part is used) into y [T, d_ssm].
-  static void run_core(const GpuStep& step, const Mamba2Sizes& s, const float* zxbcdt, const WeightRef& in_bias,
-                       float* y) {
+  // The core (conv + SiLU over xBC, the SSM with the D skip) from the rows xBC [T, conv_dim] and dt
+  // [T, Hs] (in_proj's, + in_bias, whose parts sit at in_proj's columns, where each is used) into
+  // the rows y [T, d_ssm] (written for the rows of the requests that run).
+  static void run_core(const GpuStep& step, const Mamba2Sizes& s, const RowsRef& xBC, const RowsRef& dt,
+                       const WeightRef& in_bias, const RowsRef& y) {
     const cudaStream_t stream = step.context->stream();
     const int64_t T = step.num_tokens;
-    const int64_t d_ssm = s.d_ssm(), conv_dim = s.conv_dim(), proj = s.proj();
+    const int64_t d_ssm = s.d_ssm(), conv_dim = s.conv_dim();
     float* xbc = step.scratch_of<float>(T * conv_dim);
 
-    const CausalConvParams conv = mode_causal_conv(step, conv_dim, zxbcdt + d_ssm, proj, xbc, weight_from(in_bias, d_ssm));
+    const CausalConvParams conv = mode_causal_conv(step, conv_dim, xBC, xbc, weight_from(in_bias, d_ssm));
 
     Mamba2Params base;
     base.heads = static_cast<int32_t>(s.heads);
@@ -193,7 +189,7 @@ class Mamba2GpuMode final : public GpuMode {
     base.state = static_cast<int32_t>(s.state);
     base.groups = static_cast<int32_t>(s.groups);
     base.num_tokens = T;
-    base.zxbcdt = zxbcdt;
+    base.dt = dt;
     base.xbc = xbc;
     base.y = y;
     base.in_bias = in_bias;

@@ -26,6 +26,7 @@
 
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
+#include "common/pdl.cuh"
 #include "ssm/mamba2_kernels.h"
 
 namespace hybridtb::cuda::ssm {
@@ -47,19 +48,19 @@ __device__ __forceinline__ float softplus(float v) { return v > 20.0f ? v : log1
 
 // The sizes derived from the parameters.
 struct Dims {
-  int64_t d_ssm, conv_dim, proj;
+  int64_t d_ssm, conv_dim;
   int heads_per_group;
 };
 __device__ __forceinline__ Dims dims_of(const Mamba2Params& p) {
   const int64_t d_ssm = int64_t{p.heads} * p.head_dim;
   const int64_t conv_dim = d_ssm + 2 * int64_t{p.groups} * p.state;
-  return Dims{d_ssm, conv_dim, d_ssm + conv_dim + p.heads, p.heads / p.groups};
+  return Dims{d_ssm, conv_dim, p.heads / p.groups};
 }
 
 // Δ of row t, head h: softplus((dt + in_proj_bias) + dt_bias), as the reference adds them.
 __device__ __forceinline__ float delta_of(const Mamba2Params& p, const Dims& d, int64_t t, int h) {
-  const int64_t col = d.d_ssm + d.conv_dim + h;
-  const float dt = p.zxbcdt[t * d.proj + col] + weight_or(p.in_bias, col, 0.0f);
+  const int64_t col = d.d_ssm + d.conv_dim + h;  // dt's column of in_proj (its bias)
+  const float dt = load_element(p.dt.data, t * p.dt.row_stride + h, p.dt.kind) + weight_or(p.in_bias, col, 0.0f);
   return softplus(dt + load_element(p.dt_bias.data, h, p.dt_bias.kind));
 }
 __device__ __forceinline__ float decay_rate(const Mamba2Params& p, int h) {  // A = −exp(A_log)
@@ -147,14 +148,13 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(Mamba2Params p) 
                    (reinterpret_cast<uintptr_t>(p.ssm_state.data) & 15) == 0;
   const int64_t head_base = int64_t{h} * P * N;
 
-  // Loads of every row first (raw bits in flight), then B and C to shared memory meanwhile.
+  // Loads of every row first (raw bits in flight; nothing still running writes the pool, so they go
+  // out before the wait for the conv, pdl.cuh), then x, B and C (the conv's) meanwhile.
   uint4 raw[kRows][kAccesses];
-  float x[kRows];
 #pragma unroll
   for (int k = 0; k < kRows; ++k) {
     const int row = row0 + k * kRowsPerPass;
     const bool row_ok = row < P;
-    x[k] = row_ok ? xbc[int64_t{h} * P + row] : 0.0f;
 #pragma unroll
     for (int a = 0; a < kAccesses; ++a) {
       const int n0 = kVec * (lane + kLanes * a);
@@ -163,6 +163,13 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(Mamba2Params p) 
                       ? load_states<T>(p.ssm_state, r.read_slot * p.ssm_state.slot_size + e, N - n0, vec)
                       : make_uint4(0u, 0u, 0u, 0u);  // zeros in every element kind
     }
+  }
+  pdl_wait_for_predecessor();
+  float x[kRows];
+#pragma unroll
+  for (int k = 0; k < kRows; ++k) {
+    const int row = row0 + k * kRowsPerPass;
+    x[k] = row < P ? xbc[int64_t{h} * P + row] : 0.0f;
   }
   for (int n = static_cast<int>(threadIdx.x); n < N; n += kDecodeThreads) {
     bc_smem[0][n] = xbc[d.d_ssm + int64_t{g} * N + n];
@@ -225,7 +232,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(Mamba2Params p) 
 #pragma unroll
     for (int k = 0; k < kRows; ++k) {
       const int row = row0 + k * kRowsPerPass;
-      if (row < P) p.y[t * d.d_ssm + int64_t{h} * P + row] = fmaf(Dh, x[k], acc[k]);
+      if (row < P) store_element(p.y.data, t * p.y.row_stride + int64_t{h} * P + row, p.y.kind, fmaf(Dh, x[k], acc[k]));
     }
   }
 }
@@ -477,7 +484,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_scan_kernel(Mamba2Params 
       const int col = 4 * tx + j;
       if (p0 + col >= P) continue;
       const float value = fmaf(carry_decay, off[i][j], diag[i][j]);
-      p.y[(chunk.begin + t) * d.d_ssm + int64_t{h} * P + p0 + col] = fmaf(Dh, xs[t][col], value);
+      store_element(p.y.data, (chunk.begin + t) * p.y.row_stride + int64_t{h} * P + p0 + col, p.y.kind,
+                    fmaf(Dh, xs[t][col], value));
     }
   }
 }
@@ -537,7 +545,7 @@ void launch_decode(const Mamba2Params& p, cudaStream_t stream) {
   constexpr int kRowsPerBlock = kDecodeThreads / kLanes * kRows;
   const dim3 grid(static_cast<unsigned>(p.heads), static_cast<unsigned>(p.wave.num_requests),
                   static_cast<unsigned>((p.head_dim + kRowsPerBlock - 1) / kRowsPerBlock));
-  decode_kernel<T, kLanes, kAccesses, kRows><<<grid, kDecodeThreads, 0, stream>>>(p);
+  launch_pdl(decode_kernel<T, kLanes, kAccesses, kRows>, grid, dim3(kDecodeThreads), 0, stream, p);
 }
 
 // The fewest lanes (a power of two, ≤ 32) that cover N with ≤ 2 accesses each.

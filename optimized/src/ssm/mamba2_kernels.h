@@ -41,11 +41,14 @@ struct Mamba2Params {
   int32_t state = 0;     // N
   int32_t groups = 0;    // G: head h reads the B and C of group h / (Hs / G)
   int64_t num_tokens = 0;
-  // Activations (float32, dense). in_proj's output rows [z (d_ssm) | xBC (conv_dim) | dt (Hs)]
-  // without its bias; the conv's output rows [x (d_ssm) | B (G·N) | C (G·N)].
-  const float* zxbcdt = nullptr;  // [T, 2·d_ssm + 2·G·N + Hs]
+  // Activations: dt, the Hs columns of in_proj's output rows [z (d_ssm) | xBC (conv_dim) | dt (Hs)]
+  // without its bias (or a linear layer's own dt input, of any float kind: widened on load); the
+  // conv's output rows [x (d_ssm) | B (G·N) | C (G·N)], float32 dense.
+  RowsRef dt;                     // [T, ≥ Hs]
   const float* xbc = nullptr;     // [T, d_ssm + 2·G·N]
-  float* y = nullptr;             // [T, d_ssm] the SSM output with the D skip (before the norm)
+  // [T, ≥ d_ssm] the SSM output with the D skip, rounded once to y.kind: float32 scratch before
+  // the norm, or a linear layer's output rows themselves.
+  RowsRef y;
   // Weights: in_proj_bias (optional, [2·d_ssm + 2·G·N + Hs]), dt_bias, A_log and D [Hs].
   WeightRef in_bias, dt_bias, A_log, D;
   PoolRef ssm_state;  // [slots, Hs, P, N]

@@ -471,9 +471,12 @@ void run_waves(PlannedStep& planned) {
 
   if (num_tokens > 0) {
     if (!step.waves.empty()) run_mode(*planned.gpu_mode, step);
-    // Rows of skipped requests (padding slots, no state run) contribute zeros.
-    launch_zero_rows(step.contribution, step.output_width, 0, num_tokens, step.active, ZeroRows::kSkipped,
-                     context.stream());
+    // Rows of skipped requests (padding slots, no state run) contribute zeros; a batch without any
+    // launches no zero pass.
+    if (std::find(active.begin(), active.begin() + num_tokens, kRowSkipped) != active.begin() + num_tokens) {
+      launch_zero_rows(step.contribution, step.output_width, 0, num_tokens, step.active, ZeroRows::kSkipped,
+                       context.stream());
+    }
   }
 }
 
@@ -492,7 +495,7 @@ void run_ssm_step(const AttentionConfig& config, const MambaAttentionMetadata& m
       (planned.gpu_mode->whole_step() || fixed_step_blocker(planned.runs).empty())) {
     FixedDecodeStep fixed(config, context);
     fixed.upload_plan(planned, metadata, batch);
-    fixed.launch_planned(planned);
+    fixed.launch_planned(planned, fixed.any_skipped_rows_);  // run once, never captured
   } else if (planned.gpu_mode->whole_step()) {
     planned.gpu_mode->forward(planned.step);
   } else {
@@ -665,6 +668,7 @@ void FixedDecodeStep::upload_plan(const PlannedStep& planned, const MambaAttenti
   for (size_t r = 0; r < entries.size(); ++r) {
     std::memcpy(packed_.data() + static_cast<size_t>(T) + r * kWords, &entries[r], sizeof(GpuRequest));
   }
+  any_skipped_rows_ = std::find(packed_.begin(), packed_.begin() + T, kRowSkipped) != packed_.begin() + T;
 
   if (!prepared_) {
     plan_ = context_.memory().allocate(std::max<size_t>(packed_.size(), 1) * sizeof(int32_t));
@@ -696,7 +700,7 @@ void FixedDecodeStep::launch_on(const StepTensors& tensors, const TensorView& ou
 }
 
 // Launches the mode over the bound tensors of `bound` (checked against the plan) as the fixed step.
-void FixedDecodeStep::launch_planned(PlannedStep& bound) {
+void FixedDecodeStep::launch_planned(PlannedStep& bound, bool zero_skipped_rows) {
   if (num_tokens_ == 0) return;
   auto* device = static_cast<int32_t*>(plan_.get());
   GpuStep step = std::move(bound.step);
@@ -717,7 +721,7 @@ void FixedDecodeStep::launch_planned(PlannedStep& bound) {
   scratch_.rewind();
   run_mode(*gpu_mode_, step);
   // Rows of skipped requests contribute zeros; padding rows are left alone.
-  if (!gpu_mode_->whole_step()) {
+  if (!gpu_mode_->whole_step() && zero_skipped_rows) {
     launch_zero_rows(step.contribution, step.output_width, 0, num_tokens_, step.active, ZeroRows::kSkipped,
                      context_.stream());
   }

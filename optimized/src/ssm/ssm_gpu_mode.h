@@ -302,7 +302,10 @@ class FixedDecodeStep {
   friend void run_ssm_step(const AttentionConfig&, const MambaAttentionMetadata&, const BatchDescription&,
                            const StepTensors&, const TensorView&, SsmContext&);
   void upload_plan(const PlannedStep& planned, const MambaAttentionMetadata& metadata, const BatchDescription& batch);
-  void launch_planned(PlannedStep& bound);
+  // Launches the mode on `bound`; then the zero pass over the rows flagged kRowSkipped. A step that
+  // may be captured into a graph always has the pass (a replay may bring skipped rows); the eager
+  // driver, which knows this batch, leaves it out when no row is skipped (zero_skipped_rows false).
+  void launch_planned(PlannedStep& bound, bool zero_skipped_rows = true);
 
   AttentionConfig config_;
   SsmContext& context_;
@@ -311,6 +314,7 @@ class FixedDecodeStep {
   int64_t num_tokens_ = 0;  // T
   int64_t num_reqs_ = 0;    // R
   int64_t max_slot_ = -1;   // the largest state slot the last plan reads or writes (−1: none)
+  bool any_skipped_rows_ = false;  // the last plan has a row t < num_actual_tokens that no request runs
   const GpuMode* gpu_mode_ = nullptr;
   // A tensor the launches read or write, as the first prepare saw it (later ones must match).
   struct TensorKey {
