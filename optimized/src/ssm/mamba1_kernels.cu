@@ -10,7 +10,14 @@
 // chunks copied ahead into shared memory (16-byte cp.async ring), time segments of a chunk scanned
 // in parallel by the block's warps and joined through shared memory; exp(Δ·A) is computed once per
 // token·channel·state (ex2.approx with A·log2 e, as vLLM) and kept in registers for the rescan
-// (with Δ·c·B where registers allow). Fixed orders, no atomics: bitwise reproducible.
+// (with Δ·c·B where registers allow). The chunk loop is specialised (16-byte copies or not,
+// block-boundary states or not) so that it carries no branch for the other cases, and the next
+// chunk's Δ / gate pass is interleaved with the local scan (ncu on the H100 had found the loop
+// issue-bound with too few warps to hide latency: 22.7 instructions per token·channel·state, issue
+// slots 57% busy, 3.5 warps per scheduler). H100, hybridtb_bench_ssm (d_inner 5120, state 16): the
+// prefill scan 592 µs at 8k tokens and 2351 µs at 32k, 38% of the bandwidth bound (788 / 3150 µs
+// before); the decode update 20.4 µs at 64 sequences and 75.3 µs at 256, 77% / 84% of the measured
+// copy bandwidth. Fixed orders, no atomics: bitwise reproducible.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -66,11 +73,12 @@ __device__ __forceinline__ Quad load_bc(const Mamba1Params& p, int64_t t, int of
 // Per token and channel (the scans' Δ and gate), branch-free on the special-function unit and the
 // FMA pipe: the prefill scan runs them once per token·channel, where log1pf's range reduction and
 // __expf's subnormal guard cost more instructions than the 16 states' scan work.
-// softplus(v) = max(v, 0) + log1p(y), y = e^−|v| ∈ (0, 1] (v itself above 20, as vLLM and torch);
-// log1p(y) = 2·atanh(s), s = y / (2 + y) ∈ (0, 1/3], by its odd series to s^15 (the next term is
-// below 1e-9 of the sum), so the result keeps float32's relative precision for small Δ too (a
-// few ulp from ex2.approx and the approximate division; far inside the float32 rows of the
-// tolerance table).
+// softplus(v) = max(v, 0) + log1p(y), y = e^−|v| ∈ (0, 1] (v itself above 20, as vLLM and torch:
+// there log1p(y) < 2.1e-9 is below half an ulp of v ≥ 20, so the sum rounds to v and no branch is
+// needed); log1p(y) = 2·atanh(s), s = y / (2 + y) ∈ (0, 1/3], by its odd series to s^15 (the next
+// term is below 1e-9 of the sum), so the result keeps float32's relative precision for small Δ
+// too (a few ulp from ex2.approx and the approximate division; far inside the float32 rows of
+// the tolerance table). Branch-free, so the scan's compiler interleaves it with other work.
 __device__ __forceinline__ float softplus_fast(float v) {
   const float y = mma::exp2_approx(-fabsf(v) * kLog2e);
   const float s = __fdividef(y, 2.0f + y);
@@ -83,7 +91,7 @@ __device__ __forceinline__ float softplus_fast(float v) {
   series = fmaf(series, s2, 1.0f / 5.0f);
   series = fmaf(series, s2, 1.0f / 3.0f);
   series = fmaf(series, s2, 1.0f);
-  return v > 20.0f ? v : fmaxf(v, 0.0f) + 2.0f * s * series;
+  return fmaxf(v, 0.0f) + 2.0f * s * series;
 }
 // silu(v) = v / (1 + e^−v); e^−v → ∞ for very negative v gives 0 (the approximate division's
 // reciprocal of ∞ is 0).
@@ -92,13 +100,15 @@ __device__ __forceinline__ float silu_fast(float v) { return __fdividef(v, 1.0f 
 // (4) Decodes, bandwidth-bound: kLanes lanes per channel, lane g holding quads g, g + kLanes, … (kQ
 // of them) of the channel's states. Mamba-1's 16 states are 2 lanes of 2 quads: each warp access
 // then reads whole 32-byte sectors (16 channels × 32 contiguous bytes), and Δ, the gate, the
-// channel's input loads and the reduction of y are done by 2 lanes, not 4. A block is 256 threads
-// = 256 / kLanes channels of one request; every load (state rows, A, B, C, the channel's inputs) is
+// channel's input loads and the reduction of y are done by 2 lanes, not 4. A block is kThreads
+// threads = kThreads / kLanes channels of one request (Mamba-1: 128 threads, 8 blocks per SM at 64
+// registers; 256-thread blocks measured 21.3 µs instead of 20.4 at 64 sequences on the H100, the
+// smaller blocks leaving a shorter tail); every load (state rows, A, B, C, the channel's inputs) is
 // issued before the first store. The arithmetic is the prefill scan's (ex2 of Δ·A·log2 e,
 // softplus_fast, silu_fast), so a decode step and a one-token prefill agree to rounding.
-template <int kLanes, int kQ, int kMinBlocks>
-__global__ void __launch_bounds__(256, kMinBlocks) decode_kernel(Mamba1Params p) {
-  constexpr int kPerBlock = 256 / kLanes;
+template <int kLanes, int kQ, int kMinBlocks, int kThreads>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(Mamba1Params p) {
+  constexpr int kPerBlock = kThreads / kLanes;
   const GpuRequest r = p.wave.requests[blockIdx.y];
   if (!r.decode || r.end <= r.begin) return;  // uniform over the block; empty entries: nothing to do
   const int N = p.N;
@@ -170,15 +180,19 @@ __global__ void __launch_bounds__(256, kMinBlocks) decode_kernel(Mamba1Params p)
 // ones where sizes or alignment forbid), kStages chunks in flight ahead of the one being scanned;
 // one pass over the chunk (all threads, element = channel × token) turns them into Δ =
 // softplus(dt + bias), Δ·c, D·c and the gate silu(z + bias) once per token and channel, one chunk
-// ahead of the scan. Scan (thread = segment × channel × lane of 4 states): a local scan of the
-// segment's kSeg tokens from zero keeps every a = exp(Δ·A) and u = Δ·c·B in registers (one ex2 per
-// token·channel·state) and yields (Π a = 2^(A·log2 e·ΣΔ), h_local); segment w composes the chunk's
-// carry-in with the pairs of segments < w (in order) and rescans from it (two FMAs per state and
-// token: h = a·h + u, y += h·C), writing y (reduce-scatter over the channel's lanes: each lane ends
-// with whole sums of kSeg / kLanes tokens, + D·c, × gate) and the block-boundary states; the last
-// segment's final h is the chunk's carry-out (tokens past the request's end have Δ = 0 and B = 0:
-// a = 1, no input, the state passes unchanged), so after the last chunk it is the final state. Two
-// barriers per chunk, fixed orders, no atomics.
+// ahead of the scan (computed right after the local scan of the current chunk, branch-free, so
+// that its ex2 / rcp chains overlap the scan's). Scan (thread = segment × channel × lane of 4
+// states): a local scan of the segment's kSeg tokens from zero keeps every a = exp(Δ·A) and
+// u = Δ·c·B in registers (one ex2 per token·channel·state) and yields (Π a = 2^(A·log2 e·ΣΔ),
+// h_local); segment w composes the chunk's carry-in with the pairs of segments < w (in order) and
+// rescans from it (two FMAs per state and token: h = a·h + u, y += h·C), writing y (reduce-scatter
+// over the channel's lanes: each lane ends with whole sums of kSeg / kLanes tokens, + D·c, × gate)
+// and the block-boundary states; the last segment's final h is the chunk's carry-out (tokens past
+// the request's end have Δ = 0 and B = 0: a = 1, no input, the state passes unchanged), so after
+// the last chunk it is the final state. Every copy loop has a compile-time trip count; the chunk
+// loop of the common case (16-byte copies, no block boundaries) compiles to about 530 SASS
+// instructions for Mamba-1's tile (32 token·channel·states per thread; ncu counted 22.7 executed
+// per token·channel·state before). Two barriers per chunk, fixed orders, no atomics.
 template <int kLanes, int kSegs, int kSeg, int kStages>
 struct TileScan {
   static_assert(kSegs >= 2 && kStages >= 3 && (kLanes & (kLanes - 1)) == 0, "tile scan shape");
@@ -259,9 +273,11 @@ __device__ __forceinline__ void tile_rescan(float (&h)[4], float (&acc)[kSeg], c
   }
 }
 
-template <int kLanes, int kSegs, int kSeg, int kStages, int kMinBlocks, bool kKeepU>
-__global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThreads, kMinBlocks)
-    scan_tile_kernel(Mamba1Params p) {
+// The tile scan of request r (the kernel below picks kVec: 16-byte copies of every row, and
+// kBoundaries: r has block-boundary states to write, so that the chunk loop carries no branch or
+// index arithmetic for the other cases).
+template <int kLanes, int kSegs, int kSeg, int kStages, bool kKeepU, bool kVec, bool kBoundaries>
+__device__ __forceinline__ void tile_scan(const Mamba1Params& p, const GpuRequest& r) {
   using S = TileScan<kLanes, kSegs, kSeg, kStages>;
   constexpr int kL = S::kL;
   constexpr int kRow = S::kRow;
@@ -269,8 +285,6 @@ __global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThrea
   constexpr int kGroup = S::kGroup;
   constexpr int kThreads = S::kThreads;
   constexpr int kPrepStep = kThreads / kCh;  // token rows per pass of the block
-  const GpuRequest r = p.wave.requests[blockIdx.y];
-  if (r.decode || r.end <= r.begin) return;  // uniform over the block
   const int tid = static_cast<int>(threadIdx.x);
   const int seg = tid / kGroup;
   const int tcl = tid % kGroup;
@@ -287,7 +301,6 @@ __global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThrea
   const int valid = max(0, min(4, N - n0));
   const bool vec = quad_vector_ok(p.ssm_state, N);
   const int64_t e = int64_t{ic} * N + n0;
-  const bool boundaries = r.num_boundaries > 0;
   const int64_t dbc_stride = p.R + 2 * N;
 
   extern __shared__ float4 dynamic_smem[];
@@ -320,72 +333,92 @@ __global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThrea
   const auto tile_row = [&](int which, int64_t t) -> const float* {
     return which == 0 ? p.dt + t * I + ch0 : which == 1 ? p.c + t * I + ch0 : p.xz + t * 2 * I + I + ch0;
   };
-  const bool act_vec = (p.I % 4) == 0 && aligned16(p.dt) && aligned16(p.c) && aligned16(p.xz);
-  const bool bc_vec = (N % 4) == 0 && (p.R % 4) == 0 && aligned16(p.dbc);
 
   // Chunk `begin`'s rows → stage `st` (asynchronous; rows past the request's end or channels past I
-  // are not copied and never read unmasked; B/C there are zeros).
+  // are not copied and never read unmasked; B/C there are zeros). Every loop has a compile-time trip
+  // count and splits its copy index by compile-time sizes, so a copy costs a few instructions (the
+  // per-thread parts of the indices do not change from chunk to chunk).
   const auto stage = [&](int32_t begin, int st) {
+    const int32_t rows = r.end - begin;  // tokens of the chunk inside the request (may exceed kL)
     float* raw = raw_smem + st * 3 * kL * kCh;
-    if (act_vec) {
+    if constexpr (kVec) {
       constexpr int kQuads = kCh / 4;  // 16-byte columns per row
-      for (int idx = tid; idx < 3 * kL * kQuads; idx += kThreads) {
-        const int row = idx / kQuads;
-        const int q = idx % kQuads;
-        const int which = row / kL;
-        const int tk = row % kL;
-        const int64_t t = begin + tk;
-        if (t < r.end && ch0 + 4 * q < p.I) {
-          mma::cp_async_16(shared_address(raw + row * kCh + 4 * q), tile_row(which, t) + 4 * q, true);
+      constexpr int kItems = 3 * kL * kQuads;
+#pragma unroll
+      for (int k = 0; k < (kItems + kThreads - 1) / kThreads; ++k) {
+        const int idx = tid + k * kThreads;  // row (which·kL + tk) · kQuads + q
+        if (kItems % kThreads == 0 || idx < kItems) {
+          const int row = idx / kQuads;
+          const int q = idx % kQuads;
+          const int which = row / kL;
+          const int tk = row - which * kL;
+          // (selects, not branches: tile_row of a run-time `which`)
+          const float* tensor = which == 0 ? p.dt : which == 1 ? p.c : p.xz + I;
+          const int64_t stride = which == 2 ? 2 * I : I;
+          if (tk < rows && ch0 + 4 * q < p.I) {
+            mma::cp_async_16(shared_address(raw + 4 * idx), tensor + (begin + tk) * stride + ch0 + 4 * q, true);
+          }
         }
       }
     } else {
-      for (int idx = tid; idx < 3 * kL * kCh; idx += kThreads) {
-        const int row = idx / kCh;
-        const int col = idx % kCh;
-        const int which = row / kL;
-        const int tk = row % kL;
-        const int64_t t = begin + tk;
-        if (t < r.end && ch0 + col < p.I) {
-          mma::cp_async_4(shared_address(raw + idx), tile_row(which, t) + col, true);
+      constexpr int kItems = 3 * kL * kCh;
+#pragma unroll
+      for (int k = 0; k < (kItems + kThreads - 1) / kThreads; ++k) {
+        const int idx = tid + k * kThreads;  // row (which·kL + tk) · kCh + col
+        if (kItems % kThreads == 0 || idx < kItems) {
+          const int row = idx / kCh;
+          const int col = idx % kCh;
+          const int which = row / kL;
+          const int tk = row - which * kL;
+          if (tk < rows && ch0 + col < p.I) {
+            mma::cp_async_4(shared_address(raw + idx), tile_row(which, begin + tk) + col, true);
+          }
         }
       }
     }
     float* bc = bc_smem + st * kL * kRow;
-    if (bc_vec) {
-      for (int idx = tid; idx < kL * 2 * kLanes; idx += kThreads) {
-        const int tk = idx / (2 * kLanes);
-        const int qd = idx % (2 * kLanes);
-        const int which = qd / kLanes;
-        const int n = 4 * (qd % kLanes);
-        const int64_t t = begin + tk;
-        float* dst = bc + tk * kRow + 4 * qd;
-        if (t < r.end && n < N) {
-          mma::cp_async_16(shared_address(dst), p.dbc + t * dbc_stride + p.R + which * N + n, true);
-        } else {
-          *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float* bc_src = p.dbc + int64_t{begin} * dbc_stride + p.R;
+    if constexpr (kVec) {
+      constexpr int kItems = kL * 2 * kLanes;  // per token: kLanes B quads, then kLanes C quads
+#pragma unroll
+      for (int k = 0; k < (kItems + kThreads - 1) / kThreads; ++k) {
+        const int idx = tid + k * kThreads;
+        if (kItems % kThreads == 0 || idx < kItems) {
+          const int tk = idx / (2 * kLanes);
+          const int qd = idx % (2 * kLanes);
+          const int which = qd / kLanes;
+          const int n = 4 * (qd % kLanes);
+          float* dst = bc + 4 * idx;
+          if (tk < rows && n < N) {
+            mma::cp_async_16(shared_address(dst), bc_src + tk * dbc_stride + which * N + n, true);
+          } else {
+            *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+          }
         }
       }
     } else {
-      for (int idx = tid; idx < kL * kRow; idx += kThreads) {
-        const int tk = idx / kRow;
-        const int col = idx % kRow;
-        const int which = col / (4 * kLanes);
-        const int n = col % (4 * kLanes);
-        const int64_t t = begin + tk;
-        if (t < r.end && n < N) {
-          mma::cp_async_4(shared_address(bc + idx), p.dbc + t * dbc_stride + p.R + which * N + n, true);
-        } else {
-          bc[idx] = 0.0f;
+      constexpr int kItems = kL * kRow;
+#pragma unroll
+      for (int k = 0; k < (kItems + kThreads - 1) / kThreads; ++k) {
+        const int idx = tid + k * kThreads;
+        if (kItems % kThreads == 0 || idx < kItems) {
+          const int tk = idx / kRow;
+          const int col = idx % kRow;
+          const int which = col / (4 * kLanes);
+          const int n = col % (4 * kLanes);
+          if (tk < rows && n < N) {
+            mma::cp_async_4(shared_address(bc + idx), bc_src + tk * dbc_stride + which * N + n, true);
+          } else {
+            bc[idx] = 0.0f;
+          }
         }
       }
     }
-    if (boundaries) {
+    if constexpr (kBoundaries) {
       int32_t* slots = slot_smem + st * kL;
       for (int tk = tid; tk < kL; tk += kThreads) {
-        const int32_t t = begin + tk;
-        if (t < r.end) {
-          mma::cp_async_4(shared_address(slots + tk), p.boundary_slot + t, true);
+        if (tk < rows) {
+          mma::cp_async_4(shared_address(slots + tk), p.boundary_slot + begin + tk, true);
         } else {
           slots[tk] = -1;
         }
@@ -393,24 +426,24 @@ __global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThrea
     }
   };
   // Chunk `begin` in stage `st` → prepared buffer `pb`: (Δ, Δ·c) and (D·c, gate), zeros past the
-  // request's end and past I.
+  // request's end and past I. Branch-free: every element is computed (past the end from whatever
+  // the stage holds) and the zeros selected, so that the compiler interleaves this pass with the
+  // local scan it follows.
   const auto prep = [&](int32_t begin, int st, int pb) {
     const float* raw = raw_smem + st * 3 * kL * kCh;
     float2* ddc = ddc_smem + pb * kL * kCh;
     float2* dg = dg_smem + pb * kL * kCh;
 #pragma unroll
-    for (int tk = tp; tk < kL; tk += kPrepStep) {
+    for (int j = 0; j < (kL + kPrepStep - 1) / kPrepStep; ++j) {
+      const int tk = tp + j * kPrepStep;
+      if (kL % kPrepStep != 0 && tk >= kL) break;
       const int o = tk * kCh + dp;
-      float2 x = make_float2(0.0f, 0.0f);
-      float2 y = make_float2(0.0f, 0.0f);
-      if (prep_active && begin + tk < r.end) {
-        const float c = raw[kL * kCh + o];
-        const float delta = softplus_fast(raw[o] + dt_bias);
-        x = make_float2(delta, delta * c);
-        y = make_float2(Dp * c, silu_fast(raw[2 * kL * kCh + o] + z_bias));
-      }
-      ddc[o] = x;
-      dg[o] = y;
+      const bool ok = prep_active && begin + tk < r.end;
+      const float c = raw[kL * kCh + o];
+      const float delta = softplus_fast(raw[o] + dt_bias);
+      const float gate = silu_fast(raw[2 * kL * kCh + o] + z_bias);
+      ddc[o] = ok ? make_float2(delta, delta * c) : make_float2(0.0f, 0.0f);
+      dg[o] = ok ? make_float2(Dp * c, gate) : make_float2(0.0f, 0.0f);
     }
   };
 
@@ -440,7 +473,6 @@ __global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThrea
       mma::cp_async_commit();
     }
     const int st_next = st + 1 == kStages ? 0 : st + 1;
-    if (chunk + kL < r.end) prep(chunk + kL, st_next, (c + 1) & 1);
 
     const float2* ddc = ddc_smem + (c & 1) * kL * kCh;
     const float2* dg = dg_smem + (c & 1) * kL * kCh;
@@ -466,6 +498,8 @@ __global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThrea
         local[s] = fmaf(a[k][s], local[s], uk);
       }
     }
+    // The next chunk's Δ and gate (all zeros past the request's end), interleaved with the scan.
+    prep(chunk + kL, st_next, (c + 1) & 1);
     if (seg < kSegs - 1) {
       pair_decay[seg * kGroup + tcl] =
           make_float4(mma::exp2_approx(dsum * A2[0]), mma::exp2_approx(dsum * A2[1]), mma::exp2_approx(dsum * A2[2]),
@@ -492,22 +526,17 @@ __global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThrea
     }
     float acc[kSeg];
     const bool store = active && valid > 0;
-    if (boundaries) {
-      tile_rescan<kLanes, kSeg, kCh, kKeepU, true>(h, acc, a, u, ddc, d, bc, slots, base, n0, store, p.ssm_state, e,
-                                                   valid, vec);
-    } else {
-      tile_rescan<kLanes, kSeg, kCh, kKeepU, false>(h, acc, a, u, ddc, d, bc, slots, base, n0, store, p.ssm_state, e,
-                                                    valid, vec);
-    }
+    tile_rescan<kLanes, kSeg, kCh, kKeepU, kBoundaries>(h, acc, a, u, ddc, d, bc, slots, base, n0, store, p.ssm_state,
+                                                       e, valid, vec);
     reduce_scatter<kLanes / 2, kSeg>(acc, g);
     if (active && g % kShare == 0) {
+      float* y_rows = y_col + chunk * I;  // row `chunk` of column i
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
         const int tk = base + (g / kShare) * kPer + j;
-        const int64_t t = chunk + tk;
-        if (t < r.end) {
+        if (tk < r.end - chunk) {
           const float2 v = dg[tk * kCh + d];
-          y_col[t * I] = (acc[j] + v.x) * v.y;
+          y_rows[tk * I] = (acc[j] + v.x) * v.y;
         }
       }
     }
@@ -521,6 +550,29 @@ __global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThrea
   // The final state: the last segment's state after the last chunk.
   if (seg == kSegs - 1 && active && valid > 0) {
     store_quad(p.ssm_state, r.write_slot * p.ssm_state.slot_size + e, valid, vec, carry);
+  }
+}
+
+template <int kLanes, int kSegs, int kSeg, int kStages, int kMinBlocks, bool kKeepU>
+__global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThreads, kMinBlocks)
+    scan_tile_kernel(Mamba1Params p) {
+  const GpuRequest r = p.wave.requests[blockIdx.y];
+  if (r.decode || r.end <= r.begin) return;  // uniform over the block
+  // 16-byte copies: dt, c, z rows of whole quads of channels, B/C rows of whole quads of states.
+  const bool vec = (p.I % 4) == 0 && aligned16(p.dt) && aligned16(p.c) && aligned16(p.xz) && (p.N % 4) == 0 &&
+                   (p.R % 4) == 0 && aligned16(p.dbc);
+  if (vec) {
+    if (r.num_boundaries > 0) {
+      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, true, true>(p, r);
+    } else {
+      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, true, false>(p, r);
+    }
+  } else {
+    if (r.num_boundaries > 0) {
+      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, false, true>(p, r);
+    } else {
+      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, false, false>(p, r);
+    }
   }
 }
 
@@ -571,10 +623,11 @@ void launch_tile_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream)
 }
 
 // The decode update: grid = (channel blocks, decode requests).
-template <int kLanes, int kQ, int kMinBlocks = 4>
+template <int kLanes, int kQ, int kMinBlocks = 4, int kThreads = 256>
 void launch_decode(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
-  constexpr int kPerBlock = 256 / kLanes;
-  decode_kernel<kLanes, kQ, kMinBlocks><<<dim3((p.I + kPerBlock - 1) / kPerBlock, count), 256, 0, stream>>>(p);
+  constexpr int kPerBlock = kThreads / kLanes;
+  decode_kernel<kLanes, kQ, kMinBlocks, kThreads>
+      <<<dim3((p.I + kPerBlock - 1) / kPerBlock, count), kThreads, 0, stream>>>(p);
 }
 
 }  // namespace
@@ -591,7 +644,8 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
       case 4:
         switch (p.scan_variant) {  // the benchmark's sweep; 0 is the default
           case 1: launch_decode<4, 1, 6>(p, decodes, stream); break;  // the previous layout, 4 lanes of 1 quad
-          default: launch_decode<2, 2>(p, decodes, stream); break;
+          case 2: launch_decode<2, 2>(p, decodes, stream); break;     // the previous default, 256 threads
+          default: launch_decode<2, 2, 8, 128>(p, decodes, stream); break;
         }
         break;
       case 8: launch_decode<2, 4, 2>(p, decodes, stream); break;
@@ -612,8 +666,8 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
       case 2: launch_tile_scan<2, 4, 8, 4, 5, false>(q, count, stream); break;
       case 4:
         // The benchmark's sweep (0 is the default): 3 segments keeping u in 128 registers at 5 blocks
-        // per SM measured 793 µs at 8k tokens on the H100, 4 segments recomputing u in 96 registers
-        // 815 µs, 4 segments keeping u at 4 blocks per SM 992 µs (a second round of blocks).
+        // per SM measured 592 µs at 8k tokens on the H100, 4 segments recomputing u in 96 registers
+        // 664 µs, 4 segments keeping u at 4 blocks per SM 719 µs (a second round of blocks).
         switch (p.scan_variant) {
           case 1: launch_tile_scan<4, 4, 8, 4, 5, false>(q, count, stream); break;
           case 2: launch_tile_scan<4, 4, 8, 4, 4, true>(q, count, stream); break;
