@@ -15,8 +15,8 @@
 // lane's run in k order) joined by xor shuffles within the row's lanes, the trees of a thread's
 // rows interleaved (a row's chain of dependent shuffles no longer waits for the previous row's).
 // The decode update is launched as a programmatic dependent of the preparation (common/pdl.cuh):
-// its state loads go out while the preparation (itself a dependent of the conv) still runs, and
-// it waits for the preparation only before reading v, q̂, k̂ and the gates. The preparation runs in
+// its state and v loads go out while the preparation still runs, and it waits for the preparation
+// only before reading q̂, k̂ and the gates. The preparation runs in
 // two grids, one block per decode token and max_tokens × prefills for the prefills' rows, so that a
 // long prefill does not spread empty blocks over every decode of its wave.
 //
@@ -102,8 +102,7 @@ constexpr int kPrepareMaxThreads = 1024;
 constexpr int kPerLane = kGdnMaxHeadDim / 32;  // elements of one vector per lane
 
 __global__ void __launch_bounds__(kPrepareMaxThreads) prepare_kernel(GdnParams p, bool prefills) {
-  pdl_allow_dependents();     // the decode update may start issuing its state loads
-  pdl_wait_for_predecessor();  // the conv's rows
+  pdl_allow_dependents();  // the decode update may start issuing its loads (of what the conv wrote)
   const int32_t entry = prefills ? p.prefills[blockIdx.y].request : static_cast<int32_t>(blockIdx.y);
   const GpuRequest r = p.wave.requests[entry];
   const int64_t t = int64_t{r.begin} + blockIdx.x;
@@ -224,11 +223,11 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(GdnParams p, int
   const PoolRef& pool = p.recurrent_state;
   const bool pool_vec = (dk % kRun) == 0 && (pool.slot_size % kRun) == 0 && aligned16(pool.data);
 
-  // Every load first: the state rows (nothing in flight writes the pool, so they go out before the
-  // wait for the preparation, pdl.cuh), widened as soon as they arrive (the raw bits then free
-  // their registers: keeping them until after the loads below measured slower for 16-bit pools),
-  // then v, q̂, k̂ and the gates, which the conv and the preparation wrote.
+  // Every load first: the state rows and v, then q̂, k̂ and the gates. The preparation in flight
+  // (pdl.cuh) writes neither the pool nor v (the conv, launched before it, has completed), so those
+  // go out before the wait; q̂, k̂ and the gates are the preparation's.
   float m[kRows][kRun];
+  float v[kRows];
   if (pool_vec) {
     RunBits<T> raw[kRows];
 #pragma unroll
@@ -237,6 +236,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(GdnParams p, int
       const int64_t e = (int64_t{h} * dv + i) * dk + k0;
       raw[s] = i < dv && valid > 0 && r.read_slot >= 0 ? load_run_bits<T>(pool, r.read_slot * pool.slot_size + e)
                                                        : RunBits<T>{};  // zeros in every element kind
+      v[s] = i < dv ? v_row[i] : 0.0f;
     }
 #pragma unroll
     for (int s = 0; s < kRows; ++s) widen_run<T>(raw[s], m[s]);
@@ -249,15 +249,10 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(GdnParams p, int
       for (int c = 0; c < kRun; ++c) {
         m[s][c] = i < dv && c < valid && r.read_slot >= 0 ? load_element(pool.data, e + c, pool.kind) : 0.0f;
       }
+      v[s] = i < dv ? v_row[i] : 0.0f;
     }
   }
   pdl_wait_for_predecessor();
-  float v[kRows];
-#pragma unroll
-  for (int s = 0; s < kRows; ++s) {
-    const int i = tile * kRowsPerBlock + group + kGroups * s;
-    v[s] = i < dv ? v_row[i] : 0.0f;
-  }
   float q[kRun], k[kRun];
   load_row_run<kRun>(q_row, k0, valid, row_vec, q);
   load_row_run<kRun>(k_row, k0, valid, row_vec, k);
@@ -787,11 +782,13 @@ void launch_gdn_prepare(const GdnParams& p, cudaStream_t stream) {
   const int threads = 32 * std::clamp(2 * p.Hk, 1, kPrepareMaxThreads / 32);
   const int32_t decodes = std::min(p.decode_end, p.wave.num_requests);
   if (decodes > 0) {  // one token each
-    launch_pdl(prepare_kernel, dim3(1, static_cast<unsigned>(decodes)), dim3(threads), 0, stream, p, false);
+    prepare_kernel<<<dim3(1, static_cast<unsigned>(decodes)), threads, 0, stream>>>(p, false);
+    HYBRIDTB_CUDA_CHECK_LAUNCH();
   }
   if (p.num_prefills > 0) {
-    launch_pdl(prepare_kernel, dim3(static_cast<unsigned>(p.wave.max_tokens), static_cast<unsigned>(p.num_prefills)),
-               dim3(threads), 0, stream, p, true);
+    prepare_kernel<<<dim3(static_cast<unsigned>(p.wave.max_tokens), static_cast<unsigned>(p.num_prefills)), threads, 0,
+                     stream>>>(p, true);
+    HYBRIDTB_CUDA_CHECK_LAUNCH();
   }
 }
 
