@@ -1,14 +1,13 @@
 // Suite files: parsing, axis expansion, case names (see suite.h).
 #include "suite.h"
 
-#include <cctype>
 #include <fstream>
-#include <string_view>
 #include <set>
 
 #include "hybridtb/error.h"
 #include "hybridtb/mix.h"
 #include "hybridtb/presets.h"
+#include "hybridtb/shell.h"
 
 namespace hybridtb::bench {
 
@@ -45,17 +44,6 @@ std::string axis_value(const Layer& layer, const std::string& axis) {
   if (axis == "sliding_window") return std::to_string(layer.attention.sliding_window);
   if (axis == "dtype") return std::string(to_string(layer.attention.dtype));
   return std::string(to_string(layer.attention.kv_cache_dtype));
-}
-
-std::string shell_word(const std::string& s) {
-  for (char c : s) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || std::string_view("@+=._-/,:").find(c) != std::string_view::npos)) {
-      std::string quoted = "'";
-      for (char q : s) quoted += q == '\'' ? std::string("'\\''") : std::string(1, q);
-      return quoted + "'";
-    }
-  }
-  return s;
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "hybridtb/error.h"
 #include "hybridtb/mix.h"
 #include "hybridtb/presets.h"
+#include "hybridtb/shell.h"
 
 namespace hybridtb::cli {
 
@@ -44,16 +45,6 @@ std::string presets_help() {
   }
   out << "\nSettings (--set key=value, repeatable, applied after the preset):\n" << settings_help();
   return out.str();
-}
-
-// Quotes a word for a POSIX shell if it holds anything but safe characters.
-std::string shell_word(const std::string& word) {
-  const bool safe = !word.empty() && word.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                            "0123456789_.,@+=:/-%") == std::string::npos;
-  if (safe) return word;
-  std::string quoted = "'";
-  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
 }
 
 // --mm-prefix SPEC → /batch/mm_prefix_range int32 [R, M, 2]. SPEC: one entry per request in the

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "hybridtb/error.h"
+#include "hybridtb/shell.h"
 #include "src/suite.h"
 #include "test_paths.h"
 
@@ -25,6 +26,24 @@ TEST(Suite, ExpandsAxesAndNamesEveryOne) {
   EXPECT_EQ(s.cases[1].gen_command("x.h5"),
             "hybridtb gen --preset llama3-8b --mix d8@1k --seed 0 --set ssm_mode=none --set sliding_window=128 "
             "--set dtype=bfloat16 --set kv_cache_dtype=fp8_e4m3 --out x.h5");
+}
+
+// The repro lines are pasted into a shell: a word survives unchanged only if no shell would split or
+// expand it; anything else is single-quoted, a quote inside closed, escaped and reopened.
+TEST(ShellWord, QuotesExactlyWhatAShellWouldSplitOrExpand) {
+  EXPECT_EQ(shell_word("d64@4k+c1x512@4k"), "d64@4k+c1x512@4k");
+  EXPECT_EQ(shell_word("ssm.num_k_heads=2"), "ssm.num_k_heads=2");
+  EXPECT_EQ(shell_word("out/case-1,2:3%.h5"), "out/case-1,2:3%.h5");
+  EXPECT_EQ(shell_word(""), "''");  // an empty argument must stay an argument
+  EXPECT_EQ(shell_word("a b"), "'a b'");
+  EXPECT_EQ(shell_word("$HOME"), "'$HOME'");
+  EXPECT_EQ(shell_word("x*"), "'x*'");
+  EXPECT_EQ(shell_word("it's"), "'it'\\''s'");
+  const Suite s = parse_suite(suite_with({{"name", "g"}, {"preset", "llama3-8b"}, {"mix", {"d8@1024"}},
+                                          {"backends", {"reference"}}}));
+  ASSERT_EQ(s.cases.size(), 1u);
+  EXPECT_EQ(s.cases[0].gen_command("my case.h5").substr(s.cases[0].gen_command("my case.h5").size() - 18),
+            "--out 'my case.h5'");
 }
 
 TEST(Suite, HybridLayersGetBothPathsAndPresetDefaults) {
