@@ -21,6 +21,7 @@
 
 #include "attention/attention_params.h"
 #include "common/device_memory.h"
+#include "common/element_kind.h"
 #include "hybridtb/batch.h"
 #include "hybridtb/config.h"
 
@@ -40,8 +41,6 @@ struct AttentionPlanSummary {
   int64_t generic_rows = 0;    // query rows on the generic path
   std::string describe() const;
 };
-
-ElementKind element_kind(DType dtype);
 
 // The fused hybrid add (AttentionParams::ssm_addend / hybrid_output), [T, Hq, D] in the model
 // dtype with the output's strides: both empty (attention only); the hybrid output alone (a layer

@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kConvChannels) conv_kernel(CausalConvParams p,
 // The fixed decode step: entry blockIdx.y's one token (or nothing), channel = thread; the saved
 // inputs are in registers before the shifted window is stored, so read_slot == write_slot is safe.
 __global__ void __launch_bounds__(kConvChannels) conv_decode_kernel(CausalConvParams p) {
-  pdl_allow_dependents();  // the state update after the conv may start issuing its state loads
+  pdl_allow_dependents();  // the kernel after the conv (a state update, GDN's preparation) may launch now
   const int c = static_cast<int>(blockIdx.x) * kConvChannels + static_cast<int>(threadIdx.x);
   if (c >= p.channels) return;
   const GpuRequest r = p.wave.requests[blockIdx.y];

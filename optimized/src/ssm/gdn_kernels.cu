@@ -14,9 +14,10 @@
 // q̂, k̂, v, g, β are a few hundred bytes per head. The dots over k are per-lane partial sums (the
 // lane's run in k order) joined by xor shuffles within the row's lanes, the trees of a thread's
 // rows interleaved (a row's chain of dependent shuffles no longer waits for the previous row's).
-// The decode update is launched as a programmatic dependent of the preparation (common/pdl.cuh):
-// its state and v loads go out while the preparation still runs, and it waits for the preparation
-// only before reading q̂, k̂ and the gates. The preparation runs in
+// The preparation is launched as a programmatic dependent of the conv and the decode update as one
+// of the preparation (common/pdl.cuh): the preparation's launch overlaps the conv's tail, and the
+// decode's state and v loads go out while the preparation still runs (it waits for the preparation
+// only before reading q̂, k̂ and the gates). The preparation runs in
 // two grids, one block per decode token and max_tokens × prefills for the prefills' rows, so that a
 // long prefill does not spread empty blocks over every decode of its wave.
 //
@@ -102,7 +103,11 @@ constexpr int kPrepareMaxThreads = 1024;
 constexpr int kPerLane = kGdnMaxHeadDim / 32;  // elements of one vector per lane
 
 __global__ void __launch_bounds__(kPrepareMaxThreads) prepare_kernel(GdnParams p, bool prefills) {
-  pdl_allow_dependents();  // the decode update may start issuing its loads (of what the conv wrote)
+  // Launched as a dependent of the conv (pdl.cuh): its launch overlaps the conv's tail. The decode
+  // update after it may start once every block of this grid is past the wait, i.e. once the conv
+  // has completed: the decode then reads the pool and the conv's v before waiting for this grid.
+  pdl_wait_for_predecessor();
+  pdl_allow_dependents();
   const int32_t entry = prefills ? p.prefills[blockIdx.y].request : static_cast<int32_t>(blockIdx.y);
   const GpuRequest r = p.wave.requests[entry];
   const int64_t t = int64_t{r.begin} + blockIdx.x;
@@ -224,8 +229,9 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(GdnParams p, int
   const bool pool_vec = (dk % kRun) == 0 && (pool.slot_size % kRun) == 0 && aligned16(pool.data);
 
   // Every load first: the state rows and v, then q̂, k̂ and the gates. The preparation in flight
-  // (pdl.cuh) writes neither the pool nor v (the conv, launched before it, has completed), so those
-  // go out before the wait; q̂, k̂ and the gates are the preparation's.
+  // (pdl.cuh) writes neither the pool nor v (the conv has completed: the preparation lets this grid
+  // start only after its own wait for the conv), so those go out before the wait; q̂, k̂ and the
+  // gates are the preparation's.
   float m[kRows][kRun];
   float v[kRows];
   if (pool_vec) {
@@ -782,13 +788,11 @@ void launch_gdn_prepare(const GdnParams& p, cudaStream_t stream) {
   const int threads = 32 * std::clamp(2 * p.Hk, 1, kPrepareMaxThreads / 32);
   const int32_t decodes = std::min(p.decode_end, p.wave.num_requests);
   if (decodes > 0) {  // one token each
-    prepare_kernel<<<dim3(1, static_cast<unsigned>(decodes)), threads, 0, stream>>>(p, false);
-    HYBRIDTB_CUDA_CHECK_LAUNCH();
+    launch_pdl(prepare_kernel, dim3(1, static_cast<unsigned>(decodes)), dim3(threads), 0, stream, p, false);
   }
   if (p.num_prefills > 0) {
-    prepare_kernel<<<dim3(static_cast<unsigned>(p.wave.max_tokens), static_cast<unsigned>(p.num_prefills)), threads, 0,
-                     stream>>>(p, true);
-    HYBRIDTB_CUDA_CHECK_LAUNCH();
+    launch_pdl(prepare_kernel, dim3(static_cast<unsigned>(p.wave.max_tokens), static_cast<unsigned>(p.num_prefills)),
+               dim3(threads), 0, stream, p, true);
   }
 }
 

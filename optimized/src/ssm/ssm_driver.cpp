@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/cuda_check.h"
+#include "common/element_kind.h"
 #include "hybridtb/error.h"
 #include "hybridtb/linear_layer.h"
 #include "hybridtb/reference/linear_layer.h"
@@ -102,17 +103,11 @@ std::vector<std::string> GpuModeRegistry::names() const {
 }
 
 ElementKind gpu_element_kind(DType dtype, const std::string& what) {
-  switch (dtype) {
-    case DType::kFloat32:
-      return ElementKind::kFloat32;
-    case DType::kFloat16:
-      return ElementKind::kFloat16;
-    case DType::kBFloat16:
-      return ElementKind::kBFloat16;
-    default:
-      throw NotSupported(detail::concat("cuda backend: ", what, " has dtype ", to_string(dtype),
-                                        " (the GPU SSM modes read and write float32, float16 and bfloat16)"));
+  if (dtype != DType::kFloat32 && dtype != DType::kFloat16 && dtype != DType::kBFloat16) {
+    throw NotSupported(detail::concat("cuda backend: ", what, " has dtype ", to_string(dtype),
+                                      " (the GPU SSM modes read and write float32, float16 and bfloat16)"));
   }
+  return element_kind(dtype);
 }
 
 // --- the plan (the reference driver's rules) ---------------------------------------------------------
