@@ -36,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/cuda_check.h"
 #include "hybridtb/backend.h"
 #include "hybridtb/error.h"
 #include "hybridtb/per_layer.h"
@@ -78,10 +79,6 @@ BuilderConfig graph_builder(const std::vector<int64_t>& sizes) {
   builder.cudagraph_mode = CudaGraphMode::kFullDecodeOnly;
   builder.cudagraph_capture_sizes = sizes;
   return builder;
-}
-
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(status));
 }
 
 // One layer's file and its buffers in the backend (hybridtb/step.h), with the file's state to
@@ -181,16 +178,16 @@ nlohmann::ordered_json bench_size(int64_t batch_size, int64_t context, int sampl
   const auto stream = static_cast<cudaStream_t>(backend->native_stream());
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  HYBRIDTB_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
   for (const Layer& layer : layers) layer.run(*backend, captured);
-  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+  HYBRIDTB_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  HYBRIDTB_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   size_t nodes = 0;
-  check(cudaGraphGetNodes(graph, nullptr, &nodes), "cudaGraphGetNodes");
+  HYBRIDTB_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
   const auto replay_step = [&] {
     const HybridMetadata metadata = backend->build_metadata(batch);
     backend->init_replay_metadata(metadata, batch);
-    check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+    HYBRIDTB_CUDA_CHECK(cudaGraphLaunch(exec, stream));
   };
   std::vector<double> graph_gpu, graph_latency, replan_us;
   for (int i = 0; i < samples + 3; ++i) {

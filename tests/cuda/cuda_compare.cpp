@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "hybridtb/dtype.h"
+#include "hybridtb/error.h"
 #include "hybridtb/metadata.h"
 
 namespace hybridtb::testing {
@@ -37,6 +38,15 @@ std::string cuda_unavailable_reason() {
   if (status != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(status);
   if (count == 0) return "no CUDA device: cudaGetDeviceCount returned 0";
   return "";
+}
+
+void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(status));
+}
+
+CapturedGraph::~CapturedGraph() {
+  if (exec != nullptr) cudaGraphExecDestroy(exec);  // NOLINT: best effort
+  if (graph != nullptr) cudaGraphDestroy(graph);    // NOLINT
 }
 
 // The parity row of the one tolerance table for a float32-arithmetic kernel's attention output.

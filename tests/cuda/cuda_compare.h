@@ -3,6 +3,7 @@
 // exactly, padding rows untouched (still NaN), metadata field by field.
 #pragma once
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -32,6 +33,20 @@ class CudaFixture : public Base {
 };
 template <typename Param>
 using CudaParamFixture = CudaFixture<::testing::TestWithParam<Param>>;
+
+// Throws hybridtb::Error naming `what` and the CUDA error unless `status` is cudaSuccess.
+void check_cuda(cudaError_t status, const char* what);
+
+// A graph captured by a test and its executable, destroyed together (best effort) when the test
+// leaves its scope, assertions included.
+struct CapturedGraph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  CapturedGraph() = default;
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  ~CapturedGraph();
+};
 
 // Puts `file`'s step inputs (rows, KV and scale caches, state pools) into `layer`'s fixed device
 // tensors, as a CUDA-graph runner does before a replay, and poisons its outputs again.

@@ -271,19 +271,6 @@ class PerLayerModel {
   return ::testing::AssertionFailure() << difference << " differs";
 }
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(status));
-}
-
-struct Graph {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  ~Graph() {
-    if (exec != nullptr) cudaGraphExecDestroy(exec);  // NOLINT: best effort
-    if (graph != nullptr) cudaGraphDestroy(graph);    // NOLINT
-  }
-};
-
 class CudaPerLayerGraph : public CudaParamFixture<std::pair<LayerKind, MambaCacheMode>> {};
 
 TEST_P(CudaPerLayerGraph, OneGraphOfTheWholeStepReplaysLikeTheEagerStep) {
@@ -304,8 +291,8 @@ TEST_P(CudaPerLayerGraph, OneGraphOfTheWholeStepReplaysLikeTheEagerStep) {
   std::vector<StepOutputs> before;
   for (const LayerBuffers& layer : layers) before.push_back(layer.download_all(*backend, captured));
   const auto stream = static_cast<cudaStream_t>(backend->native_stream());
-  Graph g;
-  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+  CapturedGraph g;
+  check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
   std::string capture_error;
   try {
     for (const LayerBuffers& layer : layers) layer.run(*backend, captured, a.layers[0].batch);
@@ -315,9 +302,9 @@ TEST_P(CudaPerLayerGraph, OneGraphOfTheWholeStepReplaysLikeTheEagerStep) {
   const cudaError_t ended = cudaStreamEndCapture(stream, &g.graph);
   ASSERT_TRUE(capture_error.empty()) << "a layer call during the capture threw: " << capture_error;
   ASSERT_EQ(ended, cudaSuccess) << cudaGetErrorString(ended);
-  check(cudaGraphInstantiate(&g.exec, g.graph, 0), "cudaGraphInstantiate");
+  check_cuda(cudaGraphInstantiate(&g.exec, g.graph, 0), "cudaGraphInstantiate");
   size_t nodes = 0;
-  check(cudaGraphGetNodes(g.graph, nullptr, &nodes), "cudaGraphGetNodes");
+  check_cuda(cudaGraphGetNodes(g.graph, nullptr, &nodes), "cudaGraphGetNodes");
   EXPECT_GT(nodes, static_cast<size_t>(layers.size())) << "every layer's kernels are in the graph";
   for (size_t l = 0; l < layers.size(); ++l) {
     EXPECT_TRUE(same_bits(layers[l].download_all(*backend, captured), before[l])) << "capturing ran layer " << l;
@@ -330,7 +317,7 @@ TEST_P(CudaPerLayerGraph, OneGraphOfTheWholeStepReplaysLikeTheEagerStep) {
     for (size_t l = 0; l < layers.size(); ++l) load_step(*backend, layers[l], step.layers[l]);
     const HybridMetadata metadata = backend->build_metadata(batch);
     backend->init_replay_metadata(metadata, batch);
-    check(cudaGraphLaunch(g.exec, stream), "cudaGraphLaunch");
+    check_cuda(cudaGraphLaunch(g.exec, stream), "cudaGraphLaunch");
     backend->synchronize();
 
     auto eager_backend = create_per_layer_backend("cuda", model.settings());

@@ -574,7 +574,7 @@ class FixedStepSession {
  public:
   explicit FixedStepSession(const BatchFile& file)
       : backend_(create_backend("cuda", {file.config, file.builder})), config_(file.config) {
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     context_ = std::make_unique<gpu::SsmContext>(memory_, stream_);
     device_ = upload_inputs(*backend_, file.inputs);
     contribution_ = backend_->allocate(backend_->output_dtype(), file.inputs.query.shape());
@@ -587,10 +587,6 @@ class FixedStepSession {
   }
   FixedStepSession(const FixedStepSession&) = delete;
   FixedStepSession& operator=(const FixedStepSession&) = delete;
-
-  static void check(cudaError_t status, const char* what) {
-    if (status != cudaSuccess) throw Error(std::string(what) + ": " + cudaGetErrorString(status));
-  }
 
   // `file`'s query rows and pools into the device tensors, the contribution poisoned (NaN).
   void load(const BatchFile& file) {
@@ -612,7 +608,7 @@ class FixedStepSession {
     }
     return out;
   }
-  void synchronize() { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  void synchronize() { check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
   // A fresh step for `file`'s batch (metadata as given), prepared and launched; its result.
   SsmResult run_fresh(const BatchFile& file, const MambaAttentionMetadata& metadata) {
@@ -740,14 +736,6 @@ TEST(CudaSsmFixedStep, SmallReprepareEqualsFresh) {
 // for A and B.
 TEST(CudaSsmFixedStep, SmallCapturedGraphReplaysNewBatch) {
   HYBRIDTB_SKIP_WITHOUT_CUDA();
-  struct Graph {
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    ~Graph() {
-      if (exec != nullptr) cudaGraphExecDestroy(exec);  // NOLINT: best effort
-      if (graph != nullptr) cudaGraphDestroy(graph);    // NOLINT
-    }
-  };
   for (const SsmCase& c : fixed_step_cases()) {
     SCOPED_TRACE(c.name);
     const auto [a, b] = graph_pair(c, kSmallGraphB);
@@ -756,7 +744,7 @@ TEST(CudaSsmFixedStep, SmallCapturedGraphReplaysNewBatch) {
     const MambaAttentionMetadata meta_b = mamba_metadata(session.backend(), b);
     gpu::FixedDecodeStep step(a.config, session.context());
     step.prepare(meta_a, a.batch, session.tensors(), session.contribution());
-    Graph g;
+    CapturedGraph g;
     ASSERT_EQ(cudaStreamBeginCapture(session.stream(), cudaStreamCaptureModeRelaxed), cudaSuccess);
     std::string launch_error;
     try {
