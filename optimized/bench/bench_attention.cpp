@@ -60,25 +60,20 @@ struct DeviceBuffer {
 
 
 
-// What a recorded result must carry: commit, build, date, driver/runtime and the clocks the device
-// reports (cudaDeviceGetAttribute; CUDA 13 removed cudaDeviceProp::clockRate). The clocks are the
-// maximum ones; a throttled run shows as a lower achieved bandwidth against the same-run ceiling.
+// What a recorded result must carry: commit, build, date, driver/runtime and the device's maximum
+// clocks (bench::device_facts).
 nlohmann::json run_environment() {
-  int driver = 0, runtime = 0, sm_khz = 0, mem_khz = 0;
-  HYBRIDTB_CUDA_CHECK(cudaDriverGetVersion(&driver));
-  HYBRIDTB_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
-  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, 0));
-  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, 0));
+  const bench::DeviceFacts facts = bench::device_facts();
   const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   return {{"commit", HYBRIDTB_GIT_COMMIT},
           {"build_type", HYBRIDTB_BUILD_TYPE},
           {"date_utc", date},
-          {"cuda_driver_version", driver},
-          {"cuda_runtime_version", runtime},
-          {"max_sm_clock_mhz", sm_khz / 1000},
-          {"max_mem_clock_mhz", mem_khz / 1000}};
+          {"cuda_driver_version", facts.cuda_driver_version},
+          {"cuda_runtime_version", facts.cuda_runtime_version},
+          {"max_sm_clock_mhz", facts.max_sm_clock_mhz},
+          {"max_mem_clock_mhz", facts.max_mem_clock_mhz}};
 }
 
 nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, bool quick) {

@@ -90,6 +90,18 @@ void ReadFlusher::flush(cudaStream_t stream) const {
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 
+DeviceFacts device_facts() {
+  int sm_khz = 0, mem_khz = 0;
+  DeviceFacts facts;
+  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, 0));
+  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, 0));
+  HYBRIDTB_CUDA_CHECK(cudaDriverGetVersion(&facts.cuda_driver_version));
+  HYBRIDTB_CUDA_CHECK(cudaRuntimeGetVersion(&facts.cuda_runtime_version));
+  facts.max_sm_clock_mhz = sm_khz / 1000;
+  facts.max_mem_clock_mhz = mem_khz / 1000;
+  return facts;
+}
+
 double measure_sm_clock_mhz() {
   int device = 0, sm_khz = 0;
   if (cudaGetDevice(&device) != cudaSuccess) return 0.0;

@@ -33,6 +33,18 @@ class ReadFlusher {
   int64_t bytes_ = 0;
 };
 
+// What a recorded result carries about the device besides cudaDeviceProp: the maximum clocks it
+// reports (cudaDeviceGetAttribute; CUDA 13 removed cudaDeviceProp::clockRate) and the driver and
+// runtime versions. The clocks are the maximum ones: a throttled run shows as a lower achieved
+// bandwidth against the same-run ceiling, and as a lower measure_sm_clock_mhz().
+struct DeviceFacts {
+  int max_sm_clock_mhz = 0;
+  int max_mem_clock_mhz = 0;
+  int cuda_driver_version = 0;
+  int cuda_runtime_version = 0;
+};
+DeviceFacts device_facts();
+
 // The SM clock right now, in MHz: a one-thread kernel spins ~1 ms of clock64() cycles, divided by the
 // %globaltimer nanoseconds they took (nvbench's method; no NVML). 0 if the device cannot say.
 double measure_sm_clock_mhz();

@@ -374,11 +374,7 @@ int run(int argc, char** argv) {
   HYBRIDTB_CUDA_CHECK(cudaStreamCreate(&stream));
   cudaDeviceProp prop{};
   HYBRIDTB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  int sm_khz = 0, mem_khz = 0, driver = 0, runtime = 0;
-  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, 0));
-  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, 0));
-  HYBRIDTB_CUDA_CHECK(cudaDriverGetVersion(&driver));
-  HYBRIDTB_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+  const bench::DeviceFacts facts = bench::device_facts();
   const double sm_clock_start = bench::measure_sm_clock_mhz();
 
   // Ceiling: device-to-device copy of 1 GiB (read + write counted).
@@ -559,12 +555,12 @@ int run(int argc, char** argv) {
   Obj head;
   head.str("gpu", prop.name)
       .num("sms", prop.multiProcessorCount)
-      .num("max_sm_clock_mhz", sm_khz / 1000)
-      .num("max_mem_clock_mhz", mem_khz / 1000)
+      .num("max_sm_clock_mhz", facts.max_sm_clock_mhz)
+      .num("max_mem_clock_mhz", facts.max_mem_clock_mhz)
       .num("sm_clock_mhz_measured_start", sm_clock_start)
       .num("sm_clock_mhz_measured_end", sm_clock_end)
-      .num("cuda_driver_version", driver)
-      .num("cuda_runtime_version", runtime)
+      .num("cuda_driver_version", facts.cuda_driver_version)
+      .num("cuda_runtime_version", facts.cuda_runtime_version)
       .num("copy_bandwidth_Bps", copy_bw)
       .num("fp32_fma_flops_per_s", fma_rate)
       .num("bf16_tensor_spec_flops_per_s", kBf16TensorSpec);
