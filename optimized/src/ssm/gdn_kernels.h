@@ -1,9 +1,9 @@
 // The GPU Gated DeltaNet (ssm_mode gdn, reference/ssm/gdn.cpp + gdn_core.h): the core launcher a
 // per-layer hybrid backend calls on its own (launch_gdn_core: conv + SiLU, L2-normalised q and k,
-// gates, the gated delta rule; defined in gdn.cpp) and the kernels under it (gdn_kernels.cu): the
-// per-token preparation, the bandwidth-bound single-token decode update, the chunked WY prefill
-// (chunk 64) and the gated RMSNorm of the mode. C++17, no CUDA headers beyond the runtime's stream
-// type; every launcher checks its launch and throws hybridtb::Error on failure.
+// gates, the gated delta rule; defined in gdn.cpp) and the kernels under it: the per-token
+// preparation, the bandwidth-bound single-token decode update and the gated RMSNorm of the mode
+// (gdn_kernels.cu), the chunked WY prefill (chunk 64, gdn_prefill.cu). C++17, no CUDA headers beyond
+// the runtime's API; every launcher checks its launch and throws hybridtb::Error on failure.
 //
 // Shapes (Hk key heads of dk, Hv value heads of dv, value head h reads key head h / (Hv/Hk)):
 //   mixed_qkv [T, conv_dim = 2·Hk·dk + Hv·dv]  q_all | k_all | v_all, before the conv
@@ -102,6 +102,9 @@ struct GdnParams {
   WeightRef A_log, dt_bias;
   PoolRef recurrent_state;
 };
+
+// Columns of mixed_qkv and of the conv output qkv: q_all | k_all | v_all.
+__host__ __device__ inline int gdn_conv_dim(const GdnParams& p) { return 2 * p.Hk * p.dk + p.Hv * p.dv; }
 
 // Per token of the wave's requests: q and k of each key head L2-normalised (1e-6 inside the square
 // root, as fla's l2norm_fwd), q times dk^-1/2, in place in qkv; g and β per value head. Two grids:
