@@ -10,9 +10,11 @@
 // or 8 16-bit states; streaming accesses, the kernel templated on the element), each lane group
 // owns kDecodeRows rows (64 bytes in flight per thread), and every state load of the thread is
 // issued as raw bits before the first is widened or stored: M is read and written exactly once;
-// q̂, k̂, v, g, β are a few hundred bytes per head. The dots over k are per-lane partial sums (the
-// lane's run in k order) joined by xor shuffles within the row's lanes, the trees of a thread's
-// rows interleaved (a row's chain of dependent shuffles no longer waits for the previous row's).
+// q̂, k̂, v, g, β are a few hundred bytes per head. The rows stay raw bits until used (widened in each
+// of the two passes: a 16-bit pool's thread holds 16 registers of rows instead of 32). The dots over
+// k are per-lane partial sums (the lane's run in k order) joined over the row's lanes by shuffles
+// that exchange half of the rows at each level (common/group_sums.cuh), α taken out of the
+// prediction's sum (α·(M·k̂): one multiply per row, not per state).
 // The preparation is launched as a programmatic dependent of the conv and the decode update as one
 // of the preparation (common/pdl.cuh): the preparation's launch overlaps the conv's tail, and the
 // decode's state and v loads go out while the preparation still runs (it waits for the preparation
@@ -28,6 +30,7 @@
 
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
+#include "common/group_sums.cuh"
 #include "common/pdl.cuh"
 #include "ssm/gdn_kernels.h"
 #include "ssm/pool_quads.cuh"
@@ -41,25 +44,6 @@ constexpr float kRmsNormEps = 1e-6f;  // Qwen3-Next's rms_norm_eps
 __device__ __forceinline__ float softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
 __device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
-
-// Sum over the `lanes` lanes of a group (a power of two ≤ 32, groups aligned within the warp); every
-// lane of the warp must take part.
-template <int kLanes>
-__device__ __forceinline__ float group_sum(float x) {
-#pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
-
-// group_sum of each of x[0 … kCount) (the same sums), the kCount trees interleaved level by level.
-template <int kLanes, int kCount>
-__device__ __forceinline__ void group_sums(float (&x)[kCount]) {
-#pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset /= 2) {
-#pragma unroll
-    for (int s = 0; s < kCount; ++s) x[s] += __shfl_xor_sync(0xffffffffu, x[s], offset);
-  }
-}
 
 // --- (1) preparation ------------------------------------------------------------------------------
 
@@ -119,9 +103,13 @@ constexpr int kDecodeThreads = 256;
 // A lane moves a run of kDecodeRun<T> consecutive k of a state row per access: 16 bytes whatever the
 // pool's element T (float, __half, __nv_bfloat16): 4 float32 or 8 16-bit states. A lane group holds
 // kDecodeRows rows: 64 bytes of state loads in flight per thread. Measured on an H100 at Qwen3-Next's
-// sizes, 64 / 256 sequences (hybridtb_bench_linear): bfloat16 pools 85 / 88% of the copy bandwidth;
-// 16-bit runs of 4 (8-byte accesses: twice the lanes, shuffles and loads per byte) 77 / 81%, and
-// 60 / 62% before the rows' shuffle trees were interleaved; 8 rows of runs of 8 no faster.
+// sizes, 64 / 256 sequences (hybridtb_bench_linear): float32 pools 99.5 / 100.4% of the 1 GiB copy
+// bandwidth, bfloat16 pools 86.9 / 91.3% (53.0 / 201.7 µs; 83.8 / 87.3% with a tree per row and α
+// applied per state). Measured and not kept: capping the registers at 64 for 4 resident blocks per SM
+// (16 bytes spilled: 78.5 / 80.0%); a persistent grid whose threads stage the rows of their next two
+// items in shared memory by cp.async while computing the current one (86.5 / 91.7% for bfloat16, but
+// float32 fell to 87 / 83%); 16-bit runs of 4 (8-byte accesses: twice the lanes, shuffles and loads
+// per byte) 77 / 81%; 8 rows of runs of 8 no faster.
 template <typename T>
 inline constexpr int kDecodeRun = 16 / static_cast<int>(sizeof(T));
 template <typename T>
@@ -134,6 +122,19 @@ using RunBits = std::conditional_t<kDecodeRun<T> * sizeof(T) == 16, uint4, uint2
 template <typename T>
 __device__ __forceinline__ RunBits<T> load_run_bits(const PoolRef& pool, int64_t e) {
   return __ldcs(reinterpret_cast<const RunBits<T>*>(static_cast<const T*>(pool.data) + e));
+}
+// The same bits element by element (elements past `valid`: 0), where the vector access is not
+// possible; exact: T is the pool's element.
+template <typename T>
+__device__ __forceinline__ RunBits<T> load_run_elements(const PoolRef& pool, int64_t e, int valid) {
+  T elements[kDecodeRun<T>];
+#pragma unroll
+  for (int c = 0; c < kDecodeRun<T>; ++c) {
+    elements[c] = float_to_element<T>(c < valid ? load_element(pool.data, e + c, pool.kind) : 0.0f);
+  }
+  RunBits<T> raw;
+  memcpy(&raw, elements, sizeof(raw));
+  return raw;
 }
 template <typename T>
 __device__ __forceinline__ void widen_run(const RunBits<T>& raw, float (&x)[kDecodeRun<T>]) {
@@ -201,32 +202,18 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(GdnParams p, int
   // Every load first: the state rows and v, then q̂, k̂ and the gates. The preparation in flight
   // (pdl.cuh) writes neither the pool nor v (the conv has completed: the preparation lets this grid
   // start only after its own wait for the conv), so those go out before the wait; q̂, k̂ and the
-  // gates are the preparation's.
-  float m[kRows][kRun];
+  // gates are the preparation's. The rows stay raw bits (16 bytes each) and are widened where used,
+  // twice: widening is an integer instruction or two per pair, and holding a 16-bit row as float32
+  // would double its registers (80 registers per thread: 3 resident blocks per SM instead of 4).
+  RunBits<T> raw[kRows];
   float v[kRows];
-  if (pool_vec) {
-    RunBits<T> raw[kRows];
 #pragma unroll
-    for (int s = 0; s < kRows; ++s) {
-      const int i = tile * kRowsPerBlock + group + kGroups * s;
-      const int64_t e = (int64_t{h} * dv + i) * dk + k0;
-      raw[s] = i < dv && valid > 0 && r.read_slot >= 0 ? load_run_bits<T>(pool, r.read_slot * pool.slot_size + e)
-                                                       : RunBits<T>{};  // zeros in every element kind
-      v[s] = i < dv ? v_row[i] : 0.0f;
-    }
-#pragma unroll
-    for (int s = 0; s < kRows; ++s) widen_run<T>(raw[s], m[s]);
-  } else {
-#pragma unroll
-    for (int s = 0; s < kRows; ++s) {
-      const int i = tile * kRowsPerBlock + group + kGroups * s;
-      const int64_t e = r.read_slot * pool.slot_size + (int64_t{h} * dv + i) * dk + k0;
-#pragma unroll
-      for (int c = 0; c < kRun; ++c) {
-        m[s][c] = i < dv && c < valid && r.read_slot >= 0 ? load_element(pool.data, e + c, pool.kind) : 0.0f;
-      }
-      v[s] = i < dv ? v_row[i] : 0.0f;
-    }
+  for (int s = 0; s < kRows; ++s) {
+    const int i = tile * kRowsPerBlock + group + kGroups * s;
+    const bool live = i < dv && valid > 0 && r.read_slot >= 0;
+    const int64_t e = r.read_slot * pool.slot_size + (int64_t{h} * dv + i) * dk + k0;
+    raw[s] = !live ? RunBits<T>{} : pool_vec ? load_run_bits<T>(pool, e) : load_run_elements<T>(pool, e, valid);
+    v[s] = i < dv ? v_row[i] : 0.0f;
   }
   pdl_wait_for_predecessor();
   float q[kRun], k[kRun];
@@ -235,45 +222,59 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(GdnParams p, int
   const float alpha = expf(p.g[t * p.Hv + h]);
   const float beta = p.beta[t * p.Hv + h];
 
-  // Each row's two dots over k: the lane's partial sums in k order, then group_sum's xor tree, run
-  // for all the thread's rows at once (group_sums) so that their shuffles overlap instead of
-  // queueing row after row. The state is stored as soon as it is final.
+  // The prediction (α·M)·k̂ = α·(M·k̂) of every row: the lane's partial sums in k order, then the
+  // group's sums (group_sums.cuh: scattered over the lanes, then gathered, fewer shuffles than a
+  // tree per row); the same value in every lane of the group.
   float predicted[kRows];
 #pragma unroll
   for (int s = 0; s < kRows; ++s) {
+    float m[kRun];
+    widen_run<T>(raw[s], m);
     predicted[s] = 0.0f;
 #pragma unroll
-    for (int c = 0; c < kRun; ++c) {
-      m[s][c] *= alpha;
-      predicted[s] = fmaf(m[s][c], k[c], predicted[s]);
-    }
+    for (int c = 0; c < kRun; ++c) predicted[s] = fmaf(m[c], k[c], predicted[s]);
   }
-  group_sums<kLanes, kRows>(predicted);
+  group_sums_all<kLanes, kRows>(predicted);
+
+  // The update M ← α·M + β·(v − α·M·k̂)·k̂ᵀ row by row, stored as soon as it is final, and the
+  // read-out partial sums M·q̂. The raw rows pass through an empty asm first so that the compiler
+  // widens them again here instead of keeping the first pass's floats alive.
   float read[kRows];
 #pragma unroll
   for (int s = 0; s < kRows; ++s) {
     const int i = tile * kRowsPerBlock + group + kGroups * s;
-    const float correction = beta * (v[s] - predicted[s]);
+    const float correction = beta * (v[s] - alpha * predicted[s]);
+    RunBits<T> bits = raw[s];
+    asm("" : "+r"(bits.x), "+r"(bits.y), "+r"(bits.z), "+r"(bits.w));
+    float m[kRun];
+    widen_run<T>(bits, m);
     read[s] = 0.0f;
 #pragma unroll
     for (int c = 0; c < kRun; ++c) {
-      m[s][c] = fmaf(correction, k[c], m[s][c]);
-      read[s] = fmaf(m[s][c], q[c], read[s]);
+      m[c] = fmaf(correction, k[c], alpha * m[c]);
+      read[s] = fmaf(m[c], q[c], read[s]);
     }
     if (i < dv && valid > 0) {
       const int64_t e = r.write_slot * pool.slot_size + (int64_t{h} * dv + i) * dk + k0;
       if (pool_vec) {
-        store_run_bits<T>(pool, e, m[s]);
+        store_run_bits<T>(pool, e, m);
       } else {
 #pragma unroll
         for (int c = 0; c < kRun; ++c) {
-          if (c < valid) store_element(pool.data, e + c, pool.kind, m[s][c]);
+          if (c < valid) store_element(pool.data, e + c, pool.kind, m[c]);
         }
       }
     }
   }
-  group_sums<kLanes, kRows>(read);
-  if (lane == 0) {
+  // o: each row's sum ends in kLanes / kRows lanes of the group (scattered); the first stores it.
+  const float read_sum = group_sums_scattered<kLanes, kRows>(read);
+  if constexpr (kRows <= kLanes) {
+    const int s = scattered_sum_index<kLanes, kRows>(lane);
+    const int i = tile * kRowsPerBlock + group + kGroups * s;
+    if (lane % (kLanes / kRows) == 0 && i < dv) {
+      store_element(p.o.data, t * p.o.row_stride + int64_t{h} * dv + i, p.o.kind, read_sum);
+    }
+  } else if (lane == 0) {  // fewer lanes than rows: group_sums' sums in every lane
 #pragma unroll
     for (int s = 0; s < kRows; ++s) {
       const int i = tile * kRowsPerBlock + group + kGroups * s;

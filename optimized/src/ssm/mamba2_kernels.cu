@@ -18,7 +18,9 @@
 // for 32 / 64 / 128 requests with float32 pools (78 % for 16, where a copy of the same bytes reaches
 // 87 %), 75 / 80 % for 64 / 128 requests with bfloat16 pools; the prefill of one 2048-token request
 // in 0.95 ms (chunk states 0.27, state passing 0.12, chunk scan 0.56 ms). In the tree since:
-// optimized/bench/bench_linear.cu at Falcon-H1-7B's sizes (Hs 24, P 128, N 256).
+// optimized/bench/bench_linear.cu at Falcon-H1-7B's sizes (Hs 24, P 128, N 256): the decode update
+// at 64 / 256 requests 146 / 580 µs = 92.5–93.6% of the copy bandwidth with float32 pools, 79.6 /
+// 305 µs = 85.3–89.3% with bfloat16 pools (148 / 590 and 81 / 314 µs with a shuffle tree per row).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,6 +28,7 @@
 
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
+#include "common/group_sums.cuh"
 #include "common/pdl.cuh"
 #include "ssm/mamba2_kernels.h"
 
@@ -77,10 +80,11 @@ __device__ __forceinline__ float decay_rate(const Mamba2Params& p, int h) {  // 
 // as raw 16-byte registers (4 per access whatever T: the update is bound by the state's
 // bandwidth), then row by row widened, updated, summed and stored.
 // The group's B and C are staged once per block in shared memory, and each lane's part of them read
-// into registers once for all its rows. y's sum over N is the lane's states in order, then an
-// xor-shuffle tree over the kLanes lanes (fixed order), the trees of a thread's rows interleaved
-// level by level (their shuffles overlap instead of queueing row after row). Sizes the vector
-// path does not take (N or the slot size no multiple of kVec) move element by element.
+// into registers once for all its rows. y's sum over N is the lane's states in order, then the
+// sums over the kLanes lanes of all the thread's rows at once, scattered over the lanes
+// (group_sums.cuh: kRows − 1 + log2(kLanes / kRows) shuffles instead of a tree of log2 kLanes per
+// row; fixed order). Sizes the vector path does not take (N or the slot size no multiple of kVec)
+// move element by element.
 constexpr int kDecodeThreads = 128;
 
 template <typename T>
@@ -194,9 +198,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(Mamba2Params p) 
     }
   }
 
-  // Row by row: widened, updated and stored (the state is final before y's sum); then y's xor
-  // trees of all the thread's rows interleaved level by level (the same sums as row by row, the
-  // shuffles of different rows overlapping), then y.
+  // Row by row: widened, updated and stored (the state is final before y's sum); then y's sums.
   float acc[kRows];
 #pragma unroll
   for (int k = 0; k < kRows; ++k) {
@@ -223,12 +225,19 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(Mamba2Params p) 
       if (boundary >= 0) store_states<T>(p.ssm_state, boundary * p.ssm_state.slot_size + e, N - n0, vec, S[a]);
     }
   }
+  // y: each row's sum ends in kLanes / kRows lanes of the row's group (group_sums.cuh: scattered,
+  // fewer shuffles than a tree per row); the first of them stores it.
+  const float sum = group_sums_scattered<kLanes, kRows>(acc);
+  if constexpr (kRows <= kLanes) {
+    const int k = scattered_sum_index<kLanes, kRows>(lane);
+    float x_k = 0.0f;  // x[k] without a dynamically indexed (local-memory) array
 #pragma unroll
-  for (int o = kLanes / 2; o >= 1; o /= 2) {
-#pragma unroll
-    for (int k = 0; k < kRows; ++k) acc[k] += __shfl_xor_sync(0xffffffffu, acc[k], o);
-  }
-  if (lane == 0) {
+    for (int j = 0; j < kRows; ++j) x_k = j == k ? x[j] : x_k;
+    const int row = row0 + k * kRowsPerPass;
+    if (lane % (kLanes / kRows) == 0 && row < P) {
+      store_element(p.y.data, t * p.y.row_stride + int64_t{h} * P + row, p.y.kind, fmaf(Dh, x_k, sum));
+    }
+  } else if (lane == 0) {  // fewer lanes than rows: group_sums' sums in every lane
 #pragma unroll
     for (int k = 0; k < kRows; ++k) {
       const int row = row0 + k * kRowsPerPass;
@@ -512,8 +521,7 @@ __global__ void __launch_bounds__(kNormThreads, 1) gated_norm_kernel(Mamba2NormP
       const float v = gated(p, t, first + i);
       sum = fmaf(v, v, sum);
     }
-#pragma unroll
-    for (int o = 16; o >= 1; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    sum = group_sum<32>(sum);
     if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
     __syncthreads();
     if (threadIdx.x == 0) {
