@@ -1,4 +1,4 @@
-// hybridtb_bench_ssm [--out FILE.json]: the mamba1 kernels of the cuda backend's SSM branch
+// hybridtb_bench_ssm [--out FILE.json] [--case NAME]: the mamba1 kernels of the cuda backend's SSM branch
 // (optimized/src/ssm/mamba1_kernels.cu) on one GPU, against ceilings measured in the same run
 // (device-to-device copy bandwidth of 1 GiB; ex2 throughput with every SM full):
 //   decode: the single-step state update (launch_mamba1_scan on decode requests) for d_inner 5120,
@@ -11,6 +11,7 @@
 //           the default tile, 3 time segments at 5 blocks per SM; 4 segments at 5 per SM; 4 segments
 //           at 4 per SM), and the causal conv; tokens/s against
 //           t_min = max(bytes / copy bandwidth, D·N·T / ex2 rate) (perf-anchors.md §6.3).
+// --case runs only the case of that name (e.g. "prefill 8k", for a profiler).
 // Inputs are deterministic non-zero values (a hash fill); every timing is the median of CUDA-event
 // samples after warm-up, with the ssm_state pool restored and L2 flushed (256 MiB read) before
 // every sample, outside the events (a 256 MiB read: clean lines, no write-back in the timed region). The GEMMs (cuBLAS) are not timed here. Case names ("name")
@@ -192,9 +193,12 @@ void release(Setup& s) {
 
 int main(int argc, char** argv) {
   std::string out_path;
+  std::string only_case;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--out") == 0) out_path = argv[i + 1];
+    if (std::strcmp(argv[i], "--case") == 0) only_case = argv[i + 1];
   }
+  const auto skip = [&](const std::string& name) { return !only_case.empty() && name != only_case; };
   cudaStream_t stream = nullptr;
   HYBRIDTB_CUDA_CHECK(cudaStreamCreate(&stream));
   cudaDeviceProp prop{};
@@ -238,6 +242,7 @@ int main(int argc, char** argv) {
 
   // Case names ("name") match experiments/peers/torch_mamba1_peer.py's; "median_us" is the time.
   for (const int seqs : {64, 256}) {
+    if (skip("decode " + std::to_string(seqs) + " seqs")) continue;
     Setup s = make_setup(seqs, 1);
     // The decode sweep (scan_variant on a decode wave; 0 = the default the backend uses).
     const char* variant_names[] = {"lanes2_quads2_128threads", "lanes4_quads1", "lanes2_quads2_256threads"};
@@ -278,6 +283,7 @@ int main(int argc, char** argv) {
     release(s);
   }
   for (const int tokens : {8192, 32768}) {
+    if (skip("prefill " + std::to_string(tokens / 1024) + "k")) continue;
     Setup s = make_setup(1, tokens);
     // The tiling sweep (scan_variant; 0 = the default the backend uses).
     const char* variant_names[] = {"tile", "tile_4segs", "tile_4segs_4_per_sm"};
