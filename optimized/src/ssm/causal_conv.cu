@@ -1,8 +1,9 @@
 // The causal conv1d + SiLU front end (causal_conv.h): the eager form — saved windows stashed, a
-// token-parallel conv that also writes the block-boundary and final windows — and the fixed decode
-// step's single-token update. Thread = channel in both, so each thread owns its channel's window
-// and its conv-state rows: no two threads ever touch the same element. The sum is
-// bias + Σ_j w[j]·window[j] in j order (the same in both forms); silu(v) = v / (1 + e^−v).
+// token-parallel conv that also writes the block-boundary and final windows — and the single-token
+// update of a wave of decodes (the fixed decode step's, and an eager decode wave's). Thread =
+// channel in both, so each thread owns its channel's window and its conv-state rows: no two threads
+// ever touch the same element. The sum is bias + Σ_j w[j]·window[j] in j order (the same in both
+// forms); silu(v) = v / (1 + e^−v).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -119,8 +120,8 @@ __global__ void __launch_bounds__(kConvChannels) conv_kernel(CausalConvParams p,
   if (end == r.end) store_window(p, r.write_slot, c, window);
 }
 
-// The fixed decode step: entry blockIdx.y's one token (or nothing), channel = thread; the saved
-// inputs are in registers before the shifted window is stored, so read_slot == write_slot is safe.
+// Decodes only: entry blockIdx.y's one token (or nothing), channel = thread; the saved inputs are in
+// registers before the shifted window is stored, so read_slot == write_slot is safe.
 __global__ void __launch_bounds__(kConvChannels) conv_decode_kernel(CausalConvParams p) {
   pdl_allow_dependents();  // the kernel after the conv (a state update, GDN's preparation) may launch now
   const int c = static_cast<int>(blockIdx.x) * kConvChannels + static_cast<int>(threadIdx.x);
@@ -143,6 +144,8 @@ __global__ void __launch_bounds__(kConvChannels) conv_decode_kernel(CausalConvPa
   p.out[t * p.channels + c] = conv_output(w, window, u, weight_or(p.bias, c, 0.0f), K);
   shift_window(window, u, K);
   store_window(p, r.write_slot, c, window);
+  const int32_t boundary = p.boundary_slot != nullptr ? p.boundary_slot[t] : -1;
+  if (boundary >= 0) store_window(p, boundary, c, window);
 }
 
 unsigned grid_for(int64_t n, int per_block) {

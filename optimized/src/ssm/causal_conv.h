@@ -28,10 +28,12 @@
 //     that a chunk costs a few memory latencies, not one per token — that writes out, the
 //     block-boundary windows as it passes them and the final window. No host-side lists: everything
 //     comes from the device request table and boundary_slot, so nothing is uploaded.
-//   - fixed decode step (launch_causal_conv_decode): every entry of the wave is empty (skipped) or
-//     one token; per entry and channel one thread reads the K − 1 saved inputs into registers,
-//     stores out and then the shifted window [saved[1:] | u] to write_slot (read_slot == write_slot
-//     is safe). One kernel, grid from channels and num_requests only, no stash, no boundaries.
+//   - decodes only (launch_causal_conv_decode: the fixed decode step, and an eager wave whose
+//     entries are all decodes): every entry of the wave is empty (skipped) or one token; per entry
+//     and channel one thread reads the K − 1 saved inputs into registers, stores out and then the
+//     shifted window [saved[1:] | u] to write_slot (read_slot == write_slot is safe) and, where
+//     boundary_slot is given and names a slot for the token, to that slot too. One kernel, grid from
+//     channels and num_requests only, no stash.
 // Both compute the same sums in the same order (bitwise the same c for a decode token either way).
 // Reproducible: no atomics, fixed order.
 //
@@ -61,7 +63,7 @@ struct CausalConvParams {
   PoolRef state;         // [slots, C, K − 1] per slot, oldest input first
   WaveRef wave;          // the wave's requests (device table)
   // Eager only: device [T] −1 or the slot receiving the window after row t (mode all; nullptr: none),
-  // and scratch for the saved windows, causal_conv_stash_floats(·) floats.
+  // and scratch for the saved windows, causal_conv_stash_floats(·) floats (launch_causal_conv only).
   const int32_t* boundary_slot = nullptr;
   float* stash = nullptr;
 };
@@ -74,7 +76,7 @@ inline int64_t causal_conv_stash_floats(const CausalConvParams& p) {
 
 // The eager form (see above): stash, token-parallel conv, final and boundary conv-state writes.
 void launch_causal_conv(const CausalConvParams& p, cudaStream_t stream);
-// The fixed decode step's form (see above): entries empty or one token; boundary_slot and stash unused.
+// The decodes-only form (see above): entries empty or one token; stash unused.
 void launch_causal_conv_decode(const CausalConvParams& p, cudaStream_t stream);
 
 }  // namespace hybridtb::cuda::ssm
@@ -82,6 +84,8 @@ void launch_causal_conv_decode(const CausalConvParams& p, cudaStream_t stream);
 // nvcc compiles the .cu files as C++17 and ssm_gpu_mode.h is C++20: the GpuStep wrappers are for
 // host translation units only.
 #ifndef __CUDACC__
+#include <algorithm>
+
 #include "ssm/ssm_gpu_mode.h"
 
 namespace hybridtb::cuda::ssm {
@@ -111,10 +115,19 @@ inline CausalConvParams mode_causal_conv(const GpuStep& step, int64_t channels, 
 
 // Eager step (step.fixed == false): the conv of one wave, stash from the step's scratch, the
 // step's block-boundary rows, on the context's stream. `conv` gives sizes, in/out, weights, pool.
+// A wave of decodes only (the common decode step) takes the single-token update: one kernel that
+// reads each saved window where it lies, instead of a stash pass and the token-parallel conv.
 inline void causal_conv_silu(const GpuStep& step, const GpuWave& wave, CausalConvParams conv) {
   conv.num_tokens = step.num_tokens;
   conv.wave = wave.device;
   conv.boundary_slot = step.boundary_slot;
+  const bool decodes_only = std::all_of(wave.host.begin(), wave.host.end(),
+                                        [](const GpuRequest& r) { return r.decode != 0 || r.end <= r.begin; });
+  if (decodes_only) {
+    conv.stash = nullptr;
+    launch_causal_conv_decode(conv, step.context->stream());
+    return;
+  }
   conv.stash = step.scratch_of<float>(causal_conv_stash_floats(conv));
   launch_causal_conv(conv, step.context->stream());
 }
