@@ -144,8 +144,6 @@ __global__ void __launch_bounds__(kConvChannels) conv_decode_kernel(CausalConvPa
   p.out[t * p.channels + c] = conv_output(w, window, u, weight_or(p.bias, c, 0.0f), K);
   shift_window(window, u, K);
   store_window(p, r.write_slot, c, window);
-  const int32_t boundary = p.boundary_slot != nullptr ? p.boundary_slot[t] : -1;
-  if (boundary >= 0) store_window(p, boundary, c, window);
 }
 
 unsigned grid_for(int64_t n, int per_block) {

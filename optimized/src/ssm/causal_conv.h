@@ -31,9 +31,10 @@
 //   - decodes only (launch_causal_conv_decode: the fixed decode step, and an eager wave whose
 //     entries are all decodes): every entry of the wave is empty (skipped) or one token; per entry
 //     and channel one thread reads the K − 1 saved inputs into registers, stores out and then the
-//     shifted window [saved[1:] | u] to write_slot (read_slot == write_slot is safe) and, where
-//     boundary_slot is given and names a slot for the token, to that slot too. One kernel, grid from
-//     channels and num_requests only, no stash.
+//     shifted window [saved[1:] | u] to write_slot (read_slot == write_slot is safe). A decode
+//     writes no block-boundary state (its state goes to write_slot: reference/ssm/ssm_plan.cpp's
+//     plan_decode, vLLM's rule), so boundary_slot is not read. One kernel, grid from channels and
+//     num_requests only, no stash.
 // Both compute the same sums in the same order (bitwise the same c for a decode token either way).
 // Reproducible: no atomics, fixed order.
 //
@@ -116,7 +117,8 @@ inline CausalConvParams mode_causal_conv(const GpuStep& step, int64_t channels, 
 // Eager step (step.fixed == false): the conv of one wave, stash from the step's scratch, the
 // step's block-boundary rows, on the context's stream. `conv` gives sizes, in/out, weights, pool.
 // A wave of decodes only (the common decode step) takes the single-token update: one kernel that
-// reads each saved window where it lies, instead of a stash pass and the token-parallel conv.
+// reads each saved window where it lies, instead of a stash pass and the token-parallel conv (decodes
+// write no block-boundary states, see above).
 inline void causal_conv_silu(const GpuStep& step, const GpuWave& wave, CausalConvParams conv) {
   conv.num_tokens = step.num_tokens;
   conv.wave = wave.device;
