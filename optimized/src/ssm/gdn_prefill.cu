@@ -11,11 +11,14 @@
 //         [W | U] = (I + A)^-1·[diag(β·e^G)·K | diag(β)·V]  by forward substitution, one column
 //         per thread held in registers (no synchronisation inside the solve);
 //   (2) chunk_state_kernel, per prefill × value head × tile of 16 rows of M, sequential over the
-//       request's chunks — only the chain that must be sequential (M's tile in registers, float32,
-//       entering from read_slot or zeros; the next chunk's W, K, U, G arrive by cp.async while the
-//       current one computes, two barriers per chunk):
+//       request's chunks — only the chain that must be sequential. Warp w keeps columns 16·w … of
+//       M's tile in registers for the whole request, in the mma accumulator layout, which is also
+//       the A operand layout of V_newᵀ = M·Wᵀ with the k slots permuted (no shared-memory round
+//       trip of M); W, K two and one chunks ahead, U, G two ahead arrive by cp.async rings. Per
+//       chunk, two barriers: each warp's partial M·Wᵀ over its 16 columns (fully unrolled, eight
+//       independent mma chains), a fixed-order sum of the partials with V_new = U − Σ, then
 //         h_c = M (the entry state, stored),  V_new = U − W·Mᵀ (stored over U),
-//         M ← e^(G_n)·M + V_newᵀ·diag(e^(G_n − G_j))·K;
+//         M ← e^(G_n)·M + V_newᵀ·diag(e^(G_n − G_j))·K   (V_new·decay split into TF32 once);
 //       the exit state of a chunk ending at a boundary row goes to its slot, the last to write_slot;
 //   (3) chunk_output_kernel, per chunk × value head × 64 value channels, parallel:
 //         O = diag(e^G)·Q·h_cᵀ + P·V_new.
@@ -25,11 +28,18 @@
 // Every product runs on the tensor cores in 3xTF32 (mma.cuh: each float32 operand split into TF32
 // hi + lo, three m16n8k8 products with float32 accumulation: float32-level accuracy, the parity
 // tests unchanged); the substitution, decays and gates stay float32 on the CUDA cores. Fixed
-// summation orders, no atomics: bitwise reproducible. H100 (hybridtb_bench_linear, prepare +
-// prefill of one fresh request): 64k tokens × 8 value heads 8.28 ms = 4.1 nominal TFLOP/s (47.8 ms
-// on the CUDA cores before; FlashInfer's published sm90 figure 0.40 ms), 8k at Qwen3-Next's 32 value
-// heads 2.84 ms. The sequential state pass dominates (64 of 132 SMs busy at 8 value heads, each
-// chunk a chain of dependent tensor-core steps): the next step is splitting it over more blocks.
+// summation orders, no atomics: bitwise reproducible.
+// H100 (hybridtb_bench_linear, prepare + prefill of one fresh request; same-run A/B against the
+// previous version): 64k tokens × 8 value heads 7.03 ms (7.43 before; FlashInfer's published sm90
+// figure 0.40 ms), 8k × 8 heads 0.92 ms (0.97), 8k at Qwen3-Next's 32 value heads 2.41 ms (2.62).
+// ncu at 64k × 8: intra 1.52 ms (1.81 before the parallel g loads), state 4.51 ms (≈ 4.65),
+// output 0.79 ms (DRAM-bound: 72% of peak, the h_c round trip is most of its bytes). The state
+// pass is still the wall: ≈ 8k cycles per chunk on 64 of 132 SMs, issue-bound (0.43 instructions
+// per scheduler-cycle at 2 warps per scheduler; ≈ 1.7k instructions per warp per chunk: the
+// 3xTF32 splits, the cp.async address arithmetic, the reduction). Measured dead ends: 16 warps per
+// block (kStateSplit 2) 7.43 ms; four partial sums in the solve and the fused A/P product change
+// nothing measurable. Next: TMA for the W/K tiles, W/K split once per chunk and head instead of
+// once per block, dk split over a CTA pair to use the idle SMs.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -46,7 +56,7 @@ namespace {
 // --- (3) prefills: the chunked WY form --------------------------------------------------------------
 
 constexpr int kC = kGdnChunk;
-constexpr int kPrefillThreads = 256;  // 8 warps in each of the three kernels
+constexpr int kPrefillThreads = 256;  // 8 warps in the intra and output kernels
 constexpr int kStateRows = 16;        // rows of M (value channels) per block of the state pass
 constexpr int kOutCols = 64;          // value channels per block of the output pass
 // Row strides (floats) of the shared tiles, for conflict-free fragment loads: element (g, t) of a
@@ -57,12 +67,11 @@ constexpr int kRowMajor128 = kGdnMaxHeadDim + 4;  // 132: [·][dk] read row-majo
 constexpr int kColMajor128 = kGdnMaxHeadDim + 8;  // 136: [·][dk] read transposed
 constexpr int kRowMajor64 = kC + 4;               // 68
 constexpr int kColMajor64 = kOutCols + 8;         // 72
-constexpr int kColMajor16 = kStateRows + 8;       // 24
 static_assert(kOutCols == kC, "the output pass's state rows copy as a chunk-sized tile");
 
 __host__ __device__ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
-__device__ __forceinline__ uint32_t smem_address(const float* p) {
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
@@ -103,25 +112,78 @@ __device__ __forceinline__ void warp_mma_3xtf32(float (&c)[kTiles][4], const flo
   }
 }
 
+// Two products sharing Y, C1 += X1·Yᵀ and C2 += X2·Yᵀ (X1, X2, Y row-major, rows kXm and kYn
+// apart): as two warp_mma_3xtf32 calls, the same summation orders, with each Y fragment loaded and
+// split once.
+template <int kTiles, int kXm, int kYn>
+__device__ __forceinline__ void warp_mma_pair_3xtf32(float (&c1)[kTiles][4], float (&c2)[kTiles][4], const float* x1,
+                                                     const float* x2, const float* y, int ksteps) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int x_at = (lane / 4) * kXm + lane % 4;
+  const float* yg = y + (lane / 4) * kYn + lane % 4;
+  float small1[kTiles][4] = {}, small2[kTiles][4] = {};
+#pragma unroll 2
+  for (int s = 0; s < ksteps; ++s) {
+    const int k = 8 * s;
+    uint32_t a1_hi[4], a1_lo[4], a2_hi[4], a2_lo[4];
+    const int offsets[4] = {k, 8 * kXm + k, k + 4, 8 * kXm + k + 4};
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      mma::split_tf32(x1[x_at + offsets[q]], a1_hi[q], a1_lo[q]);
+      mma::split_tf32(x2[x_at + offsets[q]], a2_hi[q], a2_lo[q]);
+    }
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
+      mma::split_tf32(yg[8 * j * kYn + k], b_hi0, b_lo0);
+      mma::split_tf32(yg[8 * j * kYn + k + 4], b_hi1, b_lo1);
+      mma::mma_tf32(small1[j], a1_lo, b_hi0, b_hi1);
+      mma::mma_tf32(small1[j], a1_hi, b_lo0, b_lo1);
+      mma::mma_tf32(c1[j], a1_hi, b_hi0, b_hi1);
+      mma::mma_tf32(small2[j], a2_lo, b_hi0, b_hi1);
+      mma::mma_tf32(small2[j], a2_hi, b_lo0, b_lo1);
+      mma::mma_tf32(c2[j], a2_hi, b_hi0, b_hi1);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      c1[j][e] += small1[j][e];
+      c2[j][e] += small2[j][e];
+    }
+  }
+}
+
 // Row r and column c of the 16×8 C fragment element e < 4 of this lane (mma.cuh's layout).
 __device__ __forceinline__ int frag_row(int e) { return static_cast<int>(threadIdx.x) % 32 / 4 + 8 * (e / 2); }
 __device__ __forceinline__ int frag_col(int e) { return 2 * (static_cast<int>(threadIdx.x) % 4) + e % 2; }
 
 // Shared rows [0, kC) × columns [0, width) (row stride `ss`, width a multiple of 4) ← global rows
 // [0, n) × columns [0, cols) (rows `gs` floats apart), zeros elsewhere, by cp.async: 16 bytes per
-// copy where `vec` (cols and gs multiples of 4, src 16-byte aligned), else 4. The caller commits.
+// copy where `vec` (cols and gs multiples of 4, src 16-byte aligned), else 4, by the block's
+// kThreads threads. The caller commits.
+template <int kThreads = kPrefillThreads>
 __device__ void copy_tile_async(float* dst, int ss, const float* src, int64_t gs, int n, int cols, int width,
                                 bool vec) {
   const int tid = static_cast<int>(threadIdx.x);
-  if (vec) {
+  if (vec && width == kGdnMaxHeadDim) {  // the common case: shifts and masks, not divisions
+    constexpr int kQuads = kGdnMaxHeadDim / 4;
+#pragma unroll
+    for (int e = tid; e < kC * kQuads; e += kThreads) {
+      const int i = e / kQuads, c = 4 * (e % kQuads);
+      const bool ok = i < n && c < cols;
+      mma::cp_async_16(smem_address(dst + i * ss + c), ok ? src + i * gs + c : src, ok);
+    }
+  } else if (vec) {
     const int quads = width / 4;
-    for (int e = tid; e < kC * quads; e += kPrefillThreads) {
+    for (int e = tid; e < kC * quads; e += kThreads) {
       const int i = e / quads, c = 4 * (e % quads);
       const bool ok = i < n && c < cols;
       mma::cp_async_16(smem_address(dst + i * ss + c), ok ? src + i * gs + c : src, ok);
     }
   } else {
-    for (int e = tid; e < kC * width; e += kPrefillThreads) {
+    for (int e = tid; e < kC * width; e += kThreads) {
       const int i = e / width, c = e % width;
       const bool ok = i < n && c < cols;
       mma::cp_async_4(smem_address(dst + i * ss + c), ok ? src + i * gs + c : src, ok);
@@ -156,25 +218,32 @@ __global__ void __launch_bounds__(kPrefillThreads) chunk_intra_kernel(GdnParams 
   copy_tile_async(Q, ks, rows + int64_t{hk} * dk, gdn_conv_dim(p), n, dk, round_up(dk, 16), qkv_vec);
   copy_tile_async(K, ks, rows + int64_t{p.Hk + hk} * dk, gdn_conv_dim(p), n, dk, round_up(dk, 16), qkv_vec);
   mma::cp_async_commit();
-  if (tid == 0) {  // the in-chunk inclusive cumsum of g, in token order (0 past n)
+  // g and β of the chunk's tokens (0 past n), loaded in parallel; then the in-chunk inclusive
+  // cumsum of g by one thread from shared memory, in token order (a chain of 64 dependent global
+  // loads, as it was, cost more than the rest of the kernel).
+  for (int i = tid; i < kC; i += kPrefillThreads) {
+    G[i] = i < n ? p.g[int64_t{chunk.begin + i} * Hv + h] : 0.0f;
+    B[i] = i < n ? p.beta[int64_t{chunk.begin + i} * Hv + h] : 0.0f;
+  }
+  __syncthreads();
+  if (tid == 0) {
     float acc = 0.0f;
-    for (int i = 0; i < kC; ++i) {
-      if (i < n) acc += p.g[int64_t{chunk.begin + i} * Hv + h];
-      G[i] = i < n ? acc : 0.0f;
+    for (int i = 0; i < n; ++i) {
+      acc += G[i];
+      G[i] = acc;
     }
   }
-  for (int i = tid; i < kC; i += kPrefillThreads) B[i] = i < n ? p.beta[int64_t{chunk.begin + i} * Hv + h] : 0.0f;
   mma::cp_async_wait<0>();
   __syncthreads();
   for (int i = tid; i < kC; i += kPrefillThreads) BE[i] = B[i] * expf(G[i]);
 
   // A (strictly lower) and P (lower with the diagonal; rows of the chunk, zeros above) from k̂·k̂ᵀ and
-  // q̂·k̂ᵀ on the tensor cores: warp w takes rows 16·(w mod 4) … and columns 32·(w / 4) … of both.
+  // q̂·k̂ᵀ on the tensor cores: warp w takes rows 16·(w mod 4) … and columns 32·(w / 4) … of both
+  // (the two warps whose columns all lie above their rows only write zeros).
   {
     const int m0 = 16 * (warp % 4), n0 = 32 * (warp / 4);
     float kk[4][4] = {}, qk[4][4] = {};
-    warp_mma_3xtf32<4, ks, 1, ks, 1>(kk, K + m0 * ks, K + n0 * ks, round_up(dk, 8) / 8);
-    warp_mma_3xtf32<4, ks, 1, ks, 1>(qk, Q + m0 * ks, K + n0 * ks, round_up(dk, 8) / 8);
+    if (n0 <= m0 + 15) warp_mma_pair_3xtf32<4, ks, ks>(kk, qk, K + m0 * ks, Q + m0 * ks, K + n0 * ks, round_up(dk, 8) / 8);
 #pragma unroll
     for (int jt = 0; jt < 4; ++jt) {
 #pragma unroll
@@ -195,8 +264,10 @@ __global__ void __launch_bounds__(kPrefillThreads) chunk_intra_kernel(GdnParams 
 
   // (I + A)·X = [diag(β·e^G)·K | diag(β)·V] by forward substitution, one column per thread held in
   // registers (thread c < 128: column c of W, else column c − 128 of U): X_i = rhs_i − Σ_{j<i}
-  // A_ij·X_j, j ascending; row i of A is a broadcast, read 4 floats at a time. Rows past n: A's are
-  // zero and the right-hand side zero, so they stay finite and are not stored.
+  // A_ij·X_j; row i of A is a broadcast, read 4 floats at a time, and the sum runs in four
+  // interleaved partial sums (j mod 4, j ascending in each; four short dependent chains instead of one
+  // of length i). Rows past n: A's are zero and the right-hand side zero, so they stay finite and
+  // are not stored.
   const bool is_w = tid < kGdnMaxHeadDim;
   const int c = is_w ? tid : tid - kGdnMaxHeadDim;
   if (c < (is_w ? dk : dv)) {
@@ -209,16 +280,16 @@ __global__ void __launch_bounds__(kPrefillThreads) chunk_intra_kernel(GdnParams 
 #pragma unroll
     for (int i = 1; i < kC; ++i) {
       const float* a_row = A + i * as;
-      float acc = x[i];
+      float acc[4] = {};
 #pragma unroll
       for (int j4 = 0; j4 < i; j4 += 4) {
         const float4 a4 = *reinterpret_cast<const float4*>(a_row + j4);
-        acc = fmaf(-a4.x, x[j4], acc);
-        if (j4 + 1 < i) acc = fmaf(-a4.y, x[j4 + 1], acc);
-        if (j4 + 2 < i) acc = fmaf(-a4.z, x[j4 + 2], acc);
-        if (j4 + 3 < i) acc = fmaf(-a4.w, x[j4 + 3], acc);
+        acc[0] = fmaf(a4.x, x[j4], acc[0]);
+        if (j4 + 1 < i) acc[1] = fmaf(a4.y, x[j4 + 1], acc[1]);
+        if (j4 + 2 < i) acc[2] = fmaf(a4.z, x[j4 + 2], acc[2]);
+        if (j4 + 3 < i) acc[3] = fmaf(a4.w, x[j4 + 3], acc[3]);
       }
-      x[i] = acc;
+      x[i] -= (acc[0] + acc[1]) + (acc[2] + acc[3]);
     }
     float* out = is_w ? p.w + int64_t{h} * dk + c : p.u + int64_t{h} * dv + c;
     const int64_t out_stride = int64_t{Hv} * (is_w ? dk : dv);
@@ -230,23 +301,69 @@ __global__ void __launch_bounds__(kPrefillThreads) chunk_intra_kernel(GdnParams 
   for (int i = tid; i < n; i += kPrefillThreads) p.gcum[int64_t{chunk.begin + i} * Hv + h] = G[i];
 }
 
-// Shared memory of chunk_state_kernel (floats): two stages of W [C][132], K [C][136], U [C][24],
-// G [C] (the next chunk's arrive while the current one computes), M [16][132], V_new·e^(G_n − G_j)
-// [C][24].
-constexpr int kStageFloats = kC * (kRowMajor128 + kColMajor128 + kColMajor16 + 1);
+// The state pass: warps per 16 columns of M (1: 8 warps, each holding two 8-column tiles; 2: 16
+// warps, one tile each, at most 128 registers). 2 measured slower (64k × 8 heads: 7.43 against
+// 7.03 ms): the per-warp costs (fragments of V_new, reduction, barriers) grow with the warps.
+constexpr int kStateSplit = 1;
+constexpr int kStateWarps = 8 * kStateSplit;
+constexpr int kStateThreads = 32 * kStateWarps;
+constexpr int kHeldTiles = 2 / kStateSplit;        // 8-column tiles of M per warp
+constexpr int kReduceFloats = 4 / kStateSplit;     // V_new elements per thread in the reduction
+// Shared memory of chunk_state_kernel (floats): W and K [C][136] in two buffers each (W read as
+// float2 pairs (g, 2t), K transposed: both conflict-free at a stride ≡ 8 mod 32), the small
+// per-chunk tiles (Uᵀ [16][68], G [C], the boundary slot) in three, the warps' partial V_newᵀ
+// [warps][16][68] and V_newᵀ·diag(e^(G_n − G_j)) split into TF32 hi and lo [2][16][68] (split once,
+// read by every warp): 192 KiB (8 warps) or 226 KiB (16), one block per SM.
+constexpr int kStateTileFloats = kC * kColMajor128;  // W or K: [C][136]
+constexpr int kTokenStride = kC + 4;  // [16][68] tiles over the tokens: Uᵀ, partials, V_new·decay
+constexpr int kSmallFloats = kStateRows * kTokenStride + kC + 4;  // Uᵀ, G, the boundary slot, padding
 size_t state_smem_bytes() {
-  return sizeof(float) * (2 * size_t{kStageFloats} + kStateRows * kRowMajor128 + kC * kColMajor16);
+  return sizeof(float) * (4 * size_t{kStateTileFloats} + 3 * kSmallFloats +
+                          (kStateWarps + 2) * kStateRows * kTokenStride);
+}
+
+// x[0 … kN) ← kN consecutive floats of shared memory, one access (p aligned to 4·kN bytes).
+template <int kN>
+__device__ __forceinline__ void load_floats(const float* p, float (&x)[kN]) {
+  static_assert(kN == 2 || kN == 4);
+  if constexpr (kN == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+  } else {
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    x[0] = v.x, x[1] = v.y;
+  }
+}
+template <int kN>
+__device__ __forceinline__ void store_floats(float* p, const float (&x)[kN]) {
+  if constexpr (kN == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+  } else {
+    *reinterpret_cast<float2*>(p) = make_float2(x[0], x[1]);
+  }
 }
 
 // Block = tile blockIdx.x % tiles (rows v0 = 16·tile …) of value head blockIdx.x / tiles of prefill
-// blockIdx.y, 8 warps. M's tile lives in registers as the accumulators of the update Mᵀ ← e^(G_n)·Mᵀ +
-// Kᵀ·diag(e^(G_n − G_j))·V_new: warp w holds Mᵀ rows c ∈ 16·w + [0, 16) (w < ⌈dk/16⌉), all 16
-// columns v as two 16×8 tiles sharing each K fragment. Each thread loads, updates
-// and stores the same elements of M, so read_slot == write_slot is safe. Per chunk (two barriers):
-// wait for its tiles, prefetch the next chunk's; store M (the entry state, from shared memory) to h;
-// V_new = U − W·Mᵀ (warp w: tokens 16·(w mod 4) …, rows 8·(w / 4) …) stored over U and, scaled by
-// e^(G_n − G_j), to shared memory; then the update, the boundary state and M back to shared memory.
-__global__ void __launch_bounds__(kPrefillThreads, 1) chunk_state_kernel(GdnParams p, int tiles) {
+// blockIdx.y. Warp w holds, if 16·(w mod 8) < dk, the 8-column tiles c0 = 16·(w mod 8) + 8·(w / 8)
+// + 8·jt (jt < kHeldTiles) of M's 16 rows in registers as 16×8 accumulator fragments (row v = g +
+// 8·(e/2), column c0 + 8·jt + 2t + e%2 in element e, g = lane / 4, t = lane % 4), for the whole
+// request: they are the A operand of the first product as they stand (its k slots t and t + 4 read
+// columns 2t and 2t + 1, W read in the same order) and the accumulator of the second. Per chunk,
+// two barriers:
+//   (a) h_c ← M (fire and forget); the warp's partial V_newᵀ over its columns, M·W[:, cols]ᵀ (16
+//       rows × 64 tokens: 8 independent mma chains, fully unrolled), to shared memory;
+//   barrier; the loads of the chunks ahead are issued (W two ahead, K one ahead, Uᵀ and G two ahead:
+//       every buffer they overwrite is past its last reader);
+//   (d) each thread sums kReduceFloats elements of the partials in warp order: V_new = U − Σ, stored
+//       over U (the output pass reads it) and, times e^(G_n − G_j) and split into TF32 hi + lo, to
+//       shared memory;
+//   barrier (after waiting for the loads issued a chunk earlier);
+//   (f) M ← e^(G_n)·M + V_newᵀ·diag(e^(G_n − G_j))·K[:, cols] (even and odd k-steps in separate
+//       accumulators: half-length chains), the boundary state from registers.
+// Rows of W, K, U past the chunk's n tokens are zero-filled, so every product runs over all 64
+// tokens (no branches in the unrolled loops) and those tokens contribute exact zeros. Each thread
+// loads, updates and stores the same elements of M, so read_slot == write_slot is safe.
+__global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams p, int tiles) {
   const GdnPrefill prefill = p.prefills[blockIdx.y];
   const GpuRequest r = p.wave.requests[prefill.request];
   const int h = static_cast<int>(blockIdx.x) / tiles;
@@ -255,129 +372,242 @@ __global__ void __launch_bounds__(kPrefillThreads, 1) chunk_state_kernel(GdnPara
   const int rows = min(kStateRows, dv - v0);
   const int hk = h / (Hv / p.Hk);
   const int tid = static_cast<int>(threadIdx.x);
-  const int warp = tid / 32;
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int dk16 = round_up(dk, 16);
-  constexpr int ws = kRowMajor128, ks = kColMajor128, us = kColMajor16, ms = kRowMajor128, vs = kColMajor16;
+  const int col_groups = dk16 / 16;  // groups of 16 columns of M
+  const bool owns = warp % 8 < col_groups;
+  const int c0 = 16 * (warp % 8) + 8 * (warp / 8);
+  constexpr int ws = kColMajor128, ks = kColMajor128, ts = kTokenStride;
   extern __shared__ __align__(16) float state_smem[];
-  float* M = state_smem + 2 * kStageFloats;
-  float* Vs = M + kStateRows * ms;
-  const auto stage = [&](int buffer, float*& W, float*& K, float*& U, float*& G) {
-    W = state_smem + buffer * kStageFloats;
-    K = W + kC * ws;
-    U = K + kC * ks;
-    G = U + kC * us;
-  };
+  float* const w_buf = state_smem;
+  float* const k_buf = w_buf + 2 * kStateTileFloats;
+  float* const small_buf = k_buf + 2 * kStateTileFloats;
+  float* const partial = small_buf + 3 * kSmallFloats;
+  uint32_t* const vd_hi = reinterpret_cast<uint32_t*>(partial + kStateWarps * kStateRows * ts);
+  uint32_t* const vd_lo = vd_hi + kStateRows * ts;
 
+  const int first = prefill.first_chunk, end_chunk = first + prefill.num_chunks;
+  const auto chunk_at = [&](int ci) { return ci < end_chunk ? p.chunks[ci] : GdnChunk{}; };
   const bool qkv_vec = dk % 4 == 0 && gdn_conv_dim(p) % 4 == 0 && aligned16(p.qkv);
   const bool w_vec = dk % 4 == 0 && aligned16(p.w);
-  const bool u_vec = dv % 4 == 0 && aligned16(p.u);
-  const auto prefetch = [&](int ci, int buffer) {
-    const GdnChunk chunk = p.chunks[ci];
-    const int n = chunk.end - chunk.begin;
-    float *W, *K, *U, *G;
-    stage(buffer, W, K, U, G);
-    copy_tile_async(W, ws, p.w + (int64_t{chunk.begin} * Hv + h) * dk, int64_t{Hv} * dk, n, dk, dk16, w_vec);
-    copy_tile_async(K, ks, p.qkv + int64_t{chunk.begin} * gdn_conv_dim(p) + int64_t{p.Hk + hk} * dk, gdn_conv_dim(p), n,
-                    dk, dk16, qkv_vec);
-    copy_tile_async(U, us, p.u + (int64_t{chunk.begin} * Hv + h) * dv + v0, int64_t{Hv} * dv, n, rows, kStateRows,
-                    u_vec);
-    for (int i = tid; i < kC; i += kPrefillThreads) {
-      mma::cp_async_4(smem_address(G + i), i < n ? p.gcum + int64_t{chunk.begin + i} * Hv + h : p.gcum, i < n);
-    }
-    mma::cp_async_commit();
+  const auto load_w = [&](const GdnChunk& c, int buffer) {
+    copy_tile_async<kStateThreads>(w_buf + buffer * kStateTileFloats, ws, p.w + (int64_t{c.begin} * Hv + h) * dk,
+                                   int64_t{Hv} * dk, c.end - c.begin, dk, dk16, w_vec);
   };
-  prefetch(prefill.first_chunk, 0);
+  const auto load_k = [&](const GdnChunk& c, int buffer) {
+    copy_tile_async<kStateThreads>(k_buf + buffer * kStateTileFloats, ks,
+                                   p.qkv + int64_t{c.begin} * gdn_conv_dim(p) + int64_t{p.Hk + hk} * dk,
+                                   gdn_conv_dim(p), c.end - c.begin, dk, dk16, qkv_vec);
+  };
+  // Uᵀ (transposed by 4-byte copies: the reduction reads runs of tokens), G and the boundary slot.
+  const auto load_small = [&](const GdnChunk& c, int slot) {
+    float* s = small_buf + slot * kSmallFloats;
+    const int n = c.end - c.begin;
+    const float* u_rows = p.u + (int64_t{c.begin} * Hv + h) * dv + v0;
+    for (int e = tid; e < kC * kStateRows; e += kStateThreads) {
+      const int i = e / kStateRows, v = e % kStateRows;
+      const bool ok = i < n && v < rows;
+      mma::cp_async_4(smem_address(s + v * ts + i), ok ? u_rows + int64_t{i} * Hv * dv + v : p.u, ok);
+    }
+    for (int i = tid; i < kC; i += kStateThreads) {
+      mma::cp_async_4(smem_address(s + kStateRows * ts + i), i < n ? p.gcum + int64_t{c.begin + i} * Hv + h : p.gcum,
+                      i < n);
+    }
+    if (tid == 0) {
+      int* slot_of = reinterpret_cast<int*>(s + kStateRows * ts + kC);
+      if (p.boundary_slot != nullptr) {
+        mma::cp_async_4(smem_address(slot_of), p.boundary_slot + c.end - 1, true);
+      } else {
+        *slot_of = -1;
+      }
+    }
+  };
 
-  // M's tile enters from read_slot (or zeros) into the accumulators, then to shared memory.
+  // Chunk ci's tiles, then (issued at ci − 2 and ci − 1) W, Uᵀ, G of ci + 1 and K of ci + 1 go
+  // through the rings; the chunk list itself is read a chunk before its loads are issued.
+  GdnChunk chunk = chunk_at(first), next = chunk_at(first + 1), after_next = chunk_at(first + 2);
+  if (first < end_chunk) {
+    load_w(chunk, 0);
+    load_k(chunk, 0);
+    load_small(chunk, 0);
+  }
+  if (first + 1 < end_chunk) {
+    load_w(next, 1);
+    load_small(next, 1);
+  }
+  mma::cp_async_commit();
+
+  // M's tiles enter from read_slot (or zeros).
   const PoolRef& pool = p.recurrent_state;
   const int64_t tile_offset = (int64_t{h} * dv + v0) * dk;  // within a slot: rows v0 … of head h
-  const bool owns = 16 * warp < dk16;
-  float m_acc[2][4];
+  const auto row_of = [&](int e) { return g + 8 * (e / 2); };
+  const auto col_of = [&](int jt, int e) { return c0 + 8 * jt + 2 * t + e % 2; };
+  float m[kHeldTiles][4];
 #pragma unroll
-  for (int jt = 0; jt < 2; ++jt) {
+  for (int jt = 0; jt < kHeldTiles; ++jt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int c = 16 * warp + frag_row(e), v = 8 * jt + frag_col(e);
+      const int v = row_of(e), c = col_of(jt, e);
       const bool saved = owns && c < dk && v < rows && r.read_slot >= 0;
-      m_acc[jt][e] = saved ? load_element(pool.data, r.read_slot * pool.slot_size + tile_offset + v * dk + c,
-                                          pool.kind)
-                           : 0.0f;
-      if (owns) M[v * ms + c] = m_acc[jt][e];
+      m[jt][e] = saved ? load_element(pool.data, r.read_slot * pool.slot_size + tile_offset + v * dk + c, pool.kind)
+                       : 0.0f;
     }
   }
+  mma::cp_async_wait<0>();
+  __syncthreads();
 
-  const bool h_vec = dk % 4 == 0 && aligned16(p.h);
-  for (int ci = prefill.first_chunk; ci < prefill.first_chunk + prefill.num_chunks; ++ci) {
-    const int buffer = (ci - prefill.first_chunk) % 2;
-    float *W, *K, *U, *G;
-    stage(buffer, W, K, U, G);
-    mma::cp_async_wait<0>();
-    __syncthreads();  // chunk ci's tiles and M's entry state visible; every warp is past chunk ci − 1
-    if (ci + 1 < prefill.first_chunk + prefill.num_chunks) prefetch(ci + 1, buffer ^ 1);
-    const GdnChunk chunk = p.chunks[ci];
+  const bool h_pairs = dk % 2 == 0 && (reinterpret_cast<uintptr_t>(p.h) & 7) == 0;
+  for (int ci = first; ci < end_chunk; ++ci) {
+    const int j = ci - first;
     const int n = chunk.end - chunk.begin;
+    const float* W = w_buf + (j % 2) * kStateTileFloats;
+    const float* K = k_buf + (j % 2) * kStateTileFloats;
+    const float* Ut = small_buf + (j % 3) * kSmallFloats;
+    const float* G = Ut + kStateRows * ts;
+    const GdnChunk ahead = chunk_at(ci + 3);
 
-    // The entry state, for the output pass.
-    float* h_tile = p.h + (int64_t{ci} * Hv + h) * dv * dk + int64_t{v0} * dk;
-    if (h_vec) {
-      for (int v = tid / 32; v < rows; v += kPrefillThreads / 32) {
-        const int c = 4 * (tid % 32);
-        if (c < dk) *reinterpret_cast<float4*>(h_tile + v * dk + c) = *reinterpret_cast<const float4*>(M + v * ms + c);
-      }
-    } else {
-      for (int v = tid / kGdnMaxHeadDim; v < rows; v += kPrefillThreads / kGdnMaxHeadDim) {
-        const int c = tid % kGdnMaxHeadDim;
-        if (c < dk) h_tile[v * dk + c] = M[v * ms + c];
-      }
-    }
-
-    // V_new = U − W·Mᵀ: stored over U (the output pass reads it) and as V_new·e^(G_n − G_j) for the
-    // update. Rows past n: U and W are zero, so V_new is 0.
-    {
-      const int m0 = 16 * (warp % 4), n0 = 8 * (warp / 4);
-      float wm[1][4] = {};
-      warp_mma_3xtf32<1, ws, 1, ms, 1>(wm, W + m0 * ws, M + n0 * ms, round_up(dk, 8) / 8);
-      const float g_last = G[n - 1];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = m0 + frag_row(e), v = n0 + frag_col(e);
-        const float v_new = U[i * us + v] - wm[0][e];
-        if (i < n && v < rows) p.u[(int64_t{chunk.begin + i} * Hv + h) * dv + v0 + v] = v_new;
-        Vs[i * vs + v] = v_new * expf(g_last - G[i]);
-      }
-    }
-    __syncthreads();  // Vs complete; every read of M done
-
-    // M ← e^(G_n)·M + V_newᵀ·diag(e^(G_n − G_j))·K, then the boundary state and M for the next chunk.
-    const float exit_decay = expf(G[n - 1]);
-    const int32_t boundary = p.boundary_slot != nullptr ? p.boundary_slot[chunk.end - 1] : -1;
     if (owns) {
+      // (a) The entry state, for the output pass.
+      float* h_tile = p.h + ((int64_t{ci} * Hv + h) * dv + v0) * dk;
 #pragma unroll
-      for (int jt = 0; jt < 2; ++jt) {
+      for (int jt = 0; jt < kHeldTiles; ++jt) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) m_acc[jt][e] *= exit_decay;
+        for (int half = 0; half < 2; ++half) {
+          const int v = g + 8 * half, c = col_of(jt, 0);
+          if (v < rows && c < dk) {
+            if (h_pairs) {
+              *reinterpret_cast<float2*>(h_tile + v * dk + c) = make_float2(m[jt][2 * half], m[jt][2 * half + 1]);
+            } else {
+              h_tile[v * dk + c] = m[jt][2 * half];
+              if (c + 1 < dk) h_tile[v * dk + c + 1] = m[jt][2 * half + 1];
+            }
+          }
+        }
       }
-      warp_mma_3xtf32<2, 1, ks, 1, vs>(m_acc, K + 16 * warp, Vs, (n + 7) / 8);
+      // The warp's partial V_newᵀ[v][i] = Σ_{c its columns} M[v][c]·W[i][c]: M's fragments as A
+      // (slots t, t + 4 = columns 2t, 2t + 1), W's pairs as B.
+      uint32_t a_hi[kHeldTiles][4], a_lo[kHeldTiles][4];
 #pragma unroll
-      for (int jt = 0; jt < 2; ++jt) {
+      for (int jt = 0; jt < kHeldTiles; ++jt) {
+        mma::split_tf32(m[jt][0], a_hi[jt][0], a_lo[jt][0]);
+        mma::split_tf32(m[jt][2], a_hi[jt][1], a_lo[jt][1]);
+        mma::split_tf32(m[jt][1], a_hi[jt][2], a_lo[jt][2]);
+        mma::split_tf32(m[jt][3], a_hi[jt][3], a_lo[jt][3]);
+      }
+      float* my_partial = partial + warp * kStateRows * ts;
+#pragma unroll
+      for (int tt = 0; tt < kC / 8; ++tt) {
+        float big[4] = {}, small[4] = {};
+#pragma unroll
+        for (int jt = 0; jt < kHeldTiles; ++jt) {
+          const float2 w2 = *reinterpret_cast<const float2*>(W + (8 * tt + g) * ws + col_of(jt, 0));
+          uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
+          mma::split_tf32(w2.x, b_hi0, b_lo0);
+          mma::split_tf32(w2.y, b_hi1, b_lo1);
+          mma::mma_tf32(small, a_lo[jt], b_hi0, b_hi1);
+          mma::mma_tf32(small, a_hi[jt], b_lo0, b_lo1);
+          mma::mma_tf32(big, a_hi[jt], b_hi0, b_hi1);
+        }
+        *reinterpret_cast<float2*>(my_partial + g * ts + 8 * tt + 2 * t) =
+            make_float2(big[0] + small[0], big[1] + small[1]);
+        *reinterpret_cast<float2*>(my_partial + (g + 8) * ts + 8 * tt + 2 * t) =
+            make_float2(big[2] + small[2], big[3] + small[3]);
+      }
+    }
+    __syncthreads();  // the partials complete; every warp is past chunk ci − 1 and past reading W(ci)
+
+    if (ci + 2 < end_chunk) {
+      load_w(after_next, j % 2);
+      load_small(after_next, (j + 2) % 3);
+    }
+    if (ci + 1 < end_chunk) load_k(next, (j + 1) % 2);
+    mma::cp_async_commit();
+
+    // (d) V_new = U − Σ_w partial_w (warps in order) for row v, tokens i0 … i0 + kReduceFloats − 1.
+    {
+      constexpr int kThreadsPerRow = kC / kReduceFloats;
+      const int v = tid / kThreadsPerRow, i0 = kReduceFloats * (tid % kThreadsPerRow);
+      float sum[kReduceFloats], x[kReduceFloats], u[kReduceFloats], g_token[kReduceFloats];
+      load_floats(partial + v * ts + i0, sum);
+#pragma unroll
+      for (int w = 1; w < kStateWarps; ++w) {
+        if (w % 8 < col_groups) {
+          load_floats(partial + (w * kStateRows + v) * ts + i0, x);
+#pragma unroll
+          for (int k = 0; k < kReduceFloats; ++k) sum[k] += x[k];
+        }
+      }
+      load_floats(Ut + v * ts + i0, u);
+      load_floats(G + i0, g_token);
+      const float g_last = G[n - 1];
+      float* u_out = p.u + (int64_t{chunk.begin} * Hv + h) * dv + v0 + v;
+      float decayed_hi[kReduceFloats], decayed_lo[kReduceFloats];
+#pragma unroll
+      for (int k = 0; k < kReduceFloats; ++k) {
+        const float v_new = u[k] - sum[k];
+        if (i0 + k < n && v < rows) u_out[int64_t{i0 + k} * Hv * dv] = v_new;
+        uint32_t hi, lo;
+        mma::split_tf32(v_new * expf(g_last - g_token[k]), hi, lo);
+        decayed_hi[k] = __uint_as_float(hi);
+        decayed_lo[k] = __uint_as_float(lo);
+      }
+      store_floats(reinterpret_cast<float*>(vd_hi) + v * ts + i0, decayed_hi);
+      store_floats(reinterpret_cast<float*>(vd_lo) + v * ts + i0, decayed_lo);
+    }
+    mma::cp_async_wait<1>();  // K(ci), W(ci + 1), Uᵀ and G of ci + 1 (issued a chunk ago) have landed
+    __syncthreads();          // V_new·decay complete, and those tiles visible
+
+    // (f) M ← e^(G_n)·M + V_newᵀ·diag(e^(G_n − G_j))·K over the warp's columns, then the boundary state.
+    if (owns) {
+      const float exit_decay = expf(G[n - 1]);
+      float odd[kHeldTiles][4] = {}, small_even[kHeldTiles][4] = {}, small_odd[kHeldTiles][4] = {};
+#pragma unroll
+      for (int jt = 0; jt < kHeldTiles; ++jt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) m[jt][e] *= exit_decay;
+      }
+#pragma unroll
+      for (int s = 0; s < kC / 8; ++s) {
+        const int at = g * ts + 8 * s + t;
+        const uint32_t a_hi[4] = {vd_hi[at], vd_hi[at + 8 * ts], vd_hi[at + 4], vd_hi[at + 8 * ts + 4]};
+        const uint32_t a_lo[4] = {vd_lo[at], vd_lo[at + 8 * ts], vd_lo[at + 4], vd_lo[at + 8 * ts + 4]};
+#pragma unroll
+        for (int jt = 0; jt < kHeldTiles; ++jt) {
+          const float* kc = K + (8 * s + t) * ks + c0 + 8 * jt + g;
+          uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
+          mma::split_tf32(kc[0], b_hi0, b_lo0);
+          mma::split_tf32(kc[4 * ks], b_hi1, b_lo1);
+          float(&big)[4] = s % 2 == 0 ? m[jt] : odd[jt];
+          float(&small)[4] = s % 2 == 0 ? small_even[jt] : small_odd[jt];
+          mma::mma_tf32(small, a_lo, b_hi0, b_hi1);
+          mma::mma_tf32(small, a_hi, b_lo0, b_lo1);
+          mma::mma_tf32(big, a_hi, b_hi0, b_hi1);
+        }
+      }
+      const int32_t boundary = *reinterpret_cast<const int32_t*>(G + kC);
+#pragma unroll
+      for (int jt = 0; jt < kHeldTiles; ++jt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int c = 16 * warp + frag_row(e), v = 8 * jt + frag_col(e);
-          M[v * ms + c] = m_acc[jt][e];
+          m[jt][e] += odd[jt][e] + (small_even[jt][e] + small_odd[jt][e]);
+          const int v = row_of(e), c = col_of(jt, e);
           if (boundary >= 0 && c < dk && v < rows) {
-            store_element(pool.data, boundary * pool.slot_size + tile_offset + v * dk + c, pool.kind, m_acc[jt][e]);
+            store_element(pool.data, boundary * pool.slot_size + tile_offset + v * dk + c, pool.kind, m[jt][e]);
           }
         }
       }
     }
+    chunk = next;
+    next = after_next;
+    after_next = ahead;
   }
 #pragma unroll
-  for (int jt = 0; jt < 2; ++jt) {
+  for (int jt = 0; jt < kHeldTiles; ++jt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int c = 16 * warp + frag_row(e), v = 8 * jt + frag_col(e);
+      const int v = row_of(e), c = col_of(jt, e);
       if (owns && c < dk && v < rows) {
-        store_element(pool.data, r.write_slot * pool.slot_size + tile_offset + v * dk + c, pool.kind, m_acc[jt][e]);
+        store_element(pool.data, r.write_slot * pool.slot_size + tile_offset + v * dk + c, pool.kind, m[jt][e]);
       }
     }
   }
@@ -472,7 +702,7 @@ void launch_gdn_prefill(const GdnParams& p, cudaStream_t stream) {
   allow_smem(chunk_state_kernel, state_smem);
   const int tiles = (p.dv + kStateRows - 1) / kStateRows;
   chunk_state_kernel<<<dim3(static_cast<unsigned>(tiles * p.Hv), static_cast<unsigned>(p.num_prefills)),
-                       kPrefillThreads, state_smem, stream>>>(p, tiles);
+                       kStateThreads, state_smem, stream>>>(p, tiles);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   const size_t output_smem = output_smem_bytes();
   allow_smem(chunk_output_kernel, output_smem);
