@@ -152,22 +152,6 @@ __device__ __forceinline__ void store_run_bits(const PoolRef& pool, int64_t e, c
   __stcs(reinterpret_cast<RunBits<T>*>(static_cast<T*>(pool.data) + e), raw);
 }
 
-// Elements [k0, k0 + kRun) of a float32 activation row (past `valid`: 0), 16-byte loads where
-// `vec` (k0 4-aligned) and the quad is whole.
-template <int kRun>
-__device__ __forceinline__ void load_row_run(const float* row, int k0, int valid, bool vec, float (&x)[kRun]) {
-#pragma unroll
-  for (int j = 0; j < kRun; j += 4) {
-    if (vec && valid - j >= 4) {
-      const float4 v = *reinterpret_cast<const float4*>(row + k0 + j);
-      x[j] = v.x, x[j + 1] = v.y, x[j + 2] = v.z, x[j + 3] = v.w;
-    } else {
-#pragma unroll
-      for (int s = 0; s < 4; ++s) x[j + s] = j + s < valid ? row[k0 + j + s] : 0.0f;
-    }
-  }
-}
-
 // Block = tile blockIdx.x % tiles of value head blockIdx.x / tiles of wave entry blockIdx.y, pool
 // element T. Lane group (kLanes lanes of kRun = kDecodeRun<T> consecutive k each: kLanes ≥ dk / kRun)
 // j of the block owns rows tile·kRowsPerBlock + j + kGroups·s, s < kDecodeRows<T> (consecutive
@@ -217,8 +201,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(GdnParams p, int
   }
   pdl_wait_for_predecessor();
   float q[kRun], k[kRun];
-  load_row_run<kRun>(q_row, k0, valid, row_vec, q);
-  load_row_run<kRun>(k_row, k0, valid, row_vec, k);
+  load_float_run<kRun>(q_row, k0, valid, row_vec, q);
+  load_float_run<kRun>(k_row, k0, valid, row_vec, k);
   const float alpha = expf(p.g[t * p.Hv + h]);
   const float beta = p.beta[t * p.Hv + h];
 

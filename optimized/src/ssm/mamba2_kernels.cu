@@ -19,8 +19,10 @@
 // 87 %), 75 / 80 % for 64 / 128 requests with bfloat16 pools; the prefill of one 2048-token request
 // in 0.95 ms (chunk states 0.27, state passing 0.12, chunk scan 0.56 ms). In the tree since:
 // optimized/bench/bench_linear.cu at Falcon-H1-7B's sizes (Hs 24, P 128, N 256): the decode update
-// at 64 / 256 requests 146 / 580 µs = 92.5–93.6% of the copy bandwidth with float32 pools, 79.6 /
-// 305 µs = 85.3–89.3% with bfloat16 pools (148 / 590 and 81 / 314 µs with a shuffle tree per row).
+// at 64 / 256 requests 143.8 / 573.8 µs = 93.8 / 94.0% of the copy bandwidth with float32 pools, 75.0
+// / 289.1 µs = 90.3 / 93.7% with bfloat16 pools (148 / 590 and 81 / 314 µs with a shuffle tree per
+// row and B, C staged in shared memory behind a block barrier; 146 / 581 and 79.8 / 305 µs with
+// the scattered sums but the staging; capping the registers at 80 for 6 blocks per SM: no faster).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,6 +32,7 @@
 #include "common/elements.cuh"
 #include "common/group_sums.cuh"
 #include "common/pdl.cuh"
+#include "ssm/pool_quads.cuh"
 #include "ssm/mamba2_kernels.h"
 
 namespace hybridtb::cuda::ssm {
@@ -79,8 +82,8 @@ __device__ __forceinline__ float decay_rate(const Mamba2Params& p, int h) {  // 
 // as many bytes in flight as with float32 rows of two): all their loads are issued first and held
 // as raw 16-byte registers (4 per access whatever T: the update is bound by the state's
 // bandwidth), then row by row widened, updated, summed and stored.
-// The group's B and C are staged once per block in shared memory, and each lane's part of them read
-// into registers once for all its rows. y's sum over N is the lane's states in order, then the
+// Each lane reads its part of the group's B and C into registers once for all its rows (no shared
+// memory, no barrier). y's sum over N is the lane's states in order, then the
 // sums over the kLanes lanes of all the thread's rows at once, scattered over the lanes
 // (group_sums.cuh: kRows − 1 + log2(kLanes / kRows) shuffles instead of a tree of log2 kLanes per
 // row; fixed order). Sizes the vector path does not take (N or the slot size no multiple of kVec)
@@ -136,9 +139,8 @@ __device__ __forceinline__ void store_states(const PoolRef& pool, int64_t e, int
 template <typename T, int kLanes, int kAccesses, int kRows>
 __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(Mamba2Params p) {
   constexpr int kVec = StateVec<T>::kVec;
-  __shared__ __align__(16) float bc_smem[2][kMamba2MaxState];  // the group's B, C
   const GpuRequest r = p.wave.requests[blockIdx.y];
-  if (r.end <= r.begin || (p.decode_all == 0 && r.decode == 0)) return;  // uniform over the block
+  if (r.end <= r.begin || (p.decode_all == 0 && r.decode == 0)) return;
   const Dims d = dims_of(p);
   const int h = static_cast<int>(blockIdx.x);
   const int g = h / d.heads_per_group;
@@ -175,28 +177,23 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(Mamba2Params p) 
     const int row = row0 + k * kRowsPerPass;
     x[k] = row < P ? xbc[int64_t{h} * P + row] : 0.0f;
   }
-  for (int n = static_cast<int>(threadIdx.x); n < N; n += kDecodeThreads) {
-    bc_smem[0][n] = xbc[d.d_ssm + int64_t{g} * N + n];
-    bc_smem[1][n] = xbc[d.d_ssm + int64_t{p.groups} * N + int64_t{g} * N + n];
+  // The lane's B and C (the same for all its rows) into registers once, straight from the conv's
+  // row (16-byte loads where aligned; past N: 0).
+  const float* B_row = xbc + d.d_ssm + int64_t{g} * N;
+  const float* C_row = B_row + int64_t{p.groups} * N;
+  const bool bc_vec = aligned16(B_row) && aligned16(C_row);
+  float B[kAccesses][kVec], C[kAccesses][kVec];
+#pragma unroll
+  for (int a = 0; a < kAccesses; ++a) {
+    const int n0 = kVec * (lane + kLanes * a);
+    const int valid = max(0, min(kVec, N - n0));
+    load_float_run<kVec>(B_row, n0, valid, bc_vec, B[a]);
+    load_float_run<kVec>(C_row, n0, valid, bc_vec, C[a]);
   }
   const float delta = delta_of(p, d, t, h);
   const float dA = expf(delta * decay_rate(p, h));
   const float Dh = load_element(p.D.data, h, p.D.kind);
   const int32_t boundary = p.boundary_slot != nullptr ? p.boundary_slot[t] : -1;
-  __syncthreads();
-
-  // The lane's B and C (the same for all its rows) into registers once; past N: 0.
-  float B[kAccesses][kVec], C[kAccesses][kVec];
-#pragma unroll
-  for (int a = 0; a < kAccesses; ++a) {
-    const int n0 = kVec * (lane + kLanes * a);
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) {
-      const bool ok = n0 + i < N;
-      B[a][i] = ok ? bc_smem[0][n0 + i] : 0.0f;
-      C[a][i] = ok ? bc_smem[1][n0 + i] : 0.0f;
-    }
-  }
 
   // Row by row: widened, updated and stored (the state is final before y's sum); then y's sums.
   float acc[kRows];

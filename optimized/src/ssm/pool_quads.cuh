@@ -1,7 +1,8 @@
 // Four consecutive elements of an SSM state pool as float32, moved as one access where the caller
 // has checked it can be (`vec`: a 16-byte float32 or 8-byte float16/bfloat16 access, 4-element
 // aligned); otherwise element by element, with the elements past `valid` read as 0 and never
-// written. The state-update kernels of mamba1 and gdn keep a lane's state rows in such quads.
+// written. The state-update kernels of mamba1 and gdn keep a lane's state rows in such quads. And a
+// lane's run of a float32 activation row (the decode updates' q̂, k̂, B, C), in 16-byte loads.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,6 +16,22 @@
 namespace hybridtb::cuda::ssm {
 
 __device__ __forceinline__ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
+
+// Elements [k0, k0 + kRun) of a float32 activation row (past `valid`: 0), 16-byte loads where
+// `vec` (k0 4-aligned) and the quad is whole.
+template <int kRun>
+__device__ __forceinline__ void load_float_run(const float* row, int k0, int valid, bool vec, float (&x)[kRun]) {
+#pragma unroll
+  for (int j = 0; j < kRun; j += 4) {
+    if (vec && valid - j >= 4) {
+      const float4 v = *reinterpret_cast<const float4*>(row + k0 + j);
+      x[j] = v.x, x[j + 1] = v.y, x[j + 2] = v.z, x[j + 3] = v.w;
+    } else {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) x[j + s] = j + s < valid ? row[k0 + j + s] : 0.0f;
+    }
+  }
+}
 
 // Elements [e, e + 4) of the pool (past `valid`: 0).
 __device__ __forceinline__ void load_quad(const PoolRef& pool, int64_t e, int valid, bool vec, float (&x)[4]) {
