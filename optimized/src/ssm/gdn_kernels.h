@@ -117,7 +117,7 @@ void launch_gdn_prepare(const GdnParams& p, cudaStream_t stream);
 void launch_gdn_decode(const GdnParams& p, cudaStream_t stream);
 // Prefills (chunked WY form, 3xTF32 tensor-core products): the intra-chunk kernel (per chunk × value
 // head: A, the triangular solve, W, U, the masked decayed q·k), the state pass (per prefill × value
-// head × tile of 16 state rows: sequential over the request's chunks, writing V_new over U, each
+// head × tile of 8 or 16 state rows: sequential over the request's chunks, writing V_new over U, each
 // chunk's entry state to h, the block-boundary states and the final state) and the output pass (per
 // chunk × value head × 64 value channels: o).
 void launch_gdn_prefill(const GdnParams& p, cudaStream_t stream);

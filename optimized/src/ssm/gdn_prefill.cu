@@ -10,13 +10,14 @@
 //         A_ij = β_i·Γ_ij·(k̂_i·k̂_j) for j < i (strictly lower),  P_ij = (q̂_i·k̂_j)·Γ_ij for j ≤ i,
 //         [W | U] = (I + A)^-1·[diag(β·e^G)·K | diag(β)·V]  by forward substitution, one column
 //         per thread held in registers (no synchronisation inside the solve);
-//   (2) chunk_state_kernel, per prefill × value head × tile of 16 rows of M, sequential over the
-//       request's chunks — only the chain that must be sequential. Warp w keeps columns 16·w … of
-//       M's tile in registers for the whole request, in the mma accumulator layout, which is also
-//       the A operand layout of V_newᵀ = M·Wᵀ with the k slots permuted (no shared-memory round
-//       trip of M); W, K two and one chunks ahead, U, G two ahead arrive by cp.async rings. Per
-//       chunk, two barriers: each warp's partial M·Wᵀ over its 16 columns (fully unrolled, eight
-//       independent mma chains), a fixed-order sum of the partials with V_new = U − Σ, then
+//   (2) chunk_state_kernel, per prefill × value head × tile of 8 rows of M (16 where the 8-row
+//       grid would not fit on the SMs at once), sequential over the request's chunks — only the
+//       chain that must be sequential. The products run transposed, M's rows on the mma's n = 8
+//       side: warp w keeps Mᵀ's columns 16·w … of the tile in registers for the whole request, in
+//       the mma accumulator layout of the state update; per chunk it passes them through a small
+//       shared tile to get the operand layout of V_new = U − W·Mᵀ. W, K two and one chunks ahead,
+//       U, G two ahead arrive by cp.async rings. Per chunk, two barriers: each warp's partial
+//       W·Mᵀ over its 16 columns, a fixed-order sum of the partials with V_new = U − Σ, then
 //         h_c = M (the entry state, stored),  V_new = U − W·Mᵀ (stored over U),
 //         M ← e^(G_n)·M + V_newᵀ·diag(e^(G_n − G_j))·K   (V_new·decay split into TF32 once);
 //       the exit state of a chunk ending at a boundary row goes to its slot, the last to write_slot;
@@ -30,16 +31,21 @@
 // tests unchanged); the substitution, decays and gates stay float32 on the CUDA cores. Fixed
 // summation orders, no atomics: bitwise reproducible.
 // H100 (hybridtb_bench_linear, prepare + prefill of one fresh request; same-run A/B against the
-// previous version): 64k tokens × 8 value heads 7.03 ms (7.43 before; FlashInfer's published sm90
-// figure 0.40 ms), 8k × 8 heads 0.92 ms (0.97), 8k at Qwen3-Next's 32 value heads 2.41 ms (2.62).
-// ncu at 64k × 8: intra 1.52 ms (1.81 before the parallel g loads), state 4.51 ms (≈ 4.65),
-// output 0.79 ms (DRAM-bound: 72% of peak, the h_c round trip is most of its bytes). The state
-// pass is still the wall: ≈ 8k cycles per chunk on 64 of 132 SMs, issue-bound (0.43 instructions
-// per scheduler-cycle at 2 warps per scheduler; ≈ 1.7k instructions per warp per chunk: the
-// 3xTF32 splits, the cp.async address arithmetic, the reduction). Measured dead ends: 16 warps per
-// block (kStateSplit 2) 7.43 ms; four partial sums in the solve and the fused A/P product change
-// nothing measurable. Next: TMA for the W/K tiles, W/K split once per chunk and head instead of
-// once per block, dk split over a CTA pair to use the idle SMs.
+// previous version, 16-row blocks with M in the A-operand layout): 64k tokens × 8 value heads
+// 5.68 ms (7.00 before; FlashInfer's published sm90 figure 0.40 ms), 8k × 8 heads 0.76 ms (0.91),
+// 8k at Qwen3-Next's 32 value heads (16-row blocks) 2.29 ms (2.40). ncu at 64k × 8 (its locked
+// clocks: ≈ 1.2× the bench's times): intra 1.68 ms, state 4.02 ms (128 blocks, 4.3 cycles per
+// issued instruction per warp at 2 warps per scheduler), output 0.93 ms. The 8-row tiles win by
+// using 128 SMs instead of 64 (the per-block W and K splits and copies stay the same, so the
+// chain per chunk only shortens by the halved products and reduction); 8-row blocks at 32 heads
+// (512 blocks, 4 waves) measured 2.91 ms, hence the 16-row variant there (one split of each W and
+// K fragment for both row groups). The state pass is still the wall (≈ 3.3 ms of 5.5 at 64k × 8,
+// ncu's time scaled to the bench's clocks); by a count of the source (not profiled), the 3xTF32
+// splits of W and K (64 per thread per chunk, repeated by the 16 blocks of a head) and their
+// cp.async copies are now most of its instructions. Measured dead ends (previous round): 16
+// warps per 16-row block 7.43 ms; four partial sums in the solve and the fused A/P product change
+// nothing measurable. Next: W and K split once per chunk and head (by the intra kernel) or bulk
+// copies for their tiles, and the output fused into the state pass (the h_c round trip).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -57,7 +63,7 @@ namespace {
 
 constexpr int kC = kGdnChunk;
 constexpr int kPrefillThreads = 256;  // 8 warps in the intra and output kernels
-constexpr int kStateRows = 16;        // rows of M (value channels) per block of the state pass
+constexpr int kStateRows = 8;         // rows of M (value channels) per group of the state pass (an mma n)
 constexpr int kOutCols = 64;          // value channels per block of the output pass
 // Row strides (floats) of the shared tiles, for conflict-free fragment loads: element (g, t) of a
 // tile read row-major with a stride ≡ 4 (mod 32) sits in bank 4g + t; element (t, g) of a tile read
@@ -301,25 +307,30 @@ __global__ void __launch_bounds__(kPrefillThreads) chunk_intra_kernel(GdnParams 
   for (int i = tid; i < n; i += kPrefillThreads) p.gcum[int64_t{chunk.begin + i} * Hv + h] = G[i];
 }
 
-// The state pass: warps per 16 columns of M (1: 8 warps, each holding two 8-column tiles; 2: 16
-// warps, one tile each, at most 128 registers). 2 measured slower (64k × 8 heads: 7.43 against
-// 7.03 ms): the per-warp costs (fragments of V_new, reduction, barriers) grow with the warps.
-constexpr int kStateSplit = 1;
-constexpr int kStateWarps = 8 * kStateSplit;
+// The state pass. A block takes kGroups groups of 8 rows of M (value channels): 8-row blocks, (dv/8)·Hv
+// per prefill, when they fit on the SMs at once (128 of 132 at 8 heads of 128), else 16-row blocks
+// (each W and K fragment split once for both groups: half the blocks, so fewer waves of the long
+// sequential chains: Qwen3-Next's 32 heads). Shared memory (floats): W [C][132] (read row-major as the
+// A operand: stride ≡ 4 mod 32) and K [C][136] (read transposed: stride ≡ 8 mod 32), two buffers each;
+// the small per-chunk tiles (U [C][rows], G [C], the boundary slot) in three; the warps' partial V_new
+// [warps][C][rows]; V_new·diag(e^(G_n − G_j)) split into TF32 hi and lo, [2][rows][68] (split once, read
+// by every warp); each warp's M tile [rows][20] (the transpose between its accumulator and operand
+// layouts): 166 KiB (8 rows) or 197 KiB (16), one block per SM.
+constexpr int kStateWarps = 8;  // warp w holds columns 16·w … 16·w + 15 of the block's rows of M
 constexpr int kStateThreads = 32 * kStateWarps;
-constexpr int kHeldTiles = 2 / kStateSplit;        // 8-column tiles of M per warp
-constexpr int kReduceFloats = 4 / kStateSplit;     // V_new elements per thread in the reduction
-// Shared memory of chunk_state_kernel (floats): W and K [C][136] in two buffers each (W read as
-// float2 pairs (g, 2t), K transposed: both conflict-free at a stride ≡ 8 mod 32), the small
-// per-chunk tiles (Uᵀ [16][68], G [C], the boundary slot) in three, the warps' partial V_newᵀ
-// [warps][16][68] and V_newᵀ·diag(e^(G_n − G_j)) split into TF32 hi and lo [2][16][68] (split once,
-// read by every warp): 192 KiB (8 warps) or 226 KiB (16), one block per SM.
-constexpr int kStateTileFloats = kC * kColMajor128;  // W or K: [C][136]
-constexpr int kTokenStride = kC + 4;  // [16][68] tiles over the tokens: Uᵀ, partials, V_new·decay
-constexpr int kSmallFloats = kStateRows * kTokenStride + kC + 4;  // Uᵀ, G, the boundary slot, padding
+constexpr int kWStride = kRowMajor128;  // 132
+constexpr int kKStride = kColMajor128;  // 136
+constexpr int kTokenStride = kC + 4;    // V_new·decay [rows][68], read as (v g, token t): bank 4g + t
+constexpr int kHeldStride = 20;         // a warp's M tile [rows][20]: written (v 2t, c g), read (v g, c t)
+template <int kGroups>
+constexpr int small_floats() {  // U [C][rows], G [C], the boundary slot, padding
+  return kC * kStateRows * kGroups + kC + 4;
+}
+template <int kGroups>
 size_t state_smem_bytes() {
-  return sizeof(float) * (4 * size_t{kStateTileFloats} + 3 * kSmallFloats +
-                          (kStateWarps + 2) * kStateRows * kTokenStride);
+  constexpr int rows = kStateRows * kGroups;
+  return sizeof(float) * (2 * size_t{kC} * (kWStride + kKStride) + 3 * small_floats<kGroups>() +
+                          kStateWarps * kC * rows + 2 * rows * kTokenStride + kStateWarps * rows * kHeldStride);
 }
 
 // x[0 … kN) ← kN consecutive floats of shared memory, one access (p aligned to 4·kN bytes).
@@ -334,87 +345,95 @@ __device__ __forceinline__ void load_floats(const float* p, float (&x)[kN]) {
     x[0] = v.x, x[1] = v.y;
   }
 }
-template <int kN>
-__device__ __forceinline__ void store_floats(float* p, const float (&x)[kN]) {
-  if constexpr (kN == 4) {
-    *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
-  } else {
-    *reinterpret_cast<float2*>(p) = make_float2(x[0], x[1]);
-  }
-}
 
-// Block = tile blockIdx.x % tiles (rows v0 = 16·tile …) of value head blockIdx.x / tiles of prefill
-// blockIdx.y. Warp w holds, if 16·(w mod 8) < dk, the 8-column tiles c0 = 16·(w mod 8) + 8·(w / 8)
-// + 8·jt (jt < kHeldTiles) of M's 16 rows in registers as 16×8 accumulator fragments (row v = g +
-// 8·(e/2), column c0 + 8·jt + 2t + e%2 in element e, g = lane / 4, t = lane % 4), for the whole
-// request: they are the A operand of the first product as they stand (its k slots t and t + 4 read
-// columns 2t and 2t + 1, W read in the same order) and the accumulator of the second. Per chunk,
-// two barriers:
-//   (a) h_c ← M (fire and forget); the warp's partial V_newᵀ over its columns, M·W[:, cols]ᵀ (16
-//       rows × 64 tokens: 8 independent mma chains, fully unrolled), to shared memory;
-//   barrier; the loads of the chunks ahead are issued (W two ahead, K one ahead, Uᵀ and G two ahead:
+// Block = tile blockIdx.x % tiles (rows v0 = 8·kGroups·tile … of M) of value head blockIdx.x / tiles of
+// prefill blockIdx.y. With so few rows per block the products run transposed, the value rows on the
+// mma's n = 8 side: warp w (if 16·w < dk) keeps Mᵀ's columns c0 = 16·w … of group q's 8 rows in
+// registers for the whole request, as the 16×8 accumulator fragment m[q] of the second product
+// (element e: column c0 + g + 8·(e/2), row 8q + 2t + e%2, g = lane / 4, t = lane % 4). Per chunk, two
+// barriers:
+//   (a) the fragments go through the warp's M tile in shared memory (the B operand of the first
+//       product needs row g, columns t and t + 4): h_c ← M from it in 16-byte stores, and the warp's
+//       partial V_new = W[:, cols]·M[:, cols]ᵀ (64 tokens × rows: four 16-token tiles, independent
+//       mma chains) to shared memory;
+//   barrier; the loads of the chunks ahead are issued (W two ahead, K one ahead, U and G two ahead:
 //       every buffer they overwrite is past its last reader);
-//   (d) each thread sums kReduceFloats elements of the partials in warp order: V_new = U − Σ, stored
-//       over U (the output pass reads it) and, times e^(G_n − G_j) and split into TF32 hi + lo, to
-//       shared memory;
+//   (d) thread (token i, rows v … v + rows/4 − 1) sums the partials in warp order: V_new = U − Σ,
+//       stored over U (the output pass reads it) and, times e^(G_n − G_i) and split into TF32 hi + lo,
+//       to shared memory;
 //   barrier (after waiting for the loads issued a chunk earlier);
-//   (f) M ← e^(G_n)·M + V_newᵀ·diag(e^(G_n − G_j))·K[:, cols] (even and odd k-steps in separate
-//       accumulators: half-length chains), the boundary state from registers.
+//   (f) Mᵀ ← e^(G_n)·Mᵀ + K[:, cols]ᵀ·diag(e^(G_n − G_j))·V_new (per group six accumulators: the hi·hi,
+//       lo·hi and hi·lo products of even and odd k-steps, chains of four), the boundary state from
+//       registers.
 // Rows of W, K, U past the chunk's n tokens are zero-filled, so every product runs over all 64
 // tokens (no branches in the unrolled loops) and those tokens contribute exact zeros. Each thread
 // loads, updates and stores the same elements of M, so read_slot == write_slot is safe.
+template <int kGroups>
 __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams p, int tiles) {
+  constexpr int kRows = kStateRows * kGroups;
+  constexpr int kPerThread = kRows * kC / kStateThreads;  // V_new elements per thread in (d): 2 or 4
+  static_assert(kPerThread == 2 || kPerThread == 4);
   const GdnPrefill prefill = p.prefills[blockIdx.y];
   const GpuRequest r = p.wave.requests[prefill.request];
   const int h = static_cast<int>(blockIdx.x) / tiles;
-  const int v0 = (static_cast<int>(blockIdx.x) % tiles) * kStateRows;
+  const int v0 = (static_cast<int>(blockIdx.x) % tiles) * kRows;
   const int dk = p.dk, dv = p.dv, Hv = p.Hv;
-  const int rows = min(kStateRows, dv - v0);
+  const int rows = min(kRows, dv - v0);
   const int hk = h / (Hv / p.Hk);
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int dk16 = round_up(dk, 16);
   const int col_groups = dk16 / 16;  // groups of 16 columns of M
-  const bool owns = warp % 8 < col_groups;
-  const int c0 = 16 * (warp % 8) + 8 * (warp / 8);
-  constexpr int ws = kColMajor128, ks = kColMajor128, ts = kTokenStride;
+  const bool owns = warp < col_groups;
+  const int c0 = 16 * warp;
+  constexpr int ws = kWStride, ks = kKStride, ts = kTokenStride, hs = kHeldStride, us = kRows;
+  constexpr int kSmallFloats = small_floats<kGroups>();
   extern __shared__ __align__(16) float state_smem[];
   float* const w_buf = state_smem;
-  float* const k_buf = w_buf + 2 * kStateTileFloats;
-  float* const small_buf = k_buf + 2 * kStateTileFloats;
+  float* const k_buf = w_buf + 2 * kC * ws;
+  float* const small_buf = k_buf + 2 * kC * ks;
   float* const partial = small_buf + 3 * kSmallFloats;
-  uint32_t* const vd_hi = reinterpret_cast<uint32_t*>(partial + kStateWarps * kStateRows * ts);
-  uint32_t* const vd_lo = vd_hi + kStateRows * ts;
+  uint32_t* const vd_hi = reinterpret_cast<uint32_t*>(partial + kStateWarps * kC * kRows);
+  uint32_t* const vd_lo = vd_hi + kRows * ts;
+  float* const held = reinterpret_cast<float*>(vd_lo + kRows * ts) + warp * kRows * hs;
 
   const int first = prefill.first_chunk, end_chunk = first + prefill.num_chunks;
   const auto chunk_at = [&](int ci) { return ci < end_chunk ? p.chunks[ci] : GdnChunk{}; };
   const bool qkv_vec = dk % 4 == 0 && gdn_conv_dim(p) % 4 == 0 && aligned16(p.qkv);
   const bool w_vec = dk % 4 == 0 && aligned16(p.w);
+  const bool u_vec = dv % 4 == 0 && aligned16(p.u);  // then rows is a multiple of 4: whole quads
   const auto load_w = [&](const GdnChunk& c, int buffer) {
-    copy_tile_async<kStateThreads>(w_buf + buffer * kStateTileFloats, ws, p.w + (int64_t{c.begin} * Hv + h) * dk,
+    copy_tile_async<kStateThreads>(w_buf + buffer * kC * ws, ws, p.w + (int64_t{c.begin} * Hv + h) * dk,
                                    int64_t{Hv} * dk, c.end - c.begin, dk, dk16, w_vec);
   };
   const auto load_k = [&](const GdnChunk& c, int buffer) {
-    copy_tile_async<kStateThreads>(k_buf + buffer * kStateTileFloats, ks,
+    copy_tile_async<kStateThreads>(k_buf + buffer * kC * ks, ks,
                                    p.qkv + int64_t{c.begin} * gdn_conv_dim(p) + int64_t{p.Hk + hk} * dk,
                                    gdn_conv_dim(p), c.end - c.begin, dk, dk16, qkv_vec);
   };
-  // Uᵀ (transposed by 4-byte copies: the reduction reads runs of tokens), G and the boundary slot.
+  // U's rows of the block per token, G and the boundary slot.
   const auto load_small = [&](const GdnChunk& c, int slot) {
     float* s = small_buf + slot * kSmallFloats;
     const int n = c.end - c.begin;
     const float* u_rows = p.u + (int64_t{c.begin} * Hv + h) * dv + v0;
-    for (int e = tid; e < kC * kStateRows; e += kStateThreads) {
-      const int i = e / kStateRows, v = e % kStateRows;
-      const bool ok = i < n && v < rows;
-      mma::cp_async_4(smem_address(s + v * ts + i), ok ? u_rows + int64_t{i} * Hv * dv + v : p.u, ok);
+    if (u_vec) {
+      for (int e = tid; e < kC * kRows / 4; e += kStateThreads) {
+        const int i = e / (kRows / 4), v = 4 * (e % (kRows / 4));
+        const bool ok = i < n && v < rows;
+        mma::cp_async_16(smem_address(s + i * us + v), ok ? u_rows + int64_t{i} * Hv * dv + v : p.u, ok);
+      }
+    } else {
+      for (int e = tid; e < kC * kRows; e += kStateThreads) {
+        const int i = e / kRows, v = e % kRows;
+        const bool ok = i < n && v < rows;
+        mma::cp_async_4(smem_address(s + i * us + v), ok ? u_rows + int64_t{i} * Hv * dv + v : p.u, ok);
+      }
     }
     for (int i = tid; i < kC; i += kStateThreads) {
-      mma::cp_async_4(smem_address(s + kStateRows * ts + i), i < n ? p.gcum + int64_t{c.begin + i} * Hv + h : p.gcum,
-                      i < n);
+      mma::cp_async_4(smem_address(s + kC * us + i), i < n ? p.gcum + int64_t{c.begin + i} * Hv + h : p.gcum, i < n);
     }
     if (tid == 0) {
-      int* slot_of = reinterpret_cast<int*>(s + kStateRows * ts + kC);
+      int* slot_of = reinterpret_cast<int*>(s + kC * us + kC);
       if (p.boundary_slot != nullptr) {
         mma::cp_async_4(smem_address(slot_of), p.boundary_slot + c.end - 1, true);
       } else {
@@ -423,7 +442,7 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
     }
   };
 
-  // Chunk ci's tiles, then (issued at ci − 2 and ci − 1) W, Uᵀ, G of ci + 1 and K of ci + 1 go
+  // Chunk ci's tiles, then (issued at ci − 2 and ci − 1) W, U, G of ci + 1 and K of ci + 1 go
   // through the rings; the chunk list itself is read a chunk before its loads are issued.
   GdnChunk chunk = chunk_at(first), next = chunk_at(first + 1), after_next = chunk_at(first + 2);
   if (first < end_chunk) {
@@ -437,81 +456,99 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
   }
   mma::cp_async_commit();
 
-  // M's tiles enter from read_slot (or zeros).
+  // M's tile enters from read_slot (or zeros).
   const PoolRef& pool = p.recurrent_state;
   const int64_t tile_offset = (int64_t{h} * dv + v0) * dk;  // within a slot: rows v0 … of head h
-  const auto row_of = [&](int e) { return g + 8 * (e / 2); };
-  const auto col_of = [&](int jt, int e) { return c0 + 8 * jt + 2 * t + e % 2; };
-  float m[kHeldTiles][4];
+  const auto row_of = [&](int q, int e) { return 8 * q + 2 * t + e % 2; };
+  const auto col_of = [&](int e) { return c0 + g + 8 * (e / 2); };
+  float m[kGroups][4];
 #pragma unroll
-  for (int jt = 0; jt < kHeldTiles; ++jt) {
+  for (int q = 0; q < kGroups; ++q) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int v = row_of(e), c = col_of(jt, e);
+      const int v = row_of(q, e), c = col_of(e);
       const bool saved = owns && c < dk && v < rows && r.read_slot >= 0;
-      m[jt][e] = saved ? load_element(pool.data, r.read_slot * pool.slot_size + tile_offset + v * dk + c, pool.kind)
-                       : 0.0f;
+      m[q][e] = saved ? load_element(pool.data, r.read_slot * pool.slot_size + tile_offset + v * dk + c, pool.kind)
+                      : 0.0f;
     }
   }
   mma::cp_async_wait<0>();
   __syncthreads();
 
-  const bool h_pairs = dk % 2 == 0 && (reinterpret_cast<uintptr_t>(p.h) & 7) == 0;
+  const bool h_quads = dk % 4 == 0 && aligned16(p.h);
   for (int ci = first; ci < end_chunk; ++ci) {
     const int j = ci - first;
     const int n = chunk.end - chunk.begin;
-    const float* W = w_buf + (j % 2) * kStateTileFloats;
-    const float* K = k_buf + (j % 2) * kStateTileFloats;
-    const float* Ut = small_buf + (j % 3) * kSmallFloats;
-    const float* G = Ut + kStateRows * ts;
+    const float* W = w_buf + (j % 2) * kC * ws;
+    const float* K = k_buf + (j % 2) * kC * ks;
+    const float* U = small_buf + (j % 3) * kSmallFloats;
+    const float* G = U + kC * us;
     const GdnChunk ahead = chunk_at(ci + 3);
 
     if (owns) {
-      // (a) The entry state, for the output pass.
-      float* h_tile = p.h + ((int64_t{ci} * Hv + h) * dv + v0) * dk;
+      // (a) Mᵀ's fragments into the warp's tile (row-major [v][c]), then the entry state from it for
+      // the output pass: lane → row 8q + lane / 4, columns 4·(lane % 4) … of the warp's 16.
 #pragma unroll
-      for (int jt = 0; jt < kHeldTiles; ++jt) {
+      for (int q = 0; q < kGroups; ++q) {
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int v = g + 8 * half, c = col_of(jt, 0);
-          if (v < rows && c < dk) {
-            if (h_pairs) {
-              *reinterpret_cast<float2*>(h_tile + v * dk + c) = make_float2(m[jt][2 * half], m[jt][2 * half + 1]);
-            } else {
-              h_tile[v * dk + c] = m[jt][2 * half];
-              if (c + 1 < dk) h_tile[v * dk + c + 1] = m[jt][2 * half + 1];
+        for (int e = 0; e < 4; ++e) held[row_of(q, e) * hs + g + 8 * (e / 2)] = m[q][e];
+      }
+      __syncwarp();
+#pragma unroll
+      for (int q = 0; q < kGroups; ++q) {
+        const int v = 8 * q + lane / 4, c_in = 4 * (lane % 4), c = c0 + c_in;
+        const float4 x = *reinterpret_cast<const float4*>(held + v * hs + c_in);
+        float* h_row = p.h + ((int64_t{ci} * Hv + h) * dv + v0 + v) * dk + c;
+        if (v < rows && c < dk) {
+          if (h_quads) {
+            *reinterpret_cast<float4*>(h_row) = x;
+          } else {
+            const float xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              if (c + k < dk) h_row[k] = xs[k];
             }
           }
         }
       }
-      // The warp's partial V_newᵀ[v][i] = Σ_{c its columns} M[v][c]·W[i][c]: M's fragments as A
-      // (slots t, t + 4 = columns 2t, 2t + 1), W's pairs as B.
-      uint32_t a_hi[kHeldTiles][4], a_lo[kHeldTiles][4];
+      // The warp's partial V_new[i][v] = Σ_{c its columns} W[i][c]·M[v][c]: W as A (tokens × columns,
+      // each fragment split once for every group), M as B (k = columns t, t + 4 of each 8, n = row g).
+      uint32_t b_hi[kGroups][2][2], b_lo[kGroups][2][2];
 #pragma unroll
-      for (int jt = 0; jt < kHeldTiles; ++jt) {
-        mma::split_tf32(m[jt][0], a_hi[jt][0], a_lo[jt][0]);
-        mma::split_tf32(m[jt][2], a_hi[jt][1], a_lo[jt][1]);
-        mma::split_tf32(m[jt][1], a_hi[jt][2], a_lo[jt][2]);
-        mma::split_tf32(m[jt][3], a_hi[jt][3], a_lo[jt][3]);
-      }
-      float* my_partial = partial + warp * kStateRows * ts;
+      for (int q = 0; q < kGroups; ++q) {
 #pragma unroll
-      for (int tt = 0; tt < kC / 8; ++tt) {
-        float big[4] = {}, small[4] = {};
-#pragma unroll
-        for (int jt = 0; jt < kHeldTiles; ++jt) {
-          const float2 w2 = *reinterpret_cast<const float2*>(W + (8 * tt + g) * ws + col_of(jt, 0));
-          uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
-          mma::split_tf32(w2.x, b_hi0, b_lo0);
-          mma::split_tf32(w2.y, b_hi1, b_lo1);
-          mma::mma_tf32(small, a_lo[jt], b_hi0, b_hi1);
-          mma::mma_tf32(small, a_hi[jt], b_lo0, b_lo1);
-          mma::mma_tf32(big, a_hi[jt], b_hi0, b_hi1);
+        for (int s = 0; s < 2; ++s) {
+          mma::split_tf32(held[(8 * q + g) * hs + 8 * s + t], b_hi[q][s][0], b_lo[q][s][0]);
+          mma::split_tf32(held[(8 * q + g) * hs + 8 * s + t + 4], b_hi[q][s][1], b_lo[q][s][1]);
         }
-        *reinterpret_cast<float2*>(my_partial + g * ts + 8 * tt + 2 * t) =
-            make_float2(big[0] + small[0], big[1] + small[1]);
-        *reinterpret_cast<float2*>(my_partial + (g + 8) * ts + 8 * tt + 2 * t) =
-            make_float2(big[2] + small[2], big[3] + small[3]);
+      }
+      __syncwarp();  // the tile is read before the next chunk rewrites it
+      float* my_partial = partial + warp * kC * kRows;
+#pragma unroll
+      for (int mt = 0; mt < kC / 16; ++mt) {
+        float big[kGroups][4] = {}, small[kGroups][4] = {};
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          const float* wg = W + (16 * mt + g) * ws + c0 + 8 * s + t;
+          uint32_t a_hi[4], a_lo[4];
+          mma::split_tf32(wg[0], a_hi[0], a_lo[0]);
+          mma::split_tf32(wg[8 * ws], a_hi[1], a_lo[1]);
+          mma::split_tf32(wg[4], a_hi[2], a_lo[2]);
+          mma::split_tf32(wg[8 * ws + 4], a_hi[3], a_lo[3]);
+#pragma unroll
+          for (int q = 0; q < kGroups; ++q) {
+            mma::mma_tf32(small[q], a_lo, b_hi[q][s][0], b_hi[q][s][1]);
+            mma::mma_tf32(small[q], a_hi, b_lo[q][s][0], b_lo[q][s][1]);
+            mma::mma_tf32(big[q], a_hi, b_hi[q][s][0], b_hi[q][s][1]);
+          }
+        }
+#pragma unroll
+        for (int q = 0; q < kGroups; ++q) {
+          *reinterpret_cast<float2*>(my_partial + (16 * mt + g) * us + 8 * q + 2 * t) =
+              make_float2(big[q][0] + small[q][0], big[q][1] + small[q][1]);
+          *reinterpret_cast<float2*>(my_partial + (16 * mt + g + 8) * us + 8 * q + 2 * t) =
+              make_float2(big[q][2] + small[q][2], big[q][3] + small[q][3]);
+        }
       }
     }
     __syncthreads();  // the partials complete; every warp is past chunk ci − 1 and past reading W(ci)
@@ -523,76 +560,70 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
     if (ci + 1 < end_chunk) load_k(next, (j + 1) % 2);
     mma::cp_async_commit();
 
-    // (d) V_new = U − Σ_w partial_w (warps in order) for row v, tokens i0 … i0 + kReduceFloats − 1.
+    // (d) V_new = U − Σ_w partial_w (warps in order) for token i, rows v … v + kPerThread − 1.
     {
-      constexpr int kThreadsPerRow = kC / kReduceFloats;
-      const int v = tid / kThreadsPerRow, i0 = kReduceFloats * (tid % kThreadsPerRow);
-      float sum[kReduceFloats], x[kReduceFloats], u[kReduceFloats], g_token[kReduceFloats];
-      load_floats(partial + v * ts + i0, sum);
+      constexpr int kThreadsPerToken = kStateThreads / kC;
+      const int i = tid / kThreadsPerToken, v = kPerThread * (tid % kThreadsPerToken);
+      float sum[kPerThread], x[kPerThread], u[kPerThread];
+      load_floats(partial + i * us + v, sum);
 #pragma unroll
       for (int w = 1; w < kStateWarps; ++w) {
-        if (w % 8 < col_groups) {
-          load_floats(partial + (w * kStateRows + v) * ts + i0, x);
+        if (w < col_groups) {
+          load_floats(partial + (w * kC + i) * us + v, x);
 #pragma unroll
-          for (int k = 0; k < kReduceFloats; ++k) sum[k] += x[k];
+          for (int k = 0; k < kPerThread; ++k) sum[k] += x[k];
         }
       }
-      load_floats(Ut + v * ts + i0, u);
-      load_floats(G + i0, g_token);
-      const float g_last = G[n - 1];
-      float* u_out = p.u + (int64_t{chunk.begin} * Hv + h) * dv + v0 + v;
-      float decayed_hi[kReduceFloats], decayed_lo[kReduceFloats];
+      load_floats(U + i * us + v, u);
+      const float decay = expf(G[n - 1] - G[i]);
+      float* u_out = p.u + (int64_t{chunk.begin + i} * Hv + h) * dv + v0 + v;
 #pragma unroll
-      for (int k = 0; k < kReduceFloats; ++k) {
+      for (int k = 0; k < kPerThread; ++k) {
         const float v_new = u[k] - sum[k];
-        if (i0 + k < n && v < rows) u_out[int64_t{i0 + k} * Hv * dv] = v_new;
-        uint32_t hi, lo;
-        mma::split_tf32(v_new * expf(g_last - g_token[k]), hi, lo);
-        decayed_hi[k] = __uint_as_float(hi);
-        decayed_lo[k] = __uint_as_float(lo);
+        if (i < n && v + k < rows) u_out[k] = v_new;
+        mma::split_tf32(v_new * decay, vd_hi[(v + k) * ts + i], vd_lo[(v + k) * ts + i]);
       }
-      store_floats(reinterpret_cast<float*>(vd_hi) + v * ts + i0, decayed_hi);
-      store_floats(reinterpret_cast<float*>(vd_lo) + v * ts + i0, decayed_lo);
     }
-    mma::cp_async_wait<1>();  // K(ci), W(ci + 1), Uᵀ and G of ci + 1 (issued a chunk ago) have landed
+    mma::cp_async_wait<1>();  // K(ci), W(ci + 1), U and G of ci + 1 (issued a chunk ago) have landed
     __syncthreads();          // V_new·decay complete, and those tiles visible
 
-    // (f) M ← e^(G_n)·M + V_newᵀ·diag(e^(G_n − G_j))·K over the warp's columns, then the boundary state.
+    // (f) Mᵀ ← e^(G_n)·Mᵀ + K[:, cols]ᵀ·diag(e^(G_n − G_j))·V_new: K transposed as A (m = columns g,
+    // g + 8; k = tokens t, t + 4; split once for every group), V_new·decay as B (k = tokens t, t + 4;
+    // n = row 8q + g); then the boundary state.
     if (owns) {
       const float exit_decay = expf(G[n - 1]);
-      float odd[kHeldTiles][4] = {}, small_even[kHeldTiles][4] = {}, small_odd[kHeldTiles][4] = {};
+      float odd[kGroups][4] = {}, lo_hi[kGroups][2][4] = {}, hi_lo[kGroups][2][4] = {};
 #pragma unroll
-      for (int jt = 0; jt < kHeldTiles; ++jt) {
+      for (int q = 0; q < kGroups; ++q) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) m[jt][e] *= exit_decay;
+        for (int e = 0; e < 4; ++e) m[q][e] *= exit_decay;
       }
 #pragma unroll
       for (int s = 0; s < kC / 8; ++s) {
-        const int at = g * ts + 8 * s + t;
-        const uint32_t a_hi[4] = {vd_hi[at], vd_hi[at + 8 * ts], vd_hi[at + 4], vd_hi[at + 8 * ts + 4]};
-        const uint32_t a_lo[4] = {vd_lo[at], vd_lo[at + 8 * ts], vd_lo[at + 4], vd_lo[at + 8 * ts + 4]};
+        const float* kg = K + (8 * s + t) * ks + c0 + g;
+        uint32_t a_hi[4], a_lo[4];
+        mma::split_tf32(kg[0], a_hi[0], a_lo[0]);
+        mma::split_tf32(kg[8], a_hi[1], a_lo[1]);
+        mma::split_tf32(kg[4 * ks], a_hi[2], a_lo[2]);
+        mma::split_tf32(kg[4 * ks + 8], a_hi[3], a_lo[3]);
 #pragma unroll
-        for (int jt = 0; jt < kHeldTiles; ++jt) {
-          const float* kc = K + (8 * s + t) * ks + c0 + 8 * jt + g;
-          uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
-          mma::split_tf32(kc[0], b_hi0, b_lo0);
-          mma::split_tf32(kc[4 * ks], b_hi1, b_lo1);
-          float(&big)[4] = s % 2 == 0 ? m[jt] : odd[jt];
-          float(&small)[4] = s % 2 == 0 ? small_even[jt] : small_odd[jt];
-          mma::mma_tf32(small, a_lo, b_hi0, b_hi1);
-          mma::mma_tf32(small, a_hi, b_lo0, b_lo1);
-          mma::mma_tf32(big, a_hi, b_hi0, b_hi1);
+        for (int q = 0; q < kGroups; ++q) {
+          const int at = (8 * q + g) * ts + 8 * s + t;
+          float(&big)[4] = s % 2 == 0 ? m[q] : odd[q];
+          mma::mma_tf32(lo_hi[q][s % 2], a_lo, vd_hi[at], vd_hi[at + 4]);
+          mma::mma_tf32(hi_lo[q][s % 2], a_hi, vd_lo[at], vd_lo[at + 4]);
+          mma::mma_tf32(big, a_hi, vd_hi[at], vd_hi[at + 4]);
         }
       }
       const int32_t boundary = *reinterpret_cast<const int32_t*>(G + kC);
 #pragma unroll
-      for (int jt = 0; jt < kHeldTiles; ++jt) {
+      for (int q = 0; q < kGroups; ++q) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          m[jt][e] += odd[jt][e] + (small_even[jt][e] + small_odd[jt][e]);
-          const int v = row_of(e), c = col_of(jt, e);
+          m[q][e] += odd[q][e] + ((lo_hi[q][0][e] + hi_lo[q][0][e]) + (lo_hi[q][1][e] + hi_lo[q][1][e]));
+          const int v = row_of(q, e), c = col_of(e);
           if (boundary >= 0 && c < dk && v < rows) {
-            store_element(pool.data, boundary * pool.slot_size + tile_offset + v * dk + c, pool.kind, m[jt][e]);
+            store_element(pool.data, boundary * pool.slot_size + tile_offset + v * dk + c, pool.kind, m[q][e]);
           }
         }
       }
@@ -602,12 +633,12 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
     after_next = ahead;
   }
 #pragma unroll
-  for (int jt = 0; jt < kHeldTiles; ++jt) {
+  for (int q = 0; q < kGroups; ++q) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int v = row_of(e), c = col_of(jt, e);
+      const int v = row_of(q, e), c = col_of(e);
       if (owns && c < dk && v < rows) {
-        store_element(pool.data, r.write_slot * pool.slot_size + tile_offset + v * dk + c, pool.kind, m[jt][e]);
+        store_element(pool.data, r.write_slot * pool.slot_size + tile_offset + v * dk + c, pool.kind, m[q][e]);
       }
     }
   }
@@ -689,6 +720,17 @@ void allow_smem(Kernel kernel, size_t bytes) {
   }
 }
 
+// Launches the state pass with blocks of 8·kGroups rows of M.
+template <int kGroups>
+void launch_state_pass(const GdnParams& p, cudaStream_t stream) {
+  const size_t smem = state_smem_bytes<kGroups>();
+  allow_smem(chunk_state_kernel<kGroups>, smem);
+  const int tiles = (p.dv + kStateRows * kGroups - 1) / (kStateRows * kGroups);
+  chunk_state_kernel<kGroups><<<dim3(static_cast<unsigned>(tiles * p.Hv), static_cast<unsigned>(p.num_prefills)),
+                                kStateThreads, smem, stream>>>(p, tiles);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void launch_gdn_prefill(const GdnParams& p, cudaStream_t stream) {
@@ -698,12 +740,17 @@ void launch_gdn_prefill(const GdnParams& p, cudaStream_t stream) {
   chunk_intra_kernel<<<dim3(static_cast<unsigned>(p.num_chunks), static_cast<unsigned>(p.Hv)), kPrefillThreads,
                        intra_smem, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
-  const size_t state_smem = state_smem_bytes();
-  allow_smem(chunk_state_kernel, state_smem);
-  const int tiles = (p.dv + kStateRows - 1) / kStateRows;
-  chunk_state_kernel<<<dim3(static_cast<unsigned>(tiles * p.Hv), static_cast<unsigned>(p.num_prefills)),
-                       kStateThreads, state_smem, stream>>>(p, tiles);
-  HYBRIDTB_CUDA_CHECK_LAUNCH();
+  // 8-row blocks where they fit on the SMs at once (the most SMs on the chains), else 16-row ones
+  // (fewer waves of chains, each cheaper per row).
+  int device = 0, sms = 0;
+  HYBRIDTB_CUDA_CHECK(cudaGetDevice(&device));
+  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int narrow_blocks = (p.dv + kStateRows - 1) / kStateRows * p.Hv * p.num_prefills;
+  if (narrow_blocks <= sms) {
+    launch_state_pass<1>(p, stream);
+  } else {
+    launch_state_pass<2>(p, stream);
+  }
   const size_t output_smem = output_smem_bytes();
   allow_smem(chunk_output_kernel, output_smem);
   const int col_tiles = (p.dv + kOutCols - 1) / kOutCols;
