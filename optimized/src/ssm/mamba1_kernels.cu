@@ -98,17 +98,15 @@ __device__ __forceinline__ float silu_fast(float v) { return __fdividef(v, 1.0f 
 // then reads whole 32-byte sectors (16 channels × 32 contiguous bytes), and Δ, the gate, the
 // channel's input loads and the reduction of y are done by 2 lanes, not 4. A block is kThreads
 // threads = kThreads / kLanes channels of one request (Mamba-1: 128 threads, 8 blocks per SM at 64
-// registers); every load (state rows, A, B, C, the channel's inputs) is issued before the first
-// store, B and C in 16-byte loads (four 4-byte loads each before: 20.4 → 20.1 µs at 64 sequences on
-// the H100). Measured and not kept: 256-thread blocks (21.0 µs); two requests per thread sharing
+// registers); the channel's weights are loaded before the request entry (their latencies overlap),
+// every load is issued before the first store, B and C in 16-byte loads (four 4-byte loads each
+// before: 20.4 → 20.1 µs at 64 sequences on the H100). Measured and not kept: 256-thread blocks (21.0 µs); two requests per thread sharing
 // −exp(A_log), 80 registers at 6 blocks per SM (23.1 µs). The arithmetic is the prefill scan's (ex2
 // of Δ·A·log2 e, softplus_fast, silu_fast), so a decode step and a one-token prefill agree to
 // rounding.
 template <int kLanes, int kQ, int kMinBlocks, int kThreads>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(Mamba1Params p) {
   constexpr int kPerBlock = kThreads / kLanes;
-  const GpuRequest r = p.wave.requests[blockIdx.y];
-  if (!r.decode || r.end <= r.begin) return;  // uniform over the block; empty entries: nothing to do
   const int N = p.N;
   const int g = threadIdx.x % kLanes;
   const int i = blockIdx.x * kPerBlock + threadIdx.x / kLanes;
@@ -116,10 +114,30 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(Mamba1Para
   const int ic = active ? i : p.I - 1;  // inactive lanes compute on a valid channel, store nothing
   const bool vec = quad_vector_ok(p.ssm_state, N);
   const bool a_vec = vec && p.A_log.kind == ElementKind::kFloat32 && aligned16(p.A_log.data);
+  const bool bc_vec = (p.R % 4) == 0 && (N % 4) == 0 && aligned16(p.dbc);
+  // The channel's weights first: they do not depend on the request, so their loads share the
+  // latency of the request entry's (which every other address waits for).
+  float h[kQ][4], A[kQ][4], B[kQ][4], C[kQ][4];
+#pragma unroll
+  for (int j = 0; j < kQ; ++j) {
+    const int n0 = 4 * (g + kLanes * j);
+    const int valid = max(0, min(4, N - n0));
+    const int64_t e = int64_t{ic} * N + n0;
+    if (a_vec && valid > 0) {
+      const float4 x = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(p.A_log.data) + e));
+      A[j][0] = x.x, A[j][1] = x.y, A[j][2] = x.z, A[j][3] = x.w;
+    } else {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) A[j][s] = s < valid ? load_element(p.A_log.data, e + s, p.A_log.kind) : 0.0f;
+    }
+  }
+  const float dt_bias = load_element(p.dt_bias.data, ic, p.dt_bias.kind);
+  const float z_bias = weight_or(p.in_bias, int64_t{p.I} + ic, 0.0f);
+  const float Dv = load_element(p.D.data, ic, p.D.kind);
+  const GpuRequest r = p.wave.requests[blockIdx.y];
+  if (!r.decode || r.end <= r.begin) return;  // uniform over the block; empty entries: nothing to do
   const int64_t t = r.begin;
   const float* bc_row = p.dbc + t * (p.R + 2 * N) + p.R;  // B, then C
-  const bool bc_vec = (p.R % 4) == 0 && (N % 4) == 0 && aligned16(p.dbc);
-  float h[kQ][4], A[kQ][4], B[kQ][4], C[kQ][4];
 #pragma unroll
   for (int j = 0; j < kQ; ++j) {
     const int n0 = 4 * (g + kLanes * j);
@@ -131,20 +149,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(Mamba1Para
 #pragma unroll
       for (int s = 0; s < 4; ++s) h[j][s] = 0.0f;
     }
-    if (a_vec && valid > 0) {
-      const float4 x = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(p.A_log.data) + e));
-      A[j][0] = x.x, A[j][1] = x.y, A[j][2] = x.z, A[j][3] = x.w;
-    } else {
-#pragma unroll
-      for (int s = 0; s < 4; ++s) A[j][s] = s < valid ? load_element(p.A_log.data, e + s, p.A_log.kind) : 0.0f;
-    }
     load_float_run<4>(bc_row, n0, valid, bc_vec, B[j]);
     load_float_run<4>(bc_row + N, n0, valid, bc_vec, C[j]);
   }
-  const float dt = __ldg(p.dt + t * p.I + ic) + load_element(p.dt_bias.data, ic, p.dt_bias.kind);
+  const float dt = __ldg(p.dt + t * p.I + ic) + dt_bias;
   const float cv = p.c[t * p.I + ic];
-  const float z = p.xz[t * 2 * p.I + p.I + ic] + weight_or(p.in_bias, int64_t{p.I} + ic, 0.0f);
-  const float Dv = load_element(p.D.data, ic, p.D.kind);
+  const float z = p.xz[t * 2 * p.I + p.I + ic] + z_bias;
 
   const float delta = softplus_fast(dt);
   const float dc = delta * cv;
