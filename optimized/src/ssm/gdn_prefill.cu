@@ -43,8 +43,8 @@
 // ncu's time scaled to the bench's clocks); by a count of the source (not profiled), the 3xTF32
 // splits of W and K (64 per thread per chunk, repeated by the 16 blocks of a head) and their
 // cp.async copies are now most of its instructions. Measured dead ends (previous round): 16
-// warps per 16-row block 7.43 ms; four partial sums in the solve and the fused A/P product change
-// nothing measurable. Next: W and K split once per chunk and head (by the intra kernel) or bulk
+// warps per 16-row block 7.43 ms; four partial sums in the solve and one product loop for both A
+// and P (each K fragment split once) change nothing measurable (the latter is not kept). Next: W and K split once per chunk and head (by the intra kernel) or bulk
 // copies for their tiles, and the output fused into the state pass (the h_c round trip).
 #include <cuda_runtime.h>
 
@@ -76,10 +76,6 @@ constexpr int kColMajor64 = kOutCols + 8;         // 72
 static_assert(kOutCols == kC, "the output pass's state rows copy as a chunk-sized tile");
 
 __host__ __device__ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
-
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 // One warp's C[16, 8·kTiles] += X·Yᵀ over k ∈ [0, 8·ksteps) in 3xTF32 (mma.cuh: near-float32
 // products, float32 accumulation), X(m, k) = x[m·kXm + k·kXk] for the warp's 16 rows, Y(n, k) =
@@ -118,49 +114,6 @@ __device__ __forceinline__ void warp_mma_3xtf32(float (&c)[kTiles][4], const flo
   }
 }
 
-// Two products sharing Y, C1 += X1·Yᵀ and C2 += X2·Yᵀ (X1, X2, Y row-major, rows kXm and kYn
-// apart): as two warp_mma_3xtf32 calls, the same summation orders, with each Y fragment loaded and
-// split once.
-template <int kTiles, int kXm, int kYn>
-__device__ __forceinline__ void warp_mma_pair_3xtf32(float (&c1)[kTiles][4], float (&c2)[kTiles][4], const float* x1,
-                                                     const float* x2, const float* y, int ksteps) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int x_at = (lane / 4) * kXm + lane % 4;
-  const float* yg = y + (lane / 4) * kYn + lane % 4;
-  float small1[kTiles][4] = {}, small2[kTiles][4] = {};
-#pragma unroll 2
-  for (int s = 0; s < ksteps; ++s) {
-    const int k = 8 * s;
-    uint32_t a1_hi[4], a1_lo[4], a2_hi[4], a2_lo[4];
-    const int offsets[4] = {k, 8 * kXm + k, k + 4, 8 * kXm + k + 4};
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      mma::split_tf32(x1[x_at + offsets[q]], a1_hi[q], a1_lo[q]);
-      mma::split_tf32(x2[x_at + offsets[q]], a2_hi[q], a2_lo[q]);
-    }
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
-      mma::split_tf32(yg[8 * j * kYn + k], b_hi0, b_lo0);
-      mma::split_tf32(yg[8 * j * kYn + k + 4], b_hi1, b_lo1);
-      mma::mma_tf32(small1[j], a1_lo, b_hi0, b_hi1);
-      mma::mma_tf32(small1[j], a1_hi, b_lo0, b_lo1);
-      mma::mma_tf32(c1[j], a1_hi, b_hi0, b_hi1);
-      mma::mma_tf32(small2[j], a2_lo, b_hi0, b_hi1);
-      mma::mma_tf32(small2[j], a2_hi, b_lo0, b_lo1);
-      mma::mma_tf32(c2[j], a2_hi, b_hi0, b_hi1);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      c1[j][e] += small1[j][e];
-      c2[j][e] += small2[j][e];
-    }
-  }
-}
-
 // Row r and column c of the 16×8 C fragment element e < 4 of this lane (mma.cuh's layout).
 __device__ __forceinline__ int frag_row(int e) { return static_cast<int>(threadIdx.x) % 32 / 4 + 8 * (e / 2); }
 __device__ __forceinline__ int frag_col(int e) { return 2 * (static_cast<int>(threadIdx.x) % 4) + e % 2; }
@@ -179,20 +132,20 @@ __device__ void copy_tile_async(float* dst, int ss, const float* src, int64_t gs
     for (int e = tid; e < kC * kQuads; e += kThreads) {
       const int i = e / kQuads, c = 4 * (e % kQuads);
       const bool ok = i < n && c < cols;
-      mma::cp_async_16(smem_address(dst + i * ss + c), ok ? src + i * gs + c : src, ok);
+      mma::cp_async_16(mma::shared_address(dst + i * ss + c), ok ? src + i * gs + c : src, ok);
     }
   } else if (vec) {
     const int quads = width / 4;
     for (int e = tid; e < kC * quads; e += kThreads) {
       const int i = e / quads, c = 4 * (e % quads);
       const bool ok = i < n && c < cols;
-      mma::cp_async_16(smem_address(dst + i * ss + c), ok ? src + i * gs + c : src, ok);
+      mma::cp_async_16(mma::shared_address(dst + i * ss + c), ok ? src + i * gs + c : src, ok);
     }
   } else {
     for (int e = tid; e < kC * width; e += kThreads) {
       const int i = e / width, c = e % width;
       const bool ok = i < n && c < cols;
-      mma::cp_async_4(smem_address(dst + i * ss + c), ok ? src + i * gs + c : src, ok);
+      mma::cp_async_4(mma::shared_address(dst + i * ss + c), ok ? src + i * gs + c : src, ok);
     }
   }
 }
@@ -249,7 +202,10 @@ __global__ void __launch_bounds__(kPrefillThreads) chunk_intra_kernel(GdnParams 
   {
     const int m0 = 16 * (warp % 4), n0 = 32 * (warp / 4);
     float kk[4][4] = {}, qk[4][4] = {};
-    if (n0 <= m0 + 15) warp_mma_pair_3xtf32<4, ks, ks>(kk, qk, K + m0 * ks, Q + m0 * ks, K + n0 * ks, round_up(dk, 8) / 8);
+    if (n0 <= m0 + 15) {
+      warp_mma_3xtf32<4, ks, 1, ks, 1>(kk, K + m0 * ks, K + n0 * ks, round_up(dk, 8) / 8);
+      warp_mma_3xtf32<4, ks, 1, ks, 1>(qk, Q + m0 * ks, K + n0 * ks, round_up(dk, 8) / 8);
+    }
 #pragma unroll
     for (int jt = 0; jt < 4; ++jt) {
 #pragma unroll
@@ -420,22 +376,22 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
       for (int e = tid; e < kC * kRows / 4; e += kStateThreads) {
         const int i = e / (kRows / 4), v = 4 * (e % (kRows / 4));
         const bool ok = i < n && v < rows;
-        mma::cp_async_16(smem_address(s + i * us + v), ok ? u_rows + int64_t{i} * Hv * dv + v : p.u, ok);
+        mma::cp_async_16(mma::shared_address(s + i * us + v), ok ? u_rows + int64_t{i} * Hv * dv + v : p.u, ok);
       }
     } else {
       for (int e = tid; e < kC * kRows; e += kStateThreads) {
         const int i = e / kRows, v = e % kRows;
         const bool ok = i < n && v < rows;
-        mma::cp_async_4(smem_address(s + i * us + v), ok ? u_rows + int64_t{i} * Hv * dv + v : p.u, ok);
+        mma::cp_async_4(mma::shared_address(s + i * us + v), ok ? u_rows + int64_t{i} * Hv * dv + v : p.u, ok);
       }
     }
     for (int i = tid; i < kC; i += kStateThreads) {
-      mma::cp_async_4(smem_address(s + kC * us + i), i < n ? p.gcum + int64_t{c.begin + i} * Hv + h : p.gcum, i < n);
+      mma::cp_async_4(mma::shared_address(s + kC * us + i), i < n ? p.gcum + int64_t{c.begin + i} * Hv + h : p.gcum, i < n);
     }
     if (tid == 0) {
       int* slot_of = reinterpret_cast<int*>(s + kC * us + kC);
       if (p.boundary_slot != nullptr) {
-        mma::cp_async_4(smem_address(slot_of), p.boundary_slot + c.end - 1, true);
+        mma::cp_async_4(mma::shared_address(slot_of), p.boundary_slot + c.end - 1, true);
       } else {
         *slot_of = -1;
       }

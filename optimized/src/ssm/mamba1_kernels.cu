@@ -55,10 +55,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 // exp(Δ·A) is computed as 2^(Δ·A·log2 e) on the special-function unit (mma::exp2_approx,
 // ex2.approx.ftz: relative error ≤ 2^-22), the form vLLM's selective-scan kernels use.
-// The shared-memory address of a pointer into shared memory (for cp.async).
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 // Whether states n0 … n0+3 of a channel can move as one 16-byte / 8-byte access.
 __device__ __forceinline__ bool quad_vector_ok(const PoolRef& pool, int N) {
@@ -363,7 +359,7 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const GpuReques
           const float* tensor = which == 0 ? p.dt : which == 1 ? p.c : p.xz + I;
           const int64_t stride = which == 2 ? 2 * I : I;
           if (tk < rows && ch0 + 4 * q < p.I) {
-            mma::cp_async_16(shared_address(raw + 4 * idx), tensor + (begin + tk) * stride + ch0 + 4 * q, true);
+            mma::cp_async_16(mma::shared_address(raw + 4 * idx), tensor + (begin + tk) * stride + ch0 + 4 * q, true);
           }
         }
       }
@@ -378,7 +374,7 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const GpuReques
           const int which = row / kL;
           const int tk = row - which * kL;
           if (tk < rows && ch0 + col < p.I) {
-            mma::cp_async_4(shared_address(raw + idx), tile_row(which, begin + tk) + col, true);
+            mma::cp_async_4(mma::shared_address(raw + idx), tile_row(which, begin + tk) + col, true);
           }
         }
       }
@@ -397,7 +393,7 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const GpuReques
           const int n = 4 * (qd % kLanes);
           float* dst = bc + 4 * idx;
           if (tk < rows && n < N) {
-            mma::cp_async_16(shared_address(dst), bc_src + tk * dbc_stride + which * N + n, true);
+            mma::cp_async_16(mma::shared_address(dst), bc_src + tk * dbc_stride + which * N + n, true);
           } else {
             *reinterpret_cast<float4*>(dst) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
           }
@@ -414,7 +410,7 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const GpuReques
           const int which = col / (4 * kLanes);
           const int n = col % (4 * kLanes);
           if (tk < rows && n < N) {
-            mma::cp_async_4(shared_address(bc + idx), bc_src + tk * dbc_stride + which * N + n, true);
+            mma::cp_async_4(mma::shared_address(bc + idx), bc_src + tk * dbc_stride + which * N + n, true);
           } else {
             bc[idx] = 0.0f;
           }
@@ -425,7 +421,7 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const GpuReques
       int32_t* slots = slot_smem + st * kL;
       for (int tk = tid; tk < kL; tk += kThreads) {
         if (tk < rows) {
-          mma::cp_async_4(shared_address(slots + tk), p.boundary_slot + begin + tk, true);
+          mma::cp_async_4(mma::shared_address(slots + tk), p.boundary_slot + begin + tk, true);
         } else {
           slots[tk] = -1;
         }
