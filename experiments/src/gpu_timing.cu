@@ -60,16 +60,14 @@ DeviceInfo device_info() {
   info.name = prop.name;
   info.sms = prop.multiProcessorCount;
   info.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
-  int l2 = 0, sm_khz = 0, mem_khz = 0;
-  // Attributes rather than cudaDeviceProp fields: CUDA 13 removed cudaDeviceProp::clockRate.
+  int l2 = 0;
   HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
-  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device));
-  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device));
   info.l2_bytes = l2;
-  info.max_sm_clock_mhz = sm_khz / 1000;
-  info.max_mem_clock_mhz = mem_khz / 1000;
-  HYBRIDTB_CUDA_CHECK(cudaDriverGetVersion(&info.driver_version));
-  HYBRIDTB_CUDA_CHECK(cudaRuntimeGetVersion(&info.runtime_version));
+  const cuda::bench::DeviceFacts facts = cuda::bench::device_facts();  // the kernel benchmarks' query
+  info.max_sm_clock_mhz = facts.max_sm_clock_mhz;
+  info.max_mem_clock_mhz = facts.max_mem_clock_mhz;
+  info.driver_version = facts.cuda_driver_version;
+  info.runtime_version = facts.cuda_runtime_version;
   return info;
 }
 

@@ -91,10 +91,11 @@ void ReadFlusher::flush(cudaStream_t stream) const {
 }
 
 DeviceFacts device_facts() {
-  int sm_khz = 0, mem_khz = 0;
+  int device = 0, sm_khz = 0, mem_khz = 0;
   DeviceFacts facts;
-  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, 0));
-  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, 0));
+  HYBRIDTB_CUDA_CHECK(cudaGetDevice(&device));
+  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, device));
+  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device));
   HYBRIDTB_CUDA_CHECK(cudaDriverGetVersion(&facts.cuda_driver_version));
   HYBRIDTB_CUDA_CHECK(cudaRuntimeGetVersion(&facts.cuda_runtime_version));
   facts.max_sm_clock_mhz = sm_khz / 1000;

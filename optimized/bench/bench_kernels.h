@@ -33,7 +33,7 @@ class ReadFlusher {
   int64_t bytes_ = 0;
 };
 
-// What a recorded result carries about the device besides cudaDeviceProp: the maximum clocks it
+// What a recorded result carries about the current device besides cudaDeviceProp: the maximum clocks it
 // reports (cudaDeviceGetAttribute; CUDA 13 removed cudaDeviceProp::clockRate) and the driver and
 // runtime versions. The clocks are the maximum ones: a throttled run shows as a lower achieved
 // bandwidth against the same-run ceiling, and as a lower measure_sm_clock_mhz().

@@ -25,8 +25,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
-#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
@@ -100,8 +98,8 @@ __global__ void __launch_bounds__(kPrepareMaxThreads) prepare_kernel(GdnParams p
 
 constexpr int kDecodeThreads = 256;
 
-// A lane moves a run of kDecodeRun<T> consecutive k of a state row per access: 16 bytes whatever the
-// pool's element T (float, __half, __nv_bfloat16): 4 float32 or 8 16-bit states. A lane group holds
+// A lane moves a run of kPoolRun<T> consecutive k of a state row per access (pool_quads.cuh): 16 bytes
+// whatever the pool's element T (float, __half, __nv_bfloat16): 4 float32 or 8 16-bit states. A lane group holds
 // kDecodeRows rows: 64 bytes of state loads in flight per thread. Measured on an H100 at Qwen3-Next's
 // sizes, 64 / 256 sequences (hybridtb_bench_linear): float32 pools 99.5 / 100.4% of the 1 GiB copy
 // bandwidth, bfloat16 pools 86.9 / 91.3% (53.0 / 201.7 µs; 83.8 / 87.3% with a tree per row and α
@@ -111,56 +109,17 @@ constexpr int kDecodeThreads = 256;
 // float32 fell to 87 / 83%); 16-bit runs of 4 (8-byte accesses: twice the lanes, shuffles and loads
 // per byte) 77 / 81%; 8 rows of runs of 8 no faster.
 template <typename T>
-inline constexpr int kDecodeRun = 16 / static_cast<int>(sizeof(T));
-template <typename T>
 inline constexpr int kDecodeRows = 4;
-template <typename T>
-using RunBits = std::conditional_t<kDecodeRun<T> * sizeof(T) == 16, uint4, uint2>;
-
-// Elements [e, e + kDecodeRun<T>) of the pool as their raw bits, streaming (evict-first: each state
-// is read once); the caller checked the vector access (run-aligned).
-template <typename T>
-__device__ __forceinline__ RunBits<T> load_run_bits(const PoolRef& pool, int64_t e) {
-  return __ldcs(reinterpret_cast<const RunBits<T>*>(static_cast<const T*>(pool.data) + e));
-}
-// The same bits element by element (elements past `valid`: 0), where the vector access is not
-// possible; exact: T is the pool's element.
-template <typename T>
-__device__ __forceinline__ RunBits<T> load_run_elements(const PoolRef& pool, int64_t e, int valid) {
-  T elements[kDecodeRun<T>];
-#pragma unroll
-  for (int c = 0; c < kDecodeRun<T>; ++c) {
-    elements[c] = float_to_element<T>(c < valid ? load_element(pool.data, e + c, pool.kind) : 0.0f);
-  }
-  RunBits<T> raw;
-  memcpy(&raw, elements, sizeof(raw));
-  return raw;
-}
-template <typename T>
-__device__ __forceinline__ void widen_run(const RunBits<T>& raw, float (&x)[kDecodeRun<T>]) {
-  T elements[kDecodeRun<T>];
-  memcpy(elements, &raw, sizeof(raw));
-#pragma unroll
-  for (int s = 0; s < kDecodeRun<T>; ++s) x[s] = element_to_float(elements[s]);
-}
-// Elements [e, e + kDecodeRun<T>) of the pool ← x rounded to T (RNE, as store_element), streaming.
-template <typename T>
-__device__ __forceinline__ void store_run_bits(const PoolRef& pool, int64_t e, const float (&x)[kDecodeRun<T>]) {
-  const ElementVec<T, kDecodeRun<T>> packed = pack_elements<T, kDecodeRun<T>>(x);
-  RunBits<T> raw;
-  memcpy(&raw, &packed, sizeof(raw));
-  __stcs(reinterpret_cast<RunBits<T>*>(static_cast<T*>(pool.data) + e), raw);
-}
 
 // Block = tile blockIdx.x % tiles of value head blockIdx.x / tiles of wave entry blockIdx.y, pool
-// element T. Lane group (kLanes lanes of kRun = kDecodeRun<T> consecutive k each: kLanes ≥ dk / kRun)
+// element T. Lane group (kLanes lanes of kRun = kPoolRun<T> consecutive k each: kLanes ≥ dk / kRun)
 // j of the block owns rows tile·kRowsPerBlock + j + kGroups·s, s < kDecodeRows<T> (consecutive
 // groups on consecutive rows: a warp reads contiguous memory). With the vector path (dk and the
 // slot size multiples of kRun, the pool 16-byte aligned) every state load of the thread is issued as
 // raw bits before any is widened; otherwise the states move element by element.
 template <typename T, int kLanes>
 __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(GdnParams p, int tiles) {
-  constexpr int kRun = kDecodeRun<T>;
+  constexpr int kRun = kPoolRun<T>;
   constexpr int kRows = kDecodeRows<T>;
   constexpr int kGroups = kDecodeThreads / kLanes;
   constexpr int kRowsPerBlock = kGroups * kRows;
@@ -189,14 +148,14 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(GdnParams p, int
   // gates are the preparation's. The rows stay raw bits (16 bytes each) and are widened where used,
   // twice: widening is an integer instruction or two per pair, and holding a 16-bit row as float32
   // would double its registers (80 registers per thread: 3 resident blocks per SM instead of 4).
-  RunBits<T> raw[kRows];
+  uint4 raw[kRows];
   float v[kRows];
 #pragma unroll
   for (int s = 0; s < kRows; ++s) {
     const int i = tile * kRowsPerBlock + group + kGroups * s;
     const bool live = i < dv && valid > 0 && r.read_slot >= 0;
     const int64_t e = r.read_slot * pool.slot_size + (int64_t{h} * dv + i) * dk + k0;
-    raw[s] = !live ? RunBits<T>{} : pool_vec ? load_run_bits<T>(pool, e) : load_run_elements<T>(pool, e, valid);
+    raw[s] = live ? load_pool_run<T>(pool, e, valid, pool_vec) : uint4{};  // zeros in every element kind
     v[s] = i < dv ? v_row[i] : 0.0f;
   }
   pdl_wait_for_predecessor();
@@ -213,7 +172,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(GdnParams p, int
 #pragma unroll
   for (int s = 0; s < kRows; ++s) {
     float m[kRun];
-    widen_run<T>(raw[s], m);
+    widen_pool_run<T>(raw[s], m);
     predicted[s] = 0.0f;
 #pragma unroll
     for (int c = 0; c < kRun; ++c) predicted[s] = fmaf(m[c], k[c], predicted[s]);
@@ -228,10 +187,10 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(GdnParams p, int
   for (int s = 0; s < kRows; ++s) {
     const int i = tile * kRowsPerBlock + group + kGroups * s;
     const float correction = beta * (v[s] - alpha * predicted[s]);
-    RunBits<T> bits = raw[s];
+    uint4 bits = raw[s];
     asm("" : "+r"(bits.x), "+r"(bits.y), "+r"(bits.z), "+r"(bits.w));
     float m[kRun];
-    widen_run<T>(bits, m);
+    widen_pool_run<T>(bits, m);
     read[s] = 0.0f;
 #pragma unroll
     for (int c = 0; c < kRun; ++c) {
@@ -239,15 +198,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(GdnParams p, int
       read[s] = fmaf(m[c], q[c], read[s]);
     }
     if (i < dv && valid > 0) {
-      const int64_t e = r.write_slot * pool.slot_size + (int64_t{h} * dv + i) * dk + k0;
-      if (pool_vec) {
-        store_run_bits<T>(pool, e, m);
-      } else {
-#pragma unroll
-        for (int c = 0; c < kRun; ++c) {
-          if (c < valid) store_element(pool.data, e + c, pool.kind, m[c]);
-        }
-      }
+      store_pool_run<T>(pool, r.write_slot * pool.slot_size + (int64_t{h} * dv + i) * dk + k0, valid, pool_vec, m);
     }
   }
   // o: each row's sum ends in kLanes / kRows lanes of the group (scattered); the first stores it.
@@ -304,7 +255,7 @@ void launch_decode(const GdnParams& p, int32_t entries, cudaStream_t stream) {
 
 template <typename T>
 void launch_decode_of(const GdnParams& p, int32_t entries, cudaStream_t stream) {
-  const int runs = (p.dk + kDecodeRun<T> - 1) / kDecodeRun<T>;
+  const int runs = (p.dk + kPoolRun<T> - 1) / kPoolRun<T>;
   if (runs <= 1) {
     launch_decode<T, 1>(p, entries, stream);
   } else if (runs <= 2) {
@@ -315,7 +266,7 @@ void launch_decode_of(const GdnParams& p, int32_t entries, cudaStream_t stream) 
     launch_decode<T, 8>(p, entries, stream);
   } else if (runs <= 16) {
     launch_decode<T, 16>(p, entries, stream);
-  } else if constexpr (kDecodeRun<T> * 16 < kGdnMaxHeadDim) {
+  } else if constexpr (kPoolRun<T> * 16 < kGdnMaxHeadDim) {
     launch_decode<T, 32>(p, entries, stream);  // float32 runs of 4: dk ≤ kGdnMaxHeadDim = 128
   }
 }

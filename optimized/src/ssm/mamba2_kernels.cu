@@ -90,55 +90,9 @@ __device__ __forceinline__ float decay_rate(const Mamba2Params& p, int h) {  // 
 // move element by element.
 constexpr int kDecodeThreads = 128;
 
-template <typename T>
-struct StateVec {
-  static constexpr int kVec = 16 / static_cast<int>(sizeof(T));
-};
-
-// Pool elements [e, e + kVec) as their raw bits (those past `valid` read as 0).
-template <typename T>
-__device__ __forceinline__ uint4 load_states(const PoolRef& pool, int64_t e, int valid, bool vec) {
-  constexpr int kVec = StateVec<T>::kVec;
-  if (vec) return __ldcs(reinterpret_cast<const uint4*>(static_cast<const T*>(pool.data) + e));
-  T x[kVec];
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    x[i] = float_to_element<T>(i < valid ? load_element(pool.data, e + i, pool.kind) : 0.0f);  // exact: T is the pool's
-  }
-  uint4 raw;
-  memcpy(&raw, x, sizeof(raw));
-  return raw;
-}
-
-template <typename T>
-__device__ __forceinline__ void widen_states(const uint4& raw, float (&v)[StateVec<T>::kVec]) {
-  T x[StateVec<T>::kVec];
-  memcpy(x, &raw, sizeof(raw));
-#pragma unroll
-  for (int i = 0; i < StateVec<T>::kVec; ++i) v[i] = element_to_float(x[i]);
-}
-
-// Pool elements [e, e + valid) ← v, rounded to T (RNE, as store_element).
-template <typename T>
-__device__ __forceinline__ void store_states(const PoolRef& pool, int64_t e, int valid, bool vec,
-                                             const float (&v)[StateVec<T>::kVec]) {
-  constexpr int kVec = StateVec<T>::kVec;
-  if (vec) {
-    const ElementVec<T, kVec> x = pack_elements<T, kVec>(v);
-    uint4 raw;
-    memcpy(&raw, &x, sizeof(raw));
-    __stcs(reinterpret_cast<uint4*>(static_cast<T*>(pool.data) + e), raw);
-    return;
-  }
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    if (i < valid) store_element(pool.data, e + i, pool.kind, v[i]);
-  }
-}
-
 template <typename T, int kLanes, int kAccesses, int kRows>
 __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(Mamba2Params p) {
-  constexpr int kVec = StateVec<T>::kVec;
+  constexpr int kVec = kPoolRun<T>;
   const GpuRequest r = p.wave.requests[blockIdx.y];
   if (r.end <= r.begin || (p.decode_all == 0 && r.decode == 0)) return;
   const Dims d = dims_of(p);
@@ -166,7 +120,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(Mamba2Params p) 
       const int n0 = kVec * (lane + kLanes * a);
       const int64_t e = head_base + int64_t{row} * N + n0;
       raw[k][a] = row_ok && n0 < N && r.read_slot >= 0
-                      ? load_states<T>(p.ssm_state, r.read_slot * p.ssm_state.slot_size + e, N - n0, vec)
+                      ? load_pool_run<T>(p.ssm_state, r.read_slot * p.ssm_state.slot_size + e, N - n0, vec)
                       : make_uint4(0u, 0u, 0u, 0u);  // zeros in every element kind
     }
   }
@@ -205,7 +159,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(Mamba2Params p) 
     float S[kAccesses][kVec];
 #pragma unroll
     for (int a = 0; a < kAccesses; ++a) {
-      widen_states<T>(raw[k][a], S[a]);
+      widen_pool_run<T>(raw[k][a], S[a]);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
         S[a][i] = fmaf(S[a][i], dA, dx * B[a][i]);
@@ -218,8 +172,8 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(Mamba2Params p) 
       const int n0 = kVec * (lane + kLanes * a);
       if (n0 >= N) continue;
       const int64_t e = head_base + int64_t{row} * N + n0;
-      store_states<T>(p.ssm_state, r.write_slot * p.ssm_state.slot_size + e, N - n0, vec, S[a]);
-      if (boundary >= 0) store_states<T>(p.ssm_state, boundary * p.ssm_state.slot_size + e, N - n0, vec, S[a]);
+      store_pool_run<T>(p.ssm_state, r.write_slot * p.ssm_state.slot_size + e, N - n0, vec, S[a]);
+      if (boundary >= 0) store_pool_run<T>(p.ssm_state, boundary * p.ssm_state.slot_size + e, N - n0, vec, S[a]);
     }
   }
   // y: each row's sum ends in kLanes / kRows lanes of the row's group (group_sums.cuh: scattered,
@@ -556,7 +510,7 @@ void launch_decode(const Mamba2Params& p, cudaStream_t stream) {
 // The fewest lanes (a power of two, ≤ 32) that cover N with ≤ 2 accesses each.
 template <typename T>
 void launch_decode_of(const Mamba2Params& p, cudaStream_t stream) {
-  constexpr int kVec = StateVec<T>::kVec;
+  constexpr int kVec = kPoolRun<T>;
   const int accesses = (p.state + kVec - 1) / kVec;  // ≤ 64 (state_size ≤ kMamba2MaxState)
   if (accesses <= 1) launch_decode<T, 1, 1>(p, stream);
   else if (accesses <= 2) launch_decode<T, 2, 1>(p, stream);

@@ -1,7 +1,8 @@
 // Four consecutive elements of an SSM state pool as float32, moved as one access where the caller
 // has checked it can be (`vec`: a 16-byte float32 or 8-byte float16/bfloat16 access, 4-element
 // aligned); otherwise element by element, with the elements past `valid` read as 0 and never
-// written. The state-update kernels of mamba1 and gdn keep a lane's state rows in such quads. And a
+// written. The state-update kernels of mamba1 and gdn keep a lane's state rows in such quads. Also
+// 16-byte runs of a pool's own element held as raw bits (the GDN and Mamba-2 decode updates), and a
 // lane's run of a float32 activation row (the decode updates' q̂, k̂, B, C), in 16-byte loads.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "common/elements.cuh"
 #include "ssm/ssm_params.h"
@@ -16,6 +18,53 @@
 namespace hybridtb::cuda::ssm {
 
 __device__ __forceinline__ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
+
+// Elements of a pool of element T (float, __half, __nv_bfloat16) in one 16-byte run.
+template <typename T>
+inline constexpr int kPoolRun = 16 / static_cast<int>(sizeof(T));
+
+// Pool elements [e, e + kPoolRun<T>) as their raw bits: one streaming 16-byte load (evict-first: each
+// state is read once) where `vec` (the caller checked that the run is whole and aligned), else
+// element by element with those past `valid` read as 0 (exact: T is the pool's element).
+template <typename T>
+__device__ __forceinline__ uint4 load_pool_run(const PoolRef& pool, int64_t e, int valid, bool vec) {
+  if (vec) return __ldcs(reinterpret_cast<const uint4*>(static_cast<const T*>(pool.data) + e));
+  T x[kPoolRun<T>];
+#pragma unroll
+  for (int i = 0; i < kPoolRun<T>; ++i) {
+    x[i] = float_to_element<T>(i < valid ? load_element(pool.data, e + i, pool.kind) : 0.0f);
+  }
+  uint4 raw;
+  memcpy(&raw, x, sizeof(raw));
+  return raw;
+}
+
+// The run's elements as float32.
+template <typename T>
+__device__ __forceinline__ void widen_pool_run(const uint4& raw, float (&v)[kPoolRun<T>]) {
+  T x[kPoolRun<T>];
+  memcpy(x, &raw, sizeof(raw));
+#pragma unroll
+  for (int i = 0; i < kPoolRun<T>; ++i) v[i] = element_to_float(x[i]);
+}
+
+// Pool elements [e, e + valid) ← v rounded to T (RNE, as store_element): one streaming 16-byte store
+// where `vec`, else element by element.
+template <typename T>
+__device__ __forceinline__ void store_pool_run(const PoolRef& pool, int64_t e, int valid, bool vec,
+                                               const float (&v)[kPoolRun<T>]) {
+  if (vec) {
+    const ElementVec<T, kPoolRun<T>> x = pack_elements<T, kPoolRun<T>>(v);
+    uint4 raw;
+    memcpy(&raw, &x, sizeof(raw));
+    __stcs(reinterpret_cast<uint4*>(static_cast<T*>(pool.data) + e), raw);
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < kPoolRun<T>; ++i) {
+    if (i < valid) store_element(pool.data, e + i, pool.kind, v[i]);
+  }
+}
 
 // Elements [k0, k0 + kRun) of a float32 activation row (past `valid`: 0), 16-byte loads where
 // `vec` (k0 4-aligned) and the quad is whole.

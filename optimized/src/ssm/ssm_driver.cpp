@@ -490,7 +490,7 @@ void run_ssm_step(const AttentionConfig& config, const MambaAttentionMetadata& m
       (planned.gpu_mode->whole_step() || fixed_step_blocker(planned.runs).empty())) {
     FixedDecodeStep fixed(config, context);
     fixed.upload_plan(planned, metadata, batch);
-    fixed.launch_planned(planned, fixed.any_skipped_rows_);  // run once, never captured
+    fixed.launch_planned(planned, /*may_be_captured=*/false);
   } else if (planned.gpu_mode->whole_step()) {
     planned.gpu_mode->forward(planned.step);
   } else {
@@ -695,7 +695,7 @@ void FixedDecodeStep::launch_on(const StepTensors& tensors, const TensorView& ou
 }
 
 // Launches the mode over the bound tensors of `bound` (checked against the plan) as the fixed step.
-void FixedDecodeStep::launch_planned(PlannedStep& bound, bool zero_skipped_rows) {
+void FixedDecodeStep::launch_planned(PlannedStep& bound, bool may_be_captured) {
   if (num_tokens_ == 0) return;
   auto* device = static_cast<int32_t*>(plan_.get());
   GpuStep step = std::move(bound.step);
@@ -716,7 +716,7 @@ void FixedDecodeStep::launch_planned(PlannedStep& bound, bool zero_skipped_rows)
   scratch_.rewind();
   run_mode(*gpu_mode_, step);
   // Rows of skipped requests contribute zeros; padding rows are left alone.
-  if (!gpu_mode_->whole_step() && zero_skipped_rows) {
+  if (!gpu_mode_->whole_step() && (may_be_captured || any_skipped_rows_)) {
     launch_zero_rows(step.contribution, step.output_width, 0, num_tokens_, step.active, ZeroRows::kSkipped,
                      context_.stream());
   }

@@ -304,8 +304,9 @@ class FixedDecodeStep {
   void upload_plan(const PlannedStep& planned, const MambaAttentionMetadata& metadata, const BatchDescription& batch);
   // Launches the mode on `bound`; then the zero pass over the rows flagged kRowSkipped. A step that
   // may be captured into a graph always has the pass (a replay may bring skipped rows); the eager
-  // driver, which knows this batch, leaves it out when no row is skipped (zero_skipped_rows false).
-  void launch_planned(PlannedStep& bound, bool zero_skipped_rows = true);
+  // driver runs its step once (may_be_captured false) and has the pass only if the uploaded plan
+  // skips a row.
+  void launch_planned(PlannedStep& bound, bool may_be_captured = true);
 
   AttentionConfig config_;
   SsmContext& context_;
