@@ -1,6 +1,6 @@
 // hybridtb_bench_ssm [--out FILE.json] [--case NAME]: the mamba1 kernels of the cuda backend's SSM branch
-// (optimized/src/ssm/mamba1_kernels.cu) on one GPU, against ceilings measured in the same run
-// (device-to-device copy bandwidth of 1 GiB; ex2 throughput with every SM full):
+// (optimized/src/ssm/mamba1_kernels.cu, mamba1_decode.cu) on one GPU, against ceilings measured in
+// the same run (device-to-device copy bandwidth of 1 GiB; ex2 throughput with every SM full):
 //   decode: the single-step state update (launch_mamba1_scan on decode requests) for d_inner 5120,
 //           state 16, 64 and 256 sequences; bytes = ssm_state read + write (fp32) + per-token
 //           inputs; % of the measured copy bandwidth (read + write counted), of the 1 GiB copy and of

@@ -1,10 +1,10 @@
-// mamba1 on the GPU: the single-step decode update and the chunked selective scan (gating fused),
-// and the out_proj bias epilogue (ssm_kernels.h); the causal conv1d (+ SiLU) in front of them is the
-// shared front end (causal_conv.h). The math is reference/ssm/mamba1.cpp's, in float32:
+// mamba1 on the GPU: the chunked selective scan of prefills (gating fused), the launcher of the
+// wave's decodes (whose single-step update is mamba1_decode.cu's) and the out_proj bias epilogue
+// (ssm_kernels.h); the causal conv1d (+ SiLU) in front of them is the shared front end
+// (causal_conv.h). The math is reference/ssm/mamba1.cpp's, in float32:
 //   Δ = softplus(dt + dt_bias) (threshold 20),
 //   h = exp(Δ·A)·h + Δ·c·B,  A = −exp(A_log),  y = (h·C + D·c)·silu(z).
-// Decodes: one launch, the state row of each channel read and written once in 16-byte accesses
-// (bandwidth-bound; the prefill scan's arithmetic). Prefills: one launch of a one-pass block scan
+// Prefills: one launch of a one-pass block scan
 // (scan_tile_kernel): a block owns a tile of channels of one request (whole warps per time
 // segment: 8 channels for 16 states; B/C of a token staged once per block) and walks its tokens in
 // chunks copied ahead into shared memory (16-byte cp.async ring), time segments of a chunk scanned
@@ -16,8 +16,7 @@
 // issue-bound with too few warps to hide latency: 22.7 instructions per token·channel·state, issue
 // slots 57% busy, 3.5 warps per scheduler). H100, hybridtb_bench_ssm (d_inner 5120, state 16): the
 // prefill scan 592 µs at 8k tokens and 2351 µs at 32k, 38% of the bandwidth bound (788 / 3150 µs
-// before); the decode update 20.4 µs at 64 sequences and 75.3 µs at 256, 77% / 84% of the measured
-// copy bandwidth. Fixed orders, no atomics: bitwise reproducible.
+// before). Fixed orders, no atomics: bitwise reproducible.
 // Where the scan stands (ncu at 8k, the default tile, SM clock held at 1.59 GHz): 16.2 warp
 // instructions per token·channel·state, issue slots 58% busy with 3.4 warps per scheduler (1.06
 // eligible), L1/TEX 70% busy, DRAM 30%: the loop is held by shared-memory traffic (every thread
@@ -25,7 +24,7 @@
 // with few warps, not by instruction count alone. Measured and not kept: copy sources set once per
 // block (529 → 500 SASS instructions per chunk, 591.5 → 591.8 µs); cp.async.bulk copies of each
 // 32-byte tile row on an mbarrier (the compiler serialises per-lane bulk copies, about 9 issue slots
-// a row); 64-thread decode blocks (20.2 µs at 64 sequences, within noise).
+// a row).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,146 +32,13 @@
 
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
-#include "common/group_sums.cuh"
 #include "common/mma.cuh"
+#include "ssm/mamba1_common.cuh"
 #include "ssm/pool_quads.cuh"
 #include "ssm/ssm_kernels.h"
 
-namespace hybridtb::cuda::ssm {
+namespace hybridtb::cuda::ssm::mamba1 {
 namespace {
-
-__device__ __forceinline__ float weight_or(const WeightRef& w, int64_t i, float absent) {
-  return w.data != nullptr ? load_element(w.data, i, w.kind) : absent;
-}
-
-// --- the selective scan ---------------------------------------------------------------------------
-// Both scan kernels give each lane 4 consecutive states n0 = 4g … 4g+3 of one channel (kLanes = the
-// lanes per channel, a power of two ≥ ⌈N/4⌉; states ≥ N are inert: A = 0, B = C = 0, never stored),
-// so a channel's [N] state row is read and written with 16-byte (float32) or 8-byte (16-bit)
-// accesses where the pool allows, and y is the sum over the channel's lanes (xor shuffles).
-
-constexpr float kLog2e = 1.4426950408889634f;
-
-// exp(Δ·A) is computed as 2^(Δ·A·log2 e) on the special-function unit (mma::exp2_approx,
-// ex2.approx.ftz: relative error ≤ 2^-22), the form vLLM's selective-scan kernels use.
-
-// Whether states n0 … n0+3 of a channel can move as one 16-byte / 8-byte access.
-__device__ __forceinline__ bool quad_vector_ok(const PoolRef& pool, int N) {
-  return (N % 4) == 0 && (pool.slot_size % 4) == 0 && pool.kind != ElementKind::kFp8E4M3 &&
-         pool.kind != ElementKind::kFp8E5M2 && pool.kind != ElementKind::kInt8;
-}
-
-// Per token and channel (the scans' Δ and gate), branch-free on the special-function unit and the
-// FMA pipe: the prefill scan runs them once per token·channel, where log1pf's range reduction and
-// __expf's subnormal guard cost more instructions than the 16 states' scan work.
-// softplus(v) = max(v, 0) + log1p(y), y = e^−|v| ∈ (0, 1] (v itself above 20, as vLLM and torch:
-// there log1p(y) < 2.1e-9 is below half an ulp of v ≥ 20, so the sum rounds to v and no branch is
-// needed); log1p(y) = 2·atanh(s), s = y / (2 + y) ∈ (0, 1/3], by its odd series to s^15 (the next
-// term is below 1e-9 of the sum), so the result keeps float32's relative precision for small Δ
-// too (a few ulp from ex2.approx and the approximate division; far inside the float32 rows of
-// the tolerance table). Branch-free, so the scan's compiler interleaves it with other work.
-__device__ __forceinline__ float softplus_fast(float v) {
-  const float y = mma::exp2_approx(-fabsf(v) * kLog2e);
-  const float s = __fdividef(y, 2.0f + y);
-  const float s2 = s * s;
-  float series = 1.0f / 15.0f;
-  series = fmaf(series, s2, 1.0f / 13.0f);
-  series = fmaf(series, s2, 1.0f / 11.0f);
-  series = fmaf(series, s2, 1.0f / 9.0f);
-  series = fmaf(series, s2, 1.0f / 7.0f);
-  series = fmaf(series, s2, 1.0f / 5.0f);
-  series = fmaf(series, s2, 1.0f / 3.0f);
-  series = fmaf(series, s2, 1.0f);
-  return fmaxf(v, 0.0f) + 2.0f * s * series;
-}
-// silu(v) = v / (1 + e^−v); e^−v → ∞ for very negative v gives 0 (the approximate division's
-// reciprocal of ∞ is 0).
-__device__ __forceinline__ float silu_fast(float v) { return __fdividef(v, 1.0f + mma::exp2_approx(-v * kLog2e)); }
-
-// (4) Decodes, bandwidth-bound: kLanes lanes per channel, lane g holding quads g, g + kLanes, … (kQ
-// of them) of the channel's states. Mamba-1's 16 states are 2 lanes of 2 quads: each warp access
-// then reads whole 32-byte sectors (16 channels × 32 contiguous bytes), and Δ, the gate, the
-// channel's input loads and the reduction of y are done by 2 lanes, not 4. A block is kThreads
-// threads = kThreads / kLanes channels of one request (Mamba-1: 128 threads, 8 blocks per SM at 64
-// registers); the channel's weights are loaded before the request entry (their latencies overlap),
-// every load is issued before the first store, B and C in 16-byte loads (four 4-byte loads each
-// before: 20.4 → 20.1 µs at 64 sequences on the H100). Measured and not kept: 256-thread blocks (21.0 µs); two requests per thread sharing
-// −exp(A_log), 80 registers at 6 blocks per SM (23.1 µs). The arithmetic is the prefill scan's (ex2
-// of Δ·A·log2 e, softplus_fast, silu_fast), so a decode step and a one-token prefill agree to
-// rounding.
-template <int kLanes, int kQ, int kMinBlocks, int kThreads>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(Mamba1Params p) {
-  constexpr int kPerBlock = kThreads / kLanes;
-  const int N = p.N;
-  const int g = threadIdx.x % kLanes;
-  const int i = blockIdx.x * kPerBlock + threadIdx.x / kLanes;
-  const bool active = i < p.I;
-  const int ic = active ? i : p.I - 1;  // inactive lanes compute on a valid channel, store nothing
-  const bool vec = quad_vector_ok(p.ssm_state, N);
-  const bool a_vec = vec && p.A_log.kind == ElementKind::kFloat32 && aligned16(p.A_log.data);
-  const bool bc_vec = (p.R % 4) == 0 && (N % 4) == 0 && aligned16(p.dbc);
-  // The channel's weights first: they do not depend on the request, so their loads share the
-  // latency of the request entry's (which every other address waits for).
-  float h[kQ][4], A[kQ][4], B[kQ][4], C[kQ][4];
-#pragma unroll
-  for (int j = 0; j < kQ; ++j) {
-    const int n0 = 4 * (g + kLanes * j);
-    const int valid = max(0, min(4, N - n0));
-    const int64_t e = int64_t{ic} * N + n0;
-    if (a_vec && valid > 0) {
-      const float4 x = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(p.A_log.data) + e));
-      A[j][0] = x.x, A[j][1] = x.y, A[j][2] = x.z, A[j][3] = x.w;
-    } else {
-#pragma unroll
-      for (int s = 0; s < 4; ++s) A[j][s] = s < valid ? load_element(p.A_log.data, e + s, p.A_log.kind) : 0.0f;
-    }
-  }
-  const float dt_bias = load_element(p.dt_bias.data, ic, p.dt_bias.kind);
-  const float z_bias = weight_or(p.in_bias, int64_t{p.I} + ic, 0.0f);
-  const float Dv = load_element(p.D.data, ic, p.D.kind);
-  const GpuRequest r = p.wave.requests[blockIdx.y];
-  if (!r.decode || r.end <= r.begin) return;  // uniform over the block; empty entries: nothing to do
-  const int64_t t = r.begin;
-  const float* bc_row = p.dbc + t * (p.R + 2 * N) + p.R;  // B, then C
-#pragma unroll
-  for (int j = 0; j < kQ; ++j) {
-    const int n0 = 4 * (g + kLanes * j);
-    const int valid = max(0, min(4, N - n0));
-    const int64_t e = int64_t{ic} * N + n0;
-    if (valid > 0 && r.read_slot >= 0) {
-      load_quad(p.ssm_state, r.read_slot * p.ssm_state.slot_size + e, valid, vec, h[j]);
-    } else {
-#pragma unroll
-      for (int s = 0; s < 4; ++s) h[j][s] = 0.0f;
-    }
-    load_float_run<4>(bc_row, n0, valid, bc_vec, B[j]);
-    load_float_run<4>(bc_row + N, n0, valid, bc_vec, C[j]);
-  }
-  const float dt = __ldg(p.dt + t * p.I + ic) + dt_bias;
-  const float cv = p.c[t * p.I + ic];
-  const float z = p.xz[t * 2 * p.I + p.I + ic] + z_bias;
-
-  const float delta = softplus_fast(dt);
-  const float dc = delta * cv;
-  float acc = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kQ; ++j) {
-    const int n0 = 4 * (g + kLanes * j);
-    const int valid = max(0, min(4, N - n0));
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      const float A2 = s < valid ? -expf(A[j][s]) * kLog2e : 0.0f;
-      h[j][s] = fmaf(mma::exp2_approx(delta * A2), h[j][s], dc * B[j][s]);
-      acc = fmaf(h[j][s], C[j][s], acc);
-    }
-    if (active && valid > 0) {
-      store_quad(p.ssm_state, r.write_slot * p.ssm_state.slot_size + int64_t{ic} * N + n0, valid, vec, h[j]);
-    }
-  }
-  acc = group_sum<kLanes>(acc);
-  if (active && g == 0) p.y[t * p.I + ic] = (acc + Dv * cv) * silu_fast(z);
-}
-
 
 // (5) Prefills, channel tiles: block = kSegs time segments × (kCh channels × kLanes lanes), kCh the
 // fewest channels that fill whole warps (32 / kLanes, at least 4: 8 channels of 4 lanes for
@@ -593,10 +459,6 @@ unsigned grid_for(int64_t n, int per_block) {
   return static_cast<unsigned>(std::clamp<int64_t>((n + per_block - 1) / per_block, 1, 4096));
 }
 
-}  // namespace
-
-namespace {
-
 // Lanes per channel: 4 states per lane, a power of two (N ≤ kMamba1MaxState = 64 → ≤ 16).
 int lanes_for(int N) {
   const int quads = (N + 3) / 4;
@@ -625,36 +487,18 @@ void launch_tile_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream)
   kernel<<<dim3((p.I + S::kCh - 1) / S::kCh, count), S::kThreads, S::kSmemBytes, stream>>>(p);
 }
 
-// The decode update: grid = (channel blocks, decode requests).
-template <int kLanes, int kQ, int kMinBlocks = 4, int kThreads = 256>
-void launch_decode(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
-  constexpr int kPerBlock = kThreads / kLanes;
-  decode_kernel<kLanes, kQ, kMinBlocks, kThreads>
-      <<<dim3((p.I + kPerBlock - 1) / kPerBlock, count), kThreads, 0, stream>>>(p);
-}
-
 }  // namespace
+}  // namespace hybridtb::cuda::ssm::mamba1
+
+namespace hybridtb::cuda::ssm {
 
 void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
   if (p.wave.num_requests == 0) return;
-  const int lanes = lanes_for(p.N);
+  const int lanes = mamba1::lanes_for(p.N);
   // Decodes: requests [0, decode_end) (one launch, none without decodes).
   const int32_t decodes = std::min(p.decode_end, p.wave.num_requests);
   if (decodes > 0) {
-    switch (lanes) {  // quads per channel as a power of two → lanes × quads per lane
-      case 1: launch_decode<1, 1>(p, decodes, stream); break;
-      case 2: launch_decode<1, 2>(p, decodes, stream); break;
-      case 4:
-        switch (p.scan_variant) {  // the benchmark's sweep; 0 is the default
-          case 1: launch_decode<4, 1, 6>(p, decodes, stream); break;  // the previous layout, 4 lanes of 1 quad
-          case 2: launch_decode<2, 2>(p, decodes, stream); break;     // the previous default, 256 threads
-          default: launch_decode<2, 2, 8, 128>(p, decodes, stream); break;
-        }
-        break;
-      case 8: launch_decode<2, 4, 2>(p, decodes, stream); break;
-      default: launch_decode<4, 4, 2>(p, decodes, stream); break;
-    }
-    HYBRIDTB_CUDA_CHECK_LAUNCH();
+    mamba1::launch_decode(p, decodes, stream);
   }
   // Prefills: requests [prefill_begin, num_requests) (one launch, none without prefills).
   const int32_t begin = std::max(p.prefill_begin, 0);
@@ -665,20 +509,20 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
     const int32_t count = q.wave.num_requests;
     // <lanes, segments, tokens per segment, stages, blocks per SM, u kept in registers>
     switch (lanes) {
-      case 1: launch_tile_scan<1, 4, 8, 4, 5, false>(q, count, stream); break;
-      case 2: launch_tile_scan<2, 4, 8, 4, 5, false>(q, count, stream); break;
+      case 1: mamba1::launch_tile_scan<1, 4, 8, 4, 5, false>(q, count, stream); break;
+      case 2: mamba1::launch_tile_scan<2, 4, 8, 4, 5, false>(q, count, stream); break;
       case 4:
         // The benchmark's sweep (0 is the default): 3 segments keeping u in 128 registers at 5 blocks
         // per SM measured 592 µs at 8k tokens on the H100, 4 segments recomputing u in 96 registers
         // 664 µs, 4 segments keeping u at 4 blocks per SM 719 µs (a second round of blocks).
         switch (p.scan_variant) {
-          case 1: launch_tile_scan<4, 4, 8, 4, 5, false>(q, count, stream); break;
-          case 2: launch_tile_scan<4, 4, 8, 4, 4, true>(q, count, stream); break;
-          default: launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream); break;
+          case 1: mamba1::launch_tile_scan<4, 4, 8, 4, 5, false>(q, count, stream); break;
+          case 2: mamba1::launch_tile_scan<4, 4, 8, 4, 4, true>(q, count, stream); break;
+          default: mamba1::launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream); break;
         }
         break;
-      case 8: launch_tile_scan<8, 4, 8, 4, 5, false>(q, count, stream); break;
-      default: launch_tile_scan<16, 4, 8, 3, 2, false>(q, count, stream); break;
+      case 8: mamba1::launch_tile_scan<8, 4, 8, 4, 5, false>(q, count, stream); break;
+      default: mamba1::launch_tile_scan<16, 4, 8, 3, 2, false>(q, count, stream); break;
     }
     HYBRIDTB_CUDA_CHECK_LAUNCH();
   }
@@ -687,8 +531,8 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
 void launch_bias_rows(const RowsRef& contribution, const float* out, WeightRef bias, int64_t width,
                       int64_t num_tokens, const int32_t* flags, cudaStream_t stream) {
   if (num_tokens <= 0 || width == 0) return;
-  const dim3 grid(grid_for(std::min<int64_t>(width, 1024), 256), static_cast<unsigned>(std::min<int64_t>(num_tokens, 65535)));
-  bias_rows_kernel<<<grid, 256, 0, stream>>>(contribution, out, bias, width, num_tokens, flags);
+  const dim3 grid(mamba1::grid_for(std::min<int64_t>(width, 1024), 256), static_cast<unsigned>(std::min<int64_t>(num_tokens, 65535)));
+  mamba1::bias_rows_kernel<<<grid, 256, 0, stream>>>(contribution, out, bias, width, num_tokens, flags);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,7 +1,7 @@
-// Launchers of the SSM kernels (ssm_kernels.cu: shared and simple modes; mamba1_kernels.cu:
-// mamba1's scan, whose conv is causal_conv.h). C++17, no CUDA headers beyond the runtime's stream
-// type; every launcher checks its launch (HYBRIDTB_CUDA_CHECK_LAUNCH) and throws hybridtb::Error
-// on failure.
+// Launchers of the SSM kernels (ssm_kernels.cu: shared and simple modes; mamba1_kernels.cu and
+// mamba1_decode.cu: mamba1's scan and decode update, whose conv is causal_conv.h). C++17, no CUDA
+// headers beyond the runtime's stream type; every launcher checks its launch
+// (HYBRIDTB_CUDA_CHECK_LAUNCH) and throws hybridtb::Error on failure.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -65,7 +65,7 @@ struct AffineScanParams {
 };
 void launch_affine_scan(const AffineScanParams& p, cudaStream_t stream);
 
-// --- mamba1 (mamba1_kernels.cu) ------------------------------------------------------------------
+// --- mamba1 (mamba1_kernels.cu, mamba1_decode.cu) --------------------------------------------------
 
 struct Mamba1Params {
   int32_t I = 0, N = 0, R = 0;

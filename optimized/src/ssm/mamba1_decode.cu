@@ -1,0 +1,137 @@
+// mamba1's single-step decode update on the GPU (launched by launch_mamba1_scan, mamba1_kernels.cu,
+// for a wave's decode requests). The math is reference/ssm/mamba1.cpp's, in float32, with the
+// prefill scan's per-token·channel forms (mamba1_common.cuh):
+//   Δ = softplus(dt + dt_bias), h = exp(Δ·A)·h + Δ·c·B, A = −exp(A_log), y = (h·C + D·c)·silu(z).
+// One launch; the state row of each channel is read and written once in 16-byte accesses: the
+// kernel is bound by the state pool's bandwidth.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/cuda_check.h"
+#include "common/elements.cuh"
+#include "common/group_sums.cuh"
+#include "common/mma.cuh"
+#include "ssm/mamba1_common.cuh"
+#include "ssm/pool_quads.cuh"
+
+namespace hybridtb::cuda::ssm::mamba1 {
+namespace {
+
+// Decodes, bandwidth-bound: kLanes lanes per channel, lane g holding quads g, g + kLanes, … (kQ
+// of them) of the channel's states. Mamba-1's 16 states are 2 lanes of 2 quads: each warp access
+// then reads whole 32-byte sectors (16 channels × 32 contiguous bytes), and Δ, the gate, the
+// channel's input loads and the reduction of y are done by 2 lanes, not 4. A block is kThreads
+// threads = kThreads / kLanes channels of one request (Mamba-1: 128 threads, 8 blocks per SM at 64
+// registers); the channel's weights are loaded before the request entry (their latencies overlap),
+// every load is issued before the first store, B and C in 16-byte loads (four 4-byte loads each
+// before: 20.4 → 20.1 µs at 64 sequences on the H100). Measured and not kept: 256-thread blocks
+// (21.0 µs); 64-thread blocks (20.2 µs, within noise); two requests per thread sharing
+// −exp(A_log), 80 registers at 6 blocks per SM (23.1 µs). The arithmetic is the prefill scan's (ex2
+// of Δ·A·log2 e, softplus_fast, silu_fast), so a decode step and a one-token prefill agree to
+// rounding.
+template <int kLanes, int kQ, int kMinBlocks, int kThreads>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(Mamba1Params p) {
+  constexpr int kPerBlock = kThreads / kLanes;
+  const int N = p.N;
+  const int g = threadIdx.x % kLanes;
+  const int i = blockIdx.x * kPerBlock + threadIdx.x / kLanes;
+  const bool active = i < p.I;
+  const int ic = active ? i : p.I - 1;  // inactive lanes compute on a valid channel, store nothing
+  const bool vec = quad_vector_ok(p.ssm_state, N);
+  const bool a_vec = vec && p.A_log.kind == ElementKind::kFloat32 && aligned16(p.A_log.data);
+  const bool bc_vec = (p.R % 4) == 0 && (N % 4) == 0 && aligned16(p.dbc);
+  // The channel's weights first: they do not depend on the request, so their loads share the
+  // latency of the request entry's (which every other address waits for).
+  float h[kQ][4], A[kQ][4], B[kQ][4], C[kQ][4];
+#pragma unroll
+  for (int j = 0; j < kQ; ++j) {
+    const int n0 = 4 * (g + kLanes * j);
+    const int valid = max(0, min(4, N - n0));
+    const int64_t e = int64_t{ic} * N + n0;
+    if (a_vec && valid > 0) {
+      const float4 x = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(p.A_log.data) + e));
+      A[j][0] = x.x, A[j][1] = x.y, A[j][2] = x.z, A[j][3] = x.w;
+    } else {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) A[j][s] = s < valid ? load_element(p.A_log.data, e + s, p.A_log.kind) : 0.0f;
+    }
+  }
+  const float dt_bias = load_element(p.dt_bias.data, ic, p.dt_bias.kind);
+  const float z_bias = weight_or(p.in_bias, int64_t{p.I} + ic, 0.0f);
+  const float Dv = load_element(p.D.data, ic, p.D.kind);
+  const GpuRequest r = p.wave.requests[blockIdx.y];
+  if (!r.decode || r.end <= r.begin) return;  // uniform over the block; empty entries: nothing to do
+  const int64_t t = r.begin;
+  const float* bc_row = p.dbc + t * (p.R + 2 * N) + p.R;  // B, then C
+#pragma unroll
+  for (int j = 0; j < kQ; ++j) {
+    const int n0 = 4 * (g + kLanes * j);
+    const int valid = max(0, min(4, N - n0));
+    const int64_t e = int64_t{ic} * N + n0;
+    if (valid > 0 && r.read_slot >= 0) {
+      load_quad(p.ssm_state, r.read_slot * p.ssm_state.slot_size + e, valid, vec, h[j]);
+    } else {
+#pragma unroll
+      for (int s = 0; s < 4; ++s) h[j][s] = 0.0f;
+    }
+    load_float_run<4>(bc_row, n0, valid, bc_vec, B[j]);
+    load_float_run<4>(bc_row + N, n0, valid, bc_vec, C[j]);
+  }
+  const float dt = __ldg(p.dt + t * p.I + ic) + dt_bias;
+  const float cv = p.c[t * p.I + ic];
+  const float z = p.xz[t * 2 * p.I + p.I + ic] + z_bias;
+
+  const float delta = softplus_fast(dt);
+  const float dc = delta * cv;
+  float acc = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kQ; ++j) {
+    const int n0 = 4 * (g + kLanes * j);
+    const int valid = max(0, min(4, N - n0));
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      const float A2 = s < valid ? -expf(A[j][s]) * kLog2e : 0.0f;
+      h[j][s] = fmaf(mma::exp2_approx(delta * A2), h[j][s], dc * B[j][s]);
+      acc = fmaf(h[j][s], C[j][s], acc);
+    }
+    if (active && valid > 0) {
+      store_quad(p.ssm_state, r.write_slot * p.ssm_state.slot_size + int64_t{ic} * N + n0, valid, vec, h[j]);
+    }
+  }
+  acc = group_sum<kLanes>(acc);
+  if (active && g == 0) p.y[t * p.I + ic] = (acc + Dv * cv) * silu_fast(z);
+}
+
+
+// The decode update: grid = (channel blocks, decode requests).
+template <int kLanes, int kQ, int kMinBlocks = 4, int kThreads = 256>
+void launch_decode_kernel(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
+  constexpr int kPerBlock = kThreads / kLanes;
+  decode_kernel<kLanes, kQ, kMinBlocks, kThreads>
+      <<<dim3((p.I + kPerBlock - 1) / kPerBlock, count), kThreads, 0, stream>>>(p);
+}
+
+}  // namespace
+
+// Lanes per channel × quads per lane from the state size (4 states per quad; N ≤ kMamba1MaxState).
+void launch_decode(const Mamba1Params& p, int32_t decodes, cudaStream_t stream) {
+  int lanes = 1;  // ⌈N/4⌉ rounded up to a power of two
+  while (lanes < (p.N + 3) / 4) lanes *= 2;
+  switch (lanes) {  // quads per channel as a power of two → lanes × quads per lane
+    case 1: launch_decode_kernel<1, 1>(p, decodes, stream); break;
+    case 2: launch_decode_kernel<1, 2>(p, decodes, stream); break;
+    case 4:
+      switch (p.scan_variant) {  // the benchmark's sweep; 0 is the default
+        case 1: launch_decode_kernel<4, 1, 6>(p, decodes, stream); break;  // the previous layout, 4 lanes of 1 quad
+        case 2: launch_decode_kernel<2, 2>(p, decodes, stream); break;     // the previous default, 256 threads
+        default: launch_decode_kernel<2, 2, 8, 128>(p, decodes, stream); break;
+      }
+      break;
+    case 8: launch_decode_kernel<2, 4, 2>(p, decodes, stream); break;
+    default: launch_decode_kernel<4, 4, 2>(p, decodes, stream); break;
+  }
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace hybridtb::cuda::ssm::mamba1
