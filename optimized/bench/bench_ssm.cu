@@ -5,8 +5,9 @@
 //           state 16, 64 and 256 sequences; bytes = ssm_state read + write (fp32) + per-token
 //           inputs; % of the measured copy bandwidth (read + write counted), of the 1 GiB copy and of
 //           a copy of the same bytes (the state pool's size: what a transfer of this size can reach);
-//           "variants_us": lanes per channel × quads per lane 2 × 2 in blocks of 128 threads (the
-//           default) or 256 (the previous default), 4 × 1 (the layout before);
+//           "variants_us": the default (2 lanes × 2 quads per channel, 128-thread blocks, streaming
+//           loads and stores of the state), without the cache hints (the previous default), with
+//           streaming stores only;
 //   prefill: the selective scan (gating fused) of one request of 8k and 32k tokens ("variants_us":
 //           the default tile, 3 time segments at 5 blocks per SM; 4 segments at 5 per SM; 4 segments
 //           at 4 per SM), and the causal conv; tokens/s against
@@ -245,7 +246,7 @@ int main(int argc, char** argv) {
     if (skip("decode " + std::to_string(seqs) + " seqs")) continue;
     Setup s = make_setup(seqs, 1);
     // The decode sweep (scan_variant on a decode wave; 0 = the default the backend uses).
-    const char* variant_names[] = {"lanes2_quads2_128threads", "lanes4_quads1", "lanes2_quads2_256threads"};
+    const char* variant_names[] = {"streaming_state", "no_hints", "streaming_stores"};
     constexpr int kVariants = sizeof(variant_names) / sizeof(variant_names[0]);
     std::string variants;
     double ms = 0.0;

@@ -25,6 +25,20 @@
 // block (529 → 500 SASS instructions per chunk, 591.5 → 591.8 µs); cp.async.bulk copies of each
 // 32-byte tile row on an mbarrier (the compiler serialises per-lane bulk copies, about 9 issue slots
 // a row).
+// Where its time goes (H100, 8k tokens; an ablation, each variant skipping one part of the chunk
+// loop, timed like the scan, results wrong by design, not kept): all of it 592 µs; without the
+// copies 498; without the preparation (Δ, gate) 535; without the rescan 474; with a multiply in
+// place of the per-token ex2 546; without copies and preparation 413; without copies, preparation
+// and rescan 304. So even with free copies and preparation this design (time segments scanned
+// locally from registers, joined through shared memory, rescanned) stays above the 60% target
+// (≈ 374 µs): with 15 warps per SM its core issues at about a third of the peak rate (two
+// barrier-separated dependent phases per chunk), and the pipe counters are all far from full (ex2
+// 38%, FMA 32%, shared-memory wavefronts 68%, issue 55%). Also measured and not kept: the chunk
+// loop software-pipelined by one chunk (the rescan of c and the local scan of c + 1 in one pass,
+// one barrier per chunk) 601 µs; 8 states per lane (2 lanes × 2 quads per channel) in 4 segments
+// of 4 tokens 770 µs (10 warps per SM), in 6 segments 917 µs (spills); 4 segments of 4 tokens (20
+// warps per SM) 625 µs. A faster scan needs a different core: fewer instructions per
+// token·channel·state and latency hidden by more independent work per SM.
 #include <cuda_runtime.h>
 
 #include <algorithm>
