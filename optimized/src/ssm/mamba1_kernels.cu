@@ -31,9 +31,10 @@
 // place of the per-token ex2 546; without copies and preparation 413; without copies, preparation
 // and rescan 304. So even with free copies and preparation this design (time segments scanned
 // locally from registers, joined through shared memory, rescanned) stays above the 60% target
-// (≈ 374 µs): with 15 warps per SM its core issues at about a third of the peak rate (two
-// barrier-separated dependent phases per chunk), and the pipe counters are all far from full (ex2
-// 38%, FMA 32%, shared-memory wavefronts 68%, issue 55%). Also measured and not kept: the chunk
+// (≈ 374 µs). ncu on the whole kernel (this session): issue slots 55% busy at 3.4 warps per
+// scheduler, the pipes far from full (ex2 38%, FMA 32%, shared-memory wavefronts 68%); the stalls
+// are mostly dependencies (fixed-latency 25%, ex2/shared-load results 20%) and the two barriers
+// per chunk (10%). Also measured and not kept: the chunk
 // loop software-pipelined by one chunk (the rescan of c and the local scan of c + 1 in one pass,
 // one barrier per chunk) 601 µs; 8 states per lane (2 lanes × 2 quads per channel) in 4 segments
 // of 4 tokens 770 µs (10 warps per SM), in 6 segments 917 µs (spills); 4 segments of 4 tokens (20
