@@ -7,7 +7,8 @@
 // Prefills: one launch of a one-pass block scan
 // (scan_tile_kernel): a block owns a tile of channels of one request (whole warps per time
 // segment: 8 channels for 16 states; B/C of a token staged once per block) and walks its tokens in
-// chunks copied ahead into shared memory (16-byte cp.async ring), time segments of a chunk scanned
+// chunks copied ahead into shared memory (a ring of TMA boxes, or of 16-byte cp.async copies where
+// the tensors do not allow TMA), time segments of a chunk scanned
 // in parallel by the block's warps and joined through shared memory; exp(Δ·A) is computed once per
 // token·channel·state (ex2.approx with A·log2 e, as vLLM) and kept in registers for the rescan
 // (with Δ·c·B where registers allow). The chunk loop is specialised (16-byte copies or not,
@@ -15,8 +16,9 @@
 // chunk's Δ / gate pass is interleaved with the local scan (ncu on the H100 had found the loop
 // issue-bound with too few warps to hide latency: 22.7 instructions per token·channel·state, issue
 // slots 57% busy, 3.5 warps per scheduler). H100, hybridtb_bench_ssm (d_inner 5120, state 16): the
-// prefill scan 592 µs at 8k tokens and 2351 µs at 32k, 38% of the bandwidth bound (788 / 3150 µs
-// before). Fixed orders, no atomics: bitwise reproducible.
+// prefill scan 557 µs at 8k tokens and 2198 µs at 32k, 40% / 41% of the bandwidth bound (592 / 2362
+// µs with per-thread cp.async copies, 788 / 3150 µs before that). Fixed orders, no atomics: bitwise
+// reproducible.
 // Where the scan stands (ncu at 8k, the default tile, SM clock held at 1.59 GHz): 16.2 warp
 // instructions per token·channel·state, issue slots 58% busy with 3.4 warps per scheduler (1.06
 // eligible), L1/TEX 70% busy, DRAM 30%: the loop is held by shared-memory traffic (every thread
@@ -25,7 +27,7 @@
 // block (529 → 500 SASS instructions per chunk, 591.5 → 591.8 µs); cp.async.bulk copies of each
 // 32-byte tile row on an mbarrier (the compiler serialises per-lane bulk copies, about 9 issue slots
 // a row).
-// Where its time goes (H100, 8k tokens; an ablation, each variant skipping one part of the chunk
+// Where its time went before TMA (H100, 8k tokens; an ablation, each variant skipping one part of the chunk
 // loop, timed like the scan, results wrong by design, not kept): all of it 592 µs; without the
 // copies 498; without the preparation (Δ, gate) 535; without the rescan 474; with a multiply in
 // place of the per-token ex2 546; without copies and preparation 413; without copies, preparation
@@ -48,6 +50,7 @@
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
 #include "common/mma.cuh"
+#include "common/tma.cuh"
 #include "ssm/mamba1_common.cuh"
 #include "ssm/pool_quads.cuh"
 #include "ssm/ssm_kernels.h"
@@ -55,13 +58,30 @@
 namespace hybridtb::cuda::ssm::mamba1 {
 namespace {
 
+// Whether the scan's rows move in 16-byte pieces: dt, c, z rows of whole quads of channels, B/C rows
+// of whole quads of states, every tensor 16-byte aligned.
+__host__ __device__ __forceinline__ bool rows_in_quads(const Mamba1Params& p) {
+  return (p.I % 4) == 0 && aligned16(p.dt) && aligned16(p.c) && aligned16(p.xz) && (p.N % 4) == 0 &&
+         (p.R % 4) == 0 && aligned16(p.dbc);
+}
+
+// The scan's TMA maps of dt, c, z (in_proj's second half) and B/C (x_proj's last 2N columns), each
+// boxed as one chunk's rows of the block's tile; valid: every map encoded (otherwise cp.async copies).
+struct ScanMaps {
+  CUtensorMap dt, c, z, bc;
+  bool valid = false;
+};
+
 // (5) Prefills, channel tiles: block = kSegs time segments × (kCh channels × kLanes lanes), kCh the
 // fewest channels that fill whole warps (32 / kLanes, at least 4: 8 channels of 4 lanes for
 // Mamba-1's 16 states), all sizes compile-time constants so that no index needs a run-time
 // division; the block walks its request in chunks of kL = kSegs·kSeg tokens, carrying the state
 // across chunks. Memory: every chunk's dt, c, z rows of the channel tile (kCh·4 contiguous bytes per
-// token row and tensor) and its B/C rows move to shared memory in 16-byte cp.async copies (4-byte
-// ones where sizes or alignment forbid), kStages chunks in flight ahead of the one being scanned;
+// token row and tensor) and its B/C rows move to shared memory as four TMA boxes, issued by one
+// thread and awaited on the stage's mbarrier (where the rows are 16-byte aligned and B/C fill whole
+// quads, N = 4·kLanes: the shared layout is then the global one), or else in 16-byte cp.async
+// copies (4-byte ones where sizes or alignment forbid), kStages chunks in flight ahead of the one
+// being scanned;
 // one pass over the chunk (all threads, element = channel × token) turns them into Δ =
 // softplus(dt + bias), Δ·c, D·c and the gate silu(z + bias) once per token and channel, one chunk
 // ahead of the scan (computed right after the local scan of the current chunk, branch-free, so
@@ -85,13 +105,15 @@ struct TileScan {
   static constexpr int kThreads = kSegs * kGroup;
   static constexpr int kL = kSegs * kSeg;    // tokens per chunk
   static constexpr int kRow = 8 * kLanes;    // B/C floats per token in shared memory: B quads, then C quads
-  // Shared memory: segment pairs [kSegs−1][kGroup] float4 ×2, carries [2][kGroup] float4, prepared
-  // values [2 buffers][kL·kCh] float2 ×2 (Δ, Δ·c and D·c, gate), raw rows [kStages][3][kL·kCh] float,
-  // B/C rows [kStages][kL·kRow] float, boundary slots [kStages][kL] int32.
+  // Shared memory: raw rows [kStages][3][kL·kCh] float, B/C rows [kStages][kL·kRow] float, segment
+  // pairs [kSegs−1][kGroup] float4 ×2, carries [2][kGroup] float4, prepared values [2 buffers][kL·kCh]
+  // float2 ×2 (Δ, Δ·c and D·c, gate), the stages' copy barriers [kStages] uint64 (TMA), boundary
+  // slots [kStages][kL] int32.
   static constexpr size_t kSmemBytes = (2 * (kSegs - 1) + 2) * size_t{kGroup} * sizeof(float4) +
                                        size_t{4} * kL * kCh * sizeof(float2) +
                                        size_t{kStages} * 3 * kL * kCh * sizeof(float) +
-                                       size_t{kStages} * kL * kRow * sizeof(float) + size_t{kStages} * kL * sizeof(int32_t);
+                                       size_t{kStages} * kL * kRow * sizeof(float) + size_t{kStages} * sizeof(uint64_t) +
+                                       size_t{kStages} * kL * sizeof(int32_t);
 };
 
 // Reduce-scatter of kM values over the kO·2 lanes of a channel (xor partners o = kO, kO/2, …, 1):
@@ -160,8 +182,8 @@ __device__ __forceinline__ void tile_rescan(float (&h)[4], float (&acc)[kSeg], c
 // The tile scan of request r (the kernel below picks kVec: 16-byte copies of every row, and
 // kBoundaries: r has block-boundary states to write, so that the chunk loop carries no branch or
 // index arithmetic for the other cases).
-template <int kLanes, int kSegs, int kSeg, int kStages, bool kKeepU, bool kVec, bool kBoundaries>
-__device__ __forceinline__ void tile_scan(const Mamba1Params& p, const GpuRequest& r) {
+template <int kLanes, int kSegs, int kSeg, int kStages, bool kKeepU, bool kVec, bool kBoundaries, bool kTma>
+__device__ __forceinline__ void tile_scan(const Mamba1Params& p, const ScanMaps& maps, const GpuRequest& r) {
   using S = TileScan<kLanes, kSegs, kSeg, kStages>;
   constexpr int kL = S::kL;
   constexpr int kRow = S::kRow;
@@ -169,6 +191,7 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const GpuReques
   constexpr int kGroup = S::kGroup;
   constexpr int kThreads = S::kThreads;
   constexpr int kPrepStep = kThreads / kCh;  // token rows per pass of the block
+  constexpr uint32_t kTmaBytes = (3 * kL * kCh + kL * kRow) * sizeof(float);  // one stage's boxes
   const int tid = static_cast<int>(threadIdx.x);
   const int seg = tid / kGroup;
   const int tcl = tid % kGroup;
@@ -187,15 +210,25 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const GpuReques
   const int64_t e = int64_t{ic} * N + n0;
   const int64_t dbc_stride = p.R + 2 * N;
 
-  extern __shared__ float4 dynamic_smem[];
-  float4* pair_decay = dynamic_smem;                                     // [kSegs−1][kGroup]
+  // The copy destinations first (each stage's dt, c, z and B/C boxes 128-byte aligned for TMA).
+  extern __shared__ __align__(128) float4 dynamic_smem[];
+  float* raw_smem = reinterpret_cast<float*>(dynamic_smem);              // [kStages][3][kL·kCh] dt, c, z
+  float* bc_smem = raw_smem + kStages * 3 * kL * kCh;                     // [kStages][kL·kRow]
+  float4* pair_decay = reinterpret_cast<float4*>(bc_smem + kStages * kL * kRow);  // [kSegs−1][kGroup]
   float4* pair_local = pair_decay + (kSegs - 1) * kGroup;                // [kSegs−1][kGroup]
   float4* carry_smem = pair_local + (kSegs - 1) * kGroup;                // [2][kGroup]
   float2* ddc_smem = reinterpret_cast<float2*>(carry_smem + 2 * kGroup);  // [2][kL·kCh] (Δ, Δ·c)
   float2* dg_smem = ddc_smem + 2 * kL * kCh;                              // [2][kL·kCh] (D·c, gate)
-  float* raw_smem = reinterpret_cast<float*>(dg_smem + 2 * kL * kCh);     // [kStages][3][kL·kCh] dt, c, z
-  float* bc_smem = raw_smem + kStages * 3 * kL * kCh;                     // [kStages][kL·kRow]
-  int32_t* slot_smem = reinterpret_cast<int32_t*>(bc_smem + kStages * kL * kRow);  // [kStages][kL]
+  uint64_t* copied = reinterpret_cast<uint64_t*>(dg_smem + 2 * kL * kCh);  // [kStages] mbarriers (kTma)
+  int32_t* slot_smem = reinterpret_cast<int32_t*>(copied + kStages);     // [kStages][kL]
+  if constexpr (kTma) {
+    static_assert(kVec && (kL * kCh) % 32 == 0 && (kL * kRow) % 32 == 0, "TMA boxes of whole 128-byte lines");
+    if (tid == 0) {
+      for (int q = 0; q < kStages; ++q) tma::mbarrier_init(&copied[q], 1);
+      tma::fence_barrier_init();
+    }
+    __syncthreads();
+  }
 
   float A2[4];  // A·log2 e
 #pragma unroll
@@ -225,7 +258,19 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const GpuReques
   const auto stage = [&](int32_t begin, int st) {
     const int32_t rows = r.end - begin;  // tokens of the chunk inside the request (may exceed kL)
     float* raw = raw_smem + st * 3 * kL * kCh;
-    if constexpr (kVec) {
+    float* bc = bc_smem + st * kL * kRow;
+    if constexpr (kTma) {
+      // One thread copies the four boxes (rows past the tensor's end arrive as zeros; rows past the
+      // request's end are masked by the preparation, their B/C zeroed by stage_arrived).
+      if (tid == 0) {
+        tma::fence_proxy_async();  // the stage's previous contents were read (generic proxy) before the barrier
+        tma::mbarrier_arrive_expect_tx(&copied[st], kTmaBytes);
+        tma::load_tile_2d(raw, &maps.dt, ch0, begin, &copied[st]);
+        tma::load_tile_2d(raw + kL * kCh, &maps.c, ch0, begin, &copied[st]);
+        tma::load_tile_2d(raw + 2 * kL * kCh, &maps.z, ch0, begin, &copied[st]);
+        tma::load_tile_2d(bc, &maps.bc, 0, begin, &copied[st]);
+      }
+    } else if constexpr (kVec) {
       constexpr int kQuads = kCh / 4;  // 16-byte columns per row
       constexpr int kItems = 3 * kL * kQuads;
 #pragma unroll
@@ -260,9 +305,10 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const GpuReques
         }
       }
     }
-    float* bc = bc_smem + st * kL * kRow;
     const float* bc_src = p.dbc + int64_t{begin} * dbc_stride + p.R;
-    if constexpr (kVec) {
+    if constexpr (kTma) {
+      // (above)
+    } else if constexpr (kVec) {
       constexpr int kItems = kL * 2 * kLanes;  // per token: kLanes B quads, then kLanes C quads
 #pragma unroll
       for (int k = 0; k < (kItems + kThreads - 1) / kThreads; ++k) {
@@ -309,6 +355,22 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const GpuReques
       }
     }
   };
+  // Chunk q (starting at `begin`, in stage `st`) copied: with TMA, wait for its boxes, then zero the
+  // B/C rows past the request's end (the rows of the next request or zeros arrived there; with Δ = 0
+  // they add nothing as long as they are finite, zeros make that unconditional). The caller's block
+  // barrier then makes the stage visible to all.
+  const auto stage_arrived = [&](int32_t begin, int st, int q) {
+    if constexpr (kTma) {
+      if (begin < r.end) {
+        tma::mbarrier_wait(&copied[st], static_cast<uint32_t>(q / kStages) & 1u);
+        const int32_t rows = r.end - begin;
+        if (rows < kL) {
+          float* bc = bc_smem + st * kL * kRow;
+          for (int idx = rows * kRow + tid; idx < kL * kRow; idx += kThreads) bc[idx] = 0.0f;
+        }
+      }
+    }
+  };
   // Chunk `begin` in stage `st` → prepared buffer `pb`: (Δ, Δ·c) and (D·c, gate), zeros past the
   // request's end and past I. Branch-free: every element is computed (past the end from whatever
   // the stage holds) and the zeros selected, so that the compiler interleaves this pass with the
@@ -338,6 +400,7 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const GpuReques
     mma::cp_async_commit();
   }
   mma::cp_async_wait<kStages - 2>();  // chunk 0
+  stage_arrived(r.begin, 0, 0);
   __syncthreads();
   prep(r.begin, 0, 0);
 
@@ -349,6 +412,7 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const GpuReques
   int c = 0;
   for (int32_t chunk = r.begin; chunk < r.end; chunk += kL, ++c) {
     mma::cp_async_wait<kStages - 3>();  // chunk c + 1
+    stage_arrived(chunk + kL, st + 1 == kStages ? 0 : st + 1, c + 1);
     __syncthreads();  // chunk c prepared and c + 1 copied, visible; everyone is done with chunk c − 1
     {
       const int32_t begin = chunk + (kStages - 1) * kL;
@@ -439,23 +503,26 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const GpuReques
 
 template <int kLanes, int kSegs, int kSeg, int kStages, int kMinBlocks, bool kKeepU>
 __global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThreads, kMinBlocks)
-    scan_tile_kernel(Mamba1Params p) {
+    scan_tile_kernel(Mamba1Params p, const __grid_constant__ ScanMaps maps) {
   const GpuRequest r = p.wave.requests[blockIdx.y];
   if (r.decode || r.end <= r.begin) return;  // uniform over the block
-  // 16-byte copies: dt, c, z rows of whole quads of channels, B/C rows of whole quads of states.
-  const bool vec = (p.I % 4) == 0 && aligned16(p.dt) && aligned16(p.c) && aligned16(p.xz) && (p.N % 4) == 0 &&
-                   (p.R % 4) == 0 && aligned16(p.dbc);
-  if (vec) {
+  if (maps.valid) {  // (implies rows_in_quads)
     if (r.num_boundaries > 0) {
-      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, true, true>(p, r);
+      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, true, true, true>(p, maps, r);
     } else {
-      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, true, false>(p, r);
+      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, true, false, true>(p, maps, r);
+    }
+  } else if (rows_in_quads(p)) {
+    if (r.num_boundaries > 0) {
+      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, true, true, false>(p, maps, r);
+    } else {
+      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, true, false, false>(p, maps, r);
     }
   } else {
     if (r.num_boundaries > 0) {
-      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, false, true>(p, r);
+      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, false, true, false>(p, maps, r);
     } else {
-      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, false, false>(p, r);
+      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, false, false, false>(p, maps, r);
     }
   }
 }
@@ -499,7 +566,15 @@ void launch_tile_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream)
     }();
     (void)raised;
   }
-  kernel<<<dim3((p.I + S::kCh - 1) / S::kCh, count), S::kThreads, S::kSmemBytes, stream>>>(p);
+  // TMA boxes of the chunk's rows where the tensors allow them and B/C fill whole quads (N = 4·lanes,
+  // so that global and shared rows have the same layout); otherwise per-thread cp.async copies.
+  ScanMaps maps;
+  maps.valid = rows_in_quads(p) && p.N == 4 * kLanes && p.num_tokens > 0 &&
+               tma::encode_tile_map(&maps.dt, p.dt, p.num_tokens, p.I, p.I, S::kL, S::kCh) &&
+               tma::encode_tile_map(&maps.c, p.c, p.num_tokens, p.I, p.I, S::kL, S::kCh) &&
+               tma::encode_tile_map(&maps.z, p.xz + p.I, p.num_tokens, p.I, 2 * int64_t{p.I}, S::kL, S::kCh) &&
+               tma::encode_tile_map(&maps.bc, p.dbc + p.R, p.num_tokens, 2 * p.N, p.R + 2 * p.N, S::kL, S::kRow);
+  kernel<<<dim3((p.I + S::kCh - 1) / S::kCh, count), S::kThreads, S::kSmemBytes, stream>>>(p, maps);
 }
 
 }  // namespace

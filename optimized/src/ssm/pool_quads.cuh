@@ -17,7 +17,7 @@
 
 namespace hybridtb::cuda::ssm {
 
-__device__ __forceinline__ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
+__host__ __device__ __forceinline__ bool aligned16(const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; }
 
 // Elements of a pool of element T (float, __half, __nv_bfloat16) in one 16-byte run.
 template <typename T>
