@@ -27,8 +27,8 @@
 // block (529 → 500 SASS instructions per chunk, 591.5 → 591.8 µs); cp.async.bulk copies of each
 // 32-byte tile row on an mbarrier (the compiler serialises per-lane bulk copies, about 9 issue slots
 // a row).
-// Where its time went before TMA (H100, 8k tokens; an ablation, each variant skipping one part of the chunk
-// loop, timed like the scan, results wrong by design, not kept): all of it 592 µs; without the
+// Where its time went before TMA (H100, 8k tokens; an ablation, each variant skipping one part of
+// the chunk loop, timed like the scan, results wrong by design, not kept): all of it 592 µs; without the
 // copies 498; without the preparation (Δ, gate) 535; without the rescan 474; with a multiply in
 // place of the per-token ex2 546; without copies and preparation 413; without copies, preparation
 // and rescan 304. So even with free copies and preparation this design (time segments scanned
