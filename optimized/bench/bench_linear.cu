@@ -296,11 +296,12 @@ GdnParams make_gdn(Buffers& b, const GdnShape& s, int requests, int length, Elem
   p.num_prefills = static_cast<int32_t>(prefills.size());
   p.chunks = b.upload(chunks);
   p.num_chunks = static_cast<int32_t>(chunks.size());
-  p.w = b.f32(T * s.Hv * s.dk, 0.0f, 0.0f, 30);
   p.u = b.f32(T * s.Hv * s.dv, 0.0f, 0.0f, 31);
   p.attn = b.f32(T * s.Hv * kGdnChunk, 0.0f, 0.0f, 32);
   p.gcum = b.f32(T * s.Hv, 0.0f, 0.0f, 33);
   p.h = b.f32(int64_t{p.num_chunks} * s.Hv * s.dv * s.dk, 0.0f, 0.0f, 34);
+  p.w_frag = static_cast<float*>(b.alloc(sizeof(float) * p.num_chunks * s.Hv * size_t{kGdnFragTileFloats}));
+  p.k_frag = static_cast<float*>(b.alloc(sizeof(float) * p.num_chunks * s.Hk * size_t{kGdnFragTileFloats}));
   return p;
 }
 

@@ -1,8 +1,8 @@
-// Tensor-memory-accelerator (TMA) copies on sm_90: a 2-D tile of a row-major float32 tensor copied
-// from global to shared memory by one instruction of one thread, its completion counted in bytes on
-// a shared-memory mbarrier that every consumer waits on. Used where many threads would otherwise
-// spend issue slots and shared-memory wavefronts on per-thread cp.async copies of small rows (the
-// mamba1 scan's token chunks). The host side encodes a CUtensorMap through the runtime's driver
+// Tensor-memory-accelerator (TMA) copies on sm_90: a contiguous block (bulk copy) or a 2-D tile of a
+// row-major float32 tensor copied from global to shared memory by one instruction of one thread, its
+// completion counted in bytes on a shared-memory mbarrier that every consumer waits on. Used where
+// many threads would otherwise spend issue slots and shared-memory wavefronts on per-thread cp.async
+// copies (the mamba1 scan's token chunks, the GDN prefill's W and K tiles). The host side encodes a CUtensorMap through the runtime's driver
 // entry point (no link against libcuda); the map travels as a __grid_constant__ kernel parameter.
 #pragma once
 
@@ -47,6 +47,14 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
       "}\n" ::"r"(mma::shared_address(bar)),
       "r"(parity)
       : "memory");
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) from global `src` to shared `dst` in one
+// bulk copy, completing on `bar` (whose phase expects them: mbarrier_arrive_expect_tx).
+__device__ __forceinline__ void load_bulk(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   mma::shared_address(dst)),
+               "l"(src), "r"(bytes), "r"(mma::shared_address(bar))
+               : "memory");
 }
 // The box of `map` whose first element is (column x, row y) → dst (row-major box, 128-byte aligned),
 // completing on `bar`. Elements outside the tensor arrive as zeros.

@@ -84,6 +84,10 @@ void plan_wave(const GpuStep& step, const GpuWave& wave, GdnParams& p) {
   // Each chunk's entry state (float32, Hv·dv·dk per chunk: 2 MiB at Qwen3-Next's sizes, about 32 KiB
   // per prefill token), for the prefill's output pass.
   p.h = chunks.empty() ? nullptr : step.scratch_of<float>(int64_t{p.num_chunks} * p.Hv * p.dv * p.dk);
+  // Each chunk's W (per value head) and k̂ (per key head) in the state pass's fragment order: 32 KiB
+  // per chunk and head.
+  p.w_frag = chunks.empty() ? nullptr : step.scratch_of<float>(int64_t{p.num_chunks} * p.Hv * kGdnFragTileFloats);
+  p.k_frag = chunks.empty() ? nullptr : step.scratch_of<float>(int64_t{p.num_chunks} * p.Hk * kGdnFragTileFloats);
 }
 
 }  // namespace
@@ -141,7 +145,6 @@ void launch_gdn_core(const GpuStep& step, const GdnCoreIo& io) {
     return std::any_of(wave.host.begin(), wave.host.end(), [](const GpuRequest& r) { return r.decode == 0; });
   });
   if (any_prefill) {
-    base.w = step.scratch_of<float>(T * s.Hv * s.dk);
     base.u = step.scratch_of<float>(T * s.Hv * s.dv);
     base.attn = step.scratch_of<float>(T * s.Hv * kGdnChunk);
     base.gcum = step.scratch_of<float>(T * s.Hv);

@@ -50,6 +50,9 @@ void check_gdn_supported(const GpuStep& step);
 
 inline constexpr int kGdnMaxHeadDim = 128;  // head_k_dim, head_v_dim ≤ 128 (Qwen3-Next: 128)
 inline constexpr int kGdnChunk = 64;        // tokens per chunk of the WY prefill (fla's chunk size)
+// Floats of one chunk's W or k̂ tile in the prefill state pass's fragment order (GdnParams::w_frag):
+// kGdnChunk × kGdnMaxHeadDim (32 KiB, whatever dk).
+inline constexpr int kGdnFragTileFloats = kGdnChunk * kGdnMaxHeadDim;
 
 // --- the kernels ------------------------------------------------------------------------------------
 
@@ -91,13 +94,17 @@ struct GdnParams {
   float* beta = nullptr;  // [T, Hv] sigmoid(b)
   RowsRef o;              // [T, ≥ Hv·dv] any float kind (rounded once on store)
   // Chunk scratch (prefills), per token row t and value head h:
-  float* w = nullptr;      // [T, Hv, dk] W = (I + A)^-1·diag(β·e^G)·K
   float* u = nullptr;      // [T, Hv, dv] U = (I + A)^-1·diag(β)·V, replaced by V_new = U − W·Mᵀ (state pass)
   float* attn = nullptr;   // [T, Hv, kGdnChunk] row i of the chunk: (q̂_i·k̂_j)·e^(G_i − G_j), j ≤ i (else 0)
   float* gcum = nullptr;   // [T, Hv] G_i: the in-chunk inclusive cumsum of g
   // [num_chunks, Hv, dv, dk] each chunk's entry state M (float32, V-major; 64 KiB per chunk and value
   // head at dk = dv = 128): written by the state pass, read by the output pass.
   float* h = nullptr;
+  // Per chunk (the index in `chunks`), kGdnFragTileFloats each: W = (I + A)^-1·diag(β·e^G)·K of each
+  // value head, [num_chunks, Hv], and k̂ of each key head, [num_chunks, Hk], in the state pass's mma
+  // fragment order (written by the intra kernel; the state pass copies each tile whole).
+  float* w_frag = nullptr;
+  float* k_frag = nullptr;
   // Weights and the state pool.
   WeightRef A_log, dt_bias;
   PoolRef recurrent_state;
@@ -116,10 +123,10 @@ void launch_gdn_prepare(const GdnParams& p, cudaStream_t stream);
 // delta_rule_step) — in 16-byte accesses where the pool allows. Grid from Hv, dv and decode_end only.
 void launch_gdn_decode(const GdnParams& p, cudaStream_t stream);
 // Prefills (chunked WY form, 3xTF32 tensor-core products): the intra-chunk kernel (per chunk × value
-// head: A, the triangular solve, W, U, the masked decayed q·k), the state pass (per prefill × value
-// head × tile of 8 or 16 state rows: sequential over the request's chunks, writing V_new over U, each
-// chunk's entry state to h, the block-boundary states and the final state) and the output pass (per
-// chunk × value head × 64 value channels: o).
+// head: A, the triangular solve, W and k̂ in the state pass's fragment order, U, the masked decayed
+// q·k), the state pass (per prefill × value head × tile of 8 or 16 state rows: sequential over the
+// request's chunks, writing V_new over U, each chunk's entry state to h, the block-boundary states and
+// the final state) and the output pass (per chunk × value head × 64 value channels: o).
 void launch_gdn_prefill(const GdnParams& p, cudaStream_t stream);
 
 // The mode's gated RMSNorm, per row t flagged kRowActive and value head h:

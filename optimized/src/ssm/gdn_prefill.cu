@@ -9,15 +9,20 @@
 //   (1) chunk_intra_kernel, per chunk × value head, parallel over all chunks of the wave:
 //         A_ij = β_i·Γ_ij·(k̂_i·k̂_j) for j < i (strictly lower),  P_ij = (q̂_i·k̂_j)·Γ_ij for j ≤ i,
 //         [W | U] = (I + A)^-1·[diag(β·e^G)·K | diag(β)·V]  by forward substitution, one column
-//         per thread held in registers (no synchronisation inside the solve);
+//         per thread held in registers (no synchronisation inside the solve); W (per value head) and
+//         k̂ (per key head, by its first value head) leave in the state pass's mma fragment order
+//         (w_frag, k_frag: one 32 KiB tile per chunk and head);
 //   (2) chunk_state_kernel, per prefill × value head × tile of 8 rows of M (16 where the 8-row
 //       grid would not fit on the SMs at once), sequential over the request's chunks — only the
 //       chain that must be sequential. The products run transposed, M's rows on the mma's n = 8
 //       side: warp w keeps Mᵀ's columns 16·w … of the tile in registers for the whole request, in
 //       the mma accumulator layout of the state update; per chunk it passes them through a small
-//       shared tile to get the operand layout of V_new = U − W·Mᵀ. W, K two and one chunks ahead,
-//       U, G two ahead arrive by cp.async rings. Per chunk, two barriers: each warp's partial
-//       W·Mᵀ over its 16 columns, a fixed-order sum of the partials with V_new = U − Σ, then
+//       shared tile to get the operand layout of V_new = U − W·Mᵀ. The W and k̂ tiles arrive whole
+//       by bulk copies (one instruction of one thread per tile, on an mbarrier per slot) through a
+//       ring of three slots, each tile a chunk or more ahead; U, G by a cp.async ring. Each A
+//       fragment is one 16-byte shared load, split into TF32 hi + lo in registers.
+//       Per chunk, three barriers: each warp's partial W·Mᵀ over its 16 columns (written over the
+//       W fragments only it read), a fixed-order sum of the partials with V_new = U − Σ, then
 //         h_c = M (the entry state, stored),  V_new = U − W·Mᵀ (stored over U),
 //         M ← e^(G_n)·M + V_newᵀ·diag(e^(G_n − G_j))·K   (V_new·decay split into TF32 once);
 //       the exit state of a chunk ending at a boundary row goes to its slot, the last to write_slot;
@@ -25,27 +30,32 @@
 //         O = diag(e^G)·Q·h_cᵀ + P·V_new.
 // Every thread of (2) owns the same elements of M when loading, updating and storing them, so a
 // slot read and written by one request (read_slot == write_slot) is safe. The h_c scratch holds
-// Hv·dv·dk float32 per chunk (64 KiB per value head at 128/128: 512 MiB at 64k tokens × 8 heads).
+// Hv·dv·dk float32 per chunk (64 KiB per value head at 128/128: 512 MiB at 64k tokens × 8 heads);
+// w_frag and k_frag 32 KiB per chunk and value head / key head (at 64k tokens, 8 value and 4 key
+// heads: 256 + 128 MiB, written once by (1), read by (2); the token-major W they replace was 256 MiB).
 // Every product runs on the tensor cores in 3xTF32 (mma.cuh: each float32 operand split into TF32
 // hi + lo, three m16n8k8 products with float32 accumulation: float32-level accuracy, the parity
 // tests unchanged); the substitution, decays and gates stay float32 on the CUDA cores. Fixed
-// summation orders, no atomics: bitwise reproducible.
-// H100 (hybridtb_bench_linear, prepare + prefill of one fresh request; same-run A/B against the
-// previous version, 16-row blocks with M in the A-operand layout): 64k tokens × 8 value heads
-// 5.68 ms (7.00 before; FlashInfer's published sm90 figure 0.40 ms), 8k × 8 heads 0.76 ms (0.91),
-// 8k at Qwen3-Next's 32 value heads (16-row blocks) 2.29 ms (2.40). ncu at 64k × 8 (its locked
-// clocks: ≈ 1.2× the bench's times): intra 1.68 ms, state 4.02 ms (128 blocks, 4.3 cycles per
-// issued instruction per warp at 2 warps per scheduler), output 0.93 ms. The 8-row tiles win by
-// using 128 SMs instead of 64 (the per-block W and K splits and copies stay the same, so the
-// chain per chunk only shortens by the halved products and reduction); 8-row blocks at 32 heads
-// (512 blocks, 4 waves) measured 2.91 ms, hence the 16-row variant there (one split of each W and
-// K fragment for both row groups). The state pass is still the wall (≈ 3.3 ms of 5.5 at 64k × 8,
-// ncu's time scaled to the bench's clocks); by a count of the source (not profiled), the 3xTF32
-// splits of W and K (64 per thread per chunk, repeated by the 16 blocks of a head) and their
-// cp.async copies are now most of its instructions. Measured dead ends (previous round): 16
-// warps per 16-row block 7.43 ms; four partial sums in the solve and one product loop for both A
-// and P (each K fragment split once) change nothing measurable (the latter is not kept). Next: W and K split once per chunk and head (by the intra kernel) or bulk
-// copies for their tiles, and the output fused into the state pass (the h_c round trip).
+// summation orders, no atomics: bitwise reproducible (the same splits, products and sums in the
+// same order as the previous version: the same bits).
+// H100 (hybridtb_bench_linear, prepare + prefill of one fresh request; same-run A/B, two runs each,
+// against the previous version, whose state blocks copied W and k̂ row-major by per-thread cp.async
+// and read each fragment element by element): 64k tokens × 8 value heads 4.62 ms (5.70 before;
+// FlashInfer's published sm90 figure 0.40 ms), 8k × 8 heads 0.61 ms (0.76), 8k at Qwen3-Next's 32
+// value heads (16-row blocks) 2.12 ms (2.31). ncu at 64k × 8 (its locked 1.45 GHz: ≈ 1.2× the
+// bench's times): intra 1.86 ms, state 2.46 ms (4.02 before; 3.58M cycles, ≈ 3.5k per chunk, 4.6
+// cycles per issued instruction per warp at 2 warps per scheduler, L2 throughput 35%), output
+// 0.92 ms. Why: by the SASS of the chunk loop (static count of its body, 8-row blocks, the dk = 128
+// path with the fallbacks compiled out) the previous state pass ran ≈ 1630 instructions per thread
+// per chunk, ≈ 400 of them the index arithmetic of its 16 cp.async copies of W and k̂; now ≈ 800
+// (one bulk copy per tile, one 16-byte load per fragment instead of four, one U and one G copy per
+// thread without a loop). Measured dead ends (same runs): W and k̂ split into hi + lo once by (1)
+// (64 KiB tiles, ≈ 560 instructions per chunk) 5.13 ms: the state pass took 2.60 ms under ncu at 61%
+// L2 throughput (35% now; the 16 blocks of a head each read twice the bytes) and (1) 2.03 ms; 16-row
+// blocks at 8 heads 5.72 ms (5.80 with split tiles): half the L2 traffic, half the SMs; two barriers
+// per chunk (W(c + 1) issued after chunk c's first barrier instead of a chunk ahead after a third)
+// 4.78 ms. The state pass remains the wall at 8 heads (one 8-row block per SM: two warps per
+// scheduler, ≈ 4.6 cycles per issued instruction); the intra kernel is now a third of the prefill.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -53,6 +63,7 @@
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
 #include "common/mma.cuh"
+#include "common/tma.cuh"
 #include "ssm/gdn_kernels.h"
 #include "ssm/pool_quads.cuh"
 
@@ -70,7 +81,6 @@ constexpr int kOutCols = 64;          // value channels per block of the output 
 // transposed with a stride ≡ 8 (mod 32) in bank 8t + g (g < 8, t < 4: 32 distinct banks). Every
 // stride is a multiple of 4 floats: 16-byte cp.async rows.
 constexpr int kRowMajor128 = kGdnMaxHeadDim + 4;  // 132: [·][dk] read row-major
-constexpr int kColMajor128 = kGdnMaxHeadDim + 8;  // 136: [·][dk] read transposed
 constexpr int kRowMajor64 = kC + 4;               // 68
 constexpr int kColMajor64 = kOutCols + 8;         // 72
 static_assert(kOutCols == kC, "the output pass's state rows copy as a chunk-sized tile");
@@ -195,6 +205,19 @@ __global__ void __launch_bounds__(kPrefillThreads) chunk_intra_kernel(GdnParams 
   mma::cp_async_wait<0>();
   __syncthreads();
   for (int i = tid; i < kC; i += kPrefillThreads) BE[i] = B[i] * expf(G[i]);
+  const int dk16 = round_up(dk, 16);
+  // k̂ of the chunk in the fragment order of the state pass's second product (quad 32·(8·s + w) + lane
+  // holds lane's A fragment of token step s over columns 16·w …), by the first value head of each
+  // key head, 16 bytes per store.
+  if (h % (Hv / p.Hk) == 0) {
+    float4* out = reinterpret_cast<float4*>(p.k_frag + (int64_t{blockIdx.x} * p.Hk + hk) * kGdnFragTileFloats);
+    for (int q = tid; q < kGdnFragTileFloats / 4; q += kPrefillThreads) {
+      const int lane = q % 32, col_group = q / 32 % 8, s = q / 256;
+      if (16 * col_group >= dk16) continue;  // columns the state pass does not read
+      const float* kg = K + (8 * s + lane % 4) * ks + 16 * col_group + lane / 4;
+      out[q] = make_float4(kg[0], kg[8], kg[4 * ks], kg[4 * ks + 8]);
+    }
+  }
 
   // A (strictly lower) and P (lower with the diagonal; rows of the chunk, zeros above) from k̂·k̂ᵀ and
   // q̂·k̂ᵀ on the tensor cores: warp w takes rows 16·(w mod 4) … and columns 32·(w / 4) … of both
@@ -228,13 +251,15 @@ __global__ void __launch_bounds__(kPrefillThreads) chunk_intra_kernel(GdnParams 
   // registers (thread c < 128: column c of W, else column c − 128 of U): X_i = rhs_i − Σ_{j<i}
   // A_ij·X_j; row i of A is a broadcast, read 4 floats at a time, and the sum runs in four
   // interleaved partial sums (j mod 4, j ascending in each; four short dependent chains instead of one
-  // of length i). Rows past n: A's are zero and the right-hand side zero, so they stay finite and
-  // are not stored.
+  // of length i). Rows past n (and W's columns from dk to dk16): A's rows are zero and the right-hand
+  // side zero, so they come out exact zeros; U's are not stored, W's are (the state pass's products
+  // run over all 64 tokens and dk16 columns).
   const bool is_w = tid < kGdnMaxHeadDim;
   const int c = is_w ? tid : tid - kGdnMaxHeadDim;
-  if (c < (is_w ? dk : dv)) {
+  const bool solves = c < (is_w ? dk16 : dv);
+  float x[kC];
+  if (solves) {
     const float* v_col = rows + 2 * int64_t{p.Hk} * dk + int64_t{h} * dv + c;
-    float x[kC];
 #pragma unroll
     for (int i = 0; i < kC; ++i) {
       x[i] = is_w ? K[i * ks + c] * BE[i] : (i < n ? v_col[int64_t{i} * gdn_conv_dim(p)] * B[i] : 0.0f);
@@ -253,31 +278,53 @@ __global__ void __launch_bounds__(kPrefillThreads) chunk_intra_kernel(GdnParams 
       }
       x[i] -= (acc[0] + acc[1]) + (acc[2] + acc[3]);
     }
-    float* out = is_w ? p.w + int64_t{h} * dk + c : p.u + int64_t{h} * dv + c;
-    const int64_t out_stride = int64_t{Hv} * (is_w ? dk : dv);
+    if (!is_w) {
+      float* out = p.u + int64_t{h} * dv + c;
 #pragma unroll
-    for (int i = 0; i < kC; ++i) {
-      if (i < n) out[int64_t{chunk.begin + i} * out_stride] = x[i];
+      for (int i = 0; i < kC; ++i) {
+        if (i < n) out[(int64_t{chunk.begin + i} * Hv) * dv] = x[i];
+      }
     }
   }
   for (int i = tid; i < n; i += kPrefillThreads) p.gcum[int64_t{chunk.begin + i} * Hv + h] = G[i];
+
+  // W in the fragment order of the state pass's first product (quad 32·(16·mt + cb) + lane holds
+  // lane's A fragment of tokens 16·mt … and columns 8·cb …: element (i, c) at lane 4·(i mod 8) +
+  // c mod 4, slot (i mod 16) / 8 + 2·((c mod 8) / 4)), staged in the K tile's space (free once every
+  // solve has read it) and stored 16 bytes at a time.
+  __syncthreads();
+  float* const stage = intra_smem;
+  static_assert(kGdnFragTileFloats <= kC * ks, "W's fragments fit in the K tile");
+  if (solves && is_w) {
+    float* const col = stage + 4 * (32 * (c / 8) + c % 4) + 2 * (c % 8 / 4);
+#pragma unroll
+    for (int i = 0; i < kC; ++i) col[4 * (32 * 16 * (i / 16) + 4 * (i % 8)) + i % 16 / 8] = x[i];
+  }
+  __syncthreads();
+  float4* const w_out = reinterpret_cast<float4*>(p.w_frag + (int64_t{blockIdx.x} * Hv + h) * kGdnFragTileFloats);
+  const float4* const staged = reinterpret_cast<const float4*>(stage);
+  for (int q = tid; q < kGdnFragTileFloats / 4; q += kPrefillThreads) {
+    if (8 * (q / 32 % 16) < dk16) w_out[q] = staged[q];  // columns the state pass reads
+  }
 }
 
 // The state pass. A block takes kGroups groups of 8 rows of M (value channels): 8-row blocks, (dv/8)·Hv
 // per prefill, when they fit on the SMs at once (128 of 132 at 8 heads of 128), else 16-row blocks
-// (each W and K fragment split once for both groups: half the blocks, so fewer waves of the long
-// sequential chains: Qwen3-Next's 32 heads). Shared memory (floats): W [C][132] (read row-major as the
-// A operand: stride ≡ 4 mod 32) and K [C][136] (read transposed: stride ≡ 8 mod 32), two buffers each;
-// the small per-chunk tiles (U [C][rows], G [C], the boundary slot) in three; the warps' partial V_new
-// [warps][C][rows]; V_new·diag(e^(G_n − G_j)) split into TF32 hi and lo, [2][rows][68] (split once, read
-// by every warp); each warp's M tile [rows][20] (the transpose between its accumulator and operand
-// layouts): 166 KiB (8 rows) or 197 KiB (16), one block per SM.
+// (half the blocks, so fewer waves of the long sequential chains: Qwen3-Next's 32 heads). W and k̂
+// arrive in the fragment order of the products (the intra kernel's w_frag, k_frag), one 32 KiB bulk
+// copy per tile, through a ring of three tile slots in the order W(c), K(c), W(c + 1), K(c + 1), …,
+// each slot's copy completing on its own mbarrier. Shared memory: the three slots; the small
+// per-chunk tiles (U [C][rows], G [C], the boundary slot) in three, by cp.async; V_new·diag(e^(G_n −
+// G_j)) split into TF32 hi and lo, [2][rows][68] (split once, read by every warp); each warp's M tile
+// [rows][20] (the transpose between its accumulator and operand layouts); the three mbarriers:
+// 112 KiB (8 rows) or 127 KiB (16), one block per SM (the registers).
+// The warps' partial V_new go into the W slot itself, each warp over fragments only it read.
 constexpr int kStateWarps = 8;  // warp w holds columns 16·w … 16·w + 15 of the block's rows of M
 constexpr int kStateThreads = 32 * kStateWarps;
-constexpr int kWStride = kRowMajor128;  // 132
-constexpr int kKStride = kColMajor128;  // 136
-constexpr int kTokenStride = kC + 4;    // V_new·decay [rows][68], read as (v g, token t): bank 4g + t
-constexpr int kHeldStride = 20;         // a warp's M tile [rows][20]: written (v 2t, c g), read (v g, c t)
+constexpr int kTileSlots = 3;
+constexpr int kTokenStride = kC + 4;  // V_new·decay [rows][68], read as (v g, token t): bank 4g + t
+constexpr int kHeldStride = 20;       // a warp's M tile [rows][20]: written (v 2t, c g), read (v g, c t)
+static_assert(16 * kStateWarps == kGdnMaxHeadDim, "the warps cover M's columns");
 template <int kGroups>
 constexpr int small_floats() {  // U [C][rows], G [C], the boundary slot, padding
   return kC * kStateRows * kGroups + kC + 4;
@@ -285,8 +332,9 @@ constexpr int small_floats() {  // U [C][rows], G [C], the boundary slot, paddin
 template <int kGroups>
 size_t state_smem_bytes() {
   constexpr int rows = kStateRows * kGroups;
-  return sizeof(float) * (2 * size_t{kC} * (kWStride + kKStride) + 3 * small_floats<kGroups>() +
-                          kStateWarps * kC * rows + 2 * rows * kTokenStride + kStateWarps * rows * kHeldStride);
+  return sizeof(float) * (kTileSlots * size_t{kGdnFragTileFloats} + 3 * small_floats<kGroups>() +
+                          2 * rows * kTokenStride + kStateWarps * rows * kHeldStride) +
+         sizeof(uint64_t) * kTileSlots;
 }
 
 // x[0 … kN) ← kN consecutive floats of shared memory, one access (p aligned to 4·kN bytes).
@@ -306,24 +354,27 @@ __device__ __forceinline__ void load_floats(const float* p, float (&x)[kN]) {
 // prefill blockIdx.y. With so few rows per block the products run transposed, the value rows on the
 // mma's n = 8 side: warp w (if 16·w < dk) keeps Mᵀ's columns c0 = 16·w … of group q's 8 rows in
 // registers for the whole request, as the 16×8 accumulator fragment m[q] of the second product
-// (element e: column c0 + g + 8·(e/2), row 8q + 2t + e%2, g = lane / 4, t = lane % 4). Per chunk, two
-// barriers:
+// (element e: column c0 + g + 8·(e/2), row 8q + 2t + e%2, g = lane / 4, t = lane % 4). Per chunk c,
+// three barriers:
 //   (a) the fragments go through the warp's M tile in shared memory (the B operand of the first
 //       product needs row g, columns t and t + 4): h_c ← M from it in 16-byte stores, and the warp's
 //       partial V_new = W[:, cols]·M[:, cols]ᵀ (64 tokens × rows: four 16-token tiles, independent
-//       mma chains) to shared memory;
-//   barrier; the loads of the chunks ahead are issued (W two ahead, K one ahead, U and G two ahead:
-//       every buffer they overwrite is past its last reader);
+//       mma chains; each W fragment one 16-byte load, split into TF32 hi + lo) over its own W
+//       fragments;
+//   barrier; U, G of chunk c + 2 are issued;
 //   (d) thread (token i, rows v … v + rows/4 − 1) sums the partials in warp order: V_new = U − Σ,
 //       stored over U (the output pass reads it) and, times e^(G_n − G_i) and split into TF32 hi + lo,
 //       to shared memory;
-//   barrier (after waiting for the loads issued a chunk earlier);
+//   barrier (after waiting for U, G of chunk c + 1); K(c + 1) is issued into W(c)'s slot;
 //   (f) Mᵀ ← e^(G_n)·Mᵀ + K[:, cols]ᵀ·diag(e^(G_n − G_j))·V_new (per group six accumulators: the hi·hi,
 //       lo·hi and hi·lo products of even and odd k-steps, chains of four), the boundary state from
-//       registers.
-// Rows of W, K, U past the chunk's n tokens are zero-filled, so every product runs over all 64
-// tokens (no branches in the unrolled loops) and those tokens contribute exact zeros. Each thread
-// loads, updates and stores the same elements of M, so read_slot == write_slot is safe.
+//       registers;
+//   barrier; W(c + 2) is issued into K(c)'s slot.
+// Each tile is issued a chunk or more before its use. The splits, products and sums are those of the
+// previous version (row-major tiles), in the same order: the same bits. W's and k̂'s rows past the chunk's n
+// tokens are zeros, so every product runs over all 64 tokens (no branches in the unrolled loops)
+// and those tokens contribute exact zeros. Each thread loads, updates and stores the same elements
+// of M, so read_slot == write_slot is safe.
 template <int kGroups>
 __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams p, int tiles) {
   constexpr int kRows = kStateRows * kGroups;
@@ -338,44 +389,40 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
   const int hk = h / (Hv / p.Hk);
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const int dk16 = round_up(dk, 16);
-  const int col_groups = dk16 / 16;  // groups of 16 columns of M
+  const int col_groups = round_up(dk, 16) / 16;  // groups of 16 columns of M
   const bool owns = warp < col_groups;
   const int c0 = 16 * warp;
-  constexpr int ws = kWStride, ks = kKStride, ts = kTokenStride, hs = kHeldStride, us = kRows;
+  constexpr int ts = kTokenStride, hs = kHeldStride, us = kRows;
   constexpr int kSmallFloats = small_floats<kGroups>();
   extern __shared__ __align__(16) float state_smem[];
-  float* const w_buf = state_smem;
-  float* const k_buf = w_buf + 2 * kC * ws;
-  float* const small_buf = k_buf + 2 * kC * ks;
-  float* const partial = small_buf + 3 * kSmallFloats;
-  uint32_t* const vd_hi = reinterpret_cast<uint32_t*>(partial + kStateWarps * kC * kRows);
+  float* const tile_slots = state_smem;
+  float* const small_buf = tile_slots + kTileSlots * kGdnFragTileFloats;
+  uint32_t* const vd_hi = reinterpret_cast<uint32_t*>(small_buf + 3 * kSmallFloats);
   uint32_t* const vd_lo = vd_hi + kRows * ts;
-  float* const held = reinterpret_cast<float*>(vd_lo + kRows * ts) + warp * kRows * hs;
+  float* const held_tiles = reinterpret_cast<float*>(vd_lo + kRows * ts);
+  float* const held = held_tiles + warp * kRows * hs;
+  uint64_t* const slot_ready = reinterpret_cast<uint64_t*>(held_tiles + kStateWarps * kRows * hs);
 
   const int first = prefill.first_chunk, end_chunk = first + prefill.num_chunks;
   const auto chunk_at = [&](int ci) { return ci < end_chunk ? p.chunks[ci] : GdnChunk{}; };
-  const bool qkv_vec = dk % 4 == 0 && gdn_conv_dim(p) % 4 == 0 && aligned16(p.qkv);
-  const bool w_vec = dk % 4 == 0 && aligned16(p.w);
   const bool u_vec = dv % 4 == 0 && aligned16(p.u);  // then rows is a multiple of 4: whole quads
-  const auto load_w = [&](const GdnChunk& c, int buffer) {
-    copy_tile_async<kStateThreads>(w_buf + buffer * kC * ws, ws, p.w + (int64_t{c.begin} * Hv + h) * dk,
-                                   int64_t{Hv} * dk, c.end - c.begin, dk, dk16, w_vec);
+  // W(ci) or K(ci) into slot s (one thread).
+  const auto issue_tile = [&](const float* tile, int s) {
+    tma::mbarrier_arrive_expect_tx(slot_ready + s, sizeof(float) * kGdnFragTileFloats);
+    tma::load_bulk(tile_slots + s * kGdnFragTileFloats, tile, sizeof(float) * kGdnFragTileFloats, slot_ready + s);
   };
-  const auto load_k = [&](const GdnChunk& c, int buffer) {
-    copy_tile_async<kStateThreads>(k_buf + buffer * kC * ks, ks,
-                                   p.qkv + int64_t{c.begin} * gdn_conv_dim(p) + int64_t{p.Hk + hk} * dk,
-                                   gdn_conv_dim(p), c.end - c.begin, dk, dk16, qkv_vec);
-  };
+  const auto w_tile = [&](int ci) { return p.w_frag + (int64_t{ci} * Hv + h) * kGdnFragTileFloats; };
+  const auto k_tile = [&](int ci) { return p.k_frag + (int64_t{ci} * p.Hk + hk) * kGdnFragTileFloats; };
   // U's rows of the block per token, G and the boundary slot.
   const auto load_small = [&](const GdnChunk& c, int slot) {
     float* s = small_buf + slot * kSmallFloats;
     const int n = c.end - c.begin;
     const float* u_rows = p.u + (int64_t{c.begin} * Hv + h) * dv + v0;
-    if (u_vec) {
-      for (int e = tid; e < kC * kRows / 4; e += kStateThreads) {
-        const int i = e / (kRows / 4), v = 4 * (e % (kRows / 4));
-        const bool ok = i < n && v < rows;
+    if (u_vec) {  // one quad per thread (a loop here cost more than the copies)
+      static_assert(kC * kRows / 4 <= kStateThreads);
+      const int i = tid / (kRows / 4), v = 4 * (tid % (kRows / 4));
+      const bool ok = i < n && v < rows;
+      if (i < kC) {
         mma::cp_async_16(mma::shared_address(s + i * us + v), ok ? u_rows + int64_t{i} * Hv * dv + v : p.u, ok);
       }
     } else {
@@ -385,8 +432,11 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
         mma::cp_async_4(mma::shared_address(s + i * us + v), ok ? u_rows + int64_t{i} * Hv * dv + v : p.u, ok);
       }
     }
-    for (int i = tid; i < kC; i += kStateThreads) {
-      mma::cp_async_4(mma::shared_address(s + kC * us + i), i < n ? p.gcum + int64_t{c.begin + i} * Hv + h : p.gcum, i < n);
+    static_assert(kC <= kStateThreads);
+    if (tid < kC) {
+      const bool ok = tid < n;
+      const float* g_src = ok ? p.gcum + int64_t{c.begin + tid} * Hv + h : p.gcum;
+      mma::cp_async_4(mma::shared_address(s + kC * us + tid), g_src, ok);
     }
     if (tid == 0) {
       int* slot_of = reinterpret_cast<int*>(s + kC * us + kC);
@@ -398,18 +448,22 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
     }
   };
 
-  // Chunk ci's tiles, then (issued at ci − 2 and ci − 1) W, U, G of ci + 1 and K of ci + 1 go
-  // through the rings; the chunk list itself is read a chunk before its loads are issued.
+  if (tid == 0) {
+    for (int s = 0; s < kTileSlots; ++s) tma::mbarrier_init(slot_ready + s, 1);
+    tma::fence_barrier_init();
+  }
+  __syncthreads();
+  // Chunk ci's tiles, then (issued during ci − 2 and ci − 1) K of ci + 1, W of ci + 2 through the
+  // slots and U, G of ci + 2 through the small ring; the chunk list itself is read a chunk before its
+  // loads are issued.
   GdnChunk chunk = chunk_at(first), next = chunk_at(first + 1), after_next = chunk_at(first + 2);
-  if (first < end_chunk) {
-    load_w(chunk, 0);
-    load_k(chunk, 0);
-    load_small(chunk, 0);
+  if (tid == 0 && first < end_chunk) {
+    issue_tile(w_tile(first), 0);
+    issue_tile(k_tile(first), 1);
+    if (first + 1 < end_chunk) issue_tile(w_tile(first + 1), 2);
   }
-  if (first + 1 < end_chunk) {
-    load_w(next, 1);
-    load_small(next, 1);
-  }
+  if (first < end_chunk) load_small(chunk, 0);
+  if (first + 1 < end_chunk) load_small(next, 1);
   mma::cp_async_commit();
 
   // M's tile enters from read_slot (or zeros).
@@ -431,16 +485,29 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
   mma::cp_async_wait<0>();
   __syncthreads();
 
+  // Bit s: the parity of slot s's next phase. Every thread waits for every tile, in issue order.
+  uint32_t phases = 0;
+  const auto wait_tile = [&](int s) {
+    tma::mbarrier_wait(slot_ready + s, (phases >> s) & 1u);
+    phases ^= 1u << s;
+  };
   const bool h_quads = dk % 4 == 0 && aligned16(p.h);
+  int w_slot = 0;  // W(ci)'s slot; K(ci) is in the next one, W(ci + 1) in the one after
   for (int ci = first; ci < end_chunk; ++ci) {
     const int j = ci - first;
     const int n = chunk.end - chunk.begin;
-    const float* W = w_buf + (j % 2) * kC * ws;
-    const float* K = k_buf + (j % 2) * kC * ks;
+    const int k_slot = (w_slot + 1) % kTileSlots;
+    const float4* const W = reinterpret_cast<const float4*>(tile_slots + w_slot * kGdnFragTileFloats);
+    const float4* const K = reinterpret_cast<const float4*>(tile_slots + k_slot * kGdnFragTileFloats);
+    // Warp w's partial V_new for tokens 16·mt … : 16 × kRows floats over W's fragments of column
+    // blocks 2w and 2w + 1 of those tokens (read by warp w alone).
+    float* const partials = tile_slots + w_slot * kGdnFragTileFloats;
+    const auto partial_at = [&](int w, int i) { return partials + 4 * 32 * (16 * (i / 16) + 2 * w) + (i % 16) * us; };
     const float* U = small_buf + (j % 3) * kSmallFloats;
     const float* G = U + kC * us;
     const GdnChunk ahead = chunk_at(ci + 3);
 
+    wait_tile(w_slot);
     if (owns) {
       // (a) Mᵀ's fragments into the warp's tile (row-major [v][c]), then the entry state from it for
       // the output pass: lane → row 8q + lane / 4, columns 4·(lane % 4) … of the warp's 16.
@@ -467,8 +534,8 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
           }
         }
       }
-      // The warp's partial V_new[i][v] = Σ_{c its columns} W[i][c]·M[v][c]: W as A (tokens × columns,
-      // each fragment split once for every group), M as B (k = columns t, t + 4 of each 8, n = row g).
+      // The warp's partial V_new[i][v] = Σ_{c its columns} W[i][c]·M[v][c]: W as A (tokens × columns),
+      // M as B (k = columns t, t + 4 of each 8, n = row g).
       uint32_t b_hi[kGroups][2][2], b_lo[kGroups][2][2];
 #pragma unroll
       for (int q = 0; q < kGroups; ++q) {
@@ -479,41 +546,42 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
         }
       }
       __syncwarp();  // the tile is read before the next chunk rewrites it
-      float* my_partial = partial + warp * kC * kRows;
+      float big[kC / 16][kGroups][4] = {}, small[kC / 16][kGroups][4] = {};
 #pragma unroll
       for (int mt = 0; mt < kC / 16; ++mt) {
-        float big[kGroups][4] = {}, small[kGroups][4] = {};
 #pragma unroll
         for (int s = 0; s < 2; ++s) {
-          const float* wg = W + (16 * mt + g) * ws + c0 + 8 * s + t;
+          const int quad = 32 * (16 * mt + 2 * warp + s) + lane;
+          const float4 a = W[quad];
           uint32_t a_hi[4], a_lo[4];
-          mma::split_tf32(wg[0], a_hi[0], a_lo[0]);
-          mma::split_tf32(wg[8 * ws], a_hi[1], a_lo[1]);
-          mma::split_tf32(wg[4], a_hi[2], a_lo[2]);
-          mma::split_tf32(wg[8 * ws + 4], a_hi[3], a_lo[3]);
+          mma::split_tf32(a.x, a_hi[0], a_lo[0]);
+          mma::split_tf32(a.y, a_hi[1], a_lo[1]);
+          mma::split_tf32(a.z, a_hi[2], a_lo[2]);
+          mma::split_tf32(a.w, a_hi[3], a_lo[3]);
 #pragma unroll
           for (int q = 0; q < kGroups; ++q) {
-            mma::mma_tf32(small[q], a_lo, b_hi[q][s][0], b_hi[q][s][1]);
-            mma::mma_tf32(small[q], a_hi, b_lo[q][s][0], b_lo[q][s][1]);
-            mma::mma_tf32(big[q], a_hi, b_hi[q][s][0], b_hi[q][s][1]);
+            mma::mma_tf32(small[mt][q], a_lo, b_hi[q][s][0], b_hi[q][s][1]);
+            mma::mma_tf32(small[mt][q], a_hi, b_lo[q][s][0], b_lo[q][s][1]);
+            mma::mma_tf32(big[mt][q], a_hi, b_hi[q][s][0], b_hi[q][s][1]);
           }
         }
+      }
+      __syncwarp();  // every lane's W fragments are read before the partials overwrite them
+#pragma unroll
+      for (int mt = 0; mt < kC / 16; ++mt) {
+        float* const my_partial = partial_at(warp, 16 * mt);
 #pragma unroll
         for (int q = 0; q < kGroups; ++q) {
-          *reinterpret_cast<float2*>(my_partial + (16 * mt + g) * us + 8 * q + 2 * t) =
-              make_float2(big[q][0] + small[q][0], big[q][1] + small[q][1]);
-          *reinterpret_cast<float2*>(my_partial + (16 * mt + g + 8) * us + 8 * q + 2 * t) =
-              make_float2(big[q][2] + small[q][2], big[q][3] + small[q][3]);
+          *reinterpret_cast<float2*>(my_partial + g * us + 8 * q + 2 * t) =
+              make_float2(big[mt][q][0] + small[mt][q][0], big[mt][q][1] + small[mt][q][1]);
+          *reinterpret_cast<float2*>(my_partial + (g + 8) * us + 8 * q + 2 * t) =
+              make_float2(big[mt][q][2] + small[mt][q][2], big[mt][q][3] + small[mt][q][3]);
         }
       }
     }
-    __syncthreads();  // the partials complete; every warp is past chunk ci − 1 and past reading W(ci)
+    __syncthreads();  // the partials complete; every warp is past chunk ci − 1
 
-    if (ci + 2 < end_chunk) {
-      load_w(after_next, j % 2);
-      load_small(after_next, (j + 2) % 3);
-    }
-    if (ci + 1 < end_chunk) load_k(next, (j + 1) % 2);
+    if (ci + 2 < end_chunk) load_small(after_next, (j + 2) % 3);
     mma::cp_async_commit();
 
     // (d) V_new = U − Σ_w partial_w (warps in order) for token i, rows v … v + kPerThread − 1.
@@ -521,11 +589,11 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
       constexpr int kThreadsPerToken = kStateThreads / kC;
       const int i = tid / kThreadsPerToken, v = kPerThread * (tid % kThreadsPerToken);
       float sum[kPerThread], x[kPerThread], u[kPerThread];
-      load_floats(partial + i * us + v, sum);
+      load_floats(partial_at(0, i) + v, sum);
 #pragma unroll
       for (int w = 1; w < kStateWarps; ++w) {
         if (w < col_groups) {
-          load_floats(partial + (w * kC + i) * us + v, x);
+          load_floats(partial_at(w, i) + v, x);
 #pragma unroll
           for (int k = 0; k < kPerThread; ++k) sum[k] += x[k];
         }
@@ -540,12 +608,15 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
         mma::split_tf32(v_new * decay, vd_hi[(v + k) * ts + i], vd_lo[(v + k) * ts + i]);
       }
     }
-    mma::cp_async_wait<1>();  // K(ci), W(ci + 1), U and G of ci + 1 (issued a chunk ago) have landed
-    __syncthreads();          // V_new·decay complete, and those tiles visible
+    mma::cp_async_wait<1>();          // U and G of ci + 1 (issued a chunk ago) have landed
+    tma::fence_proxy_async();  // the partials' writes before the bulk copy into their slot
+    __syncthreads();                  // V_new·decay complete, those tiles visible, W(ci)'s slot free
+    if (tid == 0 && ci + 1 < end_chunk) issue_tile(k_tile(ci + 1), w_slot);
 
     // (f) Mᵀ ← e^(G_n)·Mᵀ + K[:, cols]ᵀ·diag(e^(G_n − G_j))·V_new: K transposed as A (m = columns g,
-    // g + 8; k = tokens t, t + 4; split once for every group), V_new·decay as B (k = tokens t, t + 4;
+    // g + 8; k = tokens t, t + 4; hi and lo two 16-byte loads), V_new·decay as B (k = tokens t, t + 4;
     // n = row 8q + g); then the boundary state.
+    wait_tile(k_slot);
     if (owns) {
       const float exit_decay = expf(G[n - 1]);
       float odd[kGroups][4] = {}, lo_hi[kGroups][2][4] = {}, hi_lo[kGroups][2][4] = {};
@@ -556,12 +627,13 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
       }
 #pragma unroll
       for (int s = 0; s < kC / 8; ++s) {
-        const float* kg = K + (8 * s + t) * ks + c0 + g;
+        const int quad = 32 * (kStateWarps * s + warp) + lane;
+        const float4 a = K[quad];
         uint32_t a_hi[4], a_lo[4];
-        mma::split_tf32(kg[0], a_hi[0], a_lo[0]);
-        mma::split_tf32(kg[8], a_hi[1], a_lo[1]);
-        mma::split_tf32(kg[4 * ks], a_hi[2], a_lo[2]);
-        mma::split_tf32(kg[4 * ks + 8], a_hi[3], a_lo[3]);
+        mma::split_tf32(a.x, a_hi[0], a_lo[0]);
+        mma::split_tf32(a.y, a_hi[1], a_lo[1]);
+        mma::split_tf32(a.z, a_hi[2], a_lo[2]);
+        mma::split_tf32(a.w, a_hi[3], a_lo[3]);
 #pragma unroll
         for (int q = 0; q < kGroups; ++q) {
           const int at = (8 * q + g) * ts + 8 * s + t;
@@ -584,6 +656,9 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
         }
       }
     }
+    __syncthreads();  // every warp is past reading K(ci) (and V_new·decay)
+    if (tid == 0 && ci + 2 < end_chunk) issue_tile(w_tile(ci + 2), k_slot);
+    w_slot = (w_slot + 2) % kTileSlots;
     chunk = next;
     next = after_next;
     after_next = ahead;
