@@ -28,20 +28,20 @@
 // 32-byte tile row on an mbarrier (the compiler serialises per-lane bulk copies, about 9 issue slots
 // a row).
 // Where its time went before TMA (H100, 8k tokens; an ablation, each variant skipping one part of
-// the chunk loop, timed like the scan, results wrong by design, not kept): all of it 592 µs; without the
-// copies 498; without the preparation (Δ, gate) 535; without the rescan 474; with a multiply in
-// place of the per-token ex2 546; without copies and preparation 413; without copies, preparation
-// and rescan 304. So even with free copies and preparation this design (time segments scanned
-// locally from registers, joined through shared memory, rescanned) stays above the 60% target
-// (≈ 374 µs). ncu on the whole kernel (this session): issue slots 55% busy at 3.4 warps per
+// the chunk loop, timed like the scan, results wrong by design, not kept): all of it 592 µs;
+// without the copies 498; without the preparation (Δ, gate) 535; without the rescan 476; with a
+// multiply in place of the per-token ex2 546; without copies and preparation 413; without copies,
+// preparation and rescan 304. So even with free copies and preparation this design (time segments
+// scanned locally from registers, joined through shared memory, rescanned) stays above the 60%
+// target (≈ 374 µs). ncu on the whole kernel (this session): issue slots 55% busy at 3.4 warps per
 // scheduler, the pipes far from full (ex2 38%, FMA 32%, shared-memory wavefronts 68%); the stalls
 // are mostly dependencies (fixed-latency 25%, ex2/shared-load results 20%) and the two barriers
-// per chunk (10%). Also measured and not kept: the chunk
-// loop software-pipelined by one chunk (the rescan of c and the local scan of c + 1 in one pass,
-// one barrier per chunk) 601 µs; 8 states per lane (2 lanes × 2 quads per channel) in 4 segments
-// of 4 tokens 770 µs (10 warps per SM), in 6 segments 917 µs (spills); 4 segments of 4 tokens (20
-// warps per SM) 625 µs. A faster scan needs a different core: fewer instructions per
-// token·channel·state and latency hidden by more independent work per SM.
+// per chunk (10%). Also measured and not kept (cp.async copies): 8 states per lane (2 lanes × 2
+// quads per channel) in 4 segments of 4 tokens 751 µs (10 warps per SM), in 6 segments 917 µs
+// (spills), this kernel 577 µs in the same build; the chunk loop software-pipelined by one chunk
+// (the rescan of c and the local scan of c + 1 in one pass, one barrier per chunk) 601 µs, and
+// pipelined in 4 segments of 4 tokens (20 warps per SM) 625 µs. A faster scan needs a different
+// core: fewer instructions per token·channel·state and latency hidden by more independent work.
 #include <cuda_runtime.h>
 
 #include <algorithm>
