@@ -64,6 +64,13 @@ __device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) 
   hi = to_tf32(x);
   lo = to_tf32(x - __uint_as_float(hi));
 }
+// An A fragment loaded as one float4 (a0 … a3, the fragment order) split into TF32 hi + lo.
+__device__ __forceinline__ void split_tf32(const float4& a, uint32_t (&hi)[4], uint32_t (&lo)[4]) {
+  split_tf32(a.x, hi[0], lo[0]);
+  split_tf32(a.y, hi[1], lo[1]);
+  split_tf32(a.z, hi[2], lo[2]);
+  split_tf32(a.w, hi[3], lo[3]);
+}
 // c += a·b, mma.sync m16n8k8 with TF32 inputs and float32 accumulation. Fragments (g = lane / 4,
 // t = lane % 4): a0 = (g, t), a1 = (g+8, t), a2 = (g, t+4), a3 = (g+8, t+4); b0 = (k t, n g),
 // b1 = (k t+4, n g); c as for m16n8k16.

@@ -2,8 +2,9 @@
 // row-major float32 tensor copied from global to shared memory by one instruction of one thread, its
 // completion counted in bytes on a shared-memory mbarrier that every consumer waits on. Used where
 // many threads would otherwise spend issue slots and shared-memory wavefronts on per-thread cp.async
-// copies (the mamba1 scan's token chunks, the GDN prefill's W and K tiles). The host side encodes a CUtensorMap through the runtime's driver
-// entry point (no link against libcuda); the map travels as a __grid_constant__ kernel parameter.
+// copies (the mamba1 scan's token chunks, the GDN prefill's W and K tiles). The host side encodes a
+// CUtensorMap through the runtime's driver entry point (no link against libcuda); the map travels
+// as a __grid_constant__ kernel parameter.
 #pragma once
 
 #include <cuda.h>

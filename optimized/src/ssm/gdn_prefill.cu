@@ -554,10 +554,7 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
           const int quad = 32 * (16 * mt + 2 * warp + s) + lane;
           const float4 a = W[quad];
           uint32_t a_hi[4], a_lo[4];
-          mma::split_tf32(a.x, a_hi[0], a_lo[0]);
-          mma::split_tf32(a.y, a_hi[1], a_lo[1]);
-          mma::split_tf32(a.z, a_hi[2], a_lo[2]);
-          mma::split_tf32(a.w, a_hi[3], a_lo[3]);
+          mma::split_tf32(a, a_hi, a_lo);
 #pragma unroll
           for (int q = 0; q < kGroups; ++q) {
             mma::mma_tf32(small[mt][q], a_lo, b_hi[q][s][0], b_hi[q][s][1]);
@@ -630,10 +627,7 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
         const int quad = 32 * (kStateWarps * s + warp) + lane;
         const float4 a = K[quad];
         uint32_t a_hi[4], a_lo[4];
-        mma::split_tf32(a.x, a_hi[0], a_lo[0]);
-        mma::split_tf32(a.y, a_hi[1], a_lo[1]);
-        mma::split_tf32(a.z, a_hi[2], a_lo[2]);
-        mma::split_tf32(a.w, a_hi[3], a_lo[3]);
+        mma::split_tf32(a, a_hi, a_lo);
 #pragma unroll
         for (int q = 0; q < kGroups; ++q) {
           const int at = (8 * q + g) * ts + 8 * s + t;

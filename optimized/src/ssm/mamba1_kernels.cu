@@ -306,9 +306,7 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const ScanMaps&
       }
     }
     const float* bc_src = p.dbc + int64_t{begin} * dbc_stride + p.R;
-    if constexpr (kTma) {
-      // (above)
-    } else if constexpr (kVec) {
+    if constexpr (kVec && !kTma) {  // (with TMA the B/C box was issued above)
       constexpr int kItems = kL * 2 * kLanes;  // per token: kLanes B quads, then kLanes C quads
 #pragma unroll
       for (int k = 0; k < (kItems + kThreads - 1) / kThreads; ++k) {
@@ -326,7 +324,7 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const ScanMaps&
           }
         }
       }
-    } else {
+    } else if constexpr (!kVec) {
       constexpr int kItems = kL * kRow;
 #pragma unroll
       for (int k = 0; k < (kItems + kThreads - 1) / kThreads; ++k) {
