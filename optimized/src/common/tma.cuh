@@ -19,6 +19,20 @@ namespace hybridtb::cuda::tma {
 
 // --- device -------------------------------------------------------------------------------------
 
+// True in exactly one lane of a fully active warp (elect.sync): a TMA issued under it by a whole warp
+// keeps its operands in uniform registers, where one thread selected by its index makes the compiler
+// wrap every copy in a loop over the active lanes.
+__device__ __forceinline__ bool elect_one() {
+  uint32_t elected = 0;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "elect.sync _|p, 0xffffffff;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(elected));
+  return elected != 0;
+}
 // One mbarrier, expecting `arrivals` arrivals per phase (1: the thread that issues the copies).
 __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(mma::shared_address(bar)), "r"(arrivals)
