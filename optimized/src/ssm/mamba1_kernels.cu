@@ -120,9 +120,11 @@ struct TileScan {
 // at each level a lane keeps the half of its values selected by bit o of its lane g and adds the
 // partner's copy of that half; once one value is left, both partners add (commutative: the same
 // bits). Lane g ends with the whole sums of values [g·kM/kLanes, (g+1)·kM/kLanes) (kM ≥ kLanes),
-// or of value g / (kLanes/kM) (kM < kLanes). Fixed order: reproducible.
+// or of value g / (kLanes/kM) (kM < kLanes), plus bias[j] on its j-th sum: added to the kept half
+// before the last exchange, so that the bias's shared-memory read overlaps the shuffles (ncu: read
+// after them, its latency stalled the store of y). Fixed order: reproducible.
 template <int kO, int kM>
-__device__ __forceinline__ void reduce_scatter(float* v, int g) {
+__device__ __forceinline__ void reduce_scatter(float* v, int g, const float* bias) {
   if constexpr (kO >= 1) {
     if constexpr (kM >= 2) {
       constexpr int kHalf = kM / 2;
@@ -130,13 +132,15 @@ __device__ __forceinline__ void reduce_scatter(float* v, int g) {
 #pragma unroll
       for (int j = 0; j < kHalf; ++j) {
         const float send = upper ? v[j] : v[j + kHalf];
-        const float keep = upper ? v[j + kHalf] : v[j];
+        float keep = upper ? v[j + kHalf] : v[j];
+        if constexpr (kO == 1) keep += bias[j];
         v[j] = keep + __shfl_xor_sync(0xffffffffu, send, kO);
       }
-      reduce_scatter<kO / 2, kHalf>(v, g);
+      reduce_scatter<kO / 2, kHalf>(v, g, bias);
     } else {
       v[0] += __shfl_xor_sync(0xffffffffu, v[0], kO);
-      reduce_scatter<kO / 2, 1>(v, g);
+      if constexpr (kO == 1) v[0] += bias[0];
+      reduce_scatter<kO / 2, 1>(v, g, bias);
     }
   }
 }
@@ -499,16 +503,25 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const ScanMaps&
     const bool store = active && valid > 0;
     tile_rescan<kLanes, kSeg, kCh, kKeepU, kBoundaries>(h, acc, a, u, ddc, d, bc, slots, base, n0, store, p.ssm_state,
                                                        e, valid, vec);
-    // (D·c, gate) of the tokens whose y this lane stores (past the request's end read and not used).
-    float2 dgv[kPer];
+    // (D·c, gate) of the tokens whose y this lane stores (past the request's end read and not used):
+    // y = (Σ h·C + D·c)·gate, D·c added inside the reduction.
+    float dc[kPer], gate[kPer];
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) dgv[j] = dg[(y_first + j) * kCh + d];
-    reduce_scatter<kLanes / 2, kSeg>(acc, g);
+    for (int j = 0; j < kPer; ++j) {
+      const float2 v = dg[(y_first + j) * kCh + d];
+      dc[j] = v.x, gate[j] = v.y;
+    }
+    if constexpr (kLanes == 1) {  // (a lane holds its channel's whole state: nothing to reduce)
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) acc[j] += dc[j];
+    } else {
+      reduce_scatter<kLanes / 2, kSeg>(acc, g, dc);
+    }
     if (active && g % kShare == 0) {
       const int32_t left = r.end - chunk - y_first;  // tokens of the request from this lane's first
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
-        if (j < left) y_out[j * I] = (acc[j] + dgv[j].x) * dgv[j].y;
+        if (j < left) y_out[j * I] = acc[j] * gate[j];
       }
     }
     y_out += kL * I;
