@@ -16,10 +16,20 @@
 // chunk's Δ / gate pass is interleaved with the local scan (ncu on the H100 had found the loop
 // issue-bound with too few warps to hide latency: 22.7 instructions per token·channel·state, issue
 // slots 57% busy, 3.5 warps per scheduler). H100, hybridtb_bench_ssm (d_inner 5120, state 16): the
-// prefill scan 557 µs at 8k tokens and 2198 µs at 32k, 40% / 41% of the bandwidth bound (592 / 2362
-// µs with per-thread cp.async copies, 788 / 3150 µs before that). Fixed orders, no atomics: bitwise
-// reproducible.
-// Where the scan stands (ncu at 8k, the default tile, SM clock held at 1.59 GHz): 16.2 warp
+// prefill scan 485 µs at 8k tokens and 1909 µs at 32k, 46% / 47% of the bandwidth bound (557 / 2198
+// µs before the warps' work was balanced, below; 592 / 2362 µs with per-thread cp.async copies, 788
+// / 3150 µs before that). Fixed orders, no atomics: bitwise reproducible.
+// Balancing the block's warps (ncu, SourceCounters: the barrier after the local scans waited for
+// the warp that issued the copies and published a segment pair): the copies moved to the last
+// segment's warp (no pair) and issued under elect.sync (uniform operands, no loop over lanes), the
+// preparation in channel pairs, y through a walking pointer, D·c added inside the reduction: 557 →
+// 485 µs, 439 warp instructions per chunk and warp (13.7 per token·channel·state; 463 before),
+// stalls: fixed-latency dependencies 21%, shared-memory / ex2 results 17%, barriers 11% (13%).
+// Measured and not kept (H100, 8k): one block barrier per chunk (segment pairs in 2 buffers,
+// prepared values in 3, so that warps run ahead into the next chunk) 526 µs; the copies issued at
+// the chunk's end by the first segment 510; only the first warp polling the copies' mbarrier 538; 5
+// or 6 copy stages 492 / 491; pair reads hoisted into their own registers (spills).
+// Before that (ncu at 8k, the default tile, SM clock held at 1.59 GHz): 16.2 warp
 // instructions per token·channel·state, issue slots 58% busy with 3.4 warps per scheduler (1.06
 // eligible), L1/TEX 70% busy, DRAM 30%: the loop is held by shared-memory traffic (every thread
 // reads a 16-byte B and C quad and Δ, Δ·c per token, the same for the warp's 8 channels) and latency
@@ -640,8 +650,8 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
       case 2: mamba1::launch_tile_scan<2, 4, 8, 4, 5, false>(q, count, stream); break;
       case 4:
         // The benchmark's sweep (0 is the default): 3 segments keeping u in 128 registers at 5 blocks
-        // per SM measured 592 µs at 8k tokens on the H100, 4 segments recomputing u in 96 registers
-        // 664 µs, 4 segments keeping u at 4 blocks per SM 719 µs (a second round of blocks).
+        // per SM measured 485 µs at 8k tokens on the H100, 4 segments recomputing u in 96 registers
+        // 550 µs, 4 segments keeping u at 4 blocks per SM 533 µs (a second round of blocks).
         switch (p.scan_variant) {
           case 1: mamba1::launch_tile_scan<4, 4, 8, 4, 5, false>(q, count, stream); break;
           case 2: mamba1::launch_tile_scan<4, 4, 8, 4, 4, true>(q, count, stream); break;
