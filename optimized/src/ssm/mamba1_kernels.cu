@@ -23,7 +23,7 @@
 // the warp that issued the copies and published a segment pair): the copies moved to the last
 // segment's warp (no pair) and issued under elect.sync (uniform operands, no loop over lanes), the
 // preparation in channel pairs, y through a walking pointer, D·c added inside the reduction: 557 →
-// 485 µs, 439 warp instructions per chunk and warp (13.7 per token·channel·state; 463 before),
+// 485 µs, 439 warp instructions per chunk and warp (13.7 per token·channel·state; 466 before),
 // stalls: fixed-latency dependencies 21%, shared-memory / ex2 results 17%, barriers 11% (13%).
 // Measured and not kept (H100, 8k): one block barrier per chunk (segment pairs in 2 buffers,
 // prepared values in 3, so that warps run ahead into the next chunk) 526 µs; the copies issued at
