@@ -32,6 +32,7 @@
 #include "common/elements.cuh"
 #include "common/pdl.cuh"
 #include "ssm/causal_conv.h"
+#include "ssm/weight_ref.cuh"
 
 namespace hybridtb::cuda::ssm {
 namespace {
@@ -51,9 +52,6 @@ constexpr int kVecChannels = 4;
 constexpr int kConvBatch = 8;     // one channel per thread
 constexpr int kVecConvBatch = 4;  // kVecChannels per thread
 
-__device__ __forceinline__ float weight_or(const WeightRef& w, int64_t i, float absent) {
-  return w.data != nullptr ? load_element(w.data, i, w.kind) : absent;
-}
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
 // u_t[c]: the conv input of step row t, channel c (in_bias included); the decode kernel's.

@@ -11,12 +11,9 @@
 #include "common/elements.cuh"
 #include "common/mma.cuh"
 #include "ssm/ssm_kernels.h"
+#include "ssm/weight_ref.cuh"
 
 namespace hybridtb::cuda::ssm::mamba1 {
-
-__device__ __forceinline__ float weight_or(const WeightRef& w, int64_t i, float absent) {
-  return w.data != nullptr ? load_element(w.data, i, w.kind) : absent;
-}
 
 // --- the selective scan ---------------------------------------------------------------------------
 // Both scan kernels give each lane 4 consecutive states n0 = 4g … 4g+3 of one channel (kLanes = the

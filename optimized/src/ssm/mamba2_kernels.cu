@@ -34,6 +34,7 @@
 #include "common/pdl.cuh"
 #include "ssm/pool_quads.cuh"
 #include "ssm/mamba2_kernels.h"
+#include "ssm/weight_ref.cuh"
 
 namespace hybridtb::cuda::ssm {
 namespace {
@@ -46,9 +47,6 @@ constexpr int kChunkThreads = 256;
 
 static_assert(kQ == kTile, "the chunk kernels tile a chunk's tokens like P and N");
 
-__device__ __forceinline__ float weight_or(const WeightRef& w, int64_t i, float absent) {
-  return w.data != nullptr ? load_element(w.data, i, w.kind) : absent;
-}
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 __device__ __forceinline__ float softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
 
