@@ -30,7 +30,8 @@
 // the chunk's end by the first segment 510; only the first warp polling the copies' mbarrier 538; 5
 // or 6 copy stages 492 / 491; pair reads hoisted into their own registers (spills); the first segment
 // scanning directly from the chunk's carry, its end state the others' carry-in (2.6% fewer
-// instructions, spills) 516; 5 or 6 segments of 4 tokens (25 / 24 warps per SM) 680 / 788.
+// instructions, spills) 516; 5 or 6 segments of 4 tokens (25 / 24 warps per SM) 680 / 788; the last
+// segment without the local scan no one reads (two code paths: no fewer instructions executed) 498.
 // Before that (ncu at 8k, the default tile, SM clock held at 1.59 GHz): 16.2 warp
 // instructions per token·channel·state, issue slots 58% busy with 3.4 warps per scheduler (1.06
 // eligible), L1/TEX 70% busy, DRAM 30%: the loop is held by shared-memory traffic (every thread
