@@ -284,11 +284,12 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const ScanMaps&
     float* raw = raw_smem + st * 3 * kL * kCh;
     float* bc = bc_smem + st * kL * kRow;
     if constexpr (kTma) {
-      // One thread copies the four boxes (rows past the tensor's end arrive as zeros; rows past the
-      // request's end are masked by the preparation, their B/C zeroed by stage_arrived): the first of
-      // the last segment, whose warp has no segment pair to publish (ncu: the barrier after the local
-      // scan waits for the busiest warp; issued at the chunk's end by the first segment instead, or
-      // with only the first warp waiting on the mbarrier, the scan measured 3% and 8% slower).
+      // One lane (elect.sync) of the last segment's warp, which has no segment pair to publish, copies
+      // the four boxes (rows past the tensor's end arrive as zeros; rows past the request's end are
+      // masked by the preparation, their B/C zeroed by stage_arrived). ncu: the barrier after the
+      // local scans waits for the busiest warp; issued at the chunk's end by the first segment
+      // instead, or with only the first warp waiting on the mbarrier, the scan measured 3% and 8%
+      // slower.
       if (seg == kSegs - 1 && tma::elect_one()) {
         tma::fence_proxy_async();  // the stage's previous contents were read (generic proxy) before the barrier
         tma::mbarrier_arrive_expect_tx(&copied[st], kTmaBytes);
