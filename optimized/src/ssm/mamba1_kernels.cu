@@ -33,7 +33,8 @@
 // instructions, spills) 516; 5 or 6 segments of 4 tokens (25 / 24 warps per SM) 680 / 788; the last
 // segment without the local scan no one reads (two code paths: no fewer instructions executed) 498;
 // the preparation moved after the rescan or after the second barrier 538 / 528 (where it is, its FMA
-// work fills the local scan's runs of ex2).
+// work fills the local scan's runs of ex2); a segment's decay as the product of its tokens' exp(Δ·A)
+// instead of one ex2 of Σ Δ (spills) 538.
 // Before that (ncu at 8k, the default tile, SM clock held at 1.59 GHz): 16.2 warp
 // instructions per token·channel·state, issue slots 58% busy with 3.4 warps per scheduler (1.06
 // eligible), L1/TEX 70% busy, DRAM 30%: the loop is held by shared-memory traffic (every thread
