@@ -27,8 +27,8 @@
 // stalls: fixed-latency dependencies 21%, shared-memory / ex2 results 17%, barriers 11% (13%).
 // Measured and not kept (H100, 8k): one block barrier per chunk (segment pairs in 2 buffers,
 // prepared values in 3, so that warps run ahead into the next chunk) 526 µs; the copies issued at
-// the chunk's end by the first segment 510; only the first warp polling the copies' mbarrier 538; 5
-// or 6 copy stages 492 / 491; pair reads hoisted into their own registers (spills); the first segment
+// the chunk's end by the first segment 510; only the first warp polling the copies' mbarrier 538; 3,
+// 5 or 6 copy stages 491 / 492 / 491; pair reads hoisted into their own registers (spills); the first segment
 // scanning directly from the chunk's carry, its end state the others' carry-in (2.6% fewer
 // instructions, spills) 516; 5 or 6 segments of 4 tokens (25 / 24 warps per SM) 680 / 788; the last
 // segment without the local scan no one reads (two code paths: no fewer instructions executed) 498;
