@@ -51,6 +51,11 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
                "r"(bytes)
                : "memory");
 }
+// One plain arrival (release: this thread's, and after a __syncwarp its warp's, earlier shared-memory
+// reads are ordered before the phase completes), e.g. a consumer warp handing a stage back.
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(mma::shared_address(bar)) : "memory");
+}
 // Waits until the phase of parity `parity` has completed (all its bytes landed).
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
   asm volatile(
@@ -86,9 +91,13 @@ __device__ __forceinline__ void load_tile_2d(void* dst, const CUtensorMap* map, 
 // A map of the row-major float32 tensor [rows, cols] at `base` (rows `row_stride` floats apart),
 // copied in boxes of box_rows × box_cols. False (and the map unusable) where the TMA's rules are not
 // met: base 16-byte aligned, row stride a multiple of 16 bytes, box_cols·4 a multiple of 16, boxes of
-// at most 256 rows and columns — or where the driver has no tensor-map support.
+// at most 256 rows and columns — or where the driver has no tensor-map support. `swizzle` permutes the
+// 16-byte pieces of each box row in shared memory by the row's address bits (CUTLASS's Swizzle<b,4,3>:
+// 32B: byte-address bit 4 ^= bit 7; 64B: bits 4-5 ^= bits 7-8), so that a column read across rows
+// spreads over the banks; the box row must then fit the swizzle's span.
 inline bool encode_tile_map(CUtensorMap* map, const float* base, int64_t rows, int64_t cols, int64_t row_stride,
-                            int box_rows, int box_cols) {
+                            int box_rows, int box_cols,
+                            CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -112,7 +121,7 @@ inline bool encode_tile_map(CUtensorMap* map, const float* base, int64_t rows, i
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
   return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(base), dims, strides, box,
-                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                 CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 

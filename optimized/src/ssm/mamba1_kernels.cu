@@ -581,6 +581,255 @@ __global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThrea
   }
 }
 
+// (6) Prefills of Mamba-1's 16 states, sequential (the default where N = 16 and TMA applies): each
+// lane walks its request's tokens one by one for 2 states of one channel (8 lanes per channel, 4
+// channels per warp, kWarps warps per block), so that a token·channel·state costs one ex2 and four
+// FMA-pipe instructions (Δ·A, Δ·c·B, the update, its share of y) with no local scan, rescan, join or
+// block barrier: the tile scan's parallelism over time segments is traded for 2 states per lane
+// (1280 warps for 5120 channels, 2–3 per scheduler). Memory: the block's tokens arrive in a ring of
+// kStages TMA stages of kTok = 8·kParts rows (dt, c, z of the block's channels, swizzled so that the
+// preparation reads them without bank conflicts; B/C), each awaited on its `full` mbarrier. Warp
+// q mod kWarps refills the stage of chunk q − kLag with chunk q + kStages − kLag once every warp has
+// handed that chunk back on its `empty` mbarrier, so warps drift apart by up to kLag chunks and never
+// meet at a block barrier. Lane g of a channel prepares tokens g, g + 8, … of the next chunk (Δ, Δ·c
+// into its warp's buffer; D·c and the gate kept in registers), interleaved with the scan of the
+// current one, and stores y of those tokens after each 8-token part's reduce-scatter over the
+// channel's lanes. H100, 8k tokens: 445 µs against the tile scan's 486 (4-warp blocks 455, 1-warp
+// blocks 760: B/C fetched per warp); ncu: 392 warp instructions per warp and 16 tokens (12.3 per
+// token·channel·state), issue slots 58% busy (the busiest schedulers, 3 warps: 69%), L1 77% busy.
+template <int kWarps, int kParts, int kStages, int kLag>
+struct SeqScan {
+  static constexpr int kLanes = 8;                // lanes per channel (2 states each)
+  static constexpr int kChWarp = 32 / kLanes;      // channels per warp
+  static constexpr int kCh = kWarps * kChWarp;     // channels per block
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kTok = kParts * kLanes;     // tokens per chunk (a lane prepares kParts of them)
+  static constexpr int kRow = 32;                  // B/C floats per token
+  static_assert(kStages > kLag && kLag >= 1, "seq scan ring");
+  // Shared memory: up to 1024 bytes to align the stages to the swizzle's period, raw rows
+  // [kStages][3][kTok·kCh], B/C rows [kStages][kTok·kRow], prepared (Δ, Δ·c) [kWarps][2][kTok·kChWarp]
+  // float2, mbarriers full [kStages] and empty [kStages]. The raw rows arrive swizzled where a row is
+  // 32 or 64 bytes (kSwizzleBits 1 or 2: a row's 16-byte pieces XOR its address bits 7…), so that the
+  // preparation's lanes (one per token and channel) read them without bank conflicts (2- or 4-way
+  // otherwise).
+  static constexpr int kSwizzleBits = kCh * 4 == 32 ? 1 : kCh * 4 == 64 ? 2 : 0;
+  static constexpr size_t kSmemBytes = 1024 + size_t{kStages} * (3 * kTok * kCh + kTok * kRow) * sizeof(float) +
+                                       size_t{kWarps} * 2 * kTok * kChWarp * sizeof(float2) +
+                                       size_t{2} * kStages * sizeof(uint64_t);
+};
+
+template <int kWarps, int kParts, int kStages, int kLag, bool kBoundaries>
+__device__ __forceinline__ void seq_scan(const Mamba1Params& p, const ScanMaps& maps, const GpuRequest& r) {
+  using S = SeqScan<kWarps, kParts, kStages, kLag>;
+  constexpr int kTok = S::kTok;
+  constexpr int kCh = S::kCh;
+  constexpr int kChWarp = S::kChWarp;
+  constexpr int kRow = S::kRow;
+  constexpr uint32_t kTmaBytes = (3 * kTok * kCh + kTok * kRow) * sizeof(float);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int c = lane / S::kLanes;  // the lane's channel in its warp
+  const int g = lane % S::kLanes;  // states 2g, 2g + 1
+  const int ch0 = static_cast<int>(blockIdx.x) * kCh;
+  const int64_t I = p.I;
+  const int wc = warp * kChWarp + c;  // the lane's channel in the block's tile
+  const int i = ch0 + wc;
+  const bool active = i < p.I;
+  const int ic = active ? i : p.I - 1;
+  const int64_t e = int64_t{ic} * 16 + 2 * g;
+
+  extern __shared__ __align__(128) float4 dynamic_smem[];
+  // (the swizzle pattern repeats every 1024 bytes of shared-memory address: the stages start there)
+  float* raw_smem = reinterpret_cast<float*>(dynamic_smem) + ((1024 - mma::shared_address(dynamic_smem) % 1024) % 1024) / 4;  // [kStages][3][kTok·kCh]
+  float* bc_smem = raw_smem + kStages * 3 * kTok * kCh;                      // [kStages][kTok·kRow]
+  float2* prep_smem = reinterpret_cast<float2*>(bc_smem + kStages * kTok * kRow) + warp * 2 * kTok * kChWarp;
+  uint64_t* full = reinterpret_cast<uint64_t*>(reinterpret_cast<float2*>(bc_smem + kStages * kTok * kRow) +
+                                               kWarps * 2 * kTok * kChWarp);
+  uint64_t* empty = full + kStages;
+  if (tid == 0) {
+    for (int q = 0; q < kStages; ++q) {
+      tma::mbarrier_init(&full[q], 1);
+      tma::mbarrier_init(&empty[q], kWarps);
+    }
+    tma::fence_barrier_init();
+  }
+  __syncthreads();
+
+  float A2[2], h[2] = {0.0f, 0.0f};
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+    A2[s] = -expf(load_element(p.A_log.data, e + s, p.A_log.kind)) * kLog2e;
+    if (active && r.read_slot >= 0) h[s] = load_element(p.ssm_state.data, r.read_slot * p.ssm_state.slot_size + e + s, p.ssm_state.kind);
+  }
+  const float dt_bias = load_element(p.dt_bias.data, ic, p.dt_bias.kind);
+  const float z_bias = weight_or(p.in_bias, I + ic, 0.0f);
+  const float Dw = load_element(p.D.data, ic, p.D.kind);
+
+  const int32_t num_chunks = (r.end - r.begin + kTok - 1) / kTok;
+  // Chunk q → stage q % kStages (one lane; the first kStages − kLag chunks from warp 0 up front).
+  const auto issue = [&](int32_t q) {
+    const int st = q % kStages;
+    const int32_t begin = r.begin + q * kTok;
+    float* raw = raw_smem + st * 3 * kTok * kCh;
+    tma::fence_proxy_async();
+    tma::mbarrier_arrive_expect_tx(&full[st], kTmaBytes);
+    tma::load_tile_2d(raw, &maps.dt, ch0, begin, &full[st]);
+    tma::load_tile_2d(raw + kTok * kCh, &maps.c, ch0, begin, &full[st]);
+    tma::load_tile_2d(raw + 2 * kTok * kCh, &maps.z, ch0, begin, &full[st]);
+    tma::load_tile_2d(bc_smem + st * kTok * kRow, &maps.bc, 0, begin, &full[st]);
+  };
+  if (warp == 0 && tma::elect_one()) {
+    for (int32_t q = 0; q < kStages - kLag && q < num_chunks; ++q) issue(q);
+  }
+  const auto wait_full = [&](int32_t q) { tma::mbarrier_wait(&full[q % kStages], static_cast<uint32_t>(q / kStages) & 1u); };
+  // Chunk q's (Δ, Δ·c) of the lane's channel, tokens g + 8j → the warp's buffer q & 1; (D·c, gate) of
+  // those tokens → dg (past the request's end: Δ = Δ·c = 0; D·c and gate unused).
+  // Channel wc's column in the raw rows of tokens ≡ g (mod 8) (the swizzle's row bits are g's there).
+  constexpr int kSwizzleShift = S::kSwizzleBits == 1 ? 2 : 1;
+  const int raw_col = ((wc / 4) ^ ((g >> kSwizzleShift) & ((1 << S::kSwizzleBits) - 1))) * 4 + wc % 4;
+  const auto prep = [&](int32_t q, float (&dg)[kParts][2]) {
+    const float* raw = raw_smem + (q % kStages) * 3 * kTok * kCh;
+    float2* out = prep_smem + (q & 1) * kTok * kChWarp;
+    const int32_t left = r.end - (r.begin + q * kTok);
+#pragma unroll
+    for (int j = 0; j < kParts; ++j) {
+      const int t = j * S::kLanes + g;
+      const int o = t * kCh + raw_col;
+      const float dt = raw[o], cv = raw[kTok * kCh + o], z = raw[2 * kTok * kCh + o];
+      const bool ok = active && t < left;
+      const float delta = softplus_fast(dt + dt_bias);
+      out[t * kChWarp + c] = ok ? make_float2(delta, delta * cv) : make_float2(0.0f, 0.0f);
+      dg[j][0] = Dw * cv;
+      dg[j][1] = silu_fast(z + z_bias);
+    }
+  };
+  // The scan of chunk q: per 8-token part, the update of the lane's 2 states, the reduce-scatter of
+  // their y shares over the channel's lanes (lane g: token g of the part, + D·c) and its y (× gate);
+  // with kBoundaries, the block-boundary states (slots read by lane g for token g, shuffled).
+  float dg[kParts][2];
+  float* y_out = p.y + (int64_t{r.begin} + g) * I + i;  // token g of each part, walking the chunks
+  const auto scan = [&](int32_t q) {
+    const float* bc = bc_smem + (q % kStages) * kTok * kRow;
+    const float2* dd = prep_smem + (q & 1) * kTok * kChWarp;
+    const int32_t left = r.end - (r.begin + q * kTok);
+#pragma unroll
+    for (int j = 0; j < kParts; ++j) {
+      [[maybe_unused]] int32_t slot_g = -1;
+      if constexpr (kBoundaries) {
+        const int32_t t = r.begin + q * kTok + j * S::kLanes + g;
+        if (j * S::kLanes + g < left) slot_g = p.boundary_slot[t];
+      }
+      float v[S::kLanes];
+#pragma unroll
+      for (int k = 0; k < S::kLanes; ++k) {
+        const int t = j * S::kLanes + k;
+        const float2 d = dd[t * kChWarp + c];
+        const float2 B = *reinterpret_cast<const float2*>(bc + t * kRow + 2 * g);
+        const float2 C = *reinterpret_cast<const float2*>(bc + t * kRow + 16 + 2 * g);
+        const float u0 = d.y * B.x, u1 = d.y * B.y;
+        h[0] = fmaf(mma::exp2_approx(d.x * A2[0]), h[0], u0);
+        h[1] = fmaf(mma::exp2_approx(d.x * A2[1]), h[1], u1);
+        v[k] = fmaf(h[1], C.y, h[0] * C.x);
+        if constexpr (kBoundaries) {
+          const int32_t slot = __shfl_sync(0xffffffffu, slot_g, (lane & ~(S::kLanes - 1)) | k);
+          if (active && slot >= 0) {
+            store_element(p.ssm_state.data, slot * p.ssm_state.slot_size + e, p.ssm_state.kind, h[0]);
+            store_element(p.ssm_state.data, slot * p.ssm_state.slot_size + e + 1, p.ssm_state.kind, h[1]);
+          }
+        }
+      }
+      float bias[1] = {dg[j][0]};
+      reduce_scatter<S::kLanes / 2, S::kLanes>(v, g, bias);
+      if (active && j * S::kLanes + g < left) y_out[j * S::kLanes * I] = v[0] * dg[j][1];
+    }
+    y_out += kTok * I;
+  };
+
+  if (num_chunks > 0) {
+    wait_full(0);
+    __syncwarp();
+    prep(0, dg);
+  }
+  __syncwarp();
+  for (int32_t q = 0; q < num_chunks; ++q) {
+    // This warp's turn to refill: chunk q + kStages − kLag into the stage chunk q − kLag used.
+    // (Every wait is the whole warp's and ends in __syncwarp: try_wait may resume lanes at different
+    // times, and a warp left diverged before the reduce-scatter's shuffles takes the compiler's slow
+    // collective path.)
+    const int32_t refill = q + kStages - kLag;
+    if (q % kWarps == warp && refill < num_chunks) {
+      if (refill >= kStages) tma::mbarrier_wait(&empty[refill % kStages], static_cast<uint32_t>(refill / kStages - 1) & 1u);
+      __syncwarp();
+      if (tma::elect_one()) issue(refill);
+    }
+    if (q + 1 < num_chunks) wait_full(q + 1);
+    __syncwarp();
+    const int32_t left = r.end - (r.begin + q * kTok);
+    if (left < kTok) {
+      // The request's last chunk, once per request (every warp reaches it): its B/C rows past the
+      // end (the next request's, or zeros) are zeroed, so that they add nothing whatever they hold
+      // (Δ = 0 there: a = 1, and u = Δ·c·B = 0 for finite B only).
+      __syncthreads();
+      float* bc = bc_smem + (q % kStages) * kTok * kRow;
+      for (int idx = left * kRow + tid; idx < kTok * kRow; idx += S::kThreads) bc[idx] = 0.0f;
+      __syncthreads();
+    }
+    scan(q);
+    // The next chunk's (Δ, Δ·c), D·c and gate; after the last chunk, of a stage no one reads again
+    // (masked: Δ = Δ·c = 0). Unconditional, so that it interleaves with the scan.
+    float dg_next[kParts][2];
+    prep(q + 1, dg_next);
+    __syncwarp();
+    if (tma::elect_one()) tma::mbarrier_arrive(&empty[q % kStages]);
+#pragma unroll
+    for (int j = 0; j < kParts; ++j) dg[j][0] = dg_next[j][0], dg[j][1] = dg_next[j][1];
+  }
+  if (active && r.write_slot >= 0) {
+    store_element(p.ssm_state.data, r.write_slot * p.ssm_state.slot_size + e, p.ssm_state.kind, h[0]);
+    store_element(p.ssm_state.data, r.write_slot * p.ssm_state.slot_size + e + 1, p.ssm_state.kind, h[1]);
+  }
+}
+
+template <int kWarps, int kParts, int kStages, int kLag, int kMinBlocks>
+__global__ void __launch_bounds__(SeqScan<kWarps, kParts, kStages, kLag>::kThreads, kMinBlocks)
+    scan_seq_kernel(Mamba1Params p, const __grid_constant__ ScanMaps maps) {
+  const GpuRequest r = p.wave.requests[blockIdx.y];
+  if (r.decode || r.end <= r.begin) return;  // uniform over the block
+  if (r.num_boundaries > 0) {
+    seq_scan<kWarps, kParts, kStages, kLag, true>(p, maps, r);
+  } else {
+    seq_scan<kWarps, kParts, kStages, kLag, false>(p, maps, r);
+  }
+}
+
+// The sequential scan where it applies (N = 16, TMA maps of its boxes): false otherwise.
+template <int kWarps, int kParts, int kStages, int kLag, int kMinBlocks>
+bool launch_seq_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
+  using S = SeqScan<kWarps, kParts, kStages, kLag>;
+  if (p.N != 16 || !rows_in_quads(p) || p.num_tokens <= 0) return false;
+  ScanMaps maps;
+  constexpr CUtensorMapSwizzle kSwizzle = S::kSwizzleBits == 1   ? CU_TENSOR_MAP_SWIZZLE_32B
+                                         : S::kSwizzleBits == 2 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                                : CU_TENSOR_MAP_SWIZZLE_NONE;
+  maps.valid = tma::encode_tile_map(&maps.dt, p.dt, p.num_tokens, p.I, p.I, S::kTok, S::kCh, kSwizzle) &&
+               tma::encode_tile_map(&maps.c, p.c, p.num_tokens, p.I, p.I, S::kTok, S::kCh, kSwizzle) &&
+               tma::encode_tile_map(&maps.z, p.xz + p.I, p.num_tokens, p.I, 2 * int64_t{p.I}, S::kTok, S::kCh, kSwizzle) &&
+               tma::encode_tile_map(&maps.bc, p.dbc + p.R, p.num_tokens, 2 * p.N, p.R + 2 * p.N, S::kTok, S::kRow);
+  if (!maps.valid) return false;
+  const auto kernel = scan_seq_kernel<kWarps, kParts, kStages, kLag, kMinBlocks>;
+  if constexpr (S::kSmemBytes > 48 * 1024) {
+    static const bool raised = [&] {
+      HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(S::kSmemBytes)));
+      return true;
+    }();
+    (void)raised;
+  }
+  kernel<<<dim3((p.I + S::kCh - 1) / S::kCh, count), S::kThreads, S::kSmemBytes, stream>>>(p, maps);
+  return true;
+}
+
 __global__ void bias_rows_kernel(RowsRef out, const float* in, WeightRef bias, int64_t width, int64_t num_tokens,
                                  const int32_t* flags) {
   for (int64_t t = blockIdx.y; t < num_tokens; t += gridDim.y) {
@@ -656,13 +905,21 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
       case 1: mamba1::launch_tile_scan<1, 4, 8, 4, 5, false>(q, count, stream); break;
       case 2: mamba1::launch_tile_scan<2, 4, 8, 4, 5, false>(q, count, stream); break;
       case 4:
-        // The benchmark's sweep (0 is the default): 3 segments keeping u in 128 registers at 5 blocks
-        // per SM measured 485 µs at 8k tokens on the H100, 4 segments recomputing u in 96 registers
-        // 550 µs, 4 segments keeping u at 4 blocks per SM 533 µs (a second round of blocks).
+        // N = 16 (Mamba-1): the sequential scan where its TMA boxes apply. The benchmark's sweep (0 is
+        // the default): 1 runs the tile scan (the default before, 486 µs at 8k tokens on the H100
+        // against the sequential scan's 445), 2 the sequential scan in blocks of 4 warps (455).
         switch (p.scan_variant) {
-          case 1: mamba1::launch_tile_scan<4, 4, 8, 4, 5, false>(q, count, stream); break;
-          case 2: mamba1::launch_tile_scan<4, 4, 8, 4, 4, true>(q, count, stream); break;
-          default: mamba1::launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream); break;
+          case 1: mamba1::launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream); break;
+          case 2:
+            if (!mamba1::launch_seq_scan<4, 2, 8, 2, 3>(q, count, stream)) {
+              mamba1::launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream);
+            }
+            break;
+          default:
+            if (!mamba1::launch_seq_scan<2, 4, 4, 1, 5>(q, count, stream)) {
+              mamba1::launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream);
+            }
+            break;
         }
         break;
       case 8: mamba1::launch_tile_scan<8, 4, 8, 4, 5, false>(q, count, stream); break;

@@ -78,10 +78,10 @@ struct Mamba1Params {
   int32_t decode_end = 0;
   int32_t prefill_begin = 0;
   // The benchmark's comparison for 13 ≤ N ≤ 16 (0: the default): 1 runs the decode update without
-  // cache hints on the state (the previous default) and the prefill scan with 4 time segments per
-  // block instead of 3, recomputing Δ·c·B in the rescan (96 registers at 5 blocks per SM); 2 runs the
-  // decode update with streaming stores only and the prefill scan with 4 segments keeping Δ·c·B in
-  // registers at 4 blocks per SM (128 registers).
+  // cache hints on the state (the previous default) and the prefill scan as the tile scan (the
+  // previous default: time segments per block, joined and rescanned) instead of the sequential scan
+  // (N = 16); 2 runs the decode update with streaming stores only and the sequential scan in blocks
+  // of 4 warps instead of 2.
   int32_t scan_variant = 0;
   const int32_t* boundary_slot = nullptr;  // [T]
   // Activations (float32, dense).
