@@ -90,6 +90,31 @@ struct ScanMaps {
   bool valid = false;
 };
 
+// The four maps, boxed as box_rows tokens × box_cols channels (dt, c, z: `raw_swizzle`) and box_rows
+// tokens × 2N (B/C); false where TMA cannot map one of them.
+bool encode_scan_maps(const Mamba1Params& p, int box_rows, int box_cols, CUtensorMapSwizzle raw_swizzle,
+                      ScanMaps* maps) {
+  const int64_t I = p.I;
+  return tma::encode_tile_map(&maps->dt, p.dt, p.num_tokens, I, I, box_rows, box_cols, raw_swizzle) &&
+         tma::encode_tile_map(&maps->c, p.c, p.num_tokens, I, I, box_rows, box_cols, raw_swizzle) &&
+         tma::encode_tile_map(&maps->z, p.xz + I, p.num_tokens, I, 2 * I, box_rows, box_cols, raw_swizzle) &&
+         tma::encode_tile_map(&maps->bc, p.dbc + p.R, p.num_tokens, 2 * p.N, p.R + 2 * p.N, box_rows, 2 * p.N);
+}
+
+// Raises kKernel's dynamic shared-memory limit to kBytes once per process (hybridtb drives one
+// device), where it needs more than the default 48 KB.
+template <auto kKernel, size_t kBytes>
+void allow_dynamic_smem() {
+  if constexpr (kBytes > 48 * 1024) {
+    static const bool raised = [] {
+      HYBRIDTB_CUDA_CHECK(
+          cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)));
+      return true;
+    }();
+    (void)raised;
+  }
+}
+
 // (5) Prefills, channel tiles: block = kSegs time segments × (kCh channels × kLanes lanes), kCh the
 // fewest channels that fill whole warps (32 / kLanes, at least 4: 8 channels of 4 lanes for
 // Mamba-1's 16 states), all sizes compile-time constants so that no index needs a run-time
@@ -814,20 +839,10 @@ bool launch_seq_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream) 
   constexpr CUtensorMapSwizzle kSwizzle = S::kSwizzleBits == 1   ? CU_TENSOR_MAP_SWIZZLE_32B
                                          : S::kSwizzleBits == 2 ? CU_TENSOR_MAP_SWIZZLE_64B
                                                                 : CU_TENSOR_MAP_SWIZZLE_NONE;
-  maps.valid = tma::encode_tile_map(&maps.dt, p.dt, p.num_tokens, p.I, p.I, S::kTok, S::kCh, kSwizzle) &&
-               tma::encode_tile_map(&maps.c, p.c, p.num_tokens, p.I, p.I, S::kTok, S::kCh, kSwizzle) &&
-               tma::encode_tile_map(&maps.z, p.xz + p.I, p.num_tokens, p.I, 2 * int64_t{p.I}, S::kTok, S::kCh, kSwizzle) &&
-               tma::encode_tile_map(&maps.bc, p.dbc + p.R, p.num_tokens, 2 * p.N, p.R + 2 * p.N, S::kTok, S::kRow);
+  maps.valid = encode_scan_maps(p, S::kTok, S::kCh, kSwizzle, &maps);
   if (!maps.valid) return false;
-  const auto kernel = scan_seq_kernel<kWarps, kParts, kStages, kLag, kMinBlocks>;
-  if constexpr (S::kSmemBytes > 48 * 1024) {
-    static const bool raised = [&] {
-      HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(S::kSmemBytes)));
-      return true;
-    }();
-    (void)raised;
-  }
+  constexpr auto kernel = scan_seq_kernel<kWarps, kParts, kStages, kLag, kMinBlocks>;
+  allow_dynamic_smem<kernel, S::kSmemBytes>();
   kernel<<<dim3((p.I + S::kCh - 1) / S::kCh, count), S::kThreads, S::kSmemBytes, stream>>>(p, maps);
   return true;
 }
@@ -862,23 +877,13 @@ int lanes_for(int N) {
 template <int kLanes, int kSegs, int kSeg, int kStages, int kMinBlocks, bool kKeepU>
 void launch_tile_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
   using S = TileScan<kLanes, kSegs, kSeg, kStages>;
-  const auto kernel = scan_tile_kernel<kLanes, kSegs, kSeg, kStages, kMinBlocks, kKeepU>;
-  if constexpr (S::kSmemBytes > 48 * 1024) {
-    static const bool raised = [&] {
-      HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(S::kSmemBytes)));
-      return true;
-    }();
-    (void)raised;
-  }
+  constexpr auto kernel = scan_tile_kernel<kLanes, kSegs, kSeg, kStages, kMinBlocks, kKeepU>;
+  allow_dynamic_smem<kernel, S::kSmemBytes>();
   // TMA boxes of the chunk's rows where the tensors allow them and B/C fill whole quads (N = 4·lanes,
   // so that global and shared rows have the same layout); otherwise per-thread cp.async copies.
   ScanMaps maps;
   maps.valid = rows_in_quads(p) && p.N == 4 * kLanes && p.num_tokens > 0 &&
-               tma::encode_tile_map(&maps.dt, p.dt, p.num_tokens, p.I, p.I, S::kL, S::kCh) &&
-               tma::encode_tile_map(&maps.c, p.c, p.num_tokens, p.I, p.I, S::kL, S::kCh) &&
-               tma::encode_tile_map(&maps.z, p.xz + p.I, p.num_tokens, p.I, 2 * int64_t{p.I}, S::kL, S::kCh) &&
-               tma::encode_tile_map(&maps.bc, p.dbc + p.R, p.num_tokens, 2 * p.N, p.R + 2 * p.N, S::kL, S::kRow);
+               encode_scan_maps(p, S::kL, S::kCh, CU_TENSOR_MAP_SWIZZLE_NONE, &maps);
   kernel<<<dim3((p.I + S::kCh - 1) / S::kCh, count), S::kThreads, S::kSmemBytes, stream>>>(p, maps);
 }
 
