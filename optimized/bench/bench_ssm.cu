@@ -287,7 +287,7 @@ int main(int argc, char** argv) {
     if (skip("prefill " + std::to_string(tokens / 1024) + "k")) continue;
     Setup s = make_setup(1, tokens);
     // The tiling sweep (scan_variant; 0 = the default the backend uses).
-    const char* variant_names[] = {"seq", "tile", "seq_4_warps"};
+    const char* variant_names[] = {"seq", "tile", "seq_32_token_chunks"};
     constexpr int kVariants = sizeof(variant_names) / sizeof(variant_names[0]);
     std::string variants;
     double scan_ms = 0.0;

@@ -4,8 +4,8 @@
 // (causal_conv.h). The math is reference/ssm/mamba1.cpp's, in float32:
 //   Δ = softplus(dt + dt_bias) (threshold 20),
 //   h = exp(Δ·A)·h + Δ·c·B,  A = −exp(A_log),  y = (h·C + D·c)·silu(z).
-// Prefills, N = 16 with TMA (Mamba-1): the sequential scan (scan_seq_kernel, (6) below: 443 µs at
-// 8k tokens on the H100, 50.6% of its bound). Every other state size, or tensors TMA cannot map:
+// Prefills, N = 16 with TMA (Mamba-1): the sequential scan (scan_seq_kernel, (6) below: 426 µs at
+// 8k tokens on the H100, 52.6% of its bound). Every other state size, or tensors TMA cannot map:
 // one launch of a one-pass block scan
 // (scan_tile_kernel), described here: a block owns a tile of channels of one request (whole warps per time
 // segment: 8 channels for 16 states; B/C of a token staged once per block) and walks its tokens in
@@ -621,9 +621,11 @@ __global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThrea
 // meet at a block barrier. Lane g of a channel prepares tokens g, g + 8, … of the next chunk (Δ, Δ·c
 // into its warp's buffer; D·c and the gate kept in registers), interleaved with the scan of the
 // current one, and stores y of those tokens after each 8-token part's reduce-scatter over the
-// channel's lanes. H100, 8k tokens: 445 µs against the tile scan's 486 (4-warp blocks 455, 1-warp
-// blocks 760: B/C fetched per warp); ncu: 392 warp instructions per warp and 16 tokens (12.3 per
-// token·channel·state), issue slots 58% busy (the busiest schedulers, 3 warps: 69%), L1 77% busy.
+// channel's lanes. H100, 8k tokens: 426 µs with 48-token chunks against the tile scan's 486 (32-token
+// chunks 445, 4-warp blocks 455, 1-warp blocks 760: B/C fetched per warp; 64-token chunks need more
+// shared memory than 5 blocks per SM allow: 612); ncu (32-token chunks): 392 warp instructions per
+// warp and 16 tokens (12.3 per token·channel·state), issue slots 58% busy (69% on the schedulers
+// holding 3 of the 1280 warps, which set the time), L1 77% busy.
 template <int kWarps, int kParts, int kStages, int kLag>
 struct SeqScan {
   static constexpr int kLanes = 8;                // lanes per channel (2 states each)
@@ -912,18 +914,19 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
       case 1: mamba1::launch_tile_scan<1, 4, 8, 4, 5, false>(q, count, stream); break;
       case 2: mamba1::launch_tile_scan<2, 4, 8, 4, 5, false>(q, count, stream); break;
       case 4:
-        // N = 16 (Mamba-1): the sequential scan where its TMA boxes apply. The benchmark's sweep (0 is
-        // the default): 1 runs the tile scan (the default before, 486 µs at 8k tokens on the H100
-        // against the sequential scan's 445), 2 the sequential scan in blocks of 4 warps (455).
+        // N = 16 (Mamba-1): the sequential scan where its TMA boxes apply (48-token chunks in 3 stages:
+        // the most shared memory that keeps 5 blocks per SM). The benchmark's sweep (0 is the
+        // default): 1 runs the tile scan (the default before: 486 µs at 8k tokens on the H100 against
+        // the sequential scan's 426), 2 the sequential scan with 32-token chunks in 4 stages (445).
         switch (p.scan_variant) {
           case 1: mamba1::launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream); break;
           case 2:
-            if (!mamba1::launch_seq_scan<4, 2, 8, 2, 3>(q, count, stream)) {
+            if (!mamba1::launch_seq_scan<2, 4, 4, 1, 5>(q, count, stream)) {
               mamba1::launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream);
             }
             break;
           default:
-            if (!mamba1::launch_seq_scan<2, 4, 4, 1, 5>(q, count, stream)) {
+            if (!mamba1::launch_seq_scan<2, 6, 3, 1, 5>(q, count, stream)) {
               mamba1::launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream);
             }
             break;

@@ -80,8 +80,8 @@ struct Mamba1Params {
   // The benchmark's comparison for 13 ≤ N ≤ 16 (0: the default): 1 runs the decode update without
   // cache hints on the state (the previous default) and the prefill scan as the tile scan (the
   // previous default: time segments per block, joined and rescanned) instead of the sequential scan
-  // (N = 16); 2 runs the decode update with streaming stores only and the sequential scan in blocks
-  // of 4 warps instead of 2.
+  // (N = 16); 2 runs the decode update with streaming stores only and the sequential scan with
+  // 32-token chunks in 4 stages instead of 48-token chunks in 3.
   int32_t scan_variant = 0;
   const int32_t* boundary_slot = nullptr;  // [T]
   // Activations (float32, dense).
