@@ -711,6 +711,8 @@ __device__ __forceinline__ void seq_scan(const Mamba1Params& p, const ScanMaps& 
   if (warp == 0 && tma::elect_one()) {
     for (int32_t q = 0; q < kStages - kLag && q < num_chunks; ++q) issue(q);
   }
+  // Tokens of the request from chunk q's first row on (≥ kTok: q is whole; ≤ 0: past the end).
+  const auto left_of = [&](int32_t q) -> int32_t { return r.end - (r.begin + q * kTok); };
   const auto wait_full = [&](int32_t q) { tma::mbarrier_wait(&full[q % kStages], static_cast<uint32_t>(q / kStages) & 1u); };
   // Chunk q's (Δ, Δ·c) of the lane's channel, tokens g + 8j → the warp's buffer q & 1; (D·c, gate) of
   // those tokens → dg (past the request's end: Δ = Δ·c = 0; D·c and gate unused).
@@ -720,7 +722,7 @@ __device__ __forceinline__ void seq_scan(const Mamba1Params& p, const ScanMaps& 
   const auto prep = [&](int32_t q, float (&dg)[kParts][2]) {
     const float* raw = raw_smem + (q % kStages) * 3 * kTok * kCh;
     float2* out = prep_smem + (q & 1) * kTok * kChWarp;
-    const int32_t left = r.end - (r.begin + q * kTok);
+    const int32_t left = left_of(q);
 #pragma unroll
     for (int j = 0; j < kParts; ++j) {
       const int t = j * S::kLanes + g;
@@ -738,10 +740,9 @@ __device__ __forceinline__ void seq_scan(const Mamba1Params& p, const ScanMaps& 
   // with kBoundaries, the block-boundary states (slots read by lane g for token g, shuffled).
   float dg[kParts][2];
   float* y_out = p.y + (int64_t{r.begin} + g) * I + i;  // token g of each part, walking the chunks
-  const auto scan = [&](int32_t q) {
+  const auto scan = [&](int32_t q, int32_t left) {
     const float* bc = bc_smem + (q % kStages) * kTok * kRow;
     const float2* dd = prep_smem + (q & 1) * kTok * kChWarp;
-    const int32_t left = r.end - (r.begin + q * kTok);
 #pragma unroll
     for (int j = 0; j < kParts; ++j) {
       [[maybe_unused]] int32_t slot_g = -1;
@@ -794,7 +795,7 @@ __device__ __forceinline__ void seq_scan(const Mamba1Params& p, const ScanMaps& 
     }
     if (q + 1 < num_chunks) wait_full(q + 1);
     __syncwarp();
-    const int32_t left = r.end - (r.begin + q * kTok);
+    const int32_t left = left_of(q);
     if (left < kTok) {
       // The request's last chunk, once per request (every warp reaches it): its B/C rows past the
       // end (the next request's, or zeros) are zeroed, so that they add nothing whatever they hold
@@ -804,7 +805,7 @@ __device__ __forceinline__ void seq_scan(const Mamba1Params& p, const ScanMaps& 
       for (int idx = left * kRow + tid; idx < kTok * kRow; idx += S::kThreads) bc[idx] = 0.0f;
       __syncthreads();
     }
-    scan(q);
+    scan(q, left);
     // The next chunk's (Δ, Δ·c), D·c and gate; after the last chunk, of a stage no one reads again
     // (masked: Δ = Δ·c = 0). Unconditional, so that it interleaves with the scan.
     float dg_next[kParts][2];
@@ -918,18 +919,11 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
         // the most shared memory that keeps 5 blocks per SM). The benchmark's sweep (0 is the
         // default): 1 runs the tile scan (the default before: 486 µs at 8k tokens on the H100 against
         // the sequential scan's 426), 2 the sequential scan with 32-token chunks in 4 stages (445).
-        switch (p.scan_variant) {
-          case 1: mamba1::launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream); break;
-          case 2:
-            if (!mamba1::launch_seq_scan<2, 4, 4, 1, 5>(q, count, stream)) {
-              mamba1::launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream);
-            }
-            break;
-          default:
-            if (!mamba1::launch_seq_scan<2, 6, 3, 1, 5>(q, count, stream)) {
-              mamba1::launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream);
-            }
-            break;
+        {
+          const bool seq = p.scan_variant == 1   ? false
+                           : p.scan_variant == 2 ? mamba1::launch_seq_scan<2, 4, 4, 1, 5>(q, count, stream)
+                                                 : mamba1::launch_seq_scan<2, 6, 3, 1, 5>(q, count, stream);
+          if (!seq) mamba1::launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream);
         }
         break;
       case 8: mamba1::launch_tile_scan<8, 4, 8, 4, 5, false>(q, count, stream); break;
