@@ -9,8 +9,10 @@
 //           loads and stores of the state), without the cache hints (the previous default), with
 //           streaming stores only;
 //   prefill: the selective scan (gating fused) of one request of 8k and 32k tokens ("variants_us":
-//           the default tile, 3 time segments at 5 blocks per SM; 4 segments at 5 per SM; 4 segments
-//           at 4 per SM), and the causal conv; tokens/s against
+//           seq, the default: the sequential scan in blocks of 8 warps of 2 states per lane and 4 of
+//           1; tile: the tile scan; seq_uniform_blocks: the sequential scan in blocks of 2 warps of 2
+//           states per lane, the default before; seq_64_token_chunks: the default's blocks with
+//           64-token chunks in 3 stages), and the causal conv; tokens/s against
 //           t_min = max(bytes / copy bandwidth, D·N·T / ex2 rate) (perf-anchors.md §6.3).
 // --case runs only the case of that name (e.g. "prefill 8k", for a profiler).
 // Inputs are deterministic non-zero values (a hash fill); every timing is the median of CUDA-event
@@ -287,7 +289,7 @@ int main(int argc, char** argv) {
     if (skip("prefill " + std::to_string(tokens / 1024) + "k")) continue;
     Setup s = make_setup(1, tokens);
     // The tiling sweep (scan_variant; 0 = the default the backend uses).
-    const char* variant_names[] = {"seq", "tile", "seq_32_token_chunks"};
+    const char* variant_names[] = {"seq", "tile", "seq_uniform_blocks", "seq_64_token_chunks"};
     constexpr int kVariants = sizeof(variant_names) / sizeof(variant_names[0]);
     std::string variants;
     double scan_ms = 0.0;

@@ -4,8 +4,8 @@
 // (causal_conv.h). The math is reference/ssm/mamba1.cpp's, in float32:
 //   Δ = softplus(dt + dt_bias) (threshold 20),
 //   h = exp(Δ·A)·h + Δ·c·B,  A = −exp(A_log),  y = (h·C + D·c)·silu(z).
-// Prefills, N = 16 with TMA (Mamba-1): the sequential scan (scan_seq_kernel, (6) below: 426 µs at
-// 8k tokens on the H100, 52.6% of its bound). Every other state size, or tensors TMA cannot map:
+// Prefills, N = 16 with TMA (Mamba-1): the sequential scan (scan_seq_kernel, (6) below: 401 µs at
+// 8k tokens on the H100, 56% of its bound). Every other state size, or tensors TMA cannot map:
 // one launch of a one-pass block scan
 // (scan_tile_kernel), described here: a block owns a tile of channels of one request (whole warps per time
 // segment: 8 channels for 16 states; B/C of a token staged once per block) and walks its tokens in
@@ -609,175 +609,231 @@ __global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThrea
 }
 
 // (6) Prefills of Mamba-1's 16 states, sequential (the default where N = 16 and TMA applies): each
-// lane walks its request's tokens one by one for 2 states of one channel (8 lanes per channel, 4
-// channels per warp, kWarps warps per block), so that a token·channel·state costs one ex2 and four
-// FMA-pipe instructions (Δ·A, Δ·c·B, the update, its share of y) with no local scan, rescan, join or
-// block barrier: the tile scan's parallelism over time segments is traded for 2 states per lane
-// (1280 warps for 5120 channels, 2–3 per scheduler). Memory: the block's tokens arrive in a ring of
-// kStages TMA stages of kTok = 8·kParts rows (dt, c, z of the block's channels, swizzled so that the
-// preparation reads them without bank conflicts; B/C), each awaited on its `full` mbarrier. Warp
-// q mod kWarps refills the stage of chunk q − kLag with chunk q + kStages − kLag once every warp has
-// handed that chunk back on its `empty` mbarrier, so warps drift apart by up to kLag chunks and never
-// meet at a block barrier. Lane g of a channel prepares tokens g, g + 8, … of the next chunk (Δ, Δ·c
-// into its warp's buffer; D·c and the gate kept in registers), interleaved with the scan of the
-// current one, and stores y of those tokens after each 8-token part's reduce-scatter over the
-// channel's lanes. H100, 8k tokens: 426 µs with 48-token chunks against the tile scan's 486 (32-token
-// chunks 445, 4-warp blocks 455, 1-warp blocks 760: B/C fetched per warp; 64-token chunks need more
-// shared memory than 5 blocks per SM allow: 612); ncu (32-token chunks): 392 warp instructions per
-// warp and 16 tokens (12.3 per token·channel·state), issue slots 58% busy (69% on the schedulers
-// holding 3 of the 1280 warps, which set the time), L1 77% busy.
-template <int kWarps, int kParts, int kStages, int kLag>
+// lane walks its request's tokens one by one for kSpl states of one channel (16/kSpl lanes per
+// channel), so that a token·channel·state costs one ex2 and four FMA-pipe instructions (Δ·A, Δ·c·B,
+// the update, its share of y) with no local scan, rescan, join or block barrier: the tile scan's
+// parallelism over time segments is traded for states per lane.
+// Balance: the time is set by the busiest of an SM's four schedulers (each warp stays on one). H100,
+// 8k tokens, blocks of 2 warps of 2 states per lane (4 channels a warp), 5 per SM: 212 / 318 / 426
+// µs with 1 / 2 / 3 such warps on the busiest scheduler (d_inner 2112 / 4224 / 5120), i.e. about
+// one warp's instructions per token more for each warp, and 5120 channels put 3 warps on 224 of the
+// 528 schedulers (2.42 on average). So a block's warps may differ in kSpl (warp roles A and B, warp
+// w on scheduler w mod 4): the default block, one per SM, is 8 warps of 2 states per lane and 4 of
+// 1 state per lane (2 channels a warp), so that each scheduler holds 4 + 4 + 2 channels (128 blocks
+// for 5120 channels): 401 µs against 431 for the uniform blocks in the same run. Measured and not
+// kept: 4 warps of 4 states per lane and 4 of 1 (one warp of each per scheduler: 10 channels with
+// fewer instructions) 540 µs: two warps cannot hide the latency (issue slots 40% busy, the 4-state
+// warp the slowest); the default's block with 5 stages 415, with 64-token chunks in 3 stages 408.
+// Memory: the block's tokens arrive in a ring of kStages TMA stages of kTok rows (dt, c, z of the
+// block's channels, swizzled where a row is 32 or 64 bytes so that the preparation reads them without
+// bank conflicts; B/C), each awaited on its `full` mbarrier. Warp q mod kWarps refills the stage of
+// chunk q − kLag with chunk q + kStages − kLag once every warp has handed that chunk back on its
+// `empty` mbarrier, so warps drift apart by up to kLag chunks and never meet at a block barrier. Lane
+// g of a channel prepares tokens g, g + lanes, … of the next chunk (Δ, Δ·c into its warp's buffer,
+// two tokens' pairs per 16-byte read: 407 → 401 µs; D·c and the gate kept in registers),
+// interleaved with the scan of the current one, and stores y of those tokens after each part's
+// reduce-scatter over the channel's lanes.
+// Uniform 2-warp blocks: 426 µs with 48-token chunks against the tile scan's 486 (32-token chunks
+// 445, 4-warp blocks 455, 1-warp blocks 760: B/C fetched per warp; 64-token chunks need more shared
+// memory than 5 blocks per SM allow: 612); ncu (32-token chunks): 12.3 warp instructions per
+// token·channel·state, issue slots 69% busy on the schedulers holding 3 warps, L1 77% busy; y's
+// shares summed through shared memory instead of shuffles: 485 µs (more shared-memory wavefronts).
+template <int kRoleAWarps, int kRoleASpl, int kRoleBWarps, int kRoleBSpl, int kTokens, int kStageCount, int kLagChunks>
 struct SeqScan {
-  static constexpr int kLanes = 8;                // lanes per channel (2 states each)
-  static constexpr int kChWarp = 32 / kLanes;      // channels per warp
-  static constexpr int kCh = kWarps * kChWarp;     // channels per block
+  static constexpr int kWarpsA = kRoleAWarps, kSplA = kRoleASpl;  // warps [0, kWarpsA): kSplA states per lane
+  static constexpr int kWarpsB = kRoleBWarps, kSplB = kRoleBSpl;  // the next kWarpsB warps: kSplB
+  static constexpr int kWarps = kWarpsA + kWarpsB;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kTok = kParts * kLanes;     // tokens per chunk (a lane prepares kParts of them)
-  static constexpr int kRow = 32;                  // B/C floats per token
+  static constexpr int kTok = kTokens;   // tokens per chunk
+  static constexpr int kStages = kStageCount;
+  static constexpr int kLag = kLagChunks;
+  static constexpr int kRow = 32;        // B/C floats per token
+  static constexpr int lanes(int spl) { return 16 / spl; }         // lanes per channel
+  static constexpr int channels(int spl) { return 2 * spl; }       // channels per warp
+  static constexpr int kChA = kWarpsA * channels(kSplA);           // role A's channels come first
+  static constexpr int kCh = kChA + kWarpsB * channels(kSplB);     // channels per block
   static_assert(kStages > kLag && kLag >= 1, "seq scan ring");
+  static_assert(kTok % lanes(kSplA) == 0 && kTok % lanes(kSplB) == 0, "whole parts per chunk");
   // Shared memory: up to 1024 bytes to align the stages to the swizzle's period, raw rows
-  // [kStages][3][kTok·kCh], B/C rows [kStages][kTok·kRow], prepared (Δ, Δ·c) [kWarps][2][kTok·kChWarp]
-  // float2, mbarriers full [kStages] and empty [kStages]. The raw rows arrive swizzled where a row is
-  // 32 or 64 bytes (kSwizzleBits 1 or 2: a row's 16-byte pieces XOR its address bits 7…), so that the
-  // preparation's lanes (one per token and channel) read them without bank conflicts (2- or 4-way
-  // otherwise).
+  // [kStages][3][kTok·kCh], B/C rows [kStages][kTok·kRow], prepared (Δ, Δ·c) per warp [2][its
+  // channels][kPrepRow] float2, mbarriers full [kStages] and empty [kStages]. The raw rows arrive swizzled where
+  // a row is 32 or 64 bytes (kSwizzleBits 1 or 2: a row's 16-byte pieces XOR its address bits 7…),
+  // so that the preparation's lanes (one per token and channel) read them without bank conflicts
+  // (2- or 4-way otherwise); the swizzled rows' bits come from the lane's g (≥ 8 lanes per channel).
   static constexpr int kSwizzleBits = kCh * 4 == 32 ? 1 : kCh * 4 == 64 ? 2 : 0;
+  static_assert(kSwizzleBits == 0 || (lanes(kSplA) >= 8 && (kWarpsB == 0 || lanes(kSplB) >= 8)), "swizzle rows");
+  // A warp's (Δ, Δ·c) buffer: [channel][token] float2, channels kPrepRow apart (two tokens' pairs in
+  // one 16-byte read; the padding spreads a read's channels over the banks).
+  static constexpr int kPrepRow = kTok + 2;
+  static constexpr int kPrepA = 2 * kPrepRow * channels(kSplA);  // float2 per warp of role A (2 buffers)
+  static constexpr int kPrepB = 2 * kPrepRow * channels(kSplB);
   static constexpr size_t kSmemBytes = 1024 + size_t{kStages} * (3 * kTok * kCh + kTok * kRow) * sizeof(float) +
-                                       size_t{kWarps} * 2 * kTok * kChWarp * sizeof(float2) +
+                                       (size_t{kWarpsA} * kPrepA + size_t{kWarpsB} * kPrepB) * sizeof(float2) +
                                        size_t{2} * kStages * sizeof(uint64_t);
 };
 
-template <int kWarps, int kParts, int kStages, int kLag, bool kBoundaries>
-__device__ __forceinline__ void seq_scan(const Mamba1Params& p, const ScanMaps& maps, const GpuRequest& r) {
-  using S = SeqScan<kWarps, kParts, kStages, kLag>;
+// The block's ring of token chunks (shared by its warps): chunk q lives in stage q % kStages.
+template <class S>
+struct SeqRing {
+  const ScanMaps* maps;
+  float* raw;    // [kStages][3][kTok·kCh]: dt, c, z
+  float* bc;     // [kStages][kTok·kRow]
+  uint64_t* full;
+  uint64_t* empty;
+  int ch0;       // the block's first channel
+  int32_t begin, end;  // the request's tokens
+
+  static constexpr uint32_t kBytes = (3 * S::kTok * S::kCh + S::kTok * S::kRow) * sizeof(float);
+  __device__ int32_t num_chunks() const { return (end - begin + S::kTok - 1) / S::kTok; }
+  // Tokens of the request from chunk q's first row on (≥ kTok: q is whole; ≤ 0: past the end).
+  __device__ int32_t left_of(int32_t q) const { return end - (begin + q * S::kTok); }
+  __device__ const float* raw_of(int32_t q) const { return raw + (q % S::kStages) * 3 * S::kTok * S::kCh; }
+  __device__ float* bc_of(int32_t q) const { return bc + (q % S::kStages) * S::kTok * S::kRow; }
+  // Chunk q → its stage (one lane).
+  __device__ void issue(int32_t q) const {
+    const int st = q % S::kStages;
+    const int32_t row = begin + q * S::kTok;
+    float* dst = raw + st * 3 * S::kTok * S::kCh;
+    tma::fence_proxy_async();
+    tma::mbarrier_arrive_expect_tx(&full[st], kBytes);
+    tma::load_tile_2d(dst, &maps->dt, ch0, row, &full[st]);
+    tma::load_tile_2d(dst + S::kTok * S::kCh, &maps->c, ch0, row, &full[st]);
+    tma::load_tile_2d(dst + 2 * S::kTok * S::kCh, &maps->z, ch0, row, &full[st]);
+    tma::load_tile_2d(bc_of(q), &maps->bc, 0, row, &full[st]);
+  }
+  __device__ void wait_full(int32_t q) const {
+    tma::mbarrier_wait(&full[q % S::kStages], static_cast<uint32_t>(q / S::kStages) & 1u);
+  }
+};
+
+// A barrier of the block's kThreads threads that its warps may reach from different code (the roles'
+// copies of the chunk loop): barrier 1 without .aligned (__syncthreads is barrier 0, .aligned: every
+// thread at the same instruction).
+template <int kThreads>
+__device__ __forceinline__ void block_sync() {
+  asm volatile("barrier.sync 1, %0;\n" ::"n"(kThreads) : "memory");
+}
+
+// kSpl consecutive floats from shared memory (16-, 8- or 4-byte aligned).
+template <int kSpl>
+__device__ __forceinline__ void load_states(const float* src, float (&out)[kSpl]) {
+  if constexpr (kSpl == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(src);
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+  } else if constexpr (kSpl == 2) {
+    const float2 v = *reinterpret_cast<const float2*>(src);
+    out[0] = v.x, out[1] = v.y;
+  } else {
+    static_assert(kSpl == 1, "1, 2 or 4 states per lane");
+    out[0] = *src;
+  }
+}
+
+// One warp's channels [wch0, wch0 + 2·kSpl) of the block's tile, kSpl states per lane, over all of
+// the request's chunks; prep_smem: the warp's (Δ, Δ·c) buffers [2][channels][kPrepRow].
+template <class S, int kSpl, bool kBoundaries>
+__device__ __forceinline__ void seq_scan_warp(const Mamba1Params& p, const SeqRing<S>& ring, const GpuRequest& r,
+                                              int wch0, float2* prep_smem) {
+  constexpr int kLanes = S::lanes(kSpl);
+  constexpr int kChWarp = S::channels(kSpl);
+  constexpr int kParts = S::kTok / kLanes;  // a lane prepares (and stores y of) one token per part
   constexpr int kTok = S::kTok;
   constexpr int kCh = S::kCh;
-  constexpr int kChWarp = S::kChWarp;
-  constexpr int kRow = S::kRow;
-  constexpr uint32_t kTmaBytes = (3 * kTok * kCh + kTok * kRow) * sizeof(float);
-  const int tid = static_cast<int>(threadIdx.x);
-  const int warp = tid / 32;
-  const int lane = tid % 32;
-  const int c = lane / S::kLanes;  // the lane's channel in its warp
-  const int g = lane % S::kLanes;  // states 2g, 2g + 1
-  const int ch0 = static_cast<int>(blockIdx.x) * kCh;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int c = lane / kLanes;  // the lane's channel in its warp
+  const int g = lane % kLanes;  // states kSpl·g …
   const int64_t I = p.I;
-  const int wc = warp * kChWarp + c;  // the lane's channel in the block's tile
-  const int i = ch0 + wc;
+  const int wc = wch0 + c;  // the lane's channel in the block's tile
+  const int i = ring.ch0 + wc;
   const bool active = i < p.I;
   const int ic = active ? i : p.I - 1;
-  const int64_t e = int64_t{ic} * 16 + 2 * g;
+  const int64_t e = int64_t{ic} * 16 + kSpl * g;
 
-  extern __shared__ __align__(128) float4 dynamic_smem[];
-  // (the swizzle pattern repeats every 1024 bytes of shared-memory address: the stages start there)
-  float* raw_smem = reinterpret_cast<float*>(dynamic_smem) + ((1024 - mma::shared_address(dynamic_smem) % 1024) % 1024) / 4;  // [kStages][3][kTok·kCh]
-  float* bc_smem = raw_smem + kStages * 3 * kTok * kCh;                      // [kStages][kTok·kRow]
-  float2* prep_smem = reinterpret_cast<float2*>(bc_smem + kStages * kTok * kRow) + warp * 2 * kTok * kChWarp;
-  uint64_t* full = reinterpret_cast<uint64_t*>(reinterpret_cast<float2*>(bc_smem + kStages * kTok * kRow) +
-                                               kWarps * 2 * kTok * kChWarp);
-  uint64_t* empty = full + kStages;
-  if (tid == 0) {
-    for (int q = 0; q < kStages; ++q) {
-      tma::mbarrier_init(&full[q], 1);
-      tma::mbarrier_init(&empty[q], kWarps);
-    }
-    tma::fence_barrier_init();
-  }
-  __syncthreads();
-
-  float A2[2], h[2] = {0.0f, 0.0f};
+  float A2[kSpl], h[kSpl];
 #pragma unroll
-  for (int s = 0; s < 2; ++s) {
+  for (int s = 0; s < kSpl; ++s) {
     A2[s] = -expf(load_element(p.A_log.data, e + s, p.A_log.kind)) * kLog2e;
-    if (active && r.read_slot >= 0) h[s] = load_element(p.ssm_state.data, r.read_slot * p.ssm_state.slot_size + e + s, p.ssm_state.kind);
+    h[s] = active && r.read_slot >= 0
+               ? load_element(p.ssm_state.data, r.read_slot * p.ssm_state.slot_size + e + s, p.ssm_state.kind)
+               : 0.0f;
   }
   const float dt_bias = load_element(p.dt_bias.data, ic, p.dt_bias.kind);
   const float z_bias = weight_or(p.in_bias, I + ic, 0.0f);
   const float Dw = load_element(p.D.data, ic, p.D.kind);
+  const int32_t num_chunks = ring.num_chunks();
 
-  const int32_t num_chunks = (r.end - r.begin + kTok - 1) / kTok;
-  // Chunk q → stage q % kStages (one lane; the first kStages − kLag chunks from warp 0 up front).
-  const auto issue = [&](int32_t q) {
-    const int st = q % kStages;
-    const int32_t begin = r.begin + q * kTok;
-    float* raw = raw_smem + st * 3 * kTok * kCh;
-    tma::fence_proxy_async();
-    tma::mbarrier_arrive_expect_tx(&full[st], kTmaBytes);
-    tma::load_tile_2d(raw, &maps.dt, ch0, begin, &full[st]);
-    tma::load_tile_2d(raw + kTok * kCh, &maps.c, ch0, begin, &full[st]);
-    tma::load_tile_2d(raw + 2 * kTok * kCh, &maps.z, ch0, begin, &full[st]);
-    tma::load_tile_2d(bc_smem + st * kTok * kRow, &maps.bc, 0, begin, &full[st]);
-  };
-  if (warp == 0 && tma::elect_one()) {
-    for (int32_t q = 0; q < kStages - kLag && q < num_chunks; ++q) issue(q);
-  }
-  // Tokens of the request from chunk q's first row on (≥ kTok: q is whole; ≤ 0: past the end).
-  const auto left_of = [&](int32_t q) -> int32_t { return r.end - (r.begin + q * kTok); };
-  const auto wait_full = [&](int32_t q) { tma::mbarrier_wait(&full[q % kStages], static_cast<uint32_t>(q / kStages) & 1u); };
-  // Chunk q's (Δ, Δ·c) of the lane's channel, tokens g + 8j → the warp's buffer q & 1; (D·c, gate) of
-  // those tokens → dg (past the request's end: Δ = Δ·c = 0; D·c and gate unused).
-  // Channel wc's column in the raw rows of tokens ≡ g (mod 8) (the swizzle's row bits are g's there).
+  // Chunk q's (Δ, Δ·c) of the lane's channel, tokens g + kLanes·j → the warp's buffer q & 1; (D·c,
+  // gate) of those tokens → dg (past the request's end: Δ = Δ·c = 0; D·c and gate unused).
+  // Channel wc's column in the raw rows of tokens ≡ g (mod kLanes) (the swizzle's row bits are g's).
   constexpr int kSwizzleShift = S::kSwizzleBits == 1 ? 2 : 1;
   const int raw_col = ((wc / 4) ^ ((g >> kSwizzleShift) & ((1 << S::kSwizzleBits) - 1))) * 4 + wc % 4;
   const auto prep = [&](int32_t q, float (&dg)[kParts][2]) {
-    const float* raw = raw_smem + (q % kStages) * 3 * kTok * kCh;
-    float2* out = prep_smem + (q & 1) * kTok * kChWarp;
-    const int32_t left = left_of(q);
+    const float* raw = ring.raw_of(q);
+    float2* out = prep_smem + (q & 1) * S::kPrepRow * kChWarp + c * S::kPrepRow;
+    const int32_t left = ring.left_of(q);
 #pragma unroll
     for (int j = 0; j < kParts; ++j) {
-      const int t = j * S::kLanes + g;
+      const int t = j * kLanes + g;
       const int o = t * kCh + raw_col;
       const float dt = raw[o], cv = raw[kTok * kCh + o], z = raw[2 * kTok * kCh + o];
       const bool ok = active && t < left;
       const float delta = softplus_fast(dt + dt_bias);
-      out[t * kChWarp + c] = ok ? make_float2(delta, delta * cv) : make_float2(0.0f, 0.0f);
+      out[t] = ok ? make_float2(delta, delta * cv) : make_float2(0.0f, 0.0f);
       dg[j][0] = Dw * cv;
       dg[j][1] = silu_fast(z + z_bias);
     }
   };
-  // The scan of chunk q: per 8-token part, the update of the lane's 2 states, the reduce-scatter of
-  // their y shares over the channel's lanes (lane g: token g of the part, + D·c) and its y (× gate);
-  // with kBoundaries, the block-boundary states (slots read by lane g for token g, shuffled).
+  // The scan of chunk q: per part of kLanes tokens, the update of the lane's states, the
+  // reduce-scatter of their y shares over the channel's lanes (lane g: token g of the part, + D·c)
+  // and its y (× gate); with kBoundaries, the block-boundary states (slots read by lane g for token g,
+  // shuffled).
   float dg[kParts][2];
   float* y_out = p.y + (int64_t{r.begin} + g) * I + i;  // token g of each part, walking the chunks
   const auto scan = [&](int32_t q, int32_t left) {
-    const float* bc = bc_smem + (q % kStages) * kTok * kRow;
-    const float2* dd = prep_smem + (q & 1) * kTok * kChWarp;
+    const float* bc = ring.bc_of(q);
+    const float2* dd = prep_smem + (q & 1) * S::kPrepRow * kChWarp + c * S::kPrepRow;
 #pragma unroll
     for (int j = 0; j < kParts; ++j) {
       [[maybe_unused]] int32_t slot_g = -1;
       if constexpr (kBoundaries) {
-        const int32_t t = r.begin + q * kTok + j * S::kLanes + g;
-        if (j * S::kLanes + g < left) slot_g = p.boundary_slot[t];
+        const int32_t t = r.begin + q * kTok + j * kLanes + g;
+        if (j * kLanes + g < left) slot_g = p.boundary_slot[t];
       }
-      float v[S::kLanes];
+      float v[kLanes];
+      float4 d2;  // (Δ, Δ·c) of tokens t and t + 1 (t even)
 #pragma unroll
-      for (int k = 0; k < S::kLanes; ++k) {
-        const int t = j * S::kLanes + k;
-        const float2 d = dd[t * kChWarp + c];
-        const float2 B = *reinterpret_cast<const float2*>(bc + t * kRow + 2 * g);
-        const float2 C = *reinterpret_cast<const float2*>(bc + t * kRow + 16 + 2 * g);
-        const float u0 = d.y * B.x, u1 = d.y * B.y;
-        h[0] = fmaf(mma::exp2_approx(d.x * A2[0]), h[0], u0);
-        h[1] = fmaf(mma::exp2_approx(d.x * A2[1]), h[1], u1);
-        v[k] = fmaf(h[1], C.y, h[0] * C.x);
+      for (int k = 0; k < kLanes; ++k) {
+        const int t = j * kLanes + k;
+        if (k % 2 == 0) d2 = *reinterpret_cast<const float4*>(dd + t);
+        const float2 d = k % 2 == 0 ? make_float2(d2.x, d2.y) : make_float2(d2.z, d2.w);
+        float B[kSpl], C[kSpl];
+        load_states<kSpl>(bc + t * S::kRow + kSpl * g, B);
+        load_states<kSpl>(bc + t * S::kRow + 16 + kSpl * g, C);
+#pragma unroll
+        for (int s = 0; s < kSpl; ++s) h[s] = fmaf(mma::exp2_approx(d.x * A2[s]), h[s], d.y * B[s]);
+        v[k] = h[0] * C[0];
+#pragma unroll
+        for (int s = 1; s < kSpl; ++s) v[k] = fmaf(h[s], C[s], v[k]);
         if constexpr (kBoundaries) {
-          const int32_t slot = __shfl_sync(0xffffffffu, slot_g, (lane & ~(S::kLanes - 1)) | k);
+          const int32_t slot = __shfl_sync(0xffffffffu, slot_g, (lane & ~(kLanes - 1)) | k);
           if (active && slot >= 0) {
-            store_element(p.ssm_state.data, slot * p.ssm_state.slot_size + e, p.ssm_state.kind, h[0]);
-            store_element(p.ssm_state.data, slot * p.ssm_state.slot_size + e + 1, p.ssm_state.kind, h[1]);
+#pragma unroll
+            for (int s = 0; s < kSpl; ++s) {
+              store_element(p.ssm_state.data, slot * p.ssm_state.slot_size + e + s, p.ssm_state.kind, h[s]);
+            }
           }
         }
       }
       float bias[1] = {dg[j][0]};
-      reduce_scatter<S::kLanes / 2, S::kLanes>(v, g, bias);
-      if (active && j * S::kLanes + g < left) y_out[j * S::kLanes * I] = v[0] * dg[j][1];
+      reduce_scatter<kLanes / 2, kLanes>(v, g, bias);
+      if (active && j * kLanes + g < left) y_out[j * kLanes * I] = v[0] * dg[j][1];
     }
     y_out += kTok * I;
   };
 
   if (num_chunks > 0) {
-    wait_full(0);
+    ring.wait_full(0);
     __syncwarp();
     prep(0, dg);
   }
@@ -787,23 +843,27 @@ __device__ __forceinline__ void seq_scan(const Mamba1Params& p, const ScanMaps& 
     // (Every wait is the whole warp's and ends in __syncwarp: try_wait may resume lanes at different
     // times, and a warp left diverged before the reduce-scatter's shuffles takes the compiler's slow
     // collective path.)
-    const int32_t refill = q + kStages - kLag;
-    if (q % kWarps == warp && refill < num_chunks) {
-      if (refill >= kStages) tma::mbarrier_wait(&empty[refill % kStages], static_cast<uint32_t>(refill / kStages - 1) & 1u);
+    const int32_t refill = q + S::kStages - S::kLag;
+    if (q % S::kWarps == warp && refill < num_chunks) {
+      if (refill >= S::kStages) {
+        tma::mbarrier_wait(&ring.empty[refill % S::kStages], static_cast<uint32_t>(refill / S::kStages - 1) & 1u);
+      }
       __syncwarp();
-      if (tma::elect_one()) issue(refill);
+      if (tma::elect_one()) ring.issue(refill);
     }
-    if (q + 1 < num_chunks) wait_full(q + 1);
+    if (q + 1 < num_chunks) ring.wait_full(q + 1);
     __syncwarp();
-    const int32_t left = left_of(q);
+    const int32_t left = ring.left_of(q);
     if (left < kTok) {
       // The request's last chunk, once per request (every warp reaches it): its B/C rows past the
       // end (the next request's, or zeros) are zeroed, so that they add nothing whatever they hold
       // (Δ = 0 there: a = 1, and u = Δ·c·B = 0 for finite B only).
-      __syncthreads();
-      float* bc = bc_smem + (q % kStages) * kTok * kRow;
-      for (int idx = left * kRow + tid; idx < kTok * kRow; idx += S::kThreads) bc[idx] = 0.0f;
-      __syncthreads();
+      block_sync<S::kThreads>();
+      float* bc = ring.bc_of(q);
+      for (int idx = left * S::kRow + static_cast<int>(threadIdx.x); idx < kTok * S::kRow; idx += S::kThreads) {
+        bc[idx] = 0.0f;
+      }
+      block_sync<S::kThreads>();
     }
     scan(q, left);
     // The next chunk's (Δ, Δ·c), D·c and gate; after the last chunk, of a stage no one reads again
@@ -811,32 +871,67 @@ __device__ __forceinline__ void seq_scan(const Mamba1Params& p, const ScanMaps& 
     float dg_next[kParts][2];
     prep(q + 1, dg_next);
     __syncwarp();
-    if (tma::elect_one()) tma::mbarrier_arrive(&empty[q % kStages]);
+    if (tma::elect_one()) tma::mbarrier_arrive(&ring.empty[q % S::kStages]);
 #pragma unroll
     for (int j = 0; j < kParts; ++j) dg[j][0] = dg_next[j][0], dg[j][1] = dg_next[j][1];
   }
   if (active && r.write_slot >= 0) {
-    store_element(p.ssm_state.data, r.write_slot * p.ssm_state.slot_size + e, p.ssm_state.kind, h[0]);
-    store_element(p.ssm_state.data, r.write_slot * p.ssm_state.slot_size + e + 1, p.ssm_state.kind, h[1]);
+#pragma unroll
+    for (int s = 0; s < kSpl; ++s) {
+      store_element(p.ssm_state.data, r.write_slot * p.ssm_state.slot_size + e + s, p.ssm_state.kind, h[s]);
+    }
   }
 }
 
-template <int kWarps, int kParts, int kStages, int kLag, int kMinBlocks>
-__global__ void __launch_bounds__(SeqScan<kWarps, kParts, kStages, kLag>::kThreads, kMinBlocks)
+// The block: its shared memory, the ring's mbarriers and first chunks, then each warp's role.
+template <class S, bool kBoundaries>
+__device__ __forceinline__ void seq_scan(const Mamba1Params& p, const ScanMaps& maps, const GpuRequest& r) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  extern __shared__ __align__(128) float4 dynamic_smem[];
+  // (the swizzle pattern repeats every 1024 bytes of shared-memory address: the stages start there)
+  float* raw_smem = reinterpret_cast<float*>(dynamic_smem) + ((1024 - mma::shared_address(dynamic_smem) % 1024) % 1024) / 4;
+  float* bc_smem = raw_smem + S::kStages * 3 * S::kTok * S::kCh;
+  float2* prep_smem = reinterpret_cast<float2*>(bc_smem + S::kStages * S::kTok * S::kRow);
+  uint64_t* full = reinterpret_cast<uint64_t*>(prep_smem + S::kWarpsA * S::kPrepA + S::kWarpsB * S::kPrepB);
+  const SeqRing<S> ring{&maps, raw_smem, bc_smem, full, full + S::kStages, static_cast<int>(blockIdx.x) * S::kCh,
+                        r.begin, r.end};
+  if (tid == 0) {
+    for (int q = 0; q < S::kStages; ++q) {
+      tma::mbarrier_init(&ring.full[q], 1);
+      tma::mbarrier_init(&ring.empty[q], S::kWarps);
+    }
+    tma::fence_barrier_init();
+  }
+  __syncthreads();
+  if (warp == 0 && tma::elect_one()) {
+    for (int32_t q = 0; q < S::kStages - S::kLag && q < ring.num_chunks(); ++q) ring.issue(q);
+  }
+  if (warp < S::kWarpsA) {
+    seq_scan_warp<S, S::kSplA, kBoundaries>(p, ring, r, warp * S::channels(S::kSplA),
+                                                       prep_smem + warp * S::kPrepA);
+  } else if constexpr (S::kWarpsB > 0) {
+    seq_scan_warp<S, S::kSplB, kBoundaries>(
+        p, ring, r, S::kChA + (warp - S::kWarpsA) * S::channels(S::kSplB),
+        prep_smem + S::kWarpsA * S::kPrepA + (warp - S::kWarpsA) * S::kPrepB);
+  }
+}
+
+template <class S, int kMinBlocks>
+__global__ void __launch_bounds__(S::kThreads, kMinBlocks)
     scan_seq_kernel(Mamba1Params p, const __grid_constant__ ScanMaps maps) {
   const GpuRequest r = p.wave.requests[blockIdx.y];
   if (r.decode || r.end <= r.begin) return;  // uniform over the block
   if (r.num_boundaries > 0) {
-    seq_scan<kWarps, kParts, kStages, kLag, true>(p, maps, r);
+    seq_scan<S, true>(p, maps, r);
   } else {
-    seq_scan<kWarps, kParts, kStages, kLag, false>(p, maps, r);
+    seq_scan<S, false>(p, maps, r);
   }
 }
 
 // The sequential scan where it applies (N = 16, TMA maps of its boxes): false otherwise.
-template <int kWarps, int kParts, int kStages, int kLag, int kMinBlocks>
+template <class S, int kMinBlocks>
 bool launch_seq_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
-  using S = SeqScan<kWarps, kParts, kStages, kLag>;
   if (p.N != 16 || !rows_in_quads(p) || p.num_tokens <= 0) return false;
   ScanMaps maps;
   constexpr CUtensorMapSwizzle kSwizzle = S::kSwizzleBits == 1   ? CU_TENSOR_MAP_SWIZZLE_32B
@@ -844,7 +939,7 @@ bool launch_seq_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream) 
                                                                 : CU_TENSOR_MAP_SWIZZLE_NONE;
   maps.valid = encode_scan_maps(p, S::kTok, S::kCh, kSwizzle, &maps);
   if (!maps.valid) return false;
-  constexpr auto kernel = scan_seq_kernel<kWarps, kParts, kStages, kLag, kMinBlocks>;
+  constexpr auto kernel = scan_seq_kernel<S, kMinBlocks>;
   allow_dynamic_smem<kernel, S::kSmemBytes>();
   kernel<<<dim3((p.I + S::kCh - 1) / S::kCh, count), S::kThreads, S::kSmemBytes, stream>>>(p, maps);
   return true;
@@ -915,14 +1010,19 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
       case 1: mamba1::launch_tile_scan<1, 4, 8, 4, 5, false>(q, count, stream); break;
       case 2: mamba1::launch_tile_scan<2, 4, 8, 4, 5, false>(q, count, stream); break;
       case 4:
-        // N = 16 (Mamba-1): the sequential scan where its TMA boxes apply (48-token chunks in 3 stages:
-        // the most shared memory that keeps 5 blocks per SM). The benchmark's sweep (0 is the
-        // default): 1 runs the tile scan (the default before: 486 µs at 8k tokens on the H100 against
-        // the sequential scan's 426), 2 the sequential scan with 32-token chunks in 4 stages (445).
+        // N = 16 (Mamba-1): the sequential scan where its TMA boxes apply, one block per SM of 8 warps
+        // of 2 states per lane and 4 of 1 (each scheduler: 4 + 4 + 2 channels), 48-token chunks in 4
+        // stages. The benchmark's sweep (0 is the default; H100, 8k tokens: 401 µs): 1 runs the tile
+        // scan (488), 2 the sequential scan in uniform blocks of 2 warps of 2 states per lane, 5 per
+        // SM (the default before: 431), 3 the default's block with 64-token chunks in 3 stages (408).
         {
+          using Balanced = mamba1::SeqScan<8, 2, 4, 1, 48, 4, 1>;
+          using Uniform = mamba1::SeqScan<2, 2, 0, 1, 48, 3, 1>;
+          using LongChunks = mamba1::SeqScan<8, 2, 4, 1, 64, 3, 1>;
           const bool seq = p.scan_variant == 1   ? false
-                           : p.scan_variant == 2 ? mamba1::launch_seq_scan<2, 4, 4, 1, 5>(q, count, stream)
-                                                 : mamba1::launch_seq_scan<2, 6, 3, 1, 5>(q, count, stream);
+                           : p.scan_variant == 2 ? mamba1::launch_seq_scan<Uniform, 5>(q, count, stream)
+                           : p.scan_variant == 3 ? mamba1::launch_seq_scan<LongChunks, 1>(q, count, stream)
+                                                 : mamba1::launch_seq_scan<Balanced, 1>(q, count, stream);
           if (!seq) mamba1::launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream);
         }
         break;
