@@ -216,8 +216,8 @@ std::vector<SsmCase> cases() {
                  .dtype = DType::kFloat32, .requests = kLongSingle, .big_mamba = true, .seed = 29});
   all.push_back({.name = "Mamba1BigLongSingleNoneBf16", .mode = "mamba1", .requests = kLongSingle,
                  .big_mamba = true, .seed = 31});
-  // The sequential scan (N = 16) with a partial channel tile (44 = 5·8 + 4 channels: the last block's
-  // second warp holds only channels past I), requests ending inside a chunk.
+  // The sequential scan (N = 16) with a partial channel tile (44 = 40 + 4 channels: in the second
+  // block only the first warp holds channels below I), requests ending inside a chunk.
   all.push_back({.name = "Mamba1PartialTileMixedAll", .mode = "mamba1", .cache = MambaCacheMode::kAll,
                  .requests = kMixed, .padding_tokens = 2, .padding_requests = 1, .seed = 51,
                  .params = {{"intermediate_size", 44}, {"state_size", 16}, {"conv_kernel", 4}, {"dt_rank", 8}}});

@@ -714,17 +714,14 @@ __device__ __forceinline__ void block_sync() {
   asm volatile("barrier.sync 1, %0;\n" ::"n"(kThreads) : "memory");
 }
 
-// kSpl consecutive floats from shared memory (16-, 8- or 4-byte aligned).
+// kSpl consecutive floats from shared memory (8- or 4-byte aligned).
 template <int kSpl>
 __device__ __forceinline__ void load_states(const float* src, float (&out)[kSpl]) {
-  if constexpr (kSpl == 4) {
-    const float4 v = *reinterpret_cast<const float4*>(src);
-    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
-  } else if constexpr (kSpl == 2) {
+  if constexpr (kSpl == 2) {
     const float2 v = *reinterpret_cast<const float2*>(src);
     out[0] = v.x, out[1] = v.y;
   } else {
-    static_assert(kSpl == 1, "1, 2 or 4 states per lane");
+    static_assert(kSpl == 1, "1 or 2 states per lane");
     out[0] = *src;
   }
 }
@@ -768,9 +765,12 @@ __device__ __forceinline__ void seq_scan_warp(const Mamba1Params& p, const SeqRi
   // Channel wc's column in the raw rows of tokens ≡ g (mod kLanes) (the swizzle's row bits are g's).
   constexpr int kSwizzleShift = S::kSwizzleBits == 1 ? 2 : 1;
   const int raw_col = ((wc / 4) ^ ((g >> kSwizzleShift) & ((1 << S::kSwizzleBits) - 1))) * 4 + wc % 4;
+  // The lane's channel's row of chunk q's (Δ, Δ·c) buffer.
+  float2* const prep_row0 = prep_smem + c * S::kPrepRow;
+  const auto prep_row = [&](int32_t q) { return prep_row0 + (q & 1) * S::kPrepRow * kChWarp; };
   const auto prep = [&](int32_t q, float (&dg)[kParts][2]) {
     const float* raw = ring.raw_of(q);
-    float2* out = prep_smem + (q & 1) * S::kPrepRow * kChWarp + c * S::kPrepRow;
+    float2* out = prep_row(q);
     const int32_t left = ring.left_of(q);
 #pragma unroll
     for (int j = 0; j < kParts; ++j) {
@@ -792,7 +792,7 @@ __device__ __forceinline__ void seq_scan_warp(const Mamba1Params& p, const SeqRi
   float* y_out = p.y + (int64_t{r.begin} + g) * I + i;  // token g of each part, walking the chunks
   const auto scan = [&](int32_t q, int32_t left) {
     const float* bc = ring.bc_of(q);
-    const float2* dd = prep_smem + (q & 1) * S::kPrepRow * kChWarp + c * S::kPrepRow;
+    const float2* dd = prep_row(q);
 #pragma unroll
     for (int j = 0; j < kParts; ++j) {
       [[maybe_unused]] int32_t slot_g = -1;
