@@ -628,7 +628,8 @@ __global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThrea
 // block's channels, swizzled where a row is 32 or 64 bytes so that the preparation reads them without
 // bank conflicts; B/C), each awaited on its `full` mbarrier. Warp q mod kWarps refills the stage of
 // chunk q − kLag with chunk q + kStages − kLag once every warp has handed that chunk back on its
-// `empty` mbarrier, so warps drift apart by up to kLag chunks and never meet at a block barrier. Lane
+// `empty` mbarrier, so warps drift apart by up to kLag chunks and meet at a block barrier only where
+// a request's last chunk ends early (its rows past the end are made inert as it lands). Lane
 // g of a channel prepares tokens g, g + lanes, … of the next chunk (Δ, Δ·c into its warp's buffer,
 // two tokens' pairs per 16-byte read: 407 → 401 µs; D·c and the gate kept in registers),
 // interleaved with the scan of the current one, and stores y of those tokens after each part's
@@ -638,6 +639,12 @@ __global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThrea
 // memory than 5 blocks per SM allow: 612); ncu (32-token chunks): 12.3 warp instructions per
 // token·channel·state, issue slots 69% busy on the schedulers holding 3 warps, L1 77% busy; y's
 // shares summed through shared memory instead of shuffles: 485 µs (more shared-memory wavefronts).
+// Measured on the default's block and not kept (H100, 8k, 2026-11-23): the stage refilled by the
+// last warp to hand it back (a shared-memory atomic, acq_rel: a MEMBAR.ALL.CTA each chunk) 413 µs
+// against 398; refills taken in turn by the 1-state warps only 391–392 against 390–391; y reduced
+// over 16 tokens (two parts) at once +0.5%; registers moved between the roles (setmaxnreg, sm_90a)
+// 192/120 −0.8%, 208/88 +1.4%. Diagnostic: without the 2-state warps' reduce-scatter (its shuffles
+// and selects; y wrong) 367 against 397: the next target.
 template <int kRoleAWarps, int kRoleASpl, int kRoleBWarps, int kRoleBSpl, int kTokens, int kStageCount, int kLagChunks>
 struct SeqScan {
   static constexpr int kWarpsA = kRoleAWarps, kSplA = kRoleASpl;  // warps [0, kWarpsA): kSplA states per lane
@@ -704,6 +711,13 @@ struct SeqRing {
   __device__ void wait_full(int32_t q) const {
     tma::mbarrier_wait(&full[q % S::kStages], static_cast<uint32_t>(q / S::kStages) & 1u);
   }
+  // Chunk q has landed (the whole warp waits). If it is the request's last chunk and ends early, the
+  // rows past the end (the next request's, or zeros) are made inert once, by the whole block, before
+  // anyone prepares or scans them: dt = −inf (Δ = softplus(−inf) = 0 exactly: a = 1, the state
+  // carries over unchanged), c = 0 (Δ·c = 0) and B = C = 0 (no input, no output whatever they held),
+  // so the preparation needs no mask. Every warp lands every chunk at the same point of its loop, so
+  // all reach the block barrier; the roles reach it from different code (block_sync).
+  __device__ __forceinline__ void land(int32_t q) const;
 };
 
 // A barrier of the block's kThreads threads that its warps may reach from different code (the roles'
@@ -712,6 +726,28 @@ struct SeqRing {
 template <int kThreads>
 __device__ __forceinline__ void block_sync() {
   asm volatile("barrier.sync 1, %0;\n" ::"n"(kThreads) : "memory");
+}
+
+template <class S>
+__device__ __forceinline__ void SeqRing<S>::land(int32_t q) const {
+  wait_full(q);
+  __syncwarp();
+  const int32_t left = left_of(q);
+  if (left < S::kTok && q + 1 == num_chunks()) {
+    block_sync<S::kThreads>();
+    float* dt_rows = raw + (q % S::kStages) * 3 * S::kTok * S::kCh;
+    float* c_rows = dt_rows + S::kTok * S::kCh;
+    float* bc_rows = bc_of(q);
+    // (whole rows: the swizzle permutes 16-byte pieces within a row)
+    for (int idx = left * S::kCh + static_cast<int>(threadIdx.x); idx < S::kTok * S::kCh; idx += S::kThreads) {
+      dt_rows[idx] = -INFINITY;
+      c_rows[idx] = 0.0f;
+    }
+    for (int idx = left * S::kRow + static_cast<int>(threadIdx.x); idx < S::kTok * S::kRow; idx += S::kThreads) {
+      bc_rows[idx] = 0.0f;
+    }
+    block_sync<S::kThreads>();
+  }
 }
 
 // kSpl consecutive floats from shared memory (8- or 4-byte aligned).
@@ -761,7 +797,8 @@ __device__ __forceinline__ void seq_scan_warp(const Mamba1Params& p, const SeqRi
   const int32_t num_chunks = ring.num_chunks();
 
   // Chunk q's (Δ, Δ·c) of the lane's channel, tokens g + kLanes·j → the warp's buffer q & 1; (D·c,
-  // gate) of those tokens → dg (past the request's end: Δ = Δ·c = 0; D·c and gate unused).
+  // gate) of those tokens → dg. No masks: rows past the request's end were made inert when the chunk
+  // landed (Δ = Δ·c = 0); channels past I (zero columns of the TMA box) are computed, never stored.
   // Channel wc's column in the raw rows of tokens ≡ g (mod kLanes) (the swizzle's row bits are g's).
   constexpr int kSwizzleShift = S::kSwizzleBits == 1 ? 2 : 1;
   const int raw_col = ((wc / 4) ^ ((g >> kSwizzleShift) & ((1 << S::kSwizzleBits) - 1))) * 4 + wc % 4;
@@ -771,15 +808,13 @@ __device__ __forceinline__ void seq_scan_warp(const Mamba1Params& p, const SeqRi
   const auto prep = [&](int32_t q, float (&dg)[kParts][2]) {
     const float* raw = ring.raw_of(q);
     float2* out = prep_row(q);
-    const int32_t left = ring.left_of(q);
 #pragma unroll
     for (int j = 0; j < kParts; ++j) {
       const int t = j * kLanes + g;
       const int o = t * kCh + raw_col;
       const float dt = raw[o], cv = raw[kTok * kCh + o], z = raw[2 * kTok * kCh + o];
-      const bool ok = active && t < left;
       const float delta = softplus_fast(dt + dt_bias);
-      out[t] = ok ? make_float2(delta, delta * cv) : make_float2(0.0f, 0.0f);
+      out[t] = make_float2(delta, delta * cv);
       dg[j][0] = Dw * cv;
       dg[j][1] = silu_fast(z + z_bias);
     }
@@ -833,8 +868,7 @@ __device__ __forceinline__ void seq_scan_warp(const Mamba1Params& p, const SeqRi
   };
 
   if (num_chunks > 0) {
-    ring.wait_full(0);
-    __syncwarp();
+    ring.land(0);
     prep(0, dg);
   }
   __syncwarp();
@@ -851,23 +885,10 @@ __device__ __forceinline__ void seq_scan_warp(const Mamba1Params& p, const SeqRi
       __syncwarp();
       if (tma::elect_one()) ring.issue(refill);
     }
-    if (q + 1 < num_chunks) ring.wait_full(q + 1);
-    __syncwarp();
-    const int32_t left = ring.left_of(q);
-    if (left < kTok) {
-      // The request's last chunk, once per request (every warp reaches it): its B/C rows past the
-      // end (the next request's, or zeros) are zeroed, so that they add nothing whatever they hold
-      // (Δ = 0 there: a = 1, and u = Δ·c·B = 0 for finite B only).
-      block_sync<S::kThreads>();
-      float* bc = ring.bc_of(q);
-      for (int idx = left * S::kRow + static_cast<int>(threadIdx.x); idx < kTok * S::kRow; idx += S::kThreads) {
-        bc[idx] = 0.0f;
-      }
-      block_sync<S::kThreads>();
-    }
-    scan(q, left);
+    if (q + 1 < num_chunks) ring.land(q + 1);
+    scan(q, ring.left_of(q));
     // The next chunk's (Δ, Δ·c), D·c and gate; after the last chunk, of a stage no one reads again
-    // (masked: Δ = Δ·c = 0). Unconditional, so that it interleaves with the scan.
+    // (its results unused). Unconditional, so that it interleaves with the scan.
     float dg_next[kParts][2];
     prep(q + 1, dg_next);
     __syncwarp();
