@@ -4,8 +4,8 @@
 // (causal_conv.h). The math is reference/ssm/mamba1.cpp's, in float32:
 //   Δ = softplus(dt + dt_bias) (threshold 20),
 //   h = exp(Δ·A)·h + Δ·c·B,  A = −exp(A_log),  y = (h·C + D·c)·silu(z).
-// Prefills, N = 16 with TMA (Mamba-1): the sequential scan (scan_seq_kernel, (6) below: 401 µs at
-// 8k tokens on the H100, 56% of its bound). Every other state size, or tensors TMA cannot map:
+// Prefills, N = 16 with TMA (Mamba-1): the sequential scan (scan_seq_kernel, (6) below: 392 µs at
+// 8k tokens on the H100, 57% of its bound). Every other state size, or tensors TMA cannot map:
 // one launch of a one-pass block scan
 // (scan_tile_kernel), described here: a block owns a tile of channels of one request (whole warps per time
 // segment: 8 channels for 16 states; B/C of a token staged once per block) and walks its tokens in
@@ -679,6 +679,14 @@ struct SeqScan {
                                        size_t{2} * kStages * sizeof(uint64_t);
 };
 
+// A barrier of the block's kThreads threads that its warps may reach from different code (the roles'
+// copies of the chunk loop): barrier 1 without .aligned (__syncthreads is barrier 0, .aligned: every
+// thread at the same instruction).
+template <int kThreads>
+__device__ __forceinline__ void block_sync() {
+  asm volatile("barrier.sync 1, %0;\n" ::"n"(kThreads) : "memory");
+}
+
 // The block's ring of token chunks (shared by its warps): chunk q lives in stage q % kStages.
 template <class S>
 struct SeqRing {
@@ -694,13 +702,13 @@ struct SeqRing {
   __device__ int32_t num_chunks() const { return (end - begin + S::kTok - 1) / S::kTok; }
   // Tokens of the request from chunk q's first row on (≥ kTok: q is whole; ≤ 0: past the end).
   __device__ int32_t left_of(int32_t q) const { return end - (begin + q * S::kTok); }
-  __device__ const float* raw_of(int32_t q) const { return raw + (q % S::kStages) * 3 * S::kTok * S::kCh; }
+  __device__ float* raw_of(int32_t q) const { return raw + (q % S::kStages) * 3 * S::kTok * S::kCh; }
   __device__ float* bc_of(int32_t q) const { return bc + (q % S::kStages) * S::kTok * S::kRow; }
   // Chunk q → its stage (one lane).
   __device__ void issue(int32_t q) const {
     const int st = q % S::kStages;
     const int32_t row = begin + q * S::kTok;
-    float* dst = raw + st * 3 * S::kTok * S::kCh;
+    float* dst = raw_of(q);
     tma::fence_proxy_async();
     tma::mbarrier_arrive_expect_tx(&full[st], kBytes);
     tma::load_tile_2d(dst, &maps->dt, ch0, row, &full[st]);
@@ -716,39 +724,29 @@ struct SeqRing {
   // anyone prepares or scans them: dt = −inf (Δ = softplus(−inf) = 0 exactly: a = 1, the state
   // carries over unchanged), c = 0 (Δ·c = 0) and B = C = 0 (no input, no output whatever they held),
   // so the preparation needs no mask. Every warp lands every chunk at the same point of its loop, so
-  // all reach the block barrier; the roles reach it from different code (block_sync).
-  __device__ __forceinline__ void land(int32_t q) const;
-};
-
-// A barrier of the block's kThreads threads that its warps may reach from different code (the roles'
-// copies of the chunk loop): barrier 1 without .aligned (__syncthreads is barrier 0, .aligned: every
-// thread at the same instruction).
-template <int kThreads>
-__device__ __forceinline__ void block_sync() {
-  asm volatile("barrier.sync 1, %0;\n" ::"n"(kThreads) : "memory");
-}
-
-template <class S>
-__device__ __forceinline__ void SeqRing<S>::land(int32_t q) const {
-  wait_full(q);
-  __syncwarp();
-  const int32_t left = left_of(q);
-  if (left < S::kTok && q + 1 == num_chunks()) {
-    block_sync<S::kThreads>();
-    float* dt_rows = raw + (q % S::kStages) * 3 * S::kTok * S::kCh;
-    float* c_rows = dt_rows + S::kTok * S::kCh;
-    float* bc_rows = bc_of(q);
-    // (whole rows: the swizzle permutes 16-byte pieces within a row)
-    for (int idx = left * S::kCh + static_cast<int>(threadIdx.x); idx < S::kTok * S::kCh; idx += S::kThreads) {
-      dt_rows[idx] = -INFINITY;
-      c_rows[idx] = 0.0f;
+  // all reach the block barrier; the roles reach it from different code (block_sync). (A landed
+  // chunk has left ≥ 1 token, so left < kTok only for the last one.)
+  __device__ __forceinline__ void land(int32_t q) const {
+    wait_full(q);
+    __syncwarp();
+    const int32_t left = left_of(q);
+    if (left < S::kTok) {
+      block_sync<S::kThreads>();
+      float* dt_rows = raw_of(q);
+      float* c_rows = dt_rows + S::kTok * S::kCh;
+      float* bc_rows = bc_of(q);
+      // (whole rows: the swizzle permutes 16-byte pieces within a row)
+      for (int idx = left * S::kCh + static_cast<int>(threadIdx.x); idx < S::kTok * S::kCh; idx += S::kThreads) {
+        dt_rows[idx] = -INFINITY;
+        c_rows[idx] = 0.0f;
+      }
+      for (int idx = left * S::kRow + static_cast<int>(threadIdx.x); idx < S::kTok * S::kRow; idx += S::kThreads) {
+        bc_rows[idx] = 0.0f;
+      }
+      block_sync<S::kThreads>();
     }
-    for (int idx = left * S::kRow + static_cast<int>(threadIdx.x); idx < S::kTok * S::kRow; idx += S::kThreads) {
-      bc_rows[idx] = 0.0f;
-    }
-    block_sync<S::kThreads>();
   }
-}
+};
 
 // kSpl consecutive floats from shared memory (8- or 4-byte aligned).
 template <int kSpl>
@@ -1033,9 +1031,9 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
       case 4:
         // N = 16 (Mamba-1): the sequential scan where its TMA boxes apply, one block per SM of 8 warps
         // of 2 states per lane and 4 of 1 (each scheduler: 4 + 4 + 2 channels), 48-token chunks in 4
-        // stages. The benchmark's sweep (0 is the default; H100, 8k tokens: 401 µs): 1 runs the tile
-        // scan (488), 2 the sequential scan in uniform blocks of 2 warps of 2 states per lane, 5 per
-        // SM (the default before: 431), 3 the default's block with 64-token chunks in 3 stages (408).
+        // stages. The benchmark's sweep (0 is the default; H100, 8k tokens: 392 µs): 1 runs the tile
+        // scan (486), 2 the sequential scan in uniform blocks of 2 warps of 2 states per lane, 5 per
+        // SM (418), 3 the default's block with 64-token chunks in 3 stages (400).
         {
           using Balanced = mamba1::SeqScan<8, 2, 4, 1, 48, 4, 1>;
           using Uniform = mamba1::SeqScan<2, 2, 0, 1, 48, 3, 1>;
