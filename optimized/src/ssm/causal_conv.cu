@@ -31,6 +31,7 @@
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
 #include "common/pdl.cuh"
+#include "ssm/activations.cuh"
 #include "ssm/causal_conv.h"
 #include "ssm/weight_ref.cuh"
 
@@ -51,8 +52,6 @@ constexpr int kVecChannels = 4;
 // 16 input elements in flight per thread.
 constexpr int kConvBatch = 8;     // one channel per thread
 constexpr int kVecConvBatch = 4;  // kVecChannels per thread
-
-__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
 // u_t[c]: the conv input of step row t, channel c (in_bias included); the decode kernel's.
 __device__ __forceinline__ float conv_input(const CausalConvParams& p, int64_t t, int c) {

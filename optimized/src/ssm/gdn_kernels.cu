@@ -30,6 +30,7 @@
 #include "common/elements.cuh"
 #include "common/group_sums.cuh"
 #include "common/pdl.cuh"
+#include "ssm/activations.cuh"
 #include "ssm/gdn_kernels.h"
 #include "ssm/pool_quads.cuh"
 
@@ -38,10 +39,6 @@ namespace {
 
 constexpr float kL2NormEps = 1e-6f;   // fla's l2norm_fwd, inside the square root
 constexpr float kRmsNormEps = 1e-6f;  // Qwen3-Next's rms_norm_eps
-
-__device__ __forceinline__ float softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
-__device__ __forceinline__ float sigmoid(float v) { return 1.0f / (1.0f + expf(-v)); }
-__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
 
 // --- (1) preparation ------------------------------------------------------------------------------
 

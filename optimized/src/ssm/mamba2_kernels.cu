@@ -32,6 +32,7 @@
 #include "common/elements.cuh"
 #include "common/group_sums.cuh"
 #include "common/pdl.cuh"
+#include "ssm/activations.cuh"
 #include "ssm/pool_quads.cuh"
 #include "ssm/mamba2_kernels.h"
 #include "ssm/weight_ref.cuh"
@@ -46,9 +47,6 @@ constexpr int kNStep = 32;              // N values staged per step of the chunk
 constexpr int kChunkThreads = 256;
 
 static_assert(kQ == kTile, "the chunk kernels tile a chunk's tokens like P and N");
-
-__device__ __forceinline__ float silu(float v) { return v / (1.0f + expf(-v)); }
-__device__ __forceinline__ float softplus(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
 
 // The sizes derived from the parameters.
 struct Dims {
