@@ -1,6 +1,7 @@
-// hybridtb_bench_ssm [--out FILE.json] [--case NAME]: the mamba1 kernels of the cuda backend's SSM branch
-// (optimized/src/ssm/mamba1_kernels.cu, mamba1_decode.cu) on one GPU, against ceilings measured in
-// the same run (device-to-device copy bandwidth of 1 GiB; ex2 throughput with every SM full):
+// hybridtb_bench_ssm [--out FILE.json] [--case NAME] [--prefill-tokens T1,T2,...]: the mamba1
+// kernels of the cuda backend's SSM branch (optimized/src/ssm/mamba1_kernels.cu, mamba1_decode.cu)
+// on one GPU, against ceilings measured in the same run (device-to-device copy bandwidth of 1 GiB,
+// the best of three rounds; ex2 throughput with every SM full):
 //   decode: the single-step state update (launch_mamba1_scan on decode requests) for d_inner 5120,
 //           state 16, 64 and 256 sequences; bytes = ssm_state read + write (fp32) + per-token
 //           inputs; % of the measured copy bandwidth (read + write counted), of the 1 GiB copy and of
@@ -14,7 +15,11 @@
 //           states per lane, the default before; seq_64_token_chunks: the default's blocks with
 //           64-token chunks in 3 stages), and the causal conv; tokens/s against
 //           t_min = max(bytes / copy bandwidth, D·N·T / ex2 rate) (perf-anchors.md §6.3).
-// --case runs only the case of that name (e.g. "prefill 8k", for a profiler).
+// --case runs only the case of that name (e.g. "prefill 8k", for a profiler); --prefill-tokens
+// replaces the prefill lengths 8192,32768 (multiples of 1024 up to 256k, named "prefill <T/1024>k"),
+// e.g. to separate the scan's fixed cost from its cost per token. "variants_max_rel_diff_y": each
+// variant's y against the default's, max |Δy| / max |y| (the default's own entry is 0 when runs are
+// bitwise reproducible; the others differ by float32 rounding).
 // Inputs are deterministic non-zero values (a hash fill); every timing is the median of CUDA-event
 // samples after warm-up, with the ssm_state pool restored and L2 flushed (256 MiB read) before
 // every sample, outside the events (a 256 MiB read: clean lines, no write-back in the timed region). The GEMMs (cuBLAS) are not timed here. Case names ("name")
@@ -24,6 +29,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -38,6 +44,18 @@ using namespace hybridtb::cuda;
 using namespace hybridtb::cuda::ssm;
 
 namespace {
+
+// max |a − b| (max |a| where b is null) over n elements into *out, as the bits of a non-negative
+// float (NaN counts as +inf).
+__global__ void max_abs_diff_kernel(const float* a, const float* b, int64_t n, unsigned* out) {
+  float m = 0.0f;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float d = fabsf(b == nullptr ? a[i] : a[i] - b[i]);
+    m = d <= m ? m : (d > m ? d : INFINITY);
+  }
+  for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (threadIdx.x % 32 == 0) atomicMax(out, __float_as_uint(m));
+}
 
 __global__ void fill_kernel(float* p, int64_t n, float low, float high, uint32_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
@@ -197,9 +215,24 @@ void release(Setup& s) {
 int main(int argc, char** argv) {
   std::string out_path;
   std::string only_case;
+  std::vector<int> prefill_tokens = {8192, 32768};
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--out") == 0) out_path = argv[i + 1];
     if (std::strcmp(argv[i], "--case") == 0) only_case = argv[i + 1];
+    if (std::strcmp(argv[i], "--prefill-tokens") == 0) {
+      prefill_tokens.clear();
+      for (const char* t = argv[i + 1]; *t != '\0';) {
+        char* end = nullptr;
+        const long v = std::strtol(t, &end, 10);
+        if (end == t || v <= 0 || v % 1024 != 0 || v > (1 << 18) || (*end != ',' && *end != '\0')) {
+          std::fprintf(stderr, "--prefill-tokens: expected a comma-separated list of multiples of 1024 up to 262144, got '%s'\n",
+                       argv[i + 1]);
+          return 2;
+        }
+        prefill_tokens.push_back(static_cast<int>(v));
+        t = *end == ',' ? end + 1 : end;
+      }
+    }
   }
   const auto skip = [&](const std::string& name) { return !only_case.empty() && name != only_case; };
   cudaStream_t stream = nullptr;
@@ -207,17 +240,24 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   HYBRIDTB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
 
-  // Ceiling: device-to-device copy of 1 GiB (read + write counted).
+  // Ceiling: device-to-device copy of 1 GiB (read + write counted), the best of three rounds of 20
+  // (a round now and then comes in several % low, which would flatter every "% of bound").
   const size_t copy_bytes = size_t{1} << 30;
   void* a = nullptr;
   void* b = nullptr;
   HYBRIDTB_CUDA_CHECK(cudaMalloc(&a, copy_bytes));
   HYBRIDTB_CUDA_CHECK(cudaMalloc(&b, copy_bytes));
   HYBRIDTB_CUDA_CHECK(cudaMemset(a, 1, copy_bytes));
-  const double copy_ms = bench::median_ms(20, stream, [&] {
-    HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(b, a, copy_bytes, cudaMemcpyDeviceToDevice, stream));
-  }, 3);
-  const double copy_bw = 2.0 * static_cast<double>(copy_bytes) / (copy_ms * 1e-3);
+  double copy_bw = 0.0;
+  std::string copy_rounds;
+  for (int round = 0; round < 3; ++round) {
+    const double copy_ms = bench::median_ms(20, stream, [&] {
+      HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(b, a, copy_bytes, cudaMemcpyDeviceToDevice, stream));
+    }, 3);
+    const double bw = 2.0 * static_cast<double>(copy_bytes) / (copy_ms * 1e-3);
+    copy_bw = std::max(copy_bw, bw);
+    copy_rounds += (round == 0 ? "" : ", ") + std::to_string(bw);
+  }
   cudaFree(a);
   cudaFree(b);
   const double exp_rate_nominal = 4.17e12;  // perf-anchors §6.3 (H100 SXM: 132 SMs × 16 / clock × 1.98 GHz)
@@ -230,7 +270,8 @@ int main(int argc, char** argv) {
   cudaFree(exp_sink);
 
   std::string json = "{\n  \"gpu\": \"" + std::string(prop.name) + "\",\n  \"copy_bandwidth_Bps\": " +
-                     std::to_string(copy_bw) + ",\n  \"exp_rate_per_s\": " + std::to_string(exp_rate) +
+                     std::to_string(copy_bw) + ",\n  \"copy_bandwidth_rounds_Bps\": [" + copy_rounds +
+                     "],\n  \"exp_rate_per_s\": " + std::to_string(exp_rate) +
                      ",\n  \"exp_rate_nominal_per_s\": " + std::to_string(exp_rate_nominal) +
                      ",\n  \"I\": 5120, \"N\": 16, \"K\": 4, \"R\": 160,\n  \"cases\": [\n";
   bool first_case = true;
@@ -242,6 +283,11 @@ int main(int argc, char** argv) {
 
   const bench::ReadFlusher flush;  // 256 MiB
   const auto num = [](double v) { return std::to_string(v); };
+  const auto sci = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.3e", v);
+    return std::string(text);
+  };
 
   // Case names ("name") match experiments/peers/torch_mamba1_peer.py's; "median_us" is the time.
   for (const int seqs : {64, 256}) {
@@ -285,20 +331,46 @@ int main(int argc, char** argv) {
              ", \"launches\": 1, \"variants_us\": {" + variants + "}}");
     release(s);
   }
-  for (const int tokens : {8192, 32768}) {
+  for (const int tokens : prefill_tokens) {
     if (skip("prefill " + std::to_string(tokens / 1024) + "k")) continue;
     Setup s = make_setup(1, tokens);
     // The tiling sweep (scan_variant; 0 = the default the backend uses).
     const char* variant_names[] = {"seq", "tile", "seq_uniform_blocks", "seq_64_token_chunks"};
     constexpr int kVariants = sizeof(variant_names) / sizeof(variant_names[0]);
-    std::string variants;
+    std::string variants, variant_diffs;
     double scan_ms = 0.0;
+    // Every variant's y against the default's (each timed sample starts from the restored pool, so
+    // the last one leaves a complete y): max |y_v − y_default| / max |y_default|.
+    const int64_t y_count = int64_t{tokens} * I;
+    float* y_default = nullptr;
+    unsigned* max_bits = nullptr;
+    HYBRIDTB_CUDA_CHECK(cudaMalloc(&y_default, y_count * sizeof(float)));
+    HYBRIDTB_CUDA_CHECK(cudaMalloc(&max_bits, sizeof(unsigned)));
+    const auto max_abs_diff = [&](const float* a, const float* b) {
+      HYBRIDTB_CUDA_CHECK(cudaMemsetAsync(max_bits, 0, sizeof(unsigned), stream));
+      max_abs_diff_kernel<<<1024, 256, 0, stream>>>(a, b, y_count, max_bits);
+      HYBRIDTB_CUDA_CHECK(cudaGetLastError());
+      unsigned bits = 0;
+      HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(&bits, max_bits, sizeof(unsigned), cudaMemcpyDeviceToHost, stream));
+      HYBRIDTB_CUDA_CHECK(cudaStreamSynchronize(stream));
+      float v = 0.0f;
+      std::memcpy(&v, &bits, sizeof(v));
+      return static_cast<double>(v);
+    };
+    s.p.scan_variant = 0;
+    (void)median_ms_flushed(1, 0, stream, s, flush, [&] { launch_mamba1_scan(s.p, stream); });
+    HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(y_default, s.p.y, y_count * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    const double y_scale = max_abs_diff(y_default, nullptr);
     for (int v = kVariants - 1; v >= 0; --v) {
       s.p.scan_variant = v;
       const double ms = median_ms_flushed(10, 2, stream, s, flush, [&] { launch_mamba1_scan(s.p, stream); });
       variants += std::string(variants.empty() ? "" : ", ") + "\"" + variant_names[v] + "\": " + num(ms * 1e3);
+      variant_diffs += std::string(variant_diffs.empty() ? "" : ", ") + "\"" + variant_names[v] +
+                       "\": " + sci(max_abs_diff(s.p.y, y_default) / y_scale);
       if (v == 0) scan_ms = ms;
     }
+    cudaFree(y_default);
+    cudaFree(max_bits);
     s.p.scan_variant = 0;
     const double conv_ms = median_ms_flushed(10, 2, stream, s, flush, [&] { launch_causal_conv(s.conv, stream); });
     // Minimal traffic of the scan with our float32 I/O: dt, c, z in, y out (4 B each per channel) + B, C.
@@ -311,7 +383,7 @@ int main(int argc, char** argv) {
              num(scan_ms * 1e3) + ", \"conv_us\": " + num(conv_ms * 1e3) + ", \"scan_tokens_per_s\": " +
              num(tokens / (scan_ms * 1e-3)) + ", \"t_min_bw_us\": " + num(t_bw * 1e6) + ", \"t_min_exp_us\": " +
              num(t_exp * 1e6) + ", \"pct_of_bound\": " + num(100.0 * t_min / (scan_ms * 1e-3)) +
-             ", \"variants_us\": {" + variants + "}}");
+             ", \"variants_us\": {" + variants + "}, \"variants_max_rel_diff_y\": {" + variant_diffs + "}}");
     release(s);
   }
   json += "\n  ]\n}\n";
