@@ -4,8 +4,8 @@
 // (causal_conv.h). The math is reference/ssm/mamba1.cpp's, in float32:
 //   Δ = softplus(dt + dt_bias) (threshold 20),
 //   h = exp(Δ·A)·h + Δ·c·B,  A = −exp(A_log),  y = (h·C + D·c)·silu(z).
-// Prefills, N = 16 with TMA (Mamba-1): the sequential scan (scan_seq_kernel, (6) below: 392 µs at
-// 8k tokens on the H100, 57% of its bound). Every other state size, or tensors TMA cannot map:
+// Prefills, N = 16 with TMA (Mamba-1): the sequential scan (scan_seq_kernel, (6) below: 389–392 µs
+// at 8k tokens on the H100, 57.5–57.8% of its bound). Every other state size, or tensors TMA cannot map:
 // one launch of a one-pass block scan
 // (scan_tile_kernel), described here: a block owns a tile of channels of one request (whole warps per time
 // segment: 8 channels for 16 states; B/C of a token staged once per block) and walks its tokens in
@@ -644,7 +644,18 @@ __global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThrea
 // against 398; refills taken in turn by the 1-state warps only 391–392 against 390–391; y reduced
 // over 16 tokens (two parts) at once +0.5%; registers moved between the roles (setmaxnreg, sm_90a)
 // 192/120 −0.8%, 208/88 +1.4%. Diagnostic: without the 2-state warps' reduce-scatter (its shuffles
-// and selects; y wrong) 367 against 397: the next target.
+// and selects; y wrong) 367 against 397. Attempts on it, not kept: each exchange spread over the next
+// part's tokens +2.2%; the later levels, the gate and the store handed to the 1-state warp of the
+// same scheduler +24%; a fourth warp per scheduler for them +16%; y's shares summed through shared
+// memory (rows [token][lane] XOR-swizzled so that the 4-byte stores and 16-byte reads are
+// conflict-free, double-buffered, one warp barrier per part) 418–452 µs against 393 — ptxas cannot
+// tell that buffer from the B/C rows, so later shared loads queue behind its stores (516 with the
+// stores inside the token loop). Chunk 0 issued alone, the next ones once it lands: no change.
+// Where the time goes (globaltimer stamps, 8k, after the bench's L2 flush): the blocks start 2.3 µs
+// after the previous kernel, chunk 0 lands 4.3 µs later (3 of them waiting for its boxes), the
+// chunks take 384 µs and the blocks' ends spread over 5.5 µs (2.5 past the mean); over 1k–32k
+// tokens the time is 11 µs + 47.5 µs per 1k tokens, against a bound of 28.2 µs per 1k tokens (59.4%
+// at any length): 60% at 8k needs the cost per token about 4% lower.
 template <int kRoleAWarps, int kRoleASpl, int kRoleBWarps, int kRoleBSpl, int kTokens, int kStageCount, int kLagChunks>
 struct SeqScan {
   static constexpr int kWarpsA = kRoleAWarps, kSplA = kRoleASpl;  // warps [0, kWarpsA): kSplA states per lane
