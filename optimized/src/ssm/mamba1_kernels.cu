@@ -651,6 +651,7 @@ __global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThrea
 // conflict-free, double-buffered, one warp barrier per part) 418–452 µs against 393 — ptxas cannot
 // tell that buffer from the B/C rows, so later shared loads queue behind its stores (516 with the
 // stores inside the token loop). Chunk 0 issued alone, the next ones once it lands: no change.
+// The 2-state warps' preparation done by the 1-state warp of their scheduler (per-chunk mbarriers): 579.
 // Where the time goes (globaltimer stamps, 8k, after the bench's L2 flush): the blocks start 2.3 µs
 // after the previous kernel, chunk 0 lands 4.3 µs later (3 of them waiting for its boxes), the
 // chunks take 384 µs and the blocks' ends spread over 5.5 µs (2.5 past the mean); over 1k–32k
