@@ -242,24 +242,13 @@ int main(int argc, char** argv) {
 
   // Ceiling: device-to-device copy of 1 GiB (read + write counted), the best of three rounds of 20
   // (a round now and then comes in several % low, which would flatter every "% of bound").
-  const size_t copy_bytes = size_t{1} << 30;
-  void* a = nullptr;
-  void* b = nullptr;
-  HYBRIDTB_CUDA_CHECK(cudaMalloc(&a, copy_bytes));
-  HYBRIDTB_CUDA_CHECK(cudaMalloc(&b, copy_bytes));
-  HYBRIDTB_CUDA_CHECK(cudaMemset(a, 1, copy_bytes));
   double copy_bw = 0.0;
   std::string copy_rounds;
   for (int round = 0; round < 3; ++round) {
-    const double copy_ms = bench::median_ms(20, stream, [&] {
-      HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(b, a, copy_bytes, cudaMemcpyDeviceToDevice, stream));
-    }, 3);
-    const double bw = 2.0 * static_cast<double>(copy_bytes) / (copy_ms * 1e-3);
+    const double bw = bench::measure_copy_bandwidth(int64_t{1} << 30, 20, stream);
     copy_bw = std::max(copy_bw, bw);
     copy_rounds += (round == 0 ? "" : ", ") + std::to_string(bw);
   }
-  cudaFree(a);
-  cudaFree(b);
   const double exp_rate_nominal = 4.17e12;  // perf-anchors §6.3 (H100 SXM: 132 SMs × 16 / clock × 1.98 GHz)
   // Ceiling: ex2 throughput measured with every SM full (2048 threads each).
   float* exp_sink = nullptr;
@@ -340,7 +329,8 @@ int main(int argc, char** argv) {
     std::string variants, variant_diffs;
     double scan_ms = 0.0;
     // Every variant's y against the default's (each timed sample starts from the restored pool, so
-    // the last one leaves a complete y): max |y_v − y_default| / max |y_default|.
+    // the last one leaves a complete y): max |y_v − y_default| / max |y_default|. y_default comes
+    // from a run of its own, so the default's entry checks that runs are bitwise reproducible.
     const int64_t y_count = int64_t{tokens} * I;
     float* y_default = nullptr;
     unsigned* max_bits = nullptr;

@@ -5,8 +5,8 @@
 //   Δ = softplus(dt + dt_bias) (threshold 20),
 //   h = exp(Δ·A)·h + Δ·c·B,  A = −exp(A_log),  y = (h·C + D·c)·silu(z).
 // Prefills, N = 16 with TMA (Mamba-1): the sequential scan (scan_seq_kernel, (6) below: 389–392 µs
-// at 8k tokens on the H100, 57.5–57.8% of its bound). Every other state size, or tensors TMA cannot map:
-// one launch of a one-pass block scan
+// at 8k tokens on the H100, 57.5–57.8% of its bound). Every other state size, or tensors TMA cannot
+// map: one launch of a one-pass block scan
 // (scan_tile_kernel), described here: a block owns a tile of channels of one request (whole warps per time
 // segment: 8 channels for 16 states; B/C of a token staged once per block) and walks its tokens in
 // chunks copied ahead into shared memory (a ring of TMA boxes, or of 16-byte cp.async copies where
