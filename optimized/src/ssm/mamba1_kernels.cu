@@ -166,8 +166,11 @@ struct TileScan {
 // or of value g / (kLanes/kM) (kM < kLanes), plus bias[j] on its j-th sum: added to the kept half
 // before the last exchange, so that the bias's shared-memory read overlaps the shuffles (ncu: read
 // after them, its latency stalled the store of y). Fixed order: reproducible.
-template <int kO, int kM>
+// Where a channel's lanes are not adjacent (the sequential scan's runs, SeqScan::run): g's bits
+// below kRun are the lane's, the higher ones are kHiStride times further apart.
+template <int kO, int kM, int kRun = 32, int kHiStride = 1>
 __device__ __forceinline__ void reduce_scatter(float* v, int g, const float* bias) {
+  constexpr int kPartner = kO < kRun ? kO : kO * kHiStride;  // lane xor for g's bit kO
   if constexpr (kO >= 1) {
     if constexpr (kM >= 2) {
       constexpr int kHalf = kM / 2;
@@ -177,13 +180,13 @@ __device__ __forceinline__ void reduce_scatter(float* v, int g, const float* bia
         const float send = upper ? v[j] : v[j + kHalf];
         float keep = upper ? v[j + kHalf] : v[j];
         if constexpr (kO == 1) keep += bias[j];
-        v[j] = keep + __shfl_xor_sync(0xffffffffu, send, kO);
+        v[j] = keep + __shfl_xor_sync(0xffffffffu, send, kPartner);
       }
-      reduce_scatter<kO / 2, kHalf>(v, g, bias);
+      reduce_scatter<kO / 2, kHalf, kRun, kHiStride>(v, g, bias);
     } else {
-      v[0] += __shfl_xor_sync(0xffffffffu, v[0], kO);
+      v[0] += __shfl_xor_sync(0xffffffffu, v[0], kPartner);
       if constexpr (kO == 1) v[0] += bias[0];
-      reduce_scatter<kO / 2, 1>(v, g, bias);
+      reduce_scatter<kO / 2, 1, kRun, kHiStride>(v, g, bias);
     }
   }
 }
@@ -669,6 +672,15 @@ struct SeqScan {
   static constexpr int kRow = 32;        // B/C floats per token
   static constexpr int lanes(int spl) { return 16 / spl; }         // lanes per channel
   static constexpr int channels(int spl) { return 2 * spl; }       // channels per warp
+  // A warp's lanes in runs: run(spl) adjacent lanes of one channel (states g … of consecutive g),
+  // then the same g's of the next channel, … (lane = (g / run)·run·channels + c·run + g % run).
+  // The order decides how many wavefronts of the L1 data pipe (one per cycle per SM) a shared load
+  // takes, and that pipe bounds this kernel (ncu at 8k: 92% busy with channel-major lanes). Per
+  // 2-state warp instruction, B/C LDS.64 and (Δ, Δ·c) LDS.128: channel-major lanes (run 8) 2 and 2
+  // wavefronts, state-major (run 1) 1 and 4 (372 µs), runs of 2: 1 and 2 — 396 → 352 µs at 8k tokens
+  // (H100), the same y bit for bit; runs of 4 took as many wavefronts as run 8 (392 µs). 1-state
+  // warps: runs of 2, 8 or 16 within noise (run 16 kept).
+  static constexpr int run(int spl) { return spl == 2 ? 2 : lanes(spl); }
   static constexpr int kChA = kWarpsA * channels(kSplA);           // role A's channels come first
   static constexpr int kCh = kChA + kWarpsB * channels(kSplB);     // channels per block
   static_assert(kStages > kLag && kLag >= 1, "seq scan ring");
@@ -682,8 +694,10 @@ struct SeqScan {
   static constexpr int kSwizzleBits = kCh * 4 == 32 ? 1 : kCh * 4 == 64 ? 2 : 0;
   static_assert(kSwizzleBits == 0 || (lanes(kSplA) >= 8 && (kWarpsB == 0 || lanes(kSplB) >= 8)), "swizzle rows");
   // A warp's (Δ, Δ·c) buffer: [channel][token] float2, channels kPrepRow apart (two tokens' pairs in
-  // one 16-byte read; the padding spreads a read's channels over the banks).
-  static constexpr int kPrepRow = kTok + 2;
+  // one 16-byte read): kPrepRow ≡ 4 (mod 16), i.e. 32 bytes (mod 128), so that the preparation's
+  // STS.64 (half a 2-state warp: 4 channels × 4 tokens) covers the 32 banks once (ncu: 4 wavefronts
+  // per store with kTok + 2 and state-major lanes, 2 with this; the time moved within noise).
+  static constexpr int kPrepRow = kTok + ((4 - kTok % 16) + 16) % 16;
   static constexpr int kPrepA = 2 * kPrepRow * channels(kSplA);  // float2 per warp of role A (2 buffers)
   static constexpr int kPrepB = 2 * kPrepRow * channels(kSplB);
   static constexpr size_t kSmemBytes = 1024 + size_t{kStages} * (3 * kTok * kCh + kTok * kRow) * sizeof(float) +
@@ -784,8 +798,12 @@ __device__ __forceinline__ void seq_scan_warp(const Mamba1Params& p, const SeqRi
   constexpr int kCh = S::kCh;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int c = lane / kLanes;  // the lane's channel in its warp
-  const int g = lane % kLanes;  // states kSpl·g …
+  constexpr int kRun = S::run(kSpl);
+  const int c = (lane / kRun) % kChWarp;                       // the lane's channel in its warp
+  const int g = (lane / (kRun * kChWarp)) * kRun + lane % kRun;  // states kSpl·g …
+  const auto lane_of = [](int channel, int gg) {
+    return (gg / kRun) * kRun * kChWarp + channel * kRun + gg % kRun;
+  };
   const int64_t I = p.I;
   const int wc = wch0 + c;  // the lane's channel in the block's tile
   const int i = ring.ch0 + wc;
@@ -861,7 +879,7 @@ __device__ __forceinline__ void seq_scan_warp(const Mamba1Params& p, const SeqRi
 #pragma unroll
         for (int s = 1; s < kSpl; ++s) v[k] = fmaf(h[s], C[s], v[k]);
         if constexpr (kBoundaries) {
-          const int32_t slot = __shfl_sync(0xffffffffu, slot_g, (lane & ~(kLanes - 1)) | k);
+          const int32_t slot = __shfl_sync(0xffffffffu, slot_g, lane_of(c, k));
           if (active && slot >= 0) {
 #pragma unroll
             for (int s = 0; s < kSpl; ++s) {
@@ -871,7 +889,7 @@ __device__ __forceinline__ void seq_scan_warp(const Mamba1Params& p, const SeqRi
         }
       }
       float bias[1] = {dg[j][0]};
-      reduce_scatter<kLanes / 2, kLanes>(v, g, bias);
+      reduce_scatter<kLanes / 2, kLanes, kRun, kChWarp>(v, g, bias);
       if (active && j * kLanes + g < left) y_out[j * kLanes * I] = v[0] * dg[j][1];
     }
     y_out += kTok * I;
