@@ -4,9 +4,9 @@
 // (causal_conv.h). The math is reference/ssm/mamba1.cpp's, in float32:
 //   Δ = softplus(dt + dt_bias) (threshold 20),
 //   h = exp(Δ·A)·h + Δ·c·B,  A = −exp(A_log),  y = (h·C + D·c)·silu(z).
-// Prefills, N = 16 with TMA (Mamba-1): the sequential scan (scan_seq_kernel, (6) below: 389–392 µs
-// at 8k tokens on the H100, 57.5–57.8% of its bound). Every other state size, or tensors TMA cannot
-// map: one launch of a one-pass block scan
+// Prefills, N = 16 with TMA (Mamba-1): the sequential scan (scan_seq_kernel, (6) below: 344 µs at
+// 8k tokens on the H100, 65.3% of its bound). Every other state size, or tensors TMA cannot map:
+// one launch of a one-pass block scan
 // (scan_tile_kernel), described here: a block owns a tile of channels of one request (whole warps per time
 // segment: 8 channels for 16 states; B/C of a token staged once per block) and walks its tokens in
 // chunks copied ahead into shared memory (a ring of TMA boxes, or of 16-byte cp.async copies where
@@ -655,11 +655,12 @@ __global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThrea
 // tell that buffer from the B/C rows, so later shared loads queue behind its stores (516 with the
 // stores inside the token loop). Chunk 0 issued alone, the next ones once it lands: no change.
 // The 2-state warps' preparation done by the 1-state warp of their scheduler (per-chunk mbarriers): 579.
-// Where the time goes (globaltimer stamps, 8k, after the bench's L2 flush): the blocks start 2.3 µs
-// after the previous kernel, chunk 0 lands 4.3 µs later (3 of them waiting for its boxes), the
-// chunks take 384 µs and the blocks' ends spread over 5.5 µs (2.5 past the mean); over 1k–32k
-// tokens the time is 11 µs + 47.5 µs per 1k tokens, against a bound of 28.2 µs per 1k tokens (59.4%
-// at any length): 60% at 8k needs the cost per token about 4% lower.
+// Where the time went before the lane runs (SeqScan::run; globaltimer stamps, 8k, after the bench's
+// L2 flush): the blocks start 2.3 µs after the previous kernel, chunk 0 lands 4.3 µs later (3 of
+// them waiting for its boxes), the chunks took 384 µs and the blocks' ends spread over 5.5 µs;
+// over 1k–32k tokens 11 µs + 47.5 µs per 1k tokens against a bound of 28.2. The per-token cost was
+// set by the L1 data pipe (ncu: 92% busy; issue slots 62%), which the lane runs relieve: 344 µs at
+// 8k and 1328 µs at 32k (65.3% / 67.6% of the bound, gpu-check on 63b3293).
 template <int kRoleAWarps, int kRoleASpl, int kRoleBWarps, int kRoleBSpl, int kTokens, int kStageCount, int kLagChunks>
 struct SeqScan {
   static constexpr int kWarpsA = kRoleAWarps, kSplA = kRoleASpl;  // warps [0, kWarpsA): kSplA states per lane
