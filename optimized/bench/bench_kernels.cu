@@ -159,6 +159,15 @@ double measure_copy_bandwidth(int64_t bytes, int reps, cudaStream_t stream) {
   return 2.0 * static_cast<double>(bytes) / (ms * 1e-3);
 }
 
+CopyCeiling best_copy_bandwidth(int64_t bytes, int reps, int rounds, cudaStream_t stream) {
+  CopyCeiling ceiling;
+  for (int round = 0; round < rounds; ++round) {
+    ceiling.rounds_Bps.push_back(measure_copy_bandwidth(bytes, reps, stream));
+    ceiling.best_Bps = std::max(ceiling.best_Bps, ceiling.rounds_Bps.back());
+  }
+  return ceiling;
+}
+
 namespace {
 
 struct DeviceBuffer {

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace hybridtb::cuda::bench {
 
@@ -17,6 +18,14 @@ void fill_normal_16bit(void* data, int64_t count, bool is_half, uint64_t seed, c
 double measure_read_bandwidth(int64_t bytes, int reps, cudaStream_t stream);
 // Median over `reps` of cudaMemcpyAsync device-to-device of `bytes`, counting read + write: bytes/s.
 double measure_copy_bandwidth(int64_t bytes, int reps, cudaStream_t stream);
+// The copy ceiling the SSM benches report: the best of `rounds` rounds of measure_copy_bandwidth (a
+// round now and then comes in several % low, which would flatter every "% of bound"), and each
+// round's figure for the JSON.
+struct CopyCeiling {
+  double best_Bps = 0.0;
+  std::vector<double> rounds_Bps;
+};
+CopyCeiling best_copy_bandwidth(int64_t bytes, int reps, int rounds, cudaStream_t stream);
 // Evicts the L2 by reading a zero-filled buffer (`bytes`, default 256 MiB: far more than any L2) in
 // 16-byte words: the lines it leaves are clean, so no write-back competes with the timed kernel that
 // follows, as it would after a memset flush. flush() enqueues the read on `stream`.

@@ -1,7 +1,8 @@
 // hybridtb_bench_linear [--out FILE.json]: the GDN (gdn_kernels.h) and Mamba-2 (mamba2_kernels.h)
 // kernels of the cuda backend's linear-attention modes on one GPU, called through their launchers
 // with hand-built params, against ceilings measured in the same run:
-//   copy bandwidth   cudaMemcpyAsync device-to-device of 1 GiB, read + write counted (bench_ssm's);
+//   copy bandwidth   cudaMemcpyAsync device-to-device of 1 GiB, read + write counted, the best of
+//                    three rounds (bench_ssm's, bench::best_copy_bandwidth);
 //   FP32 FMA rate    every SM full (2048 threads), 16 independent fmaf chains per thread, 2 FLOP per
 //                    FMA: the CUDA-core ceiling of the prefills (they run float32 on CUDA cores). The
 //                    bf16 tensor-core figure (989.4 TFLOP/s dense spec, about 790 measured in a GEMM:
@@ -378,18 +379,14 @@ int run(int argc, char** argv) {
   const bench::DeviceFacts facts = bench::device_facts();
   const double sm_clock_start = bench::measure_sm_clock_mhz();
 
-  // Ceiling: device-to-device copy of 1 GiB (read + write counted).
-  const size_t copy_bytes = size_t{1} << 30;
-  double copy_bw = 0.0;
-  {
-    Buffers b;
-    void* a = b.alloc(copy_bytes);
-    void* c = b.alloc(copy_bytes);
-    HYBRIDTB_CUDA_CHECK(cudaMemset(a, 1, copy_bytes));
-    const double ms = bench::median_ms(20, stream, [&] {
-      HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(c, a, copy_bytes, cudaMemcpyDeviceToDevice, stream));
-    }, 3);
-    copy_bw = 2.0 * static_cast<double>(copy_bytes) / (ms * 1e-3);
+  // Ceiling: device-to-device copy of 1 GiB (read + write counted), the best of three rounds of 20.
+  const bench::CopyCeiling copy = bench::best_copy_bandwidth(int64_t{1} << 30, 20, 3, stream);
+  const double copy_bw = copy.best_Bps;
+  std::string copy_rounds;
+  for (const double bw : copy.rounds_Bps) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", bw);
+    copy_rounds += (copy_rounds.empty() ? "" : ", ") + std::string(buf);
   }
   // Ceiling: FP32 FMA throughput with every SM full (8 blocks of 256 threads per SM).
   double fma_rate = 0.0;
@@ -563,6 +560,7 @@ int run(int argc, char** argv) {
       .num("cuda_driver_version", facts.cuda_driver_version)
       .num("cuda_runtime_version", facts.cuda_runtime_version)
       .num("copy_bandwidth_Bps", copy_bw)
+      .raw("copy_bandwidth_rounds_Bps", "[" + copy_rounds + "]")
       .num("fp32_fma_flops_per_s", fma_rate)
       .num("bf16_tensor_spec_flops_per_s", kBf16TensorSpec);
   std::printf("%s\n", head.text().c_str());

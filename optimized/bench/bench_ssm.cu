@@ -240,15 +240,11 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   HYBRIDTB_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
 
-  // Ceiling: device-to-device copy of 1 GiB (read + write counted), the best of three rounds of 20
-  // (a round now and then comes in several % low, which would flatter every "% of bound").
-  double copy_bw = 0.0;
+  // Ceiling: device-to-device copy of 1 GiB (read + write counted), the best of three rounds of 20.
+  const bench::CopyCeiling copy = bench::best_copy_bandwidth(int64_t{1} << 30, 20, 3, stream);
+  const double copy_bw = copy.best_Bps;
   std::string copy_rounds;
-  for (int round = 0; round < 3; ++round) {
-    const double bw = bench::measure_copy_bandwidth(int64_t{1} << 30, 20, stream);
-    copy_bw = std::max(copy_bw, bw);
-    copy_rounds += (round == 0 ? "" : ", ") + std::to_string(bw);
-  }
+  for (const double bw : copy.rounds_Bps) copy_rounds += (copy_rounds.empty() ? "" : ", ") + std::to_string(bw);
   const double exp_rate_nominal = 4.17e12;  // perf-anchors §6.3 (H100 SXM: 132 SMs × 16 / clock × 1.98 GHz)
   // Ceiling: ex2 throughput measured with every SM full (2048 threads each).
   float* exp_sink = nullptr;
