@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <vector>
 
 #include "bench/event_timer.h"
@@ -166,6 +167,16 @@ CopyCeiling best_copy_bandwidth(int64_t bytes, int reps, int rounds, cudaStream_
     ceiling.best_Bps = std::max(ceiling.best_Bps, ceiling.rounds_Bps.back());
   }
   return ceiling;
+}
+
+std::string CopyCeiling::rounds_json() const {
+  std::string json = "[";
+  for (const double bw : rounds_Bps) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.9g", bw);
+    json += (json.size() > 1 ? ", " : "") + std::string(text);
+  }
+  return json + "]";
 }
 
 namespace {

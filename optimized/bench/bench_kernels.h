@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace hybridtb::cuda::bench {
@@ -24,6 +25,7 @@ double measure_copy_bandwidth(int64_t bytes, int reps, cudaStream_t stream);
 struct CopyCeiling {
   double best_Bps = 0.0;
   std::vector<double> rounds_Bps;
+  std::string rounds_json() const;  // rounds_Bps as a JSON array
 };
 CopyCeiling best_copy_bandwidth(int64_t bytes, int reps, int rounds, cudaStream_t stream);
 // Evicts the L2 by reading a zero-filled buffer (`bytes`, default 256 MiB: far more than any L2) in

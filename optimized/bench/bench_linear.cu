@@ -382,12 +382,6 @@ int run(int argc, char** argv) {
   // Ceiling: device-to-device copy of 1 GiB (read + write counted), the best of three rounds of 20.
   const bench::CopyCeiling copy = bench::best_copy_bandwidth(int64_t{1} << 30, 20, 3, stream);
   const double copy_bw = copy.best_Bps;
-  std::string copy_rounds;
-  for (const double bw : copy.rounds_Bps) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.6g", bw);
-    copy_rounds += (copy_rounds.empty() ? "" : ", ") + std::string(buf);
-  }
   // Ceiling: FP32 FMA throughput with every SM full (8 blocks of 256 threads per SM).
   double fma_rate = 0.0;
   {
@@ -560,7 +554,7 @@ int run(int argc, char** argv) {
       .num("cuda_driver_version", facts.cuda_driver_version)
       .num("cuda_runtime_version", facts.cuda_runtime_version)
       .num("copy_bandwidth_Bps", copy_bw)
-      .raw("copy_bandwidth_rounds_Bps", "[" + copy_rounds + "]")
+      .raw("copy_bandwidth_rounds_Bps", copy.rounds_json())
       .num("fp32_fma_flops_per_s", fma_rate)
       .num("bf16_tensor_spec_flops_per_s", kBf16TensorSpec);
   std::printf("%s\n", head.text().c_str());

@@ -243,8 +243,6 @@ int main(int argc, char** argv) {
   // Ceiling: device-to-device copy of 1 GiB (read + write counted), the best of three rounds of 20.
   const bench::CopyCeiling copy = bench::best_copy_bandwidth(int64_t{1} << 30, 20, 3, stream);
   const double copy_bw = copy.best_Bps;
-  std::string copy_rounds;
-  for (const double bw : copy.rounds_Bps) copy_rounds += (copy_rounds.empty() ? "" : ", ") + std::to_string(bw);
   const double exp_rate_nominal = 4.17e12;  // perf-anchors §6.3 (H100 SXM: 132 SMs × 16 / clock × 1.98 GHz)
   // Ceiling: ex2 throughput measured with every SM full (2048 threads each).
   float* exp_sink = nullptr;
@@ -255,8 +253,8 @@ int main(int argc, char** argv) {
   cudaFree(exp_sink);
 
   std::string json = "{\n  \"gpu\": \"" + std::string(prop.name) + "\",\n  \"copy_bandwidth_Bps\": " +
-                     std::to_string(copy_bw) + ",\n  \"copy_bandwidth_rounds_Bps\": [" + copy_rounds +
-                     "],\n  \"exp_rate_per_s\": " + std::to_string(exp_rate) +
+                     std::to_string(copy_bw) + ",\n  \"copy_bandwidth_rounds_Bps\": " + copy.rounds_json() +
+                     ",\n  \"exp_rate_per_s\": " + std::to_string(exp_rate) +
                      ",\n  \"exp_rate_nominal_per_s\": " + std::to_string(exp_rate_nominal) +
                      ",\n  \"I\": 5120, \"N\": 16, \"K\": 4, \"R\": 160,\n  \"cases\": [\n";
   bool first_case = true;
