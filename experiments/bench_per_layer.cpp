@@ -39,15 +39,13 @@
 #include "common/cuda_check.h"
 #include "hybridtb/backend.h"
 #include "hybridtb/error.h"
+#include "hybridtb/revision.h"
 #include "hybridtb/per_layer.h"
 #include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/step.h"
 #include "hybridtb/synthetic.h"
 #include "src/gpu_timing.h"
 
-#ifndef HYBRIDTB_GIT_COMMIT
-#define HYBRIDTB_GIT_COMMIT "unknown"
-#endif
 
 namespace hybridtb {
 namespace {
@@ -264,7 +262,7 @@ int main_impl(int argc, char** argv) {
   const bench::gpu::Ceilings ceilings = bench::gpu::measure_ceilings();
   nlohmann::ordered_json results;
   results["schema"] = "hybridtb-bench-per-layer";
-  results["commit"] = HYBRIDTB_GIT_COMMIT;
+  results["commit"] = hybridtb::source_revision().label();
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));

@@ -22,7 +22,7 @@
 // percentage of the ceilings measured in this run go to the results JSON (schema in
 // experiments/README.md), written to experiments/results/<date>_<gpu-or-cpu>_<commit>.json unless
 // --out says otherwise. Exit status: 0 every case ran or was skipped with a reason, 1 a case
-// failed, 2 usage error or bad suite.
+// failed, 2 usage error or bad suite, 3 a backend named by --backend has no device here.
 #include <benchmark/benchmark.h>
 
 #include <CLI/CLI.hpp>
@@ -50,6 +50,7 @@
 #include "hybridtb/error.h"
 #include "hybridtb/mix.h"
 #include "hybridtb/perf_model.h"
+#include "hybridtb/revision.h"
 #include "hybridtb/presets.h"
 #include "hybridtb/step.h"
 #include "src/gpu_timing.h"
@@ -517,7 +518,8 @@ int main_impl(int argc, char** argv) {
   Options& o = runner.options;
   CLI::App app{"hybridtb_bench: the benchmark suite (experiments/README.md). Google Benchmark flags "
                "(--benchmark_filter=REGEX, --benchmark_out=F, ...) are accepted too.\n"
-               "Exit status: 0 every case ran or was skipped with a reason, 1 a case failed, 2 usage error."};
+               "Exit status: 0 every case ran or was skipped with a reason, 1 a case failed, 2 usage error, 3 a "
+               "backend named by --backend has no device on this machine."};
   app.add_option("--suite", o.suite_path, "Suite file (experiments/suites/*.json)")->required();
   app.add_option("--out", o.out_path,
                  "Results JSON (default experiments/results/<date>_<gpu-or-cpu>_<commit>.json in the source tree)");
@@ -559,6 +561,15 @@ int main_impl(int argc, char** argv) {
   }
   register_builtin_backends();
   runner.have_gpu = gpu::available(&runner.no_gpu_reason);
+  // A backend asked for by name whose device is absent: say so and stop, rather than "0 ok, N skipped".
+  for (const std::string& name : o.backends) {
+    const BackendRegistry& registry = BackendRegistry::instance();
+    if (!registry.contains(name)) continue;  // unknown names are reported with the suite's cases
+    if (const std::string reason = registry.unavailable_reason(name); !reason.empty()) {
+      std::cerr << "hybridtb_bench: backend '" << name << "' is not available on this machine: " << reason << "\n";
+      return 3;
+    }
+  }
 
   std::map<std::string, Bench*> by_name;
   for (const SuiteCase& c : suite.cases) {
@@ -590,7 +601,7 @@ int main_impl(int argc, char** argv) {
   }
 
   // Environment and ceilings, once per run, before any case allocates.
-  nlohmann::json env = {{"commit", HYBRIDTB_GIT_COMMIT},
+  nlohmann::json env = {{"commit", source_revision().label()},
                         {"build_type", HYBRIDTB_BUILD_TYPE},
                         {"date_utc", utc_now("%Y-%m-%dT%H:%M:%SZ")},
                         {"cpu_model", cpu_model()},
@@ -617,7 +628,7 @@ int main_impl(int argc, char** argv) {
   } else {
     env["gpu_unavailable"] = runner.no_gpu_reason;
   }
-  benchmark::AddCustomContext("commit", HYBRIDTB_GIT_COMMIT);
+  benchmark::AddCustomContext("commit", source_revision().label());
   benchmark::AddCustomContext("suite", suite.name);
   if (!o.no_ceilings) {
     std::cerr << "hybridtb_bench: measuring the ceilings...\n";
@@ -680,7 +691,7 @@ int main_impl(int argc, char** argv) {
     if (out.empty()) {
       const std::string device = runner.have_gpu ? short_device_name(env["gpu"]["name"].get<std::string>()) : "cpu";
       const std::filesystem::path dir = std::filesystem::path(HYBRIDTB_SOURCE_DIR) / "experiments" / "results";
-      const std::string stem = utc_now("%Y-%m-%d") + "_" + device + "_" + HYBRIDTB_GIT_COMMIT;
+      const std::string stem = utc_now("%Y-%m-%d") + "_" + device + "_" + source_revision().label();
       out = (dir / (stem + ".json")).string();
       for (int n = 2; std::filesystem::exists(out); ++n) out = (dir / (stem + "-" + std::to_string(n) + ".json")).string();
     }

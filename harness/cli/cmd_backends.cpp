@@ -1,4 +1,5 @@
-// hybridtb backends: list the backends compiled into this build.
+// hybridtb backends: list the backends compiled into this build, and whether each can run here
+// (a GPU backend without its device is listed as unavailable, with the reason).
 #include <iomanip>
 #include <iostream>
 
@@ -11,8 +12,13 @@ Command add_backends_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("backends", "List the backends compiled into this build");
   return {cmd, [] {
             register_builtin_backends();
-            for (const std::string& name : BackendRegistry::instance().names()) {
-              std::cout << std::left << std::setw(12) << name << BackendRegistry::instance().description(name) << "\n";
+            const BackendRegistry& registry = BackendRegistry::instance();
+            for (const std::string& name : registry.names()) {
+              const std::string reason = registry.unavailable_reason(name);
+              std::cout << std::left << std::setw(12) << name << std::setw(14)
+                        << (reason.empty() ? "available" : "UNAVAILABLE") << registry.description(name);
+              if (!reason.empty()) std::cout << " [" << reason << "]";
+              std::cout << "\n";
             }
             return 0;
           }};

@@ -143,7 +143,8 @@ Command add_gen_command(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option("--set", opt->settings, "Override a field: key=value (repeatable; keys below)");
   cmd->add_option("--seed", opt->seed, "Seed of every random choice (printed and stored in the file)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--out", opt->out_path, "Output file (one preset and one mix); written atomically");
   cmd->add_option("--out-dir", opt->out_dir, "Output directory: writes DIR/<preset>__<canonical mix>.h5 for each pair");
   cmd->add_option("--pad-to", opt->pad_to,
@@ -170,9 +171,11 @@ Command add_gen_command(CLI::App& app) {
   cmd->add_flag("--list-presets", opt->list_presets, "Print the presets and the settings, then exit");
   cmd->add_flag("--quiet", opt->quiet, "Print nothing on success");
   cmd->footer(std::string(kGrammarHelp) + presets_help() +
-              "\nExit status: 0 success, 1 invalid settings or failed generation, 2 usage error.");
+              "\nExit status: 0 success, 2 invalid settings or a usage error (nothing written), 1 the file could not be "
+              "written.");
 
   return {cmd, [opt] {
+           try {
             if (opt->list_presets) {
               std::cout << presets_help();
               return 0;
@@ -244,7 +247,12 @@ Command add_gen_command(CLI::App& app) {
                   if (!opt->mm_prefix.empty()) {
                     file.batch.mm_prefix_range = parse_mm_prefix(opt->mm_prefix, file.batch.num_reqs());
                   }
-                  write_batch_file(path, file);
+                  try {
+                    write_batch_file(path, file);
+                  } catch (const Error& e) {
+                    std::cerr << "hybridtb gen: error: " << e.what() << "\n";
+                    return 1;
+                  }
                 }  // freed before the check
                 const BatchFile check = read_batch_file(path);  // the reader validates what we wrote
                 const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -266,6 +274,10 @@ Command add_gen_command(CLI::App& app) {
               }
             }
             return 0;
+           } catch (const Error& e) {  // a bad mix, preset, setting or combination: nothing was written
+             std::cerr << "hybridtb gen: error: " << e.what() << "\n";
+             return 2;
+           }
           }};
 }
 

@@ -1,7 +1,8 @@
 // hybridtb record: run a trusted backend (the reference) on batch files and store its results as
 // /expected, atomically (temporary file + rename). Tested by tests/compare (`ctest -L compare`).
 // Exit status: 0 every file recorded, 2 bad input (unreadable or invalid file, unknown backend,
-// the backend rejected the batch) — the other files are still recorded.
+// the backend rejected the batch) — the other files are still recorded; 3 the backend's device is
+// not on this machine.
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -11,6 +12,7 @@
 #include "hybridtb/batch_file.h"
 #include "hybridtb/error.h"
 #include "hybridtb/step.h"
+#include "checks.h"
 #include "progress.h"
 
 namespace hybridtb::cli {
@@ -33,6 +35,7 @@ Command add_record_command(CLI::App& app) {
       ->excludes(in_place);
   cmd->add_flag("--quiet", opt->quiet, "Print only errors");
   return {cmd, [opt] {
+            if (const int status = check_backends("record", {opt->backend}); status != 0) return status;
             int bad = 0;
             if (!opt->out_dir.empty()) std::filesystem::create_directories(opt->out_dir);
             ProgressBar progress(static_cast<int64_t>(opt->files.size()), !opt->quiet);

@@ -1,7 +1,9 @@
 // hybridtb run: compute a batch file's step on a backend and write it with /outputs.
-// Exit status: 0 success; 2 bad input (the file cannot be read or validated, an unknown backend, or
+// Exit status: 0 success; 3 the backend's device is not on this machine; 2 bad input (the file cannot be read or validated, an unknown backend, or
 // the backend rejected the batch), as for record/parity/replay; 1 a failed run (the backend does
-// not support the batch, or the output cannot be written). No output file is left on failure.
+// not support the batch, or the output cannot be written). --out is checked before the run (not a
+// directory, in an existing directory, not the input; an existing file only with --force). No
+// output file is left on failure, nor a temporary one on SIGINT/SIGTERM (temporary_files.h).
 #include <chrono>
 #include <iomanip>
 #include <iostream>
@@ -12,6 +14,7 @@
 #include "hybridtb/batch_file.h"
 #include "hybridtb/error.h"
 #include "hybridtb/step.h"
+#include "checks.h"
 #include "summary.h"
 
 namespace hybridtb::cli {
@@ -22,6 +25,7 @@ Command add_run_command(CLI::App& app) {
     std::string batch_path;
     std::string out_path;
     bool quiet = false;
+    bool force = false;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("run", "Run a batch file's step on a backend and write a file with /outputs");
@@ -29,11 +33,14 @@ Command add_run_command(CLI::App& app) {
   cmd->add_option("--batch", opt->batch_path, "Input hybrid-batch HDF5 file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--out", opt->out_path, "Output HDF5 file (inputs + /outputs); written atomically")->required();
   cmd->add_flag("--quiet", opt->quiet, "Print nothing on success");
+  cmd->add_flag("--force", opt->force, "Overwrite --out if it exists (never the input)");
   return {cmd, [opt] {
             const auto start = std::chrono::steady_clock::now();
             BatchFile file;
             StepOutputs outputs;
             try {
+              check_output_file("--out", opt->out_path, {opt->batch_path}, opt->force);
+              if (const int status = check_backends("run", {opt->backend}); status != 0) return status;
               file = read_batch_file(opt->batch_path);
               auto backend = create_backend(opt->backend, BackendSettings{file.config, file.builder});
               outputs = run_step(*backend, file);

@@ -38,9 +38,17 @@ BackendRegistry& BackendRegistry::instance() {
   return registry;
 }
 
-void BackendRegistry::add(const std::string& name, const std::string& description, Factory factory) {
+void BackendRegistry::add(const std::string& name, const std::string& description, Factory factory,
+                          Availability availability) {
   HYBRIDTB_CHECK(!contains(name), "backend '", name, "' is registered twice");
-  entries_.push_back({name, description, std::move(factory)});
+  entries_.push_back({name, description, std::move(factory), std::move(availability)});
+}
+
+std::string BackendRegistry::unavailable_reason(const std::string& name) const {
+  for (const auto& entry : entries_) {
+    if (entry.name == name) return entry.availability ? entry.availability() : std::string();
+  }
+  throw Error(detail::concat("unknown backend '", name, "'"));
 }
 
 bool BackendRegistry::contains(const std::string& name) const {

@@ -28,6 +28,7 @@
 #include "bench/event_timer.h"
 #include "common/cuda_check.h"
 #include "common/device_memory.h"
+#include "hybridtb/revision.h"
 
 namespace {
 
@@ -67,7 +68,7 @@ nlohmann::json run_environment() {
   const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  return {{"commit", HYBRIDTB_GIT_COMMIT},
+  return {{"commit", hybridtb::source_revision().label()},
           {"build_type", HYBRIDTB_BUILD_TYPE},
           {"date_utc", date},
           {"cuda_driver_version", facts.cuda_driver_version},

@@ -163,7 +163,7 @@ struct CudaDevice {
     int count = 0;
     const cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess || count == 0) {
-      throw Error(detail::concat("cuda backend: no CUDA device: ",
+      throw DeviceUnavailable(detail::concat("cuda backend: no CUDA device: ",
                                  status != cudaSuccess ? cudaGetErrorString(status) : "cudaGetDeviceCount returned 0"));
     }
     int device = 0;
@@ -597,7 +597,13 @@ void register_cuda_backend(BackendRegistry& registry) {
   registry.add("cuda",
                "NVIDIA GPU (sm_90): KV-cache write + paged attention (decode split-KV fast path, generic SIMT path) + "
                "SSM branch (every mode)",
-               [](const BackendSettings& settings) { return make_cuda_backend(settings); });
+               [](const BackendSettings& settings) { return make_cuda_backend(settings); },
+               [] {
+                 int count = 0;
+                 const cudaError_t status = cudaGetDeviceCount(&count);
+                 if (status != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(status);
+                 return count == 0 ? std::string("no CUDA device: cudaGetDeviceCount returned 0") : std::string();
+               });
 }
 
 }  // namespace hybridtb::cuda

@@ -1,5 +1,6 @@
-// The hybridtb command line, end to end: --help everywhere, `run` on every shipped example,
-// `info` on valid and broken files, and the rule that a failed run leaves no output file.
+// The hybridtb command line, end to end: --help everywhere, --version, `run` on every shipped
+// example, `info` on valid and broken files, --out checked before the run, FIFOs refused, and the
+// rule that a failed or interrupted run leaves no output file and no temporary file.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -194,9 +195,99 @@ TEST(Cli, UnwritableOutputFailsWithoutPartialFile) {
   EXPECT_EQ(run_command(cli() + " run --batch " + example_path("mixed_swa_bf16.h5").string() + " --out " +
                             out_path.string(),
                         &out),
-            1)
+            2)
       << out;
+  EXPECT_THAT(out, HasSubstr("does not exist"));
   EXPECT_FALSE(fs::exists(out_path));
+}
+
+// --out is checked before the run: a bad --out next to an unreadable batch is what is reported.
+TEST(Cli, RunChecksOutBeforeComputing) {
+  const fs::path dir = testing::scratch_dir();
+  std::ofstream(dir / "garbage.h5") << "not an hdf5 file";
+  const std::string garbage = (dir / "garbage.h5").string();
+  std::string out;
+  EXPECT_EQ(run_command(cli() + " run --batch " + garbage + " --out " + dir.string(), &out), 2) << out;
+  EXPECT_THAT(out, HasSubstr("is a directory"));
+  EXPECT_EQ(run_command(cli() + " run --batch " + garbage + " --out " + garbage + " --force", &out), 2) << out;
+  EXPECT_THAT(out, HasSubstr("is the input file"));
+
+  const fs::path input = dir / "in.h5";
+  fs::copy_file(example_path("encoder_only_fp16.h5"), input);
+  const fs::path existing = dir / "existing.h5";
+  std::ofstream(existing) << "keep me";
+  EXPECT_EQ(run_command(cli() + " run --quiet --batch " + input.string() + " --out " + existing.string(), &out), 2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("--force"));
+  EXPECT_EQ(fs::file_size(existing), 7u) << "an existing file is left alone without --force";
+  EXPECT_EQ(run_command(cli() + " run --quiet --force --batch " + input.string() + " --out " + existing.string(), &out),
+            0)
+      << out;
+  EXPECT_TRUE(read_batch_file(existing.string()).outputs.has_value());
+}
+
+TEST(Cli, AFifoIsRefusedNotReadFrom) {
+  const fs::path dir = testing::scratch_dir();
+  const fs::path fifo = dir / "pipe.h5";
+  ASSERT_EQ(run_command("mkfifo " + fifo.string()), 0);
+  std::string out;
+  // `timeout` turns a hang into exit 124, which the assertion reports.
+  EXPECT_EQ(run_command("timeout 20 " + cli() + " info " + fifo.string(), &out), 2) << out;
+  EXPECT_THAT(out, HasSubstr("not a regular file"));
+  EXPECT_EQ(run_command("timeout 20 " + cli() + " run --batch " + fifo.string() + " --out " +
+                            (dir / "o.h5").string(),
+                        &out),
+            2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("not a regular file"));
+}
+
+// On a machine without a GPU, a build with the cuda backend lists it as unavailable, and asking for
+// it is its own status (3), not bad input (2) or a failed run (1).
+TEST(Cli, NoDeviceIsItsOwnStatus) {
+  std::string list;
+  ASSERT_EQ(run_command(cli() + " backends", &list), 0) << list;
+  EXPECT_THAT(list, HasSubstr("reference   available"));
+  const auto line_start = list.find("\ncuda ");
+  if (line_start == std::string::npos) GTEST_SKIP() << "this build has no cuda backend";
+  const std::string line = list.substr(line_start + 1, list.find('\n', line_start + 1) - line_start - 1);
+  if (line.find("UNAVAILABLE") == std::string::npos) GTEST_SKIP() << "a GPU is present: " << line;
+  EXPECT_THAT(line, HasSubstr("no CUDA device"));
+  const fs::path dir = testing::scratch_dir();
+  const std::string example = example_path("encoder_only_fp16.h5").string();
+  std::string out;
+  EXPECT_EQ(run_command(cli() + " run --backend cuda --batch " + example + " --out " + (dir / "o.h5").string(), &out), 3)
+      << out;
+  EXPECT_THAT(out, HasSubstr("not available on this machine"));
+  EXPECT_FALSE(fs::exists(dir / "o.h5"));
+  EXPECT_EQ(run_command(cli() + " parity --backend cuda " + example, &out), 3) << out;
+  EXPECT_EQ(run_command(cli() + " parity --backend reference --against cuda " + example, &out), 3) << out;
+}
+
+TEST(Cli, VersionNamesTheRevisionAndTheSchema) {
+  std::string out;
+  ASSERT_EQ(run_command(cli() + " --version", &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("hybridtb "));
+  EXPECT_THAT(out, HasSubstr("hybrid-batch 1."));
+}
+
+// SIGINT while a large file is being written: the temporary file is removed and no output appears.
+TEST(Cli, AnInterruptedWriteLeavesNoTemporaryFile) {
+  const fs::path dir = testing::scratch_dir();
+  const fs::path script = dir / "interrupt.sh";
+  std::ofstream(script) << "set -u\n"
+                        << cli() << " gen --quiet --preset llama3-8b --mix d16@8k --out " << (dir / "big.h5").string()
+                        << " &\npid=$!\n"
+                        << "for i in $(seq 1 60000); do ls " << dir.string()
+                        << "/big.h5.tmp-* >/dev/null 2>&1 && break; sleep 0.001; done\n"
+                        << "kill -INT $pid\nwait $pid\necho \"exit $?\"\n";
+  std::string out;
+  ASSERT_EQ(run_command("bash " + script.string(), &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("exit 130")) << "the process dies of SIGINT (128 + 2)";
+  EXPECT_FALSE(fs::exists(dir / "big.h5"));
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << entry.path();
+  }
 }
 
 }  // namespace

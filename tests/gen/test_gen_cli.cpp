@@ -97,12 +97,16 @@ TEST(GenCli, ErrorsAndExitCodes) {
   EXPECT_EQ(run_command(cli() + " gen --preset gpt-oss --mix d1@1", &out), 2);                     // no output
   EXPECT_EQ(run_command(cli() + " gen --preset all --mix d1@1 --out " + (dir / "a.h5").string(), &out), 2);
   EXPECT_THAT(out, HasSubstr("--out-dir"));
-  EXPECT_EQ(run_command(cli() + " gen --preset gpt-oss --mix d1@1+p2y --out " + (dir / "a.h5").string(), &out), 1);
+  EXPECT_EQ(run_command(cli() + " gen --preset gpt-oss --mix d1@1+p2y --out " + (dir / "a.h5").string(), &out), 2);
   EXPECT_THAT(out, HasSubstr("term 2 'p2y' at character 8"));
-  EXPECT_EQ(run_command(cli() + " gen --preset gpt-oss --mix d1@1 --set windw=3 --out " + (dir / "a.h5").string(), &out), 1);
+  EXPECT_EQ(run_command(cli() + " gen --preset gpt-oss --mix d1@1 --set windw=3 --out " + (dir / "a.h5").string(), &out), 2);
   EXPECT_THAT(out, HasSubstr("unknown key 'windw'"));
-  EXPECT_EQ(run_command(cli() + " gen --preset gpt-oss --mix p1x4 --pad-to 8 --out " + (dir / "a.h5").string(), &out), 1);
+  EXPECT_EQ(run_command(cli() + " gen --preset gpt-oss --mix p1x4 --pad-to 8 --out " + (dir / "a.h5").string(), &out), 2);
   EXPECT_THAT(out, HasSubstr("decode-only"));
+  EXPECT_EQ(run_command(cli() + " gen --preset gpt-oss --mix d1@1 --seed -1 --out " + (dir / "a.h5").string(), &out), 2);
+  EXPECT_THAT(out, HasSubstr("--seed"));
+  // Writing into a directory that does not exist is a failed write, not bad settings.
+  EXPECT_EQ(run_command(cli() + " gen --preset gpt-oss --mix d1@1 --out " + (dir / "no" / "a.h5").string(), &out), 1);
   EXPECT_FALSE(fs::exists(dir / "a.h5"));
 }
 

@@ -171,11 +171,18 @@ class BackendRegistry {
 
   static BackendRegistry& instance();
 
-  // Throws Error if `name` is already registered.
-  void add(const std::string& name, const std::string& description, Factory factory);
+  // "" when the backend's device is present, else why not ("no CUDA device: ..."). Cheap to call.
+  using Availability = std::function<std::string()>;
+
+  // Throws Error if `name` is already registered. Without `availability` the backend is always
+  // available (a host backend).
+  void add(const std::string& name, const std::string& description, Factory factory,
+           Availability availability = {});
   bool contains(const std::string& name) const;
   std::vector<std::string> names() const;
   std::string description(const std::string& name) const;
+  // "" if `name` can run here, else the reason (its device is absent). Throws Error if unknown.
+  std::string unavailable_reason(const std::string& name) const;
   // Throws Error listing the registered names if `name` is unknown.
   std::unique_ptr<Backend> create(const std::string& name, const BackendSettings& settings) const;
 
@@ -184,6 +191,7 @@ class BackendRegistry {
     std::string name;
     std::string description;
     Factory factory;
+    Availability availability;
   };
   std::vector<Entry> entries_;
 };

@@ -23,6 +23,13 @@ class NotSupported : public Error {
   explicit NotSupported(const std::string& message) : Error(message) {}
 };
 
+// Raised when a backend's device is not on this machine (no GPU, no driver). Neither the input's
+// fault nor a failed run: the tools exit with their own status for it (3) and `backends` shows it.
+class DeviceUnavailable : public Error {
+ public:
+  explicit DeviceUnavailable(const std::string& message) : Error(message) {}
+};
+
 namespace detail {
 template <typename... Parts>
 std::string concat(const Parts&... parts) {

@@ -18,6 +18,7 @@
 
 #include "hybridtb/error.h"
 #include "hybridtb/linear_layer.h"
+#include "hybridtb/temporary_files.h"
 #include "io/hdf5.h"
 
 namespace hybridtb {
@@ -1127,6 +1128,7 @@ void write_batch_file(const std::string& path, const BatchFile& file) {
   // Written under a temporary name in the same directory (so the rename is atomic on POSIX) and
   // renamed only once HDF5 has closed it: readers never see a partial file.
   const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
+  const TemporaryFile removed_if_interrupted(temporary);
   with_context("cannot write '" + path + "': ", [&] {
     try {
       h5::File h5file = h5::File::create(temporary);

@@ -586,6 +586,10 @@ File File::open_read_only(const std::string& path) {
   const auto status = std::filesystem::status(path, ec);
   if (!std::filesystem::exists(status)) throw Error("cannot open '" + path + "': no such file");
   if (std::filesystem::is_directory(status)) throw Error("cannot open '" + path + "': it is a directory");
+  // A FIFO or a device would block or stream; HDF5 needs a regular file it can seek in.
+  if (!std::filesystem::is_regular_file(status)) {
+    throw Error("cannot open '" + path + "': not a regular file (a FIFO or device cannot be read as an HDF5 batch)");
+  }
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (id < 0) {
     const std::string detail = error_message();
