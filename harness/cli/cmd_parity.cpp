@@ -3,13 +3,13 @@
 // component (hybridtb/compare.h). Prints the aligned table, then "N passed, M failed"; --report
 // writes the JSON report. Tested by tests/compare (`ctest -L compare`).
 //
-// Exit status: 0 every comparable file passed; 1 some file mismatched; 2 bad input: a file that
-// cannot be read or validated, a replay file without /expected, an unknown backend, a backend that
-// rejected the batch (Error), or nothing comparable at all (every file NotSupported). Bad input
-// takes precedence over a mismatch (the verdict is incomplete), and then no --report is written: a
-// report must never pass for a complete verdict. A file the candidate backend does
-// not support (NotSupported) is reported "not supported" and counted on its own line; it does not
-// fail the run when other files were compared.
+// Exit status: 0 every file was compared and passed; 1 some file mismatched, or some files were
+// compared and others could not be (bad input: unreadable or invalid, a replay file without
+// /expected, a backend that rejected the batch); 2 nothing could be judged (every file bad or not
+// supported), an unknown backend, or a usage error; 3 a backend's device is not on this machine. --report is always written, with each bad file
+// as an entry holding its error, so a FAIL is never lost behind a bad file. A file the candidate
+// backend does not support (NotSupported) is reported "not supported" and counted on its own line;
+// it does not fail the run when other files were compared.
 #include <unistd.h>
 
 #include <filesystem>
@@ -23,6 +23,7 @@
 #include "hybridtb/compare.h"
 #include "hybridtb/error.h"
 #include "hybridtb/step.h"
+#include "checks.h"
 #include "progress.h"
 
 namespace hybridtb::cli {
@@ -67,19 +68,21 @@ void write_report(const std::string& path, const std::string& json) {
 }
 
 int compare_files(const Options& opt, bool replay) {
+  const char* command = replay ? "replay" : "parity";
+  const std::vector<std::string> backends =
+      replay ? std::vector<std::string>{opt.backend} : std::vector<std::string>{opt.backend, opt.against};
+  if (const int status = check_backends(command, backends); status != 0) return status;
   std::vector<ComparisonReport> reports;
-  int bad = 0;
-  int not_supported = 0;
   ProgressBar progress(static_cast<int64_t>(opt.files.size()), !opt.quiet);
   for (size_t i = 0; i < opt.files.size(); ++i) {
     const std::string& path = opt.files[i];
     progress.update(static_cast<int64_t>(i), path);
+    ComparisonReport report;
     try {
       const BatchFile file = read_batch_file(path);
       if (replay) {
         HYBRIDTB_CHECK(file.expected.has_value(), path, " has no /expected to replay against (record it with `hybridtb record`)");
       }
-      ComparisonReport report;
       try {
         const StepOutputs candidate = run_backend(opt.backend, file);
         const StepOutputs expected = replay ? *file.expected : run_backend(opt.against, file);
@@ -89,38 +92,40 @@ int compare_files(const Options& opt, bool replay) {
       } catch (const NotSupported& e) {
         report.candidate_backend = opt.backend;
         report.not_supported = e.what();
-        ++not_supported;
       }
-      report.file = path;
-      reports.push_back(std::move(report));
     } catch (const Error& e) {
       progress.clear();
-      std::cerr << "hybridtb " << (replay ? "replay" : "parity") << ": " << path << ": error: " << e.what() << "\n";
-      ++bad;
+      std::cerr << "hybridtb " << command << ": " << path << ": error: " << e.what() << "\n";
+      report = ComparisonReport{};
+      report.candidate_backend = opt.backend;
+      report.error = e.what();
     }
+    report.file = path;
+    reports.push_back(std::move(report));
   }
   progress.clear();
 
   std::vector<ComparisonReport> compared;
+  int64_t not_supported = 0, bad = 0;
   for (const ComparisonReport& r : reports) {
-    if (r.not_supported.empty()) compared.push_back(r);
+    if (r.compared()) compared.push_back(r);
+    not_supported += r.not_supported.empty() ? 0 : 1;
+    bad += r.error.empty() ? 0 : 1;
   }
   if (!reports.empty()) std::cout << format_report_table(reports, !opt.no_rationale) << "\n";
   std::cout << format_summary_line(compared) << "\n";
   if (not_supported > 0) std::cout << not_supported << " not supported by backend '" << opt.backend << "'\n";
-  if (bad > 0) std::cout << bad << " bad input\n";
+  if (bad > 0) std::cout << bad << " bad input (not compared; listed in the report)\n";
 
-  if (!opt.report_path.empty() && bad > 0) {
-    std::cerr << "hybridtb " << (replay ? "replay" : "parity") << ": no report written to " << opt.report_path
-              << " (bad input)\n";
-  } else if (!opt.report_path.empty()) {
-    write_report(opt.report_path, report_to_json(reports, current_environment(replay ? "replay" : "parity")).dump(2));
+  // The report is written whatever the verdict: a FAIL next to a bad file is what one needs most.
+  if (!opt.report_path.empty()) {
+    write_report(opt.report_path, report_to_json(reports, current_environment(command)).dump(2));
   }
 
   const bool mismatch = std::any_of(compared.begin(), compared.end(), [](const ComparisonReport& r) { return !r.passed(); });
-  if (bad > 0) return 2;
   if (mismatch) return 1;
-  if (compared.empty()) return 2;
+  if (compared.empty()) return 2;  // nothing could be judged
+  if (bad > 0) return 1;           // a verdict on some files only
   return 0;
 }
 

@@ -14,11 +14,9 @@
 #include <sstream>
 
 #include "hybridtb/error.h"
+#include "hybridtb/revision.h"
 #include "hybridtb/linear_layer.h"
 
-#ifndef HYBRIDTB_GIT_COMMIT
-#define HYBRIDTB_GIT_COMMIT "unknown"
-#endif
 #ifndef HYBRIDTB_BUILD_TYPE
 #define HYBRIDTB_BUILD_TYPE "unknown"
 #endif
@@ -238,7 +236,7 @@ int64_t Location::at(const std::string& name) const {
 }
 
 bool ComparisonReport::passed() const {
-  if (!not_supported.empty() || !metadata_differences.empty()) return false;
+  if (!compared() || !metadata_differences.empty()) return false;
   return std::all_of(quantities.begin(), quantities.end(), [](const QuantityReport& q) { return q.passed; });
 }
 
@@ -422,6 +420,11 @@ std::string format_report_table(const std::vector<ComparisonReport>& reports, bo
   std::vector<std::string> rationales;
   for (const ComparisonReport& report : reports) {
     const std::string file = std::filesystem::path(report.file).filename().string();
+    if (!report.error.empty()) {
+      rows.push_back({file, "(all)", "-", "-", "-", "-", "-", "-", "-", "-", "-", "ERROR"});
+      details.push_back(file + ": error: " + report.error);
+      continue;
+    }
     if (!report.not_supported.empty()) {
       rows.push_back({file, "(all)", "-", "-", "-", "-", "-", "-", "-", "-", "-", "NOT SUPPORTED"});
       details.push_back(file + ": not supported by '" + report.candidate_backend + "': " + report.not_supported);
@@ -522,7 +525,7 @@ std::string cpu_model() {
 ReportEnvironment current_environment(const std::string& command) {
   ReportEnvironment env;
   env.command = command;
-  env.git_commit = HYBRIDTB_GIT_COMMIT;
+  env.git_commit = source_revision().label();
   env.build_type = HYBRIDTB_BUILD_TYPE;
   env.cpu_model = cpu_model();
   return env;
@@ -547,6 +550,7 @@ nlohmann::ordered_json report_to_json(const std::vector<ComparisonReport>& repor
     c["batch"] = report.batch_summary;
     c["passed"] = report.passed();
     if (!report.not_supported.empty()) c["not_supported"] = report.not_supported;
+    if (!report.error.empty()) c["error"] = report.error;
     nlohmann::ordered_json quantities = nlohmann::ordered_json::array();
     for (const QuantityReport& q : report.quantities) {
       nlohmann::ordered_json j;
@@ -590,8 +594,18 @@ nlohmann::ordered_json report_to_json(const std::vector<ComparisonReport>& repor
     cases.push_back(std::move(c));
   }
   root["cases"] = std::move(cases);
-  const auto passed = std::count_if(reports.begin(), reports.end(), [](const ComparisonReport& r) { return r.passed(); });
-  root["summary"] = {{"passed", passed}, {"failed", static_cast<int64_t>(reports.size()) - passed}};
+  // failed counts mismatches only: files not supported or in error were not compared.
+  int64_t passed = 0, failed = 0, not_supported = 0, errors = 0;
+  for (const ComparisonReport& r : reports) {
+    if (!r.error.empty()) {
+      ++errors;
+    } else if (!r.not_supported.empty()) {
+      ++not_supported;
+    } else {
+      ++(r.passed() ? passed : failed);
+    }
+  }
+  root["summary"] = {{"passed", passed}, {"failed", failed}, {"not_supported", not_supported}, {"errors", errors}};
   return root;
 }
 

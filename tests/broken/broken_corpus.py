@@ -17,8 +17,9 @@ broken binaries. `check` runs every command the case names (`run`, `info`, `pari
 - exit status 2 (bad input), never a signal, 0 or 1;
 - stderr contains the case's expected substring (the field and the constraint it broke);
 - stderr has no sanitizer report (`AddressSanitizer`, `runtime error:`, ...);
-- no output is left behind: `run --out`, `record --out-dir` and `--report` files do not exist,
-  nor any `<out>.tmp-<pid>` file of the atomic writer.
+- no output is left behind: `run --out` and `record --out-dir` files do not exist, nor any
+  `<out>.tmp-<pid>` file of the atomic writer; the `--report` of `parity`/`replay` is written and
+  holds the file as an error entry (summary: 1 error, 0 passed, 0 failed).
 
 A case with `expect_ok` is a positive control: the reader is deliberately liberal about unknown
 items under a 1.x minor version (datasets/SCHEMA.md §2 and §7), so such a file must still run.
@@ -26,6 +27,7 @@ items under a 1.x minor version (datasets/SCHEMA.md §2 and §7), so such a file
 Needs python3 with h5py and numpy (Debian: python3-h5py). Run by CTest: `ctest -L broken`.
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -809,6 +811,23 @@ def leftovers(directory, stem):
     return sorted(n for n in os.listdir(directory) if n.startswith(stem))
 
 
+def report_problems(report, path):
+    """What is wrong with the --report of a run on one bad file: it must list that file as an error
+    entry, count it under summary.errors, and count nothing as passed or failed."""
+    try:
+        with open(report) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        return [f"--report unreadable: {e}"]
+    cases = doc.get("cases", [])
+    if len(cases) != 1 or cases[0].get("file") != path or not cases[0].get("error"):
+        return [f"--report does not hold the file as an error entry: {cases}"]
+    summary = doc.get("summary", {})
+    if (summary.get("errors"), summary.get("passed"), summary.get("failed")) != (1, 0, 0):
+        return [f"--report summary {summary}, expected 1 error, 0 passed, 0 failed"]
+    return []
+
+
 def check(c, cli, workdir):
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
@@ -843,6 +862,13 @@ def check(c, cli, workdir):
             if marker in stderr:
                 problems.append(f"stderr has {marker!r}")
         left = leftovers(out, "") if not c.expect_ok else []
+        if command in ("parity", "replay") and not c.expect_ok:
+            # The report is written whatever the verdict: it must hold the file as an error entry.
+            if "report.json" in left:
+                left.remove("report.json")
+                problems += report_problems(report, path)
+            else:
+                problems.append("no --report written")
         if left:
             problems.append(f"left output behind: {left}")
         if problems:

@@ -1,6 +1,6 @@
 // `hybridtb record`, `replay` and `parity` end to end: exit 0 with "N passed, 0 failed", exit 1
-// with the location of a tampered /expected element, exit 2 on a missing or malformed file, and a
-// --report that nlohmann parses. Run: ctest -L compare.
+// with the location of a tampered /expected element (also next to a bad file, whose error entry
+// the report keeps), exit 2 when nothing could be judged, and a --report that nlohmann parses. Run: ctest -L compare.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -105,6 +105,45 @@ TEST(CompareCli, TamperedExpectedFailsWithTheLocation) {
   ASSERT_EQ(run_command(cli() + " replay --quiet --backend reference " + file.string(), &out), 1) << out;
   EXPECT_THAT(out, HasSubstr("(req=1, tok=0, head=1, dim=2)"));
   EXPECT_THAT(out, HasSubstr("\n0 passed, 1 failed\n"));
+}
+
+// A mismatch next to a bad file: the report is written with both (the FAIL and the error entry),
+// and the exit status is the mismatch's; files not compared are not counted as failed.
+TEST(CompareCli, AFailNextToABadFileIsKeptInTheReport) {
+  const fs::path dir = testing::scratch_dir();
+  const fs::path good = recorded_copy(dir, "encoder_only_fp16.h5");
+  const fs::path tampered = recorded_copy(dir, "mixed_swa_bf16.h5");
+  BatchFile batch = read_batch_file(tampered.string());
+  batch.expected->attn_output.data_as<double>()[5] += 1.0;
+  write_batch_file(tampered.string(), batch);
+  std::ofstream(dir / "garbage.h5") << "not an hdf5 file";
+  const fs::path report = dir / "mixed-report.json";
+  std::string out;
+  EXPECT_EQ(run_command(cli() + " replay --quiet --backend reference " + good.string() + " " + (dir / "garbage.h5").string() +
+                            " " + tampered.string() + " --report " + report.string(),
+                        &out),
+            1)
+      << out;
+  EXPECT_THAT(out, HasSubstr("\n1 passed, 1 failed\n"));
+  EXPECT_THAT(out, HasSubstr("1 bad input"));
+  std::ifstream in(report);
+  ASSERT_TRUE(in.good()) << "the report must be written";
+  const auto json = nlohmann::json::parse(in);
+  EXPECT_EQ(json["summary"]["passed"], 1);
+  EXPECT_EQ(json["summary"]["failed"], 1);
+  EXPECT_EQ(json["summary"]["errors"], 1);
+  ASSERT_EQ(json["cases"].size(), 3u);
+  EXPECT_THAT(json["cases"][1]["error"].get<std::string>(), HasSubstr("garbage.h5"));
+  EXPECT_FALSE(json["cases"][2]["passed"].get<bool>());
+
+  // Passing files next to a bad one: the verdict covers some files only (exit 1), report written.
+  EXPECT_EQ(run_command(cli() + " replay --quiet --backend reference " + good.string() + " " +
+                            (dir / "garbage.h5").string() + " --report " + report.string(),
+                        &out),
+            1)
+      << out;
+  std::ifstream again(report);
+  EXPECT_EQ(nlohmann::json::parse(again)["summary"]["errors"], 1);
 }
 
 TEST(CompareCli, BadInputExitsTwo) {

@@ -69,7 +69,9 @@ struct ComparisonReport {
   std::vector<QuantityReport> quantities;
   std::vector<std::string> metadata_differences;  // metadata_differences(candidate, expected); integers exact
   std::string not_supported;        // non-empty: the candidate backend threw NotSupported (nothing compared)
+  std::string error;                // non-empty: the file could not be read, validated or run (nothing compared)
   bool passed() const;
+  bool compared() const { return not_supported.empty() && error.empty(); }
 };
 
 struct CompareOptions {
@@ -98,7 +100,7 @@ std::string format_summary_line(const std::vector<ComparisonReport>& reports);
 // Machine output. Never NaN literals: undefined metrics are null, infinities are strings.
 struct ReportEnvironment {
   std::string command;      // "parity" | "replay"
-  std::string git_commit;   // configure-time `git rev-parse --short HEAD`
+  std::string git_commit;   // source_revision().label() at run time ("abc1234" or "abc1234-dirty")
   std::string build_type;
   std::string cpu_model;    // /proc/cpuinfo "model name"
   std::string gpu_name;     // (optional) when a backend reports one
