@@ -19,7 +19,8 @@ import numpy as np
 
 SSM_FLOATS = ("float64", "float32", "float16", "bfloat16")
 FLOATS = SSM_FLOATS + ("float8_e4m3fn", "float8_e5m2")
-KV_STORAGE = {"fp8_e4m3": "float8_e4m3fn", "fp8_per_token_head": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
+# vLLM's "fp8" is its platform fp8, float8_e4m3fn on CUDA; hybridtb's reader accepts it as "fp8_e4m3".
+KV_STORAGE = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "fp8_per_token_head": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
               "int8_per_token_head": "int8"}
 
 
@@ -75,6 +76,9 @@ def check(f):
     }
     if text(c["attn_type"]) == "decoder":
         blocks = f["inputs/kv_cache"].shape[0] if "inputs/kv_cache" in f else -1
+        if kv_cache_dtype != "auto" and kv_cache_dtype not in KV_STORAGE:
+            problems.append(f"/config kv_cache_dtype: unknown value {kv_cache_dtype!r} "
+                            f"(expected auto, {', '.join(KV_STORAGE)})")
         expected["inputs/kv_cache"] = (KV_STORAGE.get(kv_cache_dtype, dtype), (blocks, 2, block_size, kv_heads, head_size))
     for path, (dtype_name, shape) in expected.items():
         if path not in f:

@@ -55,8 +55,11 @@ def write_tensor(group, name, array, dtype_name):
         dataset.id.write(h5py.h5s.ALL, h5py.h5s.ALL, bits, mtype=bf16)  # memory type = file type: no conversion
     elif dtype_name in ("float8_e4m3fn", "float8_e5m2"):
         dataset = group.create_dataset(name, data=np.asarray(array, dtype=np.uint8))
-    else:
+    elif dtype_name in NUMPY_DTYPES:
         dataset = group.create_dataset(name, data=np.asarray(array, dtype=NUMPY_DTYPES[dtype_name]))
+    else:
+        raise ValueError(f"{group.name}/{name}: unknown dtype_name {dtype_name!r} (expected one of "
+                         f"{', '.join(['bfloat16', 'float8_e4m3fn', 'float8_e5m2', *NUMPY_DTYPES])})")
     dataset.attrs["dtype_name"] = dtype_name
     return dataset
 
@@ -67,9 +70,19 @@ def write_scalar(group, name, value):
     group[name].attrs["dtype_name"] = "float32"
 
 
+KV_STORAGE = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "fp8_per_token_head": "float8_e4m3fn",
+              "fp8_e5m2": "float8_e5m2", "int8_per_token_head": "int8"}
+
+
 def kv_storage_dtype(kv_cache_dtype, dtype):
-    return {"auto": dtype, "fp8_e4m3": "float8_e4m3fn", "fp8_per_token_head": "float8_e4m3fn",
-            "fp8_e5m2": "float8_e5m2", "int8_per_token_head": "int8"}[kv_cache_dtype]
+    """The element type of /inputs/kv_cache (SCHEMA.md §5.2). vLLM's "fp8" is its platform fp8,
+    float8_e4m3fn on CUDA; hybridtb's reader reads it as "fp8_e4m3" (harness/src/config.cpp)."""
+    if kv_cache_dtype == "auto":
+        return dtype
+    if kv_cache_dtype not in KV_STORAGE:
+        raise ValueError(f"/config kv_cache_dtype: unknown value {kv_cache_dtype!r} (expected auto, "
+                         f"{', '.join(KV_STORAGE)})")
+    return KV_STORAGE[kv_cache_dtype]
 
 
 def float_dtype_name(array):
@@ -208,7 +221,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3", "fp8_e5m2"])
+    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"])
     parser.add_argument("--ssm", default="none", choices=["none", "prefix_sum"],
                         help="also write the SSM branch of this mode (schema 1.1)")
     parser.add_argument("--seed", type=int, default=0)
