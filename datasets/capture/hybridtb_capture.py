@@ -940,14 +940,65 @@ def _capture_inputs(capturer, plan, path, prov):
 
 
 def _capture_outputs(plan, path):
-    expected = {"output": plan["output"],
+    """/expected after forward returned: output, attn_output, the written blocks, the pools. The
+    Triton hook's output is the attention output; the hybrid hook takes the attention output from
+    its inner TritonAttentionImpl.forward call (copied before the SSM contribution is added)."""
+    attn = plan["output"] if plan["kind"] == "triton" else plan.get("attn_output")
+    if attn is None:
+        if plan["config"]["ssm_mode"] not in ("none", "zero"):
+            raise Refused("the attention output alone was not observed (no inner TritonAttentionImpl.forward call)")
+        attn = plan["output"]
+    expected = {"output": plan["output"], "attn_output": attn,
                 "kv_cache": gather_kv(plan["kv_cache"], plan["layout"], plan["blocks"], plan["element"])}
+    if plan["kind"] == "hybrid" and plan["config"]["ssm_mode"] != "none":
+        if plan.get("ssm_output") is None:
+            raise Refused("the SSM contribution was not observed (forward_history_branch_decode was not called "
+                          "or returned None)")
+        expected["ssm_output"] = _pad_rows(plan["ssm_output"], _shape(plan["query"])[0])
     if plan["ssm"]:
         s = plan["ssm"]
         expected["ssm"] = {"conv_state": _gather_pool(s["pools"]["conv_state"], plan["blocks"], s["conv_layout"]),
                            "ssm_state": _gather_pool(s["pools"]["ssm_state"], plan["blocks"])}
     add_expected(path, expected, backend=f"vllm:{plan['kind']}")
     return os.path.getsize(path)
+
+
+def _pad_rows(value, rows):
+    """The adapter returns the contribution of the real tokens only: pad it to the file's T rows
+    with zeros (padding rows carry no meaning)."""
+    array, name = value
+    if array.shape[0] < rows:
+        array = np.concatenate([array, np.zeros((rows - array.shape[0],) + array.shape[1:], array.dtype)])
+    return array, name
+
+
+def _observe_adapter(plan, adapter):
+    """Wraps the adapter's forward_history_branch_decode on the instance for the duration of one
+    call, keeping a copy of what it returns (the SSM contribution before it is added). Returns the
+    function that undoes the wrap."""
+    method = getattr(adapter, "forward_history_branch_decode", None)
+    if method is None:
+        return lambda: None
+    had_instance_attr = "forward_history_branch_decode" in getattr(adapter, "__dict__", {})
+
+    def observed(*args, **kwargs):
+        result = method(*args, **kwargs)
+        if result is not None:
+            try:
+                array, name = to_numpy(result)
+                plan["ssm_output"] = (array.copy(), name)
+            except Exception as e:
+                log.warning("hybridtb_capture: SSM contribution not copied: %s", e)
+        return result
+
+    adapter.forward_history_branch_decode = observed
+
+    def undo():
+        if had_instance_attr:
+            adapter.forward_history_branch_decode = method
+        else:
+            del adapter.forward_history_branch_decode
+    return undo
 
 
 def _write_metadata_only(path, plan, prov):
@@ -959,6 +1010,7 @@ def _write_metadata_only(path, plan, prov):
            "engine_metadata": {g: {k: (np.asarray(v).tolist() if not isinstance(v, int) else v)
                                    for k, v in f.items()} for g, f in plan["engine_metadata"].items()}}
     tmp = path + f".tmp-{os.getpid()}"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
     os.replace(tmp, path)
@@ -1001,6 +1053,7 @@ def capture_call(capturer, kind, forward, bound, version):
             plan = None
         else:
             prov, rank = _provenance(capturer, layer_name, step, kind, version)
+            prov.update(plan["provenance"])
             if capturer.metadata_only:
                 path = capturer.file_name(rank, layer_name, step, "json")
                 written = _write_metadata_only(path, plan, prov)
@@ -1023,7 +1076,10 @@ def capture_call(capturer, kind, forward, bound, version):
     except Exception as e:  # a bug or an I/O error in the capture: never the serving step's problem
         capturer.disable(f"{type(e).__name__} while capturing {layer_name} step {step}: {e}")
         plan = None
-    _State.active.inside = True
+    _State.active.inside = plan if plan is not None else {}
+    undo = lambda: None
+    if plan is not None and kind == "hybrid" and getattr(layer, "ssm_adapter", None) is not None:
+        undo = _observe_adapter(plan, layer.ssm_adapter)
     try:
         result = forward(**bound)
     except BaseException as e:
@@ -1033,13 +1089,17 @@ def capture_call(capturer, kind, forward, bound, version):
                            reason=f"forward raised {type(e).__name__}: {e}")
         raise
     finally:
-        _State.active.inside = False
+        _State.active.inside = None
+        undo()
     if plan is not None:
         try:
             total = _capture_outputs(plan, path)
             capturer.bytes_written += total - written
             capturer.index(status="completed", layer=layer_name, step=step, rank=rank, file=os.path.basename(path),
                            bytes=total, reason=None)
+        except Refused as e:
+            capturer.index(status="inputs saved", layer=layer_name, step=step, rank=rank,
+                           file=os.path.basename(path), bytes=written, reason=f"no /expected: {e}")
         except Exception as e:
             capturer.disable(f"{type(e).__name__} while writing the results of {layer_name} step {step}: {e}")
     return result
@@ -1054,7 +1114,18 @@ def wrap(forward, kind, capturer=None):
 
     def wrapper(*args, **kwargs):
         cap = capturer or _State.capturer
-        if cap is None or not cap.enabled or getattr(_State.active, "inside", False):
+        inside = getattr(_State.active, "inside", None)
+        if inside is not None:  # called from a captured forward (the hybrid backend's inner Triton call)
+            result = forward(*args, **kwargs)
+            if kind == "triton" and inside.get("kind") == "hybrid" and "attn_output" not in inside:
+                try:
+                    out = sig.bind(*args, **kwargs).arguments.get("output")
+                    array, name = to_numpy(out)
+                    inside["attn_output"] = (array.copy(), name)  # before the SSM contribution is added
+                except Exception as e:  # the hybrid capture then writes no /expected for this call
+                    log.warning("hybridtb_capture: attention output not copied: %s", e)
+            return result
+        if cap is None or not cap.enabled:
             return forward(*args, **kwargs)
         try:
             bound = sig.bind(*args, **kwargs)

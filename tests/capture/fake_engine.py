@@ -43,6 +43,19 @@ REAL_TORCH = not getattr(torch, "IS_FAKE", False)
 DEVICE = "cuda" if REAL_TORCH and torch.cuda.is_available() else "cpu"
 
 
+ENGINES = {}  # the current Engine for fake modules created from files (import-hook test)
+
+
+def to_numpy_bits(t):
+    """A tensor's bits as numpy (bf16 as uint16, fp8 as uint8)."""
+    name = str(t.dtype).replace("torch.", "")
+    if name == "bfloat16":
+        t = t.view(torch.int16)
+    elif name.startswith("float8"):
+        t = t.view(torch.uint8)
+    return t.cpu().numpy()
+
+
 def contract(name):
     with open(os.path.join(CONTRACTS, name + ".json"), encoding="utf-8") as f:
         return json.load(f)
@@ -124,8 +137,13 @@ class Step:
         with h5py.File(ref, "r") as f:
             o = f["outputs"]
             dtype = self.config["dtype"]
-            self.output = to_dtype_bits(o["output"][()], dtype)
-            self.attn_output = to_dtype_bits(o["attn_output"][()], dtype)
+            # The engine's outputs are the reference's float64 results, not rounded to the model
+            # dtype: `hybridtb replay --backend reference` then compares them exactly (its
+            # tolerance follows the candidate's float64), so any misplaced row, block or slot in
+            # the capture fails.
+            self.output = (o["output"][()], "float64")
+            self.attn_output = (o["attn_output"][()], "float64")
+            self.ssm_output = (o["ssm_output"][()], "float64") if "ssm_output" in o else None
             kv = o["kv_cache"]
             self.kv_after = bits_of(kv) if kv.attrs["dtype_name"] not in (b"float64", "float64") else \
                 to_dtype_bits(kv[()], dtype)
@@ -139,7 +157,7 @@ class Engine:
     """The engine-side tensors and metadata of a Step for one release contract."""
 
     def __init__(self, step, c, extra_blocks=9, seed=1, padding=None, pad_rows=3, pad_reqs=2, fp8_query=None,
-                 kv_cache_dtype=None, layer_name="model.layers.0.self_attn.attn"):
+                 kv_cache_dtype=None, layer_name="model.layers.0.self_attn.attn", output_dtype="float64"):
         self.step, self.c, self.layer_name = step, c, layer_name
         rng = np.random.default_rng(seed)
         kv, kv_name = step.inputs["kv_cache"]
@@ -222,9 +240,14 @@ class Engine:
             self.query = padded(q_bits, model)
         self.key = padded(step.inputs["key"][0], model)
         self.value = padded(step.inputs["value"][0], model)
-        self.output = padded(np.zeros_like(step.output[0]), model)
-        self.ref_output = padded(step.output[0], model)
-        self.ref_attn_output = padded(step.attn_output[0], model)
+        def out(value):  # "float64": exact reference results; a model dtype: rounded as vLLM's output
+            if value is None:
+                return None
+            return padded(*(to_dtype_bits(value[0], output_dtype) if output_dtype != "float64" else value))
+        self.output = out((np.zeros_like(step.output[0]), "float64"))
+        self.ref_output = out(step.output)
+        self.ref_attn_output = out(step.attn_output)
+        self.ref_ssm_output = out(step.ssm_output)
 
         def scale(name):
             v = float(np.asarray(step.inputs[name][0]).reshape(-1)[0]) if name in step.inputs else 1.0
@@ -368,7 +391,10 @@ def install_seed(seed, release, engines):
             engines["attention_only"] = False
         if md is None or getattr(args["layer"], "ssm_adapter", None) is None:
             return args["output"]
-        args["output"][: e.real].copy_(e.ref_output[: e.real])  # attention + the adapter's contribution
+        # As the seed: the adapter's contribution for query[:T] is added to the attention output.
+        ssm_out = args["layer"].ssm_adapter.forward_history_branch_decode(args["query"][: e.real], attn_metadata=md)
+        assert ssm_out is not None and tuple(ssm_out.shape) == (e.real,) + tuple(args["query"].shape[1:])
+        args["output"][: e.real].copy_(e.ref_output[: e.real])  # attention + contribution, exactly
         for name, pool in e.pools_after.items():
             e.engine_pools[name].copy_(pool)
         return args["output"]
@@ -396,6 +422,8 @@ def make_hybrid(mod, tmod, e, adapter_mode, seed_contract):
     mmd = mod.Mamba1AttentionMetadata(**fields)
     md = mod.HybridAttentionMetadata(tmd, mmd)
     adapter = types.SimpleNamespace(ssm_mode=adapter_mode)
+    # The contribution the reference computed for the real tokens (zero in mode "disabled").
+    adapter.forward_history_branch_decode = lambda hidden, attn_metadata=None: e.ref_ssm_output[: e.real]
     if adapter_mode not in ("disabled", "prefix_sum"):
         wts = e.step.weights
 
