@@ -243,26 +243,21 @@ def write_capture(path, config, batch, inputs, ssm=None, expected=None, provenan
     (schema 1.3); /config dtype stays the model dtype of key and value."""
     config = dict(config)
     batch = {k: (int(v) if k == "num_actual_tokens" else _arr(v)) for k, v in batch.items() if v is not None}
-    ins, query = {}, None
+    ins = {}
     for key, value in inputs.items():
         if value is None:
             continue
         if key in ("k_scale", "v_scale", "output_scale", "q_scale"):
             ins[key] = float(np.asarray(_float_values(value)).reshape(-1)[0])
         elif key == "query":
-            query = to_numpy(value)
+            array, name = to_numpy(value)
+            ins[key] = (array, name) if name in FP8_NAMES else array  # fp8: bytes + dtype_name (1.3)
         else:
             ins[key], name = to_numpy(value)
             if key == "kv_cache" and name in FP8_NAMES and config.get("kv_cache_dtype") == "auto":
                 raise Refused("kv_cache holds fp8 bytes but /config kv_cache_dtype is 'auto'")
-    fp8_query = query is not None and query[1] in FP8_NAMES
-    if query is not None and not fp8_query:
-        ins["query"] = query[0]
-    if fp8_query and "q_scale" not in ins:
+    if isinstance(ins.get("query"), tuple) and "q_scale" not in ins:
         raise Refused("an fp8 query needs its q_scale (layer._q_scale)")
-    q_scale = ins.pop("q_scale", None)
-    if fp8_query:  # a placeholder in the model dtype, replaced by the fp8 bytes below
-        ins["query"] = np.zeros(query[0].shape, np.float32)
     ssm = ssm or {}
     ssm_np = {"params": dict(ssm.get("params") or {}),
               "state": {k: to_numpy(v) for k, v in (ssm.get("state") or {}).items()},
@@ -276,10 +271,6 @@ def write_capture(path, config, batch, inputs, ssm=None, expected=None, provenan
             f.attrs["schema_version"] = SCHEMA_VERSION
             if status is not None:
                 f.attrs["capture_status"] = status
-            if fp8_query:
-                del f["inputs/query"]
-                _w.write_tensor(f["inputs"], "query", query[0], query[1])
-                _w.write_scalar(f["inputs"], "q_scale", q_scale)
             _write_engine_metadata(f, engine_metadata)
             if expected:
                 write_expected(f, expected, backend)
@@ -452,7 +443,7 @@ def kv_storage(kv_cache_dtype, cache_dtype_name, model_dtype):
     """(schema kv_cache_dtype, element dtype_name) for vLLM's --kv-cache-dtype and the cache's torch
     dtype. fp8 caches are allocated as uint8 (STR_DTYPE_TO_TORCH_DTYPE) or viewed as fp8: their
     bytes are the fp8 type the string names. Anything else is refused."""
-    if kv_cache_dtype in ("auto", model_dtype) or (kv_cache_dtype == "bfloat16" and model_dtype == "bfloat16"):
+    if kv_cache_dtype in ("auto", model_dtype):  # 0.11+ also accept the model dtype's name
         if cache_dtype_name != model_dtype:
             raise Refused(f"kv_cache_dtype {kv_cache_dtype!r} but the cache is {cache_dtype_name} and the model "
                           f"{model_dtype}")
@@ -514,14 +505,23 @@ def _rank_and_size():
     return tp_rank, tp_size if tp_size is not None else 1, global_rank if global_rank is not None else tp_rank
 
 
+_MODEL = []
+
+
 def _model_name():
+    """HYBRIDTB_CAPTURE_MODEL, or vLLM's model_config.model read from the current VllmConfig
+    without calling get_current_vllm_config() (which warns when none is set); cached once found."""
     if os.environ.get("HYBRIDTB_CAPTURE_MODEL"):
         return os.environ["HYBRIDTB_CAPTURE_MODEL"]
-    cfg = sys.modules.get("vllm.config")
-    try:
-        return str(cfg.get_current_vllm_config().model_config.model)
-    except Exception:
-        return "unknown"
+    if _MODEL:
+        return _MODEL[0]
+    for name in ("vllm.config.vllm", "vllm.config"):
+        cfg = getattr(sys.modules.get(name), "_current_vllm_config", None)
+        model = getattr(getattr(cfg, "model_config", None), "model", None)
+        if model:
+            _MODEL.append(str(model))
+            return _MODEL[0]
+    return "unknown"
 
 
 def _stream_capturing():
@@ -699,7 +699,8 @@ def describe_attention(impl, layer, query, key, value, kv_cache, md, output, out
     for name in ("rswa_window", "mm_prefix_range_tensor"):
         if getattr(md, name, None) is not None:
             raise Refused(f"metadata {name} is set: not captured yet")
-    if getattr(md, "causal", True) is not True and not (hasattr(md.causal, "all")):
+    causal = getattr(md, "causal", True)
+    if causal is not True and not (_is_torch(causal) and bool(np.all(_host_int(causal)))):
         raise Refused("non-causal attention is not captured")
     if getattr(impl, "kv_sharing_target_layer_name", None) is not None:
         raise Refused("a KV-sharing layer: forward does not write the cache, the schema's step does")

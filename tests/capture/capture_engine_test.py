@@ -22,6 +22,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "harness", "scripts"))
 
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
@@ -127,6 +128,14 @@ def check_cli(path, replay=True):
     cli_info_and_replay(ran, replay)
 
 
+def py_check(path):
+    """harness/scripts/read_batch_h5py.py's checks (the Python side of the schema, 1.3 included)."""
+    import read_batch_h5py
+    with h5py.File(path, "r") as f:
+        problems = read_batch_h5py.check(f)
+    assert not problems, f"{path}: {problems}"
+
+
 def attr(f, name, group="/"):
     v = f[group].attrs[name]
     return v.decode() if isinstance(v, bytes) else v
@@ -166,6 +175,7 @@ def assert_completed_capture(capture_dir, c, e, replay=True):
         assert f["batch/block_table"][()].max() < nb
         assert int(f["batch"].attrs["num_actual_tokens"]) == e.real
         assert f["inputs/query"].shape[0] == e.rows
+    py_check(files[0])
     check_cli(files[0], replay)
     return files[0]
 
@@ -255,6 +265,7 @@ def triton_v0_12_fp8_query():
         e = FP8_ENGINE[0]
         assert np.array_equal(q[()][: e.real], e.query_bytes[: e.real])
         assert attr(f, "capture_status") == "completed"
+    py_check(files[0])
     print("fp8 query stored as fp8 bytes + q_scale (C++ check: case fp8_query_cli)")
 
 
@@ -297,6 +308,43 @@ def files_as_written_cli():
     d = os.path.join(WORK, "cap")
     c, e, *_ = triton_release("vllm-0.12.0", step, d, output_dtype="bfloat16")
     cli_info_and_replay(h5_files(d)[0])
+
+
+@case
+def python_scripts_fp8_and_errors():
+    """write_batch_h5py / read_batch_h5py: vLLM's "fp8" is float8_e4m3fn as in the C++ reader
+    (hybridtb info accepts the file); unknown values and an fp8 query without q_scale are refused
+    with the field named."""
+    import write_batch_h5py as wbh
+    import read_batch_h5py
+    path = os.path.join(WORK, "fp8.h5")
+    run([sys.executable, os.path.join(ROOT, "harness", "scripts", "write_batch_h5py.py"), path,
+         "--kv-cache-dtype", "fp8"])
+    with h5py.File(path, "r") as f:
+        assert f["inputs/kv_cache"].attrs["dtype_name"] in ("float8_e4m3fn", b"float8_e4m3fn")
+        assert attr(f, "kv_cache_dtype", "config") == "fp8"
+    py_check(path)
+    cli_info_and_replay(path, replay=False)
+    config, batch, inputs = wbh.example_batch("bfloat16", "auto")
+    for bad_config, bad_inputs, field in (
+            (dict(config, kv_cache_dtype="fp8_inc"), inputs, "/config kv_cache_dtype"),
+            (config, dict(inputs, query=(np.zeros(inputs["query"].shape, np.uint8), "float8_e4m3fn")), "/inputs/query"),
+            (config, dict(inputs, q_scale=1.0), "/inputs/q_scale")):
+        try:
+            wbh.write_hybrid_batch(os.path.join(WORK, "bad.h5"), bad_config, batch, bad_inputs)
+            raise AssertionError(f"accepted a bad {field}")
+        except ValueError as e:
+            assert field in str(e), (field, str(e))
+    good = os.path.join(WORK, "fp8q.h5")
+    wbh.write_hybrid_batch(good, dict(config, engine_version="vllm 0.12.0"), batch,
+                           dict(inputs, query=(np.full(inputs["query"].shape, 0x38, np.uint8), "float8_e4m3fn"),
+                                q_scale=0.5))
+    with h5py.File(good, "r+") as f:
+        assert attr(f, "schema_version") == "1.3" and attr(f, "engine_version", "config") == "vllm 0.12.0"
+        assert read_batch_h5py.check(f) == []
+        del f["inputs/q_scale"]
+    with h5py.File(good, "r") as f:
+        assert any("q_scale is missing" in p for p in read_batch_h5py.check(f))
 
 
 @case
