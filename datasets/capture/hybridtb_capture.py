@@ -615,23 +615,25 @@ class Capturer:
             return
         entry.setdefault("pid", os.getpid())
         entry.setdefault("time", round(time.time(), 3))
-        os.makedirs(self.directory, exist_ok=True)
-        line = (json.dumps(entry, sort_keys=True) + "\n").encode()
-        fd = os.open(os.path.join(self.directory, "index.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        line = (json.dumps(entry, sort_keys=True, default=str) + "\n").encode()
         try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+            os.makedirs(self.directory, exist_ok=True)
+            fd = os.open(os.path.join(self.directory, "index.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        except OSError as e:  # an unwritable index turns capture off; serving goes on
+            log.error("hybridtb_capture: cannot write index.jsonl (%s); capture turned off", e)
+            if self.disabled_reason is None:
+                self.disabled_reason = f"index.jsonl not writable: {e}"
 
     def disable(self, reason):
         """Turns capture off for the rest of the process after an error inside the capture."""
         if self.disabled_reason is None:
             self.disabled_reason = reason
             log.error("hybridtb_capture: capture turned off: %s", reason)
-            try:
-                self.index(status="capture disabled", reason=reason)
-            except OSError:
-                pass
+            self.index(status="capture disabled", reason=reason)
 
     def file_name(self, rank, layer_name, step, ext="h5"):
         safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in layer_name)
@@ -1021,26 +1023,24 @@ def _write_metadata_only(path, plan, prov):
 DESCRIBERS = {"triton": describe_attention, "hybrid": describe_hybrid}
 
 
-def capture_call(capturer, kind, forward, bound, version):
-    """Runs one forward call through the capture. `bound`: the call's arguments by name."""
-    impl, layer = bound["self"], bound["layer"]
-    md = bound.get("attn_metadata")
-    if md is None:  # profiling run: nothing to capture, not an engine step
-        return forward(**bound)
+def _prepare(capturer, kind, bound, version):
+    """Selection, the plan, the budget and the inputs file. Returns (plan or None, path, bytes
+    written, {layer_name, step, rank}); a Refused call is skipped with its reason in the index."""
+    impl, layer, md = bound["self"], bound["layer"], bound["attn_metadata"]
     layer_name = str(getattr(layer, "layer_name", None) or getattr(impl, "layer_name", None) or f"layer@{id(layer):x}")
     if not capturer.layer_selected(layer_name):
-        return forward(**bound)
-    tp_rank, _, rank = _rank_and_size()
+        return None, None, 0, {}
+    rank = _rank_and_size()[2]
     if not capturer.rank_selected(rank):
-        return forward(**bound)
+        return None, None, 0, {}
     if _stream_capturing():
         capturer.index(status="skipped", layer=layer_name, step=None, rank=rank, file=None, bytes=0,
                        reason="CUDA-graph capture in progress (torch.cuda.is_current_stream_capturing()): a graph "
                               "replays without calling Python, so its steps cannot be captured")
-        return forward(**bound)
+        return None, None, 0, {}
     step = capturer.next_step(layer_name)
     if not capturer.step_selected(step):
-        return forward(**bound)
+        return None, None, 0, {}
     path, plan, written = None, None, 0
     try:
         plan = DESCRIBERS[kind](impl, layer, bound["query"], bound["key"], bound["value"], bound["kv_cache"], md,
@@ -1077,12 +1077,30 @@ def capture_call(capturer, kind, forward, bound, version):
     except Exception as e:  # a bug or an I/O error in the capture: never the serving step's problem
         capturer.disable(f"{type(e).__name__} while capturing {layer_name} step {step}: {e}")
         plan = None
+    return plan, path, written, dict(layer_name=layer_name, step=step, rank=rank)
+
+
+def capture_call(capturer, kind, call, bound, version):
+    """Runs one forward call (`call()`, the engine's call as made) through the capture. `bound`:
+    the call's arguments by parameter name.
+
+    Everything before and after `forward` is guarded: an error there turns capture off and is
+    never raised into the serving step; `forward`'s own exceptions pass through unchanged."""
+    if bound.get("attn_metadata") is None:  # profiling run: nothing to capture, not an engine step
+        return call()
+    try:
+        plan, path, written, where = _prepare(capturer, kind, bound, version)
+    except Exception as e:  # a bug or an I/O error in the capture: never the serving step's problem
+        capturer.disable(f"{type(e).__name__} while preparing a capture: {e}")
+        plan, path, written, where = None, None, 0, {}
+    layer = bound["layer"]
+    layer_name, step, rank = where.get("layer_name"), where.get("step"), where.get("rank")
     _State.active.inside = plan if plan is not None else {}
     undo = lambda: None
     if plan is not None and kind == "hybrid" and getattr(layer, "ssm_adapter", None) is not None:
         undo = _observe_adapter(plan, layer.ssm_adapter)
     try:
-        result = forward(**bound)
+        result = call()
     except BaseException as e:
         if plan is not None:
             capturer.index(status="inputs saved", layer=layer_name, step=step, rank=rank,
@@ -1134,8 +1152,7 @@ def wrap(forward, kind, capturer=None):
             arguments = dict(bound.arguments)
         except TypeError:
             return forward(*args, **kwargs)  # the engine's call will raise its own error
-        version = vllm_version()
-        return capture_call(cap, kind, lambda **kw: forward(**kw), arguments, version)
+        return capture_call(cap, kind, lambda: forward(*args, **kwargs), arguments, vllm_version())
 
     wrapper._hybridtb_capture = kind
     wrapper.__wrapped__ = forward
