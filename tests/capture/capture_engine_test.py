@@ -216,6 +216,18 @@ def triton_v0_10_piecewise_padding():
 
 
 @case
+def triton_v0_11_piecewise_padding():
+    """0.11 (schema layout [NB, 2, ...]) with piecewise padding and an fp8_e5m2 cache."""
+    step = make_step("t11p", SMALL + ["--set", "kv_cache_dtype=fp8_e5m2", "--mix", "d3@33+c1x4@17"])
+    d = os.path.join(WORK, "cap")
+    c, e, *_ = triton_release("vllm-0.11.0", step, d, padding="piecewise", pad_rows=4)
+    path = assert_completed_capture(d, c, e)
+    with h5py.File(path, "r") as f:
+        assert f["inputs/kv_cache"].attrs["dtype_name"] in ("float8_e5m2", b"float8_e5m2")
+        assert np.all(f["batch/slot_mapping"][()][e.real:] == -1)
+
+
+@case
 def triton_v0_11_fp8_cache():
     """--kv-cache-dtype fp8: vLLM keeps the string "fp8" and allocates uint8; the file holds
     float8_e4m3fn bytes (unchanged) and kv_cache_dtype fp8_e4m3."""
@@ -359,6 +371,17 @@ def triton_v0_33_layout():
 
 
 @case
+def triton_v0_33_full_padding():
+    """0.33: FULL-graph padding with the 4-D cache layout."""
+    step = make_step("t33p", SMALL + ["--mix", "d6@70"])
+    d = os.path.join(WORK, "cap")
+    c, e, *_ = triton_release("vllm-0.33.0", step, d, padding="full", pad_rows=2, pad_reqs=2)
+    path = assert_completed_capture(d, c, e)
+    with h5py.File(path, "r") as f:
+        assert np.all(f["batch/seq_lens"][()][6:] == 0) and "FULL" in attr(f, "capture_notes")
+
+
+@case
 def triton_v0_33_fp8_e5m2():
     """0.33 with an fp8_e5m2 cache in the 4-D layout; the query is not fp8 (only fp8/fp8_e4m3 are)."""
     step = make_step("t33e5", SMALL + ["--set", "kv_cache_dtype=fp8_e5m2", "--mix", "d2@40+p1x5"])
@@ -413,6 +436,12 @@ def a_log_round_trips(f):
 
 
 @case
+def seed_hybrid_disabled():
+    """The adapter in its default mode (disabled: a zero contribution): ssm_mode zero."""
+    hybrid_case("hz", SMALL + ["--set", "ssm_mode=zero", "--mix", "d2@40+p1x6"], "disabled", "zero")
+
+
+@case
 def seed_hybrid_mamba1():
     """The adapter's Mamba-1 pipeline: weights (A as -exp(A_log)), pools compacted with the KV
     blocks, the conv state transposed from vLLM's (K-1, I) per slot."""
@@ -423,6 +452,50 @@ def seed_hybrid_mamba1():
     with h5py.File(path, "r") as f:
         nb = f["inputs/kv_cache"].shape[0]
         assert f["inputs/ssm/conv_state"].shape == (nb, 64, 3) and f["expected/ssm/ssm_state"].shape == (nb, 64, 16)
+
+
+# ------------------------------------------------------------------------------------------------
+# The contracts.
+
+ENGINE_RULE_KEYS = ("pad_slot_id", "null_block_id", "padded_request_state_index", "state_index_skip_rule",
+                    "mamba_cache_modes", "treat_short_extends_as_decodes", "conv_state_layout", "norm_eps_from_config")
+RELEASES = {"vllm-0.10.1.1": "0.10.1.1", "vllm-0.11.0": "0.11.0", "vllm-0.12.0": "0.12.0", "vllm-0.33.0": "0.33.0"}
+
+
+@case
+def contract_engine_rules_keys():
+    """Every fixture's engine_rules has exactly the agreed keys, each with a <key>_source string."""
+    for name in list(RELEASES) + ["seed-hybrid"]:
+        rules = fe.contract(name)["engine_rules"]
+        assert sorted(rules) == sorted(list(ENGINE_RULE_KEYS) + [k + "_source" for k in ENGINE_RULE_KEYS]), name
+        for k in ENGINE_RULE_KEYS:
+            assert isinstance(rules[k + "_source"], str) and rules[k + "_source"], (name, k)
+        assert rules["state_index_skip_rule"] in ("negative", "nonpositive", None), name
+        assert rules["conv_state_layout"] in ("DS", "SD", None), name
+
+
+@case
+def contracts_match_releases():
+    """extract_vllm_contract.py on the unpacked releases reproduces the committed fixtures
+    (HYBRIDTB_VLLM_SRC, default /work/vllm-src/<release>; skipped where absent), and a directory
+    that is not a release is refused with exit 2 and the reason."""
+    script = os.path.join(ROOT, "datasets", "capture", "contracts", "extract_vllm_contract.py")
+    p = run([sys.executable, script, WORK], check=False)
+    assert p.returncode == 2 and "no vllm/ directory" in p.stderr, (p.returncode, p.stderr)
+    src = os.environ.get("HYBRIDTB_VLLM_SRC", "/work/vllm-src")
+    checked = 0
+    for name, release in RELEASES.items():
+        root = os.path.join(src, release)
+        if not os.path.isdir(os.path.join(root, "vllm")):
+            continue
+        out = os.path.join(WORK, name + ".json")
+        run([sys.executable, script, root, "-o", out])
+        with open(out, encoding="utf-8") as f:
+            assert json.load(f) == fe.contract(name), f"{name}: the extractor's output differs from the fixture"
+        checked += 1
+    if not checked:
+        print(f"skipped: no unpacked vLLM release under {src}")
+        sys.exit(77)
 
 
 # ------------------------------------------------------------------------------------------------
