@@ -163,7 +163,10 @@ def _take(t, dim, index):
     index = np.asarray(index, dtype=np.int64)
     if _is_torch(t):
         torch = sys.modules["torch"]
-        return t.index_select(dim, torch.as_tensor(index, device=t.device))
+        idx = torch.as_tensor(index, device=t.device)
+        if _TORCH_NAMES.get(str(t.dtype)) in FP8_NAMES:  # gathered as bytes: not every torch indexes fp8
+            return t.view(torch.uint8).index_select(dim, idx).view(t.dtype)
+        return t.index_select(dim, idx)
     if isinstance(t, tuple):
         return (np.take(t[0], index, axis=dim), t[1])
     return np.take(np.asarray(t), index, axis=dim)
@@ -883,23 +886,21 @@ def _nbytes(t):
 
 def predict_bytes(plan, metadata_only=False):
     """Bytes the file will take, from shapes alone (before any copy): the inputs, /expected (the
-    output in the query's model dtype, the written blocks again, the pools again) and 64 KiB of
-    HDF5 structure and metadata."""
-    overhead = 64 << 10
+    output as output and attn_output, plus ssm_output with an SSM branch; the written blocks and
+    the pools again) and 64 KiB of HDF5 structure and metadata."""
     if metadata_only:
         return 16 << 10
-    nbytes = _nbytes
     nb = len(plan["blocks"])
-    cache = _shape(plan["kv_cache"])
-    per_block = int(np.prod(cache)) // plan["num_blocks"] * KV_ELEMENT_SIZE[plan["element"]]
-    total = nbytes(plan["query"]) + nbytes(plan["key"]) + nbytes(plan["value"]) + 2 * nb * per_block
-    total += nbytes(plan["output"]) if plan["output"] is not None else nbytes(plan["query"])
+    per_block = int(np.prod(_shape(plan["kv_cache"]))) // plan["num_blocks"] * KV_ELEMENT_SIZE[plan["element"]]
+    total = _nbytes(plan["query"]) + _nbytes(plan["key"]) + _nbytes(plan["value"]) + 2 * nb * per_block
+    outputs = 3 if plan["config"]["ssm_mode"] != "none" else 2
+    total += outputs * _nbytes(plan["output"] if plan["output"] is not None else plan["query"])
     if plan["ssm"]:
         for pool in plan["ssm"]["pools"].values():
-            total += 2 * nb * nbytes(pool) // _shape(pool)[0]
+            total += 2 * nb * _nbytes(pool) // _shape(pool)[0]
         for w in plan["ssm"]["weights"].values():
-            total += nbytes(w)
-    return total + overhead
+            total += _nbytes(w)
+    return total + (64 << 10)
 
 
 # ------------------------------------------------------------------------------------------------
