@@ -709,6 +709,8 @@ def describe_attention(impl, layer, query, key, value, kv_cache, md, output, out
         raise Refused("non-causal attention is not captured")
     if getattr(impl, "kv_sharing_target_layer_name", None) is not None:
         raise Refused("a KV-sharing layer: forward does not write the cache, the schema's step does")
+    if key is None or value is None:
+        raise Refused("forward received no key/value (a layer reading another layer's cache)")
     attn_type = _attn_type(impl)
     kv_name = _TORCH_NAMES.get(str(key.dtype)) if _is_torch(key) else dtype_name_of(key)
     if kv_name not in MODEL_DTYPES:

@@ -347,10 +347,25 @@ def engine_rules(rel, mamba):
             rules["pad_slot_id_source"] = f"{path}: PAD_SLOT_ID"
             break
     require(rules.get("pad_slot_id"), "PAD_SLOT_ID", rel.root)
+    # The null block: the V1 block pool reserves its first block (id 0) as a placeholder that
+    # freed and out-of-window entries of block tables point at; newer releases also name it
+    # NULL_BLOCK_ID for the Mamba kernels.
     null_block = module_constant(rel.tree(v1u), "NULL_BLOCK_ID") if v1u else None
-    rules["null_block_id"] = null_block
-    rules["null_block_id_source"] = f"{v1u}: NULL_BLOCK_ID" if null_block is not None else \
-        f"{v1u or old}: no NULL_BLOCK_ID constant in this release"
+    pool = rel.first("vllm/v1/core/block_pool.py")
+    pool_src = rel.text(pool) if pool else ""
+    pool_has_null = "self.null_block = self.free_block_queue.popleft()" in pool_src and "block_id=0" in pool_src
+    if null_block is not None:
+        rules["null_block_id"] = null_block
+        rules["null_block_id_source"] = f"{v1u}: NULL_BLOCK_ID" + \
+            (f" ({pool}: BlockPool.null_block, the first free block)" if pool_has_null else "")
+    elif pool_has_null:
+        null_block = 0
+        rules["null_block_id"] = 0
+        rules["null_block_id_source"] = f"{pool}: BlockPool.__init__ (null_block = the first free block, " \
+                                        "block_id 0; no NULL_BLOCK_ID constant in this release)"
+    else:
+        rules["null_block_id"] = None
+        rules["null_block_id_source"] = f"{pool or 'vllm/v1/core/block_pool.py'}: no null block found"
 
     # The state index a CUDA-graph padding request gets (decode-only FULL graphs).
     padded, padded_src = None, None
