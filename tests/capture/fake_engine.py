@@ -172,8 +172,8 @@ class Engine:
             cfg["kv_cache_dtype"]]
         layout = c["triton"]["kv_cache"]["layout"]
         self.layout = layout
-        uint8_alloc = self.kv_cache_dtype in c.get("cache_dtypes", {}).get("stored_as_uint8", ["fp8", "fp8_e4m3",
-                                                                                               "fp8_e5m2"])
+        # The release's allocation rule: STR_DTYPE_TO_TORCH_DTYPE maps the fp8 strings to uint8.
+        uint8_alloc = self.kv_cache_dtype in c["cache_dtypes"]["stored_as_uint8"]
         self.kv_tensor_name = "uint8" if (kv_name.startswith("float8") and uint8_alloc) else kv_name
 
         def engine_cache(values):
@@ -189,7 +189,6 @@ class Engine:
             name = self.kv_tensor_name
             return tensor(full, name)
 
-        self._engine_cache = engine_cache
         self.kv_cache = engine_cache(kv)
         self.kv_after = engine_cache(step.kv_after[0])
 
@@ -448,7 +447,7 @@ def make_hybrid(mod, tmod, e, adapter_mode, seed_contract):
             e.engine_pools[name] = tensor(full, pn)
         after = {}
         for name, (pool, pn) in e.step.pools_after.items():
-            full = e.engine_pools[name].cpu().numpy().copy() if pn != "bfloat16" else None
+            full = to_numpy_bits(e.engine_pools[name]).copy()
             src = pool
             if name == "conv_state":
                 src = np.ascontiguousarray(pool.transpose(0, 2, 1))
