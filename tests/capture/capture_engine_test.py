@@ -616,6 +616,27 @@ def refused_cache_dtype():
 
 
 @case
+def per_head_q_scale_refused():
+    """0.33 can quantise the query per KV-head group (a q_scale per KV head): the schema has one
+    q_scale, so the call is skipped with the reason, never written with one of the scales."""
+    step = make_step("phq", SMALL + ["--set", "kv_cache_dtype=fp8", "--mix", "d2@40"])
+    d = os.path.join(WORK, "cap")
+    c = fe.contract("vllm-0.33.0")
+    assert c["attention_layer"]["per_head_q_scale"]
+    engines = {}
+    mod = fe.install_release(c, engines)
+    install_from_readme(d)
+    e = fe.Engine(step, c)
+    assert e.fp8_query
+    e.layer._q_scale = fe.tensor(np.array([1.0, 0.5], np.float32), "float32")
+    engines["current"] = e
+    fe.call(fe.make_impl(mod, e), e, fe.make_metadata(mod, e))
+    assert h5_files(d) == []
+    lines = index(d)
+    assert lines[0]["status"] == "skipped" and "layer._q_scale: expected one scale" in lines[0]["reason"], lines
+
+
+@case
 def hook_error_turns_capture_off():
     """A bug inside the capture (here: metadata whose block table cannot be read) is logged to the
     index, turns capture off, and forward runs as if nothing happened."""

@@ -244,11 +244,12 @@ def attention_layer_facts(rel):
         return {"query_quant_in_layer": None, "source": "no Attention layer file found"}
     src = rel.text(path)
     m = re.search(r"self\.query_quant = QuantFP8", src)
-    cond = re.search(r"(self\.kv_cache_dtype\.startswith\(\s*\"fp8\"\)[^:]*?supports_quant_query_input[^:]*?)\s*:",
-                     src, re.S)
+    cond = re.search(r"self\.query_quant = None\s*\n\s*if\s*(.*?):\s*\n", src, re.S)
     return {"query_quant_in_layer": bool(m),
-            "condition": re.sub(r"\s+", " ", cond.group(1)) if cond else None,
+            "condition": re.sub(r"\s+", " ", cond.group(1)).strip() if cond else None,
             "kv_cache_dtypes_allowed": ["fp8", "fp8_e4m3"] if 'in {"fp8", "fp8_e4m3"}' in src else None,
+            # 0.33+: a q_scale with one value per KV head quantises the query per head group.
+            "per_head_q_scale": "q_scale.numel() == self.num_kv_heads" in src,
             "source": f"{path}: Attention.__init__ / Attention.forward (query_quant)"}
 
 
