@@ -18,8 +18,10 @@ import h5py
 import numpy as np
 
 SSM_FLOATS = ("float64", "float32", "float16", "bfloat16")
+FP8_QUERY = ("float8_e4m3fn", "float8_e5m2")
 FLOATS = SSM_FLOATS + ("float8_e4m3fn", "float8_e5m2")
-KV_STORAGE = {"fp8_e4m3": "float8_e4m3fn", "fp8_per_token_head": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
+# vLLM's "fp8" is its platform fp8, float8_e4m3fn on CUDA; hybridtb's reader accepts it as "fp8_e4m3".
+KV_STORAGE = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "fp8_per_token_head": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2",
               "int8_per_token_head": "int8"}
 
 
@@ -75,7 +77,17 @@ def check(f):
     }
     if text(c["attn_type"]) == "decoder":
         blocks = f["inputs/kv_cache"].shape[0] if "inputs/kv_cache" in f else -1
+        if kv_cache_dtype != "auto" and kv_cache_dtype not in KV_STORAGE:
+            problems.append(f"/config kv_cache_dtype: unknown value {kv_cache_dtype!r} "
+                            f"(expected auto, {', '.join(KV_STORAGE)})")
         expected["inputs/kv_cache"] = (KV_STORAGE.get(kv_cache_dtype, dtype), (blocks, 2, block_size, kv_heads, head_size))
+    # 1.3: an fp8 query (raw bytes) with /inputs/q_scale; key and value keep the /config dtype.
+    if "inputs/query" in f and text(f["inputs/query"].attrs.get("dtype_name", "")) in FP8_QUERY:
+        expected["inputs/query"] = (text(f["inputs/query"].attrs["dtype_name"]), expected["inputs/query"][1])
+        if "inputs/q_scale" not in f:
+            problems.append("/inputs/query is fp8 but /inputs/q_scale is missing (real query = stored value * q_scale)")
+    elif "inputs/q_scale" in f:
+        problems.append("/inputs/q_scale is present but /inputs/query is not fp8")
     for path, (dtype_name, shape) in expected.items():
         if path not in f:
             problems.append(f"missing dataset /{path}")

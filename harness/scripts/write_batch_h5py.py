@@ -40,6 +40,9 @@ def to_bfloat16_bits(values):
     return rounded
 
 
+FP8_QUERY = ("float8_e4m3fn", "float8_e5m2")
+
+
 def write_tensor(group, name, array, dtype_name):
     """One tensor dataset plus its dtype_name attribute.
 
@@ -55,8 +58,11 @@ def write_tensor(group, name, array, dtype_name):
         dataset.id.write(h5py.h5s.ALL, h5py.h5s.ALL, bits, mtype=bf16)  # memory type = file type: no conversion
     elif dtype_name in ("float8_e4m3fn", "float8_e5m2"):
         dataset = group.create_dataset(name, data=np.asarray(array, dtype=np.uint8))
-    else:
+    elif dtype_name in NUMPY_DTYPES:
         dataset = group.create_dataset(name, data=np.asarray(array, dtype=NUMPY_DTYPES[dtype_name]))
+    else:
+        raise ValueError(f"{group.name}/{name}: unknown dtype_name {dtype_name!r} (expected one of "
+                         f"{', '.join(['bfloat16', 'float8_e4m3fn', 'float8_e5m2', *NUMPY_DTYPES])})")
     dataset.attrs["dtype_name"] = dtype_name
     return dataset
 
@@ -67,9 +73,19 @@ def write_scalar(group, name, value):
     group[name].attrs["dtype_name"] = "float32"
 
 
+KV_STORAGE = {"fp8": "float8_e4m3fn", "fp8_e4m3": "float8_e4m3fn", "fp8_per_token_head": "float8_e4m3fn",
+              "fp8_e5m2": "float8_e5m2", "int8_per_token_head": "int8"}
+
+
 def kv_storage_dtype(kv_cache_dtype, dtype):
-    return {"auto": dtype, "fp8_e4m3": "float8_e4m3fn", "fp8_per_token_head": "float8_e4m3fn",
-            "fp8_e5m2": "float8_e5m2", "int8_per_token_head": "int8"}[kv_cache_dtype]
+    """The element type of /inputs/kv_cache (SCHEMA.md §5.2). vLLM's "fp8" is its platform fp8,
+    float8_e4m3fn on CUDA; hybridtb's reader reads it as "fp8_e4m3" (harness/src/config.cpp)."""
+    if kv_cache_dtype == "auto":
+        return dtype
+    if kv_cache_dtype not in KV_STORAGE:
+        raise ValueError(f"/config kv_cache_dtype: unknown value {kv_cache_dtype!r} (expected auto, "
+                         f"{', '.join(KV_STORAGE)})")
+    return KV_STORAGE[kv_cache_dtype]
 
 
 def float_dtype_name(array):
@@ -89,16 +105,28 @@ def write_named_tensors(group, tensors):
 
 
 def write_hybrid_batch(path, config, batch, inputs, provenance=None, ssm=None):
-    """config: dict of /config attributes (+ optional "sinks"/"alibi_slopes" arrays);
-    batch: dict of /batch arrays + "num_actual_tokens"; inputs: dict of /inputs arrays and scalars;
+    """config: dict of /config attributes (+ optional "sinks"/"alibi_slopes" arrays; "engine_version",
+    e.g. "vllm 0.12.0", since 1.3); batch: dict of /batch arrays + "num_actual_tokens"; inputs: dict
+    of /inputs arrays and scalars. An fp8 query (1.3) is passed as (uint8_bytes, "float8_e4m3fn")
+    or "float8_e5m2" with the scalar "q_scale": real query = stored value * q_scale;
     ssm (schema 1.1, optional): {"params": {name: int}, "state": {name: array}, "weights": {name: array}}
     with the names config["ssm_mode"] defines (reference/ssm/README.md). State pools are
     [num_slots, ...] and all share num_slots; arrays are float64/32/16 numpy arrays, or
     (values_or_bits, "bfloat16")."""
     ssm = ssm or {}
+    query = inputs["query"]
+    fp8_query = isinstance(query, tuple) and query[1] in FP8_QUERY
+    if fp8_query and "q_scale" not in inputs:
+        raise ValueError("/inputs/query: an fp8 query needs /inputs/q_scale (real query = stored value * q_scale)")
+    if "q_scale" in inputs and not fp8_query:
+        raise ValueError("/inputs/q_scale: only an fp8 /inputs/query has a scale (pass the query as "
+                         "(uint8_bytes, 'float8_e4m3fn'))")
     with h5py.File(path, "w") as f:  # default libver (earliest): readable by HDF5 1.8 and later
         f.attrs["schema"] = "hybrid-batch"  # str -> variable-length UTF-8
-        f.attrs["schema_version"] = "1.1" if any(ssm.values()) else "1.0"  # 1.1 added the SSM items
+        # The lowest version that describes the file: 1.1 added the SSM items, 1.3 the fp8 query
+        # (+ q_scale) and /config engine_version.
+        f.attrs["schema_version"] = "1.3" if fp8_query or "engine_version" in config else \
+            "1.1" if any(ssm.values()) else "1.0"
         for key, value in (provenance or {}).items():
             f.attrs[key] = value
 
@@ -121,14 +149,18 @@ def write_hybrid_batch(path, config, batch, inputs, provenance=None, ssm=None):
 
         g = f.create_group("inputs")
         dtype = config["dtype"]
-        for key in ("query", "key", "value"):
+        if fp8_query:  # 1.3: fp8 bytes with their dtype_name; /config dtype stays the model dtype
+            write_tensor(g, "query", query[0], query[1])
+        else:
+            write_tensor(g, "query", query, dtype)
+        for key in ("key", "value"):
             write_tensor(g, key, inputs[key], dtype)
         if "kv_cache" in inputs:
             write_tensor(g, "kv_cache", inputs["kv_cache"], kv_storage_dtype(config["kv_cache_dtype"], dtype))
         for key in ("k_scale_cache", "v_scale_cache"):
             if key in inputs:
                 write_tensor(g, key, inputs[key], "float32")
-        for key in ("k_scale", "v_scale", "output_scale"):
+        for key in ("k_scale", "v_scale", "output_scale", "q_scale"):
             if key in inputs:
                 write_scalar(g, key, inputs[key])
 
@@ -208,7 +240,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8_e4m3", "fp8_e5m2"])
+    parser.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "fp8", "fp8_e4m3", "fp8_e5m2"])
     parser.add_argument("--ssm", default="none", choices=["none", "prefix_sum"],
                         help="also write the SSM branch of this mode (schema 1.1)")
     parser.add_argument("--seed", type=int, default=0)

@@ -63,13 +63,17 @@ def recorded_expected(path):
 
 
 def capture_once(directory, expected=None):
+    """begin() copies the inputs; the low-level writer stores them under a fixed name (the engine
+    hooks name files by rank, pid, layer and step: tests/capture/)."""
     c = cap.Capturer(directory)
     assert c.enabled and c.should_capture(LAYER)
     config, batch, inputs, ssm = synthetic_step()
     pending = c.begin(LAYER, config, batch, inputs, ssm)
     # A forward would now write the KV cache and the pools in place: the snapshot must not change.
     inputs["kv_cache"][0][...] = 0
-    return c.finish(pending, expected)
+    path = os.path.join(directory, f"capture_{LAYER}_step0.h5")
+    return cap.write_capture(path, pending["config"], pending["batch"], pending["inputs"], pending["ssm"], expected,
+                             pending["provenance"])
 
 
 def gating(directory):
@@ -84,8 +88,9 @@ def gating(directory):
                 config, batch, inputs, ssm = synthetic_step()
                 written.append(c.finish(c.begin(layer, config, batch, inputs, ssm)))
     names = sorted(os.path.basename(p) for p in written)
-    assert names == ["capture_layers.1.attn_step0.h5", "capture_layers.1.attn_step2.h5",
-                     "capture_layers.7.attn2_step0.h5"], names
+    pid = os.getpid()
+    assert names == [f"capture_r0_p{pid}_layers.1.attn_s000000.h5", f"capture_r0_p{pid}_layers.1.attn_s000002.h5",
+                     f"capture_r0_p{pid}_layers.7.attn2_s000000.h5"], names
     assert sorted(os.listdir(directory)) == names, os.listdir(directory)  # no temp files left behind
     # Byte budget: the first file exceeds 1 byte, so nothing after it.
     d2 = os.path.join(directory, "bytes")
@@ -103,8 +108,8 @@ def gating(directory):
     try:
         c.finish(c.begin(LAYER, config, batch, inputs, ssm))
         raise AssertionError("expected a failure")
-    except KeyError:
-        pass
+    except ValueError as e:
+        assert "kv_cache_dtype" in str(e), e
     assert os.listdir(d3) == [], os.listdir(d3)
     print("gating ok")
 
