@@ -25,6 +25,7 @@ undone, ...) is skipped with the reason in the index, never written with re-type
 h5py + numpy; torch is used when the process has it (never imported here: tensors are handled
 duck-typed through `sys.modules["torch"]`). The storage rules are `harness/scripts/write_batch_h5py.py`'s.
 """
+import contextlib
 import fnmatch
 import inspect
 import json
@@ -265,10 +266,8 @@ def write_capture(path, config, batch, inputs, ssm=None, expected=None, provenan
     ssm_np = {"params": dict(ssm.get("params") or {}),
               "state": {k: to_numpy(v) for k, v in (ssm.get("state") or {}).items()},
               "weights": {k: to_numpy(v) for k, v in (ssm.get("weights") or {}).items()}}
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
-    try:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with _replaced_atomically(path) as tmp:
         _w.write_hybrid_batch(tmp, config, batch, ins, provenance=provenance, ssm=ssm_np)
         with h5py.File(tmp, "r+") as f:
             f.attrs["schema_version"] = SCHEMA_VERSION
@@ -277,31 +276,33 @@ def write_capture(path, config, batch, inputs, ssm=None, expected=None, provenan
             _write_engine_metadata(f, engine_metadata)
             if expected:
                 write_expected(f, expected, backend)
+    return path
+
+
+@contextlib.contextmanager
+def _replaced_atomically(path):
+    """Yields a temporary name beside `path`; renames it over `path` when the block succeeds and
+    removes it when the block raises, so `path` is always either the old file or the new one."""
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    try:
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
-    return path
 
 
 def add_expected(path, expected, backend, status="completed"):
     """Adds /expected to a written file atomically: copy, append, rename over the original, so a
     crash in between leaves the "inputs saved" file intact."""
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp-{os.getpid()}")
-    try:
+    with _replaced_atomically(path) as tmp:
         shutil.copyfile(path, tmp)
         with h5py.File(tmp, "r+") as f:
             if "expected" in f:
                 del f["expected"]
             write_expected(f, expected, backend)
             f.attrs["capture_status"] = status
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
     return path
 
 
