@@ -19,8 +19,10 @@ using enum MambaCacheMode;
 // a one-token request without context counted as a decode), hybridtb's [conv_dim, K−1] conv state
 // and fixed norm constants. No single release has exactly this set: mamba_cache_mode with both
 // 'all' and 'align' is newer than 0.12.0 (enable_prefix_caching, i.e. 'all' only) and older than
-// 0.33.0 ('align' | 'none').
-const EngineRules kUnversioned{
+// 0.33.0 ('align' | 'none'). Both tables are function-local statics: built on first use, whatever
+// the order of static initialisation.
+const EngineRules& unversioned() {
+  static const EngineRules rules{
     .version = "",
     .pad_slot_id = -1,
     .null_block_id = 0,
@@ -31,7 +33,9 @@ const EngineRules kUnversioned{
     .treat_short_extends_as_decodes = true,
     .conv_state_layout = ConvStateLayout::kDS,
     .norm_eps_from_config = false,
-};
+  };
+  return rules;
+}
 
 // vLLM 0.10.1.1: PAD_SLOT_ID and `!= pad_slot_id` masks, the null block 0 (BlockPool's first block;
 // no NULL_BLOCK_ID constant yet), no padding of state
@@ -45,7 +49,8 @@ const EngineRules kUnversioned{
 // vLLM 0.33.0: NULL_BLOCK_ID 0 fills the padding rows and the ops mask `!= null_block_id`;
 // mamba_cache_mode 'align' | 'none'; the Mamba and GDN builders split with
 // treat_short_extends_as_decodes = False; get_conv_state_layout() defaults to "SD".
-const std::array<EngineRules, 4> kVersioned{{
+const std::array<EngineRules, 4>& versioned() {
+  static const std::array<EngineRules, 4> rules{{
     {.version = "vllm 0.10.1.1",
      .pad_slot_id = -1,
      .null_block_id = 0,
@@ -86,11 +91,13 @@ const std::array<EngineRules, 4> kVersioned{{
      .treat_short_extends_as_decodes = false,
      .conv_state_layout = ConvStateLayout::kSD,
      .norm_eps_from_config = true},
-}};
+  }};
+  return rules;
+}
 
 std::string supported_text() {
   std::string text;
-  for (const EngineRules& rules : kVersioned) text += (text.empty() ? "" : " | ") + std::string(rules.version);
+  for (const EngineRules& rules : versioned()) text += (text.empty() ? "" : " | ") + std::string(rules.version);
   return text;
 }
 
@@ -116,8 +123,8 @@ std::string EngineRules::mamba_cache_modes_text() const {
 }
 
 const EngineRules& engine_rules(std::string_view engine_version) {
-  if (engine_version.empty()) return kUnversioned;
-  for (const EngineRules& rules : kVersioned) {
+  if (engine_version.empty()) return unversioned();
+  for (const EngineRules& rules : versioned()) {
     if (rules.version == engine_version) return rules;
   }
   throw Error(detail::concat("/config engine_version: unknown value '", engine_version, "' (supported: ",
@@ -128,15 +135,15 @@ const EngineRules& engine_rules(const AttentionConfig& config) { return engine_r
 
 std::vector<std::string> supported_engine_versions() {
   std::vector<std::string> versions;
-  for (const EngineRules& rules : kVersioned) versions.emplace_back(rules.version);
+  for (const EngineRules& rules : versioned()) versions.emplace_back(rules.version);
   return versions;
 }
 
-std::string newest_engine_version() { return std::string(kVersioned.back().version); }
+std::string newest_engine_version() { return std::string(versioned().back().version); }
 
 std::string canonical_engine_version(std::string_view text, std::string_view field) {
   if (text == "none") return "";
-  for (const EngineRules& rules : kVersioned) {
+  for (const EngineRules& rules : versioned()) {
     if (text == rules.version || "vllm " + std::string(text) == rules.version) return std::string(rules.version);
   }
   throw Error(detail::concat(field, ": unknown engine version '", text, "' (supported: ", supported_text(),
