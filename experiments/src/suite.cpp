@@ -54,8 +54,11 @@ std::string case_name(const std::string& preset, const std::string& mix, const s
   return name;
 }
 
+// The bench builds its layers without an engine version (make_layer's default), so the command names
+// --engine-version none: `hybridtb gen` would otherwise apply the newest release's rules.
 std::string SuiteCase::gen_command(const std::string& out) const {
-  std::string command = "hybridtb gen --preset " + preset + " --mix " + shell_word(mix) + " --seed " + std::to_string(seed);
+  std::string command = "hybridtb gen --preset " + preset + " --mix " + shell_word(mix) + " --seed " + std::to_string(seed) +
+                        " --engine-version none";
   for (const std::string& s : settings) command += " --set " + shell_word(s);
   return command + " --out " + shell_word(out);
 }

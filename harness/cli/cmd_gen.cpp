@@ -11,6 +11,7 @@
 
 #include "commands.h"
 #include "hybridtb/batch_file.h"
+#include "hybridtb/engine_rules.h"
 #include "hybridtb/error.h"
 #include "hybridtb/mix.h"
 #include "hybridtb/presets.h"
@@ -132,6 +133,7 @@ Command add_gen_command(CLI::App& app) {
     std::string ssm_slots = "auto";
     bool no_shuffle = false;
     std::string mamba_cache_mode, cudagraph_mode, capture_sizes;
+    std::string engine_version = newest_engine_version().substr(5);  // the bare release
     std::string mm_prefix;
     bool list_presets = false;
     bool quiet = false;
@@ -161,6 +163,15 @@ Command add_gen_command(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   cmd->add_flag("--no-shuffle", opt->no_shuffle, "Consecutive block ids instead of shuffled ones");
+  cmd->add_option("--engine-version", opt->engine_version,
+                  "The serving engine whose rules the batch follows (/config engine_version): a vLLM release (" +
+                      [] {
+                        std::string list;
+                        for (const std::string& v : supported_engine_versions()) list += (list.empty() ? "" : ", ") + v.substr(5);
+                        return list;
+                      }() +
+                      ") or none (no engine_version: the unversioned rules of older files)")
+      ->capture_default_str();
   cmd->add_option("--mamba-cache-mode", opt->mamba_cache_mode, "Same as --set mamba_cache_mode=...");
   cmd->add_option("--cudagraph-mode", opt->cudagraph_mode, "Same as --set cudagraph_mode=...");
   cmd->add_option("--capture-sizes", opt->capture_sizes, "Same as --set cudagraph_capture_sizes=... (comma list)");
@@ -215,7 +226,12 @@ Command add_gen_command(CLI::App& app) {
             gen.shuffle_blocks = !opt->no_shuffle;
             if (opt->ssm_slots != "auto") gen.ssm_slots = opt->ssm_slots == "on";
             std::vector<Layer> layers;
-            for (const std::string& name : preset_names) layers.push_back(make_layer(name, settings));
+            // The engine version first, so that a preset's or --set's values are checked against its rules.
+            const std::string engine_version = canonical_engine_version(opt->engine_version, "--engine-version");
+            const std::string engine_word = engine_version.empty() ? "none" : engine_version.substr(5);
+            std::vector<std::string> layer_settings{"engine_version=" + engine_word};
+            layer_settings.insert(layer_settings.end(), settings.begin(), settings.end());
+            for (const std::string& name : preset_names) layers.push_back(make_layer(name, layer_settings));
 
             if (!opt->out_dir.empty()) std::filesystem::create_directories(opt->out_dir);
             if (!opt->quiet) std::cout << "hybridtb gen: seed " << opt->seed << "\n";
@@ -229,7 +245,7 @@ Command add_gen_command(CLI::App& app) {
                                                    .string();
                 // The command that regenerates exactly this file (one preset, one mix).
                 std::string command = "hybridtb gen --preset " + preset_names[p] + " --mix " + mix_name +
-                                      " --seed " + std::to_string(opt->seed);
+                                      " --seed " + std::to_string(opt->seed) + " --engine-version " + engine_word;
                 for (const std::string& s : settings) command += " --set " + shell_word(s);
                 if (gen.pad_to > 0) command += " --pad-to " + std::to_string(gen.pad_to);
                 if (gen.prefix_hit_tokens > 0) command += " --prefix-hits " + std::to_string(gen.prefix_hit_tokens);

@@ -4,10 +4,37 @@
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
+#include <sstream>
+#include <string>
 
+#include "hybridtb/engine_rules.h"
 #include "hybridtb/linear_layer.h"
 
 namespace hybridtb::cli {
+
+namespace {
+
+// The engine version and the rules it selects (engine_rules.h), e.g. "vllm 0.33.0: padding state
+// index 0, skips state index <= 0, mamba_cache_mode align | none, ...".
+std::string describe_engine(const AttentionConfig& c) {
+  const EngineRules& r = engine_rules(c);
+  std::ostringstream out;
+  out << (c.engine_version.empty() ? std::string("none (no /config engine_version: the unversioned rules)")
+                                   : c.engine_version)
+      << ": padding state index " << r.padding_state_index() << ", skips state index "
+      << (r.state_index_skip == StateIndexSkip::kNegative ? "< 0" : "<= 0") << ", mamba_cache_mode "
+      << r.mamba_cache_modes_text() << ", a short request without context is a "
+      << (r.short_extends_are_decodes() ? "decode" : "prefill") << ", conv state "
+      << to_string(r.conv_state_layout) << ", norm eps ";
+  if (c.norm_eps) {
+    out << *c.norm_eps;
+  } else {
+    out << (r.norm_eps_from_config ? "the model family's default" : "fixed (gdn 1e-6, mamba2 1e-5)");
+  }
+  return out.str();
+}
+
+}  // namespace
 
 void print_config(std::ostream& out, const AttentionConfig& c, const BuilderConfig& b) {
   if (c.is_linear_layer()) {
@@ -25,6 +52,7 @@ void print_config(std::ostream& out, const AttentionConfig& c, const BuilderConf
       << (c.sinks ? "on" : "off") << ", ssm_mode " << c.ssm_mode << ", mamba_cache_mode "
       << to_string(c.mamba_cache_mode) << " (block " << c.mamba_block_size << "), speculative tokens "
       << c.num_speculative_tokens << "\n"
+      << "engine:   " << describe_engine(c) << "\n"
       << "builder:  cudagraph_mode " << to_string(b.cudagraph_mode) << ", capture sizes "
       << b.cudagraph_capture_sizes.size() << ", max_num_seqs " << b.max_num_seqs << "\n";
 }

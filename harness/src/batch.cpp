@@ -42,6 +42,7 @@ StepTensors BatchInputs::views() const {
   t.k_scale = k_scale;
   t.v_scale = v_scale;
   t.output_scale = output_scale;
+  t.q_scale = q_scale;
   for (const auto& [name, pool] : ssm_state) t.ssm_state[name] = pool;
   for (const auto& [name, weight] : weights) t.weights[name] = weight;
   for (const auto& [name, input] : linear_inputs) t.linear_inputs[name] = input;
@@ -207,6 +208,8 @@ void validate_linear_layer(const AttentionConfig& config, const BatchDescription
                    " is a linear-attention layer: it has no query, key, value or KV cache (its inputs are ",
                    "its own, see datasets/SCHEMA.md §6.4)");
   }
+  HYBRIDTB_CHECK(!in.q_scale, "/inputs/q_scale is present, but layer_kind ", kind,
+                 " has no query (an fp8 query belongs to a full_attention layer)");
   HYBRIDTB_CHECK(!in.output_scale, "/inputs/output_scale is present, but layer_kind ", kind,
                  " has no fp8 output (its output is the core's, in the backend's output dtype)");
   HYBRIDTB_CHECK(in.k_scale == 1.0f && in.v_scale == 1.0f, "/inputs/k_scale and v_scale must keep their default 1 in ",
@@ -245,8 +248,27 @@ void validate(const AttentionConfig& config, const BatchDescription& batch, cons
                    "full_attention (set layer_kind to the linear kind the file describes)");
   }
   const int64_t T = batch.num_tokens();
-  check_tensor(in.query, "/inputs/query", config.dtype, {T, config.num_heads, config.head_size},
-               "[T, num_heads, head_size]");
+  // An fp8 query (schema 1.3) comes with its scale, and only beside a per-tensor fp8 KV cache: vLLM's
+  // Triton backend applies q_descale only in that mode (KV_QUANT_MODE FP8_PER_TENSOR and Q_IS_FP8)
+  // and quantises the query for no other cache.
+  const bool fp8_query = !in.query.empty() && is_fp8(in.query.dtype());
+  if (fp8_query) {
+    HYBRIDTB_CHECK(in.q_scale.has_value(), "/inputs/query is ", to_string(in.query.dtype()),
+                   " but /inputs/q_scale is missing (required with an fp8 query: float32 scalar, real query = "
+                   "stored * q_scale)");
+    HYBRIDTB_CHECK(config.kv_cache_dtype == KvCacheDtype::kFp8E4M3 || config.kv_cache_dtype == KvCacheDtype::kFp8E5M2,
+                   "/inputs/query is ", to_string(in.query.dtype()), " but /config kv_cache_dtype is ",
+                   to_string(config.kv_cache_dtype), ": an fp8 query needs a per-tensor fp8 KV cache (fp8_e4m3 or "
+                   "fp8_e5m2), the only mode where vLLM applies q_descale");
+    HYBRIDTB_CHECK(std::isfinite(*in.q_scale) && *in.q_scale > 0, "/inputs/q_scale must be finite and > 0, got ",
+                   *in.q_scale);
+  } else {
+    HYBRIDTB_CHECK(!in.q_scale.has_value(), "/inputs/q_scale is present, but /inputs/query is ",
+                   in.query.empty() ? std::string("missing") : std::string(to_string(in.query.dtype())),
+                   ": q_scale belongs to an fp8 query (float8_e4m3fn or float8_e5m2) only");
+  }
+  check_tensor(in.query, "/inputs/query", fp8_query ? in.query.dtype() : config.dtype,
+               {T, config.num_heads, config.head_size}, "[T, num_heads, head_size]");
   check_tensor(in.key, "/inputs/key", config.dtype, {T, config.num_kv_heads, config.head_size},
                "[T, num_kv_heads, head_size]");
   check_tensor(in.value, "/inputs/value", config.dtype, {T, config.num_kv_heads, config.head_size},

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <utility>
 
+#include "hybridtb/engine_rules.h"
 #include "hybridtb/error.h"
 
 namespace hybridtb {
@@ -152,6 +153,22 @@ void validate(const AttentionConfig& c) {
                    " needs attn_type decoder (a linear-attention layer keeps recurrent state per request), got ",
                    to_string(c.attn_type));
   }
+  // The engine's rules: a known version (engine_rules throws naming the field and the list), a
+  // mamba_cache_mode the release has, eps from the config only where the release takes it so.
+  const EngineRules& rules = engine_rules(c.engine_version);
+  HYBRIDTB_CHECK(rules.has_mamba_cache_mode(c.mamba_cache_mode), "/config mamba_cache_mode '",
+                 to_string(c.mamba_cache_mode), "' does not exist in engine_version ",
+                 c.engine_version.empty() ? std::string("(none: the unversioned rules)") : c.engine_version,
+                 " (its modes: ", rules.mamba_cache_modes_text(), ")");
+  if (c.norm_eps) {
+    HYBRIDTB_CHECK(std::isfinite(*c.norm_eps) && *c.norm_eps > 0, "/config norm_eps must be finite and > 0, got ",
+                   *c.norm_eps);
+    HYBRIDTB_CHECK(rules.norm_eps_from_config, "/config norm_eps needs an engine_version whose gated norm takes eps "
+                   "from the model config; without engine_version the modes use their fixed eps (gdn 1e-6, mamba2 "
+                   "1e-5)");
+  }
+  HYBRIDTB_CHECK(c.mamba_rms_norm || c.ssm_mode == "mamba2", "/config mamba_rms_norm = 0 applies to ssm_mode mamba2 "
+                 "(Falcon-H1's Mixer2RMSNormGated), not to ssm_mode '", c.ssm_mode, "'");
   if (c.attn_type == AttnType::kEncoderOnly) {
     HYBRIDTB_CHECK(!c.has_ssm_branch(), "/config ssm_mode '", c.ssm_mode,
                    "' is not supported with attn_type encoder_only (the seed's HybridAttentionImpl raises "

@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "hybridtb/engine_rules.h"
 #include "hybridtb/error.h"
 #include "hybridtb/reference/linear_layer.h"
 #include "hybridtb/reference/ssm_mode.h"
@@ -148,6 +149,21 @@ const std::vector<Key>& keys() {
          l.attention.ssm_mode = mode;
        }},
       {"ssm.<param>", "int", "an integer parameter of the SSM mode (e.g. ssm.state_size)", nullptr},
+      {"engine_version", "none | <release> | vllm <release>",
+       "the engine whose rules the batch follows (also --engine-version; gen's default: the newest)",
+       [](LayerSettings& l, const std::string& v) {
+         l.attention.engine_version = canonical_engine_version(v, "engine_version");
+       }},
+      {"norm_eps", "auto | float", "the gated norm's eps of gdn / mamba2 (the model config's rms_norm_eps; auto: unset)",
+       [](LayerSettings& l, const std::string& v) {
+         if (v == "auto") {
+           l.attention.norm_eps.reset();
+         } else {
+           l.attention.norm_eps = parse_double(v);
+         }
+       }},
+      {"mamba_rms_norm", "bool", "mamba2's gated norm (Falcon-H1's mamba_rms_norm; false: the gate y*silu(z) alone)",
+       [](LayerSettings& l, const std::string& v) { l.attention.mamba_rms_norm = parse_bool(v); }},
       {"mamba_cache_mode", "none | all | align", "SSM prefix caching (all/align: mamba_block_size defaults to 512)",
        [](LayerSettings& l, const std::string& v) { l.attention.mamba_cache_mode = mamba_cache_mode_from_string(v); }},
       {"mamba_block_size", "int", "tokens per SSM state block (0: auto)",
@@ -252,6 +268,12 @@ Layer finish(const LayerSettings& settings) {
     }
     return s;
   });
+  // Under an engine whose gated norm takes eps from the model config, a gdn / mamba2 branch records
+  // it (the model family's rms_norm_eps unless --set norm_eps gave one).
+  if (engine_rules(c).norm_eps_from_config && !c.norm_eps && c.has_ssm_branch() &&
+      (c.ssm_mode == "gdn" || c.ssm_mode == "mamba2")) {
+    c.norm_eps = gated_norm_eps(c, c.ssm_mode);
+  }
   if (c.has_ssm_branch() || c.is_linear_layer()) {  // the mode's conventional parameters where none were given
     const auto& mode = reference::ssm::ModeRegistry::instance().find(c.ssm_mode);
     for (const auto& [name, value] : mode.default_parameters(reference::ssm::mode_shape(c))) {
@@ -394,6 +416,11 @@ BatchFile generate_batch(const Layer& layer, const Mix& mix, const GenOptions& o
   }
 
   std::vector<RequestSpec> requests = mix_requests(mix);
+  // vLLM 0.33's reorder puts every request without context in the prefill region, whatever its
+  // query length (a dN@0 term is a prefill there): stable, after the decodes and chunks.
+  if (!engine_rules(config).short_extends_are_decodes()) {
+    std::stable_partition(requests.begin(), requests.end(), [](const RequestSpec& r) { return r.context_len > 0; });
+  }
   std::mt19937_64 accepted_rng(mix_seed(options.seed, 1));
   for (RequestSpec& r : requests) {
     if (r.num_accepted_tokens > 0) {

@@ -46,6 +46,7 @@ BatchInputs upload_inputs(Backend& backend, const BatchInputs& in) {
   device.k_scale = in.k_scale;
   device.v_scale = in.v_scale;
   device.output_scale = in.output_scale;
+  device.q_scale = in.q_scale;
   for (const auto& [name, pool] : in.ssm_state) device.ssm_state[name] = upload(backend, pool);
   for (const auto& [name, weight] : in.weights) device.weights[name] = upload(backend, weight);
   for (const auto& [name, input] : in.linear_inputs) device.linear_inputs[name] = upload(backend, input);

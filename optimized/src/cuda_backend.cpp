@@ -59,6 +59,17 @@ void check_supported(const AttentionConfig& config) {
   }
 }
 
+// An fp8 query (schema 1.3, /inputs/q_scale): not implemented by the kernels, which read the query
+// in the model dtype; refused as NotSupported, so parity reports the case as not supported.
+void check_query_supported(const StepTensors& tensors) {
+  if (tensors.q_scale || (!tensors.query.empty() && is_fp8(tensors.query.dtype()))) {
+    throw NotSupported(detail::concat("cuda backend: an fp8 query (/inputs/query ",
+                                      tensors.query.empty() ? std::string("?") : std::string(to_string(tensors.query.dtype())),
+                                      " with /inputs/q_scale) is not implemented; the kernels read the query in the "
+                                      "model dtype"));
+  }
+}
+
 // The KV-cache write of one call (reshape_and_cache_flash) for its tensors (t token rows): checks
 // them and returns the launch parameters without the slots (slot_mapping, num_tokens: upload_kv_slots).
 KvWriteParams bind_kv_write(const AttentionConfig& c, int64_t t, const StepTensors& tensors) {
@@ -426,6 +437,7 @@ class CudaBackend final : public Backend {
                          const BatchDescription& batch, const StepTensors& tensors,
                          const TensorView& output) override {
     require_attention_layer("attention_forward");
+    check_query_supported(tensors);
     if (DecodeShapePlan* plan = graph_plan(batch)) return plan->attention_forward(tensors, output);
     runner_->prepare(batch, tensors, output, device_->stream);
     runner_->launch(device_->stream);
@@ -435,6 +447,7 @@ class CudaBackend final : public Backend {
                    const TensorView& contribution) override {
     const AttentionConfig& config = settings_.attention;
     require_attention_layer("ssm_forward");
+    check_query_supported(tensors);
     HYBRIDTB_CHECK(config.has_ssm_branch(), "ssm_forward called for a layer without an SSM branch (ssm_mode none)");
     if (DecodeShapePlan* plan = graph_plan(batch)) return plan->ssm_forward(tensors, contribution);
     HYBRIDTB_CHECK(metadata.mamba.has_value(), "ssm_mode ", config.ssm_mode,
@@ -451,6 +464,7 @@ class CudaBackend final : public Backend {
                       const HybridOutputs& outputs) override {
     const AttentionConfig& config = settings_.attention;
     require_attention_layer("hybrid_forward");
+    check_query_supported(tensors);
     if (DecodeShapePlan* plan = graph_plan(batch)) return plan->hybrid_forward(tensors, outputs);
     check_hybrid_outputs(config, tensors, outputs);
     const bool has_ssm = config.has_ssm_branch();

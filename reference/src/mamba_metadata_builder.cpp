@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "hybridtb/engine_rules.h"
 #include "hybridtb/error.h"
 
 namespace hybridtb::reference {
@@ -32,6 +33,7 @@ struct MambaSettings {
   int64_t reorder_batch_threshold = 1;  // _init_reorder_batch_threshold(1, use_spec_decode)
   int64_t decode_cudagraph_max_bs = 0;
   bool full_cudagraphs = false;
+  const EngineRules* rules = nullptr;  // the batch's engine rules (config.engine_version)
 };
 
 MambaSettings mamba_settings(const AttentionConfig& config, const BuilderConfig& builder) {
@@ -45,6 +47,10 @@ MambaSettings mamba_settings(const AttentionConfig& config, const BuilderConfig&
   settings.reorder_batch_threshold = settings.use_spec_decode ? 1 + settings.num_spec_tokens : 1;
   settings.decode_cudagraph_max_bs = builder.decode_cudagraph_max_bs();
   settings.full_cudagraphs = has_full_cudagraphs(builder.cudagraph_mode);
+  settings.rules = &engine_rules(config);
+  HYBRIDTB_CHECK(settings.rules->has_mamba_cache_mode(settings.mode), "/config/mamba_cache_mode '",
+                 to_string(settings.mode), "' does not exist in /config engine_version '", config.engine_version,
+                 "' (its modes: ", settings.rules->mamba_cache_modes_text(), ")");
   // vLLM rejects this combination in its config ("Speculative decoding not supported with prefix
   // caching"); the builder's mode-all buffers have no room for the extra decode tokens.
   if (settings.mode == MambaCacheMode::kAll && settings.use_spec_decode) {
@@ -96,18 +102,19 @@ IntArray as_matrix(const IntArray& state_indices) {
 }
 
 // KNOWINGLY DIFFERS from vLLM: trailing padding requests (query_len 0, seq_len 0; seq_len 0 alone
-// identifies them, as seq_len >= query_len) get PAD_SLOT_ID in every state-index row they occupy.
-// In vLLM split_decodes_and_prefills counts them as decodes (or, after a prefill, as prefills), so
-// the CUDA-graph step's `[num_decodes:] = PAD_SLOT_ID` pads nothing and their state index is
-// whatever the runner left in the block table (newer vLLM: NULL_BLOCK_ID 0). We pad them always,
-// with or without full CUDA graphs, so a padded entry can never write a live state slot.
-void pad_state_indices_of_padding_requests(MambaAttentionMetadata& metadata) {
+// identifies them, as seq_len >= query_len) get the engine rules' padding_state_index() (PAD_SLOT_ID
+// −1; NULL_BLOCK_ID 0 from vLLM 0.33 on) in every state-index row they occupy. In vLLM
+// split_decodes_and_prefills counts them as decodes (or, after a prefill, as prefills), so the
+// CUDA-graph step's `[num_decodes:] = PAD_SLOT_ID / NULL_BLOCK_ID` pads nothing and their state
+// index is whatever the runner left in the block table. We pad them always, with or without full
+// CUDA graphs, so a padded entry can never write a live state slot.
+void pad_state_indices_of_padding_requests(MambaAttentionMetadata& metadata, int32_t padded_index) {
   const auto& seq_lens = metadata.seq_lens;
   int64_t first_padding = seq_lens.numel();
   while (first_padding > 0 && seq_lens[first_padding - 1] == 0) --first_padding;
   IntArray& decode_rows = metadata.state_indices_tensor_d;
   for (int64_t r = first_padding; r < decode_rows.size(0); ++r) {
-    for (int64_t c = 0; c < decode_rows.size(1); ++c) decode_rows.at(r, c) = kPadSlotId;
+    for (int64_t c = 0; c < decode_rows.size(1); ++c) decode_rows.at(r, c) = padded_index;
   }
   if (!metadata.state_indices_tensor_p) return;
   IntArray& prefill_rows = *metadata.state_indices_tensor_p;  // request r is prefill row r − num_decodes
@@ -115,7 +122,7 @@ void pad_state_indices_of_padding_requests(MambaAttentionMetadata& metadata) {
   for (int64_t r = std::max(first_padding, metadata.num_decodes); r < seq_lens.numel(); ++r) {
     const int64_t row = r - metadata.num_decodes;
     if (row >= prefill_rows.size(0)) break;
-    for (int64_t c = 0; c < row_size; ++c) prefill_rows.values[static_cast<size_t>(row * row_size + c)] = kPadSlotId;
+    for (int64_t c = 0; c < row_size; ++c) prefill_rows.values[static_cast<size_t>(row * row_size + c)] = padded_index;
   }
 }
 
@@ -133,7 +140,8 @@ void update_metadata_for_cudagraph_capture(MambaAttentionMetadata& metadata, con
   const int64_t padded_bs = metadata.num_reqs;
 
   IntArray& decode_rows = metadata.state_indices_tensor_d;
-  IntArray padded_rows = IntArray::matrix(padded_bs, decode_rows.size(1), kPadSlotId);
+  // `state_indices_tensor_d[num_decodes:] = PAD_SLOT_ID` (NULL_BLOCK_ID from vLLM 0.33 on).
+  IntArray padded_rows = IntArray::matrix(padded_bs, decode_rows.size(1), settings.rules->padding_state_index());
   for (int64_t r = 0; r < std::min(num_decodes, padded_bs); ++r) {
     for (int64_t c = 0; c < decode_rows.size(1); ++c) padded_rows.at(r, c) = decode_rows.at(r, c);
   }
@@ -260,8 +268,12 @@ MambaAttentionMetadata build_mamba_metadata(const AttentionConfig& config, const
   // Multi-token queries are decodes only when the runner passes num_accepted_tokens (speculative
   // decoding); otherwise a short prefill chunk must not be taken for a decode.
   const int64_t decode_threshold = batch.num_accepted_tokens ? settings.reorder_batch_threshold : 1;
-  check_decodes_first(batch, decode_threshold);
-  const DecodePrefillSplit split = split_decodes_and_prefills(batch, decode_threshold);
+  // vLLM 0.33 splits with treat_short_extends_as_decodes = False: a request without context is a
+  // prefill even with one token (older releases count it as a decode).
+  const bool short_extends_are_decodes = settings.rules->short_extends_are_decodes();
+  check_decodes_first(batch, decode_threshold, short_extends_are_decodes);
+  const DecodePrefillSplit split =
+      split_decodes_and_prefills(batch, decode_threshold, /*require_uniform=*/false, short_extends_are_decodes);
 
   MambaAttentionMetadata metadata;
   metadata.num_prefills = split.num_prefills;
@@ -326,7 +338,7 @@ MambaAttentionMetadata build_mamba_metadata(const AttentionConfig& config, const
     }
   }
 
-  pad_state_indices_of_padding_requests(metadata);
+  pad_state_indices_of_padding_requests(metadata, settings.rules->padding_state_index());
   update_metadata_for_cudagraph_capture(metadata, settings);
   return metadata;
 }
@@ -355,7 +367,7 @@ MambaAttentionMetadata update_block_table(const AttentionConfig& config, const B
 
   MambaAttentionMetadata updated = metadata;
   split_state_indices(state_indices, metadata.num_decodes, metadata.num_prefills, settings, updated);
-  pad_state_indices_of_padding_requests(updated);
+  pad_state_indices_of_padding_requests(updated, settings.rules->padding_state_index());
   update_metadata_for_cudagraph_capture(updated, settings);
   return updated;
 }

@@ -17,6 +17,31 @@ namespace hybridtb::reference {
 
 namespace {
 
+// An fp8 query (schema 1.3) as the real query: stored · q_scale in float64, exactly (an fp8 value
+// and a float32 scale have at most 24 significant bits together, far inside float64). vLLM 0.33's
+// kernel folds q_descale into the score scale (scale · q_scale · k_scale), the same product. The
+// SSM branch, which views the query rows as hidden states, sees the real query too. `storage` keeps
+// the float64 copy alive; without q_scale the tensors are returned unchanged.
+StepTensors with_real_query(const StepTensors& tensors, Tensor& storage) {
+  if (!tensors.q_scale) return tensors;
+  const TensorView& q = tensors.query;
+  HYBRIDTB_CHECK(q.device() == Device::kHost && q.rank() == 3 && is_fp8(q.dtype()),
+                 "/inputs/q_scale is set, but the query is not a host fp8 tensor [T, Hq, D]: ", q.describe());
+  storage = Tensor::host(DType::kFloat64, q.shape());
+  const double scale = static_cast<double>(*tensors.q_scale);
+  auto* out = storage.data_as<double>();
+  int64_t i = 0;
+  for (int64_t t = 0; t < q.size(0); ++t) {
+    for (int64_t h = 0; h < q.size(1); ++h) {
+      for (int64_t d = 0; d < q.size(2); ++d) out[i++] = load_as_double(q.data(), q.dtype(), q.offset({t, h, d})) * scale;
+    }
+  }
+  StepTensors real = tensors;
+  real.query = storage.view();
+  real.q_scale.reset();
+  return real;
+}
+
 class ReferenceBackend final : public Backend {
  public:
   explicit ReferenceBackend(const BackendSettings& settings) : settings_(settings) {
@@ -56,7 +81,8 @@ class ReferenceBackend final : public Backend {
                          const BatchDescription& batch, const StepTensors& tensors,
                          const TensorView& output) override {
     require_attention_layer("attention_forward");
-    paged_attention(settings_.attention, batch, tensors, output);
+    Tensor real_query;
+    paged_attention(settings_.attention, batch, with_real_query(tensors, real_query), output);
   }
 
   void ssm_forward(const HybridMetadata& metadata, const BatchDescription& batch, const StepTensors& tensors,
@@ -65,7 +91,8 @@ class ReferenceBackend final : public Backend {
     HYBRIDTB_CHECK(config.has_ssm_branch(), "ssm_forward called for a layer without an SSM branch (ssm_mode none)");
     HYBRIDTB_CHECK(metadata.mamba.has_value(), "ssm_mode ", config.ssm_mode,
                    " needs the Mamba metadata, which encoder-only layers do not have");
-    ssm::ssm_forward(config, *metadata.mamba, batch, tensors, contribution);
+    Tensor real_query;
+    ssm::ssm_forward(config, *metadata.mamba, batch, with_real_query(tensors, real_query), contribution);
   }
 
   // HybridAttentionImpl.forward (seed 000), in its order: attention first, then the SSM

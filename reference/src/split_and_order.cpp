@@ -1,6 +1,6 @@
 // Decode/prefill classification and request reordering, transcribed from vLLM's
 // vllm/v1/attention/backends/utils.py: split_decodes_and_prefills (the newer version with
-// require_uniform and treat_short_extends_as_decodes=True) and the stable region sort of
+// require_uniform and treat_short_extends_as_decodes, default True as in vLLM) and the stable region sort of
 // reorder_batch_to_split_decodes_and_prefills. Rules: the vLLM semantics notes, §3.2.
 // Checked by tests/builders/split_and_order_test.cpp.
 #include "hybridtb/reference/metadata_builders.h"
@@ -18,6 +18,12 @@ namespace {
 
 bool is_padding_request(const BatchDescription& batch, int64_t r) {
   return batch.query_len(r) == 0 && batch.seq_len(r) == 0;
+}
+
+// A request that has computed no token yet but is scheduled some: still prefilling, whatever its
+// query length (the batch file's stand-in for vLLM's is_prefilling; see metadata_builders.h).
+bool is_fresh_request(const BatchDescription& batch, int64_t r) {
+  return batch.query_len(r) > 0 && batch.context_len(r) == 0;
 }
 
 // Index of the first request of the trailing run of padding requests (R if there is none).
@@ -73,7 +79,7 @@ Tensor permute_token_rows(const Tensor& tensor, const std::vector<int64_t>& toke
 }  // namespace
 
 DecodePrefillSplit split_decodes_and_prefills(const BatchDescription& batch, int64_t decode_threshold,
-                                              bool require_uniform) {
+                                              bool require_uniform, bool treat_short_extends_as_decodes) {
   check_query_start_loc(batch);
   const int64_t num_reqs = batch.num_reqs();
   const int64_t num_tokens = batch.num_actual_tokens;
@@ -82,7 +88,8 @@ DecodePrefillSplit split_decodes_and_prefills(const BatchDescription& batch, int
 
   // With require_uniform and a threshold > 1 a batch of short but unequal queries is not uniform,
   // so the early exit only applies to single-token decodes.
-  if (batch.max_query_len() <= decode_threshold && (!require_uniform || decode_threshold <= 1)) {
+  if (batch.max_query_len() <= decode_threshold && (!require_uniform || decode_threshold <= 1) &&
+      treat_short_extends_as_decodes) {
     return all_decodes;
   }
   if (batch.query_len(0) > decode_threshold) return DecodePrefillSplit{0, num_reqs, 0, num_tokens};
@@ -98,10 +105,14 @@ DecodePrefillSplit split_decodes_and_prefills(const BatchDescription& batch, int
     for (int64_t r = 0; r < num_reqs; ++r) {
       uniform = uniform && (batch.query_len(r) == first_len || batch.query_len(r) == 0);
     }
-    if (uniform) return all_decodes;
+    if (uniform && treat_short_extends_as_decodes) return all_decodes;
     for (int64_t r = 0; r < num_reqs; ++r) is_prefill[r] = batch.query_len(r) != first_len;
   } else {
     for (int64_t r = 0; r < num_reqs; ++r) is_prefill[r] = batch.query_len(r) > decode_threshold;
+  }
+  // is_prefill |= is_prefilling (vLLM 0.33, treat_short_extends_as_decodes = False).
+  if (!treat_short_extends_as_decodes) {
+    for (int64_t r = 0; r < num_reqs; ++r) is_prefill[r] = is_prefill[r] || is_fresh_request(batch, r);
   }
 
   const auto first_prefill = std::find(is_prefill.begin(), is_prefill.end(), true);
@@ -112,24 +123,27 @@ DecodePrefillSplit split_decodes_and_prefills(const BatchDescription& batch, int
                             num_tokens - num_decode_tokens};
 }
 
-void check_decodes_first(const BatchDescription& batch, int64_t decode_threshold) {
+void check_decodes_first(const BatchDescription& batch, int64_t decode_threshold,
+                         bool treat_short_extends_as_decodes) {
   check_query_start_loc(batch);
   // Trailing padding requests may follow prefills: the CUDA-graph runner appends them after
   // whatever the real requests are, and decode_first_order keeps them there.
   const int64_t end = first_trailing_padding_request(batch);
   int64_t first_prefill = -1;
   for (int64_t r = 0; r < end; ++r) {
-    const bool is_decode = batch.query_len(r) <= decode_threshold;
+    const bool is_decode = batch.query_len(r) <= decode_threshold &&
+                           (treat_short_extends_as_decodes || !is_fresh_request(batch, r));
     if (!is_decode && first_prefill < 0) first_prefill = r;
     HYBRIDTB_CHECK(!(is_decode && first_prefill >= 0), "/batch/query_start_loc: request ", r,
                    " (query_len ", batch.query_len(r), " <= decode threshold ", decode_threshold,
-                   ", a decode) comes after request ", first_prefill, " (query_len ", batch.query_len(first_prefill),
+                   treat_short_extends_as_decodes ? "" : " with context", ", a decode) comes after request ", first_prefill, " (query_len ", batch.query_len(first_prefill),
                    ", a prefill); the builders count decodes positionally and need all decodes first. Reorder "
                    "the batch with reference::decode_first_order + reference::reorder_requests.");
   }
 }
 
-std::vector<int64_t> decode_first_order(const BatchDescription& batch, int64_t decode_threshold) {
+std::vector<int64_t> decode_first_order(const BatchDescription& batch, int64_t decode_threshold,
+                                        bool treat_short_extends_as_decodes) {
   check_query_start_loc(batch);
   const int64_t num_reqs = batch.num_reqs();
   const int64_t end = first_trailing_padding_request(batch);
@@ -137,6 +151,7 @@ std::vector<int64_t> decode_first_order(const BatchDescription& batch, int64_t d
   // context, i.e. a later chunk of a chunked prefill), prefill (no context yet).
   enum Region { kDecode = 0, kExtend = 1, kPrefill = 2 };
   auto region = [&](int64_t r) {
+    if (!treat_short_extends_as_decodes && is_fresh_request(batch, r)) return kPrefill;
     if (batch.query_len(r) <= decode_threshold) return kDecode;
     return batch.context_len(r) > 0 ? kExtend : kPrefill;
   };

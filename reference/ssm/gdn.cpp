@@ -36,7 +36,8 @@ constexpr const char* kMode = "gdn";  // names this mode in error messages
 
 using Vector = Eigen::VectorXd;
 
-// fla's l2norm_fwd and the RMSNormGated of Qwen3-Next (rms_norm_eps) both use 1e-6.
+// fla's l2norm_fwd uses 1e-6; so does Qwen3-Next's RMSNormGated (rms_norm_eps), the default of the
+// layer's norm eps (ModeShape::gdn_norm_eps) and the constant of files without an engine version.
 constexpr double kL2NormEps = 1e-6;
 constexpr double kRmsNormEps = 1e-6;
 
@@ -180,7 +181,7 @@ class GdnMode final : public Mode {
   }
 
   std::vector<TensorSpec> state_specs(const ModeShape& shape) const override {
-    return gdn_state_specs(gdn_sizes(shape));
+    return gdn_state_specs(gdn_sizes(shape), shape);
   }
 
   std::vector<TensorSpec> weight_specs(const ModeShape& shape) const override {
@@ -197,13 +198,25 @@ class GdnMode final : public Mode {
     };
     for (TensorSpec& spec : gdn_core_weight_specs(s)) specs.push_back(std::move(spec));
     specs.push_back(uniform_spec("norm_weight", {s.head_v_dim}, 0.5, 1.5,
-                            "RMSNormGated weight, shared by the value heads: o/rms(o) * w * silu(z), eps 1e-6"));
+                            "RMSNormGated weight, shared by the value heads: o/rms(o) * w * silu(z), eps norm_eps"));
     specs.push_back(normal_spec("out_proj", {H, value_width}, inv_sqrt(value_width), false,
                            "num_v_heads*head_v_dim -> hidden (the contribution)"));
     return specs;
   }
 
   void advance(const Weights& weights, State& state, const Matrix& x, Matrix& y, bool decode) const override {
+    advance_with_eps(kRmsNormEps, weights, state, x, y, decode);
+  }
+  void advance(const ModeShape& shape, const Weights& weights, State& state, const Matrix& x, Matrix& y,
+               bool decode) const override {
+    advance_with_eps(shape.gdn_norm_eps, weights, state, x, y, decode);
+  }
+
+ private:
+  // eps: the RMSNormGated's (the layer's norm_eps; the L2 norm's 1e-6 is fla's constant, not a
+  // config value).
+  void advance_with_eps(double eps, const Weights& weights, State& state, const Matrix& x, Matrix& y,
+                        bool decode) const {
     const GdnSizes s = sizes_from(weights, state);
     const int64_t hidden = weights.at("in_proj_qkvz").cols();
     HYBRIDTB_CHECK(x.cols() == hidden, "gdn: hidden rows have ", x.cols(), " values, in_proj_qkvz expects ", hidden);
@@ -219,7 +232,7 @@ class GdnMode final : public Mode {
     for (Eigen::Index t = 0; t < o.rows(); ++t) {
       for (int64_t h = 0; h < Hv; ++h) {
         const auto o_h = o.row(t).segment(h * dv, dv);
-        const double inv_rms = 1.0 / std::sqrt(o_h.squaredNorm() / static_cast<double>(dv) + kRmsNormEps);
+        const double inv_rms = 1.0 / std::sqrt(o_h.squaredNorm() / static_cast<double>(dv) + eps);
         for (int64_t i = 0; i < dv; ++i) {
           gated(t, h * dv + i) = o_h(i) * inv_rms * p.norm_weight(i) * silu(qkvz(t, s.conv_dim() + h * dv + i));
         }
@@ -228,7 +241,6 @@ class GdnMode final : public Mode {
     y = gated * p.out_proj.transpose();
   }
 
- private:
   // The sizes as the tensors give them: Hv from A_log, dv from norm_weight, conv_dim and K from
   // conv1d_weight, dk from the recurrent_state slot (Hv·dv·dk values), Hk from conv_dim; the driver
   // has checked every shape against /config/ssm, and gdn_sizes rechecks the relations.
@@ -274,12 +286,13 @@ GdnSizes gdn_sizes(const ModeShape& shape) {
   return s;
 }
 
-std::vector<TensorSpec> gdn_state_specs(const GdnSizes& s) {
+std::vector<TensorSpec> gdn_state_specs(const GdnSizes& s, const ModeShape& shape) {
   // Random states are standard normal (the default init): conv inputs are projections of O(1)
   // hidden states, and M stays O(1) under the non-expanding transition α(I − β k̂ k̂ᵀ).
   return {
-      {"conv_state", {s.conv_dim(), s.conv_kernel - 1}, DType::kFloat32, false,
-       "the last conv_kernel - 1 mixed_qkv rows (q, k, v channels before the conv) per channel, oldest first"},
+      conv_state_spec(shape, s.conv_dim(), s.conv_kernel - 1,
+                      "the last conv_kernel - 1 mixed_qkv rows (q, k, v channels before the conv) per channel, "
+                      "oldest first"),
       {"recurrent_state", {s.num_v_heads, s.head_v_dim, s.head_k_dim}, DType::kFloat32, false,
        "the delta-rule state M per value head, V-major [head_v_dim, head_k_dim] as vLLM, SGLang, FlashInfer and "
        "pymllm store it (fla/HF keep the transpose S = M^T)"},

@@ -34,10 +34,11 @@ struct GdnSizes {
 GdnSizes gdn_sizes(const ModeShape& shape);
 
 // One slot of each of the core's state pools:
-//   conv_state      [conv_dim, K−1]  the last K−1 mixed_qkv rows per channel, oldest first
+//   conv_state      [conv_dim, K−1]  the last K−1 mixed_qkv rows per channel, oldest first (stored
+//                                    [K−1, conv_dim] under the SD layout: conv_state_spec)
 //   recurrent_state [Hv, dv, dk]     M per value head, V-major as vLLM, SGLang, FlashInfer and
 //                                    pymllm store it (the transpose of fla's / HF's S [Hv, dk, dv])
-std::vector<TensorSpec> gdn_state_specs(const GdnSizes& sizes);
+std::vector<TensorSpec> gdn_state_specs(const GdnSizes& sizes, const ModeShape& shape);
 
 // The core's weights: conv1d_weight [conv_dim, K] (column K−1 multiplies the current token),
 // conv1d_bias [conv_dim] (optional; Qwen3-Next has none), A_log [Hv], dt_bias [Hv].

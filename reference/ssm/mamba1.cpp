@@ -138,9 +138,9 @@ class Mamba1Mode final : public Mode {
     return {
         // Random states are standard normal (the default init): the conv inputs are in_proj
         // outputs of O(1) hidden states, and h stays O(1) under a decay ≤ 1.
-        {"conv_state", {s.intermediate, s.kernel - 1}, DType::kFloat32, false,
-         "the last conv_kernel - 1 conv inputs (x after in_proj, before the conv) per channel, oldest first "
-         "(vLLM keeps them as [K-1, I] in memory)"},
+        conv_state_spec(shape, s.intermediate, s.kernel - 1,
+                        "the last conv_kernel - 1 conv inputs (x after in_proj, before the conv) per channel, "
+                        "oldest first"),
         {"ssm_state", {s.intermediate, s.state}, DType::kFloat32, false, "the selective-scan state h"},
     };
   }

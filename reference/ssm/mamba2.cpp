@@ -11,16 +11,18 @@
 //   Δ_h = softplus(dt_h + dt_bias_h)   (threshold 20, no dt_limit clamp: vLLM's default (0, inf))
 //   S_h = exp(Δ_h·A_h)·S_h + Δ_h·outer(x_h, B_g(h)),  A = −exp(A_log)   S: [Hs, P, N]
 //   y_h = S_h·C_g(h) + D_h·x_h
-//   v   = y ⊙ silu(z);  v ← v / sqrt(mean_group(v²) + 1e-5) ⊙ norm_weight   (groups of d_ssm / G)
+//   v   = y ⊙ silu(z);  v ← v / sqrt(mean_group(v²) + eps) ⊙ norm_weight   (groups of d_ssm / G)
 //   contribution = out_proj·v (+ out_proj_bias)
-// The norm is mamba_ssm's RMSNormGated with norm_before_gate = False (vLLM's Mixer2RMSNormGated).
+// The norm is mamba_ssm's RMSNormGated with norm_before_gate = False (vLLM's Mixer2RMSNormGated);
+// eps is the layer's norm eps (/config norm_eps: the model config's rms_norm_eps; 1e-5 by default
+// and in files without an engine version). With /config mamba_rms_norm = 0 (Falcon-H1's
+// use_rms_norm = False) vLLM returns v = y ⊙ silu(z) unnormalised and has no norm_weight; so do we.
 // Everything between in_proj and the norm is the core (mamba2_core.h), callable on its own.
 //
-// Knowingly differs from vLLM: the conv state's layout, as in mamba1 ([conv_dim, K−1] per slot,
-// oldest input first; vLLM keeps [K−1, conv_dim] in memory); precision (all float64; vLLM
-// rounds to the model dtype between stages and runs the SSD kernels in float32); and the norm,
-// always applied with eps 1e-5 (vLLM skips it when use_rms_norm is false and takes rms_norm_eps
-// from the model config).
+// Knowingly differs from vLLM: the conv state's layout in files without an engine version, as in
+// mamba1 ([conv_dim, K−1] per slot, oldest input first; a versioned file stores vLLM's [K−1,
+// conv_dim], conv_state_spec); precision (all float64; vLLM rounds to the model dtype between stages
+// and runs the SSD kernels in float32).
 #include <Eigen/Core>
 
 #include <algorithm>
@@ -42,8 +44,9 @@ constexpr const char* kMode = "mamba2";  // names this mode in error messages
 
 using Vector = Eigen::VectorXd;
 
-// mamba_ssm's Mamba2 norm and vLLM's Mixer2RMSNormGated (rms_norm_eps of Mamba-2 configs).
-constexpr double kNormEps = 1e-5;
+// The norm's eps is the layer's (ModeShape::mamba2_norm_eps: /config norm_eps, else 1e-5, the
+// rms_norm_eps default of Mamba-2 and Falcon-H1 configs and the constant files without an engine
+// version keep).
 
 
 // The recurrence over L tokens of conv outputs `c` [L, conv_dim], sequential in float64 (the SSD
@@ -97,14 +100,18 @@ Matrix decode_step(const Mamba2Sizes& s, const Mamba2CoreWeights& w, const Matri
 }
 
 // v = y ⊙ silu(z), then RMS-normalised per group of d_ssm / G channels and scaled by norm_weight.
-Matrix gated_rms_norm(const Mamba2Sizes& s, const Matrix& y, const Matrix& z, const Vector& norm_weight) {
+// Without rms_norm (Falcon-H1's mamba_rms_norm = False: Mixer2RMSNormGated returns x·silu(gate)
+// before any normalisation) v is the gate alone and norm_weight is not read.
+Matrix gated_rms_norm(const Mamba2Sizes& s, const Matrix& y, const Matrix& z, const Vector& norm_weight, double eps,
+                      bool rms_norm) {
   const int64_t group_size = s.d_ssm() / s.groups;
   Matrix v(y.rows(), y.cols());
   for (Eigen::Index t = 0; t < y.rows(); ++t) {
     for (Eigen::Index i = 0; i < y.cols(); ++i) v(t, i) = y(t, i) * silu(z(t, i));
+    if (!rms_norm) continue;
     for (int64_t g = 0; g < s.groups; ++g) {
       auto group = v.row(t).segment(g * group_size, group_size);
-      const double inv_rms = 1.0 / std::sqrt(group.squaredNorm() / static_cast<double>(group_size) + kNormEps);
+      const double inv_rms = 1.0 / std::sqrt(group.squaredNorm() / static_cast<double>(group_size) + eps);
       group = (group * inv_rms).cwiseProduct(norm_weight.segment(g * group_size, group_size).transpose());
     }
   }
@@ -141,9 +148,9 @@ class Mamba2Mode final : public Mode {
     // Random states are standard normal (the default init): conv inputs are in_proj outputs of
     // O(1) hidden states, and S stays O(1) under a decay ≤ 1.
     return {
-        {"conv_state", {s.conv_dim(), s.kernel - 1}, DType::kFloat32, false,
-         "the last conv_kernel - 1 conv inputs (xBC after in_proj, before the conv) per channel, oldest first "
-         "(vLLM keeps them as [K-1, conv_dim] in memory)"},
+        conv_state_spec(shape, s.conv_dim(), s.kernel - 1,
+                        "the last conv_kernel - 1 conv inputs (xBC after in_proj, before the conv) per channel, "
+                        "oldest first"),
         {"ssm_state", {s.heads, s.head_dim, s.state}, DType::kFloat32, false,
          "the SSD state S per head, [num_ssm_heads, head_dim, state_size] (vLLM's layout)"},
     };
@@ -156,7 +163,7 @@ class Mamba2Mode final : public Mode {
     // normal(0, 1/sqrt(fan_in)) so every stage stays O(1); biases small; dt_bias uniform in
     // [−6.9, −2.25) = softplus⁻¹ of [1e-3, 0.1) (dt_min, dt_max); A_log uniform in [0, log 16)
     // so A spans A_init_range −1 … −16; D and the norm weight around 1 (mamba_ssm: ones).
-    return {
+    std::vector<TensorSpec> specs = {
         normal_spec("in_proj", {2 * d_ssm + 2 * s.groups * s.state + Hs, H}, inv_sqrt(H), false,
                "rows z (d_ssm), x (d_ssm), B (G*N), C (G*N), dt (num_ssm_heads), mamba_ssm's order"),
         normal_spec("in_proj_bias", {2 * d_ssm + 2 * s.groups * s.state + Hs}, 0.1, true,
@@ -168,18 +175,35 @@ class Mamba2Mode final : public Mode {
         uniform_spec("A_log", {Hs}, 0.0, std::log(16.0), "A = -exp(A_log), one scalar decay rate per head"),
         uniform_spec("D", {Hs}, 0.5, 1.5, "skip connection y += D * x per head"),
         uniform_spec("norm_weight", {d_ssm}, 0.5, 1.5,
-                "gated RMSNorm scale: rmsnorm(y * silu(z)) * w over groups of d_ssm / n_groups, eps 1e-5"),
+                "gated RMSNorm scale: rmsnorm(y * silu(z)) * w over groups of d_ssm / n_groups, eps norm_eps"),
         normal_spec("out_proj", {H, d_ssm}, inv_sqrt(d_ssm), false, "d_ssm -> hidden (the contribution)"),
         normal_spec("out_proj_bias", {H}, 0.1, true, "added to out_proj's output"),
     };
+    // Without rms_norm (mamba_rms_norm = 0) the gate has no weight, as vLLM registers none.
+    if (!shape.mamba2_rms_norm) {
+      specs.erase(std::remove_if(specs.begin(), specs.end(), [](const TensorSpec& t) { return t.name == "norm_weight"; }),
+                  specs.end());
+    }
+    return specs;
   }
 
   void advance(const Weights& weights, State& state, const Matrix& x, Matrix& y, bool decode) const override {
+    advance_with_norm(1e-5, true, weights, state, x, y, decode);
+  }
+  void advance(const ModeShape& shape, const Weights& weights, State& state, const Matrix& x, Matrix& y,
+               bool decode) const override {
+    advance_with_norm(shape.mamba2_norm_eps, shape.mamba2_rms_norm, weights, state, x, y, decode);
+  }
+
+ private:
+  void advance_with_norm(double eps, bool rms_norm, const Weights& weights, State& state, const Matrix& x, Matrix& y,
+                         bool decode) const {
     const Mamba2Sizes s = sizes_from(weights, state);
     const int64_t d_ssm = s.d_ssm(), conv_dim = s.conv_dim(), proj = 2 * d_ssm + 2 * s.groups * s.state + s.heads;
     const Matrix& in_proj = require_weight(weights, kMode, "in_proj", proj, x.cols());
     const Vector in_bias = vector_weight(weights, kMode, "in_proj_bias", proj, true);
-    const Vector norm_weight = vector_weight(weights, kMode, "norm_weight", d_ssm, false);
+    const Vector norm_weight =
+        rms_norm ? vector_weight(weights, kMode, "norm_weight", d_ssm, false) : Vector::Ones(d_ssm);
     const Matrix& out_proj = require_weight(weights, kMode, "out_proj", x.cols(), d_ssm);
     const Vector out_bias = vector_weight(weights, kMode, "out_proj_bias", x.cols(), true);
     Vector& conv_state = state_slot(state, kMode, "conv_state", conv_dim * (s.kernel - 1));
@@ -190,12 +214,11 @@ class Mamba2Mode final : public Mode {
     const Matrix z = projected.leftCols(d_ssm);
     const Matrix y_ssm = mamba2_core(s, mamba2_core_weights(weights, s), projected.middleCols(d_ssm, conv_dim),
                                      projected.rightCols(s.heads), conv_state, ssm_state, decode);
-    y = gated_rms_norm(s, y_ssm, z, norm_weight) * out_proj.transpose();
+    y = gated_rms_norm(s, y_ssm, z, norm_weight, eps, rms_norm) * out_proj.transpose();
     y.rowwise() += out_bias.transpose();
   }
 
- private:
-  // The sizes as the tensors give them: Hs from A_log [Hs], d_ssm from norm_weight [d_ssm],
+  // The sizes as the tensors give them: Hs from A_log [Hs], d_ssm from out_proj [H, d_ssm],
   // conv_dim and K from conv1d_weight [conv_dim, K], N from the ssm_state slot (Hs·P·N values),
   // G from conv_dim = d_ssm + 2·G·N. The driver has checked them against /config/ssm; the checks
   // here name what is inconsistent when the mode is called directly.
@@ -209,10 +232,10 @@ class Mamba2Mode final : public Mode {
     HYBRIDTB_CHECK(pool != state.end(), "missing state pool /inputs/ssm/ssm_state (required by ssm_mode mamba2)");
     Mamba2Sizes s;
     s.heads = dims("A_log").cols();
-    const int64_t d_ssm = dims("norm_weight").cols();
+    const int64_t d_ssm = dims("out_proj").cols();  // out_proj [H, d_ssm] (norm_weight is optional)
     const int64_t conv_dim = dims("conv1d_weight").rows();
     s.kernel = dims("conv1d_weight").cols();
-    HYBRIDTB_CHECK(d_ssm % s.heads == 0, "mamba2: /weights/norm_weight has ", d_ssm,
+    HYBRIDTB_CHECK(d_ssm % s.heads == 0, "mamba2: /weights/out_proj has ", d_ssm,
                    " values, not a multiple of num_ssm_heads = ", s.heads, " (from /weights/A_log)");
     s.head_dim = d_ssm / s.heads;
     HYBRIDTB_CHECK(pool->second.size() % d_ssm == 0 && pool->second.size() > 0, "state /inputs/ssm/ssm_state slot has ",

@@ -71,6 +71,23 @@ RandomSsmTensors make_random_ssm_tensors(const AttentionConfig& config, int64_t 
     state_specs = mode.state_specs(shape);
   }
   for (const TensorSpec& spec : state_specs) {
+    if (spec.transposed) {
+      // Drawn in the mode's layout [slots, cols, rows], then stored transposed [slots, rows, cols]:
+      // the same logical state as the untransposed layout for this seed.
+      const int64_t rows = spec.shape.at(0), cols = spec.shape.at(1);
+      const Tensor drawn = random_tensor(spec, {num_slots, cols, rows}, seed, Kind::kPool);
+      Tensor stored = Tensor::host(spec.dtype, {num_slots, rows, cols});
+      for (int64_t s = 0; s < num_slots; ++s) {
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < cols; ++c) {
+            const double value = load_as_double(drawn.data(), spec.dtype, (s * cols + c) * rows + r);
+            store_from_double(stored.data(), spec.dtype, (s * rows + r) * cols + c, value);
+          }
+        }
+      }
+      out.ssm_state[spec.name] = std::move(stored);
+      continue;
+    }
     Shape pool{num_slots};
     pool.insert(pool.end(), spec.shape.begin(), spec.shape.end());
     out.ssm_state[spec.name] = random_tensor(spec, pool, seed, Kind::kPool);

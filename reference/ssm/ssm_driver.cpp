@@ -50,7 +50,26 @@ ModeShape mode_shape(const AttentionConfig& config) {
   shape.params = config.ssm_params;
   shape.num_heads = config.num_heads;
   shape.head_size = config.head_size;
+  shape.conv_state_layout = engine_rules(config).conv_state_layout;
+  shape.gdn_norm_eps = gated_norm_eps(config, "gdn");
+  shape.mamba2_norm_eps = gated_norm_eps(config, "mamba2");
+  shape.mamba2_rms_norm = config.mamba_rms_norm;
   return shape;
+}
+
+TensorSpec conv_state_spec(const ModeShape& shape, int64_t channels, int64_t past, std::string meaning) {
+  TensorSpec spec;
+  spec.name = "conv_state";
+  spec.dtype = DType::kFloat32;
+  if (shape.conv_state_layout == ConvStateLayout::kSD) {
+    spec.shape = {past, channels};
+    spec.transposed = true;
+    spec.meaning = std::move(meaning) + "; stored [K-1, channels] (the engine's SD layout)";
+  } else {
+    spec.shape = {channels, past};
+    spec.meaning = std::move(meaning) + "; stored [channels, K-1] (DS)";
+  }
+  return spec;
 }
 
 void check_step_tensors(const ModeShape& shape, const std::vector<std::string>& parameters,
@@ -156,7 +175,7 @@ void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& me
     const AdvanceRows advance = [&](State& state, int64_t begin, int64_t end, bool decode) {
       const Matrix x = hidden.middleRows(begin, end - begin);
       Matrix y = Matrix::Zero(x.rows(), x.cols());
-      mode.advance(weights, state, x, y, decode);
+      mode.advance(shape, weights, state, x, y, decode);
       HYBRIDTB_CHECK(y.rows() == x.rows() && y.cols() == x.cols(), "ssm_mode ", mode.name(),
                      " returned a contribution of shape [", y.rows(), ", ", y.cols(), "] for [", x.rows(), ", ",
                      x.cols(), "] hidden states");

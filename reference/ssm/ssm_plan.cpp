@@ -1,6 +1,7 @@
 // The per-request plan of an SSM step (ssm_plan.h).
 #include "hybridtb/reference/ssm_plan.h"
 
+#include "hybridtb/engine_rules.h"
 #include "hybridtb/error.h"
 
 namespace hybridtb::reference::ssm {
@@ -119,6 +120,14 @@ std::vector<const Slot*> slots_of(const RequestPlan& plan) {
   for (const auto& write : plan.boundary_writes) slots.push_back(&write.second);
   slots.push_back(&plan.final_write);
   return slots;
+}
+
+bool skips_request(const AttentionConfig& config, const RequestPlan& plan) {
+  const EngineRules& rules = engine_rules(config);
+  for (const Slot* slot : slots_of(plan)) {
+    if (rules.skips_state_index(slot->index)) return true;
+  }
+  return false;
 }
 
 }  // namespace hybridtb::reference::ssm

@@ -65,11 +65,24 @@ Matrix load_weight(const TensorView& weight) {
   return out;
 }
 
+// The slot stored [rows, cols] row-major as the mode's [cols, rows] row-major, and back.
+Eigen::VectorXd transpose_flat(const Eigen::VectorXd& values, int64_t rows, int64_t cols) {
+  Eigen::VectorXd out(values.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = values[r * cols + c];
+  }
+  return out;
+}
+
 State load_state(const std::vector<Pool>& pools, const std::optional<Slot>& read) {
   State state;
   for (const Pool& pool : pools) {
-    state[pool.name] =
-        read ? load_flat(pool.view.slice_rows(read->index, read->index + 1)) : Eigen::VectorXd::Zero(pool.slot_size);
+    if (!read) {
+      state[pool.name] = Eigen::VectorXd::Zero(pool.slot_size);
+      continue;
+    }
+    const Eigen::VectorXd stored = load_flat(pool.view.slice_rows(read->index, read->index + 1));
+    state[pool.name] = pool.transposed ? transpose_flat(stored, pool.rows, pool.cols) : stored;
   }
   return state;
 }
@@ -79,7 +92,9 @@ void store_state(const std::vector<Pool>& pools, const State& state, const std::
     const Eigen::VectorXd& values = state.at(pool.name);
     HYBRIDTB_CHECK(values.size() == pool.slot_size, who, " left state '", pool.name, "' with ", values.size(),
                    " values; its slot holds ", pool.slot_size);
-    store_flat(pool.view.slice_rows(slot.index, slot.index + 1), values);
+    // The mode's [cols, rows] back to the stored [rows, cols].
+    store_flat(pool.view.slice_rows(slot.index, slot.index + 1),
+               pool.transposed ? transpose_flat(values, pool.cols, pool.rows) : values);
   }
 }
 
@@ -112,7 +127,14 @@ std::vector<Pool> collect_pools(const std::vector<TensorSpec>& specs, const std:
     HYBRIDTB_CHECK(it->second.device() == Device::kHost,
                    "the reference SSM driver needs host state pools, got /inputs/ssm/", spec.name, " ",
                    it->second.describe());
-    pools.push_back(Pool{spec.name, it->second, static_cast<Eigen::Index>(product(spec.shape))});
+    Pool pool{spec.name, it->second, static_cast<Eigen::Index>(product(spec.shape))};
+    if (spec.transposed) {
+      HYBRIDTB_CHECK(spec.shape.size() == 2, "state pool ", spec.name, " is marked transposed but its slot is not 2-d");
+      pool.transposed = true;
+      pool.rows = spec.shape[0];
+      pool.cols = spec.shape[1];
+    }
+    pools.push_back(std::move(pool));
   }
   return pools;
 }
@@ -157,16 +179,15 @@ void run_requests(const AttentionConfig& config, const MambaAttentionMetadata& m
   for (const RequestPlan& plan : plans) {
     HYBRIDTB_CHECK(0 <= plan.begin && plan.begin <= plan.end && plan.end <= num_tokens, "request ", plan.request,
                    " has token rows [", plan.begin, ", ", plan.end, ") outside the step's ", num_tokens, " tokens");
-    bool padding = false;
     for (const Slot* slot : slots_of(plan)) {
       // A stateless mode has no pools to index: only the padding sentinel means anything.
       HYBRIDTB_CHECK(pools.empty() || slot->index < num_slots, slot->field, " = ", slot->index,
                      " is outside the SSM state pools' ", num_slots, " slots");
-      padding = padding || slot->index < 0;
     }
-    // PAD_SLOT_ID (padding requests, CUDA-graph padding): no state read or write, zero contribution.
-    // A request without tokens this step has nothing to advance and leaves its state alone.
-    if (!padding && plan.end > plan.begin) runs.push_back(&plan);
+    // A padding index under the engine's rules (PAD_SLOT_ID, or NULL_BLOCK_ID from vLLM 0.33 on):
+    // no state read or write, zero contribution. A request without tokens this step has nothing to
+    // advance and leaves its state alone.
+    if (!skips_request(config, plan) && plan.end > plan.begin) runs.push_back(&plan);
   }
   for (const RequestPlan* plan : runs) run_request(pools, *plan, who, advance);
 }

@@ -2,7 +2,8 @@
 // (ssm_driver.cpp: a mode's advance over hidden-state rows) and the linear-attention layers
 // (linear_layer.cpp: a mode's core over the layer's input rows). It plans every request with
 // ssm_plan.h (token rows, the slot read, block-boundary and final writes), checks every slot before
-// any state is touched, skips padding (a slot < 0) and requests without tokens, and runs each
+// any state is touched, skips padding (skips_request: the engine rules' padding index) and requests
+// without tokens, and runs each
 // request: loads its state slots exactly into float64, calls the per-piece function, stores the
 // boundary and final states rounded to each pool's dtype. What a piece computes is the caller's.
 #pragma once
@@ -27,6 +28,10 @@ struct Pool {
   std::string name;
   TensorView view;
   Eigen::Index slot_size = 0;
+  // A transposed slot (TensorSpec::transposed): stored [rows, cols], worked on as [cols, rows].
+  bool transposed = false;
+  int64_t rows = 0;
+  int64_t cols = 0;
 };
 
 // Checks a step's state pools and weights against specs, and /config/ssm against `parameters`

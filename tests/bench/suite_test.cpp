@@ -24,7 +24,8 @@ TEST(Suite, ExpandsAxesAndNamesEveryOne) {
   EXPECT_EQ(s.cases[2].mix, "d4@4k+p2x2k");
   EXPECT_EQ(s.cases[0].paths, std::vector<std::string>{"fused"});
   EXPECT_EQ(s.cases[1].gen_command("x.h5"),
-            "hybridtb gen --preset llama3-8b --mix d8@1k --seed 0 --set ssm_mode=none --set sliding_window=128 "
+            "hybridtb gen --preset llama3-8b --mix d8@1k --seed 0 --engine-version none --set ssm_mode=none "
+            "--set sliding_window=128 "
             "--set dtype=bfloat16 --set kv_cache_dtype=fp8_e4m3 --out x.h5");
 }
 

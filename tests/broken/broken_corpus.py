@@ -787,6 +787,48 @@ case("mamba1_param_huge", "mamba1", "attribute /config/ssm/state_size: value 461
     set_attr("config/ssm", "state_size", np.int64(2 ** 62)))
 
 
+# --- schema 1.3: engine version, norm eps, fp8 query ------------------------------------------------
+
+case("unknown_engine_version", "gqa4",
+     "/config engine_version: unknown value 'vllm 0.9.2' (supported: vllm 0.10.1.1 | vllm 0.11.0 | vllm 0.12.0 | vllm 0.33.0")(
+    set_attr("config", "engine_version", "vllm 0.9.2"))
+case("engine_version_without_the_mode", "pcall",
+     "/config mamba_cache_mode 'all' does not exist in engine_version vllm 0.33.0 (its modes: align | none)")(
+    set_attr("config", "engine_version", "vllm 0.33.0"))
+case("norm_eps_without_engine_version", "gqa4", "/config norm_eps needs an engine_version")(
+    set_attr("config", "norm_eps", 1e-5))
+
+
+@case("norm_eps_negative_versioned", "gqa4", "/config norm_eps must be finite and > 0, got -1")
+def _(path):
+    """engine_version vllm 0.33.0 with norm_eps -1."""
+    with h5py.File(path, "r+") as f:
+        f["config"].attrs["engine_version"] = "vllm 0.33.0"
+        f["config"].attrs["norm_eps"] = -1.0
+
+
+@case("q_scale_with_bf16_query", "gqa4", "/inputs/q_scale is present, but /inputs/query is bfloat16")
+def _(path):
+    """A 0-d float32 /inputs/q_scale beside the bfloat16 query."""
+    with h5py.File(path, "r+") as f:
+        f["inputs"].create_dataset("q_scale", data=np.float32(0.5)).attrs["dtype_name"] = "float32"
+
+
+@case("fp8_query_without_q_scale", "fp8", "/inputs/query is float8_e4m3fn but /inputs/q_scale is missing")
+def _(path):
+    """The query replaced by fp8 bytes (uint8, dtype_name float8_e4m3fn), no q_scale."""
+    with h5py.File(path, "r+") as f:
+        replace(f, "inputs/query", np.full(f["inputs/query"].shape, 0x38, "<u1"), "float8_e4m3fn")
+
+
+@case("fp8_query_with_int8_cache", "int8", "an fp8 query needs a per-tensor fp8 KV cache")
+def _(path):
+    """An fp8 query with its q_scale beside the int8 per-token-head cache (vLLM passes no q_descale there)."""
+    with h5py.File(path, "r+") as f:
+        replace(f, "inputs/query", np.full(f["inputs/query"].shape, 0x38, "<u1"), "float8_e4m3fn")
+        f["inputs"].create_dataset("q_scale", data=np.float32(0.5)).attrs["dtype_name"] = "float32"
+
+
 # --- driver ---------------------------------------------------------------------------------------
 
 SANITIZER_MARKERS = ("AddressSanitizer", "UndefinedBehaviorSanitizer", "LeakSanitizer", "runtime error:",

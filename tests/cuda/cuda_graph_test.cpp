@@ -51,6 +51,9 @@ struct GraphCase {
   bool big_mamba = false;  // I 64, N 16, K 4, R 8 (else every SSM parameter 4)
   bool fuse = true;        // BackendSettings::fuse_hybrid_add of the eager backend (graphs always fuse)
   uint64_t seed = 1;
+  // /config engine_version: a release's rules (its SD conv pools are transposed around the mode,
+  // inside the captured launches); empty: the unversioned rules.
+  std::string engine_version;
 };
 
 void PrintTo(const GraphCase& c, std::ostream* out) { *out << c.name; }
@@ -84,6 +87,7 @@ AttentionConfig make_config(const GraphCase& c) {
     config.sinks = sinks;
   }
   config.ssm_mode = c.ssm_mode;
+  config.engine_version = c.engine_version;
   if (config.has_ssm_branch()) {
     config.mamba_cache_mode = c.cache;
     config.mamba_block_size = c.cache == MambaCacheMode::kNone ? 0 : 16;
@@ -164,6 +168,11 @@ std::vector<GraphCase> cases() {
       {.name = "PrefixSumFlatFp8Output", .ssm_mode = "prefix_sum_flat", .output_scale = 0.5f, .seed = 11},
       {.name = "NoSsmInt8PerTokenHeadFp16", .dtype = DType::kFloat16, .kv = KvCacheDtype::kInt8PerTokenHead,
        .seed = 13},
+      {.name = "Mamba1SdConvV012", .ssm_mode = "mamba1", .big_mamba = true, .seed = 15,
+       .engine_version = "vllm 0.12.0"},
+      {.name = "Mamba2SdConvV012", .ssm_mode = "mamba2", .seed = 17, .engine_version = "vllm 0.12.0"},
+      {.name = "GdnSdConvV012Fp16", .ssm_mode = "gdn", .dtype = DType::kFloat16, .seed = 19,
+       .engine_version = "vllm 0.12.0"},
   };
 }
 

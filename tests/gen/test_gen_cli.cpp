@@ -63,7 +63,7 @@ TEST(GenCli, TheRecordedCommandRegeneratesTheFileBitForBit) {
   std::string out;
   ASSERT_EQ(run_command(cli() + " gen --preset hymba-small --mix d3@200+c1x16@64 --seed 7 --set num_heads=5 --set "
                                 "num_kv_heads=1 --set ssm.intermediate_size=64 --set ssm.dt_rank=4 --prefix-hits 64 "
-                                "--mamba-cache-mode all --set mamba_block_size=32 --out " + first.string(),
+                                "--mamba-cache-mode all --set mamba_block_size=32 --engine-version 0.12.0 --out " + first.string(),
                         &out),
             0)
       << out;

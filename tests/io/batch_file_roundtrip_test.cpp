@@ -247,10 +247,17 @@ TEST(BatchFileRoundTrip, NoHdf5HandlesLeak) {
 
 // --- the SSM branch (schema 1.1) ---------------------------------------------------------------
 
-TEST(BatchFileRoundTripSsm, SchemaVersionWrittenIsTheHeaderConstant) {
-  EXPECT_EQ(std::string(kWrittenSchemaVersion), std::to_string(kSchemaMajor) + "." + std::to_string(kSchemaMinor));
+// A file without 1.3 items is written as 1.2 (byte for byte what a 1.2 build wrote); one with an
+// engine version as the newest version, the header constant.
+TEST(BatchFileRoundTripSsm, SchemaVersionWrittenIsTheOldestThatDescribesTheFile) {
   const BatchFile back = round_trip(small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kAuto)));
   EXPECT_EQ(back.schema_version, kWrittenSchemaVersion);
+  EXPECT_EQ(back.config.engine_version, "");
+  BatchFile versioned = small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kAuto));
+  versioned.config.engine_version = "vllm 0.33.0";  // full_config uses mamba_cache_mode align
+  const BatchFile back_versioned = round_trip(versioned);
+  EXPECT_EQ(back_versioned.schema_version, std::to_string(kSchemaMajor) + "." + std::to_string(kSchemaMinor));
+  EXPECT_EQ(back_versioned.config.engine_version, "vllm 0.33.0");
 }
 
 // Params, pools, weights, ssm_output and the pools after the step, in every float dtype, bit for

@@ -54,7 +54,7 @@ void add_ssm_inputs(BatchFile& file, DType dtype, uint64_t seed);
 // ssm_output [T, Hq, D] and the pools after the step (same names and shapes as the inputs'), in `dtype`.
 void add_ssm_outputs(StepOutputs& out, const BatchFile& file, DType dtype, uint64_t seed);
 
-// The schema_version write_batch_file records (kSchemaMajor.kSchemaMinor, spelled out).
+// The schema_version write_batch_file records for a file without 1.3 items (spelled out).
 inline constexpr const char* kWrittenSchemaVersion = "1.2";
 
 // Field-by-field equality with bitwise comparison of every float (EXPECT_* failures name the field).

@@ -45,7 +45,7 @@ struct BatchDescription {
 
 // The layer's tensors for one step, as views on the memory of the backend that runs them.
 struct StepTensors {
-  TensorView query;          // [T, Hq, D] in config.dtype
+  TensorView query;          // [T, Hq, D] in config.dtype, or fp8 (float8_e4m3fn/e5m2) with q_scale
   TensorView key;            // [T, Hkv, D] in config.dtype (decoder: written into the cache)
   TensorView value;          // [T, Hkv, D] in config.dtype
   TensorView kv_cache;       // [NB, 2, BS, Hkv, D] in kv_storage_dtype(); updated by the KV write
@@ -54,6 +54,8 @@ struct StepTensors {
   float k_scale = 1.0f;      // per-tensor fp8 scales (dequantised value = stored · scale)
   float v_scale = 1.0f;
   std::optional<float> output_scale;  // fp8 output: stored output = clamp(o / output_scale)
+  // fp8 query (schema 1.3): real query = stored · q_scale (vLLM's q_descale); set iff query is fp8.
+  std::optional<float> q_scale;
   // SSM branch, by name (each mode documents its names; reference/ssm/README.md):
   std::map<std::string, TensorView> ssm_state;  // state pools [num_slots, ...]; updated in place
   std::map<std::string, TensorView> weights;    // the mode's weights (read only)
@@ -70,6 +72,7 @@ struct BatchInputs {
   float k_scale = 1.0f;
   float v_scale = 1.0f;
   std::optional<float> output_scale;
+  std::optional<float> q_scale;  // /inputs/q_scale (1.3): present iff the query is stored in fp8
   std::map<std::string, Tensor> ssm_state;  // /inputs/ssm/<name>: pools before this step
   std::map<std::string, Tensor> weights;    // /weights/<name>
   std::map<std::string, Tensor> linear_inputs;  // /inputs/<name> of a linear-attention layer

@@ -16,7 +16,9 @@ namespace hybridtb {
 
 inline constexpr const char* kSchemaName = "hybrid-batch";
 inline constexpr int kSchemaMajor = 1;
-inline constexpr int kSchemaMinor = 2;  // the version this build writes (1.1: SSM branch items; 1.2: layer kinds)
+// The newest version this build writes (1.1: SSM branch items; 1.2: layer kinds; 1.3: engine
+// version, norm eps, mamba_rms_norm, fp8 query). A file without 1.3 items is written as 1.2.
+inline constexpr int kSchemaMinor = 3;
 
 // What a backend produced for one step (/outputs), or what a trusted run recorded (/expected).
 struct StepOutputs {
@@ -33,7 +35,7 @@ struct StepOutputs {
 };
 
 struct BatchFile {
-  std::string schema_version = "1.2";  // as read; always written as kSchemaMajor.kSchemaMinor
+  std::string schema_version = "1.2";  // as read; written as 1.3 when the file uses a 1.3 item, else 1.2
   AttentionConfig config;
   BuilderConfig builder;
   BatchDescription batch;

@@ -83,6 +83,16 @@ struct AttentionConfig {
   int64_t num_speculative_tokens = 0;
   std::optional<std::vector<float>> alibi_slopes;  // [num_heads] (optional)
   std::optional<std::vector<float>> sinks;         // [num_heads] attention-sink logits (optional)
+  // The serving engine whose rules the batch follows, "vllm <release>" (/config engine_version,
+  // schema 1.3); empty = the unversioned rules every older file was written under (engine_rules.h).
+  std::string engine_version;
+  // The gated norm's eps of the gdn / mamba2 SSM modes (/config norm_eps, schema 1.3): the model
+  // config's rms_norm_eps. Unset: the model family's default (gated_norm_eps in engine_rules.h).
+  // Only versions whose rules take eps from the config accept it.
+  std::optional<double> norm_eps;
+  // Falcon-H1's mamba_rms_norm (/config mamba_rms_norm, schema 1.3, default true): false makes the
+  // mamba2 mode's Mixer2RMSNormGated a plain gate y·silu(z), without normalisation or weight.
+  bool mamba_rms_norm = true;
 
   int64_t num_queries_per_kv() const { return num_heads / num_kv_heads; }
   bool is_linear_layer() const { return layer_kind != LayerKind::kFullAttention; }

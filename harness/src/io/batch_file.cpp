@@ -16,6 +16,7 @@
 #include <map>
 #include <new>
 
+#include "hybridtb/engine_rules.h"
 #include "hybridtb/error.h"
 #include "hybridtb/linear_layer.h"
 #include "hybridtb/temporary_files.h"
@@ -595,6 +596,18 @@ void read_config(const Group& root, BatchFile& file) {
       mamba_cache_mode_from_string(string_attribute(g, "mamba_cache_mode", "\"none\" | \"all\" | \"align\""));
   c.mamba_block_size = int32_attribute(g, "mamba_block_size", "int");
   c.num_speculative_tokens = int32_attribute(g, "num_speculative_tokens", "int");
+  // Schema 1.3, optional: the engine whose rules the batch follows (absent: the unversioned rules),
+  // the gated norm's eps and Falcon-H1's mamba_rms_norm. validate(AttentionConfig) checks them.
+  if (g.has_attribute("engine_version")) {
+    c.engine_version = g.read_string_attribute("engine_version");
+    engine_rules(c.engine_version);  // an unknown version is refused here, naming the supported list
+  }
+  if (g.has_attribute("norm_eps")) c.norm_eps = float_attribute(g, "norm_eps", "float > 0");
+  if (g.has_attribute("mamba_rms_norm")) {
+    const int64_t rms_norm = int_attribute(g, "mamba_rms_norm", "int 0 or 1");
+    HYBRIDTB_CHECK(rms_norm == 0 || rms_norm == 1, "attribute /config/mamba_rms_norm must be 0 or 1, got ", rms_norm);
+    c.mamba_rms_norm = rms_norm == 1;
+  }
   const Dims per_head{{"num_heads", c.num_heads}};
   if (std::optional<Dataset> d = find_dataset(g, "alibi_slopes")) c.alibi_slopes = read_float_vector(*d, per_head);
   if (std::optional<Dataset> d = find_dataset(g, "sinks")) c.sinks = read_float_vector(*d, per_head);
@@ -660,7 +673,7 @@ void read_linear_inputs(const Group& root, const Group& g, BatchFile& file) {
   const AttentionConfig& c = file.config;
   const std::string kind(to_string(c.layer_kind));
   for (const char* name : {"query", "key", "value", "kv_cache", "k_scale", "v_scale", "k_scale_cache", "v_scale_cache",
-                           "output_scale"}) {
+                           "output_scale", "q_scale"}) {
     HYBRIDTB_CHECK(g.child_kind(name) == ObjectKind::kMissing && !g.has_attribute(name), g.child_path(name),
                    " is present, but /config layer_kind ", kind,
                    " is a linear-attention layer: it has no query, key, value, KV cache (nor its scales) or fp8 "
@@ -702,7 +715,15 @@ void read_inputs(const Group& root, BatchFile& file) {
     const Dims dims = token_dims(T, c, kv_heads);
     return read_tensor(require_dataset(g, name, required_tensor(c.dtype, dims)), dims, c.dtype, config_dtype);
   };
-  in.query = token_tensor("query", false);
+  {
+    // The query may be stored in fp8 with /inputs/q_scale (schema 1.3); validate() checks the pairing.
+    const Dims dims = token_dims(T, c, false);
+    const Dataset d = require_dataset(g, "query", required_tensor(c.dtype, dims));
+    in.query = read_tensor(d, dims, std::nullopt, "");
+    HYBRIDTB_CHECK(in.query.dtype() == c.dtype || is_fp8(in.query.dtype()), d.path(), ": dtype ",
+                   to_string(in.query.dtype()), " does not match ", config_dtype,
+                   " (or float8_e4m3fn / float8_e5m2 with /inputs/q_scale)");
+  }
   in.key = token_tensor("key", true);
   in.value = token_tensor("value", true);
 
@@ -722,6 +743,7 @@ void read_inputs(const Group& root, BatchFile& file) {
   in.k_scale = static_cast<float>(scale("k_scale").value_or(1.0));
   in.v_scale = static_cast<float>(scale("v_scale").value_or(1.0));
   if (const std::optional<double> s = scale("output_scale")) in.output_scale = static_cast<float>(*s);
+  if (const std::optional<double> s = scale("q_scale")) in.q_scale = static_cast<float>(*s);
 
   const Dims scale_dims = scale_cache_dims(num_blocks, c);
   for (const auto& [name, target] : {std::pair<const char*, Tensor*>{"k_scale_cache", &in.k_scale_cache},
@@ -895,6 +917,10 @@ void write_config(const Group& root, const BatchFile& file) {
   g.write_string_attribute("mamba_cache_mode", std::string(to_string(c.mamba_cache_mode)));
   g.write_int_attribute("mamba_block_size", c.mamba_block_size);
   g.write_int_attribute("num_speculative_tokens", c.num_speculative_tokens);
+  // Schema 1.3 items, only when they say something (absent = what they meant before 1.3).
+  if (!c.engine_version.empty()) g.write_string_attribute("engine_version", c.engine_version);
+  if (c.norm_eps) g.write_float_attribute("norm_eps", *c.norm_eps);
+  if (!c.mamba_rms_norm) g.write_int_attribute("mamba_rms_norm", 0);
   if (c.alibi_slopes) write_float32_vector(g, "alibi_slopes", *c.alibi_slopes);
   if (c.sinks) write_float32_vector(g, "sinks", *c.sinks);
   if (!c.ssm_params.empty()) {
@@ -946,6 +972,7 @@ void write_inputs(const Group& root, const BatchFile& file) {
     write_float32_scalar(g, "k_scale", in.k_scale);
     write_float32_scalar(g, "v_scale", in.v_scale);
     if (in.output_scale) write_float32_scalar(g, "output_scale", *in.output_scale);
+    if (in.q_scale) write_float32_scalar(g, "q_scale", *in.q_scale);
     if (!in.k_scale_cache.empty()) write_tensor(g, "k_scale_cache", in.k_scale_cache);
     if (!in.v_scale_cache.empty()) write_tensor(g, "v_scale_cache", in.v_scale_cache);
   }
@@ -1063,10 +1090,20 @@ void write_outputs(const Group& root, const char* name, const StepOutputs& out, 
   write_metadata(g, out.metadata);
 }
 
+// The oldest 1.x that describes the file: 1.3 when it uses a 1.3 item (engine_version, norm_eps,
+// mamba_rms_norm, an fp8 query), else 1.2. A file without them is byte for byte what a 1.2 build
+// wrote, so regenerated datasets keep their recorded checksums.
+std::string written_schema_version(const BatchFile& file) {
+  const AttentionConfig& c = file.config;
+  const bool uses_1_3 = !c.engine_version.empty() || c.norm_eps.has_value() || !c.mamba_rms_norm ||
+                        file.inputs.q_scale.has_value();
+  return std::to_string(kSchemaMajor) + "." + std::to_string(uses_1_3 ? kSchemaMinor : 2);
+}
+
 void write_file_contents(const h5::File& h5file, const BatchFile& file) {
   const Group root = h5file.root();
   root.write_string_attribute("schema", kSchemaName);
-  root.write_string_attribute("schema_version", std::to_string(kSchemaMajor) + "." + std::to_string(kSchemaMinor));
+  root.write_string_attribute("schema_version", written_schema_version(file));
   for (const auto& [key, value] : file.provenance) {
     HYBRIDTB_CHECK(key != "schema" && key != "schema_version", "provenance key '", key,
                    "' is reserved for the schema");

@@ -3,7 +3,8 @@
 //   qkvz = hidden·in_proj_qkvz^T       cuBLAS, [T, conv_dim + Hv·dv]: q_all | k_all | v_all | z_all
 //   ba   = hidden·in_proj_ba^T         cuBLAS, [T, 2·Hv]: b | a
 //   o    = the GDN core (launch_gdn_core, below; gdn_kernels.h) of mixed_qkv = qkvz[:, :conv_dim], a, b
-//   y    = o_h / sqrt(mean(o_h²) + 1e-6) ⊙ norm_weight ⊙ silu(z_h)   per value head h (rows that run)
+//   y    = o_h / sqrt(mean(o_h²) + eps) ⊙ norm_weight ⊙ silu(z_h)   per value head h (rows that run;
+//          eps = gated_norm_eps: the layer's norm eps, 1e-6 by default)
 //   out  = y·out_proj^T                cuBLAS, [T, H], stored for the rows that run
 // The core, per wave: the shared causal conv + SiLU front end (causal_conv.h) over mixed_qkv with its
 // conv-state stash and final/block-boundary writes; the per-token preparation (L2-normalised q and k,
@@ -23,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "hybridtb/engine_rules.h"
 #include "hybridtb/error.h"
 #include "ssm/causal_conv.h"
 #include "ssm/gdn_kernels.h"
@@ -191,7 +193,8 @@ class GdnGpuMode final : public GpuMode {
     io.o = RowsRef{o, ElementKind::kFloat32, s.value_width()};
     launch_gdn_core(step, io);
     launch_gdn_gated_norm(o, qkvz + s.conv_dim(), qkvz_width, step.weight_ref("norm_weight"), y,
-                          static_cast<int32_t>(s.Hv), static_cast<int32_t>(s.dv), T, step.active, stream);
+                          static_cast<int32_t>(s.Hv), static_cast<int32_t>(s.dv), T, step.active,
+                          static_cast<float>(gated_norm_eps(*step.config, "gdn")), stream);
     gemm_rows(step, out, T, H, y, ElementKind::kFloat32, s.value_width(), s.value_width(),
               step.weight_ref("out_proj"), "gdn out_proj");
     launch_bias_rows(step.contribution, out, WeightRef{}, H, T, step.active, stream);

@@ -38,7 +38,6 @@ namespace hybridtb::cuda::ssm {
 namespace {
 
 constexpr float kL2NormEps = 1e-6f;   // fla's l2norm_fwd, inside the square root
-constexpr float kRmsNormEps = 1e-6f;  // Qwen3-Next's rms_norm_eps
 
 // --- (1) preparation ------------------------------------------------------------------------------
 
@@ -223,7 +222,7 @@ constexpr int kNormThreads = 128;
 __global__ void __launch_bounds__(kNormThreads) gated_norm_kernel(const float* o, const float* z, int64_t z_stride,
                                                                   WeightRef norm_weight, float* y, int32_t Hv,
                                                                   int32_t dv, int64_t num_tokens,
-                                                                  const int32_t* flags) {
+                                                                  const int32_t* flags, float eps) {
   const int h = static_cast<int>(blockIdx.x) * (kNormThreads / 32) + static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   if (h >= Hv) return;  // whole warps
@@ -233,7 +232,7 @@ __global__ void __launch_bounds__(kNormThreads) gated_norm_kernel(const float* o
     float ss = 0.0f;
     for (int i = lane; i < dv; i += 32) ss += o_h[i] * o_h[i];
     ss = group_sum<32>(ss);
-    const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(dv) + kRmsNormEps);
+    const float inv_rms = 1.0f / sqrtf(ss / static_cast<float>(dv) + eps);
     for (int i = lane; i < dv; i += 32) {
       const float gate = silu(z[t * z_stride + int64_t{h} * dv + i]);
       y[(t * Hv + h) * dv + i] = o_h[i] * inv_rms * load_element(norm_weight.data, i, norm_weight.kind) * gate;
@@ -295,12 +294,13 @@ void launch_gdn_decode(const GdnParams& p, cudaStream_t stream) {
 }
 
 void launch_gdn_gated_norm(const float* o, const float* z, int64_t z_stride, WeightRef norm_weight, float* y,
-                           int32_t Hv, int32_t dv, int64_t num_tokens, const int32_t* flags, cudaStream_t stream) {
+                           int32_t Hv, int32_t dv, int64_t num_tokens, const int32_t* flags, float eps,
+                           cudaStream_t stream) {
   if (num_tokens <= 0) return;
   constexpr int kHeadsPerBlock = kNormThreads / 32;
   const dim3 grid(static_cast<unsigned>((Hv + kHeadsPerBlock - 1) / kHeadsPerBlock),
                   static_cast<unsigned>(std::min<int64_t>(num_tokens, 65535)));
-  gated_norm_kernel<<<grid, kNormThreads, 0, stream>>>(o, z, z_stride, norm_weight, y, Hv, dv, num_tokens, flags);
+  gated_norm_kernel<<<grid, kNormThreads, 0, stream>>>(o, z, z_stride, norm_weight, y, Hv, dv, num_tokens, flags, eps);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 

@@ -130,9 +130,10 @@ void launch_gdn_decode(const GdnParams& p, cudaStream_t stream);
 void launch_gdn_prefill(const GdnParams& p, cudaStream_t stream);
 
 // The mode's gated RMSNorm, per row t flagged kRowActive and value head h:
-//   y[t, h·dv + i] = o_i / sqrt(mean(o²) + 1e-6) · norm_weight[i] · silu(z[t, h·dv + i])
+//   y[t, h·dv + i] = o_i / sqrt(mean(o²) + eps) · norm_weight[i] · silu(z[t, h·dv + i])   (eps: the layer's norm eps)
 // z rows z_stride apart; rows not flagged kRowActive are not written.
 void launch_gdn_gated_norm(const float* o, const float* z, int64_t z_stride, WeightRef norm_weight, float* y,
-                           int32_t Hv, int32_t dv, int64_t num_tokens, const int32_t* flags, cudaStream_t stream);
+                           int32_t Hv, int32_t dv, int64_t num_tokens, const int32_t* flags, float eps,
+                           cudaStream_t stream);
 
 }  // namespace hybridtb::cuda::ssm

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "hybridtb/engine_rules.h"
 #include "hybridtb/error.h"
 #include "ssm/causal_conv.h"
 #include "ssm/gemm_rows.h"
@@ -31,7 +32,6 @@
 namespace hybridtb::cuda::ssm {
 namespace {
 
-constexpr float kNormEps = 1e-5f;  // the reference's (mamba_ssm's RMSNormGated default)
 
 struct Mamba2Sizes {
   int64_t heads, head_dim, state, groups, kernel;
@@ -148,12 +148,13 @@ class Mamba2GpuMode final : public GpuMode {
     norm.d_ssm = static_cast<int32_t>(d_ssm);
     norm.groups = static_cast<int32_t>(s.groups);
     norm.num_tokens = T;
-    norm.eps = kNormEps;
+    norm.eps = static_cast<float>(gated_norm_eps(*step.config, "mamba2"));  // the reference's eps
     norm.y = y;
     norm.z = zxbcdt;
     norm.z_stride = proj;
     norm.z_bias = in_bias;
     norm.norm_weight = step.weight_ref("norm_weight");
+    norm.rms_norm = step.config->mamba_rms_norm ? 1 : 0;
     norm.flags = step.active;
     norm.out = v;
     launch_mamba2_gated_norm(norm, stream);

@@ -463,6 +463,10 @@ __global__ void __launch_bounds__(kNormThreads, 1) gated_norm_kernel(Mamba2NormP
   const int64_t first = int64_t{blockIdx.x} * group_size;
   for (int64_t t = blockIdx.y; t < p.num_tokens; t += gridDim.y) {
     if (p.flags[t] != kRowActive) continue;  // uniform over the block
+    if (p.rms_norm == 0) {  // Falcon-H1's use_rms_norm = False: the gate alone (uniform over the grid)
+      for (int64_t i = threadIdx.x; i < group_size; i += kNormThreads) p.out[t * p.d_ssm + first + i] = gated(p, t, first + i);
+      continue;
+    }
     float sum = 0.0f;
     for (int64_t i = threadIdx.x; i < group_size; i += kNormThreads) {
       const float v = gated(p, t, first + i);

@@ -95,6 +95,7 @@ struct Mamba2NormParams {
   int64_t z_stride = 0;
   WeightRef z_bias;               // optional: in_proj_bias (its first d_ssm values are z's)
   WeightRef norm_weight;          // [d_ssm]
+  int32_t rms_norm = 1;           // 0: out = y·silu(z) alone (mamba_rms_norm = 0; no norm_weight)
   const int32_t* flags = nullptr;  // [T] row flags
   float* out = nullptr;           // [T, d_ssm]
 };

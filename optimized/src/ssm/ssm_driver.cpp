@@ -3,8 +3,8 @@
 // validates the step's SSM tensors against the reference mode's specs, plans every request
 // (decodes first, then prefills; the slots it reads and writes per mamba_cache_mode; zeros without
 // an initial state or for a decode without context; the block-boundary writes of mode all),
-// checks every slot before anything runs, skips padding (any slot < 0: never read or written,
-// zero contribution), groups the requests into waves, uploads the plan in one stream-ordered copy
+// checks every slot before anything runs, skips padding (a slot the engine's rules skip:
+// reference::ssm::skips_request; never read or written, zero contribution), groups the requests into waves, uploads the plan in one stream-ordered copy
 // and runs the GPU mode. Decode-only steps run as a fixed-shape step instead (FixedDecodeStep: the
 // same plan as one table of all requests plus per-row flags, in buffers allocated once, so its
 // launches can be captured into a CUDA graph and replayed after re-planning). Also the GPU mode
@@ -338,8 +338,14 @@ PlannedStep bind_tensors(const AttentionConfig& config, const StepTensors& tenso
     const TensorView& pool = it->second;
     HYBRIDTB_CHECK(pool.device() == Device::kCuda && pool.is_contiguous(), "/inputs/ssm/", spec.name,
                    " must be a contiguous CUDA tensor, got ", pool.describe());
-    step.pools[spec.name] =
-        PoolRef{pool.data(), gpu_element_kind(pool.dtype(), "/inputs/ssm/" + spec.name), product(spec.shape)};
+    const ElementKind kind = gpu_element_kind(pool.dtype(), "/inputs/ssm/" + spec.name);
+    step.pools[spec.name] = PoolRef{pool.data(), kind, product(spec.shape)};
+    if (spec.transposed) {
+      // Stored [slots, rows, cols] (the SD conv state); run_mode hands the kernels a DS copy.
+      step.pools[spec.name].data = nullptr;
+      step.transposed_pools.push_back(GpuStep::TransposedPool{spec.name, pool.data(), kind == ElementKind::kFloat32 ? 4 : 2,
+                                                              pool.size(0), spec.shape.at(0), spec.shape.at(1)});
+    }
     planned.num_slots = pool.size(0);
     planned.has_pools = true;
   }
@@ -366,9 +372,9 @@ void plan_requests(PlannedStep& planned, const AttentionConfig& config, const Ma
   for (const RequestPlan& plan : planned.plans) {
     HYBRIDTB_CHECK(0 <= plan.begin && plan.begin <= plan.end && plan.end <= num_tokens, "request ", plan.request,
                    " has token rows [", plan.begin, ", ", plan.end, ") outside the step's ", num_tokens, " tokens");
-    bool padding = false;
-    for (const Slot* slot : slots_of(plan)) padding = padding || slot->index < 0;
-    if (!padding && plan.end > plan.begin) planned.runs.push_back(&plan);
+    // The engine's skip rule, decided by the reference's function (index < 0, or <= 0 from vLLM
+    // 0.33 on): the kernels only ever see the requests that run.
+    if (!reference::ssm::skips_request(config, plan) && plan.end > plan.begin) planned.runs.push_back(&plan);
   }
 }
 
@@ -400,11 +406,23 @@ void check_rows(const PlannedStep& planned, int64_t rows) {
 }
 
 // The mode's forward for the SSM branch, its linear_forward for a linear layer.
-void run_mode(const GpuMode& gpu_mode, const GpuStep& step) {
+// Pools stored transposed (GpuStep::transposed_pools) go through a DS scratch copy: transposed in
+// before the mode, back after it (from the step's scratch, so a fixed step's copies are the same
+// memory on every launch and can be captured).
+void run_mode(const GpuMode& gpu_mode, GpuStep& step) {
+  const cudaStream_t stream = step.context->stream();
+  for (const GpuStep::TransposedPool& t : step.transposed_pools) {
+    PoolRef& pool = step.pools.at(t.name);
+    pool.data = step.scratch(static_cast<size_t>(t.slots * t.rows * t.cols * t.element_bytes));
+    launch_transpose_slots(t.stored, pool.data, t.element_bytes, t.slots, t.rows, t.cols, stream);
+  }
   if (step.config->is_linear_layer()) {
     gpu_mode.linear_forward(step);
   } else {
     gpu_mode.forward(step);
+  }
+  for (const GpuStep::TransposedPool& t : step.transposed_pools) {
+    launch_transpose_slots(step.pools.at(t.name).data, t.stored, t.element_bytes, t.slots, t.cols, t.rows, stream);
   }
 }
 

@@ -138,6 +138,17 @@ struct GpuStep {
   // A linear layer's inputs by name (linear_layer.h: gdn mixed_qkv, a, b; mamba2 xBC, dt), [T, width].
   std::map<std::string, RowsRef> linear_inputs;
   std::map<std::string, PoolRef> pools;       // by the mode's pool names
+  // Pools stored transposed (the conv state in the engine's SD layout, [slots, K−1, channels]): the
+  // kernels work on [slots, channels, K−1]. Their PoolRef points at a scratch copy that run_mode
+  // (ssm_driver.cpp) transposes in before the mode and back after it, so every mode's kernels see
+  // the one layout they implement; both transposes are plain copies (same bits).
+  struct TransposedPool {
+    std::string name;
+    void* stored = nullptr;  // the pool as the batch holds it, [slots, rows, cols]
+    int element_bytes = 4;
+    int64_t slots = 0, rows = 0, cols = 0;
+  };
+  std::vector<TransposedPool> transposed_pools;
   std::map<std::string, GpuWeight> weights;   // present weights by name (absent optional ones missing)
   // device [T] row flags (ssm_params.h): kRowActive for rows of requests that run (whole-step
   // modes: decode rows), kRowSkipped for rows of skipped requests, kRowPadding (fixed only) for

@@ -43,6 +43,19 @@ __global__ void add_rows_kernel(RowsRef out, RowsRef a, RowsRef b, int64_t width
   }
 }
 
+template <typename T>
+__global__ void transpose_slots_kernel(const T* src, T* dst, int64_t slots, int64_t rows, int64_t cols) {
+  const int64_t per_slot = rows * cols;
+  const int64_t total = slots * per_slot;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t s = i / per_slot;
+    const int64_t rc = i - s * per_slot;
+    const int64_t r = rc / cols;
+    const int64_t c = rc - r * cols;
+    dst[s * per_slot + c * rows + r] = src[i];
+  }
+}
+
 __global__ void to_float_kernel(const void* src, ElementKind kind, float* dst, int64_t count) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += int64_t{gridDim.x} * blockDim.x) {
     dst[i] = load_element(src, i, kind);
@@ -135,6 +148,21 @@ void launch_add_rows(const RowsRef& output, const RowsRef& attn, const RowsRef& 
   if (num_tokens <= 0 || width == 0) return;
   const dim3 grid(blocks_for(std::min<int64_t>(width, 4 * kThreads)), row_blocks(num_tokens));
   add_rows_kernel<<<grid, kThreads, 0, stream>>>(output, attn, ssm, width, num_tokens);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+void launch_transpose_slots(const void* src, void* dst, int element_bytes, int64_t slots, int64_t rows, int64_t cols,
+                            cudaStream_t stream) {
+  const int64_t total = slots * rows * cols;
+  if (total <= 0) return;
+  const int blocks = std::min(blocks_for(total), 4096);
+  if (element_bytes == 4) {
+    transpose_slots_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst),
+                                                           slots, rows, cols);
+  } else {
+    transpose_slots_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst),
+                                                           slots, rows, cols);
+  }
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 

@@ -30,6 +30,11 @@ void launch_zero_rows(const RowsRef& rows, int64_t width, int64_t begin, int64_t
 void launch_add_rows(const RowsRef& output, const RowsRef& attn, const RowsRef& ssm, int64_t width,
                      int64_t num_tokens, cudaStream_t stream);
 
+// dst[s, c, r] = src[s, r, c] for `slots` contiguous [rows, cols] slots of `element_bytes`-byte
+// elements (2 or 4): a plain copy, bit for bit (the SD ↔ DS conv-state layouts).
+void launch_transpose_slots(const void* src, void* dst, int element_bytes, int64_t slots, int64_t rows, int64_t cols,
+                            cudaStream_t stream);
+
 // Converts `count` contiguous elements of `kind` to float32 (exact).
 void launch_to_float(const void* src, ElementKind kind, float* dst, int64_t count, cudaStream_t stream);
 // Converts rows [0, rows) × `width` of a row-strided tensor to float32 rows `dst_stride` apart

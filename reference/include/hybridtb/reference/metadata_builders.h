@@ -13,7 +13,12 @@
 namespace hybridtb::reference {
 
 // utils.py: split_decodes_and_prefills (positional: everything from the first request with
-// query_len > decode_threshold on is a prefill).
+// query_len > decode_threshold on is a prefill). With treat_short_extends_as_decodes false (vLLM
+// 0.33's Mamba and GDN builders) a request that is still prefilling is a prefill whatever its
+// query_len; a batch file does not record num_prompt_tokens, so "still prefilling" is taken as "has
+// computed no token" (context_len 0 and query_len > 0), the case that differs between versions
+// (0.33 turns a one-token prefill chunk *with* context back into a decode, so only requests without
+// context stay prefills).
 struct DecodePrefillSplit {
   int64_t num_decodes = 0;
   int64_t num_prefills = 0;
@@ -21,17 +26,24 @@ struct DecodePrefillSplit {
   int64_t num_prefill_tokens = 0;
 };
 DecodePrefillSplit split_decodes_and_prefills(const BatchDescription& batch, int64_t decode_threshold,
-                                              bool require_uniform = false);
+                                              bool require_uniform = false,
+                                              bool treat_short_extends_as_decodes = true);
 
 // Throws Error naming the first offending request unless every request with
 // query_len ≤ decode_threshold comes before every request with query_len > decode_threshold.
 // Trailing padding requests (query_len 0, seq_len 0) are exempt: they may follow prefills.
-void check_decodes_first(const BatchDescription& batch, int64_t decode_threshold);
+// With treat_short_extends_as_decodes false, a request without context is a prefill whatever its
+// query_len (as in the split above).
+void check_decodes_first(const BatchDescription& batch, int64_t decode_threshold,
+                         bool treat_short_extends_as_decodes = true);
 
 // reorder_batch_to_split_decodes_and_prefills: the stable request order decode → extend → prefill
 // (decode: query_len ≤ threshold; extend: has context; prefill: no context). Returns the new
 // order as old request indices. Trailing padding requests keep their places at the end.
-std::vector<int64_t> decode_first_order(const BatchDescription& batch, int64_t decode_threshold);
+// With treat_short_extends_as_decodes false a short request without context goes to the prefill
+// region (vLLM 0.33's reorder: no context → prefill, whatever the query length).
+std::vector<int64_t> decode_first_order(const BatchDescription& batch, int64_t decode_threshold,
+                                        bool treat_short_extends_as_decodes = true);
 // Applies a request permutation to a batch description and its token-major tensors (query, key,
 // value rows move with their requests; padding rows stay at the end).
 void reorder_requests(const std::vector<int64_t>& order, BatchDescription& batch, BatchInputs& inputs);

@@ -18,6 +18,7 @@
 
 #include "hybridtb/batch.h"
 #include "hybridtb/config.h"
+#include "hybridtb/engine_rules.h"
 #include "hybridtb/metadata.h"
 #include "hybridtb/tensor.h"
 
@@ -31,6 +32,14 @@ struct ModeShape {
   std::map<std::string, int64_t> params;  // /config/ssm attributes (AttentionConfig::ssm_params)
   int64_t num_heads = 0;                  // Hq and D of the query, for modes whose state keeps the
   int64_t head_size = 0;                  // head structure (prefix_sum: [num_heads, head_size])
+  // How conv-state pools are stored (the engine rules of /config engine_version; DS without one).
+  ConvStateLayout conv_state_layout = ConvStateLayout::kDS;
+  // The gated norm's eps of gdn / mamba2 (gated_norm_eps: /config norm_eps or the family default).
+  double gdn_norm_eps = 1e-6;
+  double mamba2_norm_eps = 1e-5;
+  // Falcon-H1's mamba_rms_norm (/config mamba_rms_norm): false makes mamba2's gated norm a plain
+  // gate y·silu(z) without normalisation, and the mode has no norm_weight (vLLM registers none).
+  bool mamba2_rms_norm = true;
   // The named parameter; throws Error naming "/config/ssm <name>" if absent or not positive.
   int64_t param(const std::string& name) const;
 };
@@ -51,7 +60,16 @@ struct TensorSpec {
   double init_std = 1.0;
   double init_low = 0.0;
   double init_high = 0.0;
+  // A 2-d slot stored as the transpose of the layout the mode works in: the conv state in the "SD"
+  // layout ([K−1, channels] in the file, [channels, K−1] in the mode's State). The drivers transpose
+  // on load and store; generators draw the mode's layout and transpose, so both layouts hold the
+  // same logical values for one seed.
+  bool transposed = false;
 };
+
+// The conv-state slot spec of a mode with `channels` conv channels and `past` = K−1 kept inputs, in
+// the shape's conv_state_layout: [channels, past] (DS), or [past, channels] with transposed (SD).
+TensorSpec conv_state_spec(const ModeShape& shape, int64_t channels, int64_t past, std::string meaning);
 
 // Float64 working copies, by name. Weights keep their shape flattened to 2-d ([rows, cols];
 // 1-d weights are [1, n]); a request's state holds one slot of each pool, flattened row-major.
@@ -79,6 +97,12 @@ class Mode {
   // and must hold the state after the last token on return. `decode` is true when the call is one
   // decode token (modes may use a dedicated single-step update; it must agree with the scan).
   virtual void advance(const Weights& weights, State& state, const Matrix& x, Matrix& y, bool decode) const = 0;
+  // What the driver calls: advance with the layer's shape at hand, for modes that read a setting of
+  // the config at run time (gdn and mamba2: the gated norm's eps). The default ignores the shape.
+  virtual void advance(const ModeShape& /*shape*/, const Weights& weights, State& state, const Matrix& x, Matrix& y,
+                       bool decode) const {
+    advance(weights, state, x, y, decode);
+  }
 
   // Modes whose rule is not per request (prefix_sum_flat) override this and return true after
   // writing the whole step themselves. `hidden` is [num_actual_tokens, H]; `contribution` is

@@ -53,5 +53,10 @@ RequestPlan plan_prefill(const AttentionConfig& config, const MambaAttentionMeta
                          const BatchDescription& batch, int64_t i);
 // Every slot a plan touches (read, boundary writes, final write).
 std::vector<const Slot*> slots_of(const RequestPlan& plan);
+// True when the engine's kernels skip the request: one of its slots is a padding index under the
+// config's engine rules (engine_rules.h: index < 0, or index <= 0 from vLLM 0.33 on, where padding
+// requests get NULL_BLOCK_ID 0). A skipped request reads and writes no state and contributes zeros.
+// Both backends decide with this one function.
+bool skips_request(const AttentionConfig& config, const RequestPlan& plan);
 
 }  // namespace hybridtb::reference::ssm
