@@ -801,8 +801,8 @@ def _weight(module_or_tensor, what):
 def describe_mamba1(adapter, plan):
     """The mamba1 items of the seed adapter's real pipeline: parameters, weights (A stored as
     -exp(A_log), written back as A_log = log(-A)), pools compacted like the KV blocks (the seed's
-    Mamba metadata indexes states by the attention block table), conv state transposed from
-    vLLM's (K-1, I) per slot to the schema's (I, K-1)."""
+    Mamba metadata indexes states by the attention block table), conv state kept in vLLM's
+    (K-1, I) per slot, the SD layout of a versioned file."""
     A = _float_values(_weight(adapter.A, "A"))
     if A.ndim != 2 or np.any(A >= 0):
         raise Refused("adapter.A is not a negative [I, N] matrix (-exp(A_log))")
@@ -839,8 +839,11 @@ def describe_mamba1(adapter, plan):
 
 
 def _gather_pool(pool, blocks, conv_layout=None):
+    """The referenced slots of a pool. A conv state is written as [S, K-1, I] (SD), the layout every
+    vLLM release allocates and the one /config engine_version selects (SCHEMA.md 5.2.1); a pool
+    held the other way round ([S, I, K-1]) is transposed to it."""
     a, name = to_numpy(_take(pool, 0, blocks))
-    if conv_layout == "SD":
+    if conv_layout == "DS":
         a = np.ascontiguousarray(a.transpose(0, 2, 1))
     return a, name
 

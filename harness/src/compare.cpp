@@ -353,7 +353,7 @@ ComparisonReport compare_step(const BatchFile& file, const StepOutputs& candidat
   }
 
   // State pools: every slot with tolerance; slots the metadata does not name must keep the input.
-  const std::set<int64_t> touched = touched_slots(expected.metadata);
+  const std::set<int64_t> touched = touched_slots(expected.has_metadata ? expected.metadata : candidate.metadata);
   std::set<std::string> pool_names;
   for (const auto& [name, pool] : candidate.ssm_state) pool_names.insert(name);
   for (const auto& [name, pool] : expected.ssm_state) pool_names.insert(name);
@@ -386,7 +386,8 @@ ComparisonReport compare_step(const BatchFile& file, const StepOutputs& candidat
     report.quantities.push_back(std::move(r));
   }
 
-  report.metadata_differences = metadata_differences(candidate.metadata, expected.metadata);
+  report.metadata_compared = expected.has_metadata;
+  if (expected.has_metadata) report.metadata_differences = metadata_differences(candidate.metadata, expected.metadata);
   return report;
 }
 
@@ -463,7 +464,9 @@ std::string format_report_table(const std::vector<ComparisonReport>& reports, bo
       }
     }
     rows.push_back({file, "metadata", "int", "-", "-", "-", "-", "-", "-", "-", "exact",
-                    report.metadata_differences.empty() ? "pass" : "FAIL (fields differ)"});
+                    !report.metadata_compared              ? "not recorded"
+                    : report.metadata_differences.empty() ? "pass"
+                                                          : "FAIL (fields differ)"});
     for (const std::string& difference : report.metadata_differences) {
       details.push_back(file + " metadata: " + difference);
     }
@@ -590,6 +593,7 @@ nlohmann::ordered_json report_to_json(const std::vector<ComparisonReport>& repor
     }
     c["quantities"] = std::move(quantities);
     c["metadata"] = {{"passed", report.metadata_differences.empty()},
+                     {"compared", report.metadata_compared},
                      {"differences", report.metadata_differences}};
     cases.push_back(std::move(c));
   }

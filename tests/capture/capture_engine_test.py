@@ -444,14 +444,14 @@ def seed_hybrid_disabled():
 @case
 def seed_hybrid_mamba1():
     """The adapter's Mamba-1 pipeline: weights (A as -exp(A_log)), pools compacted with the KV
-    blocks, the conv state transposed from vLLM's (K-1, I) per slot."""
+    blocks, the conv state kept in vLLM's (K-1, I) per slot (SD, as the file's engine_version says)."""
     path = hybrid_case("hm1", ["--preset", "hymba-small", "--set", "num_heads=4", "--set", "num_kv_heads=2",
                                "--set", "head_size=32", "--set", "ssm.intermediate_size=64", "--set", "ssm.dt_rank=8",
                                "--ssm-slots", "off", "--mix", "d2@40+p1x7"], "benchmark", "mamba1",
                        a_log_round_trips)
     with h5py.File(path, "r") as f:
         nb = f["inputs/kv_cache"].shape[0]
-        assert f["inputs/ssm/conv_state"].shape == (nb, 64, 3) and f["expected/ssm/ssm_state"].shape == (nb, 64, 16)
+        assert f["inputs/ssm/conv_state"].shape == (nb, 3, 64) and f["expected/ssm/ssm_state"].shape == (nb, 64, 16)
 
 
 # ------------------------------------------------------------------------------------------------

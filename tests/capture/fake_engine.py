@@ -438,19 +438,24 @@ def make_hybrid(mod, tmod, e, adapter_mode, seed_contract):
         a_log, an = wts["A_log"]
         adapter.A = tensor((-np.exp(a_log.astype(np.float64))).astype(np.float32), "float32")
         adapter.D = tensor(*wts["D"])
+        # vLLM keeps the conv state as (K-1, I) per slot (SD); a step generated under the
+        # unversioned rules holds it as (I, K-1) and is transposed to the engine's layout.
+        k_minus_1 = cw.shape[1] - 1
+
+        def engine_layout(name, pool):
+            if name == "conv_state" and pool.shape[1] != k_minus_1:
+                return np.ascontiguousarray(pool.transpose(0, 2, 1))
+            return pool
         e.engine_pools = {}
         for name, (pool, pn) in e.step.pools.items():
+            pool = engine_layout(name, pool)
             full = np.random.default_rng(5).standard_normal((e.nb,) + pool.shape[1:]).astype(pool.dtype)
             full[e.perm[: pool.shape[0]]] = pool
-            if name == "conv_state":  # vLLM keeps (K-1, I) per slot
-                full = np.ascontiguousarray(full.transpose(0, 2, 1))
             e.engine_pools[name] = tensor(full, pn)
         after = {}
         for name, (pool, pn) in e.step.pools_after.items():
             full = to_numpy_bits(e.engine_pools[name]).copy()
-            src = pool
-            if name == "conv_state":
-                src = np.ascontiguousarray(pool.transpose(0, 2, 1))
+            src = engine_layout(name, pool)
             idx = e.perm[: pool.shape[0]]
             full[idx] = src
             after[name] = tensor(full, pn)

@@ -32,6 +32,10 @@ struct StepOutputs {
   Tensor ssm_output;      // [T, Hq, D] the SSM contribution alone (absent when ssm_mode is "none")
   std::map<std::string, Tensor> ssm_state;  // /outputs/ssm/<name>: the state pools after the step
   HybridMetadata metadata;
+  // False for an /expected without a `metadata` group (a serving engine's capture: vLLM has no
+  // hybridtb builder metadata). Replay then compares no metadata, and takes the state slots a step
+  // may touch from the candidate's.
+  bool has_metadata = true;
 };
 
 struct BatchFile {

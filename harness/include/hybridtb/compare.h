@@ -68,6 +68,7 @@ struct ComparisonReport {
   std::string batch_summary;        // "R=3 T=20 (actual 17) max_q=9 max_seq=40"
   std::vector<QuantityReport> quantities;
   std::vector<std::string> metadata_differences;  // metadata_differences(candidate, expected); integers exact
+  bool metadata_compared = true;    // false: the expected side recorded no metadata (an engine capture)
   std::string not_supported;        // non-empty: the candidate backend threw NotSupported (nothing compared)
   std::string error;                // non-empty: the file could not be read, validated or run (nothing compared)
   bool passed() const;
