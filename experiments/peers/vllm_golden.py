@@ -210,12 +210,12 @@ def run(args):
             if group in src:
                 src.copy(src[group], dst, group)
         prop = torch.cuda.get_device_properties(0)
-        dst.attrs["vllm_version"] = kernels.version
+        dst.attrs["vllm_version"] = str(kernels.version)
         dst.attrs["vllm_kernel_files"] = ", ".join(kernels.source_files)
-        dst.attrs["torch"] = torch.__version__
-        dst.attrs["triton"] = triton.__version__
+        dst.attrs["torch"] = str(torch.__version__)
+        dst.attrs["triton"] = str(triton.__version__)
         dst.attrs["cuda"] = str(torch.version.cuda)
-        dst.attrs["gpu"] = prop.name
+        dst.attrs["gpu"] = str(prop.name)
         dst.attrs["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         dst.attrs["golden_command"] = args.command or "python3 experiments/peers/vllm_golden.py " + " ".join(
             shlex.quote(a) for a in sys.argv[1:])
