@@ -8,7 +8,8 @@
 #      allocates it, the optional per-tensor fp8 scales;
 #   4. `hybridtb record --backend reference` (the builders' metadata, an input of vLLM's kernel);
 #   5. vllm_golden.py run --vllm DIR/<entry's vllm>: /expected from vLLM's kernels;
-# then rewrites the manifest with each file's sha256 and size.
+# then rewrites the manifest with each file's sha256, size and the canonical generator_command the
+# file stores.
 #
 #   datasets/vllm/make.sh --vllm-src DIR [--hybridtb PATH] [NAME...]
 #
@@ -70,6 +71,10 @@ for e in m["datasets"]:
     if os.path.exists(e["file"]):
         e["sha256"] = hashlib.sha256(open(e["file"], "rb").read()).hexdigest()
         e["bytes"] = os.path.getsize(e["file"])
+        import h5py  # the canonical command `hybridtb gen` stored in the file
+        with h5py.File(e["file"], "r") as f:
+            stored = f.attrs["generator_command"]
+        e["generator_command"] = stored.decode() if isinstance(stored, bytes) else str(stored)
 with open("manifest.json.tmp", "w") as f:
     json.dump(m, f, indent=2)
     f.write("\n")
