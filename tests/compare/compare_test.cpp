@@ -217,8 +217,8 @@ TEST(Compare, ExpectedFromAKernelTakesTheKernelsRow) {
   const ComparisonReport replay = compare_step(c.file, c.expected, kernel);  // reference vs the kernel
   const ComparisonReport parity = compare_step(c.file, kernel, c.expected);  // the kernel vs the reference
   EXPECT_TRUE(replay.passed()) << format_report_table({replay});
-  const QuantityReport& r = quantity(replay, "attn_output");
-  const QuantityReport& p = quantity(parity, "attn_output");
+  const QuantityReport r = quantity(replay, "attn_output");
+  const QuantityReport p = quantity(parity, "attn_output");
   EXPECT_EQ(r.tolerance.atol, p.tolerance.atol);
   EXPECT_EQ(r.tolerance.rtol, p.tolerance.rtol);
   EXPECT_GT(r.tolerance.atol, 1e-6);  // not the float64-against-float64 row
