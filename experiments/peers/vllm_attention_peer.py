@@ -102,8 +102,13 @@ class PagedStep:
         shape = (total + 1, 2, bs, hkv, d)
         if storage == torch.int8:
             self.kv_cache = torch.randint(-127, 128, shape, dtype=torch.int8, device=dev)
-        else:
-            self.kv_cache = torch.randn(shape, dtype=torch.float32, device=dev).to(storage)
+        elif storage in (torch.float8_e4m3fn, torch.float8_e5m2):  # fp8 has no randn: slabs of 4096 blocks
+            self.kv_cache = torch.empty(shape, dtype=storage, device=dev)
+            for b in range(0, shape[0], 4096):
+                part = self.kv_cache[b:b + 4096]
+                part.copy_(torch.randn(part.shape, dtype=model, device=dev).to(storage))
+        else:  # drawn in the cache's own dtype: no float32 copy of a cache that may fill half the GPU
+            self.kv_cache = torch.randn(shape, dtype=storage, device=dev)
         self.kv_cache[0].zero_()
         self.key_cache, self.value_cache = self.kv_cache[:, 0], self.kv_cache[:, 1]
         self.k_scale_cache = self.v_scale_cache = None
