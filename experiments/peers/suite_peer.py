@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""PyTorch peer inside the benchmark suite's results: times each cuda case's step in PyTorch and adds it.
+"""PyTorch and vLLM peers inside the benchmark suite's results: time each cuda case's step, add it.
 
-    python3 experiments/peers/suite_peer.py RESULTS.json --out RESULTS_WITH_PEER.json [--hybridtb PATH]
+    python3 experiments/peers/suite_peer.py RESULTS.json --out RESULTS_WITH_PEER.json [--hybridtb PATH] [--vllm DIR]
     python3 experiments/peers/suite_peer.py RESULTS.json --plan      # what would be timed, no torch needed
     python3 experiments/peers/suite_peer.py --self-test               # the unit checks, no torch or GPU needed
 
@@ -46,6 +46,17 @@ The model geometry (heads, head size, window, scale, dtype, ...) comes from the 
 `hybridtb gen --list-presets` prints it (the CLI of the build that ran the suite: --hybridtb PATH, else
 the build named in the results' command, else the newest build*/harness/cli/hybridtb), with the
 case's settings applied in order, as `hybridtb gen --set` does.
+
+With --vllm DIR (an unpacked vLLM release, the folder holding vllm/), vLLM's own Triton kernels are a
+second peer, with their own ratio: the step as vLLM's Triton backend runs it (its KV-cache write, then
+its unified attention, both imported by vllm_kernels.py) on a paged cache with shuffled physical blocks
+and one block-table row per request (vllm_attention_peer.PagedStep), so it reads the same layout as the
+cuda backend. It covers what vLLM's kernels cover: speculative decodes, fp8 / per-token-head KV caches,
+ALiBi, soft cap, sinks, any window and block size; it skips SSM branches and linear-attention layers
+(not part of vLLM's attention kernel), encoder-only layers and the graph path. Timing as the PyTorch
+peer's (L2 flush, idle device, CUDA events around the step). On every case: `vllm_peer` {impl, median_s,
+times_s, iterations, q1_s, q3_s, rel_iqr, ratio, ratio_gpu_time, calls, timing} or `vllm_peer_skip_reason`
+(or `vllm_peer_error`), and a top-level `vllm_peer_environment`.
 
 Output: the input file with, on every case, either `peer` {impl, median_s, times_s, iterations,
 q1_s, q3_s, rel_iqr, ratio, calls, timing} or `peer_skip_reason` (or `peer_error` when timing
@@ -449,6 +460,57 @@ def plan_case(case, presets):
     plan = {"num_heads": hq, "num_kv_heads": hkv, "head_size": d, "scale": layer["scale"], "window": window,
             "dtype": layer["dtype"], "calls": calls, "ssm": ssm, "graph": path == "graph"}
     return plan, None
+
+
+def plan_vllm_case(case, presets):
+    """(plan, None) for a case vLLM's Triton kernels time, or (None, reason)."""
+    if case.get("backend") != "cuda":
+        return None, f"backend {case.get('backend')}: the peer is timed beside the cuda backend only"
+    if case.get("status") != "ok":
+        return None, f"the case did not run (status {case.get('status')})"
+    path = case.get("path")
+    if path == "graph":
+        return None, "path graph: vLLM's kernels are timed eagerly"
+    if path not in ("fused", "two_kernel"):
+        return None, f"path {path}: unknown to the peer"
+    preset = case.get("preset")
+    if preset not in presets:
+        return None, f"preset {preset} is not in the hybridtb CLI's preset list"
+    try:
+        terms = parse_mix(case.get("mix", ""))
+        layer = make_layer(presets[preset], case.get("settings", []))
+    except (MixError, SettingError) as e:
+        return None, str(e)
+    if layer["ssm_mode"] != "none":
+        return None, f"ssm_mode {layer['ssm_mode']}: vLLM's attention kernel has no SSM branch or linear layer"
+    if layer["attn_type"] != "decoder":
+        return None, f"attn_type {layer['attn_type']}: vLLM runs it through another kernel"
+    if layer["dtype"] not in _TORCH_DTYPES:
+        return None, f"dtype {layer['dtype']}: unknown to the peer"
+    hq, hkv, d = layer["num_heads"], layer["num_kv_heads"], layer["head_size"]
+    if hq <= 0 or hkv <= 0 or d <= 0 or hq % hkv:
+        return None, f"geometry {hq}/{hkv}/{d}: not a valid GQA layout"
+    requests = []
+    for t in terms:
+        context = 0 if t.kind == "p" else t.context_len
+        requests += [(context, t.query_len)] * t.count
+    plan = {"num_heads": hq, "num_kv_heads": hkv, "head_size": d, "scale": layer["scale"],
+            "window": layer["sliding_window"], "dtype": layer["dtype"], "kv_cache_dtype": layer["kv_cache_dtype"],
+            "block_size": layer["block_size"], "softcap": layer["logits_soft_cap"],
+            "alibi": layer["alibi_slopes"] != "off", "sinks": layer["sinks"] != "off", "requests": requests}
+    return plan, None
+
+
+def vllm_plan_bytes(plan):
+    """GPU memory of the paged step: the cache (every block of every request), new K/V, Q, output, scratch."""
+    e = _TORCH_DTYPES[plan["dtype"]]
+    kv_e = e if plan["kv_cache_dtype"] == "auto" else 1
+    hq, hkv, d, bs = plan["num_heads"], plan["num_kv_heads"], plan["head_size"], plan["block_size"]
+    blocks = sum((c + q + bs - 1) // bs for c, q in plan["requests"]) + 1
+    tokens = sum(q for _, q in plan["requests"])
+    total = blocks * 2 * bs * hkv * d * kv_e + 4 * blocks * bs * hkv * 2
+    total += tokens * (2 * hkv * d + 2 * hq * d) * e + tokens * hq * 16 * (d + 2) * 4
+    return total
 
 
 def plan_bytes(plan, gqa_copies=False):
@@ -883,6 +945,85 @@ def annotate(doc, selection, timings, environment):
     return out
 
 
+def annotate_vllm(out, doc, presets, timings, environment):
+    """`vllm_peer` / `vllm_peer_skip_reason` / `vllm_peer_error` on every case of `out` (in place), and
+    `vllm_peer_environment`. `timings` as annotate's, keyed by case name."""
+    for i, case in enumerate(out["cases"]):
+        plan, reason = plan_vllm_case(doc["cases"][i], presets)
+        if plan is None:
+            case["vllm_peer_skip_reason"] = reason
+            continue
+        t = timings.get(case.get("name"))
+        if t is None:
+            case["vllm_peer_skip_reason"] = "not timed"
+        elif "error" in t:
+            case["vllm_peer_error"] = t["error"]
+        elif "skip" in t:
+            case["vllm_peer_skip_reason"] = t["skip"]
+        else:
+            q1, med, q3 = quartiles(t["times_s"])
+            ours_gpu = case.get("median_s")
+            ours = case.get("latency_median_s", ours_gpu)
+            case["vllm_peer"] = {"impl": t["impl"], "median_s": med, "times_s": t["times_s"],
+                                 "iterations": t["iterations"], "q1_s": q1, "q3_s": q3,
+                                 "rel_iqr": (q3 - q1) / med if med > 0 else None,
+                                 "ratio": med / ours if ours else None,
+                                 "ratio_gpu_time": med / ours_gpu if ours_gpu else None,
+                                 "calls": t["calls"], "timing": t["timing"]}
+    out["vllm_peer_environment"] = environment
+    return out
+
+
+def time_vllm(args, doc, presets, peer):
+    """Times every case vLLM's kernels cover; returns (timings by case name, environment, failures)."""
+    import triton
+    import vllm_attention_peer
+    from vllm_kernels import load
+
+    kernels = load(args.vllm)
+    environment = {"impl": kernels.describe(), "vllm_files": kernels.source_files, "triton": triton.__version__,
+                   "kv": "paged cache, shuffled physical blocks, one block-table row per request (the cuda backend's "
+                         "layout); the step = vLLM's KV-cache write + its unified attention",
+                   "timing": "as the PyTorch peer: per iteration L2 flush (memset), device sync, CUDA events around "
+                             "the step; repetition = mean over iterations (min_time_s), median over repetitions"}
+    timings, failed = {}, 0
+    print(f"{'case (vLLM Triton peer)':<70} {'ours_us':>10} {'vllm_us':>10} {'vllm/ours':>9}")
+    for case in doc["cases"]:
+        plan, _ = plan_vllm_case(case, presets)
+        name = case.get("name")
+        if plan is None or name in timings:
+            continue
+        reps = args.repetitions or int(case.get("repetitions") or 5)
+        peer.repetitions = reps
+        free = peer.free_bytes()
+        need = vllm_plan_bytes(plan)
+        if free is not None and need > 0.9 * free:
+            timings[name] = {"skip": f"needs ~{need / 2**30:.1f} GiB of GPU memory, {free / 2**30:.1f} GiB free"}
+            continue
+        try:
+            s = vllm_attention_peer.PagedStep(
+                kernels, plan["requests"], plan["window"], hq=plan["num_heads"], hkv=plan["num_kv_heads"],
+                d=plan["head_size"], dtype=plan["dtype"], kv_cache_dtype=plan["kv_cache_dtype"],
+                block_size=plan["block_size"], scale=plan["scale"], softcap=plan["softcap"], alibi=plan["alibi"],
+                sinks=plan["sinks"], split_k=vllm_attention_peer.split_k_for(kernels, plan["num_kv_heads"]))
+            times, iterations = peer.measure(s.step, None, False)
+            calls = [f"{kernels.describe()}: KV write of {len(s.slots)} tokens, then unified attention over "
+                     f"{len(plan['requests'])} requests"]
+            timings[name] = {"times_s": times, "iterations": iterations, "calls": calls, "impl": kernels.describe(),
+                             "timing": "cuda_events"}
+            med = statistics.median(times)
+            ours = case.get("latency_median_s", case.get("median_s"))
+            print(f"{case_label(case)[:70]:<70} {ours * 1e6:>10.1f} {med * 1e6:>10.1f} {med / ours:>9.2f}", flush=True)
+        except Exception as e:  # noqa: BLE001 (out of memory, a kernel error: record, go on, exit 1)
+            timings[name] = {"error": f"{type(e).__name__}: {e}"[:500]}
+            failed += 1
+            print(f"{case_label(case)[:70]:<70} FAILED: {timings[name]['error'][:200]}", flush=True)
+        finally:
+            s = None
+            peer.release()
+    return timings, environment, failed
+
+
 def write_atomically(path, doc):
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp-peer", dir=directory)
@@ -989,6 +1130,10 @@ def run(args):
             step = restore = None
             peer.release()
     out = annotate(doc, selection, timings, environment)
+    if args.vllm:
+        vllm_timings, vllm_environment, vllm_failed = time_vllm(args, doc, presets, peer)
+        failed += vllm_failed
+        annotate_vllm(out, doc, presets, vllm_timings, vllm_environment)
     write_atomically(args.out, out)
     timed = sum(1 for c in out["cases"] if "peer" in c)
     print(f"suite_peer: {timed} cases with a peer, {sum(1 for c in out['cases'] if 'peer_skip_reason' in c)} skipped, "
@@ -1072,6 +1217,23 @@ def self_test(verbose=False, hybridtb=None):
                                                  "mistral-7b"], sorted(presets))
     layer = make_layer(presets["gemma3-local-128"], _std(window=1024))
     check("settings: scale 1/sqrt(168)", abs(layer["scale"] - 168 ** -0.5) < 1e-15, layer["scale"])
+
+    # -- the vLLM peer's plan -------------------------------------------------------------------------
+    plan, reason = plan_vllm_case(_synthetic_case("cuda", "fused", "llama3-8b", "s8x4@1k+d2@100",
+                                                  _std(kv="fp8_e4m3")), presets)
+    check("vllm plan: speculative decodes with an fp8 cache are timed", plan is not None, reason)
+    check("vllm plan: one (context, query_len) per request, prefill context 0",
+          plan is not None and plan["requests"] == [(1024, 4)] * 8 + [(100, 1)] * 2, plan and plan["requests"])
+    plan, _ = plan_vllm_case(_synthetic_case("cuda", "fused", "llama3-8b", "d1@10+p2x30", _std()), presets)
+    check("vllm plan: prefills start at context 0", plan is not None and plan["requests"][1:] == [(0, 30)] * 2,
+          plan and plan["requests"])
+    plan, _ = plan_vllm_case(_synthetic_case("cuda", "fused", "gpt-oss", "d4@1k", _std(window=128)), presets)
+    check("vllm plan: sinks and window from the preset", plan is not None and plan["sinks"] and plan["window"] == 128)
+    for case, fragment in ((_synthetic_case("cuda", "fused", "hymba-small", "d8@1k", _std(ssm="mamba1")), "ssm_mode"),
+                           (_synthetic_case("cuda", "graph", "llama3-8b", "d8@1k", _std()), "graph"),
+                           (_synthetic_case("reference", "fused", "llama3-8b", "d8@1k", _std()), "backend")):
+        plan, reason = plan_vllm_case(case, presets)
+        check(f"vllm plan: skips ({fragment})", plan is None and fragment in reason, reason)
     layer = make_layer(presets["llama3-8b"], _std() + ["head_size=64"])
     check("settings: auto scale follows head_size", abs(layer["scale"] - 0.125) < 1e-15, layer["scale"])
     layer = make_layer(presets["hymba-small"], ["ssm_mode=prefix_sum", "ssm_mode=mamba1"])
@@ -1334,6 +1496,8 @@ def main(argv=None):
     parser.add_argument("--filter", help="time only cases whose backend/path/name matches this regex")
     parser.add_argument("--repetitions", type=int, help="repetitions per case (default: the case's, else 5)")
     parser.add_argument("--min-time", type=float, default=0.05, help="seconds of timed work per repetition (0.05)")
+    parser.add_argument("--vllm", help="an unpacked vLLM release (the folder holding vllm/): its Triton kernels "
+                                       "as a second peer (vllm_peer)")
     parser.add_argument("--plan", action="store_true", help="print what would be timed and why cases skip; no torch")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                         help="cpu: for testing the script only (wall clock, no flush, no graphs)")

@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
 # The whole GPU check in one go, on the GPU machine (H100/H200, no network):
 #   bash harness/scripts/gpu-check.sh OUTDIR [STAGE...]
-# STAGEs (default: all, in this order): ctest sanitizer examples sweep bench peer suite graph
+# STAGEs (default: all, in this order): ctest sanitizer examples golden sweep bench peer suite graph
 # compare-check. The build
 # always runs first (incremental when build-gpu/ exists), so a long check can be split over two
 # calls of the device tool, e.g. `... OUT ctest sanitizer examples sweep` then `... OUT bench peer suite`.
 # configure + build (build-gpu/, all cores) → ctest (every test, GPU ones included) →
 # compute-sanitizer memcheck + racecheck on the Small* cases of every GPU test binary →
 # `hybridtb parity --backend cuda` against the reference on every datasets/examples/*.h5 →
+# `hybridtb replay --backend cuda` of the golden batches of datasets/vllm/ (vLLM's own kernels; the
+# files with a known difference between vLLM and our reference left out) →
 # the generated parity sweep (harness/scripts/parity-sweep.sh) → the attention benchmark (JSON)
 # → the SSM benchmark (when built) → the PyTorch peer on the same shapes and the ratio to it →
 # the standard suite → the CUDA-graph suite (eager vs replayed decode steps) → the compare check.
 # Writes build.log, ctest.log, sanitizer.log, examples.log, parity.json, sweep/, bench.log,
 # bench.json, bench-ssm.*, peer.log, peer.json, peer-ratio.json and summary.txt into OUTDIR and
-# prints the summary table last. HYBRIDTB_GIT_COMMIT in the environment names the commit where the
+# prints the summary table last. HYBRIDTB_VLLM_SRC, when set, names an unpacked vLLM release (the
+# folder holding vllm/): its Triton kernels then run as a second peer in the peer stage
+# (peer-vllm.json, their ratios in peer-ratio.json) and the suite stage (suite_peer.py --vllm).
+# HYBRIDTB_GIT_COMMIT in the environment names the commit where the
 # tree has no .git (the device machine gets a copy without it).
 # Exit status: 0 if every stage passed, 1 otherwise (later stages still run).
 # The bench stage also runs the GDN / Mamba-2 benchmark when built: bench-linear.json, bench-linear.log.
 set -uo pipefail
 
-ALL_STAGES="ctest sanitizer examples sweep bench peer suite graph compare-check"
+ALL_STAGES="ctest sanitizer examples golden sweep bench peer suite graph compare-check"
 if [[ $# -lt 1 ]]; then
   echo "usage: bash harness/scripts/gpu-check.sh OUTDIR [STAGE...]   (stages: $ALL_STAGES)" >&2
   exit 2
@@ -110,6 +115,19 @@ if want examples; then
     "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/examples.log" | tail -1); $(grep -E 'not supported' "$OUT/examples.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
 fi
 
+# --- golden batches from vLLM's own Triton kernels: `hybridtb replay --backend cuda` ---------------
+if want golden; then
+  t0=$(date +%s)
+  # The files whose manifest entry lists no known difference between vLLM and our reference.
+  mapfile -t golden < <(python3 -c 'import json; [print("datasets/vllm/" + e["file"]) for e in
+    json.load(open("datasets/vllm/manifest.json"))["datasets"] if "known_difference" not in e]')
+  "$BUILD/harness/cli/hybridtb" replay --backend cuda --report "$OUT/golden.json" "${golden[@]}" \
+    >"$OUT/golden.log" 2>&1
+  rc=$?
+  record golden "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" \
+    "$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$OUT/golden.log" | tail -1) ($(( $(date +%s) - t0 )) s)"
+fi
+
 # --- generated parity sweep (every preset x the standard mixes x dtypes x KV dtypes) -----------
 if want sweep; then
   t0=$(date +%s)
@@ -147,8 +165,17 @@ if want peer; then
     record peer FAIL "needs bench.json from the bench stage in the same OUTDIR"
   else
     t0=$(date +%s)
+    peer_files=("$OUT/peer.json")
+    if [[ -n "${HYBRIDTB_VLLM_SRC:-}" ]]; then
+      python3 experiments/peers/vllm_attention_peer.py --vllm "$HYBRIDTB_VLLM_SRC" --out "$OUT/peer-vllm.json" \
+        >"$OUT/peer-vllm.log" 2>&1
+      rc=$?
+      record peer-vllm "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "peer-vllm.json ($(( $(date +%s) - t0 )) s)"
+      [[ $rc -eq 0 ]] && peer_files+=("$OUT/peer-vllm.json")
+      t0=$(date +%s)
+    fi
     python3 experiments/peers/torch_attention_peer.py --out "$OUT/peer.json" >"$OUT/peer.log" 2>&1 &&
-      python3 experiments/peers/peer_ratio.py "$OUT/bench.json" "$OUT/peer.json" --out "$OUT/peer-ratio.json" \
+      python3 experiments/peers/peer_ratio.py "$OUT/bench.json" "${peer_files[@]}" --out "$OUT/peer-ratio.json" \
         >"$OUT/peer-ratio.log" 2>&1
     rc=$?
     record peer "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "peer.json, peer-ratio.json ($(( $(date +%s) - t0 )) s)"
@@ -173,7 +200,8 @@ if want suite; then
   if python3 -c 'import torch' 2>/dev/null; then
     t0=$(date +%s)
     python3 experiments/peers/suite_peer.py "$OUT/suite.json" --out "$OUT/suite-peer.json" \
-      --hybridtb "$BUILD/harness/cli/hybridtb" >"$OUT/suite-peer.log" 2>&1
+      --hybridtb "$BUILD/harness/cli/hybridtb" ${HYBRIDTB_VLLM_SRC:+--vllm "$HYBRIDTB_VLLM_SRC"} \
+      >"$OUT/suite-peer.log" 2>&1
     rc=$?
     record suite-peer "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "suite-peer.json ($(( $(date +%s) - t0 )) s)"
   else
@@ -222,7 +250,7 @@ fi
   [[ -f "$OUT/bench.log" ]] && { echo "--- benchmark ---"; cat "$OUT/bench.log"; }
   [[ -f "$OUT/bench-ssm.log" ]] && { echo "--- SSM benchmark ---"; cat "$OUT/bench-ssm.log"; }
   [[ -f "$OUT/bench-linear.log" ]] && { echo "--- linear-attention benchmark (GDN, Mamba-2) ---"; cat "$OUT/bench-linear.log"; }
-  [[ -f "$OUT/peer-ratio.log" ]] && { echo "--- PyTorch peer (ratio > 1: hybridtb faster) ---"; cat "$OUT/peer-ratio.log"; }
+  [[ -f "$OUT/peer-ratio.log" ]] && { echo "--- PyTorch and vLLM peers (ratio > 1: hybridtb faster) ---"; cat "$OUT/peer-ratio.log"; }
   [[ -f "$OUT/peer-ssm-ratio.log" ]] && { echo "--- PyTorch peer, mamba1 ---"; cat "$OUT/peer-ssm-ratio.log"; }
   [[ -f "$OUT/graph.log" ]] && { echo "--- CUDA graph vs eager ---"; sed -n '/^status/,$p' "$OUT/graph.log"; }
   echo "total: $(( $(date +%s) - START )) s"

@@ -175,6 +175,59 @@ TEST(Compare, FlippedKvCacheByteIsLocated) {
   EXPECT_EQ(q.worst->to_string(), "(block=1, kv=1, slot=2, head=0, dim=7)");
 }
 
+// The KV cache is bit-exact: two encodings of one value (+0 and −0 here) differ in their bytes and
+// fail, though a value comparison would call them equal.
+TEST(Compare, KvCacheComparesBytesNotValues) {
+  Case c = load("mixed_swa_bf16.h5");
+  StepOutputs candidate = deep_copy(c.expected);
+  StepOutputs expected = deep_copy(c.expected);
+  const TensorView a = candidate.kv_cache, b = expected.kv_cache;
+  ASSERT_EQ(a.dtype(), DType::kBFloat16);
+  const int64_t index = a.offset({1, 0, 3, 0, 5});
+  store_from_double(a.data(), a.dtype(), index, 0.0);
+  store_from_double(b.data(), b.dtype(), index, -0.0);
+  ASSERT_EQ(load_as_double(a.data(), a.dtype(), index), load_as_double(b.data(), b.dtype(), index));
+  const ComparisonReport report = compare_step(c.file, candidate, expected);
+  const QuantityReport q = quantity(report, "kv_cache");
+  EXPECT_FALSE(q.passed);
+  EXPECT_EQ(q.bits_differ, 1);
+  EXPECT_EQ(q.outside, 1);
+  EXPECT_EQ(q.max_abs, 0.0);
+  ASSERT_TRUE(q.worst.has_value());
+  EXPECT_EQ(q.worst->to_string(), "(block=1, kv=0, slot=3, head=0, dim=5)");
+  EXPECT_NE(format_report_table({report}).find("bits differ"), std::string::npos);
+}
+
+// A float64 candidate (the reference) replayed against an /expected recorded by a GPU kernel in its
+// model dtype takes the table's row for that kernel (float32 arithmetic, bfloat16 store): the same
+// row a bfloat16 candidate gets against the float64 reference.
+TEST(Compare, ExpectedFromAKernelTakesTheKernelsRow) {
+  Case c = load("mixed_swa_bf16.h5");
+  ASSERT_EQ(c.file.config.dtype, DType::kBFloat16);
+  auto to_bf16 = [](const Tensor& t) {
+    Tensor r = Tensor::host(DType::kBFloat16, t.shape());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      store_from_double(r.data(), r.dtype(), i, load_as_double(t.data(), t.dtype(), i));
+    }
+    return r;
+  };
+  StepOutputs kernel = deep_copy(c.expected);
+  kernel.attn_output = to_bf16(c.expected.attn_output);
+  kernel.output = to_bf16(c.expected.output);
+  const ComparisonReport replay = compare_step(c.file, c.expected, kernel);  // reference vs the kernel
+  const ComparisonReport parity = compare_step(c.file, kernel, c.expected);  // the kernel vs the reference
+  EXPECT_TRUE(replay.passed()) << format_report_table({replay});
+  const QuantityReport r = quantity(replay, "attn_output");
+  const QuantityReport p = quantity(parity, "attn_output");
+  EXPECT_EQ(r.tolerance.atol, p.tolerance.atol);
+  EXPECT_EQ(r.tolerance.rtol, p.tolerance.rtol);
+  EXPECT_GT(r.tolerance.atol, 1e-6);  // not the float64-against-float64 row
+  EXPECT_NE(r.tolerance.rationale.find("expected from a kernel"), std::string::npos) << r.tolerance.rationale;
+  // Two kernels against each other: the sum of their rows.
+  const ComparisonReport both = compare_step(c.file, kernel, kernel);
+  EXPECT_EQ(quantity(both, "attn_output").tolerance.atol, 2 * p.tolerance.atol);
+}
+
 TEST(Compare, ChangedMetadataFieldIsNamed) {
   Case c = load("mixed_swa_bf16.h5");
   StepOutputs candidate = deep_copy(c.expected);

@@ -47,6 +47,8 @@ struct QuantityReport {
   int64_t outside = 0;         // elements failing the tolerance (NaN/Inf mismatches included)
   int64_t nan_mismatch = 0;    // NaN on exactly one side
   int64_t inf_mismatch = 0;    // ±Inf on one side and not the same ±Inf on the other
+  int64_t bits_differ = 0;     // bit-exact quantities of one dtype: elements equal in value whose bytes
+                               // differ (−0 vs +0, NaN payloads); counted in `outside` too
   int64_t padding_written = 0;    // padding-row elements (rows ≥ num_actual_tokens) not NaN-poisoned
   std::string padding_side;       // "candidate", "expected" or "both" when padding_written > 0
   int64_t untouched_written = 0;  // pools: elements of slots the metadata does not name that differ from the input
