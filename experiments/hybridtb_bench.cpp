@@ -117,6 +117,14 @@ std::string short_device_name(const std::string& name) {
   return word.empty() ? "gpu" : word;
 }
 
+// The 1-minute load average (/proc/loadavg), or -1 where there is none: CPU times of a run on a
+// machine busy with other work include waiting for it (hybridtb_bench_compare warns about that).
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double load = -1;
+  return in >> load ? load : -1.0;
+}
+
 // ------------------------------------------------------------------------------------------------
 // Host ceilings for the reference's roofline: memcpy bandwidth (read + write counted) and an fp64
 // Eigen GEMM (the reference computes in float64), both single-threaded as the reference runs.
@@ -706,6 +714,7 @@ int main_impl(int argc, char** argv) {
                         {"date_utc", utc_now("%Y-%m-%dT%H:%M:%SZ")},
                         {"cpu_model", cpu_model()},
                         {"cpu_threads", std::thread::hardware_concurrency()},
+                        {"load_average_start", load_average()},
                         {"suite", suite.name},
                         {"suite_file", suite.path},
                         {"l2_flush", !o.no_flush},
@@ -758,6 +767,7 @@ int main_impl(int argc, char** argv) {
   CollectingReporter reporter(by_name, [&](Bench& b) { print_row(b, case_json(b, ceilings, runner), colour); });
   benchmark::RunSpecifiedBenchmarks(&reporter);
   env["benchmark_library_debug"] = reporter.library_debug();
+  env["load_average_end"] = load_average();
   if (reporter.library_debug()) {
     // Google Benchmark's context block would say "***WARNING*** Library was built as DEBUG.
     // Timings may be affected." once per run; this is what that means here.

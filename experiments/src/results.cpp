@@ -194,6 +194,21 @@ std::string format_comparison(const std::vector<CaseComparison>& comparisons, co
     return env.contains("gpu") && env["gpu"].is_object() ? env["gpu"].value("name", "") : std::string("cpu");
   };
   if (gpu(base) != gpu(current)) os << "warning: different devices (" << gpu(base) << " vs " << gpu(current) << ")\n";
+  // Repetitions measure the spread within a run; a machine busier during one run than the other
+  // moves every CPU time of that run, which no spread shows. Say so when a run was overloaded.
+  for (const auto& [label, doc] : {std::pair<const char*, const nlohmann::json*>{"base", &base}, {"new", &current}}) {
+    const auto env = doc->value("environment", nlohmann::json::object());
+    const double threads = env.value("cpu_threads", 0.0);
+    const double load = std::max(env.value("load_average_start", -1.0), env.value("load_average_end", -1.0));
+    if (threads > 0 && load > threads) {
+      char buf[320];
+      std::snprintf(buf, sizeof buf,
+                    "warning: the %s run had a load average of %.1f on %.0f CPU threads: its CPU times include "
+                    "waiting for other work, which the repetitions' spread does not show\n",
+                    label, load, threads);
+      os << buf;
+    }
+  }
   char line[512];
   std::snprintf(line, sizeof line, "%-14s %12s %12s %8s %8s  %s\n", "verdict", "base_us", "new_us", "ratio", "±thr",
                 "case");

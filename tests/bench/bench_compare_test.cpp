@@ -201,6 +201,24 @@ TEST(BenchCompare, SameDistributionIsWithinNoiseTwofoldIsSlower) {
   EXPECT_GT(slower, n * 99 / 100);
 }
 
+// A run on an overloaded machine (load average above its CPU threads) is named in a warning; a
+// quiet one, or a file without the load (older results), is not.
+TEST(BenchCompare, WarnsAboutALoadedMachine) {
+  auto quiet = results({one_case("x", kSteady)});
+  auto busy = quiet;
+  quiet["environment"]["cpu_threads"] = 2;
+  quiet["environment"]["load_average_start"] = 0.5;
+  quiet["environment"]["load_average_end"] = 1.0;
+  busy["environment"]["cpu_threads"] = 2;
+  busy["environment"]["load_average_start"] = 1.5;
+  busy["environment"]["load_average_end"] = 4.8;
+  const std::string table = format_comparison(compare_results(quiet, busy), quiet, busy);
+  EXPECT_NE(table.find("warning: the new run had a load average of 4.8 on 2 CPU threads"), std::string::npos) << table;
+  EXPECT_EQ(table.find("the base run"), std::string::npos) << table;
+  const auto plain = results({one_case("x", kSteady)});
+  EXPECT_EQ(format_comparison(compare_results(plain, quiet), plain, quiet).find("load average"), std::string::npos);
+}
+
 TEST(BenchCompare, RejectsOtherDocuments) {
   EXPECT_THROW(compare_results(nlohmann::json::object(), results({})), Error);
 }
