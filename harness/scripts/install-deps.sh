@@ -117,8 +117,14 @@ command -v ninja >/dev/null 2>&1 || need build "ninja" "not on PATH" ninja-build
 command -v pkg-config >/dev/null 2>&1 || need build "pkg-config" "not on PATH" pkg-config
 [ ${#pythons[@]} -gt 0 ] || need build "python3" "not on PATH" python3
 
-# --- build: headers and libraries (only meaningful with a compiler) ----------------------------
-if [ -n "$cxx" ]; then
+# --- build: headers and libraries ----------------------------------------------------------------
+if [ -z "$cxx" ]; then
+  # Nothing can be checked without a compiler (a fresh machine): all of them go with it.
+  for item in "Eigen 3 headers:libeigen3-dev" "HDF5 C library:libhdf5-dev" "nlohmann json >= 3.10:nlohmann-json3-dev" \
+              "CLI11:libcli11-dev" "GoogleTest:libgtest-dev" "GoogleMock:libgmock-dev" "Google Benchmark:libbenchmark-dev"; do
+    need build "${item%%:*}" "cannot be checked without a C++ compiler" "${item##*:}"
+  done
+else
   has_header '#include <Eigen/Core>' || need build "Eigen 3 headers" "<Eigen/Core> not found" libeigen3-dev
   { has_header '#include <hdf5.h>' && has_lib hdf5; } ||
     need build "HDF5 C library" "<hdf5.h> or libhdf5 not found" libhdf5-dev
@@ -139,7 +145,9 @@ fi
 for entry in test:h5py:python3-h5py test:numpy:python3-numpy report:nbconvert:"jupyter-nbconvert python3-nbconvert" \
              report:ipykernel:python3-ipykernel report:matplotlib:python3-matplotlib; do
   IFS=: read -r group module pkgs <<<"$entry"
-  if [ ${#pythons[@]} -gt 0 ] && ! python_imports "$module"; then
+  if [ ${#pythons[@]} -eq 0 ]; then
+    need "$group" "Python module $module" "no python3" "$pkgs"
+  elif ! python_imports "$module"; then
     need "$group" "Python module $module" "not importable by ${pythons[*]}" "$pkgs"
   fi
 done
