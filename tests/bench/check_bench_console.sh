@@ -2,7 +2,7 @@
 # check_bench_console.sh BENCH SUITE OUT.json: runs hybridtb_bench on SUITE with stdout and stderr
 # redirected to files (not a terminal, as in CI or `> log`) and checks what a user reads there:
 # one compact row per benchmark (no line of a run longer than 121 columns except a skip/error
-# reason), no colour escape codes, the table's columns, the summary, and no Google Benchmark
+# reason or a flag such as [throttled]), no colour escape codes, the table's columns, the summary, and no Google Benchmark
 # "Library was built as DEBUG" warning (at most our own one-line note about it).
 set -uo pipefail
 bench="$1" suite="$2" out="$3"
@@ -16,7 +16,8 @@ fail() { echo "check_bench_console: FAIL: $*"; exit 1; }
 if grep -q $'\033' "$dir/stdout" "$dir/stderr"; then fail "colour escape codes in redirected output"; fi
 head -1 "$dir/stdout" | grep -Eq '^benchmark .* status +median +latency +iqr% +GB/s +TFLOP/s +%roof$' ||
   fail "no table header with name, status, median, latency, GB/s, TFLOP/s, %roof"
-long=$(grep -Ev '^[^ ].* (skipped|error) ' "$dir/stdout" | awk 'length($0) > 121' | grep -v '^results: ')
+# (a flagged GPU row, "  [throttled]", may run longer too)
+long=$(grep -Ev '^[^ ].* (skipped|error) |  \[' "$dir/stdout" | awk 'length($0) > 121' | grep -v '^results: ')
 [ -z "$long" ] || fail "lines wider than 121 columns: $long"
 rows=$(grep -Ec ' (ok|skipped|error) ' "$dir/stdout")
 listed=$("$bench" --suite "$suite" --list | wc -l)
