@@ -2,13 +2,14 @@
 //
 // The benchmark suite: every case of a suite file (suite.h) on every backend it lists, through the
 // common Backend interface, with Google Benchmark doing registration, filtering and repetitions,
-// and this program printing the console (one compact row per benchmark: CollectingReporter). Per case the batch is built in memory by the same generator as `hybridtb gen`
-// (make_layer + parse_mix + generate_batch, same seed), so a case name is also its repro command
-// (--repro). What is timed per iteration is one step: write_kv_cache + hybrid_forward (a
-// linear-attention layer, layer_kind gdn / mamba2: linear_attention_forward), with the
-// SSM add fused into the attention epilogues ("fused") or as a separate pass ("two_kernel", hybrid
-// layers only: BackendSettings::fuse_hybrid_add off), or the step captured once as a CUDA graph and
-// replayed with its metadata re-uploaded ("graph": decode steps; --cuda-graph adds it to GPU cases);
+// and this program printing the console (one compact row per benchmark: CollectingReporter). Per
+// case the batch is built in memory by the same generator as `hybridtb gen` (make_layer +
+// parse_mix + generate_batch, same seed), so a case name is also its repro command (--repro).
+// What is timed per iteration is one step: write_kv_cache + hybrid_forward (a linear-attention
+// layer, layer_kind gdn / mamba2: linear_attention_forward), with the SSM add fused into the
+// attention epilogues ("fused") or as a separate pass ("two_kernel", hybrid layers only:
+// BackendSettings::fuse_hybrid_add off), or the step captured once as a CUDA graph and replayed
+// with its metadata re-uploaded ("graph": decode steps; --cuda-graph adds it to GPU cases);
 // build_metadata, uploads, the restore of the mutated state (the KV-cache blocks this step writes,
 // the SSM pools) and the L2 flush happen outside the timed region.
 //   reference: process CPU time (all its threads; Google Benchmark's, paused around the restore);
@@ -472,8 +473,9 @@ std::string format_seconds(double s) {
   return buf;
 }
 
-// The console table: one row per benchmark, at most 121 columns (a skip reason may run longer). Names are shortened
-// (short_bench_name); --list prints the full ones, the results JSON has them with the repro command.
+// The console table: one row per benchmark, at most 121 columns (a skip reason or a flag may run
+// longer). Names are shortened (short_bench_name); --list prints the full ones, the results JSON
+// has them with the repro command.
 constexpr size_t kNameWidth = 64;
 
 void print_header() {
@@ -624,7 +626,8 @@ int main_impl(int argc, char** argv) {
                "with the reason)");
   app.add_flag("--list", o.list, "List the benchmarks (full names) and exit");
   app.add_option("--repro", o.repro, "Print the gen + parity commands of the cases matching REGEX and exit");
-  app.add_option("--color", o.color, "Colour the console status column: auto (when stdout is a terminal), always, never")
+  app.add_option("--color", o.color,
+                 "Colour the console status column: auto (when stdout is a terminal), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
   bool help_benchmark = false;  // answered before parsing (below); declared so that --help lists it
   app.add_flag("--help-benchmark", help_benchmark, "Show Google Benchmark's own flags and exit");
