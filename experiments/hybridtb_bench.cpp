@@ -1,14 +1,15 @@
 // hybridtb_bench --suite experiments/suites/quick.json [--out R.json] [--benchmark_filter=...]
 //
 // The benchmark suite: every case of a suite file (suite.h) on every backend it lists, through the
-// common Backend interface, with Google Benchmark doing registration, filtering, repetitions and
-// the console. Per case the batch is built in memory by the same generator as `hybridtb gen`
-// (make_layer + parse_mix + generate_batch, same seed), so a case name is also its repro command
-// (--repro). What is timed per iteration is one step: write_kv_cache + hybrid_forward (a
-// linear-attention layer, layer_kind gdn / mamba2: linear_attention_forward), with the
-// SSM add fused into the attention epilogues ("fused") or as a separate pass ("two_kernel", hybrid
-// layers only: BackendSettings::fuse_hybrid_add off), or the step captured once as a CUDA graph and
-// replayed with its metadata re-uploaded ("graph": decode steps; --cuda-graph adds it to GPU cases);
+// common Backend interface, with Google Benchmark doing registration, filtering and repetitions,
+// and this program printing the console (one compact row per benchmark: CollectingReporter). Per
+// case the batch is built in memory by the same generator as `hybridtb gen` (make_layer +
+// parse_mix + generate_batch, same seed), so a case name is also its repro command (--repro).
+// What is timed per iteration is one step: write_kv_cache + hybrid_forward (a linear-attention
+// layer, layer_kind gdn / mamba2: linear_attention_forward), with the SSM add fused into the
+// attention epilogues ("fused") or as a separate pass ("two_kernel", hybrid layers only:
+// BackendSettings::fuse_hybrid_add off), or the step captured once as a CUDA graph and replayed
+// with its metadata re-uploaded ("graph": decode steps; --cuda-graph adds it to GPU cases);
 // build_metadata, uploads, the restore of the mutated state (the KV-cache blocks this step writes,
 // the SSM pools) and the L2 flush happen outside the timed region.
 //   reference: process CPU time (all its threads; Google Benchmark's, paused around the restore);
@@ -30,19 +31,24 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include <Eigen/Core>
 
@@ -73,6 +79,7 @@ struct Options {
   bool cuda_graph = false;
   bool list = false;
   std::string repro;
+  std::string color = "auto";  // auto: colour the console only when stdout is a terminal
 };
 
 // ------------------------------------------------------------------------------------------------
@@ -109,6 +116,14 @@ std::string short_device_name(const std::string& name) {
     }
   }
   return word.empty() ? "gpu" : word;
+}
+
+// The 1-minute load average (/proc/loadavg), or -1 where there is none: CPU times of a run on a
+// machine busy with other work include waiting for it (hybridtb_bench_compare warns about that).
+double load_average() {
+  std::ifstream in("/proc/loadavg");
+  double load = -1;
+  return in >> load ? load : -1.0;
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -164,6 +179,7 @@ struct Bench {
   std::vector<int64_t> iterations;
   std::vector<double> latency_times_s;  // GPU, per repetition: mean host enqueue + GPU time per step
   int64_t gate_timeouts = 0;            // GPU iterations whose gate timed out (see StepTimer)
+  bool shown = false;                   // its console row has been printed
   double sm_clock_min_mhz = 0;
   std::optional<StepCost> cost;
 };
@@ -394,38 +410,100 @@ struct Runner {
   }
 };
 
-// Collects the per-repetition times (by registered name) and shows the console only the
-// aggregates when a benchmark has several repetitions.
-class CollectingReporter : public benchmark::ConsoleReporter {
+// The console and the collection of per-repetition times (by registered name). Google Benchmark's
+// own console line per repetition and aggregate runs to hundreds of characters (every counter,
+// colour codes even when redirected); this reporter prints one compact row per benchmark once
+// all its repetitions are in (print_row), and nothing of the library's context block.
+class CollectingReporter : public benchmark::BenchmarkReporter {
  public:
-  explicit CollectingReporter(std::map<std::string, Bench*> by_name) : by_name_(std::move(by_name)) {}
+  CollectingReporter(std::map<std::string, Bench*> by_name, std::function<void(Bench&)> print_row)
+      : by_name_(std::move(by_name)), print_row_(std::move(print_row)) {}
+
+  // The library's context block ends with "***WARNING*** Library was built as DEBUG" when the
+  // installed libbenchmark was compiled without NDEBUG (Debian's and Ubuntu's package is: CMake
+  // build type "None"). Recorded here; main_impl prints its own note once.
+  bool ReportContext(const Context& context) override {
+    std::ostringstream block;
+    PrintBasicContext(&block, context);
+    library_debug_ = block.str().find("built as DEBUG") != std::string::npos;
+    return true;
+  }
 
   void ReportRuns(const std::vector<Run>& runs) override {
-    std::vector<Run> shown;
     for (const Run& run : runs) {
       const auto it = by_name_.find(run.run_name.function_name);
-      const bool repeated = it != by_name_.end() && it->second->repetitions > 1;
-      if (run.run_type == Run::RT_Iteration) {
-        if (it != by_name_.end() && it->second->status == "ok" && run.iterations > 0) {
-          Bench& b = *it->second;
-          const double iters = static_cast<double>(run.iterations);
-          const double real = run.real_accumulated_time / iters;
-          const double cpu = run.cpu_accumulated_time / iters;
-          b.times_s.push_back(b.gpu ? real : cpu);
-          b.real_times_s.push_back(real);
-          b.iterations.push_back(run.iterations);
-        }
-        if (!repeated || it->second->status != "ok") shown.push_back(run);
-      } else {
-        shown.push_back(run);
+      if (it == by_name_.end()) continue;
+      Bench& b = *it->second;
+      if (run.run_type == Run::RT_Iteration && b.status == "ok" && run.iterations > 0) {
+        const double iters = static_cast<double>(run.iterations);
+        const double real = run.real_accumulated_time / iters;
+        const double cpu = run.cpu_accumulated_time / iters;
+        b.times_s.push_back(b.gpu ? real : cpu);
+        b.real_times_s.push_back(real);
+        b.iterations.push_back(run.iterations);
+      }
+      const bool complete = b.status == "ok" ? static_cast<int>(b.times_s.size()) >= b.repetitions
+                                             : b.status != "not-run";
+      if (complete && !b.shown) {
+        print_row_(b);
+        b.shown = true;
       }
     }
-    if (!shown.empty()) ConsoleReporter::ReportRuns(shown);
   }
+
+  bool library_debug() const { return library_debug_; }
 
  private:
   std::map<std::string, Bench*> by_name_;
+  std::function<void(Bench&)> print_row_;
+  bool library_debug_ = false;
 };
+
+// "12.3 us", "4.56 ms", "1.23 s": three significant figures in a fixed-width cell.
+std::string format_seconds(double s) {
+  char buf[32];
+  if (!(s > 0)) return "-";
+  if (s < 1e-3) {
+    std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  } else if (s < 1) {
+    std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.2f s", s);
+  }
+  return buf;
+}
+
+// The console table: one row per benchmark, at most 121 columns (a skip reason or a flag may run
+// longer). Names are shortened (short_bench_name); --list prints the full ones, the results JSON
+// has them with the repro command.
+constexpr size_t kNameWidth = 64;
+
+void print_header() {
+  std::printf("%-*s %-7s %9s %9s %5s %8s %7s %5s\n", static_cast<int>(kNameWidth), "benchmark (short name)", "status",
+              "median", "latency", "iqr%", "GB/s", "TFLOP/s", "%roof");
+}
+
+void print_row(const Bench& b, const nlohmann::json& j, bool colour) {
+  const std::string name = short_bench_name(b.name, kNameWidth);
+  const char* on = !colour ? "" : b.status == "ok" ? "\033[32m" : b.status == "skipped" ? "\033[33m" : "\033[31m";
+  const char* off = colour ? "\033[0m" : "";
+  if (b.status != "ok") {
+    // The reason up to its explanation in parentheses, at most 70 characters (all of it: the JSON).
+    std::string reason = b.reason.substr(0, b.reason.find(" ("));
+    if (reason.size() > 70) reason = reason.substr(0, 67) + "...";
+    std::printf("%-*s %s%-7s%s %s\n", static_cast<int>(kNameWidth), name.c_str(), on, b.status.c_str(), off,
+                reason.c_str());
+  } else {
+    const double median = j.value("median_s", 0.0);
+    std::printf("%-*s %s%-7s%s %9s %9s %5.1f %8.2f %7.3f %5.1f%s%s\n", static_cast<int>(kNameWidth), name.c_str(), on,
+                "ok", off, format_seconds(median).c_str(),
+                b.gpu ? format_seconds(j.value("latency_median_s", 0.0)).c_str() : "-", j.value("rel_iqr", 0.0) * 100,
+                j.value("GBps", 0.0), j.value("TFLOPs", 0.0), j.value("pct_of_roofline", 0.0),
+                j.value("throttled", false) ? "  [throttled]" : "",
+                j.value("gate_timeouts", 0) > 0 ? "  [gate timed out: the time includes host waits]" : "");
+  }
+  std::fflush(stdout);
+}
 
 nlohmann::json case_json(const Bench& b, const nlohmann::json& ceilings, const Runner& runner) {
   const SuiteCase& c = *b.c;
@@ -512,14 +590,24 @@ nlohmann::json case_json(const Bench& b, const nlohmann::json& ceilings, const R
   return j;
 }
 
+// What --help adds after our options: Google Benchmark's flags pass through.
+constexpr const char* kBenchmarkFlagsHelp =
+    "\nGoogle Benchmark's own --benchmark_* flags are accepted too and passed to it, e.g.\n"
+    "  --benchmark_filter=REGEX                 run only the benchmarks whose full name (--list) matches\n"
+    "  --benchmark_out=F --benchmark_out_format=json   also write Google Benchmark's own JSON\n"
+    "  --benchmark_list_tests                   list the benchmarks as Google Benchmark sees them\n"
+    "(the suite's repetitions and min_time_s are set per benchmark: change them with --repetitions and\n"
+    "--min-time, not --benchmark_repetitions / --benchmark_min_time)\n"
+    "--help-benchmark lists all of them. The console is this program's table (--benchmark_format and\n"
+    "--benchmark_color do not change it; --color does).\n";
+
 int main_impl(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);  // strips the --benchmark_* flags, leaves ours
   Runner runner;
   Options& o = runner.options;
-  CLI::App app{"hybridtb_bench: the benchmark suite (experiments/README.md). Google Benchmark flags "
-               "(--benchmark_filter=REGEX, --benchmark_out=F, ...) are accepted too.\n"
+  CLI::App app{"hybridtb_bench: the benchmark suite (experiments/README.md).\n"
                "Exit status: 0 every case ran or was skipped with a reason, 1 a case failed, 2 usage error, 3 a "
                "backend named by --backend has no device on this machine."};
+  app.name("hybridtb_bench");
   app.add_option("--suite", o.suite_path, "Suite file (experiments/suites/*.json)")->required();
   app.add_option("--out", o.out_path,
                  "Results JSON (default experiments/results/<date>_<gpu-or-cpu>_<commit>.json in the source tree)");
@@ -536,13 +624,36 @@ int main_impl(int argc, char** argv) {
   app.add_flag("--cuda-graph", o.cuda_graph,
                "Also time each GPU case as a replayed CUDA graph (path 'graph'; decode steps only, others skipped "
                "with the reason)");
-  app.add_flag("--list", o.list, "List the benchmarks and exit");
+  app.add_flag("--list", o.list, "List the benchmarks (full names) and exit");
   app.add_option("--repro", o.repro, "Print the gen + parity commands of the cases matching REGEX and exit");
+  app.add_option("--color", o.color,
+                 "Colour the console status column: auto (when stdout is a terminal), always, never")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
+  bool help_benchmark = false;  // answered before parsing (below); declared so that --help lists it
+  app.add_flag("--help-benchmark", help_benchmark, "Show Google Benchmark's own flags and exit");
+  app.footer(kBenchmarkFlagsHelp);
+  // benchmark::Initialize answers --help itself with the library's flags only and exits, so the
+  // help flags are looked for first (before a "--" that ends the options).
+  for (int i = 1; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::cout << app.help();
+      return 0;
+    }
+    if (std::strcmp(argv[i], "--help-benchmark") == 0) {
+      benchmark::PrintDefaultHelp();
+      return 0;
+    }
+  }
+  benchmark::Initialize(&argc, argv);  // strips the --benchmark_* flags, leaves ours
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  const char* no_color = std::getenv("NO_COLOR");
+  const bool colour = o.color == "always" ||
+                      (o.color == "auto" && isatty(fileno(stdout)) && !(no_color && *no_color) &&
+                       std::string(std::getenv("TERM") ? std::getenv("TERM") : "dumb") != "dumb");
   try {
     runner.suite = load_suite(o.suite_path);
   } catch (const Error& e) {
@@ -606,6 +717,7 @@ int main_impl(int argc, char** argv) {
                         {"date_utc", utc_now("%Y-%m-%dT%H:%M:%SZ")},
                         {"cpu_model", cpu_model()},
                         {"cpu_threads", std::thread::hardware_concurrency()},
+                        {"load_average_start", load_average()},
                         {"suite", suite.name},
                         {"suite_file", suite.path},
                         {"l2_flush", !o.no_flush},
@@ -654,8 +766,21 @@ int main_impl(int argc, char** argv) {
       reg->MeasureProcessCPUTime();
     }
   }
-  CollectingReporter reporter(by_name);
+  print_header();
+  CollectingReporter reporter(by_name, [&](Bench& b) { print_row(b, case_json(b, ceilings, runner), colour); });
   benchmark::RunSpecifiedBenchmarks(&reporter);
+  env["benchmark_library_debug"] = reporter.library_debug();
+  env["load_average_end"] = load_average();
+  if (reporter.library_debug()) {
+    // Google Benchmark's context block would say "***WARNING*** Library was built as DEBUG.
+    // Timings may be affected." once per run; this is what that means here.
+    std::fprintf(stderr,
+                 "hybridtb_bench: note: the installed Google Benchmark library was compiled without NDEBUG (as\n"
+                 "  Debian's and Ubuntu's libbenchmark package is), so it calls itself a DEBUG build. It does not\n"
+                 "  time the GPU cases: their times are this program's CUDA events (manual time). For the\n"
+                 "  reference it reads the process CPU clock around each step; without NDEBUG it only keeps its\n"
+                 "  own internal assertions, a cost small beside steps of 0.1 ms and more.\n");
+  }
   runner.prepared.reset();
   runner.current_case.reset();
   runner.flusher.reset();
@@ -664,27 +789,15 @@ int main_impl(int argc, char** argv) {
   nlohmann::json results = {{"schema", "hybridtb-bench-results"}, {"version", 1}, {"environment", env},
                             {"ceilings", ceilings}, {"cases", nlohmann::json::array()}};
   int ok = 0, skipped = 0, failed = 0;
-  std::printf("\n%-8s %-10s %12s %8s %12s %10s %9s %8s %8s  %s\n", "status", "backend", "median_us", "iqr%",
-              "latency_us", "GB/s", "TFLOP/s", "%roof", "tok/s", "case");
   for (const auto& b : runner.benches) {
     if (b->status == "not-run") continue;  // filtered out
     const nlohmann::json j = case_json(*b, ceilings, runner);
     results["cases"].push_back(j);
-    if (b->status == "ok") {
-      ++ok;
-      std::printf("%-8s %-10s %12.1f %7.1f%% %12.1f %10.2f %9.4f %7.1f%% %8.3g  %s/%s%s%s\n", "ok",
-                  b->backend.c_str(), j.value("median_s", 0.0) * 1e6, j.value("rel_iqr", 0.0) * 100,
-                  j.value("latency_median_s", j.value("median_s", 0.0)) * 1e6, j.value("GBps", 0.0),
-                  j.value("TFLOPs", 0.0), j.value("pct_of_roofline", 0.0), j.value("tokens_per_s", 0.0),
-                  b->path.c_str(), b->c->name.c_str(), j.value("throttled", false) ? "  [throttled]" : "",
-                  j.value("gate_timeouts", 0) > 0 ? "  [gate timed out: the time includes host waits]" : "");
-    } else {
-      b->status == "skipped" ? ++skipped : ++failed;
-      std::printf("%-8s %-10s %s/%s: %s\n", b->status.c_str(), b->backend.c_str(), b->path.c_str(), b->c->name.c_str(),
-                  b->reason.c_str());
-    }
+    if (!b->shown) print_row(*b, j, colour);  // e.g. random interleaving reports repetitions one by one
+    b->status == "ok" ? ++ok : b->status == "skipped" ? ++skipped : ++failed;
   }
-  std::printf("%d ok, %d skipped, %d failed\n", ok, skipped, failed);
+  std::printf("%d ok, %d skipped, %d failed (full names: --list; every repetition and repro: the results JSON)\n", ok,
+              skipped, failed);
 
   if (!o.no_out) {
     std::string out = o.out_path;

@@ -1,7 +1,9 @@
 // hybridtb_bench_compare BASE.json NEW.json [--min-effect 0.05] [--noise-k 1] [--json OUT.json]
 // Per-case time ratios (new / base median) of two hybridtb_bench results files with a noise-aware
-// verdict: faster / slower / same (rule in results.h and experiments/README.md).
-// Exit status: 0 = no case slower, 1 = at least one case slower, 2 = usage error or unreadable input.
+// verdict: faster / slower / same, or slower~noise / faster~noise when the repetitions cannot tell
+// the move from the runs' own spread (rule in results.h and experiments/README.md).
+// Exit status: 0 = no case slower beyond noise, 1 = at least one case slower, 2 = usage error or
+// unreadable input.
 #include <CLI/CLI.hpp>
 
 #include <fstream>
@@ -13,7 +15,10 @@
 int main(int argc, char** argv) {
   using namespace hybridtb::bench;
   CLI::App app{"Compare two hybridtb_bench results files: per-case ratios with a noise-aware verdict.\n"
-               "Exit status: 0 no case slower, 1 at least one case slower, 2 usage error or bad input."};
+               "A case is slower/faster when the median moved past the threshold AND the repetitions separate the "
+               "runs (no overlap, and >= 4 + 4 repetitions or a gap wider than both runs' spread); a move they "
+               "cannot separate is reported as slower~noise / faster~noise with a warning.\n"
+               "Exit status: 0 no case slower beyond noise, 1 at least one case slower, 2 usage error or bad input."};
   std::string base_path, new_path, json_out;
   CompareOptions options;
   app.add_option("base", base_path, "Results JSON of the baseline run")->required();
@@ -52,6 +57,7 @@ int main(int argc, char** argv) {
       for (const auto& c : comparisons) {
         j.push_back({{"case", c.name}, {"verdict", to_string(c.verdict)}, {"base_median_s", c.base_median_s},
                      {"new_median_s", c.new_median_s}, {"ratio", c.ratio}, {"threshold", c.threshold},
+                     {"base_repetitions", c.base_repetitions}, {"new_repetitions", c.new_repetitions},
                      {"note", c.note}});
       }
       std::ofstream(json_out) << nlohmann::json{{"base", base_path}, {"new", new_path}, {"cases", j}}.dump(2) << "\n";

@@ -18,7 +18,18 @@ struct SampleStats {
 };
 SampleStats compute_stats(std::vector<double> samples);
 
-enum class Verdict { kFaster, kSlower, kSame, kOnlyInBase, kOnlyInNew, kNotComparable };
+// kSlowerWithinNoise / kFasterWithinNoise: the medians moved past the threshold, but the
+// repetitions cannot tell that move from the runs' own noise (the separation rule below).
+enum class Verdict {
+  kFaster,
+  kSlower,
+  kSame,
+  kOnlyInBase,
+  kOnlyInNew,
+  kNotComparable,
+  kSlowerWithinNoise,
+  kFasterWithinNoise
+};
 const char* to_string(Verdict verdict);
 
 struct CompareOptions {
@@ -36,20 +47,32 @@ struct CaseComparison {
   double base_median_s = 0, new_median_s = 0;
   double ratio = 0;      // new / base time (> 1: slower)
   double threshold = 0;  // the relative change needed for a verdict other than "same"
-  std::string note;      // why not comparable (skipped, error), or empty
+  std::string note;      // why not comparable (skipped, error), why within noise, or empty
+  int base_repetitions = 0, new_repetitions = 0;
 };
 
 // Compares two results documents case by case (matched by backend/path/case name). A case is
 // slower when new/base > 1 + t and faster when base/new > 1 + t, with
 //   t = max(min_effect, noise_k · (rel_iqr(base) + rel_iqr(new)), min_abs_us / base median),
-// and otherwise the same. Throws Error if a document is not a results file.
+// and otherwise the same. A slower or faster verdict stands only when the repetitions separate the
+// two runs; otherwise it becomes kSlowerWithinNoise / kFasterWithinNoise. Separated means:
+//   1. both runs have at least two repetitions (one sample has no spread to judge by), and
+//   2. the samples do not overlap (every repetition of one run is slower than every repetition
+//      of the other), and
+//   3. either the repetitions are enough for a rank test to call complete separation significant
+//      (two-sided Mann-Whitney p = 2 / C(n + m, n) <= 0.05: 4 + 4, 3 + 5, 5 + 5 ... repetitions;
+//      3 + 3 gives p = 0.1), or the gap between the two samples is larger than both runs' ranges
+//      (max - min) added together: the change dwarfs the spread seen within either run.
+// Throws Error if a document is not a results file.
 std::vector<CaseComparison> compare_results(const nlohmann::json& base, const nlohmann::json& current,
                                             const CompareOptions& options = {});
 
-// 0: nothing slower; 1: at least one case slower; (2 is the tools' bad-input status).
+// 0: nothing slower beyond noise; 1: at least one case kSlower (kSlowerWithinNoise does not
+// count); (2 is the tools' bad-input status).
 int compare_exit_code(const std::vector<CaseComparison>& comparisons);
 
-// A table, one row per case, plus a summary line.
+// A table, one row per case, plus a summary line, and a warning naming the repetitions when some
+// differences are within noise.
 std::string format_comparison(const std::vector<CaseComparison>& comparisons, const nlohmann::json& base,
                               const nlohmann::json& current);
 

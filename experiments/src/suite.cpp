@@ -2,6 +2,7 @@
 #include "suite.h"
 
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "hybridtb/error.h"
@@ -166,6 +167,64 @@ Suite load_suite(const std::string& path) {
     throw Error(path + ": not valid JSON: " + e.what());
   }
   return parse_suite(json, path);
+}
+
+std::string short_bench_name(const std::string& bench_name, size_t width) {
+  static const std::map<std::string, std::string> kDtypes = {
+      {"bfloat16", "bf16"}, {"float16", "fp16"}, {"float32", "fp32"}};
+  std::vector<std::string> axes;    // backend, path, preset, mix and the suite's axes
+  std::vector<std::string> extras;  // the other `--set` settings of the case's group
+  size_t begin = 0;
+  for (int index = 0; begin <= bench_name.size(); ++index) {
+    size_t end = bench_name.find('/', begin);
+    if (end == std::string::npos) end = bench_name.size();
+    std::string seg = bench_name.substr(begin, end - begin);
+    begin = end + 1;
+    if (index == 0 && seg == "reference") seg = "ref";
+    const size_t eq = seg.find('=');
+    bool extra = false;
+    if (index >= 2 && eq != std::string::npos) {
+      const std::string key = seg.substr(0, eq), value = seg.substr(eq + 1);
+      if ((key == "ssm_mode" && value == "none") || (key == "sliding_window" && value == "0") ||
+          (key == "kv_cache_dtype" && value == "auto") || (key == "dtype" && value == "bfloat16")) {
+        continue;
+      }
+      if (key == "ssm_mode") {
+        seg = "ssm=" + value;
+      } else if (key == "sliding_window") {
+        seg = "w=" + value;
+      } else if (key == "dtype") {
+        seg = kDtypes.count(value) ? kDtypes.at(value) : value;
+      } else if (key == "kv_cache_dtype") {
+        static const std::map<std::string, std::string> kKv = {{"fp8_e4m3", "e4m3"}, {"fp8_e5m2", "e5m2"},
+                                                               {"fp8_per_token_head", "fp8-tok"},
+                                                               {"int8_per_token_head", "int8-tok"}};
+        seg = "kv=" + (kKv.count(value) ? kKv.at(value) : value);
+      } else {
+        extra = true;
+      }
+    }
+    if (!seg.empty()) (extra ? extras : axes).push_back(seg);
+  }
+  const auto join = [](const std::vector<std::string>& parts) {
+    std::string out;
+    for (const std::string& part : parts) out += (out.empty() ? "" : " ") + part;
+    return out;
+  };
+  std::vector<std::string> all = axes;
+  all.insert(all.end(), extras.begin(), extras.end());
+  std::string out = join(all);
+  // Too wide: the group's extra settings (the same for every case of a group, so they rarely tell
+  // two rows apart) give way first, from the last, counted as "+N set"; then the middle.
+  for (size_t keep = extras.size(); out.size() > width && keep-- > 0;) {
+    all = axes;
+    all.insert(all.end(), extras.begin(), extras.begin() + static_cast<std::ptrdiff_t>(keep));
+    all.push_back("+" + std::to_string(extras.size() - keep) + " set");
+    out = join(all);
+  }
+  if (out.size() <= width || width < 8) return out;
+  const size_t tail = (width - 2) / 3, head = width - 2 - tail;
+  return out.substr(0, head) + ".." + out.substr(out.size() - tail);
 }
 
 }  // namespace hybridtb::bench

@@ -49,4 +49,14 @@ Suite load_suite(const std::string& path);
 // The name of a case from its parts (also what parse_suite uses).
 std::string case_name(const std::string& preset, const std::string& mix, const std::vector<std::string>& settings);
 
+// A benchmark name ("<backend>/<path>/<case name>") shortened for a console column of `width`
+// characters: segments separated by spaces, "reference" → "ref", the settings that mean "off"
+// or are the generator's default dropped (ssm_mode=none, sliding_window=0, kv_cache_dtype=auto,
+// dtype=bfloat16), the others abbreviated (ssm_mode=X → ssm=X, sliding_window=N → w=N, float16 → fp16,
+// float32 → fp32, kv_cache_dtype=X → kv=X with fp8_e4m3 → e4m3, fp8_e5m2 → e5m2,
+// fp8_per_token_head → fp8-tok, int8_per_token_head → int8-tok), other `--set` settings kept as they are. When wider
+// than `width`, those other settings are dropped from the last and counted ("+2 set"), and if it
+// is still too wide, the middle is replaced by "..". The full name is in --list and the JSON.
+std::string short_bench_name(const std::string& bench_name, size_t width);
+
 }  // namespace hybridtb::bench

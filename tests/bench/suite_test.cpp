@@ -1,6 +1,8 @@
 // Suite files: axis expansion, case names that are gen arguments, and the shipped suites parse.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "hybridtb/error.h"
 #include "hybridtb/shell.h"
 #include "src/suite.h"
@@ -126,6 +128,50 @@ TEST(Suite, ShippedSuitesParseAndCoverTheIssue) {
     bool found = false;
     for (const SuiteCase& c : standard.cases) found = found || c.name == q.name;
     EXPECT_TRUE(found) << q.name;
+  }
+}
+
+// The console's short names: settings that mean "off" disappear, the rest are abbreviated, every
+// setting that tells two cases of the standard suite apart survives, and the width is respected.
+TEST(Suite, ShortBenchNames) {
+  EXPECT_EQ(short_bench_name("reference/fused/llama3-8b/d64@32k/ssm_mode=none/sliding_window=0/dtype=bfloat16/"
+                             "kv_cache_dtype=auto",
+                             80),
+            "ref fused llama3-8b d64@32k");
+  EXPECT_EQ(short_bench_name("cuda/two_kernel/hymba-small/d8@1k+p1x128/ssm_mode=mamba1/sliding_window=128/"
+                             "dtype=float16/kv_cache_dtype=fp8_e4m3/num_heads=8",
+                             100),
+            "cuda two_kernel hymba-small d8@1k+p1x128 ssm=mamba1 w=128 fp16 kv=e4m3 num_heads=8");
+  // Too wide: the group's extra settings go first, counted.
+  EXPECT_EQ(short_bench_name("cuda/two_kernel/hymba-small/d8@1k+p1x128/ssm_mode=mamba1/sliding_window=128/"
+                             "dtype=float16/kv_cache_dtype=int8_per_token_head/num_heads=8/head_size=32",
+                             82),
+            "cuda two_kernel hymba-small d8@1k+p1x128 ssm=mamba1 w=128 fp16 kv=int8-tok +2 set");
+  // Still too wide: the middle goes, the ends stay.
+  const std::string narrow = short_bench_name(
+      "cuda/two_kernel/hymba-small/d8@1k+p1x128/ssm_mode=mamba1/sliding_window=128/dtype=float16/"
+      "kv_cache_dtype=fp8_e4m3",
+      40);
+  EXPECT_EQ(narrow.size(), 40u);
+  EXPECT_EQ(narrow.rfind("cuda two_kernel hymba-", 0), 0u) << narrow;
+  EXPECT_NE(narrow.find(".."), std::string::npos) << narrow;
+  EXPECT_EQ(narrow.substr(narrow.size() - 7), "kv=e4m3") << narrow;
+
+  // Every benchmark of the standard and smoke suites keeps a distinct short name at the console's
+  // width (64 characters).
+  for (const char* file : {"standard.json", "smoke.json"}) {
+    const Suite suite = load_suite((testing::source_dir() / "experiments" / "suites" / file).string());
+    std::set<std::string> seen;
+    for (const SuiteCase& c : suite.cases) {
+      for (const std::string& backend : c.backends) {
+        for (const std::string& path : c.paths) {
+          const std::string s = short_bench_name(backend + "/" + path + "/" + c.name, 64);
+          EXPECT_LE(s.size(), 64u) << s;
+          EXPECT_TRUE(seen.insert(s).second) << file << ": two benchmarks shorten to " << s;
+        }
+      }
+    }
+    EXPECT_GT(seen.size(), 10u) << file;
   }
 }
 
