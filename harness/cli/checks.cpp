@@ -26,6 +26,12 @@ void check_output_file(const std::string& option, const std::string& path, const
   HYBRIDTB_CHECK(force, option, " ", path, " exists (pass --force to overwrite it)");
 }
 
+void print_file_warnings(const std::string& command, const std::string& path, const BatchFile& file) {
+  for (const std::string& warning : file.warnings) {
+    std::cerr << "hybridtb " << command << ": " << path << ": warning: " << warning << "\n";
+  }
+}
+
 int check_backends(const std::string& command, const std::vector<std::string>& names) {
   register_builtin_backends();
   const BackendRegistry& registry = BackendRegistry::instance();

@@ -6,11 +6,16 @@
 #include <string>
 #include <vector>
 
+#include "hybridtb/batch_file.h"
+
 namespace hybridtb::cli {
 
 // Throws Error naming `option` and the constraint.
 void check_output_file(const std::string& option, const std::string& path, const std::vector<std::string>& inputs,
                        bool force);
+
+// Prints the reader's warnings about `file` (BatchFile::warnings) to stderr, one line each.
+void print_file_warnings(const std::string& command, const std::string& path, const BatchFile& file);
 
 // Exit status for a backend whose device is not on this machine (DeviceUnavailable).
 inline constexpr int kExitNoDevice = 3;

@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "hybridtb/backend.h"
+#include "hybridtb/reference/ssm_mode.h"
 
 namespace hybridtb::cli {
 
@@ -20,6 +21,11 @@ Command add_backends_command(CLI::App& app) {
               if (!reason.empty()) std::cout << " [" << reason << "]";
               std::cout << "\n";
             }
+            // The SSM modes a batch may name (/config ssm_mode, or a linear layer's layer_kind):
+            // those of the reference; a backend without one of them reports NotSupported.
+            std::cout << "\nSSM modes (reference):";
+            for (const std::string& mode : reference::ssm::ModeRegistry::instance().names()) std::cout << " " << mode;
+            std::cout << "\n";
             return 0;
           }};
 }

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <memory>
 
+#include "checks.h"
 #include "commands.h"
 #include "hybridtb/batch_file.h"
 #include "hybridtb/error.h"
@@ -36,6 +37,7 @@ int describe(const std::string& path) {
   }
   try {
     const BatchFile file = read_batch_file(path);
+    print_file_warnings("info", path, file);
     const StepTensors views = file.inputs.views();
     if (file.config.is_linear_layer()) {
       reference::ssm::validate_linear_tensors(file.config, views.ssm_state, views.weights);

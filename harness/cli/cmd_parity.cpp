@@ -80,6 +80,7 @@ int compare_files(const Options& opt, bool replay) {
     ComparisonReport report;
     try {
       const BatchFile file = read_batch_file(path);
+      print_file_warnings(command, path, file);
       if (replay) {
         HYBRIDTB_CHECK(file.expected.has_value(), path, " has no /expected to replay against (record it with `hybridtb record`)");
       }

@@ -47,6 +47,7 @@ Command add_record_command(CLI::App& app) {
                                        : (std::filesystem::path(opt->out_dir) / std::filesystem::path(path).filename()).string();
               try {
                 BatchFile file = read_batch_file(path);
+                print_file_warnings("record", path, file);
                 auto backend = create_backend(opt->backend, BackendSettings{file.config, file.builder});
                 StepOutputs expected = run_step(*backend, file);
                 expected.backend = opt->backend;

@@ -42,6 +42,7 @@ Command add_run_command(CLI::App& app) {
               check_output_file("--out", opt->out_path, {opt->batch_path}, opt->force);
               if (const int status = check_backends("run", {opt->backend}); status != 0) return status;
               file = read_batch_file(opt->batch_path);
+              print_file_warnings("run", opt->batch_path, file);
               auto backend = create_backend(opt->backend, BackendSettings{file.config, file.builder});
               outputs = run_step(*backend, file);
             } catch (const NotSupported&) {

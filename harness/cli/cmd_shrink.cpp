@@ -39,6 +39,7 @@ int shrink_command(const Options& opt) {
     check_output_file("--out", opt.out, {opt.file}, opt.force);
     if (const int status = check_backends("shrink", {opt.backend, opt.against}); status != 0) return status;
     file = read_batch_file(opt.file);
+    print_file_warnings("shrink", opt.file, file);
   } catch (const Error& e) {
     std::cerr << "hybridtb shrink: error: " << e.what() << "\n";
     return 2;

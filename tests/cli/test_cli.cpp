@@ -264,6 +264,35 @@ TEST(Cli, NoDeviceIsItsOwnStatus) {
   EXPECT_EQ(run_command(cli() + " parity --backend reference --against cuda " + example, &out), 3) << out;
 }
 
+// A newer minor version is read, with a warning naming it and each item this build ignores.
+TEST(Cli, NewerMinorVersionIsReadWithAWarningNamingWhatIsIgnored) {
+  const std::string python = testing::python_with_h5py();
+  if (python.empty()) GTEST_SKIP() << "no python3 with h5py found at configure time; install python3-h5py";
+  const fs::path dir = testing::scratch_dir();
+  const fs::path newer = dir / "newer.h5";
+  fs::copy_file(example_path("encoder_only_fp16.h5"), newer);
+  ASSERT_EQ(run_command(python + " -c \"import h5py; f = h5py.File('" + newer.string() +
+                        "', 'r+'); f.attrs['schema_version'] = '1.9'; f.create_group('future')\""),
+            0);
+  std::string out;
+  ASSERT_EQ(run_command(cli() + " run --quiet --batch " + newer.string() + " --out " + (dir / "o.h5").string(), &out), 0)
+      << out;
+  EXPECT_THAT(out, HasSubstr("warning: schema_version 1.9 is newer than this build's"));
+  EXPECT_THAT(out, HasSubstr("warning: /future is not part of hybrid-batch"));
+  ASSERT_EQ(run_command(cli() + " info " + newer.string(), &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("/future is not part of"));
+  // The shipped files draw no warning.
+  ASSERT_EQ(run_command(cli() + " info " + example_path("encoder_only_fp16.h5").string(), &out), 0) << out;
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("warning:")));
+}
+
+TEST(Cli, BackendsListsTheSsmModes) {
+  std::string out;
+  ASSERT_EQ(run_command(cli() + " backends", &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("SSM modes (reference):"));
+  for (const char* mode : {"zero", "prefix_sum", "mamba1", "mamba2", "gdn"}) EXPECT_THAT(out, HasSubstr(mode));
+}
+
 TEST(Cli, VersionNamesTheRevisionAndTheSchema) {
   std::string out;
   ASSERT_EQ(run_command(cli() + " --version", &out), 0) << out;

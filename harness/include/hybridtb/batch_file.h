@@ -48,6 +48,9 @@ struct BatchFile {
   std::optional<StepOutputs> expected;
   // Free-form string attributes of the root group (producer, seed, notes, …), kept on rewrite.
   std::map<std::string, std::string> provenance;
+  // What the reader accepted but does not understand, one line each (a newer minor version and the
+  // items it ignored). The tools print them: such items are not used, and not rewritten.
+  std::vector<std::string> warnings;
 };
 
 // Reads and validates a batch file. Throws Error naming the dataset/attribute and the constraint

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <functional>
 #include <limits>
 #include <map>
@@ -543,10 +544,25 @@ void read_root(const Group& root, BatchFile& file, bool has_outputs) {
       string_attribute(root, "schema", std::string("\"") + kSchemaName + "\"; is this a hybrid-batch file?");
   HYBRIDTB_CHECK(schema == kSchemaName, "root attribute schema is '", schema, "', expected '", kSchemaName, "'");
   file.schema_version = string_attribute(root, "schema_version", "a string such as \"1.1\"");
-  // Any minor version is fine: newer minors only add optional items, which this reader ignores.
-  const int major = parse_version(file.schema_version).first;
+  // Any minor version is read: newer minors only add optional items, which this reader ignores and
+  // names in file.warnings.
+  const auto [major, minor] = parse_version(file.schema_version);
   HYBRIDTB_CHECK(major == kSchemaMajor, "schema_version ", file.schema_version, " is not supported: this build reads ",
                  kSchemaName, " ", kSchemaMajor, ".x");
+  if (minor > kSchemaMinor) {
+    file.warnings.push_back(detail::concat("schema_version ", file.schema_version, " is newer than this build's ",
+                                           kSchemaMajor, ".", kSchemaMinor,
+                                           ": the items it added are ignored here and dropped when the file is rewritten"));
+  }
+  // Top-level groups and datasets this version does not define (/capture: an engine capture's own
+  // record, which readers ignore by design).
+  for (const std::string& name : root.child_names()) {
+    static const std::set<std::string> known = {"config", "batch", "inputs", "weights", "outputs", "expected", "capture"};
+    if (known.count(name) == 0) {
+      file.warnings.push_back(detail::concat("/", name, " is not part of ", kSchemaName, " ", kSchemaMajor, ".",
+                                             kSchemaMinor, ": ignored, and dropped when the file is rewritten"));
+    }
+  }
   for (const std::string& name : root.attribute_names()) {
     if (name == "schema" || name == "schema_version" || (name == "backend" && has_outputs)) continue;
     switch (root.attribute_kind(name)) {
