@@ -1,0 +1,100 @@
+// Host-memory detection and the pre-allocation check (memory.h).
+#include "memory.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+
+#include "hybridtb/error.h"
+
+namespace hybridtb::cli {
+
+namespace {
+
+// A file holding one number ("max" = no limit), or nullopt.
+std::optional<int64_t> read_number(const std::string& path) {
+  std::ifstream in(path);
+  std::string word;
+  if (!(in >> word) || word == "max") return std::nullopt;
+  try {
+    size_t used = 0;
+    const long long value = std::stoll(word, &used);
+    if (used != word.size() || value < 0) return std::nullopt;
+    return static_cast<int64_t>(value);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<int64_t> mem_available() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return std::nullopt;
+}
+
+struct Available {
+  std::optional<int64_t> bytes;
+  std::string source;
+};
+
+Available detect() {
+  if (const char* env = std::getenv("HYBRIDTB_MEMORY_AVAILABLE"); env != nullptr && *env != '\0') {
+    try {
+      size_t used = 0;
+      const long long value = std::stoll(env, &used);
+      if (used == std::string(env).size() && value >= 0) return {value, "HYBRIDTB_MEMORY_AVAILABLE"};
+    } catch (const std::exception&) {
+    }
+    throw Error(std::string("HYBRIDTB_MEMORY_AVAILABLE must be a byte count (a non-negative integer), got '") + env +
+                "'");
+  }
+  Available best{mem_available(), "MemAvailable"};
+  const auto consider = [&](std::optional<int64_t> limit, std::optional<int64_t> usage, const char* source) {
+    if (!limit || *limit >= std::numeric_limits<int64_t>::max() / 2) return;  // v1 "no limit" is a huge number
+    const int64_t left = *limit - usage.value_or(0);
+    if (!best.bytes || left < *best.bytes) best = {std::max<int64_t>(left, 0), source};
+  };
+  consider(read_number("/sys/fs/cgroup/memory.max"), read_number("/sys/fs/cgroup/memory.current"),
+           "cgroup memory.max");
+  consider(read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+           read_number("/sys/fs/cgroup/memory/memory.usage_in_bytes"), "cgroup memory.limit_in_bytes");
+  return best;
+}
+
+}  // namespace
+
+std::optional<int64_t> available_memory_bytes() { return detect().bytes; }
+
+std::string available_memory_source() { return detect().source; }
+
+std::string human_bytes(int64_t bytes) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(1);
+  if (bytes >= (int64_t{1} << 30)) {
+    out << static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30) << " GiB";
+  } else if (bytes >= (int64_t{1} << 20)) {
+    out << static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 20) << " MiB";
+  } else if (bytes >= 1024) {
+    out << static_cast<double>(bytes) / 1024.0 << " KiB";
+  } else {
+    out << bytes << " B";
+  }
+  return out.str();
+}
+
+void check_memory(int64_t bytes, const std::string& what) {
+  const Available available = detect();
+  if (!available.bytes || bytes <= *available.bytes) return;
+  throw Error("needs " + human_bytes(bytes) + " of host memory for " + what + ", but " +
+              human_bytes(*available.bytes) + " is available (" + available.source +
+              "); --dry-run prints the sizes without computing");
+}
+
+}  // namespace hybridtb::cli
