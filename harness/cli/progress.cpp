@@ -46,8 +46,8 @@ void ProgressBar::update(int64_t done, const std::string& label, double work_fra
   const auto now = std::chrono::steady_clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   if (!forced_ && elapsed < kShowAfterSeconds) return;
-  // Throttled, except that a forced bar always draws the end of a stage.
-  const bool last = forced_ && (done == total_ || stage_end);
+  // Throttled, except for stage boundaries (and, on a forced bar, the end of a count).
+  const bool last = stage_end || (forced_ && done == total_);
   if (drawn_ && !last && std::chrono::duration<double>(now - last_draw_).count() < kRedrawIntervalSeconds) return;
   last_draw_ = now;
   drawn_ = true;

@@ -27,7 +27,7 @@ class ProgressBar {
 
   // Starting work on item `current` (0-based) named `label`.
   // `work_fraction` (>= 0) is the fraction of the work done, for the ETA; by default done/total.
-  // A forced bar draws done == total, and any update marked `stage_end`, even when throttled.
+  // Updates marked `stage_end` (and, on a forced bar, done == total) are drawn even when throttled.
   void update(int64_t done, const std::string& label, double work_fraction = -1, bool stage_end = false);
   void set_total(int64_t total) { total_ = total; }
   // Clears the line (before printing anything else to the terminal, and at the end).
@@ -55,12 +55,17 @@ class StepProgress final : public ProgressSink {
   StepProgress(ProgressBar& bar, std::string prefix = "") : bar_(bar), prefix_(std::move(prefix)) {}
   void report(const std::string& stage, int64_t done, int64_t total, double work_fraction) override {
     bar_.set_total(total);
-    bar_.update(done, prefix_ + stage + " (query tokens)", work_fraction);
+    // A new stage and the end of one are always drawn, so a long stage after a short one (the SSM
+    // branch after the attention) shows its name at once.
+    const bool boundary = stage != stage_ || done == total;
+    stage_ = stage;
+    bar_.update(done, prefix_ + stage + " (query tokens)", work_fraction, boundary);
   }
 
  private:
   ProgressBar& bar_;
   std::string prefix_;
+  std::string stage_;
 };
 
 }  // namespace hybridtb::cli

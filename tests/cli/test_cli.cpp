@@ -307,41 +307,58 @@ int run_split(const std::string& command, const fs::path& out, const fs::path& e
   return run_command("(" + command + " >" + out.string() + " 2>" + err.string() + ")");
 }
 
-// The "done/total" counts of the progress lines in `text`, in order.
-std::vector<std::pair<int64_t, int64_t>> progress_counts(const std::string& text) {
-  std::vector<std::pair<int64_t, int64_t>> counts;
-  const std::regex line(R"(\] (\d+)/(\d+) .*query tokens)");
+// The progress lines in `text`, in order: done, total and the stage ("attention", "ssm branch").
+struct ProgressLine {
+  int64_t done = 0;
+  int64_t total = 0;
+  std::string stage;
+};
+std::vector<ProgressLine> progress_lines(const std::string& text) {
+  std::vector<ProgressLine> lines;
+  const std::regex line(R"(\] (\d+)/(\d+) .*  ([a-z ]+) \(query tokens\))");
   for (auto it = std::sregex_iterator(text.begin(), text.end(), line); it != std::sregex_iterator(); ++it) {
-    counts.emplace_back(std::stoll((*it)[1]), std::stoll((*it)[2]));
+    lines.push_back({std::stoll((*it)[1]), std::stoll((*it)[2]), (*it)[3]});
   }
-  return counts;
+  return lines;
 }
 
-// --progress on a multi-request batch: counts of query tokens that never go down and end at the
-// batch's token count, on stderr only; nothing without --progress when stderr is not a terminal,
-// nothing with --quiet.
+// --progress on multi-request batches: per stage (the attention, then the SSM branch of a hybrid
+// layer), counts of query tokens that never go down and end at the batch's token count, on stderr
+// only; nothing without --progress when stderr is not a terminal, nothing with --quiet.
 TEST(Cli, RunProgressCountsUpToTheTotalOnStderrOnly) {
   const fs::path dir = testing::scratch_dir();
-  const fs::path input = example_path("mixed_swa_bf16.h5");
-  const BatchFile batch = read_batch_file(input.string());
-  ASSERT_GT(batch.batch.num_reqs(), 1);
-  const std::string run = cli() + " run --batch " + input.string() + " --out " + (dir / "out.h5").string() + " --force";
-  ASSERT_EQ(run_split(run + " --progress", dir / "stdout", dir / "stderr"), 0);
-  const auto counts = progress_counts(read_text(dir / "stderr"));
-  ASSERT_FALSE(counts.empty()) << read_text(dir / "stderr");
-  for (size_t i = 0; i < counts.size(); ++i) {
-    EXPECT_EQ(counts[i].second, batch.batch.num_actual_tokens) << "line " << i;
-    if (i > 0) {
-      EXPECT_GE(counts[i].first, counts[i - 1].first) << "line " << i;
+  for (const auto& [example, stages] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"mixed_swa_bf16.h5", {"attention"}}, {"hybrid_mamba1_bf16.h5", {"attention", "ssm branch"}}}) {
+    SCOPED_TRACE(example);
+    const fs::path input = example_path(example);
+    const BatchFile batch = read_batch_file(input.string());
+    ASSERT_GT(batch.batch.num_reqs(), 1);
+    const std::string run =
+        cli() + " run --batch " + input.string() + " --out " + (dir / "out.h5").string() + " --force";
+    ASSERT_EQ(run_split(run + " --progress", dir / "stdout", dir / "stderr"), 0);
+    const auto lines = progress_lines(read_text(dir / "stderr"));
+    ASSERT_FALSE(lines.empty()) << read_text(dir / "stderr");
+    std::vector<std::string> seen;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      EXPECT_EQ(lines[i].total, batch.batch.num_actual_tokens) << "line " << i;
+      if (seen.empty() || seen.back() != lines[i].stage) {
+        if (!seen.empty()) {
+          EXPECT_EQ(lines[i - 1].done, lines[i - 1].total) << "stage " << seen.back() << " ended";
+        }
+        seen.push_back(lines[i].stage);
+      } else {
+        EXPECT_GE(lines[i].done, lines[i - 1].done) << "line " << i;
+      }
     }
-  }
-  EXPECT_EQ(counts.back().first, batch.batch.num_actual_tokens);
-  EXPECT_TRUE(progress_counts(read_text(dir / "stdout")).empty()) << "progress belongs on stderr";
+    EXPECT_EQ(seen, stages);
+    EXPECT_EQ(lines.back().done, batch.batch.num_actual_tokens);
+    EXPECT_TRUE(progress_lines(read_text(dir / "stdout")).empty()) << "progress belongs on stderr";
 
-  ASSERT_EQ(run_split(run, "/dev/null", dir / "stderr2"), 0);
-  EXPECT_EQ(read_text(dir / "stderr2"), "") << "stderr is not a terminal and --progress was not given";
-  ASSERT_EQ(run_split(run + " --progress --quiet", "/dev/null", dir / "stderr3"), 0);
-  EXPECT_EQ(read_text(dir / "stderr3"), "") << "--quiet silences the progress";
+    ASSERT_EQ(run_split(run, "/dev/null", dir / "stderr2"), 0);
+    EXPECT_EQ(read_text(dir / "stderr2"), "") << "stderr is not a terminal and --progress was not given";
+    ASSERT_EQ(run_split(run + " --progress --quiet", "/dev/null", dir / "stderr3"), 0);
+    EXPECT_EQ(read_text(dir / "stderr3"), "") << "--quiet silences the progress";
+  }
 }
 
 TEST(Cli, RecordProgressCountsQueryTokensOnStderr) {
