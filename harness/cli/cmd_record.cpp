@@ -2,8 +2,10 @@
 // /expected, atomically (temporary file + rename). Tested by tests/compare (`ctest -L compare`).
 // Exit status: 0 every file recorded, 2 bad input (unreadable or invalid file, unknown backend,
 // the backend rejected the batch) — the other files are still recorded; 3 the backend's device is
-// not on this machine. Progress (the file, and within it the query tokens computed, with an ETA)
-// goes to stderr when it is a terminal, or always with --progress; never with --quiet.
+// not on this machine. A file whose step would not fit in the memory available is refused before
+// it is read (memory.h), like a bad file. Progress (the file, and within it the query tokens
+// computed, with an ETA) goes to stderr when it is a terminal, or always with --progress; never
+// with --quiet.
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -16,6 +18,7 @@
 #include "hybridtb/error.h"
 #include "hybridtb/step.h"
 #include "checks.h"
+#include "memory.h"
 #include "progress.h"
 
 namespace hybridtb::cli {
@@ -74,6 +77,9 @@ Command add_record_command(CLI::App& app) {
                   opt->out_dir.empty() ? path
                                        : (std::filesystem::path(opt->out_dir) / std::filesystem::path(path).filename()).string();
               try {
+                check_memory(estimate_step(path).peak_memory_bytes,
+                             "reading " + path + " and running its step (outputs, KV cache and state pools before "
+                             "and after)");
                 BatchFile file = read_batch_file(path);
                 auto backend = create_backend(opt->backend, BackendSettings{file.config, file.builder});
                 FileStepProgress step_progress(progress, static_cast<int64_t>(i), path);

@@ -8,7 +8,6 @@
 // prints them and exits 0, and a peak above the memory available is refused (exit 2, memory.h).
 // Progress of the computation (per block of query tokens, with an ETA) goes to stderr when it is a
 // terminal, or always with --progress; never with --quiet.
-#include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <iostream>
@@ -17,7 +16,6 @@
 #include "commands.h"
 #include "hybridtb/backend.h"
 #include "hybridtb/batch_file.h"
-#include "hybridtb/dtype.h"
 #include "hybridtb/error.h"
 #include "hybridtb/step.h"
 #include "checks.h"
@@ -26,62 +24,6 @@
 #include "summary.h"
 
 namespace hybridtb::cli {
-
-namespace {
-
-// What `run` will read, hold and write, from the dataset shapes of the input file (no data read).
-// Outputs are counted at 8 bytes an element (the reference's float64, the widest any backend
-// writes) and as if the layer had an SSM branch, so the estimate is an upper bound up to HDF5's
-// own overhead and the builder metadata (integers per request and token, small by comparison); the
-// peak includes kProcessOverheadBytes.
-struct RunEstimate {
-  int64_t input_file_bytes = 0;   // the tensors of the input file
-  int64_t output_file_bytes = 0;  // the tensors of --out: the inputs (without an old /outputs) + /outputs
-  int64_t outputs_only_bytes = 0;  // the tensors of --out with --outputs-only: /outputs alone
-  int64_t peak_memory_bytes = 0;  // host memory at the peak of read + run
-};
-
-RunEstimate estimate_run(const std::string& path) {
-  int64_t all = 0, old_outputs = 0, tensors = 0, kv = 0, pools = 0, tokens = 0, attention_row = 0, linear_row = 0;
-  for (const FileEntry& entry : list_file_entries(path)) {
-    if (entry.kind != "dataset") continue;
-    int64_t numel = 1;
-    for (const int64_t d : entry.shape) numel *= d;
-    int64_t size = 8;  // an unlabelled or unknown type: assume the widest
-    try {
-      size = element_size(dtype_from_string(entry.dtype_name));
-    } catch (const Error&) {
-    }
-    const int64_t bytes = numel * size;
-    all += bytes;
-    const auto under = [&](const char* prefix) { return entry.path.rfind(prefix, 0) == 0; };
-    if (under("/outputs/")) old_outputs += bytes;
-    if (under("/inputs/") || under("/weights/")) tensors += bytes;
-    if (entry.path == "/inputs/kv_cache" || entry.path == "/inputs/k_scale_cache" ||
-        entry.path == "/inputs/v_scale_cache") {
-      kv += bytes;
-    }
-    if (under("/inputs/ssm/")) pools += bytes;
-    if (entry.path == "/batch/slot_mapping" && entry.shape.size() == 1) tokens = entry.shape[0];
-    if (entry.path == "/inputs/query" && entry.shape.size() == 3) attention_row = entry.shape[1] * entry.shape[2];
-    if (under("/inputs/") && !under("/inputs/ssm/") && entry.shape.size() == 2) {
-      linear_row = std::max(linear_row, entry.shape[1]);  // a linear layer's output is at most its widest input
-    }
-  }
-  // output, attn_output and ssm_output of an attention layer; output alone of a linear one.
-  const int64_t outputs = attention_row > 0 ? 3 * tokens * attention_row * 8 : tokens * linear_row * 8;
-  const int64_t after = outputs + kv + pools;  // /outputs: the outputs, the KV cache and the pools after
-  RunEstimate e;
-  e.input_file_bytes = all;
-  e.output_file_bytes = all - old_outputs + after;
-  e.outputs_only_bytes = after;
-  // The file read, the inputs copied into the backend (host memory for the reference), the output
-  // buffers, and the host copies of everything /outputs holds.
-  e.peak_memory_bytes = all + tensors + outputs + after + kProcessOverheadBytes;
-  return e;
-}
-
-}  // namespace
 
 Command add_run_command(CLI::App& app) {
   struct Options {
@@ -121,7 +63,7 @@ Command add_run_command(CLI::App& app) {
               }
               if (!opt->out_path.empty()) check_output_file("--out", opt->out_path, {opt->batch_path}, opt->force);
               if (const int status = check_backends("run", {opt->backend}); status != 0) return status;
-              const RunEstimate estimate = estimate_run(opt->batch_path);
+              const StepEstimate estimate = estimate_step(opt->batch_path);
               const int64_t output_bytes =
                   opt->outputs_only ? estimate.outputs_only_bytes : estimate.output_file_bytes;
               if (opt->dry_run) {

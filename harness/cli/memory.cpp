@@ -1,12 +1,15 @@
 // Host-memory detection and the pre-allocation check (memory.h).
 #include "memory.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <limits>
 #include <sstream>
 
+#include "hybridtb/batch_file.h"
+#include "hybridtb/dtype.h"
 #include "hybridtb/error.h"
 
 namespace hybridtb::cli {
@@ -87,6 +90,46 @@ std::string human_bytes(int64_t bytes) {
     out << bytes << " B";
   }
   return out.str();
+}
+
+StepEstimate estimate_step(const std::string& path) {
+  int64_t all = 0, old_outputs = 0, tensors = 0, kv = 0, pools = 0, tokens = 0, attention_row = 0, linear_row = 0;
+  for (const FileEntry& entry : list_file_entries(path)) {
+    if (entry.kind != "dataset") continue;
+    int64_t numel = 1;
+    for (const int64_t d : entry.shape) numel *= d;
+    int64_t size = 8;  // an unlabelled or unknown type: assume the widest
+    try {
+      size = element_size(dtype_from_string(entry.dtype_name));
+    } catch (const Error&) {
+    }
+    const int64_t bytes = numel * size;
+    all += bytes;
+    const auto under = [&](const char* prefix) { return entry.path.rfind(prefix, 0) == 0; };
+    if (under("/outputs/")) old_outputs += bytes;
+    if (under("/inputs/") || under("/weights/")) tensors += bytes;
+    if (entry.path == "/inputs/kv_cache" || entry.path == "/inputs/k_scale_cache" ||
+        entry.path == "/inputs/v_scale_cache") {
+      kv += bytes;
+    }
+    if (under("/inputs/ssm/")) pools += bytes;
+    if (entry.path == "/batch/slot_mapping" && entry.shape.size() == 1) tokens = entry.shape[0];
+    if (entry.path == "/inputs/query" && entry.shape.size() == 3) attention_row = entry.shape[1] * entry.shape[2];
+    if (under("/inputs/") && !under("/inputs/ssm/") && entry.shape.size() == 2) {
+      linear_row = std::max(linear_row, entry.shape[1]);  // a linear layer's output is at most its widest input
+    }
+  }
+  // output, attn_output and ssm_output of an attention layer; output alone of a linear one.
+  const int64_t outputs = attention_row > 0 ? 3 * tokens * attention_row * 8 : tokens * linear_row * 8;
+  const int64_t after = outputs + kv + pools;  // /outputs: the outputs, the KV cache and the pools after
+  StepEstimate e;
+  e.input_file_bytes = all;
+  e.output_file_bytes = all - old_outputs + after;
+  e.outputs_only_bytes = after;
+  // The file read, the inputs copied into the backend (host memory for the reference), the output
+  // buffers, and the host copies of everything /outputs holds.
+  e.peak_memory_bytes = all + tensors + outputs + after + kProcessOverheadBytes;
+  return e;
 }
 
 void check_memory(int64_t bytes, const std::string& what) {

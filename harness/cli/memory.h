@@ -27,9 +27,23 @@ std::string available_memory_source();
 // "1.3 GiB", "12.0 MiB", "512 B".
 std::string human_bytes(int64_t bytes);
 
+// What running a batch file's step (run, record) will read, hold and write, from the dataset
+// shapes of the input file alone (no data read; list_file_entries). Outputs are counted at 8 bytes an element (the reference's float64, the widest any backend
+// writes) and as if the layer had an SSM branch, so the estimate is an upper bound up to HDF5's
+// own overhead and the builder metadata (integers per request and token, small by comparison); the
+// peak includes kProcessOverheadBytes.
+struct StepEstimate {
+  int64_t input_file_bytes = 0;    // the tensors of the input file
+  int64_t output_file_bytes = 0;   // the inputs (without an old /outputs) + the new /outputs
+  int64_t outputs_only_bytes = 0;  // /outputs alone (run --outputs-only)
+  int64_t peak_memory_bytes = 0;   // host memory at the peak of read + run
+};
+
+StepEstimate estimate_step(const std::string& batch_path);
+
 // Throws Error (the CLI: exit 2, nothing written) when `bytes` exceed the memory available, e.g.
-//   needs 13.2 GiB of host memory for the inputs, outputs and KV cache of the step, but 5.8 GiB is
-//   available (cgroup memory.max); see --dry-run for the sizes
+//   needs 16.2 GiB of host memory for generating llama3-8b d64@64k, but 6.0 GiB is available
+//   (cgroup memory.max); --dry-run prints the sizes without computing
 // `what` names what needs it.
 void check_memory(int64_t bytes, const std::string& what);
 

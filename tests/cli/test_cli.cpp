@@ -452,6 +452,15 @@ TEST(Cli, TooLittleMemoryIsAClearErrorNotBadAlloc) {
       << out;
   EXPECT_THAT(out, HasSubstr("of host memory for reading " + small.string()));
   EXPECT_FALSE(fs::exists(result));
+  // record refuses the file the same way, and records nothing.
+  fs::create_directories(dir / "recorded");
+  EXPECT_EQ(run_command("HYBRIDTB_MEMORY_AVAILABLE=1000000 " + cli() + " record --out-dir " +
+                            (dir / "recorded").string() + " " + small.string(),
+                        &out),
+            2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("of host memory for reading " + small.string()));
+  EXPECT_TRUE(fs::is_empty(dir / "recorded"));
 }
 
 // --outputs-only writes /outputs alone, with the batch file it belongs to named relative to it:

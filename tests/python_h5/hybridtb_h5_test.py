@@ -128,9 +128,8 @@ def peak_rss_of_python(code, *args):
 
 def lazy_check(cli, workdir):
     path = os.path.join(workdir, "large.h5")
-    if not os.path.exists(path):
-        # 8 decodes at context 16k on llama3-8b: a 512 MiB bf16 KV cache.
-        run([cli, "gen", "--quiet", "--preset", "llama3-8b", "--mix", "d8@16k", "--out", path])
+    # 8 decodes at context 16k on llama3-8b: a 512 MiB bf16 KV cache (removed again on success).
+    run([cli, "gen", "--quiet", "--preset", "llama3-8b", "--mix", "d8@16k", "--out", path])
     size = os.path.getsize(path)
     assert size > 500 << 20, size
     out, rss, seconds = peak_rss_of_python(
@@ -158,6 +157,7 @@ def lazy_check(cli, workdir):
     assert "SLICE ok" in out, out
     assert rss < 128 << 20, f"opening and indexing one block peaked at {rss >> 20} MiB"
     assert seconds < 20, f"opening and indexing one block took {seconds:.1f} s"
+    os.remove(path)
 
 
 def lazy_indexing(workdir):
