@@ -22,12 +22,13 @@ ProgressBar::ProgressBar(int64_t total, bool enabled, std::FILE* stream, bool fo
       terminal_(stream != nullptr && isatty(fileno(stream)) != 0),
       stream_(stream),
       start_(std::chrono::steady_clock::now()),
-      last_draw_(start_) {}
+      last_draw_(start_),
+      stage_start_(start_) {}
 
 ProgressBar::~ProgressBar() { clear(); }
 
 std::string ProgressBar::format_line(int64_t done, int64_t total, double elapsed_s, const std::string& label,
-                                     int width, double work_fraction) {
+                                     int width, double work_fraction, double eta_elapsed_s) {
   const double fraction = total > 0 ? std::clamp(static_cast<double>(done) / static_cast<double>(total), 0.0, 1.0) : 1.0;
   const int filled = static_cast<int>(std::lround(fraction * width));
   std::ostringstream line;
@@ -35,7 +36,7 @@ std::string ProgressBar::format_line(int64_t done, int64_t total, double elapsed
        << "] " << done << "/" << total << "  " << std::fixed << std::setprecision(1) << elapsed_s << "s";
   const double work = work_fraction >= 0 ? work_fraction : fraction;
   if (done > 0 && done < total && work > 0 && work < 1) {
-    line << "  ETA " << elapsed_s / work * (1 - work) << "s";
+    line << "  ETA " << (eta_elapsed_s >= 0 ? eta_elapsed_s : elapsed_s) / work * (1 - work) << "s";
   }
   if (!label.empty()) line << "  " << label;
   return line.str();
@@ -51,7 +52,8 @@ void ProgressBar::update(int64_t done, const std::string& label, double work_fra
   if (drawn_ && !last && std::chrono::duration<double>(now - last_draw_).count() < kRedrawIntervalSeconds) return;
   last_draw_ = now;
   drawn_ = true;
-  const std::string line = format_line(done, total_, elapsed, label, 24, work_fraction);
+  const std::string line = format_line(done, total_, elapsed, label, 24, work_fraction,
+                                       std::chrono::duration<double>(now - stage_start_).count());
   if (terminal_) {
     std::fprintf(stream_, "\r\033[K%s", line.c_str());
   } else {

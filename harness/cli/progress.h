@@ -30,12 +30,16 @@ class ProgressBar {
   // Updates marked `stage_end` (and, on a forced bar, done == total) are drawn even when throttled.
   void update(int64_t done, const std::string& label, double work_fraction = -1, bool stage_end = false);
   void set_total(int64_t total) { total_ = total; }
+  // A new stage of work begins now: the ETA extrapolates from its time alone (what came before it,
+  // reading the file, say, does not predict it).
+  void start_stage() { stage_start_ = std::chrono::steady_clock::now(); }
   // Clears the line (before printing anything else to the terminal, and at the end).
   void clear();
 
   // The line for a state, without the leading `\r` (exposed for tests): "[3/10] 1.2s ETA 2.8s  file.h5".
+  // The ETA extrapolates `eta_elapsed_s` (default: elapsed_s) over the work left.
   static std::string format_line(int64_t done, int64_t total, double elapsed_s, const std::string& label,
-                                 int width = 24, double work_fraction = -1);
+                                 int width = 24, double work_fraction = -1, double eta_elapsed_s = -1);
 
  private:
   int64_t total_;
@@ -46,6 +50,7 @@ class ProgressBar {
   bool drawn_ = false;
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_draw_;
+  std::chrono::steady_clock::time_point stage_start_;
 };
 
 // The progress of one step's computation (ProgressSink, for StepOptions::progress) drawn on a bar:
@@ -58,6 +63,7 @@ class StepProgress final : public ProgressSink {
     // A new stage and the end of one are always drawn, so a long stage after a short one (the SSM
     // branch after the attention) shows its name at once.
     const bool boundary = stage != stage_ || done == total;
+    if (stage != stage_) bar_.start_stage();
     stage_ = stage;
     bar_.update(done, prefix_ + stage + " (query tokens)", work_fraction, boundary);
   }
