@@ -77,9 +77,11 @@ Command add_record_command(CLI::App& app) {
                   opt->out_dir.empty() ? path
                                        : (std::filesystem::path(opt->out_dir) / std::filesystem::path(path).filename()).string();
               try {
-                check_memory(estimate_step(path).peak_memory_bytes,
-                             "reading " + path + " and running its step (outputs, KV cache and state pools before "
-                             "and after)");
+                if (const StepEstimate estimate = estimate_step(path); estimate.holds_its_data) {
+                  check_memory(estimate.peak_memory_bytes,
+                               "reading " + path + " and running its step (outputs, KV cache and state pools before "
+                               "and after)");
+                }
                 BatchFile file = read_batch_file(path);
                 auto backend = create_backend(opt->backend, BackendSettings{file.config, file.builder});
                 FileStepProgress step_progress(progress, static_cast<int64_t>(i), path);

@@ -67,6 +67,11 @@ Command add_run_command(CLI::App& app) {
               const int64_t output_bytes =
                   opt->outputs_only ? estimate.outputs_only_bytes : estimate.output_file_bytes;
               if (opt->dry_run) {
+                if (!estimate.holds_its_data) {
+                  throw Error("its datasets declare " + std::to_string(estimate.input_file_bytes) +
+                              " bytes, more than the file can hold: not a valid batch file (hybridtb info names "
+                              "the dataset)");
+                }
                 const std::optional<int64_t> available = available_memory_bytes();
                 std::cout << "hybridtb run --dry-run: " << opt->batch_path << " on backend '" << opt->backend
                           << "' (estimates from the dataset shapes; nothing computed or written)\n"
@@ -82,9 +87,11 @@ Command add_run_command(CLI::App& app) {
                           << "\n";
                 return 0;
               }
-              check_memory(estimate.peak_memory_bytes,
-                           "reading " + opt->batch_path + " (" + human_bytes(estimate.input_file_bytes) +
-                               ") and running its step (outputs, KV cache and state pools before and after)");
+              if (estimate.holds_its_data) {  // otherwise read_batch_file refuses it, naming the dataset
+                check_memory(estimate.peak_memory_bytes,
+                             "reading " + opt->batch_path + " (" + human_bytes(estimate.input_file_bytes) +
+                                 ") and running its step (outputs, KV cache and state pools before and after)");
+              }
               file = read_batch_file(opt->batch_path);
               auto backend = create_backend(opt->backend, BackendSettings{file.config, file.builder});
               ProgressBar bar(file.batch.num_actual_tokens, !opt->quiet, stderr, opt->progress);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <limits>
@@ -92,43 +93,63 @@ std::string human_bytes(int64_t bytes) {
   return out.str();
 }
 
+namespace {
+// Byte counts of hostile files (a few kilobytes declaring 2^60-element datasets) must not overflow:
+// sums and products saturate at int64's maximum, which no memory check lets through.
+constexpr int64_t kSaturated = std::numeric_limits<int64_t>::max();
+int64_t add(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? kSaturated : r;
+}
+int64_t mul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? kSaturated : r;
+}
+}  // namespace
+
 StepEstimate estimate_step(const std::string& path) {
   int64_t all = 0, old_outputs = 0, tensors = 0, kv = 0, pools = 0, tokens = 0, attention_row = 0, linear_row = 0;
   for (const FileEntry& entry : list_file_entries(path)) {
     if (entry.kind != "dataset") continue;
     int64_t numel = 1;
-    for (const int64_t d : entry.shape) numel *= d;
+    for (const int64_t d : entry.shape) numel = mul(numel, std::max<int64_t>(d, 0));
     int64_t size = 8;  // an unlabelled or unknown type: assume the widest
     try {
       size = element_size(dtype_from_string(entry.dtype_name));
     } catch (const Error&) {
     }
-    const int64_t bytes = numel * size;
-    all += bytes;
+    const int64_t bytes = mul(numel, size);
+    all = add(all, bytes);
     const auto under = [&](const char* prefix) { return entry.path.rfind(prefix, 0) == 0; };
-    if (under("/outputs/")) old_outputs += bytes;
-    if (under("/inputs/") || under("/weights/")) tensors += bytes;
+    if (under("/outputs/")) old_outputs = add(old_outputs, bytes);
+    if (under("/inputs/") || under("/weights/")) tensors = add(tensors, bytes);
     if (entry.path == "/inputs/kv_cache" || entry.path == "/inputs/k_scale_cache" ||
         entry.path == "/inputs/v_scale_cache") {
-      kv += bytes;
+      kv = add(kv, bytes);
     }
-    if (under("/inputs/ssm/")) pools += bytes;
+    if (under("/inputs/ssm/")) pools = add(pools, bytes);
     if (entry.path == "/batch/slot_mapping" && entry.shape.size() == 1) tokens = entry.shape[0];
-    if (entry.path == "/inputs/query" && entry.shape.size() == 3) attention_row = entry.shape[1] * entry.shape[2];
+    if (entry.path == "/inputs/query" && entry.shape.size() == 3) attention_row = mul(entry.shape[1], entry.shape[2]);
     if (under("/inputs/") && !under("/inputs/ssm/") && entry.shape.size() == 2) {
       linear_row = std::max(linear_row, entry.shape[1]);  // a linear layer's output is at most its widest input
     }
   }
   // output, attn_output and ssm_output of an attention layer; output alone of a linear one.
-  const int64_t outputs = attention_row > 0 ? 3 * tokens * attention_row * 8 : tokens * linear_row * 8;
-  const int64_t after = outputs + kv + pools;  // /outputs: the outputs, the KV cache and the pools after
+  const int64_t outputs = mul(mul(tokens, attention_row > 0 ? 3 * attention_row : linear_row), 8);
+  const int64_t after = add(add(outputs, kv), pools);  // /outputs: the outputs, the KV cache and pools after
   StepEstimate e;
   e.input_file_bytes = all;
-  e.output_file_bytes = all - old_outputs + after;
+  e.output_file_bytes = add(all == kSaturated ? all : all - old_outputs, after);
   e.outputs_only_bytes = after;
   // The file read, the inputs copied into the backend (host memory for the reference), the output
   // buffers, and the host copies of everything /outputs holds.
-  e.peak_memory_bytes = all + tensors + outputs + after + kProcessOverheadBytes;
+  e.peak_memory_bytes = add(add(add(add(all, tensors), outputs), after), kProcessOverheadBytes);
+  // The reader accepts at most 4096:1 between a dataset's declared and stored bytes (compressed;
+  // uncompressed data must be stored whole), so a file declaring more than that over its whole size
+  // is invalid whatever the memory, and the reader's error names the dataset.
+  std::error_code error;
+  const auto file_bytes = std::filesystem::file_size(path, error);
+  e.holds_its_data = !error && all / 4096 <= static_cast<int64_t>(file_bytes);
   return e;
 }
 

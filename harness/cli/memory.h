@@ -37,6 +37,10 @@ struct StepEstimate {
   int64_t output_file_bytes = 0;   // the inputs (without an old /outputs) + the new /outputs
   int64_t outputs_only_bytes = 0;  // /outputs alone (run --outputs-only)
   int64_t peak_memory_bytes = 0;   // host memory at the peak of read + run
+  // false: the tensors declared exceed what the file can hold (more than the reader's 4096:1
+  // expansion limit over the file's size): a broken file, for the reader to reject by name, not a
+  // large one. The memory check is skipped then, and --dry-run says so.
+  bool holds_its_data = true;
 };
 
 StepEstimate estimate_step(const std::string& batch_path);

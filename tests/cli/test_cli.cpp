@@ -509,5 +509,37 @@ TEST(Cli, OutputsOnlyFileIsReadWithItsBatchFile) {
   EXPECT_THAT(out, HasSubstr("the batch file changed"));
 }
 
+// A file that declares far more than it holds (a KV cache of 16 GiB never written) is broken, not
+// large: run names the dataset as the reader does, --dry-run refuses it, and neither blames memory,
+// even with far too little of it.
+TEST(Cli, AFileDeclaringMoreThanItHoldsIsBrokenNotTooLarge) {
+  const std::string python = testing::python_with_h5py();
+  if (python.empty()) GTEST_SKIP() << "no python3 with h5py (install python3-h5py)";
+  const fs::path dir = testing::scratch_dir();
+  const fs::path file = dir / "declares.h5";
+  fs::copy_file(example_path("hybrid_prefix_sum_padded_fp16.h5"), file);  // float16, kv_cache_dtype auto
+  std::string out;
+  ASSERT_EQ(run_command(python + " -c \"import h5py, sys; f = h5py.File(sys.argv[1], 'a'); c = f['inputs/kv_cache']; "
+                                 "shape = (1 << 22,) + c.shape[1:]; del f['inputs/kv_cache']; "
+                                 "f['inputs'].create_dataset('kv_cache', shape=shape, dtype='<f2')"
+                                 ".attrs['dtype_name'] = 'float16'\" " +
+                            file.string(),
+                        &out),
+            0)
+      << out;
+  ASSERT_LT(fs::file_size(file), 1u << 20);
+  const std::string little_memory = "HYBRIDTB_MEMORY_AVAILABLE=1000000 ";
+  EXPECT_EQ(run_command(little_memory + cli() + " run --dry-run --batch " + file.string(), &out), 2) << out;
+  EXPECT_THAT(out, HasSubstr("more than the file can hold"));
+  EXPECT_EQ(run_command(little_memory + cli() + " run --batch " + file.string() + " --out " +
+                            (dir / "out.h5").string(),
+                        &out),
+            2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("/inputs/kv_cache: the file stores 0 of its"));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("host memory")));
+  EXPECT_FALSE(fs::exists(dir / "out.h5"));
+}
+
 }  // namespace
 }  // namespace hybridtb
