@@ -136,9 +136,9 @@ def lazy_check(cli, workdir):
         "import sys, h5py\nfrom hybridtb_h5 import check\n"
         "f = h5py.File(sys.argv[1], 'r')\nproblems = check(f)\nprint('PROBLEMS', problems)\n", path)
     assert "PROBLEMS []" in out, out
-    # bf16 arrives as float32: loading the KV cache whole would take twice the file's size (the
-    # whole-file reader this replaced peaked at 2.3 GiB and took 100 s here), and HDF5's own
-    # conversion of bf16 runs at ~10 MB/s.
+    # bf16 arrives as float32: loading the KV cache whole would take twice the file's size (a
+    # reader that loads each dataset whole peaks at 2.3 GiB and takes ~100 s on this file), and
+    # HDF5's own conversion of bf16 runs at ~10 MB/s.
     assert rss < 192 << 20, f"check() peaked at {rss >> 20} MiB on a {size >> 20} MiB file"
     assert seconds < 20, f"check() took {seconds:.1f} s"
 
@@ -218,8 +218,8 @@ def import_without_path_changes(workdir):
     out = run([sys.executable, "-c", code], env=package_env(), cwd=workdir)
     assert out.splitlines()[0] == os.path.join(PACKAGE_DIR, "hybridtb_h5", "__init__.py"), out
     assert out.splitlines()[1] == "[]", out
-    # The old script names still import (the capture module and older capture code use them) and
-    # give the package's functions.
+    # The script names still import (the capture tests' fake engines and existing capture code use
+    # them) and give the package's functions.
     code = ("import read_batch_h5py, write_batch_h5py, hybridtb_h5.reader as r, hybridtb_h5.writer as w\n"
             "assert write_batch_h5py.write_hybrid_batch is w.write_hybrid_batch\n"
             "assert write_batch_h5py.example_ssm is w.example_ssm and read_batch_h5py.check is r.check\n"
