@@ -23,7 +23,7 @@ faithfully (unknown cache layout or dtype, CUDA-graph stream capture, padding th
 undone, ...) is skipped with the reason in the index, never written with re-typed bytes.
 
 h5py + numpy; torch is used when the process has it (never imported here: tensors are handled
-duck-typed through `sys.modules["torch"]`). The storage rules are `harness/scripts/write_batch_h5py.py`'s.
+duck-typed through `sys.modules["torch"]`). The storage rules are those of `hybridtb_h5.writer` (harness/python).
 """
 import contextlib
 import fnmatch
@@ -39,10 +39,11 @@ import time
 import h5py
 import numpy as np
 
-_SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "harness", "scripts")
-if _SCRIPTS not in sys.path:
-    sys.path.insert(0, _SCRIPTS)
-import write_batch_h5py as _w  # noqa: E402  (write_hybrid_batch, write_tensor: the schema's storage rules)
+try:  # the writer package (write_hybrid_batch, write_tensor: the schema's storage rules), installed
+    from hybridtb_h5 import writer as _w
+except ImportError:  # or in this checkout, next to this module
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "harness", "python"))
+    from hybridtb_h5 import writer as _w
 
 SCHEMA_VERSION = "1.3"  # /config engine_version, fp8 /inputs/query + /inputs/q_scale
 PRODUCER = "hybridtb_capture"

@@ -14,8 +14,14 @@
 #include "hybridtb/engine_rules.h"
 #include "hybridtb/error.h"
 #include "hybridtb/mix.h"
+#include "hybridtb/dtype.h"
+#include "hybridtb/linear_layer.h"
 #include "hybridtb/presets.h"
+#include "hybridtb/reference/linear_layer.h"
+#include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/shell.h"
+#include "hybridtb/synthetic.h"
+#include "memory.h"
 
 namespace hybridtb::cli {
 
@@ -106,15 +112,56 @@ IntArray parse_mm_prefix(const std::string& spec, int64_t num_reqs) {
   return IntArray({num_reqs, static_cast<int64_t>(most), 2}, std::move(values));
 }
 
-std::string human_bytes(int64_t bytes) {
-  std::ostringstream out;
-  out << std::fixed << std::setprecision(1);
-  if (bytes >= (int64_t{1} << 30)) {
-    out << static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30) << " GiB";
-  } else {
-    out << static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 20) << " MiB";
+// What `gen` will hold and write for one file, from the layer and the mix alone (nothing drawn).
+// An upper bound: the KV cache counted as 1 + every request's own blocks (prefix hits and aliasing
+// share some), the state pools with one slot per request (one per KV block with mamba_cache_mode
+// all) plus the null slot, each mode's pools and weights from its specs.
+struct GenEstimate {
+  int64_t file_bytes = 0;         // the tensors of the file (HDF5 adds a little)
+  int64_t peak_memory_bytes = 0;  // the batch in memory (then, freed, the same read back for the check)
+                                  // + kProcessOverheadBytes
+};
+
+GenEstimate estimate_gen(const Layer& layer, const Mix& mix, const GenOptions& options) {
+  const AttentionConfig& c = layer.attention;
+  const int64_t reqs = std::max(mix.num_requests(), options.pad_to);
+  const int64_t tokens = std::max(mix.num_tokens(), options.pad_to);
+  int64_t blocks = 1;  // the null block
+  for (const RequestSpec& r : mix_requests(mix)) {
+    blocks += (r.context_len + r.query_len + c.block_size - 1) / c.block_size;
   }
-  return out.str();
+  const auto numel = [](const Shape& shape) {
+    int64_t n = 1;
+    for (const int64_t d : shape) n *= d;
+    return n;
+  };
+  int64_t bytes = 0;
+  const int64_t elem = element_size(c.dtype);
+  std::vector<reference::ssm::TensorSpec> state, weights;
+  if (c.is_linear_layer()) {
+    for (const LinearInput& input : linear_layer_spec(c).inputs) bytes += tokens * input.width * elem;
+    const auto specs = reference::ssm::linear_layer_tensor_specs(c);
+    state = specs.state;
+    weights = specs.weights;
+  } else {
+    bytes += tokens * (c.num_heads + 2 * c.num_kv_heads) * c.head_size * elem;  // query, key, value
+    if (c.attn_type == AttnType::kDecoder) {
+      bytes += blocks * 2 * c.block_size * c.num_kv_heads * c.head_size *
+               element_size(kv_storage_dtype(c.kv_cache_dtype, c.dtype));
+      if (is_per_token_head(c.kv_cache_dtype)) bytes += 2 * blocks * c.block_size * c.num_kv_heads * 4;
+    }
+    if (c.has_ssm_branch()) {
+      const auto& mode = reference::ssm::ModeRegistry::instance().find(c.ssm_mode);
+      const auto shape = reference::ssm::mode_shape(c);
+      state = mode.state_specs(shape);
+      weights = mode.weight_specs(shape);
+    }
+  }
+  const int64_t slots = c.mamba_cache_mode == MambaCacheMode::kNone ? reqs + 1 : blocks;
+  for (const auto& spec : state) bytes += slots * numel(spec.shape) * element_size(spec.dtype);
+  for (const auto& spec : weights) bytes += numel(spec.shape) * element_size(spec.dtype);
+  bytes += (3 * reqs + 2 * tokens + reqs * blocks) * 8;  // the batch description, generously
+  return {bytes, bytes + kProcessOverheadBytes};
 }
 
 }  // namespace
@@ -137,6 +184,7 @@ Command add_gen_command(CLI::App& app) {
     std::string mm_prefix;
     bool list_presets = false;
     bool quiet = false;
+    bool dry_run = false;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("gen", "Generate realistic batch files from a model preset and a mix");
@@ -181,6 +229,9 @@ Command add_gen_command(CLI::App& app) {
                   "joined by ','; e.g. 0:0/28:37/2:6,10:15");
   cmd->add_flag("--list-presets", opt->list_presets, "Print the presets and the settings, then exit");
   cmd->add_flag("--quiet", opt->quiet, "Print nothing on success");
+  cmd->add_flag("--dry-run", opt->dry_run,
+                "Print each file's size and the peak host memory (estimates, upper bounds), then exit without "
+                "generating or writing");
   cmd->footer(std::string(kGrammarHelp) + presets_help() +
               "\nExit status: 0 success, 2 invalid settings or a usage error (nothing written), 1 the file could not be "
               "written.");
@@ -233,6 +284,29 @@ Command add_gen_command(CLI::App& app) {
             layer_settings.insert(layer_settings.end(), settings.begin(), settings.end());
             for (const std::string& name : preset_names) layers.push_back(make_layer(name, layer_settings));
 
+            // Sizes first: --dry-run prints them; otherwise a file that cannot fit in memory is refused
+            // before anything is generated or written.
+            for (size_t p = 0; p < preset_names.size(); ++p) {
+              for (const Mix& mix : mixes) {
+                const GenEstimate estimate = estimate_gen(layers[p], mix, gen);
+                const std::string what = preset_names[p] + " " + to_string(mix);
+                if (opt->dry_run) {
+                  std::cout << "hybridtb gen --dry-run: " << what << ": file " << estimate.file_bytes << " bytes ("
+                            << human_bytes(estimate.file_bytes) << "), peak memory " << estimate.peak_memory_bytes
+                            << " bytes (" << human_bytes(estimate.peak_memory_bytes) << "), at most\n";
+                } else {
+                  check_memory(estimate.peak_memory_bytes, "generating " + what);
+                }
+              }
+            }
+            if (opt->dry_run) {
+              const std::optional<int64_t> available = available_memory_bytes();
+              std::cout << "available memory: "
+                        << (available ? human_bytes(*available) + " (" + available_memory_source() + ")"
+                                      : std::string("unknown"))
+                        << "; nothing generated or written\n";
+              return 0;
+            }
             if (!opt->out_dir.empty()) std::filesystem::create_directories(opt->out_dir);
             if (!opt->quiet) std::cout << "hybridtb gen: seed " << opt->seed << "\n";
             for (size_t p = 0; p < preset_names.size(); ++p) {

@@ -1,6 +1,7 @@
 // hybridtb info: describe a batch file and say whether it is a valid hybrid-batch 1.x file.
 // Exit status: 0 valid; 2 invalid or unreadable (the reason, naming the field, on stderr; the
-// listing of what could be read and an "INVALID:" line on stdout).
+// listing of what could be read and an "INVALID:" line on stdout). An outputs file (run
+// --outputs-only) is read with the batch file it names, and described as the pair.
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -36,7 +37,10 @@ int describe(const std::string& path) {
     std::cout << "\n";
   }
   try {
-    const BatchFile file = read_batch_file(path);
+    std::string batch_path;
+    const bool outputs_file = is_outputs_file(path);
+    const BatchFile file = outputs_file ? read_outputs_file(path, &batch_path) : read_batch_file(path);
+    if (outputs_file) std::cout << "outputs file of " << batch_path << " (its /outputs alone)\n";
     print_file_warnings("info", path, file);
     const StepTensors views = file.inputs.views();
     if (file.config.is_linear_layer()) {

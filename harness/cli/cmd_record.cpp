@@ -2,10 +2,15 @@
 // /expected, atomically (temporary file + rename). Tested by tests/compare (`ctest -L compare`).
 // Exit status: 0 every file recorded, 2 bad input (unreadable or invalid file, unknown backend,
 // the backend rejected the batch) — the other files are still recorded; 3 the backend's device is
-// not on this machine.
+// not on this machine. A file whose step would not fit in the memory available is refused before
+// it is read (memory.h), like a bad file. Progress (the file, and within it the query tokens
+// computed, with an ETA) goes to stderr when it is a terminal, or always with --progress; never
+// with --quiet.
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include "commands.h"
 #include "hybridtb/backend.h"
@@ -13,9 +18,32 @@
 #include "hybridtb/error.h"
 #include "hybridtb/step.h"
 #include "checks.h"
+#include "memory.h"
 #include "progress.h"
 
 namespace hybridtb::cli {
+
+namespace {
+
+// The step's progress inside the multi-file bar: the bar counts files, the label carries the
+// file name and how many of its query tokens are done.
+class FileStepProgress final : public ProgressSink {
+ public:
+  FileStepProgress(ProgressBar& bar, int64_t file_index, std::string path)
+      : bar_(bar), file_index_(file_index), path_(std::move(path)) {}
+  void report(const std::string& stage, int64_t done, int64_t total, double /*work_fraction*/) override {
+    bar_.update(file_index_,
+                path_ + "  " + stage + " " + std::to_string(done) + "/" + std::to_string(total) + " query tokens",
+                -1, done == total);
+  }
+
+ private:
+  ProgressBar& bar_;
+  int64_t file_index_;
+  std::string path_;
+};
+
+}  // namespace
 
 Command add_record_command(CLI::App& app) {
   struct Options {
@@ -24,6 +52,7 @@ Command add_record_command(CLI::App& app) {
     bool in_place = false;
     std::string out_dir;
     bool quiet = false;
+    bool progress = false;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
@@ -34,11 +63,13 @@ Command add_record_command(CLI::App& app) {
   cmd->add_option("--out-dir", opt->out_dir, "Write <out-dir>/<file name> instead of rewriting the inputs")
       ->excludes(in_place);
   cmd->add_flag("--quiet", opt->quiet, "Print only errors");
+  cmd->add_flag("--progress", opt->progress,
+                "Show progress on stderr even when it is not a terminal (one line per update)");
   return {cmd, [opt] {
             if (const int status = check_backends("record", {opt->backend}); status != 0) return status;
             int bad = 0;
             if (!opt->out_dir.empty()) std::filesystem::create_directories(opt->out_dir);
-            ProgressBar progress(static_cast<int64_t>(opt->files.size()), !opt->quiet);
+            ProgressBar progress(static_cast<int64_t>(opt->files.size()), !opt->quiet, stderr, opt->progress);
             for (size_t i = 0; i < opt->files.size(); ++i) {
               const std::string& path = opt->files[i];
               progress.update(static_cast<int64_t>(i), path);
@@ -46,10 +77,16 @@ Command add_record_command(CLI::App& app) {
                   opt->out_dir.empty() ? path
                                        : (std::filesystem::path(opt->out_dir) / std::filesystem::path(path).filename()).string();
               try {
+                if (const StepEstimate estimate = estimate_step(path); estimate.holds_its_data) {
+                  check_memory(estimate.peak_memory_bytes,
+                               "reading " + path + " and running its step (outputs, KV cache and state pools before "
+                               "and after)");
+                }
                 BatchFile file = read_batch_file(path);
                 print_file_warnings("record", path, file);
                 auto backend = create_backend(opt->backend, BackendSettings{file.config, file.builder});
-                StepOutputs expected = run_step(*backend, file);
+                FileStepProgress step_progress(progress, static_cast<int64_t>(i), path);
+                StepOutputs expected = run_step(*backend, file, StepOptions{&step_progress});
                 expected.backend = opt->backend;
                 file.expected = std::move(expected);
                 write_batch_file(target, file);
@@ -61,6 +98,7 @@ Command add_record_command(CLI::App& app) {
                 ++bad;
               }
             }
+            progress.update(static_cast<int64_t>(opt->files.size()), "");
             progress.clear();
             return bad > 0 ? 2 : 0;
           }};

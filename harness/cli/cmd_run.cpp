@@ -4,6 +4,10 @@
 // not support the batch, or the output cannot be written). --out is checked before the run (not a
 // directory, in an existing directory, not the input; an existing file only with --force). No
 // output file is left on failure, nor a temporary one on SIGINT/SIGTERM (temporary_files.h).
+// Before reading the batch, the sizes are estimated from the file's dataset shapes alone: --dry-run
+// prints them and exits 0, and a peak above the memory available is refused (exit 2, memory.h).
+// Progress of the computation (per block of query tokens, with an ETA) goes to stderr when it is a
+// terminal, or always with --progress; never with --quiet.
 #include <chrono>
 #include <iomanip>
 #include <iostream>
@@ -15,6 +19,8 @@
 #include "hybridtb/error.h"
 #include "hybridtb/step.h"
 #include "checks.h"
+#include "memory.h"
+#include "progress.h"
 #include "summary.h"
 
 namespace hybridtb::cli {
@@ -26,25 +32,73 @@ Command add_run_command(CLI::App& app) {
     std::string out_path;
     bool quiet = false;
     bool force = false;
+    bool progress = false;
+    bool dry_run = false;
+    bool outputs_only = false;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("run", "Run a batch file's step on a backend and write a file with /outputs");
   cmd->add_option("--backend", opt->backend, "Backend name (see `hybridtb backends`)")->capture_default_str();
   cmd->add_option("--batch", opt->batch_path, "Input hybrid-batch HDF5 file")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--out", opt->out_path, "Output HDF5 file (inputs + /outputs); written atomically")->required();
+  cmd->add_option("--out", opt->out_path,
+                  "Output HDF5 file (inputs + /outputs); written atomically; required unless --dry-run");
   cmd->add_flag("--quiet", opt->quiet, "Print nothing on success");
   cmd->add_flag("--force", opt->force, "Overwrite --out if it exists (never the input)");
+  cmd->add_flag("--progress", opt->progress,
+                "Show the progress of the computation on stderr even when it is not a terminal (one line per update)");
+  cmd->add_flag("--outputs-only", opt->outputs_only,
+                "Write /outputs alone, with root attributes naming the batch file (an outputs file: SCHEMA.md §5.7; "
+                "`hybridtb info OUT` reads the pair)");
+  cmd->add_flag("--dry-run", opt->dry_run,
+                "Print the input and output file sizes and the peak host memory, then exit without computing or "
+                "writing");
   return {cmd, [opt] {
             const auto start = std::chrono::steady_clock::now();
             BatchFile file;
             StepOutputs outputs;
             try {
-              check_output_file("--out", opt->out_path, {opt->batch_path}, opt->force);
+              if (opt->out_path.empty() && !opt->dry_run) {
+                std::cerr << "hybridtb run: --out is required (except with --dry-run)\n";
+                return 2;
+              }
+              if (!opt->out_path.empty()) check_output_file("--out", opt->out_path, {opt->batch_path}, opt->force);
               if (const int status = check_backends("run", {opt->backend}); status != 0) return status;
+              const StepEstimate estimate = estimate_step(opt->batch_path);
+              const int64_t output_bytes =
+                  opt->outputs_only ? estimate.outputs_only_bytes : estimate.output_file_bytes;
+              if (opt->dry_run) {
+                if (!estimate.holds_its_data) {
+                  throw Error("its datasets declare " + std::to_string(estimate.input_file_bytes) +
+                              " bytes, more than the file can hold: not a valid batch file (hybridtb info names "
+                              "the dataset)");
+                }
+                const std::optional<int64_t> available = available_memory_bytes();
+                std::cout << "hybridtb run --dry-run: " << opt->batch_path << " on backend '" << opt->backend
+                          << "' (estimates from the dataset shapes; nothing computed or written)\n"
+                          << "input file:   " << estimate.input_file_bytes << " bytes ("
+                          << human_bytes(estimate.input_file_bytes) << ")\n"
+                          << "output file:  " << output_bytes << " bytes (" << human_bytes(output_bytes)
+                          << (opt->outputs_only ? ", /outputs alone" : "") << ", at most)\n"
+                          << "peak memory:  " << estimate.peak_memory_bytes << " bytes ("
+                          << human_bytes(estimate.peak_memory_bytes) << " of host memory, at most)\n"
+                          << "available:    "
+                          << (available ? human_bytes(*available) + " (" + available_memory_source() + ")"
+                                        : std::string("unknown"))
+                          << "\n";
+                return 0;
+              }
+              if (estimate.holds_its_data) {  // otherwise read_batch_file refuses it, naming the dataset
+                check_memory(estimate.peak_memory_bytes,
+                             "reading " + opt->batch_path + " (" + human_bytes(estimate.input_file_bytes) +
+                                 ") and running its step (outputs, KV cache and state pools before and after)");
+              }
               file = read_batch_file(opt->batch_path);
               print_file_warnings("run", opt->batch_path, file);
               auto backend = create_backend(opt->backend, BackendSettings{file.config, file.builder});
-              outputs = run_step(*backend, file);
+              ProgressBar bar(file.batch.num_actual_tokens, !opt->quiet, stderr, opt->progress);
+              StepProgress progress(bar);
+              outputs = run_step(*backend, file, StepOptions{&progress});
+              bar.clear();
             } catch (const NotSupported&) {
               throw;  // a limit of the backend, not of the file: main() reports it, exit 1
             } catch (const Error& e) {
@@ -53,7 +107,11 @@ Command add_run_command(CLI::App& app) {
             }
             const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             file.outputs = std::move(outputs);
-            write_batch_file(opt->out_path, file);
+            if (opt->outputs_only) {
+              write_outputs_file(opt->out_path, file, opt->batch_path);
+            } else {
+              write_batch_file(opt->out_path, file);
+            }
             if (!opt->quiet) {
               std::cout << "hybridtb run: " << opt->batch_path << " on backend '" << opt->backend << "' → "
                         << opt->out_path << "\n";

@@ -72,8 +72,8 @@ std::string first_bit_difference(const StepOutputs& a, const StepOutputs& b) {
   return "";
 }
 
-StepOutputs run_step(Backend& backend, const BatchFile& file) {
-  return run_layer_step(backend, file, backend.build_metadata(file.batch));
+StepOutputs run_step(Backend& backend, const BatchFile& file, const StepOptions& options) {
+  return run_layer_step(backend, file, backend.build_metadata(file.batch), options);
 }
 
 LayerBuffers::LayerBuffers(Backend& backend, const BatchFile& file)
@@ -89,8 +89,10 @@ LayerBuffers::LayerBuffers(Backend& backend, const BatchFile& file)
   if (config_.has_ssm_branch()) ssm_output = poisoned_output(backend, shape);
 }
 
-void LayerBuffers::run(Backend& backend, const HybridMetadata& metadata, const BatchDescription& batch) const {
-  const StepTensors tensors = views();
+void LayerBuffers::run(Backend& backend, const HybridMetadata& metadata, const BatchDescription& batch,
+                       const StepOptions& options) const {
+  StepTensors tensors = views();
+  tensors.progress = options.progress;
   if (config_.is_linear_layer()) {
     backend.linear_attention_forward(metadata, batch, tensors, output);
     return;
@@ -113,9 +115,10 @@ StepOutputs LayerBuffers::download_all(Backend& backend, const HybridMetadata& m
   return out;
 }
 
-StepOutputs run_layer_step(Backend& backend, const BatchFile& file, const HybridMetadata& metadata) {
+StepOutputs run_layer_step(Backend& backend, const BatchFile& file, const HybridMetadata& metadata,
+                           const StepOptions& options) {
   const LayerBuffers buffers(backend, file);
-  buffers.run(backend, metadata, file.batch);
+  buffers.run(backend, metadata, file.batch, options);
   backend.synchronize();
   return buffers.download_all(backend, metadata);
 }

@@ -424,9 +424,32 @@ void paged_attention(const AttentionConfig& config, const BatchDescription& batc
       items.push_back({r, row, std::min(row + kRowTile, requests[r].query_len)});
     }
   }
+  // Progress (tensors.progress): query tokens done, and an ETA weight per item of rows × the keys
+  // a causal row of it may see (a late tile of a long prefill costs more than an early one).
+  std::vector<double> cost(items.size());
+  double total_cost = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Request& request = requests[items[i].request];
+    const int64_t keys =
+        std::clamp<int64_t>(request.context_len + items[i].row_end, 1, std::max<int64_t>(1, request.mask.seq_len));
+    cost[i] = static_cast<double>(items[i].row_end - items[i].row_begin) * static_cast<double>(keys);
+    total_cost += cost[i];
+  }
+  int64_t total_rows = 0;
+  for (const Request& request : requests) total_rows += request.query_len;
+  std::mutex progress_mutex;
+  int64_t done_rows = 0;
+  double done_cost = 0;
+  if (tensors.progress != nullptr) tensors.progress->report("attention", 0, total_rows, 0.0);
   run_parallel(static_cast<int64_t>(items.size()), [&](int64_t i) {
     const WorkItem& item = items[i];
     run_item(layer, kv, requests[item.request], item, tensors, output);
+    if (tensors.progress != nullptr) {
+      const std::lock_guard<std::mutex> lock(progress_mutex);
+      done_rows += item.row_end - item.row_begin;
+      done_cost += cost[i];
+      tensors.progress->report("attention", done_rows, total_rows, total_cost > 0 ? done_cost / total_cost : 1.0);
+    }
   });
 }
 

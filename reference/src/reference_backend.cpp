@@ -109,7 +109,10 @@ class ReferenceBackend final : public Backend {
     if (!settings_.attention.has_ssm_branch()) return;
     HYBRIDTB_CHECK(outputs.ssm_output.shape() == tensors.query.shape(), "the SSM contribution buffer ",
                    outputs.ssm_output.describe(), " must have the query's shape ", tensors.query.describe());
+    // The branch reports its start and its end (a stage of its own after the attention's tokens).
+    if (tensors.progress != nullptr) tensors.progress->report("ssm branch", 0, rows, 0.0);
     ssm_forward(metadata, batch, tensors, outputs.ssm_output);
+    if (tensors.progress != nullptr) tensors.progress->report("ssm branch", rows, rows, 1.0);
     for (int64_t i = 0; i < rows * row_size; ++i) {
       const double sum = load_as_double(outputs.output.data(), outputs.output.dtype(), i) +
                          load_as_double(outputs.ssm_output.data(), outputs.ssm_output.dtype(), i);
@@ -125,7 +128,10 @@ class ReferenceBackend final : public Backend {
                    config.ssm_mode, "): run it with hybrid_forward");
     HYBRIDTB_CHECK(metadata.mamba.has_value(), "layer_kind ", to_string(config.layer_kind),
                    " needs the Mamba metadata (its state slots)");
+    const int64_t rows = batch.num_actual_tokens;
+    if (tensors.progress != nullptr) tensors.progress->report("linear layer", 0, rows, 0.0);
     ssm::linear_attention_forward(config, *metadata.mamba, batch, tensors, output);
+    if (tensors.progress != nullptr) tensors.progress->report("linear layer", rows, rows, 1.0);
   }
 
   // The CUDA-graph lifecycle (backend.h). The reference has no graphs: its run calls stay eager.

@@ -5,11 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <sstream>
 
 #include "examples.h"
 #include "hybridtb/batch_file.h"
+#include "hybridtb/error.h"
+#include "hybridtb/step.h"
 #include "batch_checks.h"
 #include "test_paths.h"
 
@@ -21,6 +26,20 @@ using ::testing::HasSubstr;
 using testing::run_command;
 
 std::string cli() { return HYBRIDTB_CLI; }
+
+// Whether this build runs under AddressSanitizer (harness/scripts/sanitizer-tests.sh), whose memory
+// overhead makes resident-memory bounds meaningless.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
 fs::path example_path(const std::string& name) { return testing::source_dir() / "datasets" / "examples" / name; }
 
 TEST(Cli, HelpOnEverySubcommand) {
@@ -317,6 +336,254 @@ TEST(Cli, AnInterruptedWriteLeavesNoTemporaryFile) {
   for (const auto& entry : fs::directory_iterator(dir)) {
     EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << entry.path();
   }
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Runs `command` with stdout and stderr to files of their own (run_command merges them).
+int run_split(const std::string& command, const fs::path& out, const fs::path& err) {
+  return run_command("(" + command + " >" + out.string() + " 2>" + err.string() + ")");
+}
+
+// The progress lines in `text`, in order: done, total and the stage ("attention", "ssm branch").
+struct ProgressLine {
+  int64_t done = 0;
+  int64_t total = 0;
+  std::string stage;
+};
+std::vector<ProgressLine> progress_lines(const std::string& text) {
+  std::vector<ProgressLine> lines;
+  const std::regex line(R"(\] (\d+)/(\d+) .*  ([a-z ]+) \(query tokens\))");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), line); it != std::sregex_iterator(); ++it) {
+    lines.push_back({std::stoll((*it)[1]), std::stoll((*it)[2]), (*it)[3]});
+  }
+  return lines;
+}
+
+// --progress on multi-request batches: per stage (the attention, then the SSM branch of a hybrid
+// layer), counts of query tokens that never go down and end at the batch's token count, on stderr
+// only; nothing without --progress when stderr is not a terminal, nothing with --quiet.
+TEST(Cli, RunProgressCountsUpToTheTotalOnStderrOnly) {
+  const fs::path dir = testing::scratch_dir();
+  for (const auto& [example, stages] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"mixed_swa_bf16.h5", {"attention"}}, {"hybrid_mamba1_bf16.h5", {"attention", "ssm branch"}}}) {
+    SCOPED_TRACE(example);
+    const fs::path input = example_path(example);
+    const BatchFile batch = read_batch_file(input.string());
+    ASSERT_GT(batch.batch.num_reqs(), 1);
+    const std::string run =
+        cli() + " run --batch " + input.string() + " --out " + (dir / "out.h5").string() + " --force";
+    ASSERT_EQ(run_split(run + " --progress", dir / "stdout", dir / "stderr"), 0);
+    const auto lines = progress_lines(read_text(dir / "stderr"));
+    ASSERT_FALSE(lines.empty()) << read_text(dir / "stderr");
+    std::vector<std::string> seen;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      EXPECT_EQ(lines[i].total, batch.batch.num_actual_tokens) << "line " << i;
+      if (seen.empty() || seen.back() != lines[i].stage) {
+        if (!seen.empty()) {
+          EXPECT_EQ(lines[i - 1].done, lines[i - 1].total) << "stage " << seen.back() << " ended";
+        }
+        seen.push_back(lines[i].stage);
+      } else {
+        EXPECT_GE(lines[i].done, lines[i - 1].done) << "line " << i;
+      }
+    }
+    EXPECT_EQ(seen, stages);
+    EXPECT_EQ(lines.back().done, batch.batch.num_actual_tokens);
+    EXPECT_TRUE(progress_lines(read_text(dir / "stdout")).empty()) << "progress belongs on stderr";
+
+    ASSERT_EQ(run_split(run, "/dev/null", dir / "stderr2"), 0);
+    EXPECT_EQ(read_text(dir / "stderr2"), "") << "stderr is not a terminal and --progress was not given";
+    ASSERT_EQ(run_split(run + " --progress --quiet", "/dev/null", dir / "stderr3"), 0);
+    EXPECT_EQ(read_text(dir / "stderr3"), "") << "--quiet silences the progress";
+  }
+}
+
+TEST(Cli, RecordProgressCountsQueryTokensOnStderr) {
+  const fs::path dir = testing::scratch_dir();
+  const fs::path input = example_path("mixed_swa_bf16.h5");
+  const BatchFile batch = read_batch_file(input.string());
+  ASSERT_EQ(run_split(cli() + " record --progress --out-dir " + dir.string() + " " + input.string(), dir / "stdout",
+                      dir / "stderr"),
+            0);
+  const std::string err = read_text(dir / "stderr");
+  EXPECT_THAT(err, HasSubstr(std::to_string(batch.batch.num_actual_tokens) + "/" +
+                             std::to_string(batch.batch.num_actual_tokens) + " query tokens"));
+  EXPECT_THAT(err, HasSubstr("] 1/1"));  // the file count ends at the number of files
+}
+
+// The number after `label` in --dry-run's output ("input file:   1234 bytes").
+int64_t printed_bytes(const std::string& text, const std::string& label) {
+  const std::regex pattern(label + R"(\s*(\d+) bytes)");
+  std::smatch match;
+  if (!std::regex_search(text, match, pattern)) return -1;
+  return std::stoll(match[1]);
+}
+
+// --dry-run's sizes bound what a real run reads, writes and holds, and it writes nothing.
+TEST(Cli, RunDryRunBoundsTheRealSizesAndWritesNothing) {
+  const fs::path dir = testing::scratch_dir();
+  const fs::path input = dir / "in.h5";
+  std::string out;
+  ASSERT_EQ(run_command(cli() + " gen --quiet --preset llama3-8b --mix d8@2k+c1x64@1k --out " + input.string(), &out),
+            0)
+      << out;
+  const fs::path result = dir / "out.h5";
+  ASSERT_EQ(run_command(cli() + " run --dry-run --batch " + input.string() + " --out " + result.string(), &out), 0)
+      << out;
+  EXPECT_FALSE(fs::exists(result));
+  const int64_t input_bytes = printed_bytes(out, "input file:");
+  const int64_t output_bytes = printed_bytes(out, "output file:");
+  const int64_t peak_bytes = printed_bytes(out, "peak memory:");
+  ASSERT_GT(input_bytes, 0) << out;
+  // The input's tensors are nearly the whole file (HDF5 adds its headers).
+  const auto input_size = static_cast<int64_t>(fs::file_size(input));
+  EXPECT_LE(input_bytes, input_size);
+  EXPECT_GE(input_bytes, input_size * 9 / 10);
+
+  const std::string timed = dir.string() + "/rss";
+  ASSERT_EQ(run_command("/usr/bin/time -f %M -o " + timed + " " + cli() + " run --quiet --batch " + input.string() +
+                            " --out " + result.string(),
+                        &out),
+            0)
+      << out;
+  const auto output_size = static_cast<int64_t>(fs::file_size(result));
+  EXPECT_GE(output_bytes, output_size * 9 / 10) << "estimate vs the file written";
+  EXPECT_LE(output_bytes, output_size * 13 / 10);
+  const int64_t peak_rss = std::stoll(read_text(timed)) * 1024;  // GNU time: maximum RSS in KiB
+  if (!kSanitized) {  // AddressSanitizer's shadow memory and quarantine are not the program's own
+    EXPECT_GE(peak_bytes, peak_rss) << "the peak estimate bounds the run's resident memory";
+    EXPECT_LE(peak_bytes, 3 * peak_rss) << "and not wildly";
+  }
+}
+
+// Under a memory limit, a step that cannot fit is refused before any allocation, naming the size
+// and what needs it (exit 2, nothing written); gen --dry-run of the same mix prints its size.
+TEST(Cli, TooLittleMemoryIsAClearErrorNotBadAlloc) {
+  const fs::path dir = testing::scratch_dir();
+  const fs::path file = dir / "big.h5";
+  std::string out;
+  const std::string limit = "HYBRIDTB_MEMORY_AVAILABLE=" + std::to_string(int64_t{6} << 30) + " ";
+  EXPECT_EQ(run_command(limit + cli() + " gen --preset llama3-8b --mix d64@64k --out " + file.string(), &out), 2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("host memory for generating llama3-8b d64@64k"));
+  EXPECT_THAT(out, HasSubstr("6.0 GiB is available (HYBRIDTB_MEMORY_AVAILABLE)"));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("bad_alloc")));
+  EXPECT_FALSE(fs::exists(file));
+
+  ASSERT_EQ(run_command(limit + cli() + " gen --dry-run --preset llama3-8b --mix d64@64k --out " + file.string(), &out),
+            0)
+      << out;
+  EXPECT_FALSE(fs::exists(file));
+  // 64 requests × 4097 blocks (65537 tokens, 16 a block) × K and V × 16 tokens × 8 heads × 128 × 2 bytes:
+  // 16 GiB of KV cache alone.
+  const std::regex size(R"(file (\d+) bytes)");
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(out, match, size)) << out;
+  EXPECT_GE(std::stoll(match[1]), int64_t{64} * 4097 * 2 * 16 * 8 * 128 * 2);
+
+  const fs::path small = dir / "small.h5";
+  ASSERT_EQ(run_command(cli() + " gen --quiet --preset llama3-8b --mix d4@1k --out " + small.string(), &out), 0) << out;
+  const fs::path result = dir / "out.h5";
+  EXPECT_EQ(run_command("HYBRIDTB_MEMORY_AVAILABLE=1000000 " + cli() + " run --batch " + small.string() + " --out " +
+                            result.string(),
+                        &out),
+            2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("of host memory for reading " + small.string()));
+  EXPECT_FALSE(fs::exists(result));
+  // record refuses the file the same way, and records nothing.
+  fs::create_directories(dir / "recorded");
+  EXPECT_EQ(run_command("HYBRIDTB_MEMORY_AVAILABLE=1000000 " + cli() + " record --out-dir " +
+                            (dir / "recorded").string() + " " + small.string(),
+                        &out),
+            2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("of host memory for reading " + small.string()));
+  EXPECT_TRUE(fs::is_empty(dir / "recorded"));
+}
+
+// --outputs-only writes /outputs alone, with the batch file it belongs to named relative to it:
+// `info` reads the pair (also after both move together), the outputs are bit for bit those of a
+// full run, the file is much smaller, and a changed batch file is refused.
+TEST(Cli, OutputsOnlyFileIsReadWithItsBatchFile) {
+  const fs::path dir = testing::scratch_dir();
+  fs::create_directories(dir / "a");
+  const fs::path input = dir / "a" / "in.h5";
+  std::string out;
+  ASSERT_EQ(run_command(cli() + " gen --quiet --preset hymba-small --mix d8@1k+p1x64 --out " + input.string(), &out), 0)
+      << out;
+  const fs::path full = dir / "full.h5";
+  const fs::path only = dir / "a" / "outputs.h5";
+  ASSERT_EQ(run_command(cli() + " run --quiet --batch " + input.string() + " --out " + full.string(), &out), 0) << out;
+  ASSERT_EQ(run_command(cli() + " run --quiet --outputs-only --batch " + input.string() + " --out " + only.string(),
+                        &out),
+            0)
+      << out;
+  EXPECT_LT(fs::file_size(only) * 10, fs::file_size(full) * 6) << "the inputs are not copied";
+  EXPECT_FALSE(is_outputs_file(full.string()));
+  ASSERT_TRUE(is_outputs_file(only.string()));
+
+  std::string batch_path;
+  const BatchFile pair = read_outputs_file(only.string(), &batch_path);
+  EXPECT_EQ(fs::canonical(batch_path), fs::canonical(input));
+  const BatchFile whole = read_batch_file(full.string());
+  ASSERT_TRUE(pair.outputs.has_value() && whole.outputs.has_value());
+  EXPECT_EQ(first_bit_difference(*pair.outputs, *whole.outputs), "");
+  EXPECT_EQ(pair.outputs->backend, "reference");
+
+  ASSERT_EQ(run_command(cli() + " info " + only.string(), &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("outputs file of " + input.string()));
+  EXPECT_THAT(out, HasSubstr("/outputs: from backend 'reference'"));
+  // An outputs file alone is not a batch file.
+  EXPECT_THROW(read_batch_file(only.string()), Error);
+
+  // The pair moves together: the reference is relative.
+  fs::rename(dir / "a", dir / "b");
+  ASSERT_EQ(run_command(cli() + " info " + (dir / "b" / "outputs.h5").string(), &out), 0) << out;
+
+  // A batch file that changed since is refused, naming the attribute.
+  std::ofstream(dir / "b" / "in.h5", std::ios::app) << "x";
+  EXPECT_EQ(run_command(cli() + " info " + (dir / "b" / "outputs.h5").string(), &out), 2) << out;
+  EXPECT_THAT(out, HasSubstr("outputs_of_bytes"));
+  EXPECT_THAT(out, HasSubstr("the batch file changed"));
+}
+
+// A file that declares far more than it holds (a KV cache of 16 GiB never written) is broken, not
+// large: run names the dataset as the reader does, --dry-run refuses it, and neither blames memory,
+// even with far too little of it.
+TEST(Cli, AFileDeclaringMoreThanItHoldsIsBrokenNotTooLarge) {
+  const std::string python = testing::python_with_h5py();
+  if (python.empty()) GTEST_SKIP() << "no python3 with h5py (install python3-h5py)";
+  const fs::path dir = testing::scratch_dir();
+  const fs::path file = dir / "declares.h5";
+  fs::copy_file(example_path("hybrid_prefix_sum_padded_fp16.h5"), file);  // float16, kv_cache_dtype auto
+  std::string out;
+  ASSERT_EQ(run_command(python + " -c \"import h5py, sys; f = h5py.File(sys.argv[1], 'a'); c = f['inputs/kv_cache']; "
+                                 "shape = (1 << 22,) + c.shape[1:]; del f['inputs/kv_cache']; "
+                                 "f['inputs'].create_dataset('kv_cache', shape=shape, dtype='<f2')"
+                                 ".attrs['dtype_name'] = 'float16'\" " +
+                            file.string(),
+                        &out),
+            0)
+      << out;
+  ASSERT_LT(fs::file_size(file), 1u << 20);
+  const std::string little_memory = "HYBRIDTB_MEMORY_AVAILABLE=1000000 ";
+  EXPECT_EQ(run_command(little_memory + cli() + " run --dry-run --batch " + file.string(), &out), 2) << out;
+  EXPECT_THAT(out, HasSubstr("more than the file can hold"));
+  EXPECT_EQ(run_command(little_memory + cli() + " run --batch " + file.string() + " --out " +
+                            (dir / "out.h5").string(),
+                        &out),
+            2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("/inputs/kv_cache: the file stores 0 of its"));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("host memory")));
+  EXPECT_FALSE(fs::exists(dir / "out.h5"));
 }
 
 }  // namespace

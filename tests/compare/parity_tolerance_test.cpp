@@ -3,7 +3,9 @@
 // the progress bar's line. Run: ctest -L compare.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "hybridtb/error.h"
 #include "hybridtb/tolerance.h"
@@ -136,6 +138,41 @@ TEST(ProgressBar, LineShowsCountsElapsedEtaAndLabel) {
   cli::ProgressBar bar(2, true, stderr);
   bar.update(1, "x");
   bar.clear();
+}
+
+// The ETA of a step's stage: the work fraction, not the token count, and the stage's own time.
+// A quarter of the tokens of a causal prefill hold about a sixteenth of its work.
+TEST(ProgressBar, EtaFollowsTheWorkFractionAndTheStageTime) {
+  // 1/16 of the work in 2 s of the stage (10 s since the start, reading included): 30 s to go.
+  EXPECT_EQ(cli::ProgressBar::format_line(256, 1024, 10.0, "attention", 4, 1.0 / 16, 2.0),
+            "[#...] 256/1024  10.0s  ETA 30.0s  attention");
+  // Without a stage time, the whole elapsed time is extrapolated.
+  EXPECT_EQ(cli::ProgressBar::format_line(256, 1024, 10.0, "", 4, 0.5), "[#...] 256/1024  10.0s  ETA 10.0s");
+}
+
+// A forced bar (--progress) on a stream that is not a terminal writes one line per drawing and
+// always the last count, however fast the updates come.
+TEST(ProgressBar, ForcedBarWritesLinesToAFile) {
+  std::FILE* file = std::tmpfile();
+  ASSERT_NE(file, nullptr);
+  {
+    cli::ProgressBar bar(100, true, file, /*forced=*/true);
+    for (int64_t i = 0; i <= 100; ++i) bar.update(i, "x");
+  }
+  std::rewind(file);
+  std::string text;
+  for (int c = std::fgetc(file); c != EOF; c = std::fgetc(file)) text += static_cast<char>(c);
+  std::fclose(file);
+  EXPECT_EQ(text.find('\r'), std::string::npos);
+  EXPECT_EQ(text.find("] 0/100  "), 25u) << text;                 // the first update, at once, first
+  EXPECT_NE(text.find("] 100/100  "), std::string::npos) << text;  // the last, though throttled
+  EXPECT_LT(std::count(text.begin(), text.end(), '\n'), 10) << "updates within 0.1 s are throttled";
+  // Disabled (--quiet) wins over forced.
+  std::FILE* quiet = std::tmpfile();
+  cli::ProgressBar silent(10, false, quiet, true);
+  silent.update(10, "x");
+  EXPECT_EQ(std::ftell(quiet), 0);
+  std::fclose(quiet);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include "hybridtb/config.h"
 #include "hybridtb/int_array.h"
+#include "hybridtb/progress.h"
 #include "hybridtb/tensor.h"
 
 namespace hybridtb {
@@ -62,6 +63,8 @@ struct StepTensors {
   // A linear-attention layer's inputs (layer_kind gdn/mamba2; hybridtb/linear_layer.h), each
   // [T, width] in config.dtype. Such a layer has no query, key, value or KV cache (empty views).
   std::map<std::string, TensorView> linear_inputs;
+  // Where a backend may report how far a long call got (progress.h); null: nobody is listening.
+  ProgressSink* progress = nullptr;
 };
 
 // Host-owned inputs as read from (or written to) a batch file.

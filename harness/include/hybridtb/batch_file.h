@@ -72,4 +72,15 @@ struct FileEntry {
 // HDF5 can open). Throws Error if HDF5 cannot open the file at all.
 std::vector<FileEntry> list_file_entries(const std::string& path);
 
+// Outputs files (`hybridtb run --outputs-only`, SCHEMA.md §5.7): /outputs alone, with root
+// attributes naming the batch file they belong to (outputs_of, relative to the outputs file's
+// directory, and its size outputs_of_bytes). Not a batch file: read it with read_outputs_file.
+//   write_outputs_file: `file.outputs` of the batch at `batch_path`, atomically like write_batch_file.
+//   read_outputs_file: the batch file it names, read and validated, with `outputs` from this file;
+//     Error if that file is missing or its size changed. `batch_path` (optional) receives its path.
+//   is_outputs_file: whether `path` is an HDF5 file with the outputs_of attribute.
+void write_outputs_file(const std::string& path, const BatchFile& file, const std::string& batch_path);
+BatchFile read_outputs_file(const std::string& path, std::string* batch_path = nullptr);
+bool is_outputs_file(const std::string& path);
+
 }  // namespace hybridtb

@@ -8,6 +8,7 @@
 
 #include "hybridtb/backend.h"
 #include "hybridtb/batch_file.h"
+#include "hybridtb/progress.h"
 
 namespace hybridtb {
 
@@ -26,6 +27,12 @@ Tensor poisoned_output(Backend& backend, const Shape& shape);
 // the scalar scales are copied as they are). run_step and the benchmark suite upload through it.
 BatchInputs upload_inputs(Backend& backend, const BatchInputs& host);
 
+// How run_step runs a step. `progress`, if set, receives the backend's progress reports
+// (StepTensors::progress); it must outlive the call.
+struct StepOptions {
+  ProgressSink* progress = nullptr;
+};
+
 // One layer's step in a backend's memory: its inputs (upload_inputs of the file's) and its output
 // buffers, poisoned, by the layer's kind — output, attn_output and (with an SSM branch) ssm_output
 // [T, Hq, D] for a full-attention layer, output [T, output_width] alone for a linear layer. The
@@ -38,7 +45,8 @@ struct LayerBuffers {
   Backend::HybridOutputs outputs() const { return {output, attn_output, ssm_output}; }
   // The layer's calls of one step, enqueued without waiting: write_kv_cache + hybrid_forward, or
   // linear_attention_forward.
-  void run(Backend& backend, const HybridMetadata& metadata, const BatchDescription& batch) const;
+  void run(Backend& backend, const HybridMetadata& metadata, const BatchDescription& batch,
+           const StepOptions& options = {}) const;
   // Host copies of the outputs, the KV and scale caches and the pools (the caller synchronizes
   // first), carrying `metadata`.
   StepOutputs download_all(Backend& backend, const HybridMetadata& metadata) const;
@@ -58,7 +66,7 @@ std::string first_bit_difference(const StepOutputs& a, const StepOutputs& b);
 // Runs `file`'s step on `backend`: build_metadata, then run_layer_step. The file is not modified
 // (the KV cache and the state pools are copied first). Throws Error / NotSupported if the backend
 // cannot run this configuration.
-StepOutputs run_step(Backend& backend, const BatchFile& file);
+StepOutputs run_step(Backend& backend, const BatchFile& file, const StepOptions& options = {});
 
 // Runs one layer of a step whose metadata is already built (a per-layer model builds it once for
 // all its layers; per_layer.h), by the layer's kind: write_kv_cache + hybrid_forward for a
@@ -66,6 +74,7 @@ StepOutputs run_step(Backend& backend, const BatchFile& file);
 // scale caches), linear_attention_forward for a linear layer (outputs output [T, output_width]
 // alone). Both give the state pools after the step and carry `metadata`. Output buffers start
 // poisoned (kOutputPoison).
-StepOutputs run_layer_step(Backend& backend, const BatchFile& file, const HybridMetadata& metadata);
+StepOutputs run_layer_step(Backend& backend, const BatchFile& file, const HybridMetadata& metadata,
+                           const StepOptions& options = {});
 
 }  // namespace hybridtb

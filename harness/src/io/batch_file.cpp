@@ -1245,4 +1245,100 @@ std::vector<FileEntry> list_file_entries(const std::string& path) {
   });
 }
 
+// --- Outputs files (`hybridtb run --outputs-only`; SCHEMA.md §5.7) ------------------------------
+// Root attributes schema, schema_version, outputs_of (the batch file, relative to the outputs
+// file's directory unless absolute), outputs_of_bytes (its size when written: a cheap guard against
+// pairing outputs with another file), backend; then /outputs exactly as in a batch file. Kept apart
+// from the batch-file reader above: it calls it for the batch and adds only /outputs.
+
+namespace {
+constexpr const char* kOutputsOf = "outputs_of";
+constexpr const char* kOutputsOfBytes = "outputs_of_bytes";
+
+std::string resolve_outputs_of(const std::string& outputs_path, const std::string& reference) {
+  const std::filesystem::path ref(reference);
+  if (ref.is_absolute()) return ref.string();
+  return (std::filesystem::path(outputs_path).parent_path() / ref).lexically_normal().string();
+}
+}  // namespace
+
+bool is_outputs_file(const std::string& path) {
+  const h5::ErrorSilencer silence;
+  try {
+    const h5::File h5file = h5::File::open_read_only(path);
+    return h5file.root().has_attribute(kOutputsOf);
+  } catch (const Error&) {
+    return false;  // not HDF5 at all: read_batch_file reports it
+  }
+}
+
+void write_outputs_file(const std::string& path, const BatchFile& file, const std::string& batch_path) {
+  HYBRIDTB_CHECK(file.outputs.has_value(), "cannot write '", path, "': an outputs file needs /outputs");
+  std::error_code error;
+  const auto batch_bytes_on_disk = std::filesystem::file_size(batch_path, error);
+  HYBRIDTB_CHECK(!error, "cannot write '", path, "': its batch file '", batch_path, "' cannot be read: ",
+                 error.message());
+  // The batch file named relative to the outputs file's directory, so the pair can move together.
+  const std::filesystem::path out_dir = std::filesystem::absolute(path).parent_path();
+  const std::string reference =
+      std::filesystem::absolute(batch_path).lexically_normal().lexically_relative(out_dir.lexically_normal()).string();
+  const h5::ErrorSilencer silence;
+  const std::string temporary = path + ".tmp-" + std::to_string(::getpid());
+  const TemporaryFile removed_if_interrupted(temporary);
+  with_context("cannot write '" + path + "': ", [&] {
+    try {
+      h5::File h5file = h5::File::create(temporary);
+      const Group root = h5file.root();
+      root.write_string_attribute("schema", kSchemaName);
+      root.write_string_attribute("schema_version",
+                                  std::to_string(kSchemaMajor) + "." + std::to_string(kSchemaMinor));
+      root.write_string_attribute(kOutputsOf, reference.empty() ? batch_path : reference);
+      root.write_string_attribute(kOutputsOfBytes, std::to_string(batch_bytes_on_disk));
+      write_outputs(root, "outputs", *file.outputs, file);
+      h5file.close();
+      std::filesystem::rename(temporary, path);
+    } catch (...) {
+      std::error_code ignored;
+      std::filesystem::remove(temporary, ignored);
+      throw;
+    }
+  });
+}
+
+BatchFile read_outputs_file(const std::string& path, std::string* batch_path) {
+  std::string reference, expected_bytes;
+  {
+    const h5::ErrorSilencer silence;
+    const h5::File h5file = h5::File::open_read_only(path);
+    with_context(path + ": ", [&] {
+      const Group root = h5file.root();
+      HYBRIDTB_CHECK(root.has_attribute(kOutputsOf), "root attribute ", kOutputsOf,
+                     " is missing: not an outputs file (run --outputs-only writes one)");
+      reference = root.read_string_attribute(kOutputsOf);
+      if (root.has_attribute(kOutputsOfBytes)) expected_bytes = root.read_string_attribute(kOutputsOfBytes);
+    });
+  }
+  const std::string input = resolve_outputs_of(path, reference);
+  if (batch_path != nullptr) *batch_path = input;
+  std::error_code error;
+  const auto bytes = std::filesystem::file_size(input, error);
+  HYBRIDTB_CHECK(!error, path, ": root attribute ", kOutputsOf, " names '", reference, "' (", input,
+                 "), which cannot be read: ", error.message());
+  HYBRIDTB_CHECK(expected_bytes.empty() || expected_bytes == std::to_string(bytes), path, ": root attribute ",
+                 kOutputsOfBytes, " is ", expected_bytes, " but ", input, " has ", bytes,
+                 " bytes: the batch file changed since these outputs were written");
+  BatchFile file = read_batch_file(input);
+  const h5::ErrorSilencer silence;
+  const h5::File h5file = h5::File::open_read_only(path);
+  with_context(path + ": ", [&] {
+    const Group root = h5file.root();
+    const std::string schema = root.read_string_attribute("schema");
+    HYBRIDTB_CHECK(schema == kSchemaName, "root attribute schema is '", schema, "', expected '", kSchemaName, "'");
+    const std::optional<Group> g = find_group(root, "outputs");
+    HYBRIDTB_CHECK(g.has_value(), "missing group /outputs (an outputs file holds /outputs alone)");
+    file.outputs = read_outputs(*g, root, file);
+  });
+  return file;
+}
+
 }  // namespace hybridtb
