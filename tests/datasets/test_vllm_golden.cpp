@@ -78,7 +78,8 @@ TEST(VllmGolden, ManifestAndFilesAgree) {
 }
 
 TEST(VllmGolden, NullBlockHoldsZeros) {
-  for (const auto& e : manifest()["datasets"]) {
+  const nlohmann::json m = manifest();  // held: a range-for over manifest()["datasets"] would outlive it
+  for (const auto& e : m["datasets"]) {
     SCOPED_TRACE(e.at("name").get<std::string>());
     const BatchFile f = read_batch_file((golden_dir() / e.at("file").get<std::string>()).string());
     for (const Tensor* t : {&f.inputs.kv_cache, &f.inputs.k_scale_cache, &f.inputs.v_scale_cache}) {
