@@ -22,6 +22,7 @@
 #include "hybridtb/shell.h"
 #include "hybridtb/synthetic.h"
 #include "memory.h"
+#include "progress.h"
 
 namespace hybridtb::cli {
 
@@ -328,8 +329,13 @@ Command add_gen_command(CLI::App& app) {
                 if (!gen.shuffle_blocks) command += " --no-shuffle";
                 if (!opt->mm_prefix.empty()) command += " --mm-prefix " + shell_word(opt->mm_prefix);
                 command += " --out " + shell_word(path);
+                // One bar per file: generating the KV cache (blocks), writing it, reading it back (MiB).
+                ProgressBar bar(0, !opt->quiet, stderr);
+                StepProgress fill_progress(bar, "", "blocks");
+                StepProgress transfer_progress(bar, "", "MiB");
                 GenOptions file_options = gen;
                 file_options.provenance = {{"preset", preset_names[p]}, {"generator_command", command}};
+                file_options.progress = &fill_progress;
 
                 const auto start = std::chrono::steady_clock::now();
                 {
@@ -338,13 +344,16 @@ Command add_gen_command(CLI::App& app) {
                     file.batch.mm_prefix_range = parse_mm_prefix(opt->mm_prefix, file.batch.num_reqs());
                   }
                   try {
-                    write_batch_file(path, file);
+                    write_batch_file(path, file, FileProgress{&transfer_progress});
                   } catch (const Error& e) {
+                    bar.clear();
                     std::cerr << "hybridtb gen: error: " << e.what() << "\n";
                     return 1;
                   }
                 }  // freed before the check
-                const BatchFile check = read_batch_file(path);  // the reader validates what we wrote
+                // The reader validates what was written.
+                const BatchFile check = read_batch_file(path, FileProgress{&transfer_progress});
+                bar.clear();
                 const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
                 if (!opt->quiet) {
                   const BatchDescription& b = check.batch;

@@ -12,6 +12,7 @@
 #include "hybridtb/error.h"
 #include "hybridtb/reference/linear_layer.h"
 #include "hybridtb/reference/ssm_mode.h"
+#include "progress.h"
 #include "summary.h"
 
 namespace hybridtb::cli {
@@ -39,7 +40,12 @@ int describe(const std::string& path) {
   try {
     std::string batch_path;
     const bool outputs_file = is_outputs_file(path);
-    const BatchFile file = outputs_file ? read_outputs_file(path, &batch_path) : read_batch_file(path);
+    std::cout.flush();  // the listing before the progress of the read (stderr)
+    ProgressBar bar(0, true, stderr);
+    StepProgress read_progress(bar, "", "MiB");
+    const BatchFile file =
+        outputs_file ? read_outputs_file(path, &batch_path) : read_batch_file(path, FileProgress{&read_progress});
+    bar.clear();
     if (outputs_file) std::cout << "outputs file of " << batch_path << " (its /outputs alone)\n";
     print_file_warnings("info", path, file);
     const StepTensors views = file.inputs.views();

@@ -25,22 +25,22 @@ namespace hybridtb::cli {
 
 namespace {
 
-// The step's progress inside the multi-file bar: the bar counts files, the label carries the
-// file name and how many of its query tokens are done.
+// Progress inside the multi-file bar: the bar counts files, the label carries how far the current
+// file got ("step.h5  attention 1536/4672 query tokens", "reading step.h5 310/1100 MiB").
 class FileStepProgress final : public ProgressSink {
  public:
-  FileStepProgress(ProgressBar& bar, int64_t file_index, std::string path)
-      : bar_(bar), file_index_(file_index), path_(std::move(path)) {}
+  FileStepProgress(ProgressBar& bar, int64_t file_index, std::string prefix, std::string unit)
+      : bar_(bar), file_index_(file_index), prefix_(std::move(prefix)), unit_(std::move(unit)) {}
   void report(const std::string& stage, int64_t done, int64_t total, double /*work_fraction*/) override {
-    bar_.update(file_index_,
-                path_ + "  " + stage + " " + std::to_string(done) + "/" + std::to_string(total) + " query tokens",
+    bar_.update(file_index_, prefix_ + stage + " " + std::to_string(done) + "/" + std::to_string(total) + " " + unit_,
                 -1, done == total);
   }
 
  private:
   ProgressBar& bar_;
   int64_t file_index_;
-  std::string path_;
+  std::string prefix_;
+  std::string unit_;
 };
 
 }  // namespace
@@ -82,14 +82,18 @@ Command add_record_command(CLI::App& app) {
                                "reading " + path + " and running its step (outputs, KV cache and state pools before "
                                "and after)");
                 }
-                BatchFile file = read_batch_file(path);
+                FileStepProgress transfer_progress(progress, static_cast<int64_t>(i), "", "MiB");
+                BatchFile file = read_batch_file(path, FileProgress{&transfer_progress});
+                progress.clear();
                 print_file_warnings("record", path, file);
+                progress.update(static_cast<int64_t>(i), path + "  preparing the step (metadata, inputs on the backend)",
+                                -1, true);
                 auto backend = create_backend(opt->backend, BackendSettings{file.config, file.builder});
-                FileStepProgress step_progress(progress, static_cast<int64_t>(i), path);
+                FileStepProgress step_progress(progress, static_cast<int64_t>(i), path + "  ", "query tokens");
                 StepOutputs expected = run_step(*backend, file, StepOptions{&step_progress});
                 expected.backend = opt->backend;
                 file.expected = std::move(expected);
-                write_batch_file(target, file);
+                write_batch_file(target, file, FileProgress{&transfer_progress});
                 progress.clear();
                 if (!opt->quiet) std::cout << "recorded " << target << " (backend " << opt->backend << ")\n";
               } catch (const Error& e) {

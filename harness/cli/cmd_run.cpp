@@ -56,6 +56,9 @@ Command add_run_command(CLI::App& app) {
             const auto start = std::chrono::steady_clock::now();
             BatchFile file;
             StepOutputs outputs;
+            // One bar for the whole command: reading the file (MiB), the step (query tokens), writing.
+            ProgressBar bar(0, !opt->quiet, stderr, opt->progress);
+            StepProgress transfer_progress(bar, "", "MiB");
             try {
               if (opt->out_path.empty() && !opt->dry_run) {
                 std::cerr << "hybridtb run: --out is required (except with --dry-run)\n";
@@ -92,26 +95,31 @@ Command add_run_command(CLI::App& app) {
                              "reading " + opt->batch_path + " (" + human_bytes(estimate.input_file_bytes) +
                                  ") and running its step (outputs, KV cache and state pools before and after)");
               }
-              file = read_batch_file(opt->batch_path);
+              file = read_batch_file(opt->batch_path, FileProgress{&transfer_progress});
+              bar.clear();
               print_file_warnings("run", opt->batch_path, file);
+              // Until the backend reports its first stage: building the metadata, the inputs to the backend.
+              bar.set_total(1);
+              bar.update(0, "preparing the step (metadata, inputs on the backend)", -1, true);
               auto backend = create_backend(opt->backend, BackendSettings{file.config, file.builder});
-              ProgressBar bar(file.batch.num_actual_tokens, !opt->quiet, stderr, opt->progress);
               StepProgress progress(bar);
               outputs = run_step(*backend, file, StepOptions{&progress});
-              bar.clear();
             } catch (const NotSupported&) {
+              bar.clear();
               throw;  // a limit of the backend, not of the file: main() reports it, exit 1
             } catch (const Error& e) {
+              bar.clear();
               std::cerr << "hybridtb run: " << opt->batch_path << ": error: " << e.what() << "\n";
               return 2;
             }
             const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             file.outputs = std::move(outputs);
             if (opt->outputs_only) {
-              write_outputs_file(opt->out_path, file, opt->batch_path);
+              write_outputs_file(opt->out_path, file, opt->batch_path, FileProgress{&transfer_progress});
             } else {
-              write_batch_file(opt->out_path, file);
+              write_batch_file(opt->out_path, file, FileProgress{&transfer_progress});
             }
+            bar.clear();
             if (!opt->quiet) {
               std::cout << "hybridtb run: " << opt->batch_path << " on backend '" << opt->backend << "' → "
                         << opt->out_path << "\n";

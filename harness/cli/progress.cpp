@@ -13,6 +13,7 @@ namespace hybridtb::cli {
 namespace {
 constexpr double kShowAfterSeconds = 1.0;
 constexpr double kRedrawIntervalSeconds = 0.1;
+constexpr double kTickSeconds = 1.0;  // the ticker's redraw of an unchanged state
 }  // namespace
 
 ProgressBar::ProgressBar(int64_t total, bool enabled, std::FILE* stream, bool forced)
@@ -23,9 +24,41 @@ ProgressBar::ProgressBar(int64_t total, bool enabled, std::FILE* stream, bool fo
       stream_(stream),
       start_(std::chrono::steady_clock::now()),
       last_draw_(start_),
-      stage_start_(start_) {}
+      stage_start_(start_) {
+  if (active_ && terminal_) ticker_ = std::thread([this] { tick(); });
+}
 
-ProgressBar::~ProgressBar() { clear(); }
+ProgressBar::~ProgressBar() {
+  if (ticker_.joinable()) {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    ticker_.join();
+  }
+  clear();
+}
+
+void ProgressBar::set_total(int64_t total) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  total_ = total;
+}
+
+void ProgressBar::start_stage() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  stage_start_ = std::chrono::steady_clock::now();
+}
+
+void ProgressBar::tick() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!wake_.wait_for(lock, std::chrono::milliseconds(250), [this] { return stopping_; })) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!has_state_ || std::chrono::duration<double>(now - start_).count() < kShowAfterSeconds) continue;
+    if (drawn_ && std::chrono::duration<double>(now - last_draw_).count() < kTickSeconds) continue;
+    draw_locked(now);
+  }
+}
 
 std::string ProgressBar::format_line(int64_t done, int64_t total, double elapsed_s, const std::string& label,
                                      int width, double work_fraction, double eta_elapsed_s) {
@@ -44,15 +77,25 @@ std::string ProgressBar::format_line(int64_t done, int64_t total, double elapsed
 
 void ProgressBar::update(int64_t done, const std::string& label, double work_fraction, bool stage_end) {
   if (!active_) return;
+  const std::lock_guard<std::mutex> lock(mutex_);
+  has_state_ = true;
+  last_done_ = done;
+  last_label_ = label;
+  last_work_fraction_ = work_fraction;
   const auto now = std::chrono::steady_clock::now();
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   if (!forced_ && elapsed < kShowAfterSeconds) return;
   // Throttled, except for stage boundaries (and, on a forced bar, the end of a count).
   const bool last = stage_end || (forced_ && done == total_);
   if (drawn_ && !last && std::chrono::duration<double>(now - last_draw_).count() < kRedrawIntervalSeconds) return;
+  draw_locked(now);
+}
+
+void ProgressBar::draw_locked(std::chrono::steady_clock::time_point now) {
   last_draw_ = now;
   drawn_ = true;
-  const std::string line = format_line(done, total_, elapsed, label, 24, work_fraction,
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  const std::string line = format_line(last_done_, total_, elapsed, last_label_, 24, last_work_fraction_,
                                        std::chrono::duration<double>(now - stage_start_).count());
   if (terminal_) {
     std::fprintf(stream_, "\r\033[K%s", line.c_str());
@@ -63,6 +106,8 @@ void ProgressBar::update(int64_t done, const std::string& label, double work_fra
 }
 
 void ProgressBar::clear() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  has_state_ = false;
   if (!active_ || !drawn_ || !terminal_) return;
   std::fprintf(stream_, "\r\033[K");
   std::fflush(stream_);

@@ -384,6 +384,7 @@ BatchFile generate_batch(const Layer& layer, const Mix& mix, const GenOptions& o
   SyntheticOptions synthetic{.seed = options.seed, .shuffle_blocks = options.shuffle_blocks};
   synthetic.compact = true;
   synthetic.fast_fill = true;
+  synthetic.progress = options.progress;
   synthetic.shared_prefix_tokens = options.prefix_hit_tokens;
   synthetic.alias_blocks = options.alias_blocks;
   // auto: when the layer keeps state; on: also for a plain attention layer, so that it carries the

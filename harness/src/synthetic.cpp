@@ -2,6 +2,7 @@
 #include "hybridtb/synthetic.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -143,6 +144,9 @@ void fill_kv_cache(std::mt19937_64& rng, const AttentionConfig& config, const Sy
   const KvRowWriter writer(config, options, in);
   if (options.fast_fill) {
     const uint64_t key = stream_key(options.seed, Stream::kKvCache);
+    const std::string stage = "generating the KV cache";
+    std::atomic<int64_t> blocks_done{0};
+    if (options.progress != nullptr) options.progress->report(stage, 0, num_blocks, 0.0);
     parallel_for(num_blocks, [&](int64_t begin, int64_t end) {
       std::vector<double> x(static_cast<size_t>(D));
       for (int64_t block = begin; block < end; ++block) {
@@ -155,8 +159,15 @@ void fill_kv_cache(std::mt19937_64& rng, const AttentionConfig& config, const Sy
             }
           }
         }
+        // The sink hears from the thread of the first range only (one caller at a time), the count
+        // of all threads; the final count comes after the join.
+        const int64_t done = blocks_done.fetch_add(1, std::memory_order_relaxed) + 1;
+        if (options.progress != nullptr && begin == 0 && done < num_blocks) {
+          options.progress->report(stage, done, num_blocks, static_cast<double>(done) / static_cast<double>(num_blocks));
+        }
       }
     });
+    if (options.progress != nullptr) options.progress->report(stage, num_blocks, num_blocks, 1.0);
     return;
   }
   std::normal_distribution<double> normal(0.0, 1.0);

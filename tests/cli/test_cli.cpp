@@ -409,6 +409,35 @@ TEST(Cli, RunProgressCountsUpToTheTotalOnStderrOnly) {
   }
 }
 
+// --progress also covers the file on either side of the step: reading the batch first, writing
+// OUT last, each in MiB from 0 to done == total.
+TEST(Cli, RunProgressShowsReadingTheBatchAndWritingTheOutput) {
+  const fs::path dir = testing::scratch_dir();
+  const fs::path input = example_path("mixed_swa_bf16.h5");
+  const fs::path out = dir / "out.h5";
+  ASSERT_EQ(run_split(cli() + " run --progress --batch " + input.string() + " --out " + out.string(), dir / "stdout",
+                      dir / "stderr"),
+            0);
+  const std::string err = read_text(dir / "stderr");
+  const std::regex line(R"(\] (\d+)/(\d+) .*  (reading|writing) (\S+) \(MiB\))");
+  std::vector<std::smatch> lines;
+  for (auto it = std::sregex_iterator(err.begin(), err.end(), line); it != std::sregex_iterator(); ++it) {
+    lines.push_back(*it);
+  }
+  ASSERT_GE(lines.size(), 4u) << err;
+  EXPECT_EQ(lines.front()[3], "reading");
+  EXPECT_EQ(lines.front()[4], input.string());
+  EXPECT_EQ(lines.front()[1], "0");
+  EXPECT_EQ(lines.back()[3], "writing");
+  EXPECT_EQ(lines.back()[4], out.string());
+  EXPECT_EQ(lines.back()[1], lines.back()[2]);
+  for (size_t i = 1; i < lines.size(); ++i) {
+    if (lines[i][3] != lines[i - 1][3]) {
+      EXPECT_EQ(lines[i - 1][1], lines[i - 1][2]) << "the read ended before the write began";
+    }
+  }
+}
+
 TEST(Cli, RecordProgressCountsQueryTokensOnStderr) {
   const fs::path dir = testing::scratch_dir();
   const fs::path input = example_path("mixed_swa_bf16.h5");

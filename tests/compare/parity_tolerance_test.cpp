@@ -3,9 +3,18 @@
 // the progress bar's line. Run: ctest -L compare.
 #include <gtest/gtest.h>
 
+#include <poll.h>
+#include <pty.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
 
 #include "hybridtb/error.h"
 #include "hybridtb/tolerance.h"
@@ -148,6 +157,38 @@ TEST(ProgressBar, EtaFollowsTheWorkFractionAndTheStageTime) {
             "[#...] 256/1024  10.0s  ETA 30.0s  attention");
   // Without a stage time, the whole elapsed time is extrapolated.
   EXPECT_EQ(cli::ProgressBar::format_line(256, 1024, 10.0, "", 4, 0.5), "[#...] 256/1024  10.0s  ETA 10.0s");
+}
+
+// On a terminal the last state is redrawn about once a second while no update comes, so the
+// elapsed time keeps moving through a long stretch of work without a count; an update made in the
+// first second (not drawn then) is drawn by the ticker once the second has passed.
+TEST(ProgressBar, TerminalBarTicksThroughAStretchWithoutUpdates) {
+  int master = -1;
+  int slave = -1;
+  ASSERT_EQ(openpty(&master, &slave, nullptr, nullptr, nullptr), 0);
+  std::FILE* terminal = fdopen(slave, "w");
+  ASSERT_NE(terminal, nullptr);
+  {
+    cli::ProgressBar bar(10, true, terminal);
+    bar.update(3, "ssm branch");
+    std::this_thread::sleep_for(std::chrono::milliseconds(3400));
+  }
+  std::fclose(terminal);
+  std::string text;
+  char buffer[4096];
+  for (pollfd ready{master, POLLIN, 0}; poll(&ready, 1, 100) > 0 && (ready.revents & POLLIN) != 0;) {
+    const ssize_t n = read(master, buffer, sizeof buffer);
+    if (n <= 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  close(master);
+  std::set<std::string> elapsed;
+  const std::regex drawing(R"(\] 3/10  ([0-9.]+)s  ETA [0-9.]+s  ssm branch)");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), drawing); it != std::sregex_iterator(); ++it) {
+    elapsed.insert((*it)[1]);
+  }
+  EXPECT_GE(elapsed.size(), 2u) << text;
+  EXPECT_LE(elapsed.size(), 4u) << "about once a second: " << text;
 }
 
 // A forced bar (--progress) on a stream that is not a terminal writes one line per drawing and

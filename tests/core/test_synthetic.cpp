@@ -3,6 +3,9 @@
 
 #include <cmath>
 #include <set>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "hybridtb/synthetic.h"
 
@@ -133,6 +136,33 @@ TEST(Synthetic, FastFillIsSeededNonZeroAndRoughlyStandardNormal) {
   const double n = static_cast<double>(q.numel());
   EXPECT_NEAR(sum / n, 0.0, 0.05);
   EXPECT_NEAR(sum_sq / n, 1.0, 0.05);
+}
+
+// The fast fill reports its KV-cache blocks to a progress sink: one stage, counts that never go
+// down, the last equal to the cache's blocks. Listening changes nothing in what is generated.
+TEST(Synthetic, FastFillReportsItsBlocksAndIsUnchangedByListening) {
+  struct RecordingSink final : ProgressSink {
+    std::vector<std::tuple<std::string, int64_t, int64_t>> calls;
+    void report(const std::string& stage, int64_t done, int64_t total, double) override {
+      calls.emplace_back(stage, done, total);
+    }
+  } sink;
+  const std::vector<RequestSpec> requests{{3000, 1}, {0, 700}, {1200, 40}};
+  const BatchFile quiet = make_synthetic_batch(windowed_config(), {}, requests, {.seed = 3, .fast_fill = true});
+  const BatchFile heard =
+      make_synthetic_batch(windowed_config(), {}, requests, {.seed = 3, .fast_fill = true, .progress = &sink});
+  EXPECT_TRUE(bitwise_equal(quiet.inputs.kv_cache, heard.inputs.kv_cache));
+  const int64_t blocks = heard.inputs.kv_cache.size(0);
+  ASSERT_GE(sink.calls.size(), 2u);
+  int64_t previous = -1;
+  for (const auto& [stage, done, total] : sink.calls) {
+    EXPECT_EQ(stage, "generating the KV cache");
+    EXPECT_EQ(total, blocks);
+    EXPECT_GE(done, previous);
+    previous = done;
+  }
+  EXPECT_EQ(std::get<1>(sink.calls.front()), 0);
+  EXPECT_EQ(std::get<1>(sink.calls.back()), blocks);
 }
 
 TEST(Synthetic, CompactPagingDrawsNoBlockForNulledEntries) {

@@ -6,9 +6,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "hybridtb/batch_file.h"
 #include "hybridtb/synthetic.h"
@@ -206,6 +211,61 @@ TEST(BatchFileRoundTrip, SyntheticBatches) {
     const BatchFile file = make_synthetic_batch(config, full_builder(), requests, options);
     expect_same_batch_file(file, round_trip(file));
   }
+}
+
+// A progress sink's view of one transfer: (stage, done, total) per call.
+struct RecordingSink final : ProgressSink {
+  std::vector<std::tuple<std::string, int64_t, int64_t>> calls;
+  void report(const std::string& stage, int64_t done, int64_t total, double) override {
+    calls.emplace_back(stage, done, total);
+  }
+};
+
+// One stage named `stage`, MiB counts from 0 that never go down to done == total, and at least
+// `min_intermediate` distinct counts in between (a sliced transfer reports along the way).
+void expect_one_transfer(const RecordingSink& sink, const std::string& stage, int64_t min_total_mib,
+                         size_t min_intermediate) {
+  ASSERT_FALSE(sink.calls.empty());
+  std::set<int64_t> intermediate;
+  int64_t previous = -1;
+  const int64_t total = std::get<2>(sink.calls.front());
+  EXPECT_GE(total, min_total_mib);
+  for (const auto& [name, done, call_total] : sink.calls) {
+    EXPECT_EQ(name, stage);
+    EXPECT_EQ(call_total, total);
+    EXPECT_GE(done, previous);
+    previous = done;
+    if (done > 0 && done < total) intermediate.insert(done);
+  }
+  EXPECT_EQ(std::get<1>(sink.calls.front()), 0);
+  EXPECT_EQ(std::get<1>(sink.calls.back()), total);
+  EXPECT_GE(intermediate.size(), min_intermediate);
+}
+
+// With a progress sink, tensors above 64 MiB move in slices of rows; the file is byte for byte
+// the one written in one piece, and the slices read back are the tensors written.
+TEST(BatchFileRoundTrip, SlicedTransfersWithProgressGiveTheSameBytes) {
+  BatchFile file = small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kAuto));
+  const Shape shape = file.inputs.kv_cache.shape();  // [NB, 2, BS, Hkv, D]
+  const int64_t block_bytes = shape[1] * shape[2] * shape[3] * shape[4] * 2;
+  Shape big_shape = shape;
+  big_shape[0] = std::max<int64_t>(shape[0], (int64_t{150} << 20) / block_bytes);
+  Tensor big = Tensor::host(DType::kBFloat16, big_shape);
+  auto* bits = big.data_as<uint16_t>();
+  for (int64_t i = 0; i < big.numel(); ++i) bits[i] = static_cast<uint16_t>(0x3c00 + (i * 2654435761u) % 0x0400);
+  file.inputs.kv_cache = std::move(big);
+
+  const std::filesystem::path dir = scratch_dir();
+  write_batch_file((dir / "whole.h5").string(), file);
+  RecordingSink writing;
+  const std::string sliced = (dir / "sliced.h5").string();
+  write_batch_file(sliced, file, FileProgress{&writing});
+  EXPECT_EQ(file_bytes(dir / "whole.h5"), file_bytes(sliced));
+  expect_one_transfer(writing, "writing " + sliced, 150, 2);
+
+  RecordingSink reading;
+  expect_same_batch_file(file, read_batch_file(sliced, FileProgress{&reading}));
+  expect_one_transfer(reading, "reading " + sliced, 150, 2);
 }
 
 // Object timestamps are off, so writing what was read gives the same bytes.

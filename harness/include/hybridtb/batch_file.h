@@ -10,6 +10,7 @@
 #include "hybridtb/batch.h"
 #include "hybridtb/config.h"
 #include "hybridtb/metadata.h"
+#include "hybridtb/progress.h"
 #include "hybridtb/tensor.h"
 
 namespace hybridtb {
@@ -53,13 +54,21 @@ struct BatchFile {
   std::vector<std::string> warnings;
 };
 
+// How far a read or write of a file's tensor data got, for a caller's progress bar: `sink` gets one
+// stage ("reading PATH" or "writing PATH"), done/total in MiB, the last call with done == total.
+// Large tensors move in slices of 64 MiB so that a long transfer reports along the way. A read
+// counts against the file's size, a write against the bytes of the tensors it writes.
+struct FileProgress {
+  ProgressSink* sink = nullptr;
+};
+
 // Reads and validates a batch file. Throws Error naming the dataset/attribute and the constraint
 // (missing item, wrong dtype or shape, schema other than 1.x, unreadable or truncated file).
-BatchFile read_batch_file(const std::string& path);
+BatchFile read_batch_file(const std::string& path, const FileProgress& progress = {});
 
 // Writes `file` to a temporary name next to `path` and renames it on success; on any failure the
 // temporary is removed and no file appears at `path`.
-void write_batch_file(const std::string& path, const BatchFile& file);
+void write_batch_file(const std::string& path, const BatchFile& file, const FileProgress& progress = {});
 
 // One HDF5 object, for `hybridtb info`.
 struct FileEntry {
@@ -79,7 +88,8 @@ std::vector<FileEntry> list_file_entries(const std::string& path);
 //   read_outputs_file: the batch file it names, read and validated, with `outputs` from this file;
 //     Error if that file is missing or its size changed. `batch_path` (optional) receives its path.
 //   is_outputs_file: whether `path` is an HDF5 file with the outputs_of attribute.
-void write_outputs_file(const std::string& path, const BatchFile& file, const std::string& batch_path);
+void write_outputs_file(const std::string& path, const BatchFile& file, const std::string& batch_path,
+                        const FileProgress& progress = {});
 BatchFile read_outputs_file(const std::string& path, std::string* batch_path = nullptr);
 bool is_outputs_file(const std::string& path);
 

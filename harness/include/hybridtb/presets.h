@@ -14,6 +14,7 @@
 #include "hybridtb/batch_file.h"
 #include "hybridtb/config.h"
 #include "hybridtb/mix.h"
+#include "hybridtb/progress.h"
 
 namespace hybridtb {
 
@@ -65,6 +66,7 @@ struct GenOptions {
   // linear-attention layer). true also gives a plain attention layer the table of its model's step.
   std::optional<bool> ssm_slots;
   std::map<std::string, std::string> provenance;  // extra root attributes (preset, mix, command line)
+  ProgressSink* progress = nullptr;  // how far the generation got (SyntheticOptions::progress)
 };
 
 // One batch of `mix` on `layer`: requests in vLLM's order, compact shuffled paging with the null

@@ -25,6 +25,7 @@
 
 #include "hybridtb/batch_file.h"
 #include "hybridtb/config.h"
+#include "hybridtb/progress.h"
 
 namespace hybridtb {
 
@@ -66,6 +67,9 @@ struct SyntheticOptions {
   // filled on several threads. Deterministic and independent of the thread count, and an order
   // of magnitude faster than std::normal_distribution for large caches.
   bool fast_fill = false;
+  // Where the fill of the KV cache reports how many blocks are done (stage "generating the KV
+  // cache"); the fast fill reports from one of its threads. Not part of what is generated.
+  ProgressSink* progress = nullptr;
   // Prefix-cache hits: requests whose context_len >= shared_prefix_tokens use the SAME physical
   // blocks for their first shared_prefix_tokens / block_size blocks (full blocks only, never
   // written this step), so the block tables alias. In mamba_cache_mode all the SSM table rows

@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,8 @@
 #include <limits>
 #include <map>
 #include <new>
+#include <string>
+#include <utility>
 
 #include "hybridtb/engine_rules.h"
 #include "hybridtb/error.h"
@@ -26,6 +29,94 @@
 namespace hybridtb {
 
 namespace {
+
+// --- progress of a file transfer ---------------------------------------------------------------
+
+// The read or write of one file in progress on this thread (read_batch_file and the writers set
+// it for their duration), reported in MiB to a FileProgress sink. read_tensor_data and
+// write_tensor report to it and move tensors above kSliceBytes in slices of rows.
+class Transfer {
+ public:
+  static constexpr int64_t kSliceBytes = int64_t{64} << 20;
+
+  Transfer(const FileProgress& progress, std::string stage, int64_t total_bytes)
+      : sink_(progress.sink), stage_(std::move(stage)), total_mib_(mib(total_bytes)), previous_(active_) {
+    active_ = this;
+    if (sink_ != nullptr) sink_->report(stage_, 0, total_mib_, 0.0);
+  }
+  ~Transfer() { active_ = previous_; }
+  Transfer(const Transfer&) = delete;
+  Transfer& operator=(const Transfer&) = delete;
+
+  static Transfer* active() { return active_; }
+  bool reporting() const { return sink_ != nullptr; }
+
+  void moved(int64_t bytes) {
+    done_bytes_ += bytes;
+    if (sink_ == nullptr) return;
+    // The total is an estimate: never report the end before finish().
+    const int64_t done = std::min(mib(done_bytes_), std::max<int64_t>(total_mib_ - 1, 0));
+    if (done > reported_) {
+      reported_ = done;
+      sink_->report(stage_, done, total_mib_, static_cast<double>(done) / static_cast<double>(total_mib_));
+    }
+  }
+  void finish() {
+    if (sink_ != nullptr) sink_->report(stage_, total_mib_, total_mib_, 1.0);
+  }
+
+ private:
+  static int64_t mib(int64_t bytes) { return std::max<int64_t>((bytes + (int64_t{1} << 20) - 1) >> 20, 1); }
+
+  ProgressSink* sink_;
+  std::string stage_;
+  int64_t total_mib_;
+  int64_t done_bytes_ = 0;
+  int64_t reported_ = 0;
+  Transfer* previous_;
+  static thread_local Transfer* active_;
+};
+
+thread_local Transfer* Transfer::active_ = nullptr;
+
+// Rows of dimension 0 per slice of a `row_bytes`-wide dataset; 0: move it whole.
+int64_t rows_per_slice(const Shape& shape, int64_t total_bytes) {
+  const Transfer* transfer = Transfer::active();
+  if (transfer == nullptr || !transfer->reporting() || shape.empty() || shape[0] < 2 ||
+      total_bytes <= Transfer::kSliceBytes) {
+    return 0;
+  }
+  const int64_t row_bytes = total_bytes / shape[0];
+  return std::max<int64_t>(Transfer::kSliceBytes / std::max<int64_t>(row_bytes, 1), 1);
+}
+
+void report_moved(int64_t bytes) {
+  if (Transfer* transfer = Transfer::active()) transfer->moved(bytes);
+}
+
+int64_t tensor_data_bytes(const StepOutputs& out) {
+  int64_t bytes = out.output.nbytes() + out.attn_output.nbytes() + out.kv_cache.nbytes() + out.k_scale_cache.nbytes() +
+                  out.v_scale_cache.nbytes() + out.ssm_output.nbytes();
+  for (const auto& [name, pool] : out.ssm_state) bytes += pool.nbytes();
+  return bytes;
+}
+
+// The bytes of tensor data a writer moves: the progress total of a write.
+int64_t tensor_data_bytes(const BatchFile& file, bool with_inputs) {
+  int64_t bytes = 0;
+  if (with_inputs) {
+    const BatchInputs& in = file.inputs;
+    bytes += in.query.nbytes() + in.key.nbytes() + in.value.nbytes() + in.kv_cache.nbytes() +
+             in.k_scale_cache.nbytes() + in.v_scale_cache.nbytes();
+    for (const auto* tensors : {&in.ssm_state, &in.weights, &in.linear_inputs}) {
+      for (const auto& [name, t] : *tensors) bytes += t.nbytes();
+    }
+    if (file.expected) bytes += tensor_data_bytes(*file.expected);
+  }
+  if (file.outputs) bytes += tensor_data_bytes(*file.outputs);
+  return bytes;
+}
+
 
 using h5::AttributeKind;
 using h5::Dataset;
@@ -273,7 +364,19 @@ Tensor read_tensor_data(const Dataset& dataset, DType dtype, const Shape& shape)
   Tensor tensor = allocate(dataset.path(), dtype, shape);
   if (tensor.numel() > 0) {
     const h5::Type type = dataset.file_type();
-    dataset.read_raw(type.id(), tensor.data());
+    const int64_t bytes = tensor.nbytes();
+    if (const int64_t slice = rows_per_slice(shape, bytes); slice > 0) {
+      const int64_t row_bytes = bytes / shape[0];
+      auto* data = static_cast<char*>(tensor.data());
+      for (int64_t row = 0; row < shape[0]; row += slice) {
+        const int64_t rows = std::min(slice, shape[0] - row);
+        dataset.read_rows(type.id(), row, rows, data + row * row_bytes);
+        report_moved(rows * row_bytes);
+      }
+    } else {
+      dataset.read_raw(type.id(), tensor.data());
+      report_moved(bytes);
+    }
   }
   return tensor;
 }
@@ -885,7 +988,22 @@ void write_tensor(const Group& group, const std::string& name, const TensorView&
   const TensorView& source = view.is_contiguous() ? view : contiguous.view();
   const h5::Type type = h5::storage_type(source.dtype());
   const Dataset dataset = group.create_dataset(name, type.id(), source.shape());
-  if (source.numel() > 0) dataset.write_raw(type.id(), source.data());
+  if (source.numel() > 0) {
+    const int64_t bytes = source.nbytes();
+    const Shape& shape = source.shape();
+    if (const int64_t slice = rows_per_slice(shape, bytes); slice > 0) {
+      const int64_t row_bytes = bytes / shape[0];
+      const auto* data = static_cast<const char*>(source.data());
+      for (int64_t row = 0; row < shape[0]; row += slice) {
+        const int64_t rows = std::min(slice, shape[0] - row);
+        dataset.write_rows(type.id(), row, rows, data + row * row_bytes);
+        report_moved(rows * row_bytes);
+      }
+    } else {
+      dataset.write_raw(type.id(), source.data());
+      report_moved(bytes);
+    }
+  }
   dataset.write_string_attribute(kDtypeName, std::string(to_string(source.dtype())));
 }
 
@@ -1157,9 +1275,12 @@ auto with_context(const std::string& context, Body&& body) {
 
 }  // namespace
 
-BatchFile read_batch_file(const std::string& path) {
+BatchFile read_batch_file(const std::string& path, const FileProgress& progress) {
   const h5::ErrorSilencer silence;
   h5::File h5file = h5::File::open_read_only(path);  // its errors already name the path
+  std::error_code size_error;
+  const auto file_bytes = std::filesystem::file_size(path, size_error);
+  Transfer transfer(progress, "reading " + path, size_error ? 0 : static_cast<int64_t>(file_bytes));
   return with_context(path + ": ", [&] {
     const Group root = h5file.root();
     BatchFile file;
@@ -1173,12 +1294,15 @@ BatchFile read_batch_file(const std::string& path) {
     validate(file.config, file.batch, file.inputs);
     if (std::optional<Group> g = find_group(root, "outputs")) file.outputs = read_outputs(*g, root, file);
     if (std::optional<Group> g = find_group(root, "expected")) file.expected = read_outputs(*g, *g, file);
+    transfer.finish();
     return file;
   });
 }
 
-void write_batch_file(const std::string& path, const BatchFile& file) {
+void write_batch_file(const std::string& path, const BatchFile& file, const FileProgress& progress) {
   const h5::ErrorSilencer silence;
+  // Reported from here on: the checks below read every tensor of a large file too.
+  Transfer transfer(progress, "writing " + path, tensor_data_bytes(file, /*with_inputs=*/true));
   with_context("cannot write '" + path + "': ", [&] {
     validate(file.config);
     validate(file.builder);
@@ -1194,6 +1318,7 @@ void write_batch_file(const std::string& path, const BatchFile& file) {
       h5::File h5file = h5::File::create(temporary);
       write_file_contents(h5file, file);
       h5file.close();
+      transfer.finish();
       std::filesystem::rename(temporary, path);
     } catch (...) {
       std::error_code ignored;
@@ -1272,7 +1397,8 @@ bool is_outputs_file(const std::string& path) {
   }
 }
 
-void write_outputs_file(const std::string& path, const BatchFile& file, const std::string& batch_path) {
+void write_outputs_file(const std::string& path, const BatchFile& file, const std::string& batch_path,
+                        const FileProgress& progress) {
   HYBRIDTB_CHECK(file.outputs.has_value(), "cannot write '", path, "': an outputs file needs /outputs");
   std::error_code error;
   const auto batch_bytes_on_disk = std::filesystem::file_size(batch_path, error);
@@ -1287,6 +1413,7 @@ void write_outputs_file(const std::string& path, const BatchFile& file, const st
   const TemporaryFile removed_if_interrupted(temporary);
   with_context("cannot write '" + path + "': ", [&] {
     try {
+      Transfer transfer(progress, "writing " + path, tensor_data_bytes(file, /*with_inputs=*/false));
       h5::File h5file = h5::File::create(temporary);
       const Group root = h5file.root();
       root.write_string_attribute("schema", kSchemaName);
@@ -1296,6 +1423,7 @@ void write_outputs_file(const std::string& path, const BatchFile& file, const st
       root.write_string_attribute(kOutputsOfBytes, std::to_string(batch_bytes_on_disk));
       write_outputs(root, "outputs", *file.outputs, file);
       h5file.close();
+      transfer.finish();
       std::filesystem::rename(temporary, path);
     } catch (...) {
       std::error_code ignored;

@@ -474,6 +474,49 @@ void Dataset::write_raw(hid_t mem_type, const void* data) const {
   check_status(H5Dwrite(id(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "cannot write " + path());
 }
 
+namespace {
+
+// The file and memory dataspaces of rows [first_row, first_row + row_count) of a dataset.
+struct RowSelection {
+  Handle file_space;
+  Handle memory_space;
+};
+
+RowSelection select_rows(hid_t dataset, const std::string& path, int64_t first_row, int64_t row_count) {
+  Handle file_space(check(H5Dget_space(dataset), "cannot get the dataspace of " + path), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(file_space.id());
+  if (rank < 1) fail(path + ": a row selection needs rank >= 1");
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  if (H5Sget_simple_extent_dims(file_space.id(), dims.data(), nullptr) < 0) fail("cannot get the shape of " + path);
+  if (first_row < 0 || row_count < 0 || static_cast<hsize_t>(first_row + row_count) > dims[0]) {
+    throw Error(path + ": rows [" + std::to_string(first_row) + ", " + std::to_string(first_row + row_count) +
+                ") are outside its " + std::to_string(dims[0]) + " rows");
+  }
+  std::vector<hsize_t> start(dims.size(), 0), count = dims;
+  start[0] = static_cast<hsize_t>(first_row);
+  count[0] = static_cast<hsize_t>(row_count);
+  check_status(H5Sselect_hyperslab(file_space.id(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
+               "cannot select rows of " + path);
+  Handle memory_space(check(H5Screate_simple(rank, count.data(), nullptr), "cannot create a dataspace"), H5Sclose);
+  return {std::move(file_space), std::move(memory_space)};
+}
+
+}  // namespace
+
+void Dataset::read_rows(hid_t mem_type, int64_t first_row, int64_t row_count, void* data) const {
+  check_no_conversion(id(), mem_type, path());
+  const RowSelection rows = select_rows(id(), path(), first_row, row_count);
+  check_status(H5Dread(id(), mem_type, rows.memory_space.id(), rows.file_space.id(), H5P_DEFAULT, data),
+               "cannot read " + path());
+}
+
+void Dataset::write_rows(hid_t mem_type, int64_t first_row, int64_t row_count, const void* data) const {
+  check_no_conversion(id(), mem_type, path());
+  const RowSelection rows = select_rows(id(), path(), first_row, row_count);
+  check_status(H5Dwrite(id(), mem_type, rows.memory_space.id(), rows.file_space.id(), H5P_DEFAULT, data),
+               "cannot write " + path());
+}
+
 // --- groups ------------------------------------------------------------------------------------
 
 ObjectKind Group::child_kind(const std::string& name) const {

@@ -163,6 +163,10 @@ class Dataset : public Object {
   // `data` holds product(shape) elements of that type.
   void read_raw(hid_t mem_type, void* data) const;
   void write_raw(hid_t mem_type, const void* data) const;
+  // The same for rows [first_row, first_row + row_count) of dimension 0 (rank >= 1); `data` holds
+  // those rows only. Lets a caller move a large dataset in slices and report progress between them.
+  void read_rows(hid_t mem_type, int64_t first_row, int64_t row_count, void* data) const;
+  void write_rows(hid_t mem_type, int64_t first_row, int64_t row_count, const void* data) const;
 };
 
 class Group : public Object {
