@@ -21,8 +21,8 @@
 //              --throttle-threshold of the maximum clock is flagged "throttled").
 // Counters (tokens/s, bytes, FLOPs: hybridtb/perf_model.h), achieved GB/s and TFLOP/s and the
 // percentage of the ceilings measured in this run go to the results JSON (schema in
-// experiments/README.md), written to experiments/results/<date>_<gpu-or-cpu>_<commit>.json unless
-// --out says otherwise. Exit status: 0 every case ran or was skipped with a reason, 1 a case
+// experiments/README.md), written to <date>_<gpu-or-cpu>_<commit>.json in the current directory
+// unless --out says otherwise. Exit status: 0 every case ran or was skipped with a reason, 1 a case
 // failed, 2 usage error or bad suite, 3 a backend named by --backend has no device here.
 #include <benchmark/benchmark.h>
 
@@ -610,7 +610,7 @@ int main_impl(int argc, char** argv) {
   app.name("hybridtb_bench");
   app.add_option("--suite", o.suite_path, "Suite file (experiments/suites/*.json)")->required();
   app.add_option("--out", o.out_path,
-                 "Results JSON (default experiments/results/<date>_<gpu-or-cpu>_<commit>.json in the source tree)");
+                 "Results JSON (default <date>_<gpu-or-cpu>_<commit>.json in the current directory)");
   app.add_flag("--no-out", o.no_out, "Write no results file");
   app.add_option("--backend", o.backends, "Only these backends (repeatable; default: the suite's)");
   app.add_option("--repetitions", o.repetitions, "Override the suite's repetitions")->check(CLI::PositiveNumber);
@@ -803,10 +803,9 @@ int main_impl(int argc, char** argv) {
     std::string out = o.out_path;
     if (out.empty()) {
       const std::string device = runner.have_gpu ? short_device_name(env["gpu"]["name"].get<std::string>()) : "cpu";
-      const std::filesystem::path dir = std::filesystem::path(HYBRIDTB_SOURCE_DIR) / "experiments" / "results";
       const std::string stem = utc_now("%Y-%m-%d") + "_" + device + "_" + source_revision().label();
-      out = (dir / (stem + ".json")).string();
-      for (int n = 2; std::filesystem::exists(out); ++n) out = (dir / (stem + "-" + std::to_string(n) + ".json")).string();
+      out = stem + ".json";
+      for (int n = 2; std::filesystem::exists(out); ++n) out = stem + "-" + std::to_string(n) + ".json";
     }
     const std::filesystem::path parent = std::filesystem::path(out).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);

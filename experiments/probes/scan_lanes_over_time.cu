@@ -7,10 +7,11 @@
 // Channel-major inputs (Δ and Δ·c per channel row, B/C transposed [N][T]) so that only the core is
 // timed: no staging, no preparation, no gating, results not checked. It prints µs for T = 8192,
 // I = 5120, N = 16 for K = 4, 8, 16 and S states unrolled (S > 1: S states' chains interleaved).
-// Measured (H100, experiments/results/2026-11-22_h100_1f21b98_scan-lanes-over-time-probe.txt): 863
-// µs at best (K 4, S 4), against 556 µs for the whole tile scan (scan_tile_kernel) at the same size
-// and 413 µs for its core without copies and preparation — so this design is not the way to the
-// issue's 60% (≤ ≈ 374 µs): its per-state join and chains leave it latency-bound.
+// Measured (H100, 1f21b98; the log: `git show 644c420:experiments/results/` +
+// `2026-11-22_h100_1f21b98_scan-lanes-over-time-probe.txt`): 863 µs at best (K 4, S 4), against
+// 556 µs for the whole tile scan (scan_tile_kernel) at the same size and 413 µs for its core
+// without copies and preparation — so this design is not the way to the 60% target (≤ ≈ 374 µs):
+// its per-state join and chains leave it latency-bound.
 #include <cstdio>
 #include <cuda_runtime.h>
 
