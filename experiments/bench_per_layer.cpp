@@ -3,7 +3,7 @@
 // Gated DeltaNet layers (16 key heads, 32 value heads of 128, conv 4, the qwen3-next-gdn preset's
 // sizes) then one full-attention layer (16/2 heads of 256, the qwen3-next-attention preset), bf16,
 // float32 state pools — run eagerly and replayed from ONE CUDA graph captured through the
-// lifecycle hooks (init_graph_state / init_capture_metadata / init_replay_metadata; issue 8), at
+// lifecycle hooks (init_graph_state / init_capture_metadata / init_replay_metadata), at
 // CUDA-graph-padded decode batch sizes.
 //
 // Per size, medians of --samples steps (after warm-up), each step's state pools and KV cache

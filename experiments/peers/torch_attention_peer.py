@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch peer for the CUDA attention benchmark (issue "CUDA backend I").
+"""PyTorch peer for the CUDA attention benchmark.
 
 Times `torch.nn.functional.scaled_dot_product_attention` (SDPA, whichever fused backend torch picks)
 and FlexAttention (compiled, with a sliding-window block mask) on the shapes of

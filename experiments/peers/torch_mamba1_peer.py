@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch peer for the mamba1 SSM benchmark (issue 6; optimized/bench/bench_ssm.cu).
+"""PyTorch peer for the mamba1 SSM benchmark (optimized/bench/bench_ssm.cu).
 
 Times, on the shapes of hybridtb_bench_ssm (Mamba-2.8B: d_inner I = 5120, state N = 16, float32
 scan inputs and state, as our kernels read them), a straightforward PyTorch implementation of

@@ -218,7 +218,7 @@ if want graph; then
   record graph "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "graph.json ($(( $(date +%s) - t0 )) s)"
 fi
 
-# --- the compare flags a deliberately slowed build and not a rerun (issue "Benchmarks") ---------
+# --- the compare flags a deliberately slowed build and not a rerun ---------------------------------
 # The quick suite's cuda cases twice on this build, then once on a build whose attention launches
 # each spin 200 us more (-DHYBRIDTB_DEBUG_SLOWDOWN_US=200): rerun → "same", slowed → "slower".
 if want compare-check; then

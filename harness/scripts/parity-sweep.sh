@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The parity sweep (issue 5): generates every model preset × a set of standard mixes × dtypes ×
+# The parity sweep: generates every model preset × a set of standard mixes × dtypes ×
 # KV-cache dtypes with `hybridtb gen`, runs `hybridtb parity --backend B --against reference` on
 # each, and writes OUTDIR/parity-sweep.json (one entry per case) plus a summary line.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU test suite under AddressSanitizer + UndefinedBehaviorSanitizer (issue 4, "Bad input,
+# The CPU test suite under AddressSanitizer + UndefinedBehaviorSanitizer ("Bad input,
 # hardened"): configures build-asan (CPU only, RelWithDebInfo, -DHYBRIDTB_SANITIZE=address,undefined),
 # builds the CLI, the tests and the fuzz target, runs every CPU CTest test (the broken-file corpus,
 # `ctest -L broken`, and the fuzz smoke included), then a longer bounded fuzz run of the batch-file

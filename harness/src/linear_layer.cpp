@@ -1,5 +1,5 @@
 // The inputs and output of a linear-attention layer, by kind (linear_layer.h). The widths are the
-// cores' (reference/ssm/gdn_core.h, mamba2_core.h; ../shared/notes/ssm-modes.md §1.3, §1.4, §5.1):
+// cores' (reference/ssm/gdn_core.h, mamba2_core.h):
 // tests/per_layer checks the two agree.
 #include "hybridtb/linear_layer.h"
 

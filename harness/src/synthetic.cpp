@@ -257,7 +257,7 @@ BatchFile make_synthetic_batch(const AttentionConfig& config, const BuilderConfi
         Entry& e = row[static_cast<size_t>(i)];
         if (options.null_out_of_window && out_of_window && spec.mm_prefix_ranges.empty()) {
           e = Entry::kNull;
-          if (!options.compact) ++own_blocks;  // historical paging: the freed block was still drawn
+          if (!options.compact) ++own_blocks;  // loose paging: the freed block is still drawn
         } else if (i < shared_blocks && spec.context_len >= options.shared_prefix_tokens) {
           e = Entry::kShared;
           shared_used[static_cast<size_t>(i)] = true;

@@ -114,7 +114,7 @@ TEST(Suite, ShippedSuitesParseAndCoverTheIssue) {
   bool spec = false;
   for (const SuiteCase& c : standard.cases) spec = spec || c.mix.find('s') == 0;
   EXPECT_TRUE(spec) << "speculative decodes";
-  // Issue 8: GDN and Mamba-2 layers, decode and prefill; GDN prefill at FlashInfer's 64k × 8 heads.
+  // GDN and Mamba-2 layers, decode and prefill; GDN prefill at FlashInfer's 64k × 8 heads.
   for (const char* preset : {"qwen3-next-gdn", "falcon-h1-7b-mamba2"}) {
     for (const char* mix : {"d64@4k", "d256@4k", "p1x8k"}) {
       bool found = false;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The broken-file corpus: malformed and hostile hybrid-batch files, each derived from a valid
 shipped file by one documented edit, and the check that the real `hybridtb` CLI refuses each one
-cleanly (issue 4, "Bad input, hardened").
+cleanly.
 
     broken_corpus.py list                          the case names, one a line (CMake reads this)
     broken_corpus.py describe                      name, source, edit and expected message of each

@@ -1,4 +1,4 @@
-// Per-layer hybrid models on the GPU (issue 8; hybridtb/per_layer.h):
+// Per-layer hybrid models on the GPU (hybridtb/per_layer.h):
 //   - linear-attention layers (layer_kind gdn, mamba2) on the "cuda" backend against the reference
 //     (compare_step: the tolerance table for the output and every state pool, untouched slots,
 //     padding rows), for mixed prefill/decode batches and CUDA-graph-padded decode batches in every

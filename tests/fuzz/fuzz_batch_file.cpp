@@ -1,4 +1,4 @@
-// fuzz_batch_file: structure-aware fuzzing of the batch-file loader and validator (issue 4, "Bad
+// fuzz_batch_file: structure-aware fuzzing of the batch-file loader and validator ("Bad
 // input, hardened"). Seeded, deterministic and bounded; CI runs it under ASan + UBSan
 // (harness/scripts/sanitizer-tests.sh), the test suite runs a short smoke (`ctest -L fuzz`).
 //

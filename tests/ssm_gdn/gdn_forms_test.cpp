@@ -1,5 +1,5 @@
-// The gdn core against other forms of the gated delta rule, written here from the notes
-// (../shared/notes/ssm-modes.md §1.4.4–§1.4.5) and sharing no code with reference/ssm/gdn.cpp:
+// The gdn core against other forms of the gated delta rule, written here from fla's and the
+// Gated DeltaNet paper's equations and sharing no code with reference/ssm/gdn.cpp:
 //   - the chunked WY form of fla's chunk_gated_delta_rule (in-chunk cumsum, (I + A)⁻¹ by forward
 //     substitution, U, W, V_new, O and the exit state) at chunk sizes 1, 3, 64 and > L;
 //   - the closed form S_t = α(I − β k̂ k̂ᵀ) S_{t−1} + β k̂ vᵀ;

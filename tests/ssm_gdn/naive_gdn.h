@@ -1,7 +1,7 @@
 // A naive Gated DeltaNet layer, written independently of reference/ssm/gdn.cpp so the two check
 // each other: std::vector storage, explicit index loops, one token at a time, float64, no Eigen. It
 // keeps the recurrent state K-major, S [Hv][dk][dv] as fla and HF do (S = Mᵀ of the mode's V-major
-// pool), and follows ../shared/notes/ssm-modes.md §1.4.3–§1.4.4 directly: decay first,
+// pool), and follows the gated delta rule of fla's fused_recurrent kernel directly: decay first,
 // u = β(v − S̃ᵀk̂), S = S̃ + k̂uᵀ, o = Sᵀq̂. Test-only; used by tests/ssm_gdn (ctest -L gdn).
 #pragma once
 

@@ -3,8 +3,8 @@
 // CUDA-graph padding rows, and prefix caching (mamba_cache_mode all: the initial state read from
 // the block of the last computed token, the states at block boundaries and the final state
 // written to their blocks). Every request is checked against the independent naive token loop,
-// with the expected slots derived here from vLLM's rules (../shared/notes/vllm-semantics.md §3.3–
-// §3.4), not from the driver's plan; every other slot must keep its bytes.
+// with the expected slots derived here from vLLM's rules (its Mamba prefix-caching modes and state
+// indices), not from the driver's plan; every other slot must keep its bytes.
 // Run: ctest --test-dir <build> -L mamba1
 #include <gtest/gtest.h>
 

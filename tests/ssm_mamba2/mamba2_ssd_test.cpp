@@ -1,5 +1,5 @@
-// The SSD chunked algorithm (Mamba-2's prefill kernels, ../shared/notes/ssm-modes.md §1.3.3, as in
-// mamba_ssm's ssd_minimal_discrete), written here from the notes, against the mode's core: chunked
+// The SSD chunked algorithm (Mamba-2's prefill kernels, as in mamba_ssm's ssd_minimal_discrete),
+// written here from the Mamba-2 paper's equations, against the mode's core: chunked
 // and sequential evaluation of the same recurrence must agree for any chunk size (1, 3, 8, larger
 // than the sequence), with and without an initial state, at one group, one group per head and in
 // between. The conv front end is the naive one (naive_mamba2.cpp), so the core is checked end to end.

@@ -1,6 +1,6 @@
 // A naive Mamba-2 (SSD) mixer, written independently of reference/ssm/mamba2.cpp so the two check each
 // other: std::vector storage, explicit index loops, one token at a time, float64, no Eigen. It follows
-// ../shared/notes/ssm-modes.md §1.1 and §1.3.1 directly (mamba_ssm's Mamba2 with vLLM's defaults:
+// mamba_ssm's Mamba2 module directly (with vLLM's defaults:
 // no dt_limit clamp, gated RMSNorm with norm_before_gate = False, eps 1e-5). Test-only; used by
 // tests/ssm_mamba2 (ctest -L mamba2).
 #pragma once

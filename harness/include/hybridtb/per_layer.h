@@ -1,7 +1,7 @@
 // Per-layer hybrid models (Qwen3-Next: three GDN layers, then one full-attention layer; a per-layer
 // Mamba-2 design): the composite backend that serves all their layers, and the step driver.
 //
-// PerLayerBackend is pymllm's HybridAttnBackend (seed 002; ../shared/notes/ssm-modes.md §2) as one
+// PerLayerBackend is pymllm's HybridAttnBackend as one
 // more Backend, not a parallel hierarchy: it holds one backend created for the model's
 // full-attention layer configuration and one for its linear-attention layer configuration
 // (layer_kind gdn or mamba2) and

@@ -1,7 +1,7 @@
 // The one place that counts what a step costs: FLOPs and the minimum bytes it must move, for the
 // benchmark counters (achieved GB/s, TFLOP/s, % of the ceilings), the results JSON and the
-// roofline of notebooks/benchmark_report.ipynb. Window-aware, following
-// shared/notes/perf-anchors.md §6 (full-causal counting over-reports windowed cases by up to 16×).
+// roofline of notebooks/benchmark_report.ipynb. Window-aware: a key outside a query's window is
+// neither read nor multiplied (full-causal counting over-reports windowed cases by up to 16×).
 // Documented with worked examples in experiments/README.md ("Counting FLOPs and bytes"); checked
 // on hand-countable cases by tests/bench/test_perf_model.cpp.
 //

@@ -57,7 +57,7 @@ struct SyntheticOptions {
   // sliding window has pointed early blocks at the null block, requests then share slot 0.
   bool ssm_block_table = false;
 
-  // --- used by `hybridtb gen` (all off: the historical output, bit for bit) -----------------------
+  // --- used by `hybridtb gen` (all off: the library's default batches, bit for bit) ---------------
   // Compact paging as vLLM does it: a block that slid out of the window gets no physical block
   // (it was freed; the table points at block 0), and an SSM table row holds only the slots its
   // request uses (ceil(seq_len / mamba_block_size) + num_speculative_tokens, the rest 0).
