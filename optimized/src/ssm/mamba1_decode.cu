@@ -18,28 +18,20 @@
 namespace hybridtb::cuda::ssm::mamba1 {
 namespace {
 
-// Cache hints on a float32 pool's 16-byte state accesses. Each state is read once and written once
-// per step: streaming loads and stores (ld.global.cs / st.global.cs, evict-first in L2). Measured on
-// the H100 (hybridtb_bench_ssm, Mamba-1's layout below) at 64 sequences: none 19.9 µs, streaming
-// stores 19.4, streaming loads 19.7, both 19.2; at 256 sequences 73.5 → 72.1 µs. The two partial
-// settings are kept for the benchmark's comparison (launch_decode's scan_variant).
-enum class StateHints { kNone, kStreamingStores, kStreaming };
-
-// A channel's state quad (load_quad / store_quad), with the hints where the pool is float32 and
-// the quad moves as one access.
-template <StateHints kHints>
+// A channel's state quad (load_quad / store_quad); where the pool is float32 and the quad moves as
+// one 16-byte access, streaming (ld.global.cs / st.global.cs, evict-first in L2): each state is
+// read once and written once per step.
 __device__ __forceinline__ void load_state_quad(const PoolRef& pool, int64_t e, int valid, bool vec, float (&x)[4]) {
-  if (kHints == StateHints::kStreaming && vec && pool.kind == ElementKind::kFloat32) {
+  if (vec && pool.kind == ElementKind::kFloat32) {
     const float4 v = __ldcs(reinterpret_cast<const float4*>(static_cast<const float*>(pool.data) + e));
     x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
     return;
   }
   load_quad(pool, e, valid, vec, x);
 }
-template <StateHints kHints>
 __device__ __forceinline__ void store_state_quad(const PoolRef& pool, int64_t e, int valid, bool vec,
                                                  const float (&x)[4]) {
-  if (kHints != StateHints::kNone && vec && pool.kind == ElementKind::kFloat32) {
+  if (vec && pool.kind == ElementKind::kFloat32) {
     __stcs(reinterpret_cast<float4*>(static_cast<float*>(pool.data) + e), make_float4(x[0], x[1], x[2], x[3]));
     return;
   }
@@ -66,7 +58,7 @@ __device__ __forceinline__ void store_state_quad(const PoolRef& pool, int64_t e,
 // request per block prefetching the state of the block one resident wave later (26.1 µs). The
 // arithmetic is the prefill scan's (ex2 of Δ·A·log2 e, softplus_fast, silu_fast), so a decode step
 // and a one-token prefill agree to rounding.
-template <int kLanes, int kQ, int kMinBlocks, int kThreads, StateHints kHints>
+template <int kLanes, int kQ, int kMinBlocks, int kThreads>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(Mamba1Params p) {
   constexpr int kPerBlock = kThreads / kLanes;
   const int N = p.N;
@@ -106,7 +98,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(Mamba1Para
     const int valid = max(0, min(4, N - n0));
     const int64_t e = int64_t{ic} * N + n0;
     if (valid > 0 && r.read_slot >= 0) {
-      load_state_quad<kHints>(p.ssm_state, r.read_slot * p.ssm_state.slot_size + e, valid, vec, h[j]);
+      load_state_quad(p.ssm_state, r.read_slot * p.ssm_state.slot_size + e, valid, vec, h[j]);
     } else {
 #pragma unroll
       for (int s = 0; s < 4; ++s) h[j][s] = 0.0f;
@@ -132,7 +124,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(Mamba1Para
       acc = fmaf(h[j][s], C[j][s], acc);
     }
     if (active && valid > 0) {
-      store_state_quad<kHints>(p.ssm_state, r.write_slot * p.ssm_state.slot_size + int64_t{ic} * N + n0, valid,
+      store_state_quad(p.ssm_state, r.write_slot * p.ssm_state.slot_size + int64_t{ic} * N + n0, valid,
                                vec, h[j]);
     }
   }
@@ -142,10 +134,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(Mamba1Para
 
 
 // The decode update: grid = (channel blocks, decode requests).
-template <int kLanes, int kQ, int kMinBlocks = 4, int kThreads = 256, StateHints kHints = StateHints::kStreaming>
+template <int kLanes, int kQ, int kMinBlocks = 4, int kThreads = 256>
 void launch_decode_kernel(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
   constexpr int kPerBlock = kThreads / kLanes;
-  decode_kernel<kLanes, kQ, kMinBlocks, kThreads, kHints>
+  decode_kernel<kLanes, kQ, kMinBlocks, kThreads>
       <<<dim3((p.I + kPerBlock - 1) / kPerBlock, count), kThreads, 0, stream>>>(p);
 }
 
@@ -158,17 +150,7 @@ void launch_decode(const Mamba1Params& p, int32_t decodes, cudaStream_t stream) 
   switch (lanes) {  // quads per channel as a power of two → lanes × quads per lane
     case 1: launch_decode_kernel<1, 1>(p, decodes, stream); break;
     case 2: launch_decode_kernel<1, 2>(p, decodes, stream); break;
-    case 4:
-      switch (p.scan_variant) {  // the benchmark's sweep; 0 is the default
-        case 1:  // the previous default: no cache hints on the state
-          launch_decode_kernel<2, 2, 8, 128, StateHints::kNone>(p, decodes, stream);
-          break;
-        case 2:  // streaming stores only
-          launch_decode_kernel<2, 2, 8, 128, StateHints::kStreamingStores>(p, decodes, stream);
-          break;
-        default: launch_decode_kernel<2, 2, 8, 128>(p, decodes, stream); break;
-      }
-      break;
+    case 4: launch_decode_kernel<2, 2, 8, 128>(p, decodes, stream); break;
     case 8: launch_decode_kernel<2, 4, 2>(p, decodes, stream); break;
     default: launch_decode_kernel<4, 4, 2>(p, decodes, stream); break;
   }

@@ -1062,18 +1062,9 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
       case 4:
         // N = 16 (Mamba-1): the sequential scan where its TMA boxes apply, one block per SM of 8 warps
         // of 2 states per lane and 4 of 1 (each scheduler: 4 + 4 + 2 channels), 48-token chunks in 4
-        // stages. The benchmark's sweep (0 is the default; H100, 8k tokens: 392 µs): 1 runs the tile
-        // scan (486), 2 the sequential scan in uniform blocks of 2 warps of 2 states per lane, 5 per
-        // SM (418), 3 the default's block with 64-token chunks in 3 stages (400).
-        {
-          using Balanced = mamba1::SeqScan<8, 2, 4, 1, 48, 4, 1>;
-          using Uniform = mamba1::SeqScan<2, 2, 0, 1, 48, 3, 1>;
-          using LongChunks = mamba1::SeqScan<8, 2, 4, 1, 64, 3, 1>;
-          const bool seq = p.scan_variant == 1   ? false
-                           : p.scan_variant == 2 ? mamba1::launch_seq_scan<Uniform, 5>(q, count, stream)
-                           : p.scan_variant == 3 ? mamba1::launch_seq_scan<LongChunks, 1>(q, count, stream)
-                                                 : mamba1::launch_seq_scan<Balanced, 1>(q, count, stream);
-          if (!seq) mamba1::launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream);
+        // stages; otherwise the tile scan.
+        if (!mamba1::launch_seq_scan<mamba1::SeqScan<8, 2, 4, 1, 48, 4, 1>, 1>(q, count, stream)) {
+          mamba1::launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream);
         }
         break;
       case 8: mamba1::launch_tile_scan<8, 4, 8, 4, 5, false>(q, count, stream); break;

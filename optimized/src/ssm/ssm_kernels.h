@@ -82,13 +82,6 @@ struct Mamba1Params {
   // kernel skips a request of the other kind should the ranges overlap.
   int32_t decode_end = 0;
   int32_t prefill_begin = 0;
-  // The benchmark's comparison for 13 ≤ N ≤ 16 (0: the default): 1 runs the decode update without
-  // cache hints on the state (the previous default) and the prefill scan as the tile scan (time
-  // segments per block, joined and rescanned) instead of the sequential scan (N = 16); 2 runs the
-  // decode update with streaming stores only and the sequential scan in uniform blocks of 2 warps of
-  // 2 states per lane (the previous default); 3 runs the sequential scan's default block with
-  // 64-token chunks in 3 stages instead of 48-token chunks in 4.
-  int32_t scan_variant = 0;
   const int32_t* boundary_slot = nullptr;  // [T]
   // Activations (float32, dense).
   const float* xz = nullptr;      // [T, 2I] in_proj output without bias (the scan reads z)
