@@ -58,8 +58,11 @@ __device__ __forceinline__ void store_state_quad(const PoolRef& pool, int64_t e,
 // request per block prefetching the state of the block one resident wave later (26.1 µs). The
 // arithmetic is the prefill scan's (ex2 of Δ·A·log2 e, softplus_fast, silu_fast), so a decode step
 // and a one-token prefill agree to rounding.
-template <int kLanes, int kQ, int kMinBlocks, int kThreads>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(Mamba1Params p) {
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::threads, Cfg::min_blocks_per_sm) decode_kernel(Mamba1Params p) {
+  constexpr int kLanes = Cfg::lanes_per_channel;
+  constexpr int kQ = Cfg::quads_per_lane;
+  constexpr int kThreads = Cfg::threads;
   constexpr int kPerBlock = kThreads / kLanes;
   const int N = p.N;
   const int g = threadIdx.x % kLanes;
@@ -133,26 +136,52 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(Mamba1Para
 }
 
 
+// The launch configurations, one per state-size class (4 states per quad; lanes × quads per lane =
+// ⌈N/4⌉ rounded up to a power of two, N ≤ kMamba1MaxState).
+struct DecodeDefaults {
+  static constexpr int min_blocks_per_sm = 4;
+  static constexpr int threads = 256;
+};
+struct DecodeN4 : DecodeDefaults {
+  static constexpr int lanes_per_channel = 1, quads_per_lane = 1;
+};
+struct DecodeN8 : DecodeDefaults {
+  static constexpr int lanes_per_channel = 1, quads_per_lane = 2;
+};
+// Mamba-1's 16 states: 2 lanes of 2 quads (whole 32-byte sectors per warp access), 128-thread
+// blocks, 8 per SM at 64 registers.
+struct DecodeN16 {
+  static constexpr int lanes_per_channel = 2, quads_per_lane = 2;
+  static constexpr int min_blocks_per_sm = 8;
+  static constexpr int threads = 128;
+};
+struct DecodeN32 : DecodeDefaults {
+  static constexpr int lanes_per_channel = 2, quads_per_lane = 4;
+  static constexpr int min_blocks_per_sm = 2;
+};
+struct DecodeN64 : DecodeDefaults {
+  static constexpr int lanes_per_channel = 4, quads_per_lane = 4;
+  static constexpr int min_blocks_per_sm = 2;
+};
+
 // The decode update: grid = (channel blocks, decode requests).
-template <int kLanes, int kQ, int kMinBlocks = 4, int kThreads = 256>
+template <class Cfg>
 void launch_decode_kernel(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
-  constexpr int kPerBlock = kThreads / kLanes;
-  decode_kernel<kLanes, kQ, kMinBlocks, kThreads>
-      <<<dim3((p.I + kPerBlock - 1) / kPerBlock, count), kThreads, 0, stream>>>(p);
+  constexpr int kPerBlock = Cfg::threads / Cfg::lanes_per_channel;
+  decode_kernel<Cfg><<<dim3((p.I + kPerBlock - 1) / kPerBlock, count), Cfg::threads, 0, stream>>>(p);
 }
 
 }  // namespace
 
-// Lanes per channel × quads per lane from the state size (4 states per quad; N ≤ kMamba1MaxState).
 void launch_decode(const Mamba1Params& p, int32_t decodes, cudaStream_t stream) {
   int lanes = 1;  // ⌈N/4⌉ rounded up to a power of two
   while (lanes < (p.N + 3) / 4) lanes *= 2;
-  switch (lanes) {  // quads per channel as a power of two → lanes × quads per lane
-    case 1: launch_decode_kernel<1, 1>(p, decodes, stream); break;
-    case 2: launch_decode_kernel<1, 2>(p, decodes, stream); break;
-    case 4: launch_decode_kernel<2, 2, 8, 128>(p, decodes, stream); break;
-    case 8: launch_decode_kernel<2, 4, 2>(p, decodes, stream); break;
-    default: launch_decode_kernel<4, 4, 2>(p, decodes, stream); break;
+  switch (lanes) {
+    case 1: launch_decode_kernel<DecodeN4>(p, decodes, stream); break;
+    case 2: launch_decode_kernel<DecodeN8>(p, decodes, stream); break;
+    case 4: launch_decode_kernel<DecodeN16>(p, decodes, stream); break;
+    case 8: launch_decode_kernel<DecodeN32>(p, decodes, stream); break;
+    default: launch_decode_kernel<DecodeN64>(p, decodes, stream); break;
   }
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }

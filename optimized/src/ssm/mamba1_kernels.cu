@@ -140,8 +140,14 @@ void allow_dynamic_smem() {
 // loop of the common case (16-byte copies, no block boundaries) compiles to about 530 SASS
 // instructions for Mamba-1's tile (32 token·channel·states per thread; ncu counted 22.7 executed
 // per token·channel·state before). Two barriers per chunk, fixed orders, no atomics.
-template <int kLanes, int kSegs, int kSeg, int kStages>
+template <class Cfg>
 struct TileScan {
+  static constexpr int kLanes = Cfg::lanes_per_channel;
+  static constexpr int kSegs = Cfg::segments;
+  static constexpr int kSeg = Cfg::segment_tokens;
+  static constexpr int kStages = Cfg::stages;
+  static constexpr int kMinBlocks = Cfg::min_blocks_per_sm;
+  static constexpr bool kKeepU = Cfg::inputs_in_registers;
   static_assert(kSegs >= 2 && kStages >= 3 && (kLanes & (kLanes - 1)) == 0, "tile scan shape");
   static constexpr int kCh = 32 / kLanes > 4 ? 32 / kLanes : 4;  // channels per block (whole warps per segment)
   static constexpr int kGroup = kCh * kLanes;  // threads of one segment
@@ -232,9 +238,14 @@ __device__ __forceinline__ void tile_rescan(float (&h)[4], float (&acc)[kSeg], c
 // The tile scan of request r (the kernel below picks kVec: 16-byte copies of every row, and
 // kBoundaries: r has block-boundary states to write, so that the chunk loop carries no branch or
 // index arithmetic for the other cases).
-template <int kLanes, int kSegs, int kSeg, int kStages, bool kKeepU, bool kVec, bool kBoundaries, bool kTma>
+template <class Cfg, bool kVec, bool kBoundaries, bool kTma>
 __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const ScanMaps& maps, const GpuRequest& r) {
-  using S = TileScan<kLanes, kSegs, kSeg, kStages>;
+  using S = TileScan<Cfg>;
+  constexpr int kLanes = S::kLanes;
+  constexpr int kSegs = S::kSegs;
+  constexpr int kSeg = S::kSeg;
+  constexpr int kStages = S::kStages;
+  constexpr bool kKeepU = S::kKeepU;
   constexpr int kL = S::kL;
   constexpr int kRow = S::kRow;
   constexpr int kCh = S::kCh;
@@ -585,28 +596,28 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const ScanMaps&
   }
 }
 
-template <int kLanes, int kSegs, int kSeg, int kStages, int kMinBlocks, bool kKeepU>
-__global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThreads, kMinBlocks)
+template <class Cfg>
+__global__ void __launch_bounds__(TileScan<Cfg>::kThreads, TileScan<Cfg>::kMinBlocks)
     scan_tile_kernel(Mamba1Params p, const __grid_constant__ ScanMaps maps) {
   const GpuRequest r = p.wave.requests[blockIdx.y];
   if (r.decode || r.end <= r.begin) return;  // uniform over the block
   if (maps.valid) {  // (implies rows_in_quads)
     if (r.num_boundaries > 0) {
-      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, true, true, true>(p, maps, r);
+      tile_scan<Cfg, true, true, true>(p, maps, r);
     } else {
-      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, true, false, true>(p, maps, r);
+      tile_scan<Cfg, true, false, true>(p, maps, r);
     }
   } else if (rows_in_quads(p)) {
     if (r.num_boundaries > 0) {
-      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, true, true, false>(p, maps, r);
+      tile_scan<Cfg, true, true, false>(p, maps, r);
     } else {
-      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, true, false, false>(p, maps, r);
+      tile_scan<Cfg, true, false, false>(p, maps, r);
     }
   } else {
     if (r.num_boundaries > 0) {
-      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, false, true, false>(p, maps, r);
+      tile_scan<Cfg, false, true, false>(p, maps, r);
     } else {
-      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, false, false, false>(p, maps, r);
+      tile_scan<Cfg, false, false, false>(p, maps, r);
     }
   }
 }
@@ -661,15 +672,17 @@ __global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThrea
 // over 1k–32k tokens 11 µs + 47.5 µs per 1k tokens against a bound of 28.2. The per-token cost was
 // set by the L1 data pipe (ncu: 92% busy; issue slots 62%), which the lane runs relieve: 344 µs at
 // 8k and 1328 µs at 32k (65.3% / 67.6% of the bound, gpu-check on 63b3293).
-template <int kRoleAWarps, int kRoleASpl, int kRoleBWarps, int kRoleBSpl, int kTokens, int kStageCount, int kLagChunks>
+template <class Cfg>
 struct SeqScan {
-  static constexpr int kWarpsA = kRoleAWarps, kSplA = kRoleASpl;  // warps [0, kWarpsA): kSplA states per lane
-  static constexpr int kWarpsB = kRoleBWarps, kSplB = kRoleBSpl;  // the next kWarpsB warps: kSplB
+  // warps [0, kWarpsA): kSplA states per lane; the next kWarpsB warps: kSplB
+  static constexpr int kWarpsA = Cfg::role_a_warps, kSplA = Cfg::role_a_states_per_lane;
+  static constexpr int kWarpsB = Cfg::role_b_warps, kSplB = Cfg::role_b_states_per_lane;
   static constexpr int kWarps = kWarpsA + kWarpsB;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kTok = kTokens;   // tokens per chunk
-  static constexpr int kStages = kStageCount;
-  static constexpr int kLag = kLagChunks;
+  static constexpr int kTok = Cfg::chunk_tokens;  // tokens per chunk
+  static constexpr int kStages = Cfg::stages;
+  static constexpr int kLag = Cfg::lag_chunks;
+  static constexpr int kMinBlocks = Cfg::min_blocks_per_sm;
   static constexpr int kRow = 32;        // B/C floats per token
   static constexpr int lanes(int spl) { return 16 / spl; }         // lanes per channel
   static constexpr int channels(int spl) { return 2 * spl; }       // channels per warp
@@ -967,8 +980,8 @@ __device__ __forceinline__ void seq_scan(const Mamba1Params& p, const ScanMaps& 
   }
 }
 
-template <class S, int kMinBlocks>
-__global__ void __launch_bounds__(S::kThreads, kMinBlocks)
+template <class S>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
     scan_seq_kernel(Mamba1Params p, const __grid_constant__ ScanMaps maps) {
   const GpuRequest r = p.wave.requests[blockIdx.y];
   if (r.decode || r.end <= r.begin) return;  // uniform over the block
@@ -980,8 +993,9 @@ __global__ void __launch_bounds__(S::kThreads, kMinBlocks)
 }
 
 // The sequential scan where it applies (N = 16, TMA maps of its boxes): false otherwise.
-template <class S, int kMinBlocks>
+template <class Cfg>
 bool launch_seq_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
+  using S = SeqScan<Cfg>;
   if (p.N != 16 || !rows_in_quads(p) || p.num_tokens <= 0) return false;
   ScanMaps maps;
   constexpr CUtensorMapSwizzle kSwizzle = S::kSwizzleBits == 1   ? CU_TENSOR_MAP_SWIZZLE_32B
@@ -989,7 +1003,7 @@ bool launch_seq_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream) 
                                                                 : CU_TENSOR_MAP_SWIZZLE_NONE;
   maps.valid = encode_scan_maps(p, S::kTok, S::kCh, kSwizzle, &maps);
   if (!maps.valid) return false;
-  constexpr auto kernel = scan_seq_kernel<S, kMinBlocks>;
+  constexpr auto kernel = scan_seq_kernel<S>;
   allow_dynamic_smem<kernel, S::kSmemBytes>();
   kernel<<<dim3((p.I + S::kCh - 1) / S::kCh, count), S::kThreads, S::kSmemBytes, stream>>>(p, maps);
   return true;
@@ -1017,20 +1031,63 @@ int lanes_for(int N) {
   return lanes;
 }
 
-// The tile scan of a wave's prefills: grid = (channel tiles, prefill requests). kMinBlocks resident
-// blocks per SM (the register budget): Mamba-2.8B's 5120 channels are 640 blocks of 4 warps for one
-// request, which 132 SMs hold in one wave at 5 per SM — at 4 per SM the last 112 blocks would run a
-// second full-length round. The dynamic shared memory limit is raised once per kernel (per process:
-// hybridtb drives one device) where a tile needs more than the default 48 KB.
-template <int kLanes, int kSegs, int kSeg, int kStages, int kMinBlocks, bool kKeepU>
+// The launch configurations of the prefill scans, one per state-size class (lanes per channel =
+// ⌈N/4⌉ rounded up to a power of two; launch_mamba1_scan picks one).
+//
+// Sequential scan (N = 16, Mamba-1): one block per SM of 8 warps of 2 states per lane and 4 warps of
+// 1 (each of the SM's four schedulers then holds 4 + 4 + 2 channels), 48-token chunks in a ring of 4
+// TMA stages, warps drifting apart by up to one chunk.
+struct SeqScanN16 {
+  static constexpr int role_a_warps = 8, role_a_states_per_lane = 2;
+  static constexpr int role_b_warps = 4, role_b_states_per_lane = 1;
+  static constexpr int chunk_tokens = 48;
+  static constexpr int stages = 4;
+  static constexpr int lag_chunks = 1;
+  static constexpr int min_blocks_per_sm = 1;
+};
+// Tile scan (every state size; for N = 16 where the sequential scan does not apply): 4 time
+// segments of 8 tokens per chunk, 4 copy stages, 5 blocks per SM (Mamba-2.8B's 5120 channels are
+// 640 blocks of 4 warps for one request, which 132 SMs hold in one wave at 5 per SM; at 4 per SM the
+// last 112 blocks would run a second full-length round).
+struct TileScanDefaults {
+  static constexpr int segments = 4;
+  static constexpr int segment_tokens = 8;
+  static constexpr int stages = 4;
+  static constexpr int min_blocks_per_sm = 5;
+  static constexpr bool inputs_in_registers = false;  // u = Δ·c·B kept from the local scan for the rescan
+};
+struct TileScanN4 : TileScanDefaults {
+  static constexpr int lanes_per_channel = 1;
+};
+struct TileScanN8 : TileScanDefaults {
+  static constexpr int lanes_per_channel = 2;
+};
+struct TileScanN16 : TileScanDefaults {
+  static constexpr int lanes_per_channel = 4;
+  static constexpr int segments = 3;
+  static constexpr bool inputs_in_registers = true;
+};
+struct TileScanN32 : TileScanDefaults {
+  static constexpr int lanes_per_channel = 8;
+};
+struct TileScanN64 : TileScanDefaults {
+  static constexpr int lanes_per_channel = 16;
+  static constexpr int stages = 3;
+  static constexpr int min_blocks_per_sm = 2;
+};
+
+// The tile scan of a wave's prefills: grid = (channel tiles, prefill requests), Cfg::min_blocks_per_sm
+// resident blocks per SM (the register budget). The dynamic shared memory limit is raised once per
+// kernel (per process: hybridtb drives one device) where a tile needs more than the default 48 KB.
+template <class Cfg>
 void launch_tile_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
-  using S = TileScan<kLanes, kSegs, kSeg, kStages>;
-  constexpr auto kernel = scan_tile_kernel<kLanes, kSegs, kSeg, kStages, kMinBlocks, kKeepU>;
+  using S = TileScan<Cfg>;
+  constexpr auto kernel = scan_tile_kernel<Cfg>;
   allow_dynamic_smem<kernel, S::kSmemBytes>();
   // TMA boxes of the chunk's rows where the tensors allow them and B/C fill whole quads (N = 4·lanes,
   // so that global and shared rows have the same layout); otherwise per-thread cp.async copies.
   ScanMaps maps;
-  maps.valid = rows_in_quads(p) && p.N == 4 * kLanes && p.num_tokens > 0 &&
+  maps.valid = rows_in_quads(p) && p.N == 4 * S::kLanes && p.num_tokens > 0 &&
                encode_scan_maps(p, S::kL, S::kCh, CU_TENSOR_MAP_SWIZZLE_NONE, &maps);
   kernel<<<dim3((p.I + S::kCh - 1) / S::kCh, count), S::kThreads, S::kSmemBytes, stream>>>(p, maps);
 }
@@ -1055,20 +1112,17 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
     q.wave.requests += begin;
     q.wave.num_requests -= begin;
     const int32_t count = q.wave.num_requests;
-    // <lanes, segments, tokens per segment, stages, blocks per SM, u kept in registers>
     switch (lanes) {
-      case 1: mamba1::launch_tile_scan<1, 4, 8, 4, 5, false>(q, count, stream); break;
-      case 2: mamba1::launch_tile_scan<2, 4, 8, 4, 5, false>(q, count, stream); break;
+      case 1: mamba1::launch_tile_scan<mamba1::TileScanN4>(q, count, stream); break;
+      case 2: mamba1::launch_tile_scan<mamba1::TileScanN8>(q, count, stream); break;
       case 4:
-        // N = 16 (Mamba-1): the sequential scan where its TMA boxes apply, one block per SM of 8 warps
-        // of 2 states per lane and 4 of 1 (each scheduler: 4 + 4 + 2 channels), 48-token chunks in 4
-        // stages; otherwise the tile scan.
-        if (!mamba1::launch_seq_scan<mamba1::SeqScan<8, 2, 4, 1, 48, 4, 1>, 1>(q, count, stream)) {
-          mamba1::launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream);
+        // The sequential scan where its TMA boxes apply, otherwise the tile scan.
+        if (!mamba1::launch_seq_scan<mamba1::SeqScanN16>(q, count, stream)) {
+          mamba1::launch_tile_scan<mamba1::TileScanN16>(q, count, stream);
         }
         break;
-      case 8: mamba1::launch_tile_scan<8, 4, 8, 4, 5, false>(q, count, stream); break;
-      default: mamba1::launch_tile_scan<16, 4, 8, 3, 2, false>(q, count, stream); break;
+      case 8: mamba1::launch_tile_scan<mamba1::TileScanN32>(q, count, stream); break;
+      default: mamba1::launch_tile_scan<mamba1::TileScanN64>(q, count, stream); break;
     }
     HYBRIDTB_CUDA_CHECK_LAUNCH();
   }
