@@ -4,6 +4,9 @@
 //   Δ = softplus(dt + dt_bias), h = exp(Δ·A)·h + Δ·c·B, A = −exp(A_log), y = (h·C + D·c)·silu(z).
 // One launch; the state row of each channel is read and written once in 16-byte accesses, streaming
 // (evict-first) for a float32 pool: the kernel is bound by the state pool's bandwidth.
+// Layout: the pool holds [I, N] states per slot (any float kind, widened to float32), the inputs
+// are the token rows of mamba1_kernels.cu's layout (one row per decode request). The grid is
+// (channel blocks, decode requests); the lanes of a channel hold its states in quads of 4.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -42,22 +45,12 @@ __device__ __forceinline__ void store_state_quad(const PoolRef& pool, int64_t e,
 // of them) of the channel's states. Mamba-1's 16 states are 2 lanes of 2 quads: each warp access
 // then reads whole 32-byte sectors (16 channels × 32 contiguous bytes), and Δ, the gate, the
 // channel's input loads and the reduction of y are done by 2 lanes, not 4. A block is kThreads
-// threads = kThreads / kLanes channels of one request (Mamba-1: 128 threads, 8 blocks per SM at 64
-// registers); the channel's weights are loaded before the request entry (their latencies overlap),
-// every load is issued before the first store, B and C in 16-byte loads (four 4-byte loads each
-// before: 20.4 → 20.1 µs at 64 sequences on the H100), the state with the streaming hints (→ 19.2
-// µs, StateHints). Each block's time is one chain of latencies (request entry → state loads → math
-// → stores), and the kernel's time follows that chain more than the bytes in flight. Measured and
-// not kept (64 sequences, without the hints unless said): 4 lanes of one quad (22.8 µs); 256-thread
-// blocks (21.0 µs); 64-thread blocks (20.2 µs, within noise); two requests per thread sharing
-// −exp(A_log), 80 registers at 6 blocks per SM (23.1 µs); −exp(A_log) computed before the request
-// entry is loaded (23.7 µs: the state loads wait for it); blocks that stay resident (as many as fit
-// at once) and walk requests blockIdx.y, blockIdx.y + gridDim.y, …, −exp(A_log) once per block:
-// 20.7 µs, with the next request's state prefetched into L2 (prefetch.global.L2) 23.8 µs (21.4
-// with the hints; 2 or 4 requests ahead 24.1, 25.0; 64- or 256-thread blocks 22.9, 24.4); one
-// request per block prefetching the state of the block one resident wave later (26.1 µs). The
-// arithmetic is the prefill scan's (ex2 of Δ·A·log2 e, softplus_fast, silu_fast), so a decode step
-// and a one-token prefill agree to rounding.
+// threads = kThreads / kLanes channels of one request. Each block's time is one chain of latencies
+// (request entry → state loads → math → stores), so the chain is kept short: the channel's weights
+// are loaded before the request entry (their latencies overlap), every load is issued before the
+// first store, B and C move in 16-byte loads, the state with streaming hints. The arithmetic is the
+// prefill scan's (ex2 of Δ·A·log2 e, softplus_fast, silu_fast), so a decode step and a one-token
+// prefill agree to rounding.
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::threads, Cfg::min_blocks_per_sm) decode_kernel(Mamba1Params p) {
   constexpr int kLanes = Cfg::lanes_per_channel;
@@ -136,8 +129,9 @@ __global__ void __launch_bounds__(Cfg::threads, Cfg::min_blocks_per_sm) decode_k
 }
 
 
-// The launch configurations, one per state-size class (4 states per quad; lanes × quads per lane =
-// ⌈N/4⌉ rounded up to a power of two, N ≤ kMamba1MaxState).
+// The launch configurations, one per state-size class, named by the largest state size N of the
+// class (4 states per quad; lanes × quads per lane = ⌈N/4⌉ rounded up to a power of two, N ≤
+// kMamba1MaxState).
 struct DecodeDefaults {
   static constexpr int min_blocks_per_sm = 4;
   static constexpr int threads = 256;
