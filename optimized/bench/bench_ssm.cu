@@ -1,25 +1,19 @@
 // hybridtb_bench_ssm [--out FILE.json] [--case NAME] [--prefill-tokens T1,T2,...]: the mamba1
 // kernels of the cuda backend's SSM branch (optimized/src/ssm/mamba1_kernels.cu, mamba1_decode.cu)
-// on one GPU, against ceilings measured in the same run (device-to-device copy bandwidth of 1 GiB,
-// the best of three rounds; ex2 throughput with every SM full):
+// on one GPU, in the configuration the backend launches, against ceilings measured in the same run
+// (device-to-device copy bandwidth of 1 GiB, the best of three rounds; ex2 throughput with every SM
+// full):
 //   decode: the single-step state update (launch_mamba1_scan on decode requests) for d_inner 5120,
 //           state 16, 64 and 256 sequences; bytes = ssm_state read + write (fp32) + per-token
 //           inputs; % of the measured copy bandwidth (read + write counted), of the 1 GiB copy and of
 //           a copy of the same bytes (the state pool's size: what a transfer of this size can reach);
-//           "variants_us": the default (2 lanes × 2 quads per channel, 128-thread blocks, streaming
-//           loads and stores of the state), without the cache hints (the previous default), with
-//           streaming stores only;
-//   prefill: the selective scan (gating fused) of one request of 8k and 32k tokens ("variants_us":
-//           seq, the default: the sequential scan in blocks of 8 warps of 2 states per lane and 4 of
-//           1; tile: the tile scan; seq_uniform_blocks: the sequential scan in blocks of 2 warps of 2
-//           states per lane, the default before; seq_64_token_chunks: the default's blocks with
-//           64-token chunks in 3 stages), and the causal conv; tokens/s against
-//           t_min = max(bytes / copy bandwidth, D·N·T / ex2 rate) (perf-anchors.md §6.3).
+//   prefill: the selective scan (gating fused) of one request of 8k and 32k tokens, and the causal
+//           conv; tokens/s against t_min = max(bytes / copy bandwidth, D·N·T / ex2 rate)
+//           (perf-anchors.md §6.3). "rerun_max_rel_diff_y": y of the timed runs against y of an
+//           earlier run, max |Δy| / max |y| (0: the scan is bitwise reproducible).
 // --case runs only the case of that name (e.g. "prefill 8k", for a profiler); --prefill-tokens
 // replaces the prefill lengths 8192,32768 (multiples of 1024 up to 256k, named "prefill <T/1024>k"),
-// e.g. to separate the scan's fixed cost from its cost per token. "variants_max_rel_diff_y": each
-// variant's y against the default's, max |Δy| / max |y| (the default's own entry is 0 when runs are
-// bitwise reproducible; the others differ by float32 rounding).
+// e.g. to separate the scan's fixed cost from its cost per token.
 // Inputs are deterministic non-zero values (a hash fill); every timing is the median of CUDA-event
 // samples after warm-up, with the ssm_state pool restored and L2 flushed (256 MiB read) before
 // every sample, outside the events (a 256 MiB read: clean lines, no write-back in the timed region). The GEMMs (cuBLAS) are not timed here. Case names ("name")
@@ -276,18 +270,7 @@ int main(int argc, char** argv) {
   for (const int seqs : {64, 256}) {
     if (skip("decode " + std::to_string(seqs) + " seqs")) continue;
     Setup s = make_setup(seqs, 1);
-    // The decode sweep (scan_variant on a decode wave; 0 = the default the backend uses).
-    const char* variant_names[] = {"streaming_state", "no_hints", "streaming_stores"};
-    constexpr int kVariants = sizeof(variant_names) / sizeof(variant_names[0]);
-    std::string variants;
-    double ms = 0.0;
-    for (int v = kVariants - 1; v >= 0; --v) {
-      s.p.scan_variant = v;
-      const double t = median_ms_flushed(50, 5, stream, s, flush, [&] { launch_mamba1_scan(s.p, stream); });
-      variants += std::string(variants.empty() ? "" : ", ") + "\"" + variant_names[v] + "\": " + num(t * 1e3);
-      if (v == 0) ms = t;
-    }
-    s.p.scan_variant = 0;
+    const double ms = median_ms_flushed(50, 5, stream, s, flush, [&] { launch_mamba1_scan(s.p, stream); });
     // ssm_state read + write, plus dt, c, z in and y out per channel, and B/C per sequence.
     const double state_bytes = seqs * (2.0 * I * N * 4);
     const double bytes = state_bytes + seqs * (4.0 * I * 4 + 2.0 * N * 4);
@@ -311,24 +294,19 @@ int main(int argc, char** argv) {
              ", \"bytes\": " + num(bytes) + ", \"state_bytes\": " + num(state_bytes) + ", \"GBps\": " +
              num(bytes / (ms * 1e-3) / 1e9) + ", \"pct_of_copy_bw\": " + num(pct) + ", \"same_size_copy_us\": " +
              num(same_size_copy_ms * 1e3) + ", \"pct_of_same_size_copy\": " + num(pct_same_size) +
-             ", \"launches\": 1, \"variants_us\": {" + variants + "}}");
+             ", \"launches\": 1}");
     release(s);
   }
   for (const int tokens : prefill_tokens) {
     if (skip("prefill " + std::to_string(tokens / 1024) + "k")) continue;
     Setup s = make_setup(1, tokens);
-    // The tiling sweep (scan_variant; 0 = the default the backend uses).
-    const char* variant_names[] = {"seq", "tile", "seq_uniform_blocks", "seq_64_token_chunks"};
-    constexpr int kVariants = sizeof(variant_names) / sizeof(variant_names[0]);
-    std::string variants, variant_diffs;
-    double scan_ms = 0.0;
-    // Every variant's y against the default's (each timed sample starts from the restored pool, so
-    // the last one leaves a complete y): max |y_v − y_default| / max |y_default|. y_default comes
-    // from a run of its own, so the default's entry checks that runs are bitwise reproducible.
+    // y of the timed runs against y of a run of its own, max |Δy| / max |y|: 0 when runs are bitwise
+    // reproducible (each timed sample starts from the restored pool, so the last one leaves a
+    // complete y).
     const int64_t y_count = int64_t{tokens} * I;
-    float* y_default = nullptr;
+    float* y_first = nullptr;
     unsigned* max_bits = nullptr;
-    HYBRIDTB_CUDA_CHECK(cudaMalloc(&y_default, y_count * sizeof(float)));
+    HYBRIDTB_CUDA_CHECK(cudaMalloc(&y_first, y_count * sizeof(float)));
     HYBRIDTB_CUDA_CHECK(cudaMalloc(&max_bits, sizeof(unsigned)));
     const auto max_abs_diff = [&](const float* a, const float* b) {
       HYBRIDTB_CUDA_CHECK(cudaMemsetAsync(max_bits, 0, sizeof(unsigned), stream));
@@ -341,21 +319,13 @@ int main(int argc, char** argv) {
       std::memcpy(&v, &bits, sizeof(v));
       return static_cast<double>(v);
     };
-    s.p.scan_variant = 0;
     (void)median_ms_flushed(1, 0, stream, s, flush, [&] { launch_mamba1_scan(s.p, stream); });
-    HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(y_default, s.p.y, y_count * sizeof(float), cudaMemcpyDeviceToDevice, stream));
-    const double y_scale = max_abs_diff(y_default, nullptr);
-    for (int v = kVariants - 1; v >= 0; --v) {
-      s.p.scan_variant = v;
-      const double ms = median_ms_flushed(10, 2, stream, s, flush, [&] { launch_mamba1_scan(s.p, stream); });
-      variants += std::string(variants.empty() ? "" : ", ") + "\"" + variant_names[v] + "\": " + num(ms * 1e3);
-      variant_diffs += std::string(variant_diffs.empty() ? "" : ", ") + "\"" + variant_names[v] +
-                       "\": " + sci(max_abs_diff(s.p.y, y_default) / y_scale);
-      if (v == 0) scan_ms = ms;
-    }
-    cudaFree(y_default);
+    HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(y_first, s.p.y, y_count * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    const double y_scale = max_abs_diff(y_first, nullptr);
+    const double scan_ms = median_ms_flushed(10, 2, stream, s, flush, [&] { launch_mamba1_scan(s.p, stream); });
+    const double rerun_diff = max_abs_diff(s.p.y, y_first) / y_scale;
+    cudaFree(y_first);
     cudaFree(max_bits);
-    s.p.scan_variant = 0;
     const double conv_ms = median_ms_flushed(10, 2, stream, s, flush, [&] { launch_causal_conv(s.conv, stream); });
     // Minimal traffic of the scan with our float32 I/O: dt, c, z in, y out (4 B each per channel) + B, C.
     const double bytes = static_cast<double>(tokens) * (4.0 * I * 4 + 2.0 * N * 4);
@@ -367,7 +337,7 @@ int main(int argc, char** argv) {
              num(scan_ms * 1e3) + ", \"conv_us\": " + num(conv_ms * 1e3) + ", \"scan_tokens_per_s\": " +
              num(tokens / (scan_ms * 1e-3)) + ", \"t_min_bw_us\": " + num(t_bw * 1e6) + ", \"t_min_exp_us\": " +
              num(t_exp * 1e6) + ", \"pct_of_bound\": " + num(100.0 * t_min / (scan_ms * 1e-3)) +
-             ", \"variants_us\": {" + variants + "}, \"variants_max_rel_diff_y\": {" + variant_diffs + "}}");
+             ", \"rerun_max_rel_diff_y\": " + sci(rerun_diff) + "}");
     release(s);
   }
   json += "\n  ]\n}\n";

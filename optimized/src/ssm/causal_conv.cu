@@ -20,9 +20,6 @@
 // make about kTargetConvBlocks blocks (a few per SM), so a few hundred tokens still fill the GPU.
 // The conv-state pool (stash reads, boundary and final writes) keeps load_element / store_element
 // with its run-time kind: those run once per chunk or per block boundary, not per token.
-// Measured (hybridtb_bench_ssm conv_us, H100, d_inner 5120, K 4, float32 rows of in_proj's
-// output, one request): 8k tokens 375.5 → 130.1 µs, 32k tokens 1415.5 → 485.2 µs (before: one
-// channel per thread, the kind switch and run-time K in every token's loads and sums).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -43,10 +40,7 @@ constexpr int kConvChannels = 128;  // threads per block of the conv kernels
 // chunk are read again by it), as many as make about kTargetConvBlocks blocks over the wave.
 constexpr int64_t kMinChunkTokens = 16;
 constexpr int64_t kTargetConvBlocks = 2048;
-// Channels per thread of the typed conv instances. 2 (56 instead of 102 registers at K 4) timed
-// ~12% faster in a standalone A/B; in hybridtb_bench_ssm on the H100 it is no better: 127 / 497 µs
-// at 8k / 32k tokens against 130 / 486 with 4 (with 2 and 8 tokens per batch 159 / 609; the tests
-// pass with either width).
+// Channels per thread of the typed conv instances: one 16-byte load of a float32 input row per token.
 constexpr int kVecChannels = 4;
 // Tokens whose inputs a conv_kernel thread loads before computing any of them (see above): 8 or
 // 16 input elements in flight per thread.

@@ -1,7 +1,6 @@
-// The causal depthwise conv1d + SiLU front end of the model-layer GPU modes (mamba2, gdn; mamba1's
-// conv is the same and could move here), with its per-request conv state — vLLM's causal_conv1d_fn
-// (prefill) and causal_conv1d_update (decode) over one contiguous range of channels
-// (../shared/notes/ssm-modes.md §1.1). Per request, channel c and token t (float32):
+// The causal depthwise conv1d + SiLU front end of the model-layer GPU modes (mamba1, mamba2, gdn),
+// with its per-request conv state — vLLM's causal_conv1d_fn (prefill) and causal_conv1d_update
+// (decode) over one contiguous range of channels. Per request, channel c and token t (float32):
 //   u_t[c]   = in[t, c] + in_bias[c]                       (in_bias optional: in_proj's bias)
 //   window   = [the K − 1 saved inputs of read_slot (zeros if −1), oldest first | u_first … u_t]
 //   out[t,c] = silu(bias[c] + Σ_{j<K} weight[c, j]·window[t − (K − 1) + j])   (column K−1: u_t)

@@ -15,9 +15,9 @@
 // decode update straight from the request table: no host-side lists, no uploads.
 // A GDN layer of a per-layer model (layer_kind gdn) runs the core alone on the layer's own inputs,
 // read where they lie in their own element type, o written straight to the layer's output
-// (linear_forward): a decode step is three launches, conv, preparation and decode update. (Doing
-// the preparation inside the decode kernel measured slower: 91 → 96–104 µs at 64 float32
-// sequences, the extra registers and the gates' dependent loads costing more than the launch.)
+// (linear_forward): a decode step is three launches, conv, preparation and decode update (the
+// preparation stays a launch of its own: inside the decode kernel its registers and the gates'
+// dependent loads would cost more than the launch).
 #include <algorithm>
 #include <cstdint>
 #include <memory>

@@ -1,6 +1,6 @@
 // gdn on the GPU (gdn_kernels.h): the per-token preparation, the single-token decode update and the
-// mode's gated RMSNorm; the chunked WY prefill is gdn_prefill.cu. The math is reference/ssm/gdn.cpp's
-// (../shared/notes/ssm-modes.md §1.4), in float32 (IEEE expf/log1pf/sqrtf):
+// mode's gated RMSNorm; the chunked WY prefill is gdn_prefill.cu. The math is reference/ssm/gdn.cpp's,
+// in float32 (IEEE expf/log1pf/sqrtf):
 //   q̂ = q·dk^-1/2 / sqrt(Σq² + 1e-6),  k̂ = k / sqrt(Σk² + 1e-6)             per key head
 //   g = −exp(A_log)·softplus(a + dt_bias) (threshold 20),  α = e^g,  β = sigmoid(b)   per value head
 //   per value head, V-major M [dv, dk]:  M ← α·M;  u = β·(v − M k̂);  M ← M + u k̂ᵀ;  o = M q̂
@@ -96,14 +96,8 @@ constexpr int kDecodeThreads = 256;
 
 // A lane moves a run of kPoolRun<T> consecutive k of a state row per access (pool_quads.cuh): 16 bytes
 // whatever the pool's element T (float, __half, __nv_bfloat16): 4 float32 or 8 16-bit states. A lane group holds
-// kDecodeRows rows: 64 bytes of state loads in flight per thread. Measured on an H100 at Qwen3-Next's
-// sizes, 64 / 256 sequences (hybridtb_bench_linear): float32 pools 99.5 / 100.4% of the 1 GiB copy
-// bandwidth, bfloat16 pools 86.9 / 91.3% (53.0 / 201.7 µs; 83.8 / 87.3% with a tree per row and α
-// applied per state). Measured and not kept: capping the registers at 64 for 4 resident blocks per SM
-// (16 bytes spilled: 78.5 / 80.0%); a persistent grid whose threads stage the rows of their next two
-// items in shared memory by cp.async while computing the current one (86.5 / 91.7% for bfloat16, but
-// float32 fell to 87 / 83%); 16-bit runs of 4 (8-byte accesses: twice the lanes, shuffles and loads
-// per byte) 77 / 81%; 8 rows of runs of 8 no faster.
+// kDecodeRows rows: 64 bytes of state loads in flight per thread, which keeps the memory system busy
+// enough for the update to run near the copy bandwidth without spilling registers.
 template <typename T>
 inline constexpr int kDecodeRows = 4;
 

@@ -36,26 +36,11 @@
 // Every product runs on the tensor cores in 3xTF32 (mma.cuh: each float32 operand split into TF32
 // hi + lo, three m16n8k8 products with float32 accumulation: float32-level accuracy, the parity
 // tests unchanged); the substitution, decays and gates stay float32 on the CUDA cores. Fixed
-// summation orders, no atomics: bitwise reproducible (the same splits, products and sums in the
-// same order as the previous version: the same bits).
-// H100 (hybridtb_bench_linear, prepare + prefill of one fresh request; same-run A/B, two runs each,
-// against the previous version, whose state blocks copied W and k̂ row-major by per-thread cp.async
-// and read each fragment element by element): 64k tokens × 8 value heads 4.62 ms (5.70 before;
-// FlashInfer's published sm90 figure 0.40 ms), 8k × 8 heads 0.61 ms (0.76), 8k at Qwen3-Next's 32
-// value heads (16-row blocks) 2.12 ms (2.31). ncu at 64k × 8 (its locked 1.45 GHz: ≈ 1.2× the
-// bench's times): intra 1.86 ms, state 2.46 ms (4.02 before; 3.58M cycles, ≈ 3.5k per chunk, 4.6
-// cycles per issued instruction per warp at 2 warps per scheduler, L2 throughput 35%), output
-// 0.92 ms. Why: by the SASS of the chunk loop (static count of its body, 8-row blocks, the dk = 128
-// path with the fallbacks compiled out) the previous state pass ran ≈ 1630 instructions per thread
-// per chunk, ≈ 400 of them the index arithmetic of its 16 cp.async copies of W and k̂; now ≈ 800
-// (one bulk copy per tile, one 16-byte load per fragment instead of four, one U and one G copy per
-// thread without a loop). Measured dead ends (same runs): W and k̂ split into hi + lo once by (1)
-// (64 KiB tiles, ≈ 560 instructions per chunk) 5.13 ms: the state pass took 2.60 ms under ncu at 61%
-// L2 throughput (35% now; the 16 blocks of a head each read twice the bytes) and (1) 2.03 ms; 16-row
-// blocks at 8 heads 5.72 ms (5.80 with split tiles): half the L2 traffic, half the SMs; two barriers
-// per chunk (W(c + 1) issued after chunk c's first barrier instead of a chunk ahead after a third)
-// 4.78 ms. The state pass remains the wall at 8 heads (one 8-row block per SM: two warps per
-// scheduler, ≈ 4.6 cycles per issued instruction); the intra kernel is now a third of the prefill.
+// summation orders, no atomics: bitwise reproducible.
+// The state pass is the sequential part and the wall of the prefill: its blocks are few (one per
+// value head and tile of M's rows), so each chunk's work per thread is kept small — one bulk copy
+// per W or k̂ tile instead of per-thread copies with their index arithmetic, one 16-byte shared load
+// per fragment — and the tiles arrive a chunk or more ahead of their use.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -370,8 +355,7 @@ __device__ __forceinline__ void load_floats(const float* p, float (&x)[kN]) {
 //       lo·hi and hi·lo products of even and odd k-steps, chains of four), the boundary state from
 //       registers;
 //   barrier; W(c + 2) is issued into K(c)'s slot.
-// Each tile is issued a chunk or more before its use. The splits, products and sums are those of the
-// previous version (row-major tiles), in the same order: the same bits. W's and k̂'s rows past the chunk's n
+// Each tile is issued a chunk or more before its use. W's and k̂'s rows past the chunk's n
 // tokens are zeros, so every product runs over all 64 tokens (no branches in the unrolled loops)
 // and those tokens contribute exact zeros. Each thread loads, updates and stores the same elements
 // of M, so read_slot == write_slot is safe.

@@ -4,6 +4,9 @@
 //   Δ = softplus(dt + dt_bias), h = exp(Δ·A)·h + Δ·c·B, A = −exp(A_log), y = (h·C + D·c)·silu(z).
 // One launch; the state row of each channel is read and written once in 16-byte accesses, streaming
 // (evict-first) for a float32 pool: the kernel is bound by the state pool's bandwidth.
+// Layout: the pool holds [I, N] states per slot (any float kind, widened to float32), the inputs
+// are the token rows of mamba1_kernels.cu's layout (one row per decode request). The grid is
+// (channel blocks, decode requests); the lanes of a channel hold its states in quads of 4.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -18,28 +21,20 @@
 namespace hybridtb::cuda::ssm::mamba1 {
 namespace {
 
-// Cache hints on a float32 pool's 16-byte state accesses. Each state is read once and written once
-// per step: streaming loads and stores (ld.global.cs / st.global.cs, evict-first in L2). Measured on
-// the H100 (hybridtb_bench_ssm, Mamba-1's layout below) at 64 sequences: none 19.9 µs, streaming
-// stores 19.4, streaming loads 19.7, both 19.2; at 256 sequences 73.5 → 72.1 µs. The two partial
-// settings are kept for the benchmark's comparison (launch_decode's scan_variant).
-enum class StateHints { kNone, kStreamingStores, kStreaming };
-
-// A channel's state quad (load_quad / store_quad), with the hints where the pool is float32 and
-// the quad moves as one access.
-template <StateHints kHints>
+// A channel's state quad (load_quad / store_quad); where the pool is float32 and the quad moves as
+// one 16-byte access, streaming (ld.global.cs / st.global.cs, evict-first in L2): each state is
+// read once and written once per step.
 __device__ __forceinline__ void load_state_quad(const PoolRef& pool, int64_t e, int valid, bool vec, float (&x)[4]) {
-  if (kHints == StateHints::kStreaming && vec && pool.kind == ElementKind::kFloat32) {
+  if (vec && pool.kind == ElementKind::kFloat32) {
     const float4 v = __ldcs(reinterpret_cast<const float4*>(static_cast<const float*>(pool.data) + e));
     x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
     return;
   }
   load_quad(pool, e, valid, vec, x);
 }
-template <StateHints kHints>
 __device__ __forceinline__ void store_state_quad(const PoolRef& pool, int64_t e, int valid, bool vec,
                                                  const float (&x)[4]) {
-  if (kHints != StateHints::kNone && vec && pool.kind == ElementKind::kFloat32) {
+  if (vec && pool.kind == ElementKind::kFloat32) {
     __stcs(reinterpret_cast<float4*>(static_cast<float*>(pool.data) + e), make_float4(x[0], x[1], x[2], x[3]));
     return;
   }
@@ -50,24 +45,17 @@ __device__ __forceinline__ void store_state_quad(const PoolRef& pool, int64_t e,
 // of them) of the channel's states. Mamba-1's 16 states are 2 lanes of 2 quads: each warp access
 // then reads whole 32-byte sectors (16 channels × 32 contiguous bytes), and Δ, the gate, the
 // channel's input loads and the reduction of y are done by 2 lanes, not 4. A block is kThreads
-// threads = kThreads / kLanes channels of one request (Mamba-1: 128 threads, 8 blocks per SM at 64
-// registers); the channel's weights are loaded before the request entry (their latencies overlap),
-// every load is issued before the first store, B and C in 16-byte loads (four 4-byte loads each
-// before: 20.4 → 20.1 µs at 64 sequences on the H100), the state with the streaming hints (→ 19.2
-// µs, StateHints). Each block's time is one chain of latencies (request entry → state loads → math
-// → stores), and the kernel's time follows that chain more than the bytes in flight. Measured and
-// not kept (64 sequences, without the hints unless said): 4 lanes of one quad (22.8 µs); 256-thread
-// blocks (21.0 µs); 64-thread blocks (20.2 µs, within noise); two requests per thread sharing
-// −exp(A_log), 80 registers at 6 blocks per SM (23.1 µs); −exp(A_log) computed before the request
-// entry is loaded (23.7 µs: the state loads wait for it); blocks that stay resident (as many as fit
-// at once) and walk requests blockIdx.y, blockIdx.y + gridDim.y, …, −exp(A_log) once per block:
-// 20.7 µs, with the next request's state prefetched into L2 (prefetch.global.L2) 23.8 µs (21.4
-// with the hints; 2 or 4 requests ahead 24.1, 25.0; 64- or 256-thread blocks 22.9, 24.4); one
-// request per block prefetching the state of the block one resident wave later (26.1 µs). The
-// arithmetic is the prefill scan's (ex2 of Δ·A·log2 e, softplus_fast, silu_fast), so a decode step
-// and a one-token prefill agree to rounding.
-template <int kLanes, int kQ, int kMinBlocks, int kThreads, StateHints kHints>
-__global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(Mamba1Params p) {
+// threads = kThreads / kLanes channels of one request. Each block's time is one chain of latencies
+// (request entry → state loads → math → stores), so the chain is kept short: the channel's weights
+// are loaded before the request entry (their latencies overlap), every load is issued before the
+// first store, B and C move in 16-byte loads, the state with streaming hints. The arithmetic is the
+// prefill scan's (ex2 of Δ·A·log2 e, softplus_fast, silu_fast), so a decode step and a one-token
+// prefill agree to rounding.
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::threads, Cfg::min_blocks_per_sm) decode_kernel(Mamba1Params p) {
+  constexpr int kLanes = Cfg::lanes_per_channel;
+  constexpr int kQ = Cfg::quads_per_lane;
+  constexpr int kThreads = Cfg::threads;
   constexpr int kPerBlock = kThreads / kLanes;
   const int N = p.N;
   const int g = threadIdx.x % kLanes;
@@ -106,7 +94,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(Mamba1Para
     const int valid = max(0, min(4, N - n0));
     const int64_t e = int64_t{ic} * N + n0;
     if (valid > 0 && r.read_slot >= 0) {
-      load_state_quad<kHints>(p.ssm_state, r.read_slot * p.ssm_state.slot_size + e, valid, vec, h[j]);
+      load_state_quad(p.ssm_state, r.read_slot * p.ssm_state.slot_size + e, valid, vec, h[j]);
     } else {
 #pragma unroll
       for (int s = 0; s < 4; ++s) h[j][s] = 0.0f;
@@ -132,7 +120,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(Mamba1Para
       acc = fmaf(h[j][s], C[j][s], acc);
     }
     if (active && valid > 0) {
-      store_state_quad<kHints>(p.ssm_state, r.write_slot * p.ssm_state.slot_size + int64_t{ic} * N + n0, valid,
+      store_state_quad(p.ssm_state, r.write_slot * p.ssm_state.slot_size + int64_t{ic} * N + n0, valid,
                                vec, h[j]);
     }
   }
@@ -141,36 +129,53 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) decode_kernel(Mamba1Para
 }
 
 
+// The launch configurations, one per state-size class, named by the largest state size N of the
+// class (4 states per quad; lanes × quads per lane = ⌈N/4⌉ rounded up to a power of two, N ≤
+// kMamba1MaxState).
+struct DecodeDefaults {
+  static constexpr int min_blocks_per_sm = 4;
+  static constexpr int threads = 256;
+};
+struct DecodeN4 : DecodeDefaults {
+  static constexpr int lanes_per_channel = 1, quads_per_lane = 1;
+};
+struct DecodeN8 : DecodeDefaults {
+  static constexpr int lanes_per_channel = 1, quads_per_lane = 2;
+};
+// Mamba-1's 16 states: 2 lanes of 2 quads (whole 32-byte sectors per warp access), 128-thread
+// blocks, 8 per SM at 64 registers.
+struct DecodeN16 {
+  static constexpr int lanes_per_channel = 2, quads_per_lane = 2;
+  static constexpr int min_blocks_per_sm = 8;
+  static constexpr int threads = 128;
+};
+struct DecodeN32 : DecodeDefaults {
+  static constexpr int lanes_per_channel = 2, quads_per_lane = 4;
+  static constexpr int min_blocks_per_sm = 2;
+};
+struct DecodeN64 : DecodeDefaults {
+  static constexpr int lanes_per_channel = 4, quads_per_lane = 4;
+  static constexpr int min_blocks_per_sm = 2;
+};
+
 // The decode update: grid = (channel blocks, decode requests).
-template <int kLanes, int kQ, int kMinBlocks = 4, int kThreads = 256, StateHints kHints = StateHints::kStreaming>
+template <class Cfg>
 void launch_decode_kernel(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
-  constexpr int kPerBlock = kThreads / kLanes;
-  decode_kernel<kLanes, kQ, kMinBlocks, kThreads, kHints>
-      <<<dim3((p.I + kPerBlock - 1) / kPerBlock, count), kThreads, 0, stream>>>(p);
+  constexpr int kPerBlock = Cfg::threads / Cfg::lanes_per_channel;
+  decode_kernel<Cfg><<<dim3((p.I + kPerBlock - 1) / kPerBlock, count), Cfg::threads, 0, stream>>>(p);
 }
 
 }  // namespace
 
-// Lanes per channel × quads per lane from the state size (4 states per quad; N ≤ kMamba1MaxState).
 void launch_decode(const Mamba1Params& p, int32_t decodes, cudaStream_t stream) {
   int lanes = 1;  // ⌈N/4⌉ rounded up to a power of two
   while (lanes < (p.N + 3) / 4) lanes *= 2;
-  switch (lanes) {  // quads per channel as a power of two → lanes × quads per lane
-    case 1: launch_decode_kernel<1, 1>(p, decodes, stream); break;
-    case 2: launch_decode_kernel<1, 2>(p, decodes, stream); break;
-    case 4:
-      switch (p.scan_variant) {  // the benchmark's sweep; 0 is the default
-        case 1:  // the previous default: no cache hints on the state
-          launch_decode_kernel<2, 2, 8, 128, StateHints::kNone>(p, decodes, stream);
-          break;
-        case 2:  // streaming stores only
-          launch_decode_kernel<2, 2, 8, 128, StateHints::kStreamingStores>(p, decodes, stream);
-          break;
-        default: launch_decode_kernel<2, 2, 8, 128>(p, decodes, stream); break;
-      }
-      break;
-    case 8: launch_decode_kernel<2, 4, 2>(p, decodes, stream); break;
-    default: launch_decode_kernel<4, 4, 2>(p, decodes, stream); break;
+  switch (lanes) {
+    case 1: launch_decode_kernel<DecodeN4>(p, decodes, stream); break;
+    case 2: launch_decode_kernel<DecodeN8>(p, decodes, stream); break;
+    case 4: launch_decode_kernel<DecodeN16>(p, decodes, stream); break;
+    case 8: launch_decode_kernel<DecodeN32>(p, decodes, stream); break;
+    default: launch_decode_kernel<DecodeN64>(p, decodes, stream); break;
   }
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }

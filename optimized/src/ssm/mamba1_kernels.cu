@@ -4,62 +4,26 @@
 // (causal_conv.h). The math is reference/ssm/mamba1.cpp's, in float32:
 //   Δ = softplus(dt + dt_bias) (threshold 20),
 //   h = exp(Δ·A)·h + Δ·c·B,  A = −exp(A_log),  y = (h·C + D·c)·silu(z).
-// Prefills, N = 16 with TMA (Mamba-1): the sequential scan (scan_seq_kernel, (6) below: 344 µs at
-// 8k tokens on the H100, 65.3% of its bound). Every other state size, or tensors TMA cannot map:
-// one launch of a one-pass block scan
-// (scan_tile_kernel), described here: a block owns a tile of channels of one request (whole warps per time
-// segment: 8 channels for 16 states; B/C of a token staged once per block) and walks its tokens in
-// chunks copied ahead into shared memory (a ring of TMA boxes, or of 16-byte cp.async copies where
-// the tensors do not allow TMA), time segments of a chunk scanned
-// in parallel by the block's warps and joined through shared memory; exp(Δ·A) is computed once per
-// token·channel·state (ex2.approx with A·log2 e, as vLLM) and kept in registers for the rescan
-// (with Δ·c·B where registers allow). The chunk loop is specialised (16-byte copies or not,
-// block-boundary states or not) so that it carries no branch for the other cases, and the next
-// chunk's Δ / gate pass is interleaved with the local scan (ncu on the H100 had found the loop
-// issue-bound with too few warps to hide latency: 22.7 instructions per token·channel·state, issue
-// slots 57% busy, 3.5 warps per scheduler). H100, hybridtb_bench_ssm (d_inner 5120, state 16): the
-// prefill scan 485 µs at 8k tokens and 1909 µs at 32k, 46% / 47% of the bandwidth bound (557 / 2198
-// µs before the warps' work was balanced, below; 592 / 2362 µs with per-thread cp.async copies, 788
-// / 3150 µs before that). Fixed orders, no atomics: bitwise reproducible.
-// Balancing the block's warps (ncu, SourceCounters: the barrier after the local scans waited for
-// the warp that issued the copies and published a segment pair): the copies moved to the last
-// segment's warp (no pair) and issued under elect.sync (uniform operands, no loop over lanes), the
-// preparation in channel pairs, y through a walking pointer, D·c added inside the reduction: 557 →
-// 485 µs, 439 warp instructions per chunk and warp (13.7 per token·channel·state; 466 before),
-// stalls: fixed-latency dependencies 21%, shared-memory / ex2 results 17%, barriers 11% (13%).
-// Measured and not kept (H100, 8k): one block barrier per chunk (segment pairs in 2 buffers,
-// prepared values in 3, so that warps run ahead into the next chunk) 526 µs; the copies issued at
-// the chunk's end by the first segment 510; only the first warp polling the copies' mbarrier 538; 3,
-// 5 or 6 copy stages 491 / 492 / 491; pair reads hoisted into their own registers (spills); the first segment
-// scanning directly from the chunk's carry, its end state the others' carry-in (2.6% fewer
-// instructions, spills) 516; 5 or 6 segments of 4 tokens (25 / 24 warps per SM) 680 / 788; the last
-// segment without the local scan no one reads (two code paths: no fewer instructions executed) 498;
-// the preparation moved after the rescan or after the second barrier 538 / 528 (where it is, its FMA
-// work fills the local scan's runs of ex2); a segment's decay as the product of its tokens' exp(Δ·A)
-// instead of one ex2 of Σ Δ (spills) 538.
-// Before that (ncu at 8k, the default tile, SM clock held at 1.59 GHz): 16.2 warp
-// instructions per token·channel·state, issue slots 58% busy with 3.4 warps per scheduler (1.06
-// eligible), L1/TEX 70% busy, DRAM 30%: the loop is held by shared-memory traffic (every thread
-// reads a 16-byte B and C quad and Δ, Δ·c per token, the same for the warp's 8 channels) and latency
-// with few warps, not by instruction count alone. Measured and not kept: copy sources set once per
-// block (529 → 500 SASS instructions per chunk, 591.5 → 591.8 µs); cp.async.bulk copies of each
-// 32-byte tile row on an mbarrier (the compiler serialises per-lane bulk copies, about 9 issue slots
-// a row).
-// Where its time went before TMA (H100, 8k tokens; an ablation, each variant skipping one part of
-// the chunk loop, timed like the scan, results wrong by design, not kept): all of it 592 µs;
-// without the copies 498; without the preparation (Δ, gate) 535; without the rescan 476; with a
-// multiply in place of the per-token ex2 546; without copies and preparation 413; without copies,
-// preparation and rescan 304. So even with free copies and preparation this design (time segments
-// scanned locally from registers, joined through shared memory, rescanned) stays above the 60%
-// target (≈ 374 µs). ncu on the whole kernel (this session): issue slots 55% busy at 3.4 warps per
-// scheduler, the pipes far from full (ex2 38%, FMA 32%, shared-memory wavefronts 68%); the stalls
-// are mostly dependencies (fixed-latency 25%, ex2/shared-load results 20%) and the two barriers
-// per chunk (10%). Also measured and not kept (cp.async copies): 8 states per lane (2 lanes × 2
-// quads per channel) in 4 segments of 4 tokens 751 µs (10 warps per SM), in 6 segments 917 µs
-// (spills), this kernel 577 µs in the same build; the chunk loop software-pipelined by one chunk
-// (the rescan of c and the local scan of c + 1 in one pass, one barrier per chunk) 601 µs, and
-// pipelined in 4 segments of 4 tokens (20 warps per SM) 625 µs. A faster scan needs a different
-// core: fewer instructions per token·channel·state and latency hidden by more independent work.
+//
+// Layout: the activations are dense float32 token rows — dt and c [T, I], z the second half of
+// in_proj's [T, 2I] rows, B and C the last 2N columns of x_proj's [T, R + 2N] rows, y [T, I] — and
+// the state pool holds [I, N] per slot. A prefill block owns a tile of channels of one request and
+// walks its tokens in chunks that TMA (or per-thread cp.async where TMA cannot map the tensors)
+// copies ahead into a ring of shared-memory stages: the chunk's dt, c, z rows of the tile and its B/C
+// rows, shared by every channel of the block.
+//
+// The scan is bound by the on-chip pipes, not by DRAM: every token·channel·state costs an ex2
+// (exp(Δ·A) as ex2.approx of Δ·A·log2 e, as vLLM) and a few FMAs, and the inputs it reads per token
+// are small. Two cores, chosen per state size by the table above launch_mamba1_scan:
+//   - the sequential scan (scan_seq_kernel, N = 16 with TMA: Mamba-1): each lane walks the request's
+//     tokens one by one for 1 or 2 states of one channel — no time segments, no join or rescan, no
+//     block barrier in the chunk loop; y's shares are summed over the channel's lanes by shuffles;
+//   - the tile scan (scan_tile_kernel, every other case): time segments of a chunk scanned in
+//     parallel by the block's warps from zero, joined through shared memory and rescanned from
+//     their carry-in, 4 states per lane.
+// Both specialise their chunk loops at compile time (block-boundary states or not; for the tile
+// scan also TMA, 16-byte or 4-byte copies) so that the loop carries no branch for the other cases.
+// Fixed orders, no atomics: bitwise reproducible.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -115,9 +79,9 @@ void allow_dynamic_smem() {
   }
 }
 
-// (5) Prefills, channel tiles: block = kSegs time segments × (kCh channels × kLanes lanes), kCh the
-// fewest channels that fill whole warps (32 / kLanes, at least 4: 8 channels of 4 lanes for
-// Mamba-1's 16 states), all sizes compile-time constants so that no index needs a run-time
+// The tile scan (prefills, channel tiles): block = kSegs time segments × (kCh channels × kLanes
+// lanes), kCh the fewest channels that fill whole warps (32 / kLanes, at least 4: 8 channels of 4
+// lanes for 16 states), all sizes compile-time constants so that no index needs a run-time
 // division; the block walks its request in chunks of kL = kSegs·kSeg tokens, carrying the state
 // across chunks. Memory: every chunk's dt, c, z rows of the channel tile (kCh·4 contiguous bytes per
 // token row and tensor) and its B/C rows move to shared memory as four TMA boxes, issued by one
@@ -136,12 +100,16 @@ void allow_dynamic_smem() {
 // over the channel's lanes: each lane ends with whole sums of kSeg / kLanes tokens, + D·c, × gate)
 // and the block-boundary states; the last segment's final h is the chunk's carry-out (tokens past
 // the request's end have Δ = 0 and B = 0: a = 1, no input, the state passes unchanged), so after
-// the last chunk it is the final state. Every copy loop has a compile-time trip count; the chunk
-// loop of the common case (16-byte copies, no block boundaries) compiles to about 530 SASS
-// instructions for Mamba-1's tile (32 token·channel·states per thread; ncu counted 22.7 executed
-// per token·channel·state before). Two barriers per chunk, fixed orders, no atomics.
-template <int kLanes, int kSegs, int kSeg, int kStages>
+// the last chunk it is the final state. Every copy loop has a compile-time trip count. Two barriers
+// per chunk, fixed orders, no atomics.
+template <class Cfg>
 struct TileScan {
+  static constexpr int kLanes = Cfg::lanes_per_channel;
+  static constexpr int kSegs = Cfg::segments;
+  static constexpr int kSeg = Cfg::segment_tokens;
+  static constexpr int kStages = Cfg::stages;
+  static constexpr int kMinBlocks = Cfg::min_blocks_per_sm;
+  static constexpr bool kKeepU = Cfg::inputs_in_registers;
   static_assert(kSegs >= 2 && kStages >= 3 && (kLanes & (kLanes - 1)) == 0, "tile scan shape");
   static constexpr int kCh = 32 / kLanes > 4 ? 32 / kLanes : 4;  // channels per block (whole warps per segment)
   static constexpr int kGroup = kCh * kLanes;  // threads of one segment
@@ -164,8 +132,8 @@ struct TileScan {
 // partner's copy of that half; once one value is left, both partners add (commutative: the same
 // bits). Lane g ends with the whole sums of values [g·kM/kLanes, (g+1)·kM/kLanes) (kM ≥ kLanes),
 // or of value g / (kLanes/kM) (kM < kLanes), plus bias[j] on its j-th sum: added to the kept half
-// before the last exchange, so that the bias's shared-memory read overlaps the shuffles (ncu: read
-// after them, its latency stalled the store of y). Fixed order: reproducible.
+// before the last exchange, so that the bias's shared-memory read overlaps the shuffles. Fixed
+// order: reproducible.
 // Where a channel's lanes are not adjacent (the sequential scan's runs, SeqScan::run): g's bits
 // below kRun are the lane's, the higher ones are kHiStride times further apart.
 template <int kO, int kM, int kRun = 32, int kHiStride = 1>
@@ -232,9 +200,14 @@ __device__ __forceinline__ void tile_rescan(float (&h)[4], float (&acc)[kSeg], c
 // The tile scan of request r (the kernel below picks kVec: 16-byte copies of every row, and
 // kBoundaries: r has block-boundary states to write, so that the chunk loop carries no branch or
 // index arithmetic for the other cases).
-template <int kLanes, int kSegs, int kSeg, int kStages, bool kKeepU, bool kVec, bool kBoundaries, bool kTma>
+template <class Cfg, bool kVec, bool kBoundaries, bool kTma>
 __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const ScanMaps& maps, const GpuRequest& r) {
-  using S = TileScan<kLanes, kSegs, kSeg, kStages>;
+  using S = TileScan<Cfg>;
+  constexpr int kLanes = S::kLanes;
+  constexpr int kSegs = S::kSegs;
+  constexpr int kSeg = S::kSeg;
+  constexpr int kStages = S::kStages;
+  constexpr bool kKeepU = S::kKeepU;
   constexpr int kL = S::kL;
   constexpr int kRow = S::kRow;
   constexpr int kCh = S::kCh;
@@ -319,10 +292,8 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const ScanMaps&
     if constexpr (kTma) {
       // One lane (elect.sync) of the last segment's warp, which has no segment pair to publish, copies
       // the four boxes (rows past the tensor's end arrive as zeros; rows past the request's end are
-      // masked by the preparation, their B/C zeroed by stage_arrived). ncu: the barrier after the
-      // local scans waits for the busiest warp; issued at the chunk's end by the first segment
-      // instead, or with only the first warp waiting on the mbarrier, the scan measured 3% and 8%
-      // slower.
+      // masked by the preparation, their B/C zeroed by stage_arrived): the barrier after the local
+      // scans waits for the busiest warp, and this one has the least to do.
       if (seg == kSegs - 1 && tma::elect_one()) {
         tma::fence_proxy_async();  // the stage's previous contents were read (generic proxy) before the barrier
         tma::mbarrier_arrive_expect_tx(&copied[st], kTmaBytes);
@@ -585,102 +556,74 @@ __device__ __forceinline__ void tile_scan(const Mamba1Params& p, const ScanMaps&
   }
 }
 
-template <int kLanes, int kSegs, int kSeg, int kStages, int kMinBlocks, bool kKeepU>
-__global__ void __launch_bounds__(TileScan<kLanes, kSegs, kSeg, kStages>::kThreads, kMinBlocks)
+template <class Cfg>
+__global__ void __launch_bounds__(TileScan<Cfg>::kThreads, TileScan<Cfg>::kMinBlocks)
     scan_tile_kernel(Mamba1Params p, const __grid_constant__ ScanMaps maps) {
   const GpuRequest r = p.wave.requests[blockIdx.y];
   if (r.decode || r.end <= r.begin) return;  // uniform over the block
   if (maps.valid) {  // (implies rows_in_quads)
     if (r.num_boundaries > 0) {
-      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, true, true, true>(p, maps, r);
+      tile_scan<Cfg, true, true, true>(p, maps, r);
     } else {
-      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, true, false, true>(p, maps, r);
+      tile_scan<Cfg, true, false, true>(p, maps, r);
     }
   } else if (rows_in_quads(p)) {
     if (r.num_boundaries > 0) {
-      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, true, true, false>(p, maps, r);
+      tile_scan<Cfg, true, true, false>(p, maps, r);
     } else {
-      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, true, false, false>(p, maps, r);
+      tile_scan<Cfg, true, false, false>(p, maps, r);
     }
   } else {
     if (r.num_boundaries > 0) {
-      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, false, true, false>(p, maps, r);
+      tile_scan<Cfg, false, true, false>(p, maps, r);
     } else {
-      tile_scan<kLanes, kSegs, kSeg, kStages, kKeepU, false, false, false>(p, maps, r);
+      tile_scan<Cfg, false, false, false>(p, maps, r);
     }
   }
 }
 
-// (6) Prefills of Mamba-1's 16 states, sequential (the default where N = 16 and TMA applies): each
-// lane walks its request's tokens one by one for kSpl states of one channel (16/kSpl lanes per
-// channel), so that a token·channel·state costs one ex2 and four FMA-pipe instructions (Δ·A, Δ·c·B,
-// the update, its share of y) with no local scan, rescan, join or block barrier: the tile scan's
-// parallelism over time segments is traded for states per lane.
-// Balance: the time is set by the busiest of an SM's four schedulers (each warp stays on one). H100,
-// 8k tokens, blocks of 2 warps of 2 states per lane (4 channels a warp), 5 per SM: 212 / 318 / 426
-// µs with 1 / 2 / 3 such warps on the busiest scheduler (d_inner 2112 / 4224 / 5120), i.e. about
-// one warp's instructions per token more for each warp, and 5120 channels put 3 warps on 224 of the
-// 528 schedulers (2.42 on average). So a block's warps may differ in kSpl (warp roles A and B, warp
-// w on scheduler w mod 4): the default block, one per SM, is 8 warps of 2 states per lane and 4 of
-// 1 state per lane (2 channels a warp), so that each scheduler holds 4 + 4 + 2 channels (128 blocks
-// for 5120 channels): 401 µs against 431 for the uniform blocks in the same run. Measured and not
-// kept: 4 warps of 4 states per lane and 4 of 1 (one warp of each per scheduler: 10 channels with
-// fewer instructions) 540 µs: two warps cannot hide the latency (issue slots 40% busy, the 4-state
-// warp the slowest); the default's block with 5 stages 415, with 64-token chunks in 3 stages 408.
+// The sequential scan (prefills of Mamba-1's 16 states, where TMA applies): each lane walks its
+// request's tokens one by one for kSpl states of one channel (16/kSpl lanes per channel), so that a
+// token·channel·state costs one ex2 and four FMA-pipe instructions (Δ·A, Δ·c·B, the update, its
+// share of y) with no local scan, rescan, join or block barrier: the tile scan's parallelism over
+// time segments is traded for states per lane.
+// Balance: the time is set by the busiest of an SM's four schedulers (each warp stays on one, warp w
+// on scheduler w mod 4), so a block's warps may differ in kSpl (warp roles A and B): Mamba-1's block
+// (SeqScanN16), one per SM, is 8 warps of 2 states per lane and 4 of 1 state per lane (2 channels a
+// warp), so that each scheduler holds 4 + 4 + 2 channels and 5120 channels fill 128 blocks.
 // Memory: the block's tokens arrive in a ring of kStages TMA stages of kTok rows (dt, c, z of the
 // block's channels, swizzled where a row is 32 or 64 bytes so that the preparation reads them without
 // bank conflicts; B/C), each awaited on its `full` mbarrier. Warp q mod kWarps refills the stage of
 // chunk q − kLag with chunk q + kStages − kLag once every warp has handed that chunk back on its
 // `empty` mbarrier, so warps drift apart by up to kLag chunks and meet at a block barrier only where
-// a request's last chunk ends early (its rows past the end are made inert as it lands). Lane
-// g of a channel prepares tokens g, g + lanes, … of the next chunk (Δ, Δ·c into its warp's buffer,
-// two tokens' pairs per 16-byte read: 407 → 401 µs; D·c and the gate kept in registers),
-// interleaved with the scan of the current one, and stores y of those tokens after each part's
-// reduce-scatter over the channel's lanes.
-// Uniform 2-warp blocks: 426 µs with 48-token chunks against the tile scan's 486 (32-token chunks
-// 445, 4-warp blocks 455, 1-warp blocks 760: B/C fetched per warp; 64-token chunks need more shared
-// memory than 5 blocks per SM allow: 612); ncu (32-token chunks): 12.3 warp instructions per
-// token·channel·state, issue slots 69% busy on the schedulers holding 3 warps, L1 77% busy; y's
-// shares summed through shared memory instead of shuffles: 485 µs (more shared-memory wavefronts).
-// Measured on the default's block and not kept (H100, 8k, 2026-11-23): the stage refilled by the
-// last warp to hand it back (a shared-memory atomic, acq_rel: a MEMBAR.ALL.CTA each chunk) 413 µs
-// against 398; refills taken in turn by the 1-state warps only 391–392 against 390–391; y reduced
-// over 16 tokens (two parts) at once +0.5%; registers moved between the roles (setmaxnreg, sm_90a)
-// 192/120 −0.8%, 208/88 +1.4%. Diagnostic: without the 2-state warps' reduce-scatter (its shuffles
-// and selects; y wrong) 367 against 397. Attempts on it, not kept: each exchange spread over the next
-// part's tokens +2.2%; the later levels, the gate and the store handed to the 1-state warp of the
-// same scheduler +24%; a fourth warp per scheduler for them +16%; y's shares summed through shared
-// memory (rows [token][lane] XOR-swizzled so that the 4-byte stores and 16-byte reads are
-// conflict-free, double-buffered, one warp barrier per part) 418–452 µs against 393 — ptxas cannot
-// tell that buffer from the B/C rows, so later shared loads queue behind its stores (516 with the
-// stores inside the token loop). Chunk 0 issued alone, the next ones once it lands: no change.
-// The 2-state warps' preparation done by the 1-state warp of their scheduler (per-chunk mbarriers): 579.
-// Where the time went before the lane runs (SeqScan::run; globaltimer stamps, 8k, after the bench's
-// L2 flush): the blocks start 2.3 µs after the previous kernel, chunk 0 lands 4.3 µs later (3 of
-// them waiting for its boxes), the chunks took 384 µs and the blocks' ends spread over 5.5 µs;
-// over 1k–32k tokens 11 µs + 47.5 µs per 1k tokens against a bound of 28.2. The per-token cost was
-// set by the L1 data pipe (ncu: 92% busy; issue slots 62%), which the lane runs relieve: 344 µs at
-// 8k and 1328 µs at 32k (65.3% / 67.6% of the bound, gpu-check on 63b3293).
-template <int kRoleAWarps, int kRoleASpl, int kRoleBWarps, int kRoleBSpl, int kTokens, int kStageCount, int kLagChunks>
+// a request's last chunk ends early (its rows past the end are made inert as it lands). Lane g of a
+// channel prepares tokens g, g + lanes, … of the next chunk (Δ, Δ·c into its warp's buffer, two
+// tokens' pairs per 16-byte read; D·c and the gate kept in registers), interleaved with the scan of
+// the current one, and stores y of those tokens after each part's reduce-scatter over the channel's
+// lanes.
+// The kernel is bound by the L1 data pipe (one shared-memory wavefront per cycle per SM), so the
+// lane order (SeqScan::run) and the (Δ, Δ·c) row padding (kPrepRow) are chosen to minimise the
+// wavefronts of the per-token shared loads.
+template <class Cfg>
 struct SeqScan {
-  static constexpr int kWarpsA = kRoleAWarps, kSplA = kRoleASpl;  // warps [0, kWarpsA): kSplA states per lane
-  static constexpr int kWarpsB = kRoleBWarps, kSplB = kRoleBSpl;  // the next kWarpsB warps: kSplB
+  // warps [0, kWarpsA): kSplA states per lane; the next kWarpsB warps: kSplB
+  static constexpr int kWarpsA = Cfg::role_a_warps, kSplA = Cfg::role_a_states_per_lane;
+  static constexpr int kWarpsB = Cfg::role_b_warps, kSplB = Cfg::role_b_states_per_lane;
   static constexpr int kWarps = kWarpsA + kWarpsB;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kTok = kTokens;   // tokens per chunk
-  static constexpr int kStages = kStageCount;
-  static constexpr int kLag = kLagChunks;
+  static constexpr int kTok = Cfg::chunk_tokens;  // tokens per chunk
+  static constexpr int kStages = Cfg::stages;
+  static constexpr int kLag = Cfg::lag_chunks;
+  static constexpr int kMinBlocks = Cfg::min_blocks_per_sm;
   static constexpr int kRow = 32;        // B/C floats per token
   static constexpr int lanes(int spl) { return 16 / spl; }         // lanes per channel
   static constexpr int channels(int spl) { return 2 * spl; }       // channels per warp
   // A warp's lanes in runs: run(spl) adjacent lanes of one channel (states g … of consecutive g),
   // then the same g's of the next channel, … (lane = (g / run)·run·channels + c·run + g % run).
   // The order decides how many wavefronts of the L1 data pipe (one per cycle per SM) a shared load
-  // takes, and that pipe bounds this kernel (ncu at 8k: 92% busy with channel-major lanes). Per
-  // 2-state warp instruction, B/C LDS.64 and (Δ, Δ·c) LDS.128: channel-major lanes (run 8) 2 and 2
-  // wavefronts, state-major (run 1) 1 and 4 (372 µs), runs of 2: 1 and 2 — 396 → 352 µs at 8k tokens
-  // (H100), the same y bit for bit; runs of 4 took as many wavefronts as run 8 (392 µs). 1-state
-  // warps: runs of 2, 8 or 16 within noise (run 16 kept).
+  // takes, and that pipe bounds this kernel. Per 2-state warp instruction, B/C LDS.64 and (Δ, Δ·c)
+  // LDS.128 take 1 and 2 wavefronts with runs of 2 (channel-major lanes, run 8: 2 and 2; state-major,
+  // run 1: 1 and 4). The 1-state warps are not sensitive to it (run 16: channel-major).
   static constexpr int run(int spl) { return spl == 2 ? 2 : lanes(spl); }
   static constexpr int kChA = kWarpsA * channels(kSplA);           // role A's channels come first
   static constexpr int kCh = kChA + kWarpsB * channels(kSplB);     // channels per block
@@ -696,8 +639,7 @@ struct SeqScan {
   static_assert(kSwizzleBits == 0 || (lanes(kSplA) >= 8 && (kWarpsB == 0 || lanes(kSplB) >= 8)), "swizzle rows");
   // A warp's (Δ, Δ·c) buffer: [channel][token] float2, channels kPrepRow apart (two tokens' pairs in
   // one 16-byte read): kPrepRow ≡ 4 (mod 16), i.e. 32 bytes (mod 128), so that the preparation's
-  // STS.64 (half a 2-state warp: 4 channels × 4 tokens) covers the 32 banks once (ncu: 4 wavefronts
-  // per store with kTok + 2 and state-major lanes, 2 with this; the time moved within noise).
+  // STS.64 (half a 2-state warp: 4 channels × 4 tokens) covers the 32 banks once.
   static constexpr int kPrepRow = kTok + ((4 - kTok % 16) + 16) % 16;
   static constexpr int kPrepA = 2 * kPrepRow * channels(kSplA);  // float2 per warp of role A (2 buffers)
   static constexpr int kPrepB = 2 * kPrepRow * channels(kSplB);
@@ -967,8 +909,8 @@ __device__ __forceinline__ void seq_scan(const Mamba1Params& p, const ScanMaps& 
   }
 }
 
-template <class S, int kMinBlocks>
-__global__ void __launch_bounds__(S::kThreads, kMinBlocks)
+template <class S>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
     scan_seq_kernel(Mamba1Params p, const __grid_constant__ ScanMaps maps) {
   const GpuRequest r = p.wave.requests[blockIdx.y];
   if (r.decode || r.end <= r.begin) return;  // uniform over the block
@@ -980,8 +922,9 @@ __global__ void __launch_bounds__(S::kThreads, kMinBlocks)
 }
 
 // The sequential scan where it applies (N = 16, TMA maps of its boxes): false otherwise.
-template <class S, int kMinBlocks>
+template <class Cfg>
 bool launch_seq_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
+  using S = SeqScan<Cfg>;
   if (p.N != 16 || !rows_in_quads(p) || p.num_tokens <= 0) return false;
   ScanMaps maps;
   constexpr CUtensorMapSwizzle kSwizzle = S::kSwizzleBits == 1   ? CU_TENSOR_MAP_SWIZZLE_32B
@@ -989,7 +932,7 @@ bool launch_seq_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream) 
                                                                 : CU_TENSOR_MAP_SWIZZLE_NONE;
   maps.valid = encode_scan_maps(p, S::kTok, S::kCh, kSwizzle, &maps);
   if (!maps.valid) return false;
-  constexpr auto kernel = scan_seq_kernel<S, kMinBlocks>;
+  constexpr auto kernel = scan_seq_kernel<S>;
   allow_dynamic_smem<kernel, S::kSmemBytes>();
   kernel<<<dim3((p.I + S::kCh - 1) / S::kCh, count), S::kThreads, S::kSmemBytes, stream>>>(p, maps);
   return true;
@@ -1017,20 +960,64 @@ int lanes_for(int N) {
   return lanes;
 }
 
-// The tile scan of a wave's prefills: grid = (channel tiles, prefill requests). kMinBlocks resident
-// blocks per SM (the register budget): Mamba-2.8B's 5120 channels are 640 blocks of 4 warps for one
-// request, which 132 SMs hold in one wave at 5 per SM — at 4 per SM the last 112 blocks would run a
-// second full-length round. The dynamic shared memory limit is raised once per kernel (per process:
-// hybridtb drives one device) where a tile needs more than the default 48 KB.
-template <int kLanes, int kSegs, int kSeg, int kStages, int kMinBlocks, bool kKeepU>
+// The launch configurations of the prefill scans, one per state-size class, named by the largest
+// state size N of the class (lanes per channel = ⌈N/4⌉ rounded up to a power of two;
+// launch_mamba1_scan picks one).
+//
+// Sequential scan (N = 16, Mamba-1): one block per SM of 8 warps of 2 states per lane and 4 warps of
+// 1 (each of the SM's four schedulers then holds 4 + 4 + 2 channels), 48-token chunks in a ring of 4
+// TMA stages, warps drifting apart by up to one chunk.
+struct SeqScanN16 {
+  static constexpr int role_a_warps = 8, role_a_states_per_lane = 2;
+  static constexpr int role_b_warps = 4, role_b_states_per_lane = 1;
+  static constexpr int chunk_tokens = 48;
+  static constexpr int stages = 4;
+  static constexpr int lag_chunks = 1;
+  static constexpr int min_blocks_per_sm = 1;
+};
+// Tile scan (every state size; for N = 16 where the sequential scan does not apply): 4 time
+// segments of 8 tokens per chunk, 4 copy stages, 5 blocks per SM (Mamba-2.8B's 5120 channels are
+// 640 blocks of 4 warps for one request, which 132 SMs hold in one wave at 5 per SM; at 4 per SM the
+// last 112 blocks would run a second full-length round).
+struct TileScanDefaults {
+  static constexpr int segments = 4;
+  static constexpr int segment_tokens = 8;
+  static constexpr int stages = 4;
+  static constexpr int min_blocks_per_sm = 5;
+  static constexpr bool inputs_in_registers = false;  // u = Δ·c·B kept from the local scan for the rescan
+};
+struct TileScanN4 : TileScanDefaults {
+  static constexpr int lanes_per_channel = 1;
+};
+struct TileScanN8 : TileScanDefaults {
+  static constexpr int lanes_per_channel = 2;
+};
+struct TileScanN16 : TileScanDefaults {
+  static constexpr int lanes_per_channel = 4;
+  static constexpr int segments = 3;
+  static constexpr bool inputs_in_registers = true;
+};
+struct TileScanN32 : TileScanDefaults {
+  static constexpr int lanes_per_channel = 8;
+};
+struct TileScanN64 : TileScanDefaults {
+  static constexpr int lanes_per_channel = 16;
+  static constexpr int stages = 3;
+  static constexpr int min_blocks_per_sm = 2;
+};
+
+// The tile scan of a wave's prefills: grid = (channel tiles, prefill requests), Cfg::min_blocks_per_sm
+// resident blocks per SM (the register budget). The dynamic shared memory limit is raised once per
+// kernel (per process: hybridtb drives one device) where a tile needs more than the default 48 KB.
+template <class Cfg>
 void launch_tile_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
-  using S = TileScan<kLanes, kSegs, kSeg, kStages>;
-  constexpr auto kernel = scan_tile_kernel<kLanes, kSegs, kSeg, kStages, kMinBlocks, kKeepU>;
+  using S = TileScan<Cfg>;
+  constexpr auto kernel = scan_tile_kernel<Cfg>;
   allow_dynamic_smem<kernel, S::kSmemBytes>();
   // TMA boxes of the chunk's rows where the tensors allow them and B/C fill whole quads (N = 4·lanes,
   // so that global and shared rows have the same layout); otherwise per-thread cp.async copies.
   ScanMaps maps;
-  maps.valid = rows_in_quads(p) && p.N == 4 * kLanes && p.num_tokens > 0 &&
+  maps.valid = rows_in_quads(p) && p.N == 4 * S::kLanes && p.num_tokens > 0 &&
                encode_scan_maps(p, S::kL, S::kCh, CU_TENSOR_MAP_SWIZZLE_NONE, &maps);
   kernel<<<dim3((p.I + S::kCh - 1) / S::kCh, count), S::kThreads, S::kSmemBytes, stream>>>(p, maps);
 }
@@ -1055,29 +1042,17 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
     q.wave.requests += begin;
     q.wave.num_requests -= begin;
     const int32_t count = q.wave.num_requests;
-    // <lanes, segments, tokens per segment, stages, blocks per SM, u kept in registers>
     switch (lanes) {
-      case 1: mamba1::launch_tile_scan<1, 4, 8, 4, 5, false>(q, count, stream); break;
-      case 2: mamba1::launch_tile_scan<2, 4, 8, 4, 5, false>(q, count, stream); break;
+      case 1: mamba1::launch_tile_scan<mamba1::TileScanN4>(q, count, stream); break;
+      case 2: mamba1::launch_tile_scan<mamba1::TileScanN8>(q, count, stream); break;
       case 4:
-        // N = 16 (Mamba-1): the sequential scan where its TMA boxes apply, one block per SM of 8 warps
-        // of 2 states per lane and 4 of 1 (each scheduler: 4 + 4 + 2 channels), 48-token chunks in 4
-        // stages. The benchmark's sweep (0 is the default; H100, 8k tokens: 392 µs): 1 runs the tile
-        // scan (486), 2 the sequential scan in uniform blocks of 2 warps of 2 states per lane, 5 per
-        // SM (418), 3 the default's block with 64-token chunks in 3 stages (400).
-        {
-          using Balanced = mamba1::SeqScan<8, 2, 4, 1, 48, 4, 1>;
-          using Uniform = mamba1::SeqScan<2, 2, 0, 1, 48, 3, 1>;
-          using LongChunks = mamba1::SeqScan<8, 2, 4, 1, 64, 3, 1>;
-          const bool seq = p.scan_variant == 1   ? false
-                           : p.scan_variant == 2 ? mamba1::launch_seq_scan<Uniform, 5>(q, count, stream)
-                           : p.scan_variant == 3 ? mamba1::launch_seq_scan<LongChunks, 1>(q, count, stream)
-                                                 : mamba1::launch_seq_scan<Balanced, 1>(q, count, stream);
-          if (!seq) mamba1::launch_tile_scan<4, 3, 8, 4, 5, true>(q, count, stream);
+        // The sequential scan where its TMA boxes apply, otherwise the tile scan.
+        if (!mamba1::launch_seq_scan<mamba1::SeqScanN16>(q, count, stream)) {
+          mamba1::launch_tile_scan<mamba1::TileScanN16>(q, count, stream);
         }
         break;
-      case 8: mamba1::launch_tile_scan<8, 4, 8, 4, 5, false>(q, count, stream); break;
-      default: mamba1::launch_tile_scan<16, 4, 8, 3, 2, false>(q, count, stream); break;
+      case 8: mamba1::launch_tile_scan<mamba1::TileScanN32>(q, count, stream); break;
+      default: mamba1::launch_tile_scan<mamba1::TileScanN64>(q, count, stream); break;
     }
     HYBRIDTB_CUDA_CHECK_LAUNCH();
   }

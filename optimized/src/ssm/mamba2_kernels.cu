@@ -3,8 +3,8 @@
 // cores: the float32 SSM row of the tolerance table assumes float32 products):
 //   Δ_t = softplus(dt_t + dt_bias) (threshold 20),  A = −exp(A_log),  a_t = Δ_t·A  (per head)
 //   S_t = exp(a_t)·S_{t−1} + Δ_t·x_t ⊗ B_t,  y_t = S_t·C_t + D·x_t        (S: [P, N] per head)
-// Prefill, per chunk of ≤ 64 tokens with Λ_t = Σ_{s ≤ t in the chunk} a_s (../shared/notes/ssm-modes.md
-// §1.3.3, ssd_minimal's discrete form):
+// Prefill, per chunk of ≤ 64 tokens with Λ_t = Σ_{s ≤ t in the chunk} a_s (ssd_minimal's discrete
+// form):
 //   own state sum  S_c   = Σ_s exp(Λ_last − Λ_s)·Δ_s·x_s ⊗ B_s          chunk_state_kernel
 //   state passing  H_0 = saved state, H_{c+1} = exp(Λ_last)·H_c + S_c   state_passing_kernel
 //   outputs        y_t = Σ_{s ≤ t} (C_t·B_s)·exp(Λ_t − Λ_s)·Δ_s·x_s + exp(Λ_t)·H_c·C_t + D·x_t
@@ -13,16 +13,10 @@
 // state passing stores the boundary states between chunks. Λ is recomputed by the chunk kernels
 // with one routine (same bits). Every sum runs in a fixed order and no float is accumulated
 // atomically: bitwise reproducible run to run.
-// Measured on one H100 (Hs 128, P 64, N 128, G 1; a scratch benchmark, not in the tree): the decode
-// update at 86 / 90 / 92 % of the 1 GiB device copy bandwidth (3.0 TB/s, read + write counted)
-// for 32 / 64 / 128 requests with float32 pools (78 % for 16, where a copy of the same bytes reaches
-// 87 %), 75 / 80 % for 64 / 128 requests with bfloat16 pools; the prefill of one 2048-token request
-// in 0.95 ms (chunk states 0.27, state passing 0.12, chunk scan 0.56 ms). In the tree since:
-// optimized/bench/bench_linear.cu at Falcon-H1-7B's sizes (Hs 24, P 128, N 256): the decode update
-// at 64 / 256 requests 143.8 / 573.8 µs = 93.8 / 94.0% of the copy bandwidth with float32 pools, 75.0
-// / 289.1 µs = 90.3 / 93.7% with bfloat16 pools (148 / 590 and 81 / 314 µs with a shuffle tree per
-// row and B, C staged in shared memory behind a block barrier; 146 / 581 and 79.8 / 305 µs with
-// the scattered sums but the staging; capping the registers at 80 for 6 blocks per SM: no faster).
+// The decode update is bound by the state pool's bandwidth: each state row is read and written once
+// in 16-byte runs of the pool's own element, its sums over the row's lanes exchange half of the rows
+// per shuffle level (common/group_sums.cuh), and B, C are read by each lane from global memory (no
+// staging behind a block barrier).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -492,9 +486,7 @@ __global__ void __launch_bounds__(kNormThreads, 1) gated_norm_kernel(Mamba2NormP
 
 // Rows per thread of the decode update: 4, or 8 where one access covers a lane's part of a row of
 // 16-bit states (kAccesses 1 of 16-bit elements: the same 128 bytes in flight per thread as float32
-// rows of 2 accesses, and twice the rows per block for the block's fixed costs). At Falcon-H1-7B's
-// sizes on an H100 (hybridtb_bench_linear, 64 / 256 sequences, bfloat16 pools): 80 / 311 µs with 8
-// rows, 80 / 321 µs with 4, 96 / 335 µs with 16.
+// rows of 2 accesses, and twice the rows per block for the block's fixed costs).
 template <typename T, int kAccesses>
 inline constexpr int kDecodeRowsOf = sizeof(T) == 2 && kAccesses == 1 ? 8 : 4;
 

@@ -1,6 +1,14 @@
 // Kernels shared by the GPU SSM modes (zero rows, the hybrid add pass, conversions) and the affine
 // column scan of prefix_sum, ema and prefix_sum_flat (ssm_kernels.h). float32 arithmetic, fixed
 // orders, no atomics: bitwise reproducible.
+//
+// The row kernels walk [T, width] token rows of any float kind (RowsRef: a row stride in elements),
+// rows over blockIdx.y and columns over threads, so that a warp reads contiguous elements of a row.
+// The affine scan is per column and request: a block holds 32 columns of one request (threadIdx.x,
+// coalesced) × up to 32 token lanes (threadIdx.y), so that a long request is scanned in parallel over
+// its tokens — each lane scans its run from zero, the lanes' (Π g, h) pairs are composed in order
+// through shared memory (padded rows: no bank conflicts), and each lane rescans from its carry-in —
+// instead of one thread walking all of the request's tokens.
 #include <cuda_runtime.h>
 
 #include <algorithm>

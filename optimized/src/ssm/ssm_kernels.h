@@ -25,8 +25,8 @@ void launch_zero_rows(const RowsRef& rows, int64_t width, int64_t begin, int64_t
                       ZeroRows which, cudaStream_t stream);
 
 // output[t] = attn[t] + ssm[t] for rows [0, num_tokens), each of `width` elements, rounded once to
-// output's dtype (the hybrid forward's separate add pass; phase 2 fuses it into the attention
-// epilogue).
+// output's dtype (the hybrid forward's separate add pass, BackendSettings::fuse_hybrid_add = false;
+// by default the attention epilogue does the add).
 void launch_add_rows(const RowsRef& output, const RowsRef& attn, const RowsRef& ssm, int64_t width,
                      int64_t num_tokens, cudaStream_t stream);
 
@@ -82,13 +82,6 @@ struct Mamba1Params {
   // kernel skips a request of the other kind should the ranges overlap.
   int32_t decode_end = 0;
   int32_t prefill_begin = 0;
-  // The benchmark's comparison for 13 ≤ N ≤ 16 (0: the default): 1 runs the decode update without
-  // cache hints on the state (the previous default) and the prefill scan as the tile scan (time
-  // segments per block, joined and rescanned) instead of the sequential scan (N = 16); 2 runs the
-  // decode update with streaming stores only and the sequential scan in uniform blocks of 2 warps of
-  // 2 states per lane (the previous default); 3 runs the sequential scan's default block with
-  // 64-token chunks in 3 stages instead of 48-token chunks in 4.
-  int32_t scan_variant = 0;
   const int32_t* boundary_slot = nullptr;  // [T]
   // Activations (float32, dense).
   const float* xz = nullptr;      // [T, 2I] in_proj output without bias (the scan reads z)
@@ -104,8 +97,9 @@ struct Mamba1Params {
 inline constexpr int kMamba1MaxState = 64;     // state_size ≤ 64 (Mamba-1: 16)
 
 // Selective scan of the wave: one launch for the decodes (the single-step update, bandwidth-bound),
-// one for the prefills (a one-pass block scan: each block walks a request over a tile of channels,
-// one exp per token·channel·state); gating fused; block-boundary and final states written.
+// one for the prefills (each block walks a request over a tile of channels, one exp per
+// token·channel·state: the sequential scan for N = 16, the tile scan otherwise); gating fused;
+// block-boundary and final states written. One launch configuration per state-size class.
 void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream);
 // contribution[t] = out[t] + out_bias for rows t < num_tokens flagged kRowActive (out: [T, H]
 // float32); other rows are not written.
