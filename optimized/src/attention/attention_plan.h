@@ -24,6 +24,7 @@
 #include "attention/attention_work_plan.h"
 #include "common/device_memory.h"
 #include "common/element_kind.h"
+#include "hybridtb/backend.h"
 #include "hybridtb/batch.h"
 #include "hybridtb/config.h"
 
@@ -99,5 +100,11 @@ class AttentionRunner {
   std::optional<FixedShapeCapacity> fixed_;
   std::optional<AttentionParams> first_params_;  // fixed shape: the first prepare()'s (the captured ones)
 };
+
+// The plan of `batch` as the cuda backend would run it eagerly, as text (describe_plan), with the SM
+// count of this machine's GPU or, without one, an H100's; no device memory, no kernel
+// (BackendRegistry::explain, `hybridtb run --explain`; attention_explain.cpp).
+std::string explain_attention_step(const BackendSettings& settings, const BatchDescription& batch,
+                                   const HybridMetadata& metadata);
 
 }  // namespace hybridtb::cuda
