@@ -252,9 +252,9 @@ void AttentionRunner::upload(const BatchDescription& batch, AttentionParams& p, 
     p.partial_acc = reinterpret_cast<float*>(base);
     p.partial_ml = reinterpret_cast<float*>(base + plan.partial_acc_bytes);
   }
-  const std::vector<unsigned char> staging = stage_plan(plan, batch);
-  auto* dev = static_cast<unsigned char*>(meta_.device(staging.size() + 16));
-  pinned_.upload(dev, staging.data(), staging.size(), stream);
+  stage_plan(plan, batch, staging_);
+  auto* dev = static_cast<unsigned char*>(meta_.device(staging_.size() + 16));
+  pinned_.upload(dev, staging_.data(), staging_.size(), stream);
   const StagingLayout& s = plan.staging;
   p.block_table_stride = plan.block_table_stride;
   p.num_mm_ranges = plan.num_mm_ranges;

@@ -89,6 +89,7 @@ class AttentionRunner {
   Workspace partials_;
   std::shared_ptr<void> alibi_;
   std::shared_ptr<void> sinks_;
+  std::vector<unsigned char> staging_;  // the upload's bytes (capacity kept across calls)
   PinnedStaging pinned_;
   AttentionPlan plan_;
   AttentionParams params_{};

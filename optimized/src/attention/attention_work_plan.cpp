@@ -502,8 +502,14 @@ void put(std::vector<unsigned char>& bytes, size_t offset, const T* values, size
 }  // namespace
 
 std::vector<unsigned char> stage_plan(const AttentionPlan& plan, const BatchDescription& batch) {
+  std::vector<unsigned char> bytes;
+  stage_plan(plan, batch, bytes);
+  return bytes;
+}
+
+void stage_plan(const AttentionPlan& plan, const BatchDescription& batch, std::vector<unsigned char>& bytes) {
   const StagingLayout& s = plan.staging;
-  std::vector<unsigned char> bytes(s.bytes, 0);
+  bytes.assign(s.bytes, 0);
   put(bytes, s.query_start_loc, batch.query_start_loc.values.data(), batch.query_start_loc.values.size());
   put(bytes, s.seq_lens, batch.seq_lens.values.data(), batch.seq_lens.values.size());
   const int64_t r_count = batch.num_reqs();
@@ -524,7 +530,6 @@ std::vector<unsigned char> stage_plan(const AttentionPlan& plan, const BatchDesc
   put(bytes, s.decode_items, plan.decode.data(), plan.decode.size());
   put(bytes, s.decode_mma_items, plan.decode_mma.data(), plan.decode_mma.size());
   put(bytes, s.combine_items, plan.combine.data(), plan.combine.size());
-  return bytes;
 }
 
 // --- text ----------------------------------------------------------------------------------------

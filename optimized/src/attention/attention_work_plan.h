@@ -186,7 +186,8 @@ int64_t referenced_blocks(const AttentionConfig& config, const BatchDescription&
 
 // The plan of one step (throws Error on an invalid batch, naming the field).
 AttentionPlan plan_attention(const AttentionPlanInput& input);
-// The bytes of the one upload, laid out as plan.staging says.
+// The bytes of the one upload, laid out as plan.staging says (into `bytes`, whose capacity is reused).
+void stage_plan(const AttentionPlan& plan, const BatchDescription& batch, std::vector<unsigned char>& bytes);
 std::vector<unsigned char> stage_plan(const AttentionPlan& plan, const BatchDescription& batch);
 // Human-readable text, one line per fact ("request 0: decode, tensor-core decode, ...").
 std::string describe_plan(const AttentionPlan& plan, const AttentionConfig& config);
