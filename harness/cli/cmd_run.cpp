@@ -8,6 +8,9 @@
 // prints them and exits 0, and a peak above the memory available is refused (exit 2, memory.h).
 // Progress of the computation (per block of query tokens, with an ETA) goes to stderr when it is a
 // terminal, or always with --progress; never with --quiet.
+// --explain prints the backend's plan of the step (BackendRegistry::explain: which kernel each row
+// takes, the splits, the CTAs, the workspace) and exits 0 without computing or writing; it needs no
+// device, since planning is host-only.
 #include <chrono>
 #include <iomanip>
 #include <iostream>
@@ -25,6 +28,37 @@
 
 namespace hybridtb::cli {
 
+namespace {
+
+// run --explain: the step's builder metadata (the reference builders, which every backend shares)
+// and the backend's plan of it, printed. Exit 0, or 2 for a file or backend that cannot be read.
+int explain_step(const std::string& backend, const std::string& batch_path) {
+  register_builtin_backends();
+  const BackendRegistry& registry = BackendRegistry::instance();
+  if (!registry.contains(backend)) {
+    std::cerr << "hybridtb run: error: unknown backend '" << backend << "' (see `hybridtb backends`)\n";
+    return 2;
+  }
+  try {
+    const BatchFile file = read_batch_file(batch_path);
+    print_file_warnings("run", batch_path, file);
+    const BackendSettings settings{file.config, file.builder};
+    const HybridMetadata metadata = create_backend("reference", settings)->build_metadata(file.batch);
+    const std::string plan = registry.explain(backend, settings, file.batch, metadata);
+    std::cout << "hybridtb run --explain: " << batch_path << " on backend '" << backend
+              << "' (its plan of the step; nothing computed or written)\n"
+              << plan;
+  } catch (const NotSupported&) {
+    throw;  // a limit of the backend, not of the file: main() reports it, exit 1
+  } catch (const Error& e) {
+    std::cerr << "hybridtb run: " << batch_path << ": error: " << e.what() << "\n";
+    return 2;
+  }
+  return 0;
+}
+
+}  // namespace
+
 Command add_run_command(CLI::App& app) {
   struct Options {
     std::string backend = "reference";
@@ -35,13 +69,14 @@ Command add_run_command(CLI::App& app) {
     bool progress = false;
     bool dry_run = false;
     bool outputs_only = false;
+    bool explain = false;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("run", "Run a batch file's step on a backend and write a file with /outputs");
   cmd->add_option("--backend", opt->backend, "Backend name (see `hybridtb backends`)")->capture_default_str();
   cmd->add_option("--batch", opt->batch_path, "Input hybrid-batch HDF5 file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--out", opt->out_path,
-                  "Output HDF5 file (inputs + /outputs); written atomically; required unless --dry-run");
+                  "Output HDF5 file (inputs + /outputs); written atomically; required unless --dry-run or --explain");
   cmd->add_flag("--quiet", opt->quiet, "Print nothing on success");
   cmd->add_flag("--force", opt->force, "Overwrite --out if it exists (never the input)");
   cmd->add_flag("--progress", opt->progress,
@@ -52,7 +87,11 @@ Command add_run_command(CLI::App& app) {
   cmd->add_flag("--dry-run", opt->dry_run,
                 "Print the input and output file sizes and the peak host memory, then exit without computing or "
                 "writing");
+  cmd->add_flag("--explain", opt->explain,
+                "Print the backend's plan of the step (which kernel each row takes, splits, CTAs, workspace bytes), "
+                "then exit without computing or writing; needs no GPU");
   return {cmd, [opt] {
+            if (opt->explain) return explain_step(opt->backend, opt->batch_path);
             const auto start = std::chrono::steady_clock::now();
             BatchFile file;
             StepOutputs outputs;
@@ -61,7 +100,7 @@ Command add_run_command(CLI::App& app) {
             StepProgress transfer_progress(bar, "", "MiB");
             try {
               if (opt->out_path.empty() && !opt->dry_run) {
-                std::cerr << "hybridtb run: --out is required (except with --dry-run)\n";
+                std::cerr << "hybridtb run: --out is required (except with --dry-run or --explain)\n";
                 return 2;
               }
               if (!opt->out_path.empty()) check_output_file("--out", opt->out_path, {opt->batch_path}, opt->force);

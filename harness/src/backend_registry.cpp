@@ -41,7 +41,35 @@ BackendRegistry& BackendRegistry::instance() {
 void BackendRegistry::add(const std::string& name, const std::string& description, Factory factory,
                           Availability availability) {
   HYBRIDTB_CHECK(!contains(name), "backend '", name, "' is registered twice");
-  entries_.push_back({name, description, std::move(factory), std::move(availability)});
+  entries_.push_back({name, description, std::move(factory), std::move(availability), {}});
+}
+
+const BackendRegistry::Entry& BackendRegistry::entry(const std::string& name) const {
+  for (const auto& e : entries_) {
+    if (e.name == name) return e;
+  }
+  throw Error(detail::concat("unknown backend '", name, "'"));
+}
+
+void BackendRegistry::set_explainer(const std::string& name, Explainer explainer) {
+  for (auto& e : entries_) {
+    if (e.name != name) continue;
+    HYBRIDTB_CHECK(!e.explainer, "backend '", name, "' has an explainer already");
+    e.explainer = std::move(explainer);
+    return;
+  }
+  throw Error(detail::concat("unknown backend '", name, "'"));
+}
+
+bool BackendRegistry::has_explainer(const std::string& name) const { return static_cast<bool>(entry(name).explainer); }
+
+std::string BackendRegistry::explain(const std::string& name, const BackendSettings& settings,
+                                     const BatchDescription& batch, const HybridMetadata& metadata) const {
+  const Entry& e = entry(name);
+  if (!e.explainer) {
+    return detail::concat("backend '", name, "' has no plan to explain: it runs every row the same way\n");
+  }
+  return e.explainer(settings, batch, metadata);
 }
 
 std::string BackendRegistry::unavailable_reason(const std::string& name) const {

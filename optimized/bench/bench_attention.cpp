@@ -3,8 +3,8 @@
 // head 128, bf16, block 16, shuffled paged KV), with the ceilings measured in the same run (read-only
 // streaming kernel and D2D copy for bandwidth, a cuBLAS bf16 GEMM for tensor-core FLOP/s).
 // Bytes count each in-window K/V byte once plus Q and O; FLOPs are 4·D·Hq·(visible query-key
-// pairs) (../shared/notes/perf-anchors.md §6): a window counts only its in-window pairs.
-// Prefill cases (issue 5): 1×2k/4k/8k/32k tokens, no window and window 4096, on the tensor-core
+// pairs): a window counts only its in-window pairs.
+// Prefill cases: 1×2k/4k/8k/32k tokens, no window and window 4096, on the tensor-core
 // path, plus 1×4k on the generic SIMT kernel for comparison; the mixed step is also reported as a
 // ratio to the sum of its parts (decode 64×4k + prefill 1×2k). Run by harness/scripts/gpu-check.sh.
 #include <cuda_runtime_api.h>
@@ -142,9 +142,10 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
   const TensorView out(output.ptr, DType::kBFloat16, {t, hq, d}, Device::kCuda);
 
   DeviceMemory memory;
-  AttentionRunner runner(config, memory, num_sms);
-  runner.disable_prefill = bc.generic;
-  runner.prefill_variant = bc.variant;
+  AttentionPathOverrides overrides;
+  overrides.generic_prefill = bc.generic;
+  overrides.prefill_variant = bc.variant;
+  AttentionRunner runner(config, memory, num_sms, overrides);
   runner.prepare(batch, tensors, out, stream);
   runner.launch(stream);  // warm-up
   runner.launch(stream);
@@ -215,9 +216,9 @@ int main(int argc, char** argv) {
         {"prefill 1x8k w4096", "prefill", repeat(1, {0, 8192}), 4096},
         {"prefill 1x32k", "prefill", repeat(1, {0, 32768})},
         {"prefill 1x32k w4096", "prefill", repeat(1, {0, 32768}), 4096},
-        // The other tile variants of the prefill kernel at D 128 (prefill_config; the default is
-        // 1 = 2 m-tiles per warp, 128 rows × 32 keys): 0 = 64 rows × 64 keys, 2 = 64 rows × 32
-        // keys at 3 CTAs per SM.
+        // The other tile variants of the prefill kernel at D 128 (prefill_config in
+        // attention_caps.h; the default is 1 = 2 m-tiles per warp, 128 rows × 32 keys): 0 = 64
+        // rows × 64 keys, 2 = 64 rows × 32 keys at 3 CTAs per SM.
         {"prefill 1x4k v0", "prefill", repeat(1, {0, 4096}), 0, false, 0},
         {"prefill 1x4k v2", "prefill", repeat(1, {0, 4096}), 0, false, 2},
         {"prefill 1x8k v0", "prefill", repeat(1, {0, 8192}), 0, false, 0},

@@ -618,6 +618,7 @@ void register_cuda_backend(BackendRegistry& registry) {
                  if (status != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(status);
                  return count == 0 ? std::string("no CUDA device: cudaGetDeviceCount returned 0") : std::string();
                });
+  registry.set_explainer("cuda", explain_attention_step);
 }
 
 }  // namespace hybridtb::cuda

@@ -288,6 +288,30 @@ TEST(Cli, NoDeviceIsItsOwnStatus) {
   EXPECT_EQ(run_command(cli() + " parity --backend reference --against cuda " + example, &out), 3) << out;
 }
 
+// run --explain prints the cuda backend's plan of a step — every request's path, the kernels' grids,
+// the workspace — and exits 0 without computing or writing, on a machine with or without a GPU.
+TEST(Cli, RunExplainPrintsTheCudaPlanWithoutAGpu) {
+  std::string list;
+  ASSERT_EQ(run_command(cli() + " backends", &list), 0) << list;
+  if (list.find("\ncuda ") == std::string::npos) GTEST_SKIP() << "this build has no cuda backend";
+  const std::string example = example_path("mixed_swa_bf16.h5").string();
+  std::string out;
+  ASSERT_EQ(run_command(cli() + " run --backend cuda --explain --batch " + example, &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("hybridtb run --explain: " + example + " on backend 'cuda'"));
+  EXPECT_THAT(out, HasSubstr("\nattention plan: "));
+  EXPECT_THAT(out, HasSubstr("\nlayer: decoder, dtype bfloat16"));
+  EXPECT_THAT(out, HasSubstr("\n  request 0: query_len "));
+  EXPECT_THAT(out, HasSubstr(", tensor-core decode, keys ["));
+  EXPECT_THAT(out, HasSubstr(", tensor-core prefill, "));
+  EXPECT_THAT(out, HasSubstr("\n  tensor-core prefill: "));
+  EXPECT_THAT(out, HasSubstr("\nworkspace: upload "));
+  EXPECT_THAT(out, HasSubstr("\nvLLM's metadata: max_query_len "));
+  EXPECT_THAT(out, HasSubstr("\nsummary: decode fast path: "));
+  // A backend without a plan says so.
+  ASSERT_EQ(run_command(cli() + " run --backend reference --explain --batch " + example, &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("backend 'reference' has no plan to explain"));
+}
+
 // A newer minor version is read, with a warning naming it and each item this build ignores.
 TEST(Cli, NewerMinorVersionIsReadWithAWarningNamingWhatIsIgnored) {
   const std::string python = testing::python_with_h5py();

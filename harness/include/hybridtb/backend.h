@@ -186,13 +186,29 @@ class BackendRegistry {
   // Throws Error listing the registered names if `name` is unknown.
   std::unique_ptr<Backend> create(const std::string& name, const BackendSettings& settings) const;
 
+  // How a backend would run a step — which kernel each row takes, the work split, the workspace —
+  // as text, computed by its host-side planner alone: no device is needed and nothing is computed
+  // (`hybridtb run --explain`). `metadata` is the step's builder metadata. Optional: a backend
+  // without a plan registers none, and explain() then says so.
+  using Explainer =
+      std::function<std::string(const BackendSettings&, const BatchDescription&, const HybridMetadata&)>;
+  // Throws Error if `name` is unknown or already has an explainer.
+  void set_explainer(const std::string& name, Explainer explainer);
+  bool has_explainer(const std::string& name) const;
+  // The backend's plan as text, or one line saying that it has no plan to explain. Throws Error if
+  // `name` is unknown, Error/NotSupported from the planner for a step it refuses.
+  std::string explain(const std::string& name, const BackendSettings& settings, const BatchDescription& batch,
+                      const HybridMetadata& metadata) const;
+
  private:
   struct Entry {
     std::string name;
     std::string description;
     Factory factory;
     Availability availability;
+    Explainer explainer;
   };
+  const Entry& entry(const std::string& name) const;
   std::vector<Entry> entries_;
 };
 

@@ -2,6 +2,12 @@
 // reference/src/attention_mask.h, key_visible(), cited here literally), logits (scale, soft cap,
 // ALiBi in vLLM's order), cache addressing and the epilogue (sinks, fp8 output, the output store
 // with the optional fused hybrid add: store_output).
+//
+// Every kernel takes these from here so that the semantics live in one place: a kernel decides
+// only how it tiles and streams the work; which keys a row sees, how a logit is formed and how a
+// finished row is stored are the same bits on every path. The paged cache is [NB, 2, BS, Hkv, D]
+// (block, key/value half, slot, kv head, dim) with strides from AttentionParams; key k of a
+// request lives in block block_table[k / BS] at slot k % BS.
 #pragma once
 
 #include <cmath>

@@ -1,6 +1,7 @@
 // Dispatch of the tensor-core prefill kernel over (head size, plain/featured logits, tile variant)
 // for one model dtype; included by the attention_inst_prefill_<kind>.cu files (one per dtype).
-// Variants other than the default are instantiated for head size 128 only (benchmark choices).
+// Variants other than the one-m-tile variant are instantiated for head size 128 only (the default
+// there, and the benchmark's comparison; attention_caps.h).
 #pragma once
 
 #include <mutex>
@@ -33,13 +34,13 @@ void launch_prefill_v(const AttentionParams& params, int64_t num_items, cudaStre
 template <typename T, int D>
 void launch_prefill_d(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream) {
   if constexpr (D == 128) {
-    if (variant == 1) return launch_prefill_v<T, D, 1>(params, num_items, stream);
-    if (variant == 2) return launch_prefill_v<T, D, 2>(params, num_items, stream);
+    if (variant == kPrefillTwoMTiles) return launch_prefill_v<T, D, kPrefillTwoMTiles>(params, num_items, stream);
+    if (variant == kPrefillThreeCtas) return launch_prefill_v<T, D, kPrefillThreeCtas>(params, num_items, stream);
   }
-  if (variant != 0) {
+  if (variant != kPrefillOneMTile) {
     throw Error(detail::concat("prefill attention: no variant ", variant, " for head size ", D));
   }
-  return launch_prefill_v<T, D, 0>(params, num_items, stream);
+  return launch_prefill_v<T, D, kPrefillOneMTile>(params, num_items, stream);
 }
 
 template <typename T>

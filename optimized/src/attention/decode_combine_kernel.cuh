@@ -1,6 +1,12 @@
-// The second pass of split decode rows (decode_kernel.cuh): the partial softmax states of a row's
-// splits reduced in fixed orders (deterministic), then sinks, normalisation, fp8 output and the
-// store (store_output: with the optional fused hybrid add). Sentinel items (token < 0) return at once.
+// The second pass of split decode rows (decode_kernel.cuh, decode_mma_kernel.cuh): the partial
+// softmax states of a row's splits reduced in fixed orders (deterministic), then sinks,
+// normalisation, fp8 output and the store (store_output: with the optional fused hybrid add).
+//
+// Layout: split s of a row wrote, in partial slot first_slot + s, its running max and denominator
+// (partial_ml, [slots, Hq, 2], natural-log max) and its unnormalised numerators (partial_acc,
+// [slots, Hq, D]); the planner numbers the slots of both decode kernels in one sequence. A row is
+// finished by one CTA per query head, so a long row's many splits are read in parallel over its
+// heads. Sentinel items (token < 0) return at once.
 #pragma once
 
 #include "attention/attention_common.cuh"
@@ -11,8 +17,8 @@ namespace hybridtb::cuda {
 // e^{m_s − max} are computed once per chunk of kCombineChunk splits into shared memory (every
 // thread a strided subset), the denominator is reduced over the threads by a fixed tree, and each
 // output element sums its splits in split order (unrolled: the loads of several splits in flight,
-// which a long row — 128 splits at 1×32k — needs; the earlier one-thread-per-element loop paid an
-// L2 latency per split and pass). Deterministic: fixed orders, no atomics.
+// which a long row — 128 splits at 1×32k — needs, rather than one L2 latency per split).
+// Deterministic: fixed orders, no atomics.
 constexpr int kCombineThreads = 128;
 constexpr int kCombineChunk = 512;
 __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const __grid_constant__ AttentionParams p) {

@@ -1,17 +1,23 @@
-// The decode fast path: one query row per request (query_len 1, decoder), head size D in
-// {64, 128, 256}, keys streamed from the paged cache with 16-byte loads (8 bytes for 1-byte
-// caches). One CTA = one (request, key split, kv head, pass of HPP query heads): every query head of
-// the kv head is served from one read of each K/V byte (GQA). Inside a CTA, groups of D/8 lanes
-// own a key each (8 elements per lane) and keep independent online-softmax states, merged at the
-// end in a fixed order (warp butterfly, then warps 0..3 in order) — deterministic, no atomics.
-// K/V go through a per-thread cp.async ring in shared memory (kDecodeStages − 1 steps in flight
-// while one is computed); the HPP partial dots of a key are reduce-scattered over its lanes, so
-// each lane subset owns one head's softmax and broadcasts α and the weights for P·V.
-// Long contexts are split across CTAs (Flash-Decoding / vLLM's 3D path); decode_combine_kernel
-// (decode_combine_kernel.cuh) reduces the splits in split order. Float32 throughout (no rounding of P before P·V).
-// Unsplit rows are stored by store_output (with the optional fused hybrid add); sentinel items
-// (request < 0) return at once.
-// Checked against the reference by tests/cuda (cases named *Decode* and *Split*).
+// The SIMT decode path: one query row per request (query_len 1, decoder), head size D in
+// {64, 128, 256}, for the decode rows the tensor-core decode kernel does not take — fp8/int8
+// caches (with per-tensor or per-token-head scales) and rows whose mm_prefix ranges add keys. A
+// decode row is a matrix-vector product, bound by reading K and V once, so the kernel is shaped
+// for bandwidth: keys streamed from the paged cache with 16-byte loads (8 bytes for 1-byte caches).
+//
+// Work and layout: one CTA = one DecodeItem (a request's key split) × one kv head × one pass of HPP
+// query heads, so every query head of the kv head is served from one read of each K/V byte (GQA).
+// Inside a CTA, groups of D/8 lanes own a key each (8 elements per lane) and keep independent
+// online-softmax states, merged at the end in a fixed order (warp butterfly, then warps 0..3 in
+// order) — deterministic, no atomics. K/V go through a per-thread cp.async ring in shared memory
+// (kDecodeStages − 1 steps in flight while one is computed); the HPP partial dots of a key are
+// reduce-scattered over its lanes, so each lane subset owns one head's softmax and broadcasts α and
+// the weights for P·V. Float32 throughout (no rounding of P before P·V).
+//
+// Long contexts are split across CTAs (Flash-Decoding, vLLM's 3D path) so that even one long row
+// fills the GPU; decode_combine_kernel (decode_combine_kernel.cuh) reduces the splits in split
+// order. Unsplit rows are stored by store_output (with the optional fused hybrid add); sentinel
+// items (request < 0) return at once. Checked against the reference by tests/cuda (cases named
+// *Decode* and *Split*).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -101,8 +107,8 @@ __device__ __forceinline__ void merge_state(float& m, float& l, float* acc, int 
   m = mx;
 }
 
-// Occupancy: at most 128 registers (4 CTAs = 16 warps per SM) up to 4 heads per pass; latency
-// hiding needs the warps (ncu on an H200: 164 registers → 12 warps → 23% of read bandwidth).
+// Occupancy: at most 128 registers (4 CTAs = 16 warps per SM) up to 4 heads per pass: hiding the
+// load latency needs the warps, and a larger register budget leaves too few of them resident.
 template <typename KvT, int D, int HPP>
 __global__ void __launch_bounds__(kDecodeThreads, HPP <= 4 ? 4 : 2) decode_attention_kernel(const __grid_constant__ AttentionParams p,
                                                                           int block_shift) {

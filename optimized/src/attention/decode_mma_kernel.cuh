@@ -27,7 +27,7 @@
 // (attention_common.cuh) per element; masked scores are *selected* to −inf. Keys outside the
 // item's range or invisible to the row (key_needed false: outside the window, at/after seq_len)
 // are never read: cp.async zero-fills them (null-block safety). No atomics, fixed orders: bitwise
-// reproducible. The planner (attention_plan.cpp) sends here only rows whose mm_prefix ranges add no
+// reproducible. The planner (attention_work_plan.cpp) sends here only rows whose mm_prefix ranges add no
 // key (then visibility is the causal/window interval). Checked by tests/cuda/cuda_decode_mma_test.cpp.
 #pragma once
 
@@ -381,12 +381,18 @@ void launch_decode_mma_plain(const AttentionParams& params, int64_t num_items, i
   return launch_decode_mma_instance<T, D, NT, false>(params, num_items, block_shift, stream);
 }
 
+// NT (head columns / 8) of the instances: 8 query heads per CTA, or 16 (queries_per_kv > 8, D ≤ 128).
+constexpr int kDecodeMma8Heads = 1;
+constexpr int kDecodeMma16Heads = 2;
+
 template <typename T, int D>
 void launch_decode_mma_d(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream) {
   if (decode_mma_heads_per_pass(params.queries_per_kv, D) == 8) {
-    return launch_decode_mma_plain<T, D, 1>(params, num_items, block_shift, stream);
+    return launch_decode_mma_plain<T, D, kDecodeMma8Heads>(params, num_items, block_shift, stream);
   }
-  if constexpr (D <= 128) return launch_decode_mma_plain<T, D, 2>(params, num_items, block_shift, stream);
+  if constexpr (D <= 128) {
+    return launch_decode_mma_plain<T, D, kDecodeMma16Heads>(params, num_items, block_shift, stream);
+  }
   throw Error(detail::concat("decode mma: no 16-column instance for head size ", D));
 }
 

@@ -1,9 +1,20 @@
 // The generic paged-attention kernel: every case the reference supports (decoder prefills, chunks
 // and decodes, encoder_only, any head size up to kGenericMaxHeadSize, every cache dtype and
-// feature), SIMT float32 throughout (dequantised K/V, scores and P stay float32; no rounding to the
-// model dtype before P·V). One CTA = one GenericItem: up to 32 (token, head) rows of one kv head,
-// looping over 32-key tiles of the item's key hull with an online softmax; the epilogue stores
-// through store_output (with the optional fused hybrid add). Checked against the reference by
+// feature). It is the path of whatever the specialised kernels do not take — float32 models,
+// fp8/int8 caches outside decode, head sizes other than 64/128/256, unaligned views — so it trades
+// speed for coverage: SIMT float32 throughout (dequantised K/V, scores and P stay float32; no
+// rounding to the model dtype before P·V).
+//
+// Work and layout: one CTA = one GenericItem, up to kGenericRows (token, head) rows of one request
+// and one kv head (row r → token token_begin + r / num_heads, head head_begin + r % num_heads:
+// the query heads of a kv head share each K/V tile, as in GQA). The CTA loops over kGenericKeys-key
+// tiles of the item's key hull (the union of its rows' visible keys, from the planner), staging the
+// dequantised K and V tiles and the scores in dynamic shared memory (generic_smem_bytes: it grows
+// with D, hence the head-size cap), with an online softmax per row. Keys no row of the item can see
+// are never read (null-block safety).
+//
+// The epilogue stores through store_output (sinks, fp8 output, the optional fused hybrid add).
+// Fixed reduction orders, no atomics: bitwise reproducible. Checked against the reference by
 // tests/cuda.
 #pragma once
 

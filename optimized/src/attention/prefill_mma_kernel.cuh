@@ -27,6 +27,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "attention/attention_caps.h"
 #include "attention/attention_common.cuh"
 #include "common/mma.cuh"
 
@@ -37,21 +38,7 @@ constexpr int kPrefillThreads = 32 * kPrefillWarps;
 constexpr int kPrefillStages = 3;    // cp.async ring: kPrefillStages − 1 K/V tiles in flight
 constexpr float kPrefillPShift = 15.0f;  // P ∈ [0, 2^15]: fits float16 (max 65504), no subnormal loss
 
-// Tile configurations ("variants"): MT m-tiles of 16 rows per warp (rows per CTA = 64·MT), BN keys
-// per K/V tile, and the CTAs per SM the register budget is capped for. The default per head size
-// is prefill_default_variant (D 128: variant 1, which reuses each K/V fragment for 2 m-tiles; D 64
-// and 256: variant 0); variants 1 and 2 are instantiated for D 128 only.
-struct PrefillConfig {
-  int mt;
-  int bn;
-  int min_blocks;
-};
-__host__ __device__ constexpr PrefillConfig prefill_config(int d, int variant) {
-  if (variant == 1) return {2, 32, 1};
-  if (variant == 2) return {1, 32, 3};
-  return {1, d <= 128 ? 64 : 32, 1};  // variant 0
-}
-__host__ __device__ constexpr int prefill_rows(int d, int variant) { return 64 * prefill_config(d, variant).mt; }
+// Tile configurations ("variants", prefill_config): attention_caps.h.
 __host__ __device__ constexpr int64_t prefill_smem_bytes(int d, int variant) {
   return static_cast<int64_t>(2) * d *
          (prefill_rows(d, variant) + 2 * kPrefillStages * prefill_config(d, variant).bn);

@@ -1,0 +1,86 @@
+// What each attention kernel takes (element types, head sizes) and the tile shapes of the
+// tensor-core prefill kernel: one source for the planner (host compiler, attention_work_plan.cpp)
+// and the kernels (nvcc, prefill_mma_kernel.cuh). No CUDA runtime types; the tile functions are
+// constexpr and usable on the device.
+#pragma once
+
+#include <cstdint>
+
+#include "kv_cache_write/kv_cache_write_params.h"  // ElementKind
+
+#ifdef __CUDACC__
+#define HYBRIDTB_HOST_DEVICE __host__ __device__
+#else
+#define HYBRIDTB_HOST_DEVICE
+#endif
+
+namespace hybridtb::cuda {
+
+// Decode kernels (SIMT): head sizes 64/128/256, cache elements float16, bfloat16 or 1 byte (fp8,
+// int8). Must agree with attention_inst_decode.cuh.
+bool decode_supported(ElementKind kv_kind, int64_t head_size);
+// SIMT decode: query heads per CTA for a GQA ratio: 1, 4 or 8 (the instances of attention_inst_decode.cuh).
+int decode_heads_per_pass(int64_t queries_per_kv);
+// Tensor-core decode: model dtype float16/bfloat16 with the cache element equal to it (kv cache
+// dtype auto), head sizes 64/128/256. Must agree with decode_mma_kernel.cuh's launches.
+bool decode_mma_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_size);
+// Tensor-core decode: query heads per CTA (mma N columns): 8, or 16 for queries_per_kv > 8 with
+// head size ≤ 128.
+int decode_mma_heads_per_pass(int64_t queries_per_kv, int64_t head_size);
+// Tensor-core prefill: model dtype float16/bfloat16 with the cache element equal to it (kv cache
+// dtype auto, or encoder_only), head sizes 64/128/256. Must agree with attention_inst_prefill.cuh.
+bool prefill_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_size);
+
+// Tile configurations of the tensor-core prefill kernel ("variants"): mt m-tiles of 16 rows per
+// warp (4 warps: 64·mt (token, head) rows per CTA), bn keys per K/V tile, and the CTAs per SM the
+// register budget is capped for (__launch_bounds__).
+struct PrefillConfig {
+  int mt;          // m-tiles (16 rows) per warp
+  int bn;          // keys per K/V tile
+  int min_blocks;  // CTAs per SM for __launch_bounds__
+};
+// Variant 0, one m-tile per warp: 64 rows × 64 keys (D ≤ 128) or × 32 keys (D 256); every head size.
+HYBRIDTB_HOST_DEVICE constexpr PrefillConfig prefill_one_mtile_config(int d) {
+  PrefillConfig c{};
+  c.mt = 1;
+  c.bn = d <= 128 ? 64 : 32;
+  c.min_blocks = 1;
+  return c;
+}
+// Variant 1, two m-tiles per warp (each K/V fragment feeds both): 128 rows × 32 keys; D 128's default.
+HYBRIDTB_HOST_DEVICE constexpr PrefillConfig prefill_two_mtile_config() {
+  PrefillConfig c{};
+  c.mt = 2;
+  c.bn = 32;
+  c.min_blocks = 1;
+  return c;
+}
+// Variant 2, one m-tile per warp at 3 CTAs per SM: 64 rows × 32 keys (D 128 only).
+HYBRIDTB_HOST_DEVICE constexpr PrefillConfig prefill_three_ctas_config() {
+  PrefillConfig c{};
+  c.mt = 1;
+  c.bn = 32;
+  c.min_blocks = 3;
+  return c;
+}
+// The variants by number: the template argument V of prefill_mma_kernel and
+// AttentionPathOverrides::prefill_variant.
+constexpr int kPrefillOneMTile = 0;
+constexpr int kPrefillTwoMTiles = 1;
+constexpr int kPrefillThreeCtas = 2;
+constexpr int kPrefillVariants = 3;
+HYBRIDTB_HOST_DEVICE constexpr PrefillConfig prefill_config(int d, int variant) {
+  if (variant == kPrefillTwoMTiles) return prefill_two_mtile_config();
+  if (variant == kPrefillThreeCtas) return prefill_three_ctas_config();
+  return prefill_one_mtile_config(d);
+}
+HYBRIDTB_HOST_DEVICE constexpr int prefill_rows(int d, int variant) { return 64 * prefill_config(d, variant).mt; }
+
+// The default variant per head size (D 128: 1; D 64 and 256: 0), how many exist, whether one is
+// instantiated for a head size (variants 1 and 2: D 128 only), its (token, head) rows per item.
+int prefill_default_variant(int64_t head_size);
+int prefill_num_variants();
+bool prefill_variant_supported(int64_t head_size, int variant);
+int64_t prefill_rows_per_item(int64_t head_size, int variant);
+
+}  // namespace hybridtb::cuda

@@ -1,0 +1,632 @@
+// The attention plan (attention_work_plan.h): pure host code. The visibility hulls computed here
+// follow reference/src/attention_mask.h: a decoder row at position p sees [p − W + 1, p] ∩
+// [0, seq_len) plus the mm_prefix ranges that contain p; an encoder row sees |p − k| < W within the
+// request.
+#include "attention/attention_work_plan.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "attention/attention_caps.h"
+#include "common/element_kind.h"
+#include "hybridtb/error.h"
+
+namespace hybridtb::cuda {
+
+namespace {
+
+int32_t to_i32(int64_t v) { return static_cast<int32_t>(v); }
+
+struct KeyRange {
+  int32_t key_begin, key_end, causal_begin, causal_end;
+};
+
+// Keys that rows at positions [pos_lo, pos_hi] of request r may see.
+KeyRange key_range(const AttentionConfig& config, const BatchDescription& batch, int64_t r, int64_t pos_lo,
+                   int64_t pos_hi) {
+  const int64_t seq_len = batch.seq_len(r);
+  const int64_t w = config.sliding_window;
+  int64_t causal_begin = 0;
+  int64_t causal_end = seq_len;
+  if (config.attn_type == AttnType::kEncoderOnly) {
+    if (w > 0) {
+      causal_begin = std::max<int64_t>(0, pos_lo - w + 1);
+      causal_end = std::min<int64_t>(seq_len, pos_hi + w);
+    }
+  } else {
+    causal_begin = w > 0 ? std::max<int64_t>(0, pos_lo - w + 1) : 0;
+    causal_end = std::min<int64_t>(seq_len, pos_hi + 1);
+  }
+  int64_t begin = causal_begin;
+  int64_t end = causal_end;
+  if (config.attn_type == AttnType::kDecoder && batch.mm_prefix_range) {
+    const IntArray& mm = *batch.mm_prefix_range;
+    const int64_t m = mm.size(1);
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t start = mm.values[static_cast<size_t>((r * m + i) * 2)];
+      const int64_t stop = mm.values[static_cast<size_t>((r * m + i) * 2 + 1)];
+      if (start < stop && start <= pos_hi && stop >= pos_lo) {
+        begin = std::min(begin, std::max<int64_t>(0, start));
+        end = std::max(end, std::min(stop + 1, seq_len));
+      }
+    }
+  }
+  if (end <= begin) begin = end = causal_begin;
+  return {to_i32(begin), to_i32(end), to_i32(causal_begin), to_i32(causal_end)};
+}
+
+std::string decode_mma_reason(const AttentionConfig& c, const AttentionPathOverrides& overrides, bool decode_ok) {
+  if (!decode_ok) return "no decode path";
+  if (overrides.simt_decode) return "tensor-core decode disabled";
+  const ElementKind kv = element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype));
+  if (!decode_mma_supported(element_kind(c.dtype), kv, c.head_size)) {
+    return detail::concat("kv_cache_dtype ", to_string(c.kv_cache_dtype), " / dtype ", to_string(c.dtype),
+                          " (needs a float16/bfloat16 auto cache; 1-byte caches take the SIMT decode kernel)");
+  }
+  return "";
+}
+
+// The work of one planning pass before the decode rows are split.
+struct DecodeRow {
+  int64_t request;
+  KeyRange range;
+  size_t route;  // index into AttentionPlan::requests
+};
+struct RoutedRows {
+  std::vector<DecodeRow> simt;
+  std::vector<DecodeRow> mma;
+};
+
+// Items of `q_len` rows of request r cut into tiles of `tokens` × `heads` (token, head) rows.
+void append_row_items(const AttentionConfig& c, const BatchDescription& batch, int64_t r, int64_t tokens,
+                      int64_t heads, std::vector<GenericItem>& items) {
+  const int64_t q_len = batch.query_len(r);
+  const int64_t context_len = batch.seq_len(r) - q_len;
+  const int64_t qpk = c.num_queries_per_kv();
+  for (int64_t tb = 0; tb < q_len; tb += tokens) {
+    const int64_t nt = std::min(tokens, q_len - tb);
+    const KeyRange range = key_range(c, batch, r, context_len + tb, context_len + tb + nt - 1);
+    for (int64_t kvh = 0; kvh < c.num_kv_heads; ++kvh) {
+      for (int64_t hb = 0; hb < qpk; hb += heads) {
+        const int64_t nh = std::min(heads, qpk - hb);
+        items.push_back({to_i32(r), to_i32(tb), to_i32(nt), to_i32(kvh * qpk + hb), to_i32(nh), range.key_begin,
+                         range.key_end, range.causal_begin, range.causal_end});
+      }
+    }
+  }
+}
+
+void check_request(const AttentionConfig& c, const BatchDescription& batch, int64_t r) {
+  const int64_t q_len = batch.query_len(r);
+  const int64_t start = batch.query_start_loc[r];
+  HYBRIDTB_CHECK(q_len >= 0 && start >= 0 && start + q_len <= batch.num_actual_tokens, "request ", r,
+                 ": query rows [", start, ", ", start + q_len, ") must lie within num_actual_tokens (",
+                 batch.num_actual_tokens, ")");
+  HYBRIDTB_CHECK(batch.seq_len(r) >= q_len, "request ", r, ": seq_len (", batch.seq_len(r), ") < query_len (", q_len,
+                 ")");
+  HYBRIDTB_CHECK(c.attn_type != AttnType::kEncoderOnly || batch.seq_len(r) == q_len, "request ", r,
+                 ": encoder_only needs seq_len (", batch.seq_len(r), ") == query_len (", q_len, ")");
+}
+
+// Routes every request (attention_work_plan.h) and fills the prefill and generic work lists; the
+// decode rows come back unsplit.
+RoutedRows route_requests(const AttentionPlanInput& in, AttentionPlan& plan) {
+  const AttentionConfig& c = *in.config;
+  const BatchDescription& batch = *in.batch;
+  const LayerRoutes& routes = in.routes;
+  const int64_t qpk = c.num_queries_per_kv();
+  const int64_t generic_tokens = qpk >= 32 ? 1 : 32 / qpk;
+  const int64_t generic_heads = std::min<int64_t>(qpk, 32);
+  const int64_t prefill_heads = std::min<int64_t>(qpk, plan.prefill_rows_per_item);
+  const int64_t prefill_tokens = std::max<int64_t>(1, plan.prefill_rows_per_item / prefill_heads);
+  RoutedRows rows;
+  for (int64_t r = 0; r < batch.num_reqs(); ++r) {
+    check_request(c, batch, r);
+    const int64_t q_len = batch.query_len(r);
+    RequestRoute route;
+    route.request = r;
+    route.query_len = q_len;
+    if (q_len == 0) {  // a padding request
+      plan.requests.push_back(route);
+      continue;
+    }
+    if (routes.decode_ok && q_len == 1) {
+      const int64_t context_len = batch.seq_len(r) - 1;
+      const KeyRange range = key_range(c, batch, r, context_len, context_len);
+      const bool mm_free = range.key_begin == range.causal_begin && range.key_end == range.causal_end;
+      route.key_begin = range.key_begin;
+      route.key_end = range.key_end;
+      const DecodeRow row{r, range, plan.requests.size()};
+      if (routes.decode_mma_why.empty() && mm_free) {
+        route.path = RowPath::kDecodeMma;
+        rows.mma.push_back(row);
+      } else {
+        if (routes.decode_mma_why.empty()) plan.summary.decode_fallback = "mm_prefix ranges widen the visible keys";
+        route.path = RowPath::kDecodeSimt;
+        rows.simt.push_back(row);
+      }
+      plan.requests.push_back(route);
+      continue;
+    }
+    const bool prefill = routes.prefill_why.empty();
+    std::vector<GenericItem>& items = prefill ? plan.prefill : plan.generic;
+    const size_t before = items.size();
+    append_row_items(c, batch, r, prefill ? prefill_tokens : generic_tokens, prefill ? prefill_heads : generic_heads,
+                     items);
+    route.path = prefill ? RowPath::kPrefillMma : RowPath::kGeneric;
+    route.splits = static_cast<int64_t>(items.size() - before);
+    (prefill ? plan.summary.prefill_rows : plan.summary.generic_rows) += q_len;
+    plan.requests.push_back(route);
+  }
+  return rows;
+}
+
+// Cuts each decode row's keys into splits of one chunk (DecodeSplitPolicy) for a kernel whose grid
+// has `passes` head passes per kv head; numbers the partial slots from next_slot on and adds a
+// combine item for every split row. Returns the chunk (0 without rows).
+int64_t split_decode_rows(const AttentionPlanInput& in, const std::vector<DecodeRow>& rows, int64_t passes,
+                          const DecodeSplitPolicy& policy, std::vector<DecodeItem>& items, int32_t& next_slot,
+                          AttentionPlan& plan) {
+  if (rows.empty()) return 0;
+  int64_t total_keys = 0;
+  for (const DecodeRow& row : rows) total_keys += row.range.key_end - row.range.key_begin;
+  const int64_t target_ctas = std::max<int64_t>(1, policy.ctas_per_sm * in.num_sms);
+  int64_t chunk = (total_keys * in.config->num_kv_heads * passes + target_ctas - 1) / target_ctas;
+  chunk = std::clamp<int64_t>((chunk + 63) / 64 * 64, policy.min_keys, policy.max_keys);
+  for (const DecodeRow& row : rows) {
+    const int64_t n = row.range.key_end - row.range.key_begin;
+    const int64_t splits = std::max<int64_t>(1, (n + chunk - 1) / chunk);
+    const int32_t token = in.batch->query_start_loc[row.request];
+    for (int64_t s = 0; s < splits; ++s) {
+      const int64_t kb = row.range.key_begin + s * chunk;
+      const int64_t ke = std::min<int64_t>(row.range.key_end, kb + chunk);
+      items.push_back({to_i32(row.request), token, to_i32(kb), to_i32(ke), row.range.causal_begin,
+                       row.range.causal_end, to_i32(splits), splits > 1 ? next_slot + to_i32(s) : 0});
+    }
+    plan.requests[row.route].splits = splits;
+    if (splits > 1) {
+      plan.combine.push_back({token, next_slot, to_i32(splits), 0});
+      next_slot += to_i32(splits);
+      ++plan.summary.split_rows;
+    }
+  }
+  return chunk;
+}
+
+// Fixed-shape mode: the work lists padded to the capacities with items the kernels skip; the
+// partial slots get the whole capacity, so the buffers (and the captured pointers) never change.
+void pad_to_capacity(const FixedShapeCapacity& f, AttentionPlan& plan, int32_t& next_slot) {
+  HYBRIDTB_CHECK(static_cast<int64_t>(plan.decode.size()) <= f.decode_capacity &&
+                     static_cast<int64_t>(plan.decode_mma.size()) <= f.decode_mma_capacity,
+                 "CUDA graph: the step needs ", plan.decode.size(), " SIMT and ", plan.decode_mma.size(),
+                 " tensor-core decode items, the graph holds ", f.decode_capacity, " and ", f.decode_mma_capacity,
+                 " (internal error: the capacity bound of fix_shape() does not hold)");
+  const DecodeItem unused_item{-1, 0, 0, 0, 0, 0, 0, 0};
+  plan.decode.resize(static_cast<size_t>(f.decode_capacity), unused_item);
+  plan.decode_mma.resize(static_cast<size_t>(f.decode_mma_capacity), unused_item);
+  plan.combine.resize(static_cast<size_t>(f.num_reqs), CombineItem{-1, 0, 0, 0});
+  next_slot = to_i32(f.decode_capacity + f.decode_mma_capacity);
+}
+
+// The upload's layout: each array at a 16-byte boundary after the previous one.
+struct Cursor {
+  size_t bytes = 0;
+  size_t place(size_t count, size_t element) {
+    const size_t offset = (bytes + 15) / 16 * 16;
+    bytes = offset + count * element;
+    return offset;
+  }
+};
+
+void lay_out_staging(const AttentionPlanInput& in, AttentionPlan& plan) {
+  const BatchDescription& batch = *in.batch;
+  const int64_t r_count = batch.num_reqs();
+  plan.block_table_stride = batch.block_table.rank() == 2 ? batch.block_table.size(1) : 0;
+  if (in.fixed != nullptr && batch.block_table.size(1) < in.fixed->block_columns) {
+    plan.block_table_stride = in.fixed->block_columns;  // the captured stride
+  }
+  if (batch.mm_prefix_range && in.config->attn_type != AttnType::kEncoderOnly) {
+    const IntArray& mm = *batch.mm_prefix_range;
+    HYBRIDTB_CHECK(mm.rank() == 3 && mm.size(0) == r_count && mm.size(2) == 2,
+                   "mm_prefix_range must have shape [num_reqs, M, 2], got ", mm.describe());
+    plan.num_mm_ranges = to_i32(mm.size(1));
+  }
+  StagingLayout& s = plan.staging;
+  Cursor cursor;
+  s.query_start_loc = cursor.place(batch.query_start_loc.values.size(), sizeof(int32_t));
+  s.seq_lens = cursor.place(batch.seq_lens.values.size(), sizeof(int32_t));
+  s.block_table = cursor.place(static_cast<size_t>(r_count * plan.block_table_stride), sizeof(int32_t));
+  if (batch.mm_prefix_range && in.config->attn_type != AttnType::kEncoderOnly) {
+    s.mm_prefix = cursor.place(batch.mm_prefix_range->values.size(), sizeof(int32_t));
+  }
+  s.generic_items = cursor.place(plan.generic.size(), sizeof(GenericItem));
+  s.prefill_items = cursor.place(plan.prefill.size(), sizeof(GenericItem));
+  s.decode_items = cursor.place(plan.decode.size(), sizeof(DecodeItem));
+  s.decode_mma_items = cursor.place(plan.decode_mma.size(), sizeof(DecodeItem));
+  s.combine_items = cursor.place(plan.combine.size(), sizeof(CombineItem));
+  s.bytes = cursor.bytes;
+}
+
+void check_engine_metadata(const TritonAttentionMetadata& m, const BatchDescription& batch) {
+  const auto same = [](const char* field, int64_t metadata, int64_t from_batch) {
+    HYBRIDTB_CHECK(metadata == from_batch, "attention metadata: ", field, " is ", metadata, ", the batch has ",
+                   from_batch, " (metadata of another step?)");
+  };
+  same("num_actual_tokens", m.num_actual_tokens, batch.num_actual_tokens);
+  same("max_query_len", m.max_query_len, batch.max_query_len());
+  same("max_seq_len", m.max_seq_len, batch.max_seq_len());
+}
+
+void choose_prefill_variant(const AttentionPlanInput& in, AttentionPlan& plan) {
+  const int variant = in.overrides.prefill_variant;
+  const int64_t d = in.config->head_size;
+  HYBRIDTB_CHECK(variant >= -1 && variant < prefill_num_variants(), "prefill_variant ", variant,
+                 " is not one of -1 (default) … ", prefill_num_variants() - 1);
+  plan.prefill_variant = variant >= 0 ? variant : prefill_default_variant(d);
+  HYBRIDTB_CHECK(!in.routes.prefill_why.empty() || prefill_variant_supported(d, plan.prefill_variant),
+                 "prefill_variant ", plan.prefill_variant, " is not instantiated for head size ", d);
+  plan.prefill_rows_per_item = prefill_rows_per_item(d, plan.prefill_variant);
+}
+
+void finish_summary(const AttentionPlanInput& in, const RoutedRows& rows, AttentionPlan& plan) {
+  AttentionPlanSummary& s = plan.summary;
+  const size_t simt_items = static_cast<size_t>(std::count_if(plan.decode.begin(), plan.decode.end(),
+                                                              [](const DecodeItem& i) { return i.request >= 0; }));
+  const size_t mma_items = static_cast<size_t>(std::count_if(plan.decode_mma.begin(), plan.decode_mma.end(),
+                                                             [](const DecodeItem& i) { return i.request >= 0; }));
+  s.decode_rows = static_cast<int64_t>(rows.simt.size() + rows.mma.size());
+  s.decode_ctas = static_cast<int64_t>(simt_items + mma_items);
+  s.decode_mma_rows = static_cast<int64_t>(rows.mma.size());
+  s.decode_mma_ctas = static_cast<int64_t>(mma_items);
+  if (!rows.simt.empty() && s.decode_fallback.empty()) s.decode_fallback = in.routes.decode_mma_why;
+  s.generic_items = static_cast<int64_t>(plan.generic.size());
+  s.prefill_items = static_cast<int64_t>(plan.prefill.size());
+  if (s.generic_rows > 0) s.prefill_fallback = in.routes.prefill_why;
+}
+
+}  // namespace
+
+// --- capabilities (must agree with attention_inst_decode.cuh / attention_inst_prefill.cuh /
+// decode_mma_kernel.cuh) -----------------------------------------------------------------------
+bool decode_supported(ElementKind kv_kind, int64_t head_size) {
+  const bool kind_ok = kv_kind != ElementKind::kFloat32;
+  return kind_ok && (head_size == 64 || head_size == 128 || head_size == 256);
+}
+
+int decode_heads_per_pass(int64_t queries_per_kv) {
+  if (queries_per_kv <= 1) return 1;
+  if (queries_per_kv <= 4) return 4;
+  return 8;
+}
+
+bool decode_mma_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_size) {
+  const bool kind_ok = (q_kind == ElementKind::kFloat16 || q_kind == ElementKind::kBFloat16) && kv_kind == q_kind;
+  return kind_ok && (head_size == 64 || head_size == 128 || head_size == 256);
+}
+
+int decode_mma_heads_per_pass(int64_t queries_per_kv, int64_t head_size) {
+  return queries_per_kv <= 8 || head_size > 128 ? 8 : 16;
+}
+
+bool prefill_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_size) {
+  const bool kind_ok = (q_kind == ElementKind::kFloat16 || q_kind == ElementKind::kBFloat16) && kv_kind == q_kind;
+  return kind_ok && (head_size == 64 || head_size == 128 || head_size == 256);
+}
+
+// Head size 128 takes the two-m-tile variant (each K/V fragment feeds two m-tiles; the fastest of
+// the three there, optimized/README.md); the others the one-m-tile variant.
+int prefill_default_variant(int64_t head_size) { return head_size == 128 ? kPrefillTwoMTiles : kPrefillOneMTile; }
+int prefill_num_variants() { return kPrefillVariants; }
+bool prefill_variant_supported(int64_t head_size, int variant) {
+  return variant == kPrefillOneMTile || (head_size == 128 && variant >= 0 && variant < kPrefillVariants);
+}
+int64_t prefill_rows_per_item(int64_t head_size, int variant) {
+  return prefill_rows(static_cast<int>(head_size), variant);
+}
+
+// --- routing -----------------------------------------------------------------------------------
+LayerRoutes route_layer(const AttentionConfig& c, const AttentionPathOverrides& overrides,
+                        const TensorLayoutFacts& facts) {
+  const bool encoder = c.attn_type == AttnType::kEncoderOnly;
+  const ElementKind q_kind = element_kind(c.dtype);
+  const ElementKind kv_kind = element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype));
+  LayerRoutes routes;
+  routes.decode_ok =
+      !encoder && !overrides.force_generic && decode_supported(kv_kind, c.head_size) && facts.cache_vectorisable;
+  if (overrides.force_generic || overrides.generic_prefill) {
+    routes.prefill_why = "forced generic";
+  } else if (!prefill_supported(q_kind, encoder ? q_kind : kv_kind, c.head_size)) {
+    routes.prefill_why =
+        detail::concat("dtype ", to_string(c.dtype), ", kv_cache_dtype ", to_string(c.kv_cache_dtype), ", head size ",
+                       c.head_size, " (needs float16/bfloat16 with a 16-bit auto cache, D 64/128/256)");
+  } else if (!facts.rows_aligned) {
+    routes.prefill_why = "query/output/cache rows not 16-byte aligned";
+  }
+  routes.decode_mma_why = decode_mma_reason(c, overrides, routes.decode_ok);
+  return routes;
+}
+
+LayerRoutes route_graph_step(const AttentionConfig& c, const AttentionPathOverrides& overrides) {
+  LayerRoutes routes;
+  routes.decode_ok = true;
+  routes.prefill_why = "a CUDA-graph decode step";
+  routes.decode_mma_why = decode_mma_reason(c, overrides, true);
+  return routes;
+}
+
+FixedShapeCapacity fixed_shape_capacity(const AttentionConfig& c, const AttentionPathOverrides& overrides,
+                                        const BatchDescription& batch, int num_sms) {
+  if (c.attn_type == AttnType::kEncoderOnly) {
+    throw NotSupported("CUDA-graph capture of encoder_only layers (decode steps only)");
+  }
+  const ElementKind kv_kind = element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype));
+  if (overrides.force_generic || !decode_supported(kv_kind, c.head_size)) {
+    throw NotSupported(detail::concat("CUDA-graph capture needs the decode kernels, which do not take kv_cache_dtype ",
+                                      to_string(c.kv_cache_dtype), " with dtype ", to_string(c.dtype), " and head size ",
+                                      c.head_size, " (they take 16-bit and 1-byte caches, D 64/128/256)"));
+  }
+  const int64_t r_count = batch.num_reqs();
+  for (int64_t r = 0; r < r_count; ++r) {
+    if (batch.query_len(r) > 1) {
+      throw NotSupported(detail::concat("CUDA-graph capture of a step with prefill or speculative rows (request ", r,
+                                        " has ", batch.query_len(r), " query tokens; decode steps only)"));
+    }
+  }
+  HYBRIDTB_CHECK(batch.block_table.rank() == 2 && batch.block_table.size(0) >= r_count,
+                 "block_table must have one row per request, got ", batch.block_table.describe());
+  FixedShapeCapacity f;
+  f.num_reqs = r_count;
+  f.block_columns = batch.block_table.size(1);
+  f.mm_prefix = batch.mm_prefix_range.has_value();
+  f.mm_ranges = f.mm_prefix && batch.mm_prefix_range->rank() == 3 ? batch.mm_prefix_range->size(1) : 0;
+  // Items of one decode kernel for any batch of this shape (split_decode_rows): with chunk ≥
+  // total_keys·hkv·passes / target (or the maximum chunk), Σ ceil(n_i / chunk) ≤ rows +
+  // target / (hkv·passes) + max_keys / policy.max_keys.
+  const int64_t qpk = c.num_queries_per_kv();
+  const int64_t max_keys = r_count * f.block_columns * c.block_size;
+  const auto capacity = [&](int64_t heads_per_pass, const DecodeSplitPolicy& policy) {
+    const int64_t passes = (qpk + heads_per_pass - 1) / heads_per_pass;
+    const int64_t per_head_pass = c.num_kv_heads * passes;
+    const int64_t target = std::max<int64_t>(1, policy.ctas_per_sm * num_sms);
+    return r_count + (target + per_head_pass - 1) / per_head_pass + (max_keys + policy.max_keys - 1) / policy.max_keys +
+           1;
+  };
+  const bool mma = decode_mma_reason(c, overrides, true).empty();
+  if (mma) f.decode_mma_capacity = capacity(decode_mma_heads_per_pass(qpk, c.head_size), kMmaDecodeSplit);
+  // mm_prefix rows whose ranges widen the visible keys take the SIMT kernel.
+  if (!mma || f.mm_prefix) f.decode_capacity = capacity(decode_heads_per_pass(qpk), kSimtDecodeSplit);
+  return f;
+}
+
+// --- batch checks --------------------------------------------------------------------------------
+void check_attention_batch(const AttentionConfig& c, const BatchDescription& batch, const FixedShapeCapacity* fixed) {
+  const int64_t t = batch.num_tokens();
+  const int64_t r_count = batch.num_reqs();
+  HYBRIDTB_CHECK(batch.num_actual_tokens >= 0 && batch.num_actual_tokens <= t, "num_actual_tokens (",
+                 batch.num_actual_tokens, ") must lie in [0, ", t, "]");
+  HYBRIDTB_CHECK(batch.seq_lens.numel() == r_count, "seq_lens has ", batch.seq_lens.numel(), " entries for ", r_count,
+                 " requests");
+  if (fixed != nullptr) {
+    const FixedShapeCapacity& f = *fixed;
+    HYBRIDTB_CHECK(batch.num_reqs() == f.num_reqs, "CUDA graph: the batch has ", batch.num_reqs(),
+                   " requests, the graph was captured for ", f.num_reqs, " (pad it to that size)");
+    HYBRIDTB_CHECK(batch.block_table.rank() == 2 && batch.block_table.size(1) <= f.block_columns,
+                   "CUDA graph: block_table ", batch.block_table.describe(), " is wider than the captured ",
+                   f.block_columns, " columns");
+    HYBRIDTB_CHECK(batch.mm_prefix_range.has_value() == f.mm_prefix, "CUDA graph: mm_prefix_range is ",
+                   batch.mm_prefix_range ? "present" : "absent", " but was ", f.mm_prefix ? "present" : "absent",
+                   " at capture");
+    HYBRIDTB_CHECK(!f.mm_prefix || (batch.mm_prefix_range->rank() == 3 && batch.mm_prefix_range->size(1) == f.mm_ranges),
+                   "CUDA graph: mm_prefix_range ", batch.mm_prefix_range ? batch.mm_prefix_range->describe() : "",
+                   " must have the captured ", f.mm_ranges, " ranges per request");
+    for (int64_t r = 0; r < batch.num_reqs(); ++r) {
+      HYBRIDTB_CHECK(batch.query_len(r) <= 1, "CUDA graph: request ", r, " has ", batch.query_len(r),
+                     " query tokens (a captured decode step takes at most one per request)");
+    }
+  }
+  if (c.attn_type == AttnType::kEncoderOnly && is_quantized(c.kv_cache_dtype)) {
+    throw NotSupported(detail::concat("kv_cache_dtype ", to_string(c.kv_cache_dtype),
+                                      " not supported for encoder_only (vLLM raises NotImplementedError)"));
+  }
+}
+
+int64_t referenced_blocks(const AttentionConfig& c, const BatchDescription& batch, int64_t cache_blocks) {
+  const int64_t r_count = batch.num_reqs();
+  HYBRIDTB_CHECK(batch.block_table.rank() == 2 && batch.block_table.size(0) >= r_count,
+                 "block_table must have one row per request, got ", batch.block_table.describe());
+  int64_t spanned = 0;
+  // Block ids are consulted on the device without bounds checks: check them here.
+  for (int64_t r = 0; r < r_count; ++r) {
+    const int64_t blocks = (batch.seq_len(r) + c.block_size - 1) / c.block_size;
+    HYBRIDTB_CHECK(blocks <= batch.block_table.size(1), "request ", r, ": seq_len ", batch.seq_len(r),
+                   " needs more blocks than block_table has columns (", batch.block_table.size(1), ")");
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t id = batch.block_table.at(r, b);
+      HYBRIDTB_CHECK(id >= 0 && id < cache_blocks, "request ", r, ": block_table entry ", id,
+                     " is outside the cache's ", cache_blocks, " blocks");
+      spanned = std::max(spanned, id + 1);
+    }
+  }
+  return spanned;
+}
+
+// --- the plan --------------------------------------------------------------------------------------
+AttentionPlan plan_attention(const AttentionPlanInput& in) {
+  const AttentionConfig& c = *in.config;
+  const int64_t qpk = c.num_queries_per_kv();
+  AttentionPlan plan;
+  plan.num_sms = in.num_sms;
+  plan.fixed_shape = in.fixed != nullptr;
+  if (in.engine != nullptr) {
+    check_engine_metadata(*in.engine, *in.batch);
+    plan.engine = *in.engine;
+  }
+  plan.heads_per_pass = decode_heads_per_pass(qpk);
+  plan.mma_heads_per_pass = decode_mma_heads_per_pass(qpk, c.head_size);
+  choose_prefill_variant(in, plan);
+  const RoutedRows rows = route_requests(in, plan);
+  // Partial slots are numbered across both decode kernels; the combine kernel finishes every split row.
+  int32_t next_slot = 0;
+  const int64_t passes = (qpk + plan.heads_per_pass - 1) / plan.heads_per_pass;
+  const int64_t mma_passes = (qpk + plan.mma_heads_per_pass - 1) / plan.mma_heads_per_pass;
+  plan.decode_chunk = split_decode_rows(in, rows.simt, passes, kSimtDecodeSplit, plan.decode, next_slot, plan);
+  plan.decode_mma_chunk =
+      split_decode_rows(in, rows.mma, mma_passes, kMmaDecodeSplit, plan.decode_mma, next_slot, plan);
+  if (in.fixed != nullptr) pad_to_capacity(*in.fixed, plan, next_slot);
+  plan.partial_slots = next_slot;
+  const auto partial_values = static_cast<size_t>(next_slot) * static_cast<size_t>(c.num_heads);
+  plan.partial_acc_bytes = partial_values * static_cast<size_t>(c.head_size) * sizeof(float);
+  plan.partial_ml_bytes = partial_values * 2 * sizeof(float);
+  finish_summary(in, rows, plan);
+  // Longest key spans first (causal tails, long contexts), so the short CTAs fill the last wave.
+  // Stable: the order is a pure function of the batch; each CTA writes its own rows, so the order
+  // never changes a result bit.
+  std::stable_sort(plan.prefill.begin(), plan.prefill.end(), [](const GenericItem& a, const GenericItem& b) {
+    return a.key_end - a.key_begin > b.key_end - b.key_begin;
+  });
+  plan.decode_grid_ctas = static_cast<int64_t>(plan.decode.size()) * c.num_kv_heads * passes;
+  plan.decode_mma_grid_ctas = static_cast<int64_t>(plan.decode_mma.size()) * c.num_kv_heads * mma_passes;
+  plan.combine_grid_ctas = static_cast<int64_t>(plan.combine.size()) * c.num_heads;
+  lay_out_staging(in, plan);
+  return plan;
+}
+
+namespace {
+
+template <typename T>
+void put(std::vector<unsigned char>& bytes, size_t offset, const T* values, size_t count) {
+  if (count > 0) std::memcpy(bytes.data() + offset, values, count * sizeof(T));
+}
+
+}  // namespace
+
+std::vector<unsigned char> stage_plan(const AttentionPlan& plan, const BatchDescription& batch) {
+  std::vector<unsigned char> bytes;
+  stage_plan(plan, batch, bytes);
+  return bytes;
+}
+
+void stage_plan(const AttentionPlan& plan, const BatchDescription& batch, std::vector<unsigned char>& bytes) {
+  const StagingLayout& s = plan.staging;
+  bytes.assign(s.bytes, 0);
+  put(bytes, s.query_start_loc, batch.query_start_loc.values.data(), batch.query_start_loc.values.size());
+  put(bytes, s.seq_lens, batch.seq_lens.values.data(), batch.seq_lens.values.size());
+  const int64_t r_count = batch.num_reqs();
+  const int64_t cols = batch.block_table.rank() == 2 ? batch.block_table.size(1) : 0;
+  if (cols == plan.block_table_stride) {
+    put(bytes, s.block_table, batch.block_table.values.data(), static_cast<size_t>(r_count * cols));
+  } else {  // each row copied into a row of the captured width (the rest zero, unused)
+    for (int64_t r = 0; r < r_count; ++r) {
+      put(bytes, s.block_table + static_cast<size_t>(r * plan.block_table_stride) * sizeof(int32_t),
+          batch.block_table.values.data() + r * cols, static_cast<size_t>(cols));
+    }
+  }
+  if (plan.num_mm_ranges > 0) {
+    put(bytes, s.mm_prefix, batch.mm_prefix_range->values.data(), batch.mm_prefix_range->values.size());
+  }
+  put(bytes, s.generic_items, plan.generic.data(), plan.generic.size());
+  put(bytes, s.prefill_items, plan.prefill.data(), plan.prefill.size());
+  put(bytes, s.decode_items, plan.decode.data(), plan.decode.size());
+  put(bytes, s.decode_mma_items, plan.decode_mma.data(), plan.decode_mma.size());
+  put(bytes, s.combine_items, plan.combine.data(), plan.combine.size());
+}
+
+// --- text ----------------------------------------------------------------------------------------
+
+std::string AttentionPlanSummary::describe() const {
+  std::ostringstream out;
+  out << "decode fast path: " << decode_rows << " rows (" << split_rows << " split, " << decode_ctas
+      << " key CTAs; tensor-core: " << decode_mma_rows << " rows in " << decode_mma_ctas << " key CTAs, SIMT: "
+      << decode_rows - decode_mma_rows << " rows" << (decode_fallback.empty() ? "" : " [" + decode_fallback + "]")
+      << "); tensor-core prefill path: " << prefill_rows << " rows in " << prefill_items
+      << " CTAs; generic path: " << generic_rows << " rows in " << generic_items << " CTAs";
+  if (!prefill_fallback.empty()) out << " (not on the tensor-core path: " << prefill_fallback << ")";
+  return out.str();
+}
+
+const char* to_string(RowPath path) {
+  switch (path) {
+    case RowPath::kPadding:
+      return "padding";
+    case RowPath::kDecodeMma:
+      return "tensor-core decode";
+    case RowPath::kDecodeSimt:
+      return "SIMT decode";
+    case RowPath::kPrefillMma:
+      return "tensor-core prefill";
+    case RowPath::kGeneric:
+      return "generic";
+  }
+  return "?";
+}
+
+namespace {
+
+void describe_request(std::ostream& out, const RequestRoute& route) {
+  out << "  request " << route.request << ": query_len " << route.query_len << ", " << to_string(route.path);
+  switch (route.path) {
+    case RowPath::kPadding:
+      out << " (no work, nothing written)";
+      break;
+    case RowPath::kDecodeMma:
+    case RowPath::kDecodeSimt:
+      out << ", keys [" << route.key_begin << ", " << route.key_end << "), " << route.splits
+          << (route.splits == 1 ? " split" : " splits");
+      break;
+    case RowPath::kPrefillMma:
+    case RowPath::kGeneric:
+      out << ", " << route.splits << " CTAs";
+      break;
+  }
+  out << "\n";
+}
+
+void describe_kernels(std::ostream& out, const AttentionPlan& plan, const AttentionConfig& c) {
+  const AttentionPlanSummary& s = plan.summary;
+  out << "kernels:\n";
+  out << "  tensor-core decode: " << s.decode_mma_rows << " rows, " << plan.decode_mma.size() << " items"
+      << (plan.decode_mma_chunk > 0 ? detail::concat(" of up to ", plan.decode_mma_chunk, " keys") : "") << ", "
+      << plan.mma_heads_per_pass << " heads per CTA, grid " << plan.decode_mma_grid_ctas << " CTAs\n";
+  out << "  SIMT decode: " << s.decode_rows - s.decode_mma_rows << " rows, " << plan.decode.size() << " items"
+      << (plan.decode_chunk > 0 ? detail::concat(" of up to ", plan.decode_chunk, " keys") : "") << ", "
+      << plan.heads_per_pass << " heads per CTA, grid " << plan.decode_grid_ctas << " CTAs"
+      << (s.decode_fallback.empty() ? "" : " [" + s.decode_fallback + "]") << "\n";
+  out << "  combine: " << s.split_rows << " split rows, grid " << plan.combine_grid_ctas << " CTAs\n";
+  out << "  tensor-core prefill: " << s.prefill_rows << " rows, variant " << plan.prefill_variant << " ("
+      << plan.prefill_rows_per_item << " rows per CTA), grid " << plan.prefill.size() << " CTAs\n";
+  out << "  generic: " << s.generic_rows << " rows, grid " << plan.generic.size() << " CTAs"
+      << (s.prefill_fallback.empty() ? "" : " [not on the tensor-core path: " + s.prefill_fallback + "]") << "\n";
+  out << "workspace: upload " << plan.staging.bytes << " bytes (block table stride " << plan.block_table_stride
+      << ", " << plan.num_mm_ranges << " mm ranges), split partials " << plan.partial_slots << " slots = "
+      << plan.partial_acc_bytes + plan.partial_ml_bytes << " bytes (" << c.num_heads << " heads x (" << c.head_size
+      << " + 2) floats per slot)\n";
+}
+
+void describe_engine(std::ostream& out, const TritonAttentionMetadata& m) {
+  out << "vLLM's metadata: max_query_len " << m.max_query_len << ", max_seq_len " << m.max_seq_len << ", "
+      << (m.use_3d_path != 0 ? detail::concat("3D kernel (split softmax over ", m.num_par_softmax_segments, " segments)")
+                             : std::string("2D kernel"))
+      << ", seq_threshold_3d " << m.seq_threshold_3d << "\n";
+}
+
+}  // namespace
+
+std::string describe_plan(const AttentionPlan& plan, const AttentionConfig& c) {
+  std::ostringstream out;
+  int64_t rows = 0;
+  for (const RequestRoute& route : plan.requests) rows += route.query_len;
+  out << "attention plan: " << plan.requests.size() << " requests, " << rows << " query rows, " << plan.num_sms
+      << " SMs" << (plan.fixed_shape ? ", fixed shape (CUDA graph)" : "") << "\n";
+  out << "layer: " << to_string(c.attn_type) << ", dtype " << to_string(c.dtype) << ", kv_cache_dtype "
+      << to_string(c.kv_cache_dtype) << ", heads " << c.num_heads << "/" << c.num_kv_heads << ", head size "
+      << c.head_size << ", block " << c.block_size << ", window " << c.sliding_window << "\n";
+  out << "requests:\n";
+  for (const RequestRoute& route : plan.requests) describe_request(out, route);
+  describe_kernels(out, plan, c);
+  if (plan.engine) describe_engine(out, *plan.engine);
+  out << "summary: " << plan.summary.describe() << "\n";
+  return out.str();
+}
+
+}  // namespace hybridtb::cuda

@@ -1,0 +1,195 @@
+// The attention plan as a value: which kernel every row of a step takes, the work lists the kernels
+// read, the decode split sizes, the CTA counts and the layout of the one metadata upload — computed
+// on the host from the layer configuration and the batch description by pure functions (no CUDA
+// call; this header and attention_work_plan.cpp compile with the host compiler alone), so a plan can
+// be printed (`hybridtb run --explain`) and unit-tested without a GPU (tests/attention_plan).
+//
+// The split of the work follows FlashInfer's plan/run: plan_attention() decides everything that
+// depends on the batch; AttentionRunner (attention_plan.h) uploads the plan's staging bytes in one
+// copy and launches the kernels the plan names, with the grids the plan sized.
+//
+// Routing, per request (the rules the kernels' capabilities impose, attention_launch.h):
+//   - query_len 0: a padding request (CUDA-graph padding), no work, nothing written;
+//   - query_len 1 of a decoder layer whose cache the decode kernels read: the tensor-core decode
+//     kernel (16-bit cache = model dtype, D 64/128/256) unless its mm_prefix ranges add keys, else
+//     the SIMT decode kernel; long key ranges split across CTAs (the split policy below) and are
+//     finished by the combine kernel;
+//   - other rows: the tensor-core prefill kernel where it applies (16-bit model dtype = cache
+//     element, D 64/128/256, aligned rows), else the generic SIMT kernel.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attention/attention_params.h"
+#include "hybridtb/batch.h"
+#include "hybridtb/config.h"
+#include "hybridtb/metadata.h"
+
+namespace hybridtb::cuda {
+
+// Debugging and comparison switches: force rows onto a path other than the one the planner would
+// choose. Production code passes the defaults; benchmarks and tests pass what they compare.
+struct AttentionPathOverrides {
+  // Every row on the generic SIMT kernel (no decode kernel, no tensor-core prefill).
+  bool force_generic = false;
+  // Decode rows on the SIMT decode kernel even where the tensor-core decode kernel applies.
+  bool simt_decode = false;
+  // Non-decode rows on the generic SIMT kernel instead of the tensor-core prefill kernel (the
+  // benchmark's "prefill 1x4k generic" row).
+  bool generic_prefill = false;
+  // Tile variant of the tensor-core prefill kernel (prefill_config in attention_tiles.h); −1: the
+  // default for the head size. The other variants exist for head size 128 (the benchmark's "v0"
+  // and "v2" rows).
+  int prefill_variant = -1;
+};
+
+// How a decode kernel's key ranges are cut into CTAs: keys per split chosen so that the kernel's
+// grid has about ctas_per_sm CTAs per SM, rounded up to 64 keys, within [min_keys, max_keys].
+struct DecodeSplitPolicy {
+  int64_t ctas_per_sm;
+  int64_t min_keys;
+  int64_t max_keys;
+};
+// The SIMT decode kernel: several waves of resident CTAs even for one long row (1×32k: 128 splits
+// of 256 keys).
+inline constexpr DecodeSplitPolicy kSimtDecodeSplit{16, 256, 8192};
+// The tensor-core decode kernel: its CTAs stream faster, so fewer per SM.
+inline constexpr DecodeSplitPolicy kMmaDecodeSplit{8, 256, 8192};
+
+// What the bound tensors allow (decided by the runner from the device pointers and strides; the
+// explain path assumes the contiguous, aligned tensors the backend allocates itself).
+struct TensorLayoutFacts {
+  bool cache_vectorisable = true;  // KV cache rows 16-byte aligned: the decode kernels' vector loads
+  bool rows_aligned = true;        // query/output/cache rows as the tensor-core prefill needs them
+};
+
+// The kernels a layer's rows may take, with the reason when one is out (empty string: it applies).
+struct LayerRoutes {
+  bool decode_ok = false;      // decode rows can take a decode kernel
+  std::string decode_mma_why;  // why decode rows cannot take the tensor-core decode kernel
+  std::string prefill_why;     // why non-decode rows cannot take the tensor-core prefill kernel
+};
+LayerRoutes route_layer(const AttentionConfig& config, const AttentionPathOverrides& overrides,
+                        const TensorLayoutFacts& facts);
+// A CUDA-graph decode step (fix_shape): the decode kernels, the cache's alignment checked at launch.
+LayerRoutes route_graph_step(const AttentionConfig& config, const AttentionPathOverrides& overrides);
+
+// Fixed-shape mode (CUDA graphs): the padded shape and the work-list capacities that bound every
+// batch of that shape; the plan pads its lists to them with sentinel items the kernels skip.
+struct FixedShapeCapacity {
+  int64_t num_reqs = 0;
+  int64_t block_columns = 0;
+  bool mm_prefix = false;
+  int64_t mm_ranges = 0;
+  int64_t decode_capacity = 0;      // SIMT decode items
+  int64_t decode_mma_capacity = 0;  // tensor-core decode items
+};
+// Throws NotSupported if the layer or the batch cannot run on the decode kernels.
+FixedShapeCapacity fixed_shape_capacity(const AttentionConfig& config, const AttentionPathOverrides& overrides,
+                                        const BatchDescription& batch, int num_sms);
+
+struct AttentionPlanSummary {
+  int64_t decode_rows = 0;     // rows on the decode fast path
+  int64_t decode_ctas = 0;     // their CTAs along the key axis (× kv heads × head passes in the grid)
+  int64_t split_rows = 0;      // decode rows split across CTAs (finished by the combine kernel)
+  int64_t decode_mma_rows = 0;  // of decode_rows: on the tensor-core decode kernel (the rest: SIMT)
+  int64_t decode_mma_ctas = 0;  // of decode_ctas: the tensor-core kernel's
+  std::string decode_fallback;  // why decode rows took the SIMT decode kernel ("" if none did)
+  int64_t prefill_rows = 0;    // query rows (tokens) on the tensor-core prefill path
+  int64_t prefill_items = 0;   // CTAs of the prefill kernel
+  std::string prefill_fallback;  // why non-decode rows took the generic path ("" if none did)
+  int64_t generic_items = 0;   // CTAs of the generic kernel
+  int64_t generic_rows = 0;    // query rows on the generic path
+  std::string describe() const;
+};
+
+enum class RowPath { kPadding, kDecodeMma, kDecodeSimt, kPrefillMma, kGeneric };
+const char* to_string(RowPath path);
+
+// One request's route: its path, and for decode rows the visible keys and their split.
+struct RequestRoute {
+  int64_t request = 0;
+  int64_t query_len = 0;
+  RowPath path = RowPath::kPadding;
+  int64_t key_begin = 0;  // decode rows: the keys the row reads, [key_begin, key_end)
+  int64_t key_end = 0;
+  int64_t splits = 0;     // decode rows: CTAs along the key axis; other rows: work items
+};
+
+// The one upload, in order, each array at a 16-byte boundary: byte offsets and the total.
+struct StagingLayout {
+  size_t query_start_loc = 0;
+  size_t seq_lens = 0;
+  size_t block_table = 0;
+  size_t mm_prefix = 0;
+  size_t generic_items = 0;
+  size_t prefill_items = 0;
+  size_t decode_items = 0;
+  size_t decode_mma_items = 0;
+  size_t combine_items = 0;
+  size_t bytes = 0;
+};
+
+struct AttentionPlan {
+  std::vector<RequestRoute> requests;
+  // The work lists, as the kernels read them (fixed-shape mode: padded with sentinels).
+  std::vector<GenericItem> generic;
+  std::vector<GenericItem> prefill;     // longest key spans first
+  std::vector<DecodeItem> decode;       // SIMT decode kernel
+  std::vector<DecodeItem> decode_mma;   // tensor-core decode kernel
+  std::vector<CombineItem> combine;
+  // Kernel shapes.
+  int heads_per_pass = 1;           // SIMT decode: query heads per CTA
+  int mma_heads_per_pass = 8;       // tensor-core decode: query heads per CTA (mma N columns)
+  int64_t decode_chunk = 0;         // SIMT decode: keys per split (0: no rows)
+  int64_t decode_mma_chunk = 0;     // tensor-core decode: keys per split (0: no rows)
+  int prefill_variant = 0;          // tensor-core prefill tile variant
+  int64_t prefill_rows_per_item = 0;
+  int64_t decode_grid_ctas = 0;     // items × kv heads × head passes
+  int64_t decode_mma_grid_ctas = 0;
+  int64_t combine_grid_ctas = 0;    // items × query heads
+  // Workspace: split partials ([slots, Hq, D] numerators, [slots, Hq, 2] max/denominator, float).
+  int64_t partial_slots = 0;
+  size_t partial_acc_bytes = 0;
+  size_t partial_ml_bytes = 0;
+  // The upload: query_start_loc, seq_lens, block table (stride below), mm ranges, work lists.
+  int64_t block_table_stride = 0;
+  int32_t num_mm_ranges = 0;
+  StagingLayout staging;
+  AttentionPlanSummary summary;
+  // Context for the text form.
+  int num_sms = 0;
+  bool fixed_shape = false;
+  std::optional<TritonAttentionMetadata> engine;  // vLLM's metadata of the same step, if given
+};
+
+struct AttentionPlanInput {
+  const AttentionConfig* config = nullptr;
+  const BatchDescription* batch = nullptr;
+  int num_sms = 1;
+  AttentionPathOverrides overrides;
+  LayerRoutes routes;
+  const FixedShapeCapacity* fixed = nullptr;         // fixed-shape mode, else nullptr
+  const TritonAttentionMetadata* engine = nullptr;   // optional: checked against the batch, reported
+};
+
+// The checks of a batch that need no tensor (fixed: the captured shape, or nullptr).
+void check_attention_batch(const AttentionConfig& config, const BatchDescription& batch,
+                           const FixedShapeCapacity* fixed);
+// Checks the block table's entries for every block the requests need against [0, cache_blocks);
+// returns how many blocks the batch spans (the largest id + 1; 0 for none).
+int64_t referenced_blocks(const AttentionConfig& config, const BatchDescription& batch, int64_t cache_blocks);
+
+// The plan of one step (throws Error on an invalid batch, naming the field).
+AttentionPlan plan_attention(const AttentionPlanInput& input);
+// The bytes of the one upload, laid out as plan.staging says (into `bytes`, whose capacity is reused).
+void stage_plan(const AttentionPlan& plan, const BatchDescription& batch, std::vector<unsigned char>& bytes);
+std::vector<unsigned char> stage_plan(const AttentionPlan& plan, const BatchDescription& batch);
+// Human-readable text, one line per fact ("request 0: decode, tensor-core decode, ...").
+std::string describe_plan(const AttentionPlan& plan, const AttentionConfig& config);
+
+}  // namespace hybridtb::cuda
