@@ -1,5 +1,5 @@
 // The attention planner/runner (see attention_plan.h). The visibility hulls computed here follow
-// reference/src/attention_mask.h: a decoder row at position p sees [p − W + 1, p] ∩ [0, seq_len)
+// hybridtb/spec/visibility.h: a decoder row at position p sees [p − W + 1, p] ∩ [0, seq_len)
 // plus the mm_prefix ranges that contain p; an encoder row sees |p − k| < W within the request.
 #include "attention/attention_plan.h"
 
@@ -13,6 +13,8 @@
 #include "common/cuda_check.h"
 #include "common/debug_slowdown.h"
 #include "hybridtb/error.h"
+#include "hybridtb/spec/kv_cache.h"
+#include "hybridtb/spec/visibility.h"
 
 namespace hybridtb::cuda {
 
@@ -49,17 +51,9 @@ KeyRange key_range(const AttentionConfig& config, const BatchDescription& batch,
                    int64_t pos_hi) {
   const int64_t seq_len = batch.seq_len(r);
   const int64_t w = config.sliding_window;
-  int64_t causal_begin = 0;
-  int64_t causal_end = seq_len;
-  if (config.attn_type == AttnType::kEncoderOnly) {
-    if (w > 0) {
-      causal_begin = std::max<int64_t>(0, pos_lo - w + 1);
-      causal_end = std::min<int64_t>(seq_len, pos_hi + w);
-    }
-  } else {
-    causal_begin = w > 0 ? std::max<int64_t>(0, pos_lo - w + 1) : 0;
-    causal_end = std::min<int64_t>(seq_len, pos_hi + 1);
-  }
+  const bool encoder = config.attn_type == AttnType::kEncoderOnly;
+  const int64_t causal_begin = spec::window_first_key(w, pos_lo);
+  const int64_t causal_end = std::min(seq_len, spec::window_key_end(encoder, w, seq_len, pos_hi));
   int64_t begin = causal_begin;
   int64_t end = causal_end;
   if (config.attn_type == AttnType::kDecoder && batch.mm_prefix_range) {
@@ -225,10 +219,11 @@ AttentionParams AttentionRunner::config_params() const {
   p.scale = static_cast<float>(c.scale);
   p.encoder = encoder ? 1 : 0;
   p.q_kind = element_kind(c.dtype);
-  p.kv_kind = element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype));
-  p.kv_scale_mode = is_per_token_head(c.kv_cache_dtype) ? KvScaleMode::kPerTokenHead
-                    : is_quantized(c.kv_cache_dtype)    ? KvScaleMode::kPerTensor
-                                                        : KvScaleMode::kNone;
+  const spec::KvCacheFormat kv_format = spec::kv_cache_format(c.kv_cache_dtype, c.dtype);
+  p.kv_kind = element_kind(kv_format.storage);
+  p.kv_scale_mode = kv_format.scaling == spec::KvCacheScaling::kPerTokenHead ? KvScaleMode::kPerTokenHead
+                    : kv_format.scaling == spec::KvCacheScaling::kPerTensor  ? KvScaleMode::kPerTensor
+                                                                             : KvScaleMode::kNone;
   // vLLM's encoder path drops soft cap, ALiBi, sinks and the fp8 output scale (reference make_layer).
   if (!encoder) {
     p.soft_cap = static_cast<float>(c.logits_soft_cap);
@@ -267,7 +262,6 @@ AttentionParams AttentionRunner::bind(int64_t t, const StepTensors& tensors, con
   p.o_stride_head = output.stride(1);
   p.ssm_addend = fused.addend.empty() ? nullptr : fused.addend.data();
   p.hybrid_output = fused.output.empty() ? nullptr : fused.output.data();
-  const DType storage = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
   bool cache_vectorisable = false;
   if (encoder) {
     check_view(tensors.key, "key", {t, hkv, d}, c.dtype);
@@ -279,9 +273,8 @@ AttentionParams AttentionRunner::bind(int64_t t, const StepTensors& tensors, con
     p.v_stride_token = tensors.value.stride(0);
     p.v_stride_head = tensors.value.stride(1);
   } else {
-    const TensorView& cache = tensors.kv_cache;
-    HYBRIDTB_CHECK(!cache.empty() && cache.rank() == 5, "kv_cache must be [NB, 2, BS, Hkv, D], got ", cache.describe());
-    check_view(cache, "kv_cache", {cache.size(0), 2, c.block_size, hkv, d}, storage);
+    const spec::KvCacheBinding bound = spec::bind_kv_cache(c, tensors, Device::kCuda);
+    const TensorView& cache = bound.cache;
     p.kv_cache = cache.data();
     p.cache_stride_block = cache.stride(0);
     p.cache_stride_half = cache.stride(1);
@@ -292,13 +285,9 @@ AttentionParams AttentionRunner::bind(int64_t t, const StepTensors& tensors, con
     cache_vectorisable = p.cache_stride_block % align == 0 && p.cache_stride_half % align == 0 &&
                          p.cache_stride_slot % align == 0 && p.cache_stride_head % align == 0 &&
                          reinterpret_cast<uintptr_t>(cache.data()) % 16 == 0;
-    if (is_per_token_head(c.kv_cache_dtype)) {
-      for (const TensorView* scales : {&tensors.k_scale_cache, &tensors.v_scale_cache}) {
-        check_view(*scales, "k_scale_cache/v_scale_cache", {cache.size(0), c.block_size, hkv}, DType::kFloat32);
-        HYBRIDTB_CHECK(scales->is_contiguous(), "k_scale_cache/v_scale_cache must be contiguous");
-      }
-      p.k_scale_cache = static_cast<const float*>(tensors.k_scale_cache.data());
-      p.v_scale_cache = static_cast<const float*>(tensors.v_scale_cache.data());
+    if (bound.format.scaling == spec::KvCacheScaling::kPerTokenHead) {
+      p.k_scale_cache = static_cast<const float*>(bound.k_scale_cache.data());
+      p.v_scale_cache = static_cast<const float*>(bound.v_scale_cache.data());
     }
   }
   p.k_scale = tensors.k_scale;
