@@ -1,6 +1,6 @@
-// ReferenceBackend: wires the reference builders, the reference attention, the SSM branch and the
-// linear-attention layers into the Backend interface. Host memory only; writes float64 outputs
-// (ground truth is never rounded).
+// ReferenceBackend: wires the shared builders (hybridtb/spec), the reference attention, the SSM
+// branch and the linear-attention layers into the Backend interface. Host memory only; writes
+// float64 outputs (ground truth is never rounded).
 #include "hybridtb/reference/reference_backend.h"
 
 #include <cstring>

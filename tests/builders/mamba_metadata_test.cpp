@@ -1,5 +1,5 @@
 // build_mamba_metadata, mamba_get_block_table_tensor, compute_causal_conv1d_metadata,
-// update_block_table and build_hybrid_metadata (reference/src/mamba_metadata_builder.cpp) against
+// update_block_table and build_hybrid_metadata (harness/spec/src/mamba_metadata_builder.cpp) against
 // vLLM's worked example (notes §3.5), small hand-computed batches, and, on seeded random batches,
 // an independent per-request formulation of every field.
 // Run: ctest --test-dir build -L builders

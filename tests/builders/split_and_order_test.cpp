@@ -1,5 +1,5 @@
 // split_decodes_and_prefills, check_decodes_first, decode_first_order and reorder_requests
-// (reference/src/split_and_order.cpp) against hand-worked cases from vLLM's rule (notes §3.2) and
+// (harness/spec/src/split_and_order.cpp) against hand-worked cases from vLLM's rule (notes §3.2) and
 // against simpler formulations on seeded random batches.
 // Run: ctest --test-dir build -L builders
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// build_triton_metadata (reference/src/triton_metadata_builder.cpp): the 3D threshold and its
+// build_triton_metadata (harness/spec/src/triton_metadata_builder.cpp): the 3D threshold and its
 // snapping to CUDA-graph capture sizes, the head-size padding and the 2D/3D decision, on values
 // worked out by hand from vLLM's TritonAttentionMetadataBuilder (notes §1.9).
 // Run: ctest --test-dir build -L builders

@@ -73,7 +73,7 @@ void SsmContext::upload_bytes(void* device, const void* host, size_t bytes) {
 
 GpuModeRegistry& GpuModeRegistry::instance() {
   static GpuModeRegistry* registry = [] {
-    auto* built = new GpuModeRegistry();  // never destroyed, like the reference registry
+    auto* built = new GpuModeRegistry();  // never destroyed, like the descriptor registry
     register_builtin_gpu_modes(*built);
     return built;
   }();
