@@ -6,7 +6,7 @@
 #include <string>
 #include <utility>
 
-#include "hybridtb/reference/ssm_mode.h"
+#include "hybridtb/spec/ssm_mode.h"
 #include "hybridtb/synthetic.h"
 
 namespace hybridtb::examples {
@@ -114,7 +114,7 @@ BatchFile fp8_e5m2_kv_fp8_output_bf16() {
 
 // Adds random weights and state pools for the file's SSM mode, one slot per id its SSM table uses.
 BatchFile with_ssm_tensors(BatchFile file, uint64_t seed) {
-  auto tensors = reference::ssm::make_random_ssm_tensors(file.config, ssm_slots_needed(file.batch), seed);
+  auto tensors = spec::ssm::make_random_ssm_tensors(file.config, ssm_slots_needed(file.batch), seed);
   file.inputs.ssm_state = std::move(tensors.ssm_state);
   file.inputs.weights = std::move(tensors.weights);
   return file;

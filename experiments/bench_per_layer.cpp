@@ -41,7 +41,7 @@
 #include "hybridtb/error.h"
 #include "hybridtb/revision.h"
 #include "hybridtb/per_layer.h"
-#include "hybridtb/reference/ssm_mode.h"
+#include "hybridtb/spec/ssm_mode.h"
 #include "hybridtb/step.h"
 #include "hybridtb/synthetic.h"
 #include "src/gpu_timing.h"
@@ -132,7 +132,7 @@ nlohmann::ordered_json bench_size(int64_t batch_size, int64_t context, int sampl
   std::vector<Layer> layers;
   for (int l = 0; l < kGdnLayers; ++l) {
     BatchFile file = make_synthetic_batch(gdn, builder, requests, options);
-    auto tensors = reference::ssm::make_random_ssm_tensors(gdn, ssm_slots_needed(file.batch), 31 + l);
+    auto tensors = spec::ssm::make_random_ssm_tensors(gdn, ssm_slots_needed(file.batch), 31 + l);
     file.inputs.ssm_state = std::move(tensors.ssm_state);
     file.inputs.weights = std::move(tensors.weights);
     layers.emplace_back(*backend, std::move(file));

@@ -5,7 +5,7 @@
 
 #include "commands.h"
 #include "hybridtb/backend.h"
-#include "hybridtb/reference/ssm_mode.h"
+#include "hybridtb/spec/ssm_mode.h"
 
 namespace hybridtb::cli {
 
@@ -22,9 +22,10 @@ Command add_backends_command(CLI::App& app) {
               std::cout << "\n";
             }
             // The SSM modes a batch may name (/config ssm_mode, or a linear layer's layer_kind):
-            // those of the reference; a backend without one of them reports NotSupported.
+            // every mode with a descriptor, all of which the reference implements; a backend without
+            // one of them reports NotSupported.
             std::cout << "\nSSM modes (reference):";
-            for (const std::string& mode : reference::ssm::ModeRegistry::instance().names()) std::cout << " " << mode;
+            for (const std::string& mode : spec::ssm::ModeSpecRegistry::instance().names()) std::cout << " " << mode;
             std::cout << "\n";
             return 0;
           }};

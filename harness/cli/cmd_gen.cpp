@@ -17,9 +17,9 @@
 #include "hybridtb/dtype.h"
 #include "hybridtb/linear_layer.h"
 #include "hybridtb/presets.h"
-#include "hybridtb/reference/linear_layer.h"
-#include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/shell.h"
+#include "hybridtb/spec/linear_layer_specs.h"
+#include "hybridtb/spec/ssm_mode.h"
 #include "hybridtb/synthetic.h"
 #include "memory.h"
 #include "progress.h"
@@ -138,10 +138,10 @@ GenEstimate estimate_gen(const Layer& layer, const Mix& mix, const GenOptions& o
   };
   int64_t bytes = 0;
   const int64_t elem = element_size(c.dtype);
-  std::vector<reference::ssm::TensorSpec> state, weights;
+  std::vector<spec::ssm::TensorSpec> state, weights;
   if (c.is_linear_layer()) {
     for (const LinearInput& input : linear_layer_spec(c).inputs) bytes += tokens * input.width * elem;
-    const auto specs = reference::ssm::linear_layer_tensor_specs(c);
+    const auto specs = spec::ssm::linear_layer_tensor_specs(c);
     state = specs.state;
     weights = specs.weights;
   } else {
@@ -152,8 +152,8 @@ GenEstimate estimate_gen(const Layer& layer, const Mix& mix, const GenOptions& o
       if (is_per_token_head(c.kv_cache_dtype)) bytes += 2 * blocks * c.block_size * c.num_kv_heads * 4;
     }
     if (c.has_ssm_branch()) {
-      const auto& mode = reference::ssm::ModeRegistry::instance().find(c.ssm_mode);
-      const auto shape = reference::ssm::mode_shape(c);
+      const auto& mode = spec::ssm::ModeSpecRegistry::instance().find(c.ssm_mode);
+      const auto shape = spec::ssm::mode_shape(c);
       state = mode.state_specs(shape);
       weights = mode.weight_specs(shape);
     }

@@ -10,8 +10,8 @@
 #include "commands.h"
 #include "hybridtb/batch_file.h"
 #include "hybridtb/error.h"
-#include "hybridtb/reference/linear_layer.h"
-#include "hybridtb/reference/ssm_mode.h"
+#include "hybridtb/spec/linear_layer_specs.h"
+#include "hybridtb/spec/ssm_mode.h"
 #include "progress.h"
 #include "summary.h"
 
@@ -50,9 +50,9 @@ int describe(const std::string& path) {
     print_file_warnings("info", path, file);
     const StepTensors views = file.inputs.views();
     if (file.config.is_linear_layer()) {
-      reference::ssm::validate_linear_tensors(file.config, views.ssm_state, views.weights);
+      spec::ssm::validate_linear_tensors(file.config, views.ssm_state, views.weights);
     } else if (file.config.has_ssm_branch()) {
-      reference::ssm::validate_ssm_tensors(file.config, views.ssm_state, views.weights);
+      spec::ssm::validate_ssm_tensors(file.config, views.ssm_state, views.weights);
     }
     std::cout << "valid:    hybrid-batch " << file.schema_version << "\n";
     for (const auto& [key, value] : file.provenance) std::cout << "          " << key << " = " << value << "\n";

@@ -89,6 +89,7 @@ int compare_files(const Options& opt, bool replay) {
         const StepOutputs expected = replay ? *file.expected : run_backend(opt.against, file);
         CompareOptions options;
         options.check_expected_padding = !replay;
+        options.compare_metadata = replay;  // parity: both backends use the shared builders
         report = compare_step(file, candidate, expected, options);
       } catch (const NotSupported& e) {
         report.candidate_backend = opt.backend;

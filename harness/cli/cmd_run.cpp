@@ -20,6 +20,7 @@
 #include "hybridtb/backend.h"
 #include "hybridtb/batch_file.h"
 #include "hybridtb/error.h"
+#include "hybridtb/spec/metadata_builders.h"
 #include "hybridtb/step.h"
 #include "checks.h"
 #include "memory.h"
@@ -30,8 +31,8 @@ namespace hybridtb::cli {
 
 namespace {
 
-// run --explain: the step's builder metadata (the reference builders, which every backend shares)
-// and the backend's plan of it, printed. Exit 0, or 2 for a file or backend that cannot be read.
+// run --explain: the step's builder metadata (the spec's builders, which every backend shares) and
+// the backend's plan of it, printed. Exit 0, or 2 for a file or backend that cannot be read.
 int explain_step(const std::string& backend, const std::string& batch_path) {
   register_builtin_backends();
   const BackendRegistry& registry = BackendRegistry::instance();
@@ -43,7 +44,7 @@ int explain_step(const std::string& backend, const std::string& batch_path) {
     const BatchFile file = read_batch_file(batch_path);
     print_file_warnings("run", batch_path, file);
     const BackendSettings settings{file.config, file.builder};
-    const HybridMetadata metadata = create_backend("reference", settings)->build_metadata(file.batch);
+    const HybridMetadata metadata = spec::build_hybrid_metadata(file.config, file.builder, file.batch);
     const std::string plan = registry.explain(backend, settings, file.batch, metadata);
     std::cout << "hybridtb run --explain: " << batch_path << " on backend '" << backend
               << "' (its plan of the step; nothing computed or written)\n"

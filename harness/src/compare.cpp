@@ -424,8 +424,9 @@ ComparisonReport compare_step(const BatchFile& file, const StepOutputs& candidat
     report.quantities.push_back(std::move(r));
   }
 
-  report.metadata_compared = expected.has_metadata;
-  if (expected.has_metadata) report.metadata_differences = metadata_differences(candidate.metadata, expected.metadata);
+  report.metadata_shared = !options.compare_metadata;
+  report.metadata_compared = options.compare_metadata && expected.has_metadata;
+  if (report.metadata_compared) report.metadata_differences = metadata_differences(candidate.metadata, expected.metadata);
   return report;
 }
 
@@ -501,8 +502,9 @@ std::string format_report_table(const std::vector<ComparisonReport>& reports, bo
         details.push_back(line);
       }
     }
-    rows.push_back({file, "metadata", "int", "-", "-", "-", "-", "-", "-", "-", "exact",
-                    !report.metadata_compared              ? "not recorded"
+    rows.push_back({file, "metadata", "int", "-", "-", "-", "-", "-", "-", "-", report.metadata_shared ? "-" : "exact",
+                    report.metadata_shared                 ? "shared (not compared)"
+                    : !report.metadata_compared            ? "not recorded"
                     : report.metadata_differences.empty() ? "pass"
                                                           : "FAIL (fields differ)"});
     for (const std::string& difference : report.metadata_differences) {
@@ -633,6 +635,7 @@ nlohmann::ordered_json report_to_json(const std::vector<ComparisonReport>& repor
     c["quantities"] = std::move(quantities);
     c["metadata"] = {{"passed", report.metadata_differences.empty()},
                      {"compared", report.metadata_compared},
+                     {"shared", report.metadata_shared},
                      {"differences", report.metadata_differences}};
     cases.push_back(std::move(c));
   }

@@ -5,6 +5,7 @@
 
 #include "hybridtb/error.h"
 #include "hybridtb/linear_layer.h"
+#include "hybridtb/spec/visibility.h"
 
 namespace hybridtb {
 
@@ -20,15 +21,15 @@ int64_t causal_attention_pairs(int64_t context_len, int64_t query_len, int64_t w
 
 int64_t causal_keys_read(int64_t context_len, int64_t query_len, int64_t window) {
   if (query_len == 0) return 0;
-  const int64_t seq = context_len + query_len;
-  return window == 0 ? seq : std::min(seq, query_len - 1 + window);
+  // Every key from the first one the first query (position context_len) sees to the last query.
+  return context_len + query_len - spec::window_first_key(window, context_len);
 }
 
 int64_t encoder_attention_pairs(int64_t query_len, int64_t window) {
   if (window == 0) return query_len * query_len;
   int64_t pairs = 0;
   for (int64_t p = 0; p < query_len; ++p) {
-    pairs += std::min(query_len - 1, p + window - 1) - std::max<int64_t>(0, p - window + 1) + 1;
+    pairs += std::min(query_len, spec::window_key_end(true, window, query_len, p)) - spec::window_first_key(window, p);
   }
   return pairs;
 }

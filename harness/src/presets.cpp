@@ -12,8 +12,8 @@
 
 #include "hybridtb/engine_rules.h"
 #include "hybridtb/error.h"
-#include "hybridtb/reference/linear_layer.h"
-#include "hybridtb/reference/ssm_mode.h"
+#include "hybridtb/spec/linear_layer_specs.h"
+#include "hybridtb/spec/ssm_mode.h"
 #include "hybridtb/synthetic.h"
 
 namespace hybridtb {
@@ -134,7 +134,7 @@ const std::vector<Key>& keys() {
       {"ssm_mode", "none | a registered mode",
        "the SSM history branch (reference/ssm/README.md); a different mode drops the ssm.* set before it",
        [](LayerSettings& l, const std::string& v) {
-         if (v != "none") reference::ssm::ModeRegistry::instance().find(v);  // throws listing the modes
+         if (v != "none") spec::ssm::ModeSpecRegistry::instance().find(v);  // throws listing the modes
          if (v != l.attention.ssm_mode) l.attention.ssm_params.clear();  // another mode: its own parameters
          l.attention.ssm_mode = v;
        }},
@@ -275,8 +275,8 @@ Layer finish(const LayerSettings& settings) {
     c.norm_eps = gated_norm_eps(c, c.ssm_mode);
   }
   if (c.has_ssm_branch() || c.is_linear_layer()) {  // the mode's conventional parameters where none were given
-    const auto& mode = reference::ssm::ModeRegistry::instance().find(c.ssm_mode);
-    for (const auto& [name, value] : mode.default_parameters(reference::ssm::mode_shape(c))) {
+    const auto& mode = spec::ssm::ModeSpecRegistry::instance().find(c.ssm_mode);
+    for (const auto& [name, value] : mode.default_parameters(spec::ssm::mode_shape(c))) {
       c.ssm_params.try_emplace(name, value);
     }
   }
@@ -432,15 +432,15 @@ BatchFile generate_batch(const Layer& layer, const Mix& mix, const GenOptions& o
 
   BatchFile file = make_synthetic_batch(config, builder, requests, synthetic);
   if (has_state) {
-    auto tensors = reference::ssm::make_random_ssm_tensors(config, std::max<int64_t>(1, ssm_slots_needed(file.batch)),
+    auto tensors = spec::ssm::make_random_ssm_tensors(config, std::max<int64_t>(1, ssm_slots_needed(file.batch)),
                                                            mix_seed(options.seed, 2));
     file.inputs.ssm_state = std::move(tensors.ssm_state);
     file.inputs.weights = std::move(tensors.weights);
     const StepTensors views = file.inputs.views();
     if (config.is_linear_layer()) {
-      reference::ssm::validate_linear_tensors(config, views.ssm_state, views.weights);
+      spec::ssm::validate_linear_tensors(config, views.ssm_state, views.weights);
     } else {
-      reference::ssm::validate_ssm_tensors(config, views.ssm_state, views.weights);
+      spec::ssm::validate_ssm_tensors(config, views.ssm_state, views.weights);
     }
   }
   file.provenance["producer"] = "hybridtb gen";

@@ -11,6 +11,7 @@
 
 #include "hybridtb/error.h"
 #include "hybridtb/linear_layer.h"
+#include "hybridtb/spec/visibility.h"
 
 namespace hybridtb {
 
@@ -248,11 +249,12 @@ BatchFile make_synthetic_batch(const AttentionConfig& config, const BuilderConfi
       auto& row = entries[static_cast<size_t>(r)];
       row.assign(static_cast<size_t>(n), Entry::kOwn);
       for (int64_t i = 0; i < n; ++i) {
-        // A block whose last position k satisfies p − k ≥ window for the request's first query
-        // position p = context_len is out of every query's window: vLLM frees it to the null block.
+        // A block whose last position lies before the first key the request's first query
+        // (position context_len) sees is out of every query's window: vLLM frees it to the null block.
         const int64_t last_position = (i + 1) * BS - 1;
-        const bool out_of_window = config.sliding_window > 0 &&
-                                   last_position <= spec.context_len - config.sliding_window;
+        const bool out_of_window =
+            config.sliding_window > 0 &&
+            last_position < ::hybridtb::spec::window_first_key(config.sliding_window, spec.context_len);
         const bool read_only = last_position < spec.context_len;  // no position of it is written now
         Entry& e = row[static_cast<size_t>(i)];
         if (options.null_out_of_window && out_of_window && spec.mm_prefix_ranges.empty()) {

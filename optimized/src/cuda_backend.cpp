@@ -1,8 +1,8 @@
-// The "cuda" backend: hybridtb::Backend on one NVIDIA GPU. The plan (build_metadata) is the
-// reference builders' host-side plain data, as in vLLM; the run phase is the KV-cache write kernel,
+// The "cuda" backend: hybridtb::Backend on one NVIDIA GPU. The plan (build_metadata) is the shared
+// builders' host-side plain data (hybridtb/spec/metadata_builders.h), as in vLLM; the run phase is the KV-cache write kernel,
 // the attention kernels (decode fast path + generic path, attention/attention_plan.h), the SSM
 // branch and the linear-attention layers (ssm/ssm_gpu_mode.h: the GPU driver and one GPU mode per
-// reference mode), all on one stream, with device memory from a caching allocator — both shared by
+// mode descriptor), all on one stream, with device memory from a caching allocator — both shared by
 // the backends of one model's layer kinds (create_sibling; PerLayerBackend).
 // Checked against the reference by tests/cuda; `hybridtb run --backend cuda` runs a batch file.
 //
@@ -38,7 +38,8 @@
 #include "common/cuda_check.h"
 #include "common/device_memory.h"
 #include "hybridtb/error.h"
-#include "hybridtb/reference/metadata_builders.h"
+#include "hybridtb/spec/kv_cache.h"
+#include "hybridtb/spec/metadata_builders.h"
 #include "kv_cache_write/kv_cache_write.h"
 #include "ssm/ssm_gpu_mode.h"
 #include "ssm/ssm_kernels.h"
@@ -81,23 +82,12 @@ KvWriteParams bind_kv_write(const AttentionConfig& c, int64_t t, const StepTenso
                    "key and value must be CUDA ", to_string(c.dtype), " ", shape_to_string(shape),
                    " contiguous in the last dimension, got ", v->describe());
   }
-  const TensorView& cache = tensors.kv_cache;
-  const DType storage = kv_storage_dtype(c.kv_cache_dtype, c.dtype);
-  HYBRIDTB_CHECK(cache.rank() == 5 && cache.device() == Device::kCuda && cache.dtype() == storage &&
-                     cache.shape() == Shape({cache.size(0), 2, c.block_size, hkv, d}) && cache.stride(4) == 1,
-                 "kv_cache must be a CUDA ", to_string(storage), " [NB, 2, ", c.block_size, ", ", hkv, ", ", d,
-                 "] tensor, got ", cache.describe());
+  const spec::KvCacheBinding bound = spec::bind_kv_cache(c, tensors, Device::kCuda);
+  const TensorView& cache = bound.cache;
   KvWriteParams p{};
-  if (is_per_token_head(c.kv_cache_dtype)) {
-    const Shape scale_shape{cache.size(0), c.block_size, hkv};
-    for (const TensorView* s : {&tensors.k_scale_cache, &tensors.v_scale_cache}) {
-      HYBRIDTB_CHECK(s->device() == Device::kCuda && s->shape() == scale_shape && s->dtype() == DType::kFloat32 &&
-                         s->is_contiguous(),
-                     "k_scale_cache and v_scale_cache must be CUDA float32 ", shape_to_string(scale_shape), ", got ",
-                     s->describe());
-    }
-    p.k_scale_cache = static_cast<float*>(tensors.k_scale_cache.data());
-    p.v_scale_cache = static_cast<float*>(tensors.v_scale_cache.data());
+  if (bound.format.scaling == spec::KvCacheScaling::kPerTokenHead) {
+    p.k_scale_cache = static_cast<float*>(bound.k_scale_cache.data());
+    p.v_scale_cache = static_cast<float*>(bound.v_scale_cache.data());
   }
   p.key = tensors.key.data();
   p.value = tensors.value.data();
@@ -113,11 +103,11 @@ KvWriteParams bind_kv_write(const AttentionConfig& c, int64_t t, const StepTenso
   p.num_kv_heads = static_cast<int32_t>(hkv);
   p.head_size = static_cast<int32_t>(d);
   p.block_size = static_cast<int32_t>(c.block_size);
-  p.mode = is_per_token_head(c.kv_cache_dtype) ? KvWriteMode::kPerTokenHead
-           : is_quantized(c.kv_cache_dtype)    ? KvWriteMode::kFp8PerTensor
-                                               : KvWriteMode::kCopy;
+  p.mode = bound.format.scaling == spec::KvCacheScaling::kPerTokenHead ? KvWriteMode::kPerTokenHead
+           : bound.format.scaling == spec::KvCacheScaling::kPerTensor  ? KvWriteMode::kFp8PerTensor
+                                                                       : KvWriteMode::kCopy;
   p.source = element_kind(c.dtype);
-  p.storage = element_kind(storage);
+  p.storage = element_kind(bound.format.storage);
   p.k_scale = tensors.k_scale;
   p.v_scale = tensors.v_scale;
   return p;
@@ -417,7 +407,7 @@ class CudaBackend final : public Backend {
   // Also ends graph mode: the run calls go back to planning each call eagerly.
   HybridMetadata build_metadata(const BatchDescription& batch) override {
     graph_plan_ = nullptr;
-    return reference::build_hybrid_metadata(settings_.attention, settings_.builder, batch);
+    return spec::build_hybrid_metadata(settings_.attention, settings_.builder, batch);
   }
 
   void write_kv_cache(const BatchDescription& batch, const StepTensors& tensors) override {

@@ -1,5 +1,5 @@
 // Reference KV-cache write: vLLM's reshape_and_cache_flash and its per-token-head quantising
-// variant (../shared/notes/vllm-semantics.md §1.8, §1.10). The bytes written are bit-exact: the
+// variant (triton_reshape_and_cache_flash with per-token-head scales). The bytes written are bit-exact: the
 // quantisers do the kernels' float32 arithmetic literally and round through dtype.h's casts.
 // Checked against independent per-element expectations by tests/attention (ctest -L attention).
 #include <algorithm>
@@ -10,6 +10,7 @@
 
 #include "hybridtb/error.h"
 #include "hybridtb/reference/paged_attention.h"
+#include "hybridtb/spec/kv_cache.h"
 
 namespace hybridtb::reference {
 namespace {
@@ -79,26 +80,9 @@ void check_inputs(const AttentionConfig& config, const BatchDescription& batch, 
   HYBRIDTB_CHECK(tensors.key.dtype() == config.dtype && tensors.value.dtype() == config.dtype,
                  "key and value must be ", to_string(config.dtype), ", got ", tensors.key.describe(), " and ",
                  tensors.value.describe());
-  const TensorView& cache = tensors.kv_cache;
-  HYBRIDTB_CHECK(cache.rank() == 5, "kv_cache must be [NB, 2, BS, Hkv, D], got ", cache.describe());
-  const Shape cache_shape{cache.size(0), 2, config.block_size, hkv, d};
-  HYBRIDTB_CHECK(cache.shape() == cache_shape, "kv_cache must be ", shape_to_string(cache_shape), ", got ",
-                 cache.describe());
-  const DType storage = kv_storage_dtype(config.kv_cache_dtype, config.dtype);
-  HYBRIDTB_CHECK(cache.dtype() == storage, "kv_cache dtype must be ", to_string(storage), " for kv_cache_dtype ",
-                 to_string(config.kv_cache_dtype), ", got ", cache.describe());
-  HYBRIDTB_CHECK(cache.device() == Device::kHost && tensors.key.device() == Device::kHost &&
-                     tensors.value.device() == Device::kHost,
+  HYBRIDTB_CHECK(tensors.key.device() == Device::kHost && tensors.value.device() == Device::kHost,
                  "write_kv_cache needs host tensors");
-  if (is_per_token_head(config.kv_cache_dtype)) {
-    const Shape scale_shape{cache.size(0), config.block_size, hkv};
-    for (const TensorView* scales : {&tensors.k_scale_cache, &tensors.v_scale_cache}) {
-      HYBRIDTB_CHECK(scales->shape() == scale_shape && scales->dtype() == DType::kFloat32 &&
-                         scales->device() == Device::kHost,
-                     "k_scale_cache and v_scale_cache must be host float32 ", shape_to_string(scale_shape), ", got ",
-                     scales->describe());
-    }
-  }
+  spec::bind_kv_cache(config, tensors, Device::kHost);
 }
 
 }  // namespace

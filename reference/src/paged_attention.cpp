@@ -18,13 +18,28 @@
 #include <thread>
 #include <vector>
 
-#include "attention_mask.h"
 #include "hybridtb/error.h"
+#include "hybridtb/spec/kv_cache.h"
+#include "hybridtb/spec/visibility.h"
 
 namespace hybridtb::reference {
 namespace {
 
 using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Everything the mask of one request depends on (the rule: hybridtb/spec/visibility.h).
+struct RequestMask {
+  AttnType attn_type = AttnType::kDecoder;
+  int64_t sliding_window = 0;          // W; 0 = no window
+  int64_t seq_len = 0;                 // keys [0, seq_len) exist; nothing at or past it is visible
+  const int32_t* mm_prefix = nullptr;  // (optional) [num_mm_ranges][2] inclusive (start, end) pairs
+  int64_t num_mm_ranges = 0;           // a pair is a range only if start < end; (0, 0) pads
+};
+
+bool key_visible(const RequestMask& mask, int64_t p, int64_t k) {
+  return spec::key_visible<int64_t>(mask.attn_type == AttnType::kEncoderOnly, mask.sliding_window, mask.seq_len,
+                                    mask.mm_prefix, mask.num_mm_ranges, p, k);
+}
 
 // Query rows per work item. Keys are gathered once per tile, so larger tiles gather less often but
 // may pull in keys only a few rows can see (with a sliding window); 64 balances the two.
@@ -136,19 +151,7 @@ void check_inputs(const AttentionConfig& config, const BatchDescription& batch, 
     check_shape(tensors.value, "value", {t, hkv, d});
     return;
   }
-  const DType storage = kv_storage_dtype(config.kv_cache_dtype, config.dtype);
-  HYBRIDTB_CHECK(!tensors.kv_cache.empty() && tensors.kv_cache.rank() == 5, "kv_cache must be [NB, 2, BS, Hkv, D], got ",
-                 tensors.kv_cache.describe());
-  const int64_t nb = tensors.kv_cache.size(0);
-  check_shape(tensors.kv_cache, "kv_cache", {nb, 2, config.block_size, hkv, d});
-  HYBRIDTB_CHECK(tensors.kv_cache.dtype() == storage, "kv_cache dtype must be ", to_string(storage), " for kv_cache_dtype ",
-                 to_string(config.kv_cache_dtype), ", got ", tensors.kv_cache.describe());
-  if (is_per_token_head(config.kv_cache_dtype)) {
-    check_shape(tensors.k_scale_cache, "k_scale_cache", {nb, config.block_size, hkv});
-    check_shape(tensors.v_scale_cache, "v_scale_cache", {nb, config.block_size, hkv});
-    HYBRIDTB_CHECK(tensors.k_scale_cache.dtype() == DType::kFloat32 && tensors.v_scale_cache.dtype() == DType::kFloat32,
-                   "k_scale_cache and v_scale_cache must be float32");
-  }
+  spec::bind_kv_cache(config, tensors, Device::kHost);
   HYBRIDTB_CHECK(batch.block_table.rank() == 2 && batch.block_table.size(0) >= batch.num_reqs(),
                  "block_table must have one row per request, got ", batch.block_table.describe());
 }

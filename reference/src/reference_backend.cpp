@@ -1,6 +1,6 @@
-// ReferenceBackend: wires the reference builders, the reference attention, the SSM branch and the
-// linear-attention layers into the Backend interface. Host memory only; writes float64 outputs
-// (ground truth is never rounded).
+// ReferenceBackend: wires the shared builders (hybridtb/spec), the reference attention, the SSM
+// branch and the linear-attention layers into the Backend interface. Host memory only; writes
+// float64 outputs (ground truth is never rounded).
 #include "hybridtb/reference/reference_backend.h"
 
 #include <cstring>
@@ -9,9 +9,9 @@
 
 #include "hybridtb/error.h"
 #include "hybridtb/reference/linear_layer.h"
-#include "hybridtb/reference/metadata_builders.h"
 #include "hybridtb/reference/paged_attention.h"
 #include "hybridtb/reference/ssm_mode.h"
+#include "hybridtb/spec/metadata_builders.h"
 
 namespace hybridtb::reference {
 
@@ -68,7 +68,7 @@ class ReferenceBackend final : public Backend {
   void synchronize() override {}
 
   HybridMetadata build_metadata(const BatchDescription& batch) override {
-    return build_hybrid_metadata(settings_.attention, settings_.builder, batch);
+    return spec::build_hybrid_metadata(settings_.attention, settings_.builder, batch);
   }
 
   void write_kv_cache(const BatchDescription& batch, const StepTensors& tensors) override {

@@ -15,19 +15,6 @@ namespace {
 class EmaMode final : public Mode {
  public:
   std::string name() const override { return "ema"; }
-  std::string description() const override {
-    return "exponential moving average h = a*h + (1-a)*x per channel; contributes h";
-  }
-  std::vector<TensorSpec> state_specs(const ModeShape& shape) const override {
-    return {{.name = "state", .shape = {shape.hidden_size}, .meaning = "the request's moving average h"}};
-  }
-  std::vector<TensorSpec> weight_specs(const ModeShape& shape) const override {
-    return {{.name = "a",
-             .shape = {shape.hidden_size},
-             .meaning = "per-channel decay in (0, 1)",
-             .init_low = 0.5,
-             .init_high = 0.99}};
-  }
 
   void advance(const Weights& weights, State& state, const Matrix& x, Matrix& y, bool /*decode*/) const override {
     const Eigen::RowVectorXd a = weights.at("a").row(0);  // a 1-d weight arrives as one row

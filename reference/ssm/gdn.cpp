@@ -1,5 +1,5 @@
 // SSM mode `gdn`: the Gated DeltaNet layer of Qwen3-Next (vLLM's Qwen3NextGatedDeltaNet, pymllm's
-// GatedDeltaNet) for one request, in float64 (../shared/notes/ssm-modes.md §1.4). The core —
+// GatedDeltaNet) for one request, in float64. The core —
 // conv + SiLU, split, L2 normalisation, gates and the delta rule — is gdn_core (gdn_core.h), which a
 // per-layer hybrid design also calls on its own; the mode adds the projections around it:
 //   [mixed_qkv; z] = in_proj_qkvz·hidden,  [b; a] = in_proj_ba·hidden
@@ -161,49 +161,6 @@ class GdnMode final : public Mode {
  public:
   std::string name() const override { return "gdn"; }
 
-  std::string description() const override {
-    return "Gated DeltaNet (Qwen3-Next): in_proj_qkvz/in_proj_ba -> causal conv1d + SiLU -> L2-normalised q, k -> "
-           "gated delta rule on a V-major state -> RMSNormGated(o, z) -> out_proj";
-  }
-
-  std::vector<std::string> parameters() const override {
-    return {"num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "conv_kernel"};
-  }
-  // Qwen3-Next's shape scaled to the layer: one value head per query head of the layer's head
-  // size, two value heads per key head (when the head count is even), d_conv 4.
-  std::map<std::string, int64_t> default_parameters(const ModeShape& shape) const override {
-    const int64_t heads = shape.num_heads;
-    return {{"num_v_heads", heads},
-            {"num_k_heads", heads % 2 == 0 ? heads / 2 : heads},
-            {"head_k_dim", shape.head_size},
-            {"head_v_dim", shape.head_size},
-            {"conv_kernel", 4}};
-  }
-
-  std::vector<TensorSpec> state_specs(const ModeShape& shape) const override {
-    return gdn_state_specs(gdn_sizes(shape), shape);
-  }
-
-  std::vector<TensorSpec> weight_specs(const ModeShape& shape) const override {
-    const GdnSizes s = gdn_sizes(shape);
-    const int64_t H = shape.hidden_size, value_width = s.num_v_heads * s.head_v_dim;
-    // Projections normal(0, 1/sqrt(fan_in)) so mixed_qkv, z, a and b are O(1); norm_weight around
-    // 1 (HF: ones).
-    std::vector<TensorSpec> specs = {
-        normal_spec("in_proj_qkvz", {s.conv_dim() + value_width, H}, inv_sqrt(H), false,
-               "rows q_all (Hk*dk), k_all (Hk*dk), v_all (Hv*dv), z_all (Hv*dv), contiguous: vLLM's order after "
-               "fix_query_key_value_ordering, not HF's per-key-head-group interleaving"),
-        normal_spec("in_proj_ba", {2 * s.num_v_heads, H}, inv_sqrt(H), false,
-               "rows b (Hv; beta = sigmoid(b)), then a (Hv; the decay's input), contiguous"),
-    };
-    for (TensorSpec& spec : gdn_core_weight_specs(s)) specs.push_back(std::move(spec));
-    specs.push_back(uniform_spec("norm_weight", {s.head_v_dim}, 0.5, 1.5,
-                            "RMSNormGated weight, shared by the value heads: o/rms(o) * w * silu(z), eps norm_eps"));
-    specs.push_back(normal_spec("out_proj", {H, value_width}, inv_sqrt(value_width), false,
-                           "num_v_heads*head_v_dim -> hidden (the contribution)"));
-    return specs;
-  }
-
   void advance(const Weights& weights, State& state, const Matrix& x, Matrix& y, bool decode) const override {
     advance_with_eps(kRmsNormEps, weights, state, x, y, decode);
   }
@@ -271,46 +228,6 @@ class GdnMode final : public Mode {
 };
 
 }  // namespace
-
-GdnSizes gdn_sizes(const ModeShape& shape) {
-  const GdnSizes s{.num_k_heads = shape.param("num_k_heads"),
-                   .num_v_heads = shape.param("num_v_heads"),
-                   .head_k_dim = shape.param("head_k_dim"),
-                   .head_v_dim = shape.param("head_v_dim"),
-                   .conv_kernel = shape.param("conv_kernel")};
-  HYBRIDTB_CHECK(s.num_v_heads % s.num_k_heads == 0, "/config/ssm num_v_heads = ", s.num_v_heads,
-                 " must be a multiple of /config/ssm num_k_heads = ", s.num_k_heads,
-                 " for ssm_mode gdn (each key head serves num_v_heads / num_k_heads value heads)");
-  HYBRIDTB_CHECK(s.conv_kernel >= 2, "/config/ssm conv_kernel must be >= 2 for ssm_mode gdn (the conv state keeps ",
-                 "conv_kernel - 1 inputs), got ", s.conv_kernel);
-  return s;
-}
-
-std::vector<TensorSpec> gdn_state_specs(const GdnSizes& s, const ModeShape& shape) {
-  // Random states are standard normal (the default init): conv inputs are projections of O(1)
-  // hidden states, and M stays O(1) under the non-expanding transition α(I − β k̂ k̂ᵀ).
-  return {
-      conv_state_spec(shape, s.conv_dim(), s.conv_kernel - 1,
-                      "the last conv_kernel - 1 mixed_qkv rows (q, k, v channels before the conv) per channel, "
-                      "oldest first"),
-      {"recurrent_state", {s.num_v_heads, s.head_v_dim, s.head_k_dim}, DType::kFloat32, false,
-       "the delta-rule state M per value head, V-major [head_v_dim, head_k_dim] as vLLM, SGLang, FlashInfer and "
-       "pymllm store it (fla/HF keep the transpose S = M^T)"},
-  };
-}
-
-std::vector<TensorSpec> gdn_core_weight_specs(const GdnSizes& s) {
-  // A_log uniform in [0, log 16) (HF draws A uniform in (0, 16)); dt_bias uniform in [−6.9, −2.25)
-  // = softplus⁻¹ of [1e-3, 0.1) (fla/mamba's dt range), so with a ~ N(0, 1) most decays α lie well
-  // inside (0, 1) and random models neither forget everything nor never forget.
-  return {
-      normal_spec("conv1d_weight", {s.conv_dim(), s.conv_kernel}, inv_sqrt(s.conv_kernel), false,
-             "depthwise causal conv taps per channel (q, k, v order); column K-1 multiplies the current token"),
-      normal_spec("conv1d_bias", {s.conv_dim()}, 0.1, true, "conv bias, before the SiLU (Qwen3-Next has none)"),
-      uniform_spec("A_log", {s.num_v_heads}, 0.0, std::log(16.0), "per value head; g = -exp(A_log) * softplus(a + dt_bias)"),
-      uniform_spec("dt_bias", {s.num_v_heads}, -6.9, -2.25, "per value head, added to a before the softplus (threshold 20)"),
-  };
-}
 
 Matrix gdn_core(const GdnSizes& s, const Weights& weights, State& state, const Matrix& mixed_qkv, const Matrix& a,
                 const Matrix& b, bool decode) {

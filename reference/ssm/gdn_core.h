@@ -1,6 +1,6 @@
 // The core of ssm_mode `gdn` (Gated DeltaNet as Qwen3-Next serves it): everything between the
 // layer's projections, i.e. what pymllm's forward_gdn and SGLang's GDN backend compute from the
-// per-token `mixed_qkv`, `a` and `b` (../shared/notes/ssm-modes.md §1.4, §2.1). Defined in gdn.cpp,
+// per-token `mixed_qkv`, `a` and `b`. Defined in gdn.cpp,
 // whose mode wraps it with in_proj_qkvz/in_proj_ba, the gated RMSNorm and out_proj; a per-layer
 // hybrid design calls it directly on the mixed_qkv, a, b of a batch file. Checked by tests/ssm_gdn.
 //
@@ -16,33 +16,14 @@
 #include <vector>
 
 #include "hybridtb/reference/ssm_mode.h"
+#include "hybridtb/spec/ssm_mode_sizes.h"
 
 namespace hybridtb::reference::ssm {
 
-struct GdnSizes {
-  int64_t num_k_heads = 0;  // Hk
-  int64_t num_v_heads = 0;  // Hv, a multiple of Hk
-  int64_t head_k_dim = 0;   // dk
-  int64_t head_v_dim = 0;   // dv
-  int64_t conv_kernel = 0;  // K ≥ 2
-  int64_t conv_dim() const { return 2 * num_k_heads * head_k_dim + num_v_heads * head_v_dim; }
-};
-
-// The sizes from /config/ssm num_k_heads, num_v_heads, head_k_dim, head_v_dim and conv_kernel;
-// throws Error naming the parameter if one is missing, not positive, or inconsistent
-// (num_v_heads not a multiple of num_k_heads, conv_kernel < 2).
-GdnSizes gdn_sizes(const ModeShape& shape);
-
-// One slot of each of the core's state pools:
-//   conv_state      [conv_dim, K−1]  the last K−1 mixed_qkv rows per channel, oldest first (stored
-//                                    [K−1, conv_dim] under the SD layout: conv_state_spec)
-//   recurrent_state [Hv, dv, dk]     M per value head, V-major as vLLM, SGLang, FlashInfer and
-//                                    pymllm store it (the transpose of fla's / HF's S [Hv, dk, dv])
-std::vector<TensorSpec> gdn_state_specs(const GdnSizes& sizes, const ModeShape& shape);
-
-// The core's weights: conv1d_weight [conv_dim, K] (column K−1 multiplies the current token),
-// conv1d_bias [conv_dim] (optional; Qwen3-Next has none), A_log [Hv], dt_bias [Hv].
-std::vector<TensorSpec> gdn_core_weight_specs(const GdnSizes& sizes);
+using spec::ssm::gdn_core_weight_specs;
+using spec::ssm::gdn_sizes;
+using spec::ssm::gdn_state_specs;
+using spec::ssm::GdnSizes;
 
 // Advances one request over L consecutive tokens: `mixed_qkv` [L, conv_dim], `a` and `b` [L, Hv].
 // `weights` holds the core's weights by name (extra names are ignored), `state` one slot of

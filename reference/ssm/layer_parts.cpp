@@ -28,19 +28,6 @@ Eigen::VectorXd& state_slot(State& state, const char* mode, const char* name, in
   return it->second;
 }
 
-TensorSpec normal_spec(const char* name, Shape dims, double std, bool optional, const char* meaning) {
-  TensorSpec spec{name, std::move(dims), DType::kFloat32, optional, meaning};
-  spec.init_std = std;
-  return spec;
-}
-
-TensorSpec uniform_spec(const char* name, Shape dims, double low, double high, const char* meaning) {
-  TensorSpec spec{name, std::move(dims), DType::kFloat32, false, meaning};
-  spec.init_low = low;
-  spec.init_high = high;
-  return spec;
-}
-
 Matrix causal_conv_silu(const Matrix& w, const Eigen::VectorXd& bias, const Matrix& inputs, Eigen::VectorXd& conv_state) {
   const int64_t C = inputs.cols(), K = w.cols(), L = inputs.rows();
   Matrix window(K - 1 + L, C);

@@ -1,8 +1,8 @@
 // Pieces the model-layer SSM modes (mamba1, mamba2, gdn) share, private to reference/ssm: the
 // activations as vLLM's kernels compute them, checked access to a mode's weights and state slots
-// (errors name the item and the mode), TensorSpec builders for random initialisation, and the
-// depthwise causal conv1d + SiLU front end with its conv state ([channels, K−1] per slot, channel
-// major, oldest input first — the hybrid-batch layout), in float64.
+// (errors name the item and the mode), and the depthwise causal conv1d + SiLU front end with its
+// conv state ([channels, K−1] per slot, channel major, oldest input first — the hybrid-batch
+// layout), in float64.
 #pragma once
 
 #include <Eigen/Core>
@@ -26,10 +26,6 @@ const Matrix& require_weight(const Weights& weights, const char* mode, const cha
 Eigen::VectorXd vector_weight(const Weights& weights, const char* mode, const char* name, int64_t n, bool optional);
 // One slot of state pool `name`, checked for its size; Error naming /inputs/ssm/<name> otherwise.
 Eigen::VectorXd& state_slot(State& state, const char* mode, const char* name, int64_t size);
-
-// A float32 weight drawn normal(0, std), or uniform in [low, high) (never optional).
-TensorSpec normal_spec(const char* name, Shape dims, double std, bool optional, const char* meaning);
-TensorSpec uniform_spec(const char* name, Shape dims, double low, double high, const char* meaning);
 
 // causal_conv1d_fn + SiLU over L tokens: out[t, c] = silu(bias_c + Σ_j w[c, j]·window[t + j, c])
 // with window = [K−1 saved inputs | inputs] (w[:, K−1] meets token t itself); the conv state

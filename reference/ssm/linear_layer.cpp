@@ -20,9 +20,8 @@ namespace {
 using InputRows = std::map<std::string, Matrix>;
 using CoreAdvance = std::function<Matrix(const Weights& weights, State& state, const InputRows& rows, bool decode)>;
 
-// A kind's core, for the sizes of one config.
+// A kind's core, for the sizes of one config (the weights it reads: spec::ssm::linear_core_weight_names).
 struct LinearCore {
-  std::vector<std::string> weight_names;  // the mode's weights the core reads
   CoreAdvance advance;
 };
 
@@ -31,15 +30,13 @@ LinearCore linear_core(const AttentionConfig& config) {
   switch (config.layer_kind) {
     case LayerKind::kGdn: {
       const GdnSizes sizes = gdn_sizes(shape);
-      return {{"conv1d_weight", "conv1d_bias", "A_log", "dt_bias"},
-              [sizes](const Weights& weights, State& state, const InputRows& rows, bool decode) {
+      return {[sizes](const Weights& weights, State& state, const InputRows& rows, bool decode) {
                 return gdn_core(sizes, weights, state, rows.at("mixed_qkv"), rows.at("a"), rows.at("b"), decode);
               }};
     }
     case LayerKind::kMamba2: {
       const Mamba2Sizes sizes = mamba2_sizes(shape);
-      return {{"conv1d_weight", "conv1d_bias", "dt_bias", "A_log", "D"},
-              [sizes](const Weights& weights, State& state, const InputRows& rows, bool decode) {
+      return {[sizes](const Weights& weights, State& state, const InputRows& rows, bool decode) {
                 Eigen::VectorXd& conv = state_slot(state, "mamba2", "conv_state", sizes.conv_dim() * (sizes.kernel - 1));
                 Eigen::VectorXd& ssm = state_slot(state, "mamba2", "ssm_state", sizes.d_ssm() * sizes.state);
                 return mamba2_core(sizes, mamba2_core_weights(weights, sizes), rows.at("xBC"), rows.at("dt"), conv, ssm,
@@ -54,27 +51,6 @@ LinearCore linear_core(const AttentionConfig& config) {
 std::string owner(const AttentionConfig& config) { return "layer_kind " + std::string(to_string(config.layer_kind)); }
 
 }  // namespace
-
-LinearLayerTensorSpecs linear_layer_tensor_specs(const AttentionConfig& config) {
-  HYBRIDTB_CHECK(config.is_linear_layer(), "linear_layer_tensor_specs: layer_kind full_attention is not a linear layer");
-  const Mode& mode = ModeRegistry::instance().find(config.ssm_mode);
-  const ModeShape shape = mode_shape(config);
-  const LinearCore core = linear_core(config);
-  LinearLayerTensorSpecs specs;
-  specs.state = mode.state_specs(shape);
-  for (const TensorSpec& spec : mode.weight_specs(shape)) {
-    const auto& names = core.weight_names;
-    if (std::find(names.begin(), names.end(), spec.name) != names.end()) specs.weights.push_back(spec);
-  }
-  return specs;
-}
-
-void validate_linear_tensors(const AttentionConfig& config, const std::map<std::string, TensorView>& ssm_state,
-                             const std::map<std::string, TensorView>& weights) {
-  const LinearLayerTensorSpecs specs = linear_layer_tensor_specs(config);
-  check_step_tensors(mode_shape(config), ModeRegistry::instance().find(config.ssm_mode).parameters(), specs.weights,
-                     specs.state, ssm_state, weights, owner(config));
-}
 
 void linear_attention_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata,
                               const BatchDescription& batch, const StepTensors& tensors, const TensorView& output) {

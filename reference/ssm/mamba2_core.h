@@ -4,7 +4,7 @@
 // and the D skip — so a caller that stores a layer's per-token xBC and dt rows (vLLM's
 // MambaMixer2 hands exactly these to its SSM kernels) can run the reference on them without
 // in_proj, the norm or out_proj. Defined in mamba2.cpp; the mode (in_proj → core → gated norm with
-// z → out_proj) is built on it. Math: ../shared/notes/ssm-modes.md §1.1 and §1.3.
+// z → out_proj) is built on it. Math: the Mamba-2 paper's SSD recurrence, as mamba_ssm computes it.
 #pragma once
 
 #include <Eigen/Core>
@@ -12,29 +12,13 @@
 #include <cstdint>
 
 #include "hybridtb/reference/ssm_mode.h"
+#include "hybridtb/spec/ssm_mode_sizes.h"
 
 namespace hybridtb::reference::ssm {
 
-// The sizes of a Mamba-2 layer's SSM part (the /config/ssm parameters of ssm_mode mamba2).
-struct Mamba2Sizes {
-  int64_t heads = 0;     // Hs (num_ssm_heads): one scalar decay per head
-  int64_t head_dim = 0;  // P
-  int64_t state = 0;     // N (state_size)
-  int64_t groups = 0;    // G (n_groups): head h reads B and C of group h / (Hs / G)
-  int64_t kernel = 0;    // K (conv_kernel) ≥ 2
-
-  int64_t d_ssm() const { return heads * head_dim; }
-  int64_t conv_dim() const { return d_ssm() + 2 * groups * state; }  // x | B | C channels
-  int64_t group_of(int64_t head) const { return head / (heads / groups); }
-};
-
-// Throws Error naming the /config/ssm parameter unless every size is positive, n_groups divides
-// num_ssm_heads and conv_kernel ≥ 2.
-void check_mamba2_sizes(const Mamba2Sizes& sizes);
-
-// The sizes from /config/ssm num_ssm_heads, head_dim, state_size, n_groups and conv_kernel, checked
-// by check_mamba2_sizes (the mode and a per-layer mamba2 layer read them alike).
-Mamba2Sizes mamba2_sizes(const ModeShape& shape);
+using spec::ssm::check_mamba2_sizes;
+using spec::ssm::mamba2_sizes;
+using spec::ssm::Mamba2Sizes;
 
 // The core's weights in float64 (/weights names of ssm_mode mamba2).
 struct Mamba2CoreWeights {

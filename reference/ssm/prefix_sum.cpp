@@ -16,15 +16,6 @@ namespace {
 class PrefixSumMode final : public Mode {
  public:
   std::string name() const override { return "prefix_sum"; }
-  std::string description() const override {
-    return "per-request running sum of the hidden states, carried in the state pool across steps";
-  }
-  std::vector<TensorSpec> state_specs(const ModeShape& shape) const override {
-    return {{.name = "state",
-             .shape = {shape.num_heads, shape.head_size},
-             .meaning = "the request's running sum of hidden states, [num_heads, head_size] like the query"}};
-  }
-  std::vector<TensorSpec> weight_specs(const ModeShape& /*shape*/) const override { return {}; }
 
   void advance(const Weights& /*weights*/, State& state, const Matrix& x, Matrix& y, bool /*decode*/) const override {
     Eigen::VectorXd& sum = state.at("state");  // [num_heads · head_size], head-major like a hidden row

@@ -24,12 +24,6 @@ namespace {
 class PrefixSumFlatMode final : public Mode {
  public:
   std::string name() const override { return "prefix_sum_flat"; }
-  std::string description() const override {
-    return "the seed prototype's rule: cumsum of the first num_decode_tokens hidden states over the flattened "
-           "token axis, across requests; zero elsewhere; no state";
-  }
-  std::vector<TensorSpec> state_specs(const ModeShape& /*shape*/) const override { return {}; }
-  std::vector<TensorSpec> weight_specs(const ModeShape& /*shape*/) const override { return {}; }
 
   // Never called: the rule is not per request (forward_whole_step below does the step).
   void advance(const Weights& /*weights*/, State& /*state*/, const Matrix& /*x*/, Matrix& /*y*/,

@@ -1,6 +1,8 @@
-// ModeRegistry: the SSM modes by name, filled once with the built-in modes (modes.cpp). Looked up by
-// the driver (ssm_driver.cpp), the random-tensor generator and the generic mode tests (tests/ssm).
+// ModeRegistry: the reference's SSM modes by name, filled once with the built-in modes (modes.cpp),
+// each registered against its descriptor (hybridtb/spec/ssm_mode.h). Looked up by the driver
+// (ssm_driver.cpp), the linear layers and the generic mode tests (tests/ssm).
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -20,6 +22,12 @@ std::string join(const std::vector<std::string>& names) {
 
 }  // namespace
 
+const ModeSpec& Mode::spec() const { return spec::ssm::ModeSpecRegistry::instance().find(name()); }
+
+std::map<std::string, Tensor> make_random_weights(const Mode& mode, const ModeShape& shape, uint64_t seed) {
+  return spec::ssm::make_random_weights(mode.spec(), shape, seed);
+}
+
 ModeRegistry& ModeRegistry::instance() {
   // Built on first use (thread-safe static initialisation), so no static-initialisation order
   // problem and no registration that a static library could drop.
@@ -37,6 +45,8 @@ void ModeRegistry::add(std::unique_ptr<Mode> mode) {
   HYBRIDTB_CHECK(!name.empty() && name != "none", "ModeRegistry::add: invalid ssm_mode name '", name,
                  "' (\"none\" means a layer without an SSM branch)");
   HYBRIDTB_CHECK(!contains(name), "ModeRegistry::add: ssm_mode ", name, " is registered twice");
+  HYBRIDTB_CHECK(spec::ssm::ModeSpecRegistry::instance().contains(name), "ModeRegistry::add: ssm_mode ", name,
+                 " has no descriptor (hybridtb/spec/ssm_mode.h: ModeSpecRegistry)");
   modes_.push_back(std::move(mode));
 }
 

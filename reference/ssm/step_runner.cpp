@@ -6,10 +6,18 @@
 #include <optional>
 
 #include "hybridtb/error.h"
-#include "hybridtb/reference/ssm_plan.h"
+#include "hybridtb/spec/ssm_plan.h"
 
 namespace hybridtb::reference::ssm {
 namespace {
+
+using spec::ssm::check_plannable_step;
+using spec::ssm::plan_decode;
+using spec::ssm::plan_prefill;
+using spec::ssm::RequestPlan;
+using spec::ssm::skips_request;
+using spec::ssm::Slot;
+using spec::ssm::slots_of;
 
 // Offsets (in elements from view.data()) of every element of `view`, in row-major order.
 std::vector<int64_t> row_major_offsets(const TensorView& view) {

@@ -34,15 +34,6 @@ struct Pool {
   int64_t cols = 0;
 };
 
-// Checks a step's state pools and weights against specs, and /config/ssm against `parameters`
-// (each present and positive, no unknown one): every required weight and pool present with its
-// spec's shape (pools: [num_slots, slot shape...], one num_slots for all), floating dtypes, no
-// unknown name. `by` names the owner in errors ("ssm_mode mamba1", "layer_kind gdn").
-void check_step_tensors(const ModeShape& shape, const std::vector<std::string>& parameters,
-                        const std::vector<TensorSpec>& weight_specs, const std::vector<TensorSpec>& state_specs,
-                        const std::map<std::string, TensorView>& ssm_state,
-                        const std::map<std::string, TensorView>& weights, const std::string& by);
-
 // The pools of `specs` (one slot each) found in `ssm_state`; absent optional pools are left out.
 // Throws Error naming /inputs/ssm/<name> for a pool not in host memory.
 std::vector<Pool> collect_pools(const std::vector<TensorSpec>& specs, const std::map<std::string, TensorView>& ssm_state);

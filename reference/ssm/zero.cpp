@@ -14,11 +14,6 @@ namespace {
 class ZeroMode final : public Mode {
  public:
   std::string name() const override { return "zero"; }
-  std::string description() const override {
-    return "contributes zeros, no state (the seed adapter's default, \"disabled\")";
-  }
-  std::vector<TensorSpec> state_specs(const ModeShape& /*shape*/) const override { return {}; }
-  std::vector<TensorSpec> weight_specs(const ModeShape& /*shape*/) const override { return {}; }
 
   void advance(const Weights& /*weights*/, State& /*state*/, const Matrix& x, Matrix& y,
                bool /*decode*/) const override {

@@ -1,5 +1,5 @@
 // build_mamba_metadata, mamba_get_block_table_tensor, compute_causal_conv1d_metadata,
-// update_block_table and build_hybrid_metadata (reference/src/mamba_metadata_builder.cpp) against
+// update_block_table and build_hybrid_metadata (harness/spec/src/mamba_metadata_builder.cpp) against
 // vLLM's worked example (notes §3.5), small hand-computed batches, and, on seeded random batches,
 // an independent per-request formulation of every field.
 // Run: ctest --test-dir build -L builders
@@ -11,7 +11,7 @@
 
 #include "builder_test_batches.h"
 #include "hybridtb/error.h"
-#include "hybridtb/reference/metadata_builders.h"
+#include "hybridtb/spec/metadata_builders.h"
 
 namespace hybridtb::testing {
 namespace {
@@ -78,7 +78,7 @@ void expect_same_conv1d(const CausalConv1dMetadata& actual, const CausalConv1dMe
 }
 
 TEST(CausalConv1dMetadata, VllmWorkedExample) {
-  const auto metadata = reference::compute_causal_conv1d_metadata(vec({0, 5, 6, 22}));
+  const auto metadata = spec::compute_causal_conv1d_metadata(vec({0, 5, 6, 22}));
   EXPECT_EQ(metadata.block_m, 8);
   EXPECT_EQ(metadata.nums, vec({1, 1, 2}));
   EXPECT_EQ(metadata.tot, 4);
@@ -96,7 +96,7 @@ TEST(CausalConv1dMetadata, VllmWorkedExample) {
 
 TEST(CausalConv1dMetadata, ManyProgramsGrowTheBuffers) {
   // 3 × 4000 tokens = 1500 programs > 1024: the buffers are 2 × 1500 long.
-  const auto metadata = reference::compute_causal_conv1d_metadata(vec({0, 4000, 8000, 12000}));
+  const auto metadata = spec::compute_causal_conv1d_metadata(vec({0, 4000, 8000, 12000}));
   EXPECT_EQ(metadata.tot, 1500);
   EXPECT_EQ(metadata.batch_ptr.numel(), 3000);
   EXPECT_EQ(metadata.batch_ptr[1499], 2);
@@ -105,11 +105,11 @@ TEST(CausalConv1dMetadata, ManyProgramsGrowTheBuffers) {
 }
 
 TEST(CausalConv1dMetadata, EdgeCases) {
-  expect_same_conv1d(reference::compute_causal_conv1d_metadata(vec({0})), expected_conv1d(vec({0})));
+  expect_same_conv1d(spec::compute_causal_conv1d_metadata(vec({0})), expected_conv1d(vec({0})));
   // A zero-length request gets no program; 8 and 9 tokens straddle the chunk boundary.
-  expect_same_conv1d(reference::compute_causal_conv1d_metadata(vec({0, 0, 8, 17})), expected_conv1d(vec({0, 0, 8, 17})));
-  EXPECT_THROW(reference::compute_causal_conv1d_metadata(vec({0, 5, 3})), Error);
-  EXPECT_THROW(reference::compute_causal_conv1d_metadata(IntArray::filled({0}, 0)), Error);
+  expect_same_conv1d(spec::compute_causal_conv1d_metadata(vec({0, 0, 8, 17})), expected_conv1d(vec({0, 0, 8, 17})));
+  EXPECT_THROW(spec::compute_causal_conv1d_metadata(vec({0, 5, 3})), Error);
+  EXPECT_THROW(spec::compute_causal_conv1d_metadata(IntArray::filled({0}, 0)), Error);
 }
 
 TEST(CausalConv1dMetadata, RandomAgainstPerTokenLoop) {
@@ -121,7 +121,7 @@ TEST(CausalConv1dMetadata, RandomAgainstPerTokenLoop) {
       starts.push_back(static_cast<int32_t>(starts.back() + uniform(rng, 0, uniform(rng, 0, 1) ? 40 : 900)));
     }
     SCOPED_TRACE("iteration " + std::to_string(iteration));
-    expect_same_conv1d(reference::compute_causal_conv1d_metadata(vec(starts)), expected_conv1d(vec(starts)));
+    expect_same_conv1d(spec::compute_causal_conv1d_metadata(vec(starts)), expected_conv1d(vec(starts)));
   }
 }
 
@@ -129,8 +129,8 @@ TEST(CausalConv1dMetadata, RandomAgainstPerTokenLoop) {
 
 TEST(MambaGetBlockTableTensor, NoneAndAllPassTheTableThrough) {
   const IntArray table = mat(2, 3, {1, 2, 3, 4, 5, 6});
-  EXPECT_EQ(reference::mamba_get_block_table_tensor(table, vec({5, 9}), 4, 0, MambaCacheMode::kNone), table);
-  EXPECT_EQ(reference::mamba_get_block_table_tensor(table, vec({5, 9}), 4, 0, MambaCacheMode::kAll), table);
+  EXPECT_EQ(spec::mamba_get_block_table_tensor(table, vec({5, 9}), 4, 0, MambaCacheMode::kNone), table);
+  EXPECT_EQ(spec::mamba_get_block_table_tensor(table, vec({5, 9}), 4, 0, MambaCacheMode::kAll), table);
 }
 
 TEST(MambaGetBlockTableTensor, AlignGathersTheBlockOfTheLastToken) {
@@ -138,12 +138,12 @@ TEST(MambaGetBlockTableTensor, AlignGathersTheBlockOfTheLastToken) {
   // 0 (padding) → clamped to block 0.
   const IntArray table = mat(4, 4, {10, 11, 12, 13, 20, 21, 22, 23, 30, 31, 32, 33, 40, 41, 42, 43});
   const IntArray seq_lens = vec({4, 5, 12, 0});
-  EXPECT_EQ(reference::mamba_get_block_table_tensor(table, seq_lens, 4, 0, MambaCacheMode::kAlign),
+  EXPECT_EQ(spec::mamba_get_block_table_tensor(table, seq_lens, 4, 0, MambaCacheMode::kAlign),
             mat(4, 1, {10, 21, 32, 40}));
-  EXPECT_EQ(reference::mamba_get_block_table_tensor(table, seq_lens, 4, 1, MambaCacheMode::kAlign),
+  EXPECT_EQ(spec::mamba_get_block_table_tensor(table, seq_lens, 4, 1, MambaCacheMode::kAlign),
             mat(4, 2, {10, 11, 21, 22, 32, 33, 40, 41}));
   // Two speculative blocks after block 2 would need column 4.
-  EXPECT_THROW(reference::mamba_get_block_table_tensor(table, seq_lens, 4, 2, MambaCacheMode::kAlign), Error);
+  EXPECT_THROW(spec::mamba_get_block_table_tensor(table, seq_lens, 4, 2, MambaCacheMode::kAlign), Error);
 }
 
 // --- build_mamba_metadata: hand-computed batches ----------------------------------------------
@@ -158,7 +158,7 @@ TEST(MambaMetadata, PrefixCachingBlockIndicesByHand) {
   //   nc 4, seq 10: pos 3 → 0, pos 4 → 1, pos 9 → 2
   //   nc 5, seq 11: pos 4 → 1, pos 5 → 1, pos 10 → 2
   const auto batch = make_batch({{7, 1}, {0, 6}, {3, 6}, {4, 6}, {5, 6}}, 4);
-  const auto metadata = reference::build_mamba_metadata(mamba_config(MambaCacheMode::kAll, 4),
+  const auto metadata = spec::build_mamba_metadata(mamba_config(MambaCacheMode::kAll, 4),
                                                         builder_config(CudaGraphMode::kNone), batch);
   MambaAttentionMetadata expected;
   expected.num_prefills = 4;
@@ -184,7 +184,7 @@ TEST(MambaMetadata, AlignModeByHand) {
   // Block size 4; the state block is the one holding the last token (seq_len − 1) / 4. The padding
   // request after the prefills is a prefill (positional rule) and gets PAD_SLOT_ID (our rule).
   const auto batch = make_batch({{7, 1}, {2, 1}, {0, 6}, {5, 6}, kPaddingRequest}, 4);
-  const auto metadata = reference::build_mamba_metadata(mamba_config(MambaCacheMode::kAlign, 4),
+  const auto metadata = spec::build_mamba_metadata(mamba_config(MambaCacheMode::kAlign, 4),
                                                         builder_config(CudaGraphMode::kFull), batch);
   EXPECT_EQ(metadata.num_decodes, 2);
   EXPECT_EQ(metadata.num_prefills, 3);
@@ -201,7 +201,7 @@ TEST(MambaMetadata, AlignModeByHand) {
 
 TEST(MambaMetadata, NoneModeUsesColumnZeroAndCutsSpecColumns) {
   const auto batch = make_batch({{7, 1}, {0, 6}}, 3);
-  const auto none = reference::build_mamba_metadata(mamba_config(MambaCacheMode::kNone, 0),
+  const auto none = spec::build_mamba_metadata(mamba_config(MambaCacheMode::kNone, 0),
                                                     builder_config(CudaGraphMode::kNone), batch);
   EXPECT_EQ(none.state_indices_tensor_d, mat(1, 1, {1000}));
   EXPECT_EQ(none.state_indices_tensor_p, vec({2000}));
@@ -211,14 +211,14 @@ TEST(MambaMetadata, NoneModeUsesColumnZeroAndCutsSpecColumns) {
   // Speculative decoding (2 tokens): the decode rows keep 1 + 2 columns.
   BatchDescription spec = make_batch({{7, 3}, {0, 6}}, 3);
   spec.num_accepted_tokens = vec({2, 1});
-  const auto with_spec = reference::build_mamba_metadata(mamba_config(MambaCacheMode::kNone, 0, 2),
+  const auto with_spec = spec::build_mamba_metadata(mamba_config(MambaCacheMode::kNone, 0, 2),
                                                          builder_config(CudaGraphMode::kNone), spec);
   EXPECT_EQ(with_spec.state_indices_tensor_d, mat(1, 3, {1000, 1001, 1002}));
   EXPECT_EQ(with_spec.state_indices_tensor_p, vec({2000}));
   // Too few columns for the speculative blocks.
   BatchDescription narrow = make_batch({{7, 3}, {0, 6}}, 2);
   narrow.num_accepted_tokens = vec({2, 1});
-  EXPECT_THROW(reference::build_mamba_metadata(mamba_config(MambaCacheMode::kNone, 0, 2),
+  EXPECT_THROW(spec::build_mamba_metadata(mamba_config(MambaCacheMode::kNone, 0, 2),
                                                builder_config(CudaGraphMode::kNone), narrow),
                Error);
 }
@@ -226,7 +226,7 @@ TEST(MambaMetadata, NoneModeUsesColumnZeroAndCutsSpecColumns) {
 TEST(MambaMetadata, UsesTheSsmBlockTableWhenPresent) {
   BatchDescription batch = make_batch({{7, 1}, {0, 6}}, 3);
   batch.ssm_block_table = make_ssm_block_table(2, 2);
-  const auto metadata = reference::build_mamba_metadata(mamba_config(MambaCacheMode::kNone, 0),
+  const auto metadata = spec::build_mamba_metadata(mamba_config(MambaCacheMode::kNone, 0),
                                                         builder_config(CudaGraphMode::kNone), batch);
   EXPECT_EQ(metadata.state_indices_tensor_d, mat(1, 1, {ssm_block_id(0, 0)}));
   EXPECT_EQ(metadata.state_indices_tensor_p, vec({ssm_block_id(1, 0)}));
@@ -235,7 +235,7 @@ TEST(MambaMetadata, UsesTheSsmBlockTableWhenPresent) {
 TEST(MambaMetadata, RejectsAnUnorderedBatchNamingTheRequest) {
   const auto batch = make_batch({{0, 5}, {7, 1}});
   try {
-    reference::build_mamba_metadata(mamba_config(MambaCacheMode::kNone, 0), builder_config(CudaGraphMode::kNone), batch);
+    spec::build_mamba_metadata(mamba_config(MambaCacheMode::kNone, 0), builder_config(CudaGraphMode::kNone), batch);
     FAIL() << "expected an Error";
   } catch (const Error& error) {
     const std::string message = error.what();
@@ -249,7 +249,7 @@ TEST(MambaMetadata, RejectsAnUnorderedBatchNamingTheRequest) {
 TEST(MambaCudaGraphPadding, PaddingRequestsGetPadSlotIdAndRealDecodesKeepTheirIndices) {
   const auto batch = make_batch({{5, 1}, {9, 1}, kPaddingRequest, kPaddingRequest}, 2, 2);
   const auto config = mamba_config(MambaCacheMode::kNone, 0);
-  const auto padded = reference::build_mamba_metadata(config, builder_config(CudaGraphMode::kFull, {1, 2, 4}), batch);
+  const auto padded = spec::build_mamba_metadata(config, builder_config(CudaGraphMode::kFull, {1, 2, 4}), batch);
   EXPECT_EQ(padded.cudagraph_padded, 1);
   EXPECT_EQ(padded.num_decodes, 4);  // vLLM counts the padding requests as decodes
   EXPECT_EQ(padded.num_decode_tokens, 2);
@@ -261,7 +261,7 @@ TEST(MambaCudaGraphPadding, PaddingRequestsGetPadSlotIdAndRealDecodesKeepTheirIn
   // Without full graphs nothing is padded by the CUDA-graph step, but the padding requests still
   // get PAD_SLOT_ID (our deliberate difference from vLLM).
   for (const auto mode : {CudaGraphMode::kNone, CudaGraphMode::kPiecewise}) {
-    const auto unpadded = reference::build_mamba_metadata(config, builder_config(mode, {1, 2, 4}), batch);
+    const auto unpadded = spec::build_mamba_metadata(config, builder_config(mode, {1, 2, 4}), batch);
     EXPECT_EQ(unpadded.cudagraph_padded, 0);
     EXPECT_EQ(unpadded.state_indices_tensor_d, mat(4, 1, {1000, 2000, -1, -1}));
   }
@@ -269,20 +269,20 @@ TEST(MambaCudaGraphPadding, PaddingRequestsGetPadSlotIdAndRealDecodesKeepTheirIn
 
 TEST(MambaCudaGraphPadding, NotAppliedWithAPrefillOrTooManyDecodes) {
   const auto config = mamba_config(MambaCacheMode::kNone, 0);
-  const auto mixed = reference::build_mamba_metadata(config, builder_config(CudaGraphMode::kFull),
+  const auto mixed = spec::build_mamba_metadata(config, builder_config(CudaGraphMode::kFull),
                                                      make_batch({{5, 1}, {0, 4}}));
   EXPECT_EQ(mixed.cudagraph_padded, 0);
   EXPECT_EQ(mixed.state_indices_tensor_d, mat(1, 1, {1000}));
 
   const auto three = make_batch({{5, 1}, {6, 1}, {7, 1}});
   // decode_cudagraph_max_bs = min(max_num_seqs, largest capture size).
-  EXPECT_EQ(reference::build_mamba_metadata(config, builder_config(CudaGraphMode::kFull, {1, 2, 4}, 2), three)
+  EXPECT_EQ(spec::build_mamba_metadata(config, builder_config(CudaGraphMode::kFull, {1, 2, 4}, 2), three)
                 .cudagraph_padded,
             0);
-  EXPECT_EQ(reference::build_mamba_metadata(config, builder_config(CudaGraphMode::kFull, {1, 2}, 256), three)
+  EXPECT_EQ(spec::build_mamba_metadata(config, builder_config(CudaGraphMode::kFull, {1, 2}, 256), three)
                 .cudagraph_padded,
             0);
-  EXPECT_EQ(reference::build_mamba_metadata(config, builder_config(CudaGraphMode::kFull, {1, 2, 4}, 3), three)
+  EXPECT_EQ(spec::build_mamba_metadata(config, builder_config(CudaGraphMode::kFull, {1, 2, 4}, 3), three)
                 .cudagraph_padded,
             1);
 }
@@ -292,13 +292,13 @@ TEST(MambaCudaGraphPadding, ModeAllCutsBlockIndicesToTheDecodeTokens) {
   // the padding request (seq 0) → 0, 0.
   const auto batch = make_batch({{5, 1}, {8, 1}, kPaddingRequest}, 3, 1);
   const auto config = mamba_config(MambaCacheMode::kAll, 4);
-  const auto padded = reference::build_mamba_metadata(config, builder_config(CudaGraphMode::kFullDecodeOnly), batch);
+  const auto padded = spec::build_mamba_metadata(config, builder_config(CudaGraphMode::kFullDecodeOnly), batch);
   EXPECT_EQ(padded.cudagraph_padded, 1);
   EXPECT_EQ(padded.block_idx_last_scheduled_token, vec({1, 2}));
   EXPECT_EQ(padded.block_idx_last_computed_token, vec({1, 1}));
   EXPECT_EQ(padded.state_indices_tensor_d, mat(3, 3, {1000, 1001, 1002, 2000, 2001, 2002, -1, -1, -1}));
 
-  const auto unpadded = reference::build_mamba_metadata(config, builder_config(CudaGraphMode::kPiecewise), batch);
+  const auto unpadded = spec::build_mamba_metadata(config, builder_config(CudaGraphMode::kPiecewise), batch);
   EXPECT_EQ(unpadded.cudagraph_padded, 0);
   EXPECT_EQ(unpadded.block_idx_last_scheduled_token, vec({1, 2, 0}));
   EXPECT_EQ(unpadded.block_idx_last_computed_token, vec({1, 1, 0}));
@@ -310,7 +310,7 @@ TEST(MambaCudaGraphPadding, ModeAllCutsBlockIndicesToTheDecodeTokens) {
 TEST(MambaSpecDecode, ThresholdIsOnePlusNumSpec) {
   BatchDescription batch = make_batch({{10, 3}, {5, 1}, {7, 2}, {0, 9}}, 3);
   batch.num_accepted_tokens = vec({3, 1, 2, 1});
-  const auto metadata = reference::build_mamba_metadata(mamba_config(MambaCacheMode::kNone, 0, 2),
+  const auto metadata = spec::build_mamba_metadata(mamba_config(MambaCacheMode::kNone, 0, 2),
                                                         builder_config(CudaGraphMode::kFull), batch);
   EXPECT_EQ(metadata.num_decodes, 3);
   EXPECT_EQ(metadata.num_prefills, 1);
@@ -326,14 +326,14 @@ TEST(MambaSpecDecode, ThresholdIsOnePlusNumSpec) {
 TEST(MambaSpecDecode, MissingNumAcceptedTokensIsAnError) {
   const auto batch = make_batch({{10, 1}, {5, 1}, {0, 9}}, 3);
   try {
-    reference::build_mamba_metadata(mamba_config(MambaCacheMode::kNone, 0, 2), builder_config(CudaGraphMode::kNone),
+    spec::build_mamba_metadata(mamba_config(MambaCacheMode::kNone, 0, 2), builder_config(CudaGraphMode::kNone),
                                     batch);
     FAIL() << "expected an Error";
   } catch (const Error& error) {
     EXPECT_NE(std::string(error.what()).find("/batch/num_accepted_tokens"), std::string::npos) << error.what();
   }
   // No decodes: nothing needs it.
-  const auto prefills = reference::build_mamba_metadata(mamba_config(MambaCacheMode::kNone, 0, 2),
+  const auto prefills = spec::build_mamba_metadata(mamba_config(MambaCacheMode::kNone, 0, 2),
                                                         builder_config(CudaGraphMode::kNone), make_batch({{0, 9}}, 3));
   EXPECT_EQ(prefills.num_prefills, 1);
   EXPECT_FALSE(prefills.num_accepted_tokens.has_value());
@@ -342,7 +342,7 @@ TEST(MambaSpecDecode, MissingNumAcceptedTokensIsAnError) {
 TEST(MambaSpecDecode, ModeAllIsNotSupported) {
   BatchDescription batch = make_batch({{10, 1}}, 3);
   batch.num_accepted_tokens = vec({1});
-  EXPECT_THROW(reference::build_mamba_metadata(mamba_config(MambaCacheMode::kAll, 4, 1),
+  EXPECT_THROW(spec::build_mamba_metadata(mamba_config(MambaCacheMode::kAll, 4, 1),
                                                builder_config(CudaGraphMode::kNone), batch),
                NotSupported);
 }
@@ -350,7 +350,7 @@ TEST(MambaSpecDecode, ModeAllIsNotSupported) {
 TEST(MambaSpecDecode, PaddedDecodeOnlyBatch) {
   BatchDescription batch = make_batch({{10, 3}, {4, 2}, kPaddingRequest}, 3, 1);
   batch.num_accepted_tokens = vec({3, 2, 1});
-  const auto metadata = reference::build_mamba_metadata(mamba_config(MambaCacheMode::kNone, 0, 2),
+  const auto metadata = spec::build_mamba_metadata(mamba_config(MambaCacheMode::kNone, 0, 2),
                                                         builder_config(CudaGraphMode::kFull), batch);
   EXPECT_EQ(metadata.cudagraph_padded, 1);
   EXPECT_EQ(metadata.num_decodes, 3);
@@ -370,7 +370,7 @@ TEST(MambaSpecDecode, LiteralCudaGraphStepPadsNumAcceptedTokensWithOne) {
   metadata.seq_lens = vec({9, 7});
   metadata.query_start_loc_d = vec({0, 3, 5});
   metadata.num_accepted_tokens = vec({2, 3});
-  const auto updated = reference::update_block_table(mamba_config(MambaCacheMode::kNone, 0, 1),
+  const auto updated = spec::update_block_table(mamba_config(MambaCacheMode::kNone, 0, 1),
                                                      builder_config(CudaGraphMode::kFull), metadata,
                                                      mat(2, 2, {11, 12, 21, 22}));
   EXPECT_EQ(updated.cudagraph_padded, 1);
@@ -385,7 +385,7 @@ TEST(MambaMetadata, EmptyBatch) {
   for (const auto mode : {MambaCacheMode::kNone, MambaCacheMode::kAlign, MambaCacheMode::kAll}) {
     SCOPED_TRACE(std::string(to_string(mode)));
     const auto metadata =
-        reference::build_mamba_metadata(mamba_config(mode, 4), builder_config(CudaGraphMode::kFull), make_batch({}, 5));
+        spec::build_mamba_metadata(mamba_config(mode, 4), builder_config(CudaGraphMode::kFull), make_batch({}, 5));
     EXPECT_EQ(metadata.num_reqs, 0);
     EXPECT_EQ(metadata.num_decodes, 0);
     EXPECT_EQ(metadata.num_prefills, 0);
@@ -400,7 +400,7 @@ TEST(MambaMetadata, EmptyBatch) {
   // A shapeless block table is fine for an empty batch.
   BatchDescription shapeless = make_batch({});
   shapeless.block_table = IntArray();
-  EXPECT_NO_THROW(reference::build_hybrid_metadata(mamba_config(MambaCacheMode::kNone, 4),
+  EXPECT_NO_THROW(spec::build_hybrid_metadata(mamba_config(MambaCacheMode::kNone, 4),
                                                    builder_config(CudaGraphMode::kNone), shapeless));
 }
 
@@ -408,10 +408,10 @@ TEST(HybridMetadata, ReturnsBothBuilders) {
   const auto config = mamba_config(MambaCacheMode::kAll, 4);
   const auto builder = builder_config(CudaGraphMode::kFullAndPiecewise);
   const auto batch = make_batch({{7, 1}, {0, 6}, {3, 6}}, 4);
-  const auto hybrid = reference::build_hybrid_metadata(config, builder, batch);
+  const auto hybrid = spec::build_hybrid_metadata(config, builder, batch);
   HybridMetadata expected;
-  expected.attention = reference::build_triton_metadata(config, builder, batch);
-  expected.mamba = reference::build_mamba_metadata(config, builder, batch);
+  expected.attention = spec::build_triton_metadata(config, builder, batch);
+  expected.mamba = spec::build_mamba_metadata(config, builder, batch);
   EXPECT_TRUE(metadata_differences(hybrid, expected).empty());
   EXPECT_EQ(hybrid.attention.max_query_len, 6);
   ASSERT_TRUE(hybrid.mamba.has_value());
@@ -421,9 +421,9 @@ TEST(HybridMetadata, ReturnsBothBuilders) {
 TEST(UpdateBlockTable, RejectsAMismatchedRequestCount) {
   const auto config = mamba_config(MambaCacheMode::kNone, 0);
   const auto builder = builder_config(CudaGraphMode::kNone);
-  const auto metadata = reference::build_mamba_metadata(config, builder, make_batch({{7, 1}, {0, 6}}, 2));
-  EXPECT_THROW(reference::update_block_table(config, builder, metadata, IntArray::matrix(3, 2, 1)), Error);
-  EXPECT_NO_THROW(reference::update_block_table(config, builder, metadata, IntArray::matrix(2, 2, 1)));
+  const auto metadata = spec::build_mamba_metadata(config, builder, make_batch({{7, 1}, {0, 6}}, 2));
+  EXPECT_THROW(spec::update_block_table(config, builder, metadata, IntArray::matrix(3, 2, 1)), Error);
+  EXPECT_NO_THROW(spec::update_block_table(config, builder, metadata, IntArray::matrix(2, 2, 1)));
 }
 
 // --- random batches against an independent formulation -----------------------------------------
@@ -599,11 +599,11 @@ TEST(MambaMetadata, RandomBatchesAgainstPerRequestFormulas) {
     const RandomCase c = random_case(rng);
     const MambaAttentionMetadata expected = expected_mamba(c);
     if (c.config.num_speculative_tokens > 0 && expected.num_decodes > 0 && !c.batch.num_accepted_tokens) {
-      EXPECT_THROW(reference::build_mamba_metadata(c.config, c.builder, c.batch), Error);
+      EXPECT_THROW(spec::build_mamba_metadata(c.config, c.builder, c.batch), Error);
       ++rejected;
       continue;
     }
-    const MambaAttentionMetadata actual = reference::build_mamba_metadata(c.config, c.builder, c.batch);
+    const MambaAttentionMetadata actual = spec::build_mamba_metadata(c.config, c.builder, c.batch);
     expect_same_mamba(actual, expected);
     ++checked;
     padded += actual.cudagraph_padded;
@@ -614,8 +614,8 @@ TEST(MambaMetadata, RandomBatchesAgainstPerRequestFormulas) {
     for (auto& entry : new_table.values) entry = static_cast<int32_t>(uniform(rng, 1, 100000));
     BatchDescription rebuilt = c.batch;
     rebuilt.ssm_block_table = new_table;
-    expect_same_mamba(reference::update_block_table(c.config, c.builder, actual, new_table),
-                      reference::build_mamba_metadata(c.config, c.builder, rebuilt));
+    expect_same_mamba(spec::update_block_table(c.config, c.builder, actual, new_table),
+                      spec::build_mamba_metadata(c.config, c.builder, rebuilt));
     if (::testing::Test::HasFailure()) break;  // one failing case says enough
   }
   EXPECT_GT(checked, 2000);

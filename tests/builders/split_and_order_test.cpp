@@ -1,5 +1,5 @@
 // split_decodes_and_prefills, check_decodes_first, decode_first_order and reorder_requests
-// (reference/src/split_and_order.cpp) against hand-worked cases from vLLM's rule (notes §3.2) and
+// (harness/spec/src/split_and_order.cpp) against hand-worked cases from vLLM's rule (notes §3.2) and
 // against simpler formulations on seeded random batches.
 // Run: ctest --test-dir build -L builders
 #include <gtest/gtest.h>
@@ -11,12 +11,12 @@
 
 #include "builder_test_batches.h"
 #include "hybridtb/error.h"
-#include "hybridtb/reference/metadata_builders.h"
+#include "hybridtb/spec/metadata_builders.h"
 
 namespace hybridtb::testing {
 namespace {
 
-using reference::DecodePrefillSplit;
+using spec::DecodePrefillSplit;
 
 void expect_split(const DecodePrefillSplit& split, int64_t decodes, int64_t prefills, int64_t decode_tokens,
                   int64_t prefill_tokens) {
@@ -29,51 +29,51 @@ void expect_split(const DecodePrefillSplit& split, int64_t decodes, int64_t pref
 TEST(SplitDecodesAndPrefills, MixedBatchDecodesFirst) {
   // Three decodes (1 token each), a chunked-prefill extend of 7, a fresh prefill of 12.
   const auto batch = make_batch({{10, 1}, {4, 1}, {30, 1}, {16, 7}, {0, 12}});
-  expect_split(reference::split_decodes_and_prefills(batch, 1), 3, 2, 3, 19);
+  expect_split(spec::split_decodes_and_prefills(batch, 1), 3, 2, 3, 19);
 }
 
 TEST(SplitDecodesAndPrefills, AllDecodesAndAllPrefills) {
-  expect_split(reference::split_decodes_and_prefills(make_batch({{3, 1}, {9, 1}}), 1), 2, 0, 2, 0);
+  expect_split(spec::split_decodes_and_prefills(make_batch({{3, 1}, {9, 1}}), 1), 2, 0, 2, 0);
   // The first request is a prefill, so nothing is a decode (even the later 1-token request).
-  expect_split(reference::split_decodes_and_prefills(make_batch({{0, 5}, {9, 1}}), 1), 0, 2, 0, 6);
+  expect_split(spec::split_decodes_and_prefills(make_batch({{0, 5}, {9, 1}}), 1), 0, 2, 0, 6);
 }
 
 TEST(SplitDecodesAndPrefills, CountIsPositional) {
   // decode, prefill, decode: everything from the first prefill on counts as prefill.
-  expect_split(reference::split_decodes_and_prefills(make_batch({{3, 1}, {0, 4}, {9, 1}}), 1), 1, 2, 1, 5);
+  expect_split(spec::split_decodes_and_prefills(make_batch({{3, 1}, {0, 4}, {9, 1}}), 1), 1, 2, 1, 5);
 }
 
 TEST(SplitDecodesAndPrefills, ThresholdCountsShortQueriesAsDecodes) {
   // Speculative decoding: threshold 1 + 2.
   const auto batch = make_batch({{10, 3}, {5, 1}, {7, 2}, {0, 9}});
-  expect_split(reference::split_decodes_and_prefills(batch, 3), 3, 1, 6, 9);
-  expect_split(reference::split_decodes_and_prefills(batch, 1), 0, 4, 0, 15);
+  expect_split(spec::split_decodes_and_prefills(batch, 3), 3, 1, 6, 9);
+  expect_split(spec::split_decodes_and_prefills(batch, 1), 0, 4, 0, 15);
 }
 
 TEST(SplitDecodesAndPrefills, PaddingRequestsAreDecodesInADecodeBatch) {
   const auto batch = make_batch({{3, 1}, {9, 1}, kPaddingRequest, kPaddingRequest}, 8, 2);
-  expect_split(reference::split_decodes_and_prefills(batch, 1), 4, 0, 2, 0);
+  expect_split(spec::split_decodes_and_prefills(batch, 1), 4, 0, 2, 0);
   // ... and prefills (positionally) after a prefill.
   const auto mixed = make_batch({{3, 1}, {0, 6}, kPaddingRequest});
-  expect_split(reference::split_decodes_and_prefills(mixed, 1), 1, 2, 1, 6);
+  expect_split(spec::split_decodes_and_prefills(mixed, 1), 1, 2, 1, 6);
 }
 
 TEST(SplitDecodesAndPrefills, RequireUniform) {
   // Uniform 2-token queries with zero-length padding: all decodes.
-  expect_split(reference::split_decodes_and_prefills(make_batch({{4, 2}, {6, 2}, kPaddingRequest}), 2, true), 3, 0,
+  expect_split(spec::split_decodes_and_prefills(make_batch({{4, 2}, {6, 2}, kPaddingRequest}), 2, true), 3, 0,
                4, 0);
   // Below the threshold but not uniform: the first differing query starts the prefills.
-  expect_split(reference::split_decodes_and_prefills(make_batch({{4, 2}, {6, 1}, {5, 2}}), 2, true), 1, 2, 2, 3);
+  expect_split(spec::split_decodes_and_prefills(make_batch({{4, 2}, {6, 1}, {5, 2}}), 2, true), 1, 2, 2, 3);
   // Threshold 1: the early exit applies even with require_uniform.
-  expect_split(reference::split_decodes_and_prefills(make_batch({{4, 1}, {6, 1}, kPaddingRequest}), 1, true), 3, 0,
+  expect_split(spec::split_decodes_and_prefills(make_batch({{4, 1}, {6, 1}, kPaddingRequest}), 1, true), 3, 0,
                2, 0);
   // First query above the threshold.
-  expect_split(reference::split_decodes_and_prefills(make_batch({{4, 3}, {6, 3}}), 2, true), 0, 2, 0, 6);
+  expect_split(spec::split_decodes_and_prefills(make_batch({{4, 3}, {6, 3}}), 2, true), 0, 2, 0, 6);
 }
 
 TEST(SplitDecodesAndPrefills, EmptyBatch) {
-  expect_split(reference::split_decodes_and_prefills(make_batch({}), 1), 0, 0, 0, 0);
-  expect_split(reference::split_decodes_and_prefills(make_batch({}), 3, true), 0, 0, 0, 0);
+  expect_split(spec::split_decodes_and_prefills(make_batch({}), 1), 0, 0, 0, 0);
+  expect_split(spec::split_decodes_and_prefills(make_batch({}), 3, true), 0, 0, 0, 0);
 }
 
 // Random decode-first batches: counts built from the generated request kinds, not the rule.
@@ -98,21 +98,21 @@ TEST(SplitDecodesAndPrefills, RandomDecodeFirstBatchesMatchGeneratedCounts) {
     for (int64_t i = 0; i < num_padding; ++i) requests.push_back(kPaddingRequest);
     const auto batch = make_batch(requests, 4, uniform(rng, 0, 3));
     SCOPED_TRACE("iteration " + std::to_string(iteration));
-    const auto split = reference::split_decodes_and_prefills(batch, threshold);
+    const auto split = spec::split_decodes_and_prefills(batch, threshold);
     // Padding requests (no tokens) join the decodes of a decode-only batch, else the prefills.
     if (num_prefills == 0) {
       expect_split(split, num_decodes + num_padding, 0, decode_tokens, 0);
     } else {
       expect_split(split, num_decodes, num_prefills + num_padding, decode_tokens, prefill_tokens);
     }
-    EXPECT_NO_THROW(reference::check_decodes_first(batch, threshold));
+    EXPECT_NO_THROW(spec::check_decodes_first(batch, threshold));
   }
 }
 
 TEST(CheckDecodesFirst, RejectsADecodeAfterAPrefillNamingIt) {
   const auto batch = make_batch({{3, 1}, {0, 5}, {8, 6}, {9, 1}});
   try {
-    reference::check_decodes_first(batch, 1);
+    spec::check_decodes_first(batch, 1);
     FAIL() << "expected an Error";
   } catch (const Error& error) {
     const std::string message = error.what();
@@ -123,14 +123,14 @@ TEST(CheckDecodesFirst, RejectsADecodeAfterAPrefillNamingIt) {
     EXPECT_NE(message.find("reorder_requests"), std::string::npos) << message;
   }
   // With a threshold of 6 every request is a decode.
-  EXPECT_NO_THROW(reference::check_decodes_first(batch, 6));
+  EXPECT_NO_THROW(spec::check_decodes_first(batch, 6));
 }
 
 TEST(CheckDecodesFirst, AcceptsTrailingPaddingAfterPrefills) {
-  EXPECT_NO_THROW(reference::check_decodes_first(make_batch({{3, 1}, {0, 5}, kPaddingRequest, kPaddingRequest}), 1));
-  EXPECT_NO_THROW(reference::check_decodes_first(make_batch({}), 1));
+  EXPECT_NO_THROW(spec::check_decodes_first(make_batch({{3, 1}, {0, 5}, kPaddingRequest, kPaddingRequest}), 1));
+  EXPECT_NO_THROW(spec::check_decodes_first(make_batch({}), 1));
   // A zero-length request with context is no padding request: a decode after a prefill.
-  EXPECT_THROW(reference::check_decodes_first(make_batch({{3, 1}, {0, 5}, {4, 0}}), 1), Error);
+  EXPECT_THROW(spec::check_decodes_first(make_batch({{3, 1}, {0, 5}, {4, 0}}), 1), Error);
 }
 
 // --- decode_first_order + reorder_requests ------------------------------------------------------
@@ -175,7 +175,7 @@ TEST(DecodeFirstOrder, HandExample) {
   // prefill, decode, extend, decode, prefill, extend, padding
   const auto batch = make_batch({{0, 5}, {3, 1}, {7, 4}, {2, 1}, {0, 3}, {9, 2}, kPaddingRequest});
   const std::vector<int64_t> expected{1, 3, 2, 5, 0, 4, 6};
-  EXPECT_EQ(reference::decode_first_order(batch, 1), expected);
+  EXPECT_EQ(spec::decode_first_order(batch, 1), expected);
 }
 
 TEST(ReorderRequests, RandomBatchesBecomeDecodeFirstAndKeepTheirRows) {
@@ -211,10 +211,10 @@ TEST(ReorderRequests, RandomBatchesBecomeDecodeFirstAndKeepTheirRows) {
     inputs.value = tagged_tokens(batch, 2, 3);
     const BatchDescription original = batch;
 
-    const auto order = reference::decode_first_order(batch, threshold);
+    const auto order = spec::decode_first_order(batch, threshold);
     ASSERT_EQ(order, expected_order(requests, threshold));
-    reference::reorder_requests(order, batch, inputs);
-    EXPECT_NO_THROW(reference::check_decodes_first(batch, threshold));
+    spec::reorder_requests(order, batch, inputs);
+    EXPECT_NO_THROW(spec::check_decodes_first(batch, threshold));
 
     ASSERT_EQ(batch.num_reqs(), num_reqs);
     EXPECT_EQ(batch.num_actual_tokens, original.num_actual_tokens);
@@ -250,16 +250,16 @@ TEST(ReorderRequests, RandomBatchesBecomeDecodeFirstAndKeepTheirRows) {
 TEST(ReorderRequests, RejectsANonPermutation) {
   BatchDescription batch = make_batch({{3, 1}, {0, 4}});
   BatchInputs inputs;
-  EXPECT_THROW(reference::reorder_requests({0, 0}, batch, inputs), Error);
-  EXPECT_THROW(reference::reorder_requests({1}, batch, inputs), Error);
-  EXPECT_THROW(reference::reorder_requests({0, 2}, batch, inputs), Error);
+  EXPECT_THROW(spec::reorder_requests({0, 0}, batch, inputs), Error);
+  EXPECT_THROW(spec::reorder_requests({1}, batch, inputs), Error);
+  EXPECT_THROW(spec::reorder_requests({0, 2}, batch, inputs), Error);
 }
 
 TEST(ReorderRequests, RejectsTokenTensorsOfTheWrongLength) {
   BatchDescription batch = make_batch({{0, 4}, {3, 1}});
   BatchInputs inputs;
   inputs.query = Tensor::host(DType::kFloat32, {3, 1, 1});  // the batch has 5 tokens
-  EXPECT_THROW(reference::reorder_requests({1, 0}, batch, inputs), Error);
+  EXPECT_THROW(spec::reorder_requests({1, 0}, batch, inputs), Error);
 }
 
 }  // namespace

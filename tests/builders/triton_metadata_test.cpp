@@ -1,4 +1,4 @@
-// build_triton_metadata (reference/src/triton_metadata_builder.cpp): the 3D threshold and its
+// build_triton_metadata (harness/spec/src/triton_metadata_builder.cpp): the 3D threshold and its
 // snapping to CUDA-graph capture sizes, the head-size padding and the 2D/3D decision, on values
 // worked out by hand from vLLM's TritonAttentionMetadataBuilder (notes §1.9).
 // Run: ctest --test-dir build -L builders
@@ -9,7 +9,7 @@
 
 #include "builder_test_batches.h"
 #include "hybridtb/error.h"
-#include "hybridtb/reference/metadata_builders.h"
+#include "hybridtb/spec/metadata_builders.h"
 
 namespace hybridtb::testing {
 namespace {
@@ -23,7 +23,7 @@ AttentionConfig attention_config(int64_t num_kv_heads, int64_t head_size = 64) {
 }
 
 int64_t threshold_for(int64_t num_kv_heads, const BuilderConfig& builder) {
-  return reference::build_triton_metadata(attention_config(num_kv_heads), builder, make_batch({{3, 1}}))
+  return spec::build_triton_metadata(attention_config(num_kv_heads), builder, make_batch({{3, 1}}))
       .seq_threshold_3d;
 }
 
@@ -66,7 +66,7 @@ TEST(TritonMetadata, ConstantsAndHeadSizePadding) {
   const auto batch = make_batch({{3, 1}});
   for (const auto& [head_size, padded] : std::vector<std::pair<int64_t, int64_t>>{
            {32, 32}, {64, 64}, {80, 128}, {96, 128}, {128, 128}, {129, 256}, {256, 256}}) {
-    const auto metadata = reference::build_triton_metadata(attention_config(2, head_size), builder, batch);
+    const auto metadata = spec::build_triton_metadata(attention_config(2, head_size), builder, batch);
     EXPECT_EQ(metadata.head_size_padded, padded) << "head_size " << head_size;
     EXPECT_EQ(metadata.num_par_softmax_segments, 16);
   }
@@ -75,7 +75,7 @@ TEST(TritonMetadata, ConstantsAndHeadSizePadding) {
 TEST(TritonMetadata, BatchScalars) {
   const auto batch = make_batch({{10, 1}, {4, 1}, {16, 7}, {0, 12}}, 8, 5);
   const auto metadata =
-      reference::build_triton_metadata(attention_config(2), builder_config(CudaGraphMode::kNone), batch);
+      spec::build_triton_metadata(attention_config(2), builder_config(CudaGraphMode::kNone), batch);
   EXPECT_EQ(metadata.num_actual_tokens, 21);  // the 5 padding tokens excluded
   EXPECT_EQ(metadata.max_query_len, 12);
   EXPECT_EQ(metadata.max_seq_len, 23);
@@ -86,18 +86,18 @@ TEST(TritonMetadata, Use3dPathOnlyForSmallDecodeOnlyBatches) {
   const AttentionConfig config = attention_config(8);
   const BuilderConfig builder = builder_config(CudaGraphMode::kPiecewise);
   auto decodes = [](int64_t n) { return make_batch(std::vector<Req>(static_cast<size_t>(n), Req{5, 1})); };
-  EXPECT_EQ(reference::build_triton_metadata(config, builder, decodes(1)).use_3d_path, 1);
-  EXPECT_EQ(reference::build_triton_metadata(config, builder, decodes(15)).use_3d_path, 1);
-  EXPECT_EQ(reference::build_triton_metadata(config, builder, decodes(16)).use_3d_path, 1);
-  EXPECT_EQ(reference::build_triton_metadata(config, builder, decodes(17)).use_3d_path, 0);
+  EXPECT_EQ(spec::build_triton_metadata(config, builder, decodes(1)).use_3d_path, 1);
+  EXPECT_EQ(spec::build_triton_metadata(config, builder, decodes(15)).use_3d_path, 1);
+  EXPECT_EQ(spec::build_triton_metadata(config, builder, decodes(16)).use_3d_path, 1);
+  EXPECT_EQ(spec::build_triton_metadata(config, builder, decodes(17)).use_3d_path, 0);
   // One 2-token query makes it a mixed batch: 2D.
-  EXPECT_EQ(reference::build_triton_metadata(config, builder, make_batch({{5, 1}, {0, 2}})).use_3d_path, 0);
+  EXPECT_EQ(spec::build_triton_metadata(config, builder, make_batch({{5, 1}, {0, 2}})).use_3d_path, 0);
   // Padding requests count as sequences (num_seqs = len(seq_lens)).
   std::vector<Req> padded(16, Req{5, 1});
   padded.push_back(kPaddingRequest);
-  EXPECT_EQ(reference::build_triton_metadata(config, builder, make_batch(padded)).use_3d_path, 0);
+  EXPECT_EQ(spec::build_triton_metadata(config, builder, make_batch(padded)).use_3d_path, 0);
   // Threshold 0 (more than 128 kv heads): never 3D for a non-empty batch.
-  EXPECT_EQ(reference::build_triton_metadata(attention_config(256), builder, decodes(1)).use_3d_path, 0);
+  EXPECT_EQ(spec::build_triton_metadata(attention_config(256), builder, decodes(1)).use_3d_path, 0);
 }
 
 TEST(TritonMetadata, Use3dPathFollowsTheSnappedThreshold) {
@@ -105,13 +105,13 @@ TEST(TritonMetadata, Use3dPathFollowsTheSnappedThreshold) {
   const AttentionConfig config = attention_config(8);
   const BuilderConfig builder = builder_config(CudaGraphMode::kFull, {12, 20});
   auto decodes = [](int64_t n) { return make_batch(std::vector<Req>(static_cast<size_t>(n), Req{5, 1})); };
-  EXPECT_EQ(reference::build_triton_metadata(config, builder, decodes(12)).use_3d_path, 1);
-  EXPECT_EQ(reference::build_triton_metadata(config, builder, decodes(13)).use_3d_path, 0);
+  EXPECT_EQ(spec::build_triton_metadata(config, builder, decodes(12)).use_3d_path, 1);
+  EXPECT_EQ(spec::build_triton_metadata(config, builder, decodes(13)).use_3d_path, 0);
 }
 
 TEST(TritonMetadata, EmptyBatch) {
   const auto metadata =
-      reference::build_triton_metadata(attention_config(2), builder_config(CudaGraphMode::kNone), make_batch({}));
+      spec::build_triton_metadata(attention_config(2), builder_config(CudaGraphMode::kNone), make_batch({}));
   EXPECT_EQ(metadata.num_actual_tokens, 0);
   EXPECT_EQ(metadata.max_query_len, 0);
   EXPECT_EQ(metadata.max_seq_len, 0);
@@ -120,7 +120,7 @@ TEST(TritonMetadata, EmptyBatch) {
 }
 
 TEST(TritonMetadata, RejectsNonPositiveHeads) {
-  EXPECT_THROW(reference::build_triton_metadata(attention_config(0), builder_config(CudaGraphMode::kNone),
+  EXPECT_THROW(spec::build_triton_metadata(attention_config(0), builder_config(CudaGraphMode::kNone),
                                                 make_batch({{1, 1}})),
                Error);
 }
@@ -139,7 +139,7 @@ TEST(TritonMetadata, RandomBatches) {
     }
     const auto batch = make_batch(requests, 2, uniform(rng, 0, 4));
     const auto metadata =
-        reference::build_triton_metadata(attention_config(num_kv_heads), builder_config(CudaGraphMode::kNone), batch);
+        spec::build_triton_metadata(attention_config(num_kv_heads), builder_config(CudaGraphMode::kNone), batch);
     int64_t tokens = 0;
     int64_t max_query = 0;
     int64_t max_seq = 0;

@@ -239,6 +239,23 @@ TEST(Compare, ChangedMetadataFieldIsNamed) {
   EXPECT_NE(format_report_table({report}).find("attention/max_seq_len"), std::string::npos);
 }
 
+// Parity's setting: the metadata comes from the shared builders on both sides, so it is labelled
+// shared and not compared (a difference there could only come from the comparison's inputs).
+TEST(Compare, SharedMetadataIsLabelledAndNotCompared) {
+  Case c = load("mixed_swa_bf16.h5");
+  StepOutputs candidate = deep_copy(c.expected);
+  candidate.metadata.attention.max_seq_len += 1;
+  const ComparisonReport report =
+      compare_step(c.file, candidate, c.expected, CompareOptions{.compare_metadata = false});
+  EXPECT_TRUE(report.passed());
+  EXPECT_TRUE(report.metadata_shared);
+  EXPECT_FALSE(report.metadata_compared);
+  EXPECT_TRUE(report.metadata_differences.empty());
+  const std::string table = format_report_table({report});
+  EXPECT_NE(table.find("shared (not compared)"), std::string::npos) << table;
+  EXPECT_EQ(table.find("attention/max_seq_len"), std::string::npos) << table;
+}
+
 TEST(Compare, ChangedPoolSlotIsLocatedAndStrayWritesAreCaught) {
   Case c = load("hybrid_prefix_sum_padded_fp16.h5");
   ASSERT_FALSE(c.expected.ssm_state.empty());

@@ -466,20 +466,27 @@ TEST(CudaSsm, ChunkedPrefillEqualsOneShot) {
   }
 }
 
-// A reference mode without a GPU implementation is refused by name, never run on the CPU.
+// A mode (descriptor + reference math) without a GPU implementation is refused by name, never run
+// on the CPU.
 TEST(CudaSsm, ModeWithoutGpuImplementationIsNotSupported) {
   HYBRIDTB_SKIP_WITHOUT_CUDA();
-  class CpuOnlyMode final : public reference::ssm::Mode {
+  class CpuOnlySpec final : public spec::ssm::ModeSpec {
    public:
     std::string name() const override { return "cpu_only_test_mode"; }
     std::string description() const override { return "test-only mode without a GPU implementation"; }
-    std::vector<reference::ssm::TensorSpec> state_specs(const reference::ssm::ModeShape&) const override { return {}; }
-    std::vector<reference::ssm::TensorSpec> weight_specs(const reference::ssm::ModeShape&) const override { return {}; }
+    std::vector<spec::ssm::TensorSpec> state_specs(const spec::ssm::ModeShape&) const override { return {}; }
+    std::vector<spec::ssm::TensorSpec> weight_specs(const spec::ssm::ModeShape&) const override { return {}; }
+  };
+  class CpuOnlyMode final : public reference::ssm::Mode {
+   public:
+    std::string name() const override { return "cpu_only_test_mode"; }
     void advance(const reference::ssm::Weights&, reference::ssm::State&, const reference::ssm::Matrix& x,
                  reference::ssm::Matrix& y, bool) const override {
       y.setZero(x.rows(), x.cols());
     }
   };
+  auto& specs = spec::ssm::ModeSpecRegistry::instance();
+  if (!specs.contains("cpu_only_test_mode")) specs.add(std::make_unique<CpuOnlySpec>());
   auto& registry = reference::ssm::ModeRegistry::instance();
   if (!registry.contains("cpu_only_test_mode")) registry.add(std::make_unique<CpuOnlyMode>());
   SsmCase c{.name = "cpu_only", .mode = "cpu_only_test_mode", .requests = kSmall};

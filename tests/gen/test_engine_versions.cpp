@@ -16,7 +16,7 @@
 #include "hybridtb/engine_rules.h"
 #include "hybridtb/error.h"
 #include "hybridtb/presets.h"
-#include "hybridtb/reference/metadata_builders.h"
+#include "hybridtb/spec/metadata_builders.h"
 #include "hybridtb/step.h"
 
 namespace hybridtb {
@@ -212,18 +212,18 @@ TEST(EngineVersions, ShortRequestsWithoutContextArePrefillsUnder033) {
   const BatchFile file = generate_batch(small_layer("mamba1", "0.33.0"), parse_mix("d1@40+d1@0+p1x8"), {.seed = 1});
   ASSERT_EQ(file.batch.num_reqs(), 3);
   EXPECT_EQ(file.batch.context_len(1), 0);
-  const auto split = reference::split_decodes_and_prefills(file.batch, 1, false, /*treat_short_extends_as_decodes=*/false);
+  const auto split = spec::split_decodes_and_prefills(file.batch, 1, false, /*treat_short_extends_as_decodes=*/false);
   EXPECT_EQ(split.num_decodes, 1);
   EXPECT_EQ(split.num_prefills, 2);
-  const auto legacy = reference::split_decodes_and_prefills(file.batch, 1);
+  const auto legacy = spec::split_decodes_and_prefills(file.batch, 1);
   EXPECT_EQ(legacy.num_decodes, 2);
   // The fresh one-token request must follow the decodes under 0.33's order, not precede them.
-  const std::vector<int64_t> order = reference::decode_first_order(file.batch, 1, false);
+  const std::vector<int64_t> order = spec::decode_first_order(file.batch, 1, false);
   EXPECT_EQ(order, (std::vector<int64_t>{0, 1, 2}));
   BatchFile legacy_order = generate_batch(small_layer("mamba1", "none"), parse_mix("d1@0+d1@40+p1x8"), {.seed = 1});
-  EXPECT_EQ(reference::decode_first_order(legacy_order.batch, 1, false), (std::vector<int64_t>{1, 0, 2}));
-  EXPECT_THROW(reference::check_decodes_first(legacy_order.batch, 1, false), Error);
-  EXPECT_NO_THROW(reference::check_decodes_first(legacy_order.batch, 1, true));
+  EXPECT_EQ(spec::decode_first_order(legacy_order.batch, 1, false), (std::vector<int64_t>{1, 0, 2}));
+  EXPECT_THROW(spec::check_decodes_first(legacy_order.batch, 1, false), Error);
+  EXPECT_NO_THROW(spec::check_decodes_first(legacy_order.batch, 1, true));
 }
 
 // Under a release whose norm eps comes from the model config, gen records it; a different eps

@@ -206,7 +206,7 @@ TEST(BatchFileReaderLiberal, FutureMinorVersionWithUnknownItems) {
   EXPECT_EQ(back.provenance.at("seed"), "42");
 }
 
-// Files of the previous version: "1.0", none of the SSM items. They read as before, with empty
+// Files of schema version 1.0, none of the SSM items. They read as before, with empty
 // SSM maps, and keep their recorded version.
 TEST(BatchFileReaderLiberal, Version10FilesWithoutSsmItems) {
   const WrittenBatch w = written_batch();

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "hybridtb/error.h"
-#include "hybridtb/reference/metadata_builders.h"
+#include "hybridtb/spec/metadata_builders.h"
 #include "hybridtb/reference/ssm_mode.h"
 #include "ssm_test_support.h"
 
@@ -47,13 +47,10 @@ class BrokenWholeStepMode final : public TestMode {
   }
 };
 
-// Declares a pool `s` of 4 values but leaves 5 in the state.
+// Declares a pool `s` of 4 values (its descriptor, register_test_modes) but leaves 5 in the state.
 class BadStateMode final : public TestMode {
  public:
   BadStateMode() : TestMode("test_bad_state") {}
-  std::vector<ssm::TensorSpec> state_specs(const ssm::ModeShape& /*shape*/) const override {
-    return {{.name = "s", .shape = {4}, .meaning = "four values"}};
-  }
   void advance(const ssm::Weights& /*weights*/, ssm::State& state, const Matrix& x, Matrix& y,
                bool /*decode*/) const override {
     state.at("s").setZero(5);
@@ -61,22 +58,31 @@ class BadStateMode final : public TestMode {
   }
 };
 
-// Two pools (their slot counts must agree) and a parameter-sized weight.
+// Two pools (their slot counts must agree) and a parameter-sized weight (its descriptor,
+// register_test_modes).
 class TwoPoolsMode final : public TestMode {
  public:
   TwoPoolsMode() : TestMode("test_two_pools") {}
-  std::vector<std::string> parameters() const override { return {"width"}; }
-  std::vector<ssm::TensorSpec> state_specs(const ssm::ModeShape& /*shape*/) const override {
-    return {{.name = "a", .shape = {2}, .meaning = "pool a"}, {.name = "b", .shape = {3}, .meaning = "pool b"}};
-  }
-  std::vector<ssm::TensorSpec> weight_specs(const ssm::ModeShape& shape) const override {
-    return {{.name = "w", .shape = {shape.param("width"), shape.hidden_size}, .meaning = "a weight of width rows"}};
-  }
 };
 
 void register_test_modes() {
   static std::once_flag once;
   std::call_once(once, [] {
+    add_test_mode_spec("test_broken_shape");
+    add_test_mode_spec("test_broken_whole_step");
+    add_test_mode_spec("test_bad_state", {}, [](const ssm::ModeShape& /*shape*/) {
+      return std::vector<ssm::TensorSpec>{{.name = "s", .shape = {4}, .meaning = "four values"}};
+    });
+    add_test_mode_spec(
+        "test_two_pools", {"width"},
+        [](const ssm::ModeShape& /*shape*/) {
+          return std::vector<ssm::TensorSpec>{{.name = "a", .shape = {2}, .meaning = "pool a"},
+                                              {.name = "b", .shape = {3}, .meaning = "pool b"}};
+        },
+        [](const ssm::ModeShape& shape) {
+          return std::vector<ssm::TensorSpec>{
+              {.name = "w", .shape = {shape.param("width"), shape.hidden_size}, .meaning = "a weight of width rows"}};
+        });
     auto& registry = ssm::ModeRegistry::instance();
     registry.add(std::make_unique<BrokenShapeMode>());
     registry.add(std::make_unique<BrokenWholeStepMode>());
@@ -103,7 +109,7 @@ class SsmDriverErrors : public ::testing::Test {
     Tensor contribution = Tensor::host(DType::kFloat64, step.inputs.query.shape());
     fill_host(contribution, std::numeric_limits<double>::quiet_NaN());
     const Tensor untouched = clone_host(contribution);
-    const MambaAttentionMetadata md = metadata ? *metadata : reference::build_mamba_metadata(config, {}, step.batch);
+    const MambaAttentionMetadata md = metadata ? *metadata : spec::build_mamba_metadata(config, {}, step.batch);
     const std::string message = error_of([&] { ssm::ssm_forward(config, md, step.batch, views, contribution); });
     if (!message.empty()) {
       EXPECT_TRUE(bitwise_equal(contribution, untouched)) << "a failed step wrote its contribution";
@@ -154,7 +160,7 @@ TEST_F(SsmDriverErrors, ContributionBufferMustHaveTheQueryShape) {
   StepTensors views = step.inputs.views();
   for (const auto& [name, pool] : pools) views.ssm_state[name] = pool;
   const Tensor wrong = Tensor::host(DType::kFloat64, {2, 128});
-  const MambaAttentionMetadata md = reference::build_mamba_metadata(config, {}, step.batch);
+  const MambaAttentionMetadata md = spec::build_mamba_metadata(config, {}, step.batch);
   EXPECT_THAT(error_of([&] { ssm::ssm_forward(config, md, step.batch, views, wrong); }),
               HasSubstr("must be a float tensor of the query's shape [2, 4, 32]"));
 }
@@ -162,7 +168,7 @@ TEST_F(SsmDriverErrors, ContributionBufferMustHaveTheQueryShape) {
 TEST_F(SsmDriverErrors, MetadataOfAnotherBatchIsRejected) {
   const AttentionConfig config = ssm_config("prefix_sum");
   const BatchFile other = make_step(config, {{random_hidden(3, 128, 404), 0, {1}}});
-  EXPECT_THAT(run(config, {}, reference::build_mamba_metadata(config, {}, other.batch)),
+  EXPECT_THAT(run(config, {}, spec::build_mamba_metadata(config, {}, other.batch)),
               HasSubstr("does not describe the batch's 2 requests"));
 }
 

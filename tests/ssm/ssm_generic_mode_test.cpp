@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "hybridtb/error.h"
-#include "hybridtb/reference/metadata_builders.h"
+#include "hybridtb/spec/metadata_builders.h"
 #include "hybridtb/reference/ssm_mode.h"
 #include "ssm_test_support.h"
 
@@ -277,7 +277,7 @@ TEST_P(SsmModeSuite, CudaGraphPaddedDecodeBatchWritesNothing) {
   padded.builder.cudagraph_capture_sizes = {4, 8};
   const AttentionConfig c = config();
   const BatchFile step = make_step(c, requests, padded);
-  ASSERT_EQ(reference::build_mamba_metadata(c, padded.builder, step.batch).cudagraph_padded, 1)
+  ASSERT_EQ(spec::build_mamba_metadata(c, padded.builder, step.batch).cudagraph_padded, 1)
       << "the batch must take the decode-only full-CUDA-graph path";
   expect_padding_changes_nothing(GetParam(), c, requests, padded);
 }

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "hybridtb/error.h"
-#include "hybridtb/reference/metadata_builders.h"
+#include "hybridtb/spec/metadata_builders.h"
 #include "hybridtb/reference/ssm_mode.h"
 #include "ssm_test_support.h"
 
@@ -118,11 +118,25 @@ TEST(SsmModeRegistry, UnknownNameListsTheKnownModes) {
 }
 
 TEST(SsmModeRegistry, RejectsDuplicateNamesAndNone) {
+  add_test_mode_spec("a");
   ssm::ModeRegistry registry;  // a private one: the global registry stays as built
   registry.add(std::make_unique<TestMode>("a"));
   EXPECT_THAT(error_of([&] { registry.add(std::make_unique<TestMode>("a")); }), HasSubstr("registered twice"));
   EXPECT_THAT(error_of([&] { registry.add(std::make_unique<TestMode>("none")); }), HasSubstr("invalid ssm_mode name"));
   EXPECT_EQ(registry.names(), std::vector<std::string>{"a"});
+}
+
+TEST(SsmModeRegistry, EveryModeHasADescriptorAndTheMathNeedsOne) {
+  const auto& specs = spec::ssm::ModeSpecRegistry::instance();
+  for (const std::string& name : ssm::ModeRegistry::instance().names()) {
+    EXPECT_TRUE(specs.contains(name)) << name;
+    EXPECT_EQ(&mode_named(name).spec(), &specs.find(name)) << name;
+  }
+  ssm::ModeRegistry registry;
+  EXPECT_THAT(error_of([&] { registry.add(std::make_unique<TestMode>("test_without_descriptor")); }),
+              HasSubstr("has no descriptor"));
+  EXPECT_THAT(error_of([] { spec::ssm::ModeSpecRegistry::instance().find("prefix-sum"); }),
+              HasSubstr("unknown /config ssm_mode 'prefix-sum'"));
 }
 
 // --- zero ----------------------------------------------------------------------------------------
@@ -172,7 +186,7 @@ TEST(SsmPrefixSumFlatMode, ReproducesTheSeedsFlattenedCumsumAcrossRequests) {
 
   // Mixed: three decodes (one per request) then two prefills. n = num_decode_tokens = 3.
   const BatchFile mixed = make_step(c, mixed_requests(H), {.padding_tokens = 2});
-  ASSERT_EQ(reference::build_mamba_metadata(c, {}, mixed.batch).num_decode_tokens, 3);
+  ASSERT_EQ(spec::build_mamba_metadata(c, {}, mixed.batch).num_decode_tokens, 3);
   const Tensor out = run_step(c, mixed, none, {});
   const Matrix got = token_rows(out, 0, mixed.batch.num_actual_tokens);
   expect_close(got, seed_prefix_sum(mixed, 3, H), mode_tolerance(mode_named("prefix_sum_flat"), c, 3),

@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <random>
 #include <sstream>
+#include <utility>
 
 #include "hybridtb/error.h"
-#include "hybridtb/reference/metadata_builders.h"
+#include "hybridtb/spec/metadata_builders.h"
 #include "hybridtb/synthetic.h"
 
 namespace hybridtb::testing {
@@ -16,6 +18,13 @@ namespace hybridtb::testing {
 namespace ssm = reference::ssm;
 
 const ssm::Mode& mode_named(const std::string& name) { return ssm::ModeRegistry::instance().find(name); }
+
+void add_test_mode_spec(const std::string& name, std::vector<std::string> parameters, TestModeSpec::Specs state,
+                        TestModeSpec::Specs weights) {
+  auto& registry = spec::ssm::ModeSpecRegistry::instance();
+  if (registry.contains(name)) return;
+  registry.add(std::make_unique<TestModeSpec>(name, std::move(parameters), std::move(state), std::move(weights)));
+}
 
 bool runs_whole_steps(const ssm::Mode& mode) {
   // A step without tokens: a per-request mode declines it, a whole-step mode takes it.
@@ -91,7 +100,7 @@ BatchFile make_step(const AttentionConfig& config, const std::vector<StepRequest
 
 Tensor run_step(const AttentionConfig& config, const BatchFile& step, Pools& pools,
                 const std::map<std::string, Tensor>& weights, const StepOptions& options, DType dtype) {
-  const MambaAttentionMetadata metadata = reference::build_mamba_metadata(config, options.builder, step.batch);
+  const MambaAttentionMetadata metadata = spec::build_mamba_metadata(config, options.builder, step.batch);
   StepTensors tensors = step.inputs.views();
   tensors.ssm_state.clear();
   tensors.weights.clear();

@@ -16,6 +16,7 @@
 #include "hybridtb/batch_file.h"
 #include "hybridtb/config.h"
 #include "hybridtb/reference/ssm_mode.h"
+#include "hybridtb/spec/ssm_mode.h"
 #include "hybridtb/tensor.h"
 #include "hybridtb/tolerance.h"
 
@@ -30,19 +31,44 @@ inline constexpr int64_t kGenericParameterValue = 4;
 
 const reference::ssm::Mode& mode_named(const std::string& name);
 
-// A test-only per-request mode with the name it is given: stateless, no weights, a zero
-// contribution. Tests derive from it to break one thing at a time, or register it by name.
+// A test-only mode descriptor with the name it is given: the given parameters and tensor specs,
+// none by default.
+class TestModeSpec final : public spec::ssm::ModeSpec {
+ public:
+  using Specs = std::function<std::vector<spec::ssm::TensorSpec>(const spec::ssm::ModeShape&)>;
+  explicit TestModeSpec(std::string name, std::vector<std::string> parameters = {}, Specs state = {},
+                        Specs weights = {})
+      : name_(std::move(name)),
+        parameters_(std::move(parameters)),
+        state_(std::move(state)),
+        weights_(std::move(weights)) {}
+  std::string name() const override { return name_; }
+  std::string description() const override { return "a test-only mode"; }
+  std::vector<std::string> parameters() const override { return parameters_; }
+  std::vector<spec::ssm::TensorSpec> state_specs(const spec::ssm::ModeShape& shape) const override {
+    return state_ ? state_(shape) : std::vector<spec::ssm::TensorSpec>{};
+  }
+  std::vector<spec::ssm::TensorSpec> weight_specs(const spec::ssm::ModeShape& shape) const override {
+    return weights_ ? weights_(shape) : std::vector<spec::ssm::TensorSpec>{};
+  }
+
+ private:
+  std::string name_;
+  std::vector<std::string> parameters_;
+  Specs state_;
+  Specs weights_;
+};
+// Adds a TestModeSpec to the global descriptor registry unless a descriptor of that name is there.
+void add_test_mode_spec(const std::string& name, std::vector<std::string> parameters = {},
+                        TestModeSpec::Specs state = {}, TestModeSpec::Specs weights = {});
+
+// A test-only per-request mode with the name it is given: a zero contribution. Its descriptor
+// (add_test_mode_spec) says which tensors it has: none by default. Tests derive from it to break
+// one thing at a time, or register it by name.
 class TestMode : public reference::ssm::Mode {
  public:
   explicit TestMode(std::string name) : name_(std::move(name)) {}
   std::string name() const override { return name_; }
-  std::string description() const override { return "a test-only mode"; }
-  std::vector<reference::ssm::TensorSpec> state_specs(const reference::ssm::ModeShape& /*shape*/) const override {
-    return {};
-  }
-  std::vector<reference::ssm::TensorSpec> weight_specs(const reference::ssm::ModeShape& /*shape*/) const override {
-    return {};
-  }
   void advance(const reference::ssm::Weights& /*weights*/, reference::ssm::State& /*state*/, const Matrix& x,
                Matrix& y, bool /*decode*/) const override {
     y.setZero(x.rows(), x.cols());

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "hybridtb/dtype.h"
-#include "hybridtb/reference/metadata_builders.h"
+#include "hybridtb/spec/metadata_builders.h"
 #include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/synthetic.h"
 #include "mamba1_support.h"
@@ -65,7 +65,7 @@ DriverRun run_driver(const AttentionConfig& config, const BuilderConfig& builder
   run.config = config;
   options.ssm_block_table = true;
   run.file = make_synthetic_batch(config, builder, requests, options);
-  run.metadata = reference::build_mamba_metadata(config, builder, run.file.batch);
+  run.metadata = spec::build_mamba_metadata(config, builder, run.file.batch);
   const int64_t num_slots = ssm_slots_needed(run.file.batch) + 2;  // two spare slots nobody uses
   const ssm::RandomSsmTensors random = ssm::make_random_ssm_tensors(config, num_slots, options.seed + 17);
   run.weights = random.weights;
@@ -261,7 +261,7 @@ TEST(Mamba1Driver, ChunkedPrefillAcrossStepsEqualsOneShot) {
     for (int64_t i = 0; i < len * kSizes.H; ++i) {
       store_from_double(file.inputs.query.data(), file.inputs.query.dtype(), i, hidden[at(done * kSizes.H + i)]);
     }
-    const MambaAttentionMetadata metadata = reference::build_mamba_metadata(config, BuilderConfig{}, file.batch);
+    const MambaAttentionMetadata metadata = spec::build_mamba_metadata(config, BuilderConfig{}, file.batch);
     StepTensors tensors = file.inputs.views();
     tensors.ssm_state = views(pools);
     tensors.weights = views(one_shot.weights);

@@ -70,7 +70,9 @@ struct ComparisonReport {
   std::string batch_summary;        // "R=3 T=20 (actual 17) max_q=9 max_seq=40"
   std::vector<QuantityReport> quantities;
   std::vector<std::string> metadata_differences;  // metadata_differences(candidate, expected); integers exact
-  bool metadata_compared = true;    // false: the expected side recorded no metadata (an engine capture)
+  bool metadata_compared = true;    // false: the expected side recorded no metadata (an engine capture),
+                                    // or metadata_shared
+  bool metadata_shared = false;     // true: not compared, both sides built it with the shared builders
   std::string not_supported;        // non-empty: the candidate backend threw NotSupported (nothing compared)
   std::string error;                // non-empty: the file could not be read, validated or run (nothing compared)
   bool passed() const;
@@ -83,6 +85,11 @@ struct CompareOptions {
   // poison padding rows (SCHEMA §5.5: they carry no meaning). The candidate's padding rows are
   // always checked.
   bool check_expected_padding = true;
+  // Compare the builders' metadata of the two sides. Off for parity: every backend builds it with
+  // the one shared implementation (hybridtb/spec/metadata_builders.h, checked against vLLM's
+  // semantics by tests/builders), so two backends run here agree by construction and the row says
+  // "shared". On for replay, against the metadata a file recorded.
+  bool compare_metadata = true;
 };
 
 // The reduction lengths the tolerance rows need, from the batch (tolerance.h, ParityKey).
@@ -92,7 +99,8 @@ ParityKey parity_key(const BatchFile& file, Quantity quantity, DType candidate_d
 ComparisonReport compare_step(const BatchFile& file, const StepOutputs& candidate, const StepOutputs& expected,
                               const CompareOptions& options = {});
 
-// The human table: one row per file × quantity (plus one metadata row per file), aligned columns
+// The human table: one row per file × quantity (plus one metadata row per file: its verdict, or
+// "shared (not compared)" / "not recorded" when it was not compared), aligned columns
 // quantity, dtype, max_abs, max_rel, nmse, cos, %out, nan/inf, worst@, tolerance, verdict; failing
 // rows are followed by their details (padding rows, untouched slots, metadata fields, the worst
 // element's values). `with_rationale` appends each distinct tolerance derivation.

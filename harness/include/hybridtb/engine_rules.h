@@ -5,8 +5,8 @@
 // file without it keeps the rules hybridtb has always applied (the unversioned rule set below), so
 // every older file replays unchanged.
 //
-// One table serves every consumer: the metadata builders (reference/src/mamba_metadata_builder.cpp,
-// split_and_order.cpp), the per-request SSM plan both backends share (reference/ssm/ssm_plan.cpp),
+// One table serves every consumer: the metadata builders (harness/spec/src/mamba_metadata_builder.cpp,
+// split_and_order.cpp), the per-request SSM plan both backends share (harness/spec/src/ssm_plan.cpp),
 // the SSM modes' state specs (conv layout) and `hybridtb gen`. tests/core/test_engine_rules.cpp
 // checks every versioned entry fact by fact against the capture contract of that release
 // (datasets/capture/contracts/vllm-<release>.json, engine_rules).

@@ -18,8 +18,8 @@
 // On the GPU: create_per_layer_backend("cuda", ...) gives the composite two cuda backends that share
 // one device (Backend::create_sibling: one stream, one allocator, one cuBLAS handle), so the layers
 // of a step run in order on one stream. The linear one runs linear_attention_forward through the GPU
-// driver of its mode's core (optimized/src/ssm/ssm_gpu_mode.h), planned by the reference's rules
-// (reference/ssm/ssm_plan.h) as the SSM branch is; both implement the graph hooks with one device
+// driver of its mode's core (optimized/src/ssm/ssm_gpu_mode.h), planned by the shared plan
+// (hybridtb/spec/ssm_plan.h) as the SSM branch is; both implement the graph hooks with one device
 // plan per captured padded shape, to which every layer call binds its own tensors — so a graph runner
 // captures the calls of a whole step on native_stream() into one graph and replays it after
 // init_replay_metadata (tests/cuda/cuda_per_layer_test.cpp).

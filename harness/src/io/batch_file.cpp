@@ -505,7 +505,7 @@ std::vector<float> read_float_vector(const Dataset& dataset, const Dims& dims) {
 //
 // Generic on purpose: /config/ssm, /inputs/ssm, /weights and /outputs/ssm hold whatever names the
 // layer's ssm_mode defines (reference/ssm/README.md), and the mode checks its own names and shapes
-// (reference::ssm::validate_ssm_tensors). This layer checks only element types, ranks and the
+// (spec::ssm::validate_ssm_tensors). This layer checks only element types, ranks and the
 // invariants every mode shares: all pools hold the same slots, and the pools after the step are
 // the pools before it.
 

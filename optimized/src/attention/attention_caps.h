@@ -6,13 +6,8 @@
 
 #include <cstdint>
 
+#include "hybridtb/spec/host_device.h"
 #include "kv_cache_write/kv_cache_write_params.h"  // ElementKind
-
-#ifdef __CUDACC__
-#define HYBRIDTB_HOST_DEVICE __host__ __device__
-#else
-#define HYBRIDTB_HOST_DEVICE
-#endif
 
 namespace hybridtb::cuda {
 

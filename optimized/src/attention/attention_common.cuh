@@ -1,5 +1,5 @@
 // Device helpers shared by the attention kernels: visibility (the rule of
-// reference/src/attention_mask.h, key_visible(), cited here literally), logits (scale, soft cap,
+// hybridtb/spec/visibility.h, spec::key_visible()), logits (scale, soft cap,
 // ALiBi in vLLM's order), cache addressing and the epilogue (sinks, fp8 output, the output store
 // with the optional fused hybrid add: store_output).
 //
@@ -15,28 +15,17 @@
 
 #include "attention/attention_params.h"
 #include "common/elements.cuh"
+#include "hybridtb/spec/visibility.h"
 
 namespace hybridtb::cuda {
 
 constexpr float kNegInf = -INFINITY;
 
-// reference::key_visible: decoder (k ≤ p AND (W == 0 OR p − k < W)) OR mm_prefix(p, k);
-// encoder_only W == 0 OR |p − k| < W; k must lie in [0, seq_len).
+// spec::key_visible for row position `pos` of `request`: decoder (k ≤ p AND (W == 0 OR p − k < W))
+// OR mm_prefix(p, k); encoder_only W == 0 OR |p − k| < W; k must lie in [0, seq_len).
 __device__ __forceinline__ bool key_visible(const AttentionParams& p, int request, int seq_len, int pos, int k) {
-  if (k < 0 || k >= seq_len) return false;
-  const int w = p.sliding_window;
-  if (p.encoder) {
-    const int distance = pos >= k ? pos - k : k - pos;
-    return w == 0 || distance < w;
-  }
-  if (k <= pos && (w == 0 || pos - k < w)) return true;
   const int32_t* mm = p.mm_prefix + static_cast<int64_t>(request) * p.num_mm_ranges * 2;
-  for (int r = 0; r < p.num_mm_ranges; ++r) {
-    const int start = mm[2 * r];
-    const int end = mm[2 * r + 1];
-    if (start < end && start <= pos && pos <= end && start <= k && k <= end) return true;
-  }
-  return false;
+  return spec::key_visible<int>(p.encoder != 0, p.sliding_window, seq_len, mm, p.num_mm_ranges, pos, k);
 }
 
 // Whether some row with position in [pos_lo, pos_hi] sees key k (decoder): k in the union of the

@@ -11,6 +11,7 @@
 #include "common/cuda_check.h"
 #include "common/debug_slowdown.h"
 #include "hybridtb/error.h"
+#include "hybridtb/spec/kv_cache.h"
 
 namespace hybridtb::cuda {
 
@@ -68,10 +69,11 @@ AttentionParams AttentionRunner::config_params() const {
   p.scale = static_cast<float>(c.scale);
   p.encoder = encoder ? 1 : 0;
   p.q_kind = element_kind(c.dtype);
-  p.kv_kind = element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype));
-  p.kv_scale_mode = is_per_token_head(c.kv_cache_dtype) ? KvScaleMode::kPerTokenHead
-                    : is_quantized(c.kv_cache_dtype)    ? KvScaleMode::kPerTensor
-                                                        : KvScaleMode::kNone;
+  const spec::KvCacheFormat kv_format = spec::kv_cache_format(c.kv_cache_dtype, c.dtype);
+  p.kv_kind = element_kind(kv_format.storage);
+  p.kv_scale_mode = kv_format.scaling == spec::KvCacheScaling::kPerTokenHead ? KvScaleMode::kPerTokenHead
+                    : kv_format.scaling == spec::KvCacheScaling::kPerTensor  ? KvScaleMode::kPerTensor
+                                                                             : KvScaleMode::kNone;
   // vLLM's encoder path drops soft cap, ALiBi, sinks and the fp8 output scale (reference make_layer).
   if (!encoder) {
     p.soft_cap = static_cast<float>(c.logits_soft_cap);
@@ -150,9 +152,8 @@ void AttentionRunner::bind_cache(const StepTensors& tensors, AttentionParams& p,
     p.v_stride_head = tensors.value.stride(1);
     return;
   }
-  const TensorView& cache = tensors.kv_cache;
-  HYBRIDTB_CHECK(!cache.empty() && cache.rank() == 5, "kv_cache must be [NB, 2, BS, Hkv, D], got ", cache.describe());
-  check_view(cache, "kv_cache", {cache.size(0), 2, c.block_size, hkv, d}, kv_storage_dtype(c.kv_cache_dtype, c.dtype));
+  const spec::KvCacheBinding bound = spec::bind_kv_cache(c, tensors, Device::kCuda);
+  const TensorView& cache = bound.cache;
   p.kv_cache = cache.data();
   p.cache_stride_block = cache.stride(0);
   p.cache_stride_half = cache.stride(1);
@@ -163,13 +164,9 @@ void AttentionRunner::bind_cache(const StepTensors& tensors, AttentionParams& p,
   facts.cache_vectorisable = p.cache_stride_block % align == 0 && p.cache_stride_half % align == 0 &&
                              p.cache_stride_slot % align == 0 && p.cache_stride_head % align == 0 &&
                              reinterpret_cast<uintptr_t>(cache.data()) % 16 == 0;
-  if (is_per_token_head(c.kv_cache_dtype)) {
-    for (const TensorView* scales : {&tensors.k_scale_cache, &tensors.v_scale_cache}) {
-      check_view(*scales, "k_scale_cache/v_scale_cache", {cache.size(0), c.block_size, hkv}, DType::kFloat32);
-      HYBRIDTB_CHECK(scales->is_contiguous(), "k_scale_cache/v_scale_cache must be contiguous");
-    }
-    p.k_scale_cache = static_cast<const float*>(tensors.k_scale_cache.data());
-    p.v_scale_cache = static_cast<const float*>(tensors.v_scale_cache.data());
+  if (bound.format.scaling == spec::KvCacheScaling::kPerTokenHead) {
+    p.k_scale_cache = static_cast<const float*>(bound.k_scale_cache.data());
+    p.v_scale_cache = static_cast<const float*>(bound.v_scale_cache.data());
   }
 }
 

@@ -1,5 +1,5 @@
 // The attention plan (attention_work_plan.h): pure host code. The visibility hulls computed here
-// follow reference/src/attention_mask.h: a decoder row at position p sees [p − W + 1, p] ∩
+// follow hybridtb/spec/visibility.h: a decoder row at position p sees [p − W + 1, p] ∩
 // [0, seq_len) plus the mm_prefix ranges that contain p; an encoder row sees |p − k| < W within the
 // request.
 #include "attention/attention_work_plan.h"
@@ -11,6 +11,7 @@
 #include "attention/attention_caps.h"
 #include "common/element_kind.h"
 #include "hybridtb/error.h"
+#include "hybridtb/spec/visibility.h"
 
 namespace hybridtb::cuda {
 
@@ -27,17 +28,9 @@ KeyRange key_range(const AttentionConfig& config, const BatchDescription& batch,
                    int64_t pos_hi) {
   const int64_t seq_len = batch.seq_len(r);
   const int64_t w = config.sliding_window;
-  int64_t causal_begin = 0;
-  int64_t causal_end = seq_len;
-  if (config.attn_type == AttnType::kEncoderOnly) {
-    if (w > 0) {
-      causal_begin = std::max<int64_t>(0, pos_lo - w + 1);
-      causal_end = std::min<int64_t>(seq_len, pos_hi + w);
-    }
-  } else {
-    causal_begin = w > 0 ? std::max<int64_t>(0, pos_lo - w + 1) : 0;
-    causal_end = std::min<int64_t>(seq_len, pos_hi + 1);
-  }
+  const bool encoder = config.attn_type == AttnType::kEncoderOnly;
+  const int64_t causal_begin = spec::window_first_key(w, pos_lo);
+  const int64_t causal_end = std::min(seq_len, spec::window_key_end(encoder, w, seq_len, pos_hi));
   int64_t begin = causal_begin;
   int64_t end = causal_end;
   if (config.attn_type == AttnType::kDecoder && batch.mm_prefix_range) {

@@ -16,7 +16,7 @@
 // cancels in o = Σp·v / Σp) so that float16's subnormal range costs nothing measurable.
 //
 // Masks: only tiles that are not fully visible to every row of the CTA evaluate key_visible()
-// (attention_common.cuh, = reference key_visible) per element; masked scores are *selected* to
+// (attention_common.cuh, = spec::key_visible) per element; masked scores are *selected* to
 // −inf. Keys that no row of the CTA can see (key_needed false: outside the window, at/after
 // seq_len, outside the mm ranges) are never read: cp.async zero-fills them without touching global
 // memory (null-block safety). Padding rows (beyond the item's rows) read zeros and are never

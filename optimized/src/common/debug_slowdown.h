@@ -1,4 +1,4 @@
-// A deliberately slowed build, for testing the benchmark compare (issue "Benchmarks"): configure
+// A deliberately slowed build, for testing the benchmark compare: configure
 // with -DHYBRIDTB_DEBUG_SLOWDOWN_US=N and every attention launch is followed by a kernel that
 // spins for N microseconds on the same stream. 0 (the default) compiles it out.
 #pragma once

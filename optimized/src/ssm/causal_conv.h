@@ -31,7 +31,7 @@
 //     entries are all decodes): every entry of the wave is empty (skipped) or one token; per entry
 //     and channel one thread reads the K − 1 saved inputs into registers, stores out and then the
 //     shifted window [saved[1:] | u] to write_slot (read_slot == write_slot is safe). A decode
-//     writes no block-boundary state (its state goes to write_slot: reference/ssm/ssm_plan.cpp's
+//     writes no block-boundary state (its state goes to write_slot: harness/spec/src/ssm_plan.cpp's
 //     plan_decode, vLLM's rule), so boundary_slot is not read. One kernel, grid from channels and
 //     num_requests only, no stash.
 // Both compute the same sums in the same order (bitwise the same c for a decode token either way).

@@ -1,4 +1,4 @@
-// The built-in GPU SSM modes, one line each (ssm_gpu_mode.h). A reference mode without a line
+// The built-in GPU SSM modes, one line each (ssm_gpu_mode.h). A mode descriptor without a line
 // here is reported NotSupported by the cuda backend, never run on the CPU.
 #include "ssm/ssm_gpu_mode.h"
 

@@ -1,10 +1,10 @@
 // The GPU SSM driver: the batch-shaped part of the SSM branch on the GPU, rule for rule the
 // reference driver's (reference/ssm/ssm_driver.cpp, restated in reference/ssm/README.md): it
-// validates the step's SSM tensors against the reference mode's specs, plans every request
+// validates the step's SSM tensors against the mode's descriptor (hybridtb/spec), plans every request
 // (decodes first, then prefills; the slots it reads and writes per mamba_cache_mode; zeros without
 // an initial state or for a decode without context; the block-boundary writes of mode all),
 // checks every slot before anything runs, skips padding (a slot the engine's rules skip:
-// reference::ssm::skips_request; never read or written, zero contribution), groups the requests into waves, uploads the plan in one stream-ordered copy
+// spec::ssm::skips_request; never read or written, zero contribution), groups the requests into waves, uploads the plan in one stream-ordered copy
 // and runs the GPU mode. Decode-only steps run as a fixed-shape step instead (FixedDecodeStep: the
 // same plan as one table of all requests plus per-row flags, in buffers allocated once, so its
 // launches can be captured into a CUDA graph and replayed after re-planning). Also the GPU mode
@@ -22,9 +22,9 @@
 #include "common/element_kind.h"
 #include "hybridtb/error.h"
 #include "hybridtb/linear_layer.h"
-#include "hybridtb/reference/linear_layer.h"
-#include "hybridtb/reference/ssm_mode.h"
-#include "hybridtb/reference/ssm_plan.h"
+#include "hybridtb/spec/linear_layer_specs.h"
+#include "hybridtb/spec/ssm_mode.h"
+#include "hybridtb/spec/ssm_plan.h"
 #include "ssm/ssm_gpu_mode.h"
 #include "ssm/ssm_kernels.h"
 
@@ -73,7 +73,7 @@ void SsmContext::upload_bytes(void* device, const void* host, size_t bytes) {
 
 GpuModeRegistry& GpuModeRegistry::instance() {
   static GpuModeRegistry* registry = [] {
-    auto* built = new GpuModeRegistry();  // never destroyed, like the reference registry
+    auto* built = new GpuModeRegistry();  // never destroyed, like the descriptor registry
     register_builtin_gpu_modes(*built);
     return built;
   }();
@@ -84,8 +84,8 @@ void GpuModeRegistry::add(std::unique_ptr<GpuMode> mode) {
   HYBRIDTB_CHECK(mode != nullptr, "GpuModeRegistry::add: null mode");
   HYBRIDTB_CHECK(find(mode->name()) == nullptr, "GpuModeRegistry::add: ssm_mode ", mode->name(),
                  " is registered twice");
-  HYBRIDTB_CHECK(reference::ssm::ModeRegistry::instance().contains(mode->name()), "GpuModeRegistry::add: ssm_mode ",
-                 mode->name(), " has no reference mode (the GPU registry mirrors reference/ssm)");
+  HYBRIDTB_CHECK(spec::ssm::ModeSpecRegistry::instance().contains(mode->name()), "GpuModeRegistry::add: ssm_mode ",
+                 mode->name(), " has no descriptor (hybridtb/spec/ssm_mode.h: ModeSpecRegistry)");
   modes_.push_back(std::move(mode));
 }
 
@@ -110,18 +110,18 @@ ElementKind gpu_element_kind(DType dtype, const std::string& what) {
   return element_kind(dtype);
 }
 
-// --- the plan (the reference driver's rules) ---------------------------------------------------------
+// --- the plan (hybridtb/spec/ssm_plan.h, the reference driver's rules) -----------------------------
 
 namespace {
 
-// The per-request plan is the reference's (hybridtb/reference/ssm_plan.h): one interpretation of
-// the Mamba metadata for both backends.
-using reference::ssm::check_plannable_step;
-using reference::ssm::plan_decode;
-using reference::ssm::plan_prefill;
-using reference::ssm::RequestPlan;
-using reference::ssm::Slot;
-using reference::ssm::slots_of;
+// The per-request plan is the spec's (hybridtb/spec/ssm_plan.h): one interpretation of the Mamba
+// metadata for both backends.
+using spec::ssm::check_plannable_step;
+using spec::ssm::plan_decode;
+using spec::ssm::plan_prefill;
+using spec::ssm::RequestPlan;
+using spec::ssm::Slot;
+using spec::ssm::slots_of;
 
 // Waves: a request goes one wave after the last earlier request it conflicts with (it reads or
 // writes a slot that request wrote, or writes a slot that request read), so each wave's requests
@@ -296,18 +296,18 @@ void bind_linear_rows(PlannedStep& planned, const AttentionConfig& config, const
 // binds them: rows, weights and pools as the GPU mode reads them. No plan yet.
 PlannedStep bind_tensors(const AttentionConfig& config, const StepTensors& tensors, const TensorView& output,
                          SsmContext& context) {
-  const reference::ssm::Mode& mode = reference::ssm::ModeRegistry::instance().find(config.ssm_mode);
+  const spec::ssm::ModeSpec& mode = spec::ssm::ModeSpecRegistry::instance().find(config.ssm_mode);
   const GpuMode& gpu_mode = gpu_mode_of(config);
-  const reference::ssm::ModeShape shape = reference::ssm::mode_shape(config);
-  std::vector<reference::ssm::TensorSpec> weight_specs;
-  std::vector<reference::ssm::TensorSpec> state_specs;
+  const spec::ssm::ModeShape shape = spec::ssm::mode_shape(config);
+  std::vector<spec::ssm::TensorSpec> weight_specs;
+  std::vector<spec::ssm::TensorSpec> state_specs;
   if (config.is_linear_layer()) {
-    reference::ssm::validate_linear_tensors(config, tensors.ssm_state, tensors.weights);
-    reference::ssm::LinearLayerTensorSpecs specs = reference::ssm::linear_layer_tensor_specs(config);
+    spec::ssm::validate_linear_tensors(config, tensors.ssm_state, tensors.weights);
+    spec::ssm::LinearLayerTensorSpecs specs = spec::ssm::linear_layer_tensor_specs(config);
     weight_specs = std::move(specs.weights);
     state_specs = std::move(specs.state);
   } else {
-    reference::ssm::validate_ssm_tensors(config, tensors.ssm_state, tensors.weights);
+    spec::ssm::validate_ssm_tensors(config, tensors.ssm_state, tensors.weights);
     weight_specs = mode.weight_specs(shape);
     state_specs = mode.state_specs(shape);
   }
@@ -323,7 +323,7 @@ PlannedStep bind_tensors(const AttentionConfig& config, const StepTensors& tenso
   } else {
     bind_branch_rows(planned, config, tensors, output, shape.hidden_size);
   }
-  for (const reference::ssm::TensorSpec& spec : weight_specs) {
+  for (const spec::ssm::TensorSpec& spec : weight_specs) {
     const auto it = tensors.weights.find(spec.name);
     if (it == tensors.weights.end() || it->second.empty()) continue;
     const TensorView& w = it->second;
@@ -332,7 +332,7 @@ PlannedStep bind_tensors(const AttentionConfig& config, const StepTensors& tenso
     step.weights[spec.name] =
         GpuWeight{WeightRef{w.data(), gpu_element_kind(w.dtype(), "/weights/" + spec.name)}, w.shape()};
   }
-  for (const reference::ssm::TensorSpec& spec : state_specs) {
+  for (const spec::ssm::TensorSpec& spec : state_specs) {
     const auto it = tensors.ssm_state.find(spec.name);
     if (it == tensors.ssm_state.end() || it->second.empty()) continue;
     const TensorView& pool = it->second;
@@ -353,7 +353,7 @@ PlannedStep bind_tensors(const AttentionConfig& config, const StepTensors& tenso
   return planned;
 }
 
-// Plans every request of the step (the reference's rules) into planned.plans/runs, and sets the
+// Plans every request of the step (the spec's plan) into planned.plans/runs, and sets the
 // step's token counts; checks nothing that needs a tensor (check_slots does, once bound).
 void plan_requests(PlannedStep& planned, const AttentionConfig& config, const MambaAttentionMetadata& metadata,
                    const BatchDescription& batch) {
@@ -372,9 +372,9 @@ void plan_requests(PlannedStep& planned, const AttentionConfig& config, const Ma
   for (const RequestPlan& plan : planned.plans) {
     HYBRIDTB_CHECK(0 <= plan.begin && plan.begin <= plan.end && plan.end <= num_tokens, "request ", plan.request,
                    " has token rows [", plan.begin, ", ", plan.end, ") outside the step's ", num_tokens, " tokens");
-    // The engine's skip rule, decided by the reference's function (index < 0, or <= 0 from vLLM
+    // The engine's skip rule, decided by the spec's function (index < 0, or <= 0 from vLLM
     // 0.33 on): the kernels only ever see the requests that run.
-    if (!reference::ssm::skips_request(config, plan) && plan.end > plan.begin) planned.runs.push_back(&plan);
+    if (!spec::ssm::skips_request(config, plan) && plan.end > plan.begin) planned.runs.push_back(&plan);
   }
 }
 

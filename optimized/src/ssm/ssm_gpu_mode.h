@@ -1,6 +1,6 @@
 // SSM modes of the CUDA backend: the small interface a GPU mode implements, the registry that
-// finds GPU modes by name, and the driver that runs one over a batch — mirroring the reference's
-// (reference/include/hybridtb/reference/ssm_mode.h).
+// finds GPU modes by name, and the driver that runs one over a batch — each GPU mode implements the
+// descriptor of the same name (hybridtb/spec/ssm_mode.h), as the reference's float64 modes do.
 //
 // A GPU mode only does the math of its requests, on the device: the driver (ssm_driver.cpp) does
 // everything batch-shaped exactly as the reference driver does (which slot each request reads and
@@ -23,7 +23,7 @@
 // (linear_inputs) instead of the hidden rows, and the mode's linear_forward runs its core alone.
 //
 // Adding a GPU mode is its file(s) in optimized/src/ssm/ plus one line in gpu_modes.cpp. A mode of
-// the reference registry without a GPU mode is reported NotSupported by the cuda backend.
+// the descriptor registry without a GPU mode is reported NotSupported by the cuda backend.
 #pragma once
 
 #include <cublas_v2.h>
@@ -183,7 +183,7 @@ struct GpuStep {
 class GpuMode {
  public:
   virtual ~GpuMode() = default;
-  virtual std::string name() const = 0;  // the reference mode it implements
+  virtual std::string name() const = 0;  // the mode descriptor it implements
   // Checks what this implementation supports (sizes, dtypes) before anything runs; throws
   // NotSupported naming the limit. Default: everything.
   virtual void check_supported(const GpuStep& /*step*/) const {}
@@ -232,7 +232,7 @@ void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& me
 
 // A linear-attention layer (config.layer_kind gdn or mamba2; Backend::linear_attention_forward) on
 // the GPU: the mode's core over tensors.linear_inputs ([T, width] each, any float dtype), its state
-// pools tensors.ssm_state and core weights tensors.weights (reference linear_layer_tensor_specs),
+// pools tensors.ssm_state and core weights tensors.weights (spec linear_layer_tensor_specs),
 // writing rows [0, num_actual_tokens) of `output` ([T, linear_layer_spec(config).output_width]
 // contiguous); requests with a padding slot get zero rows and touch no state. The same planning,
 // checks, errors and fixed decode steps as ssm_forward.
@@ -278,7 +278,7 @@ class FixedDecodeStep {
   FixedDecodeStep& operator=(const FixedDecodeStep&) = delete;
 
   // Validates and plans the step with exactly the rules and errors of ssm_forward (or
-  // linear_attention_forward; the reference's per-request plan: reference/ssm/ssm_plan.h), then
+  // linear_attention_forward; the per-request plan: hybridtb/spec/ssm_plan.h), then
   // uploads the plan (stream-ordered, the context's stream) into device buffers allocated on the
   // first call. No kernel runs. `output` is the SSM contribution ([T, Hq, D]) or a linear layer's
   // output ([T, output_width]). Later calls must have the same T, R and the same tensors (query or

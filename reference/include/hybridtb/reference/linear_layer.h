@@ -13,28 +13,14 @@
 #include "hybridtb/config.h"
 #include "hybridtb/metadata.h"
 #include "hybridtb/reference/ssm_mode.h"
+#include "hybridtb/spec/linear_layer_specs.h"
 
 namespace hybridtb::reference::ssm {
 
-// What a linear layer holds besides its inputs: the mode's state pools (one slot each) and the
-// core's weights, with the mode's specs (shapes, meanings, random initialisation):
-//   gdn     pools conv_state [conv_dim, K-1], recurrent_state [Hv, dv, dk] (V-major);
-//           weights conv1d_weight [conv_dim, K], conv1d_bias [conv_dim] (optional), A_log [Hv], dt_bias [Hv]
-//   mamba2  pools conv_state [conv_dim, K-1], ssm_state [Hs, P, N];
-//           weights conv1d_weight [conv_dim, K], conv1d_bias [conv_dim] (optional), dt_bias, A_log, D [Hs]
-// The projections and the gated norm around the core belong to the model, not to the layer's
-// mixer, so they are not here. Throws Error naming /config/ssm <param> for a bad parameter.
-struct LinearLayerTensorSpecs {
-  std::vector<TensorSpec> state;
-  std::vector<TensorSpec> weights;
-};
-LinearLayerTensorSpecs linear_layer_tensor_specs(const AttentionConfig& config);
-
-// Checks the step's pools and weights against linear_layer_tensor_specs and /config/ssm against
-// the mode's parameters; Error naming the item and "layer_kind <kind>", e.g.
-// "missing weight /weights/A_log (required by layer_kind gdn: [4], ...)".
-void validate_linear_tensors(const AttentionConfig& config, const std::map<std::string, TensorView>& ssm_state,
-                             const std::map<std::string, TensorView>& weights);
+// The layer's tensor specs and their check are its descriptor (hybridtb/spec/linear_layer_specs.h).
+using spec::ssm::linear_layer_tensor_specs;
+using spec::ssm::LinearLayerTensorSpecs;
+using spec::ssm::validate_linear_tensors;
 
 // Runs config's linear layer over the batch (host tensors): reads tensors.linear_inputs rows
 // [0, num_actual_tokens), writes rows [0, num_actual_tokens) of `output` ([T, output_width], any

@@ -1,5 +1,5 @@
-// Reference paged attention and KV-cache write (vLLM Triton backend semantics,
-// ../shared/notes/vllm-semantics.md §1). Host tensors only; float64 arithmetic; deterministic.
+// Reference paged attention and KV-cache write (the semantics of vLLM's Triton backend:
+// triton_unified_attention and reshape_and_cache_flash). Host tensors only; float64 arithmetic; deterministic.
 #pragma once
 
 #include "hybridtb/batch.h"
@@ -19,7 +19,7 @@ void write_kv_cache(const AttentionConfig& config, const BatchDescription& batch
 // unified_attention over the varlen batch (decoder: keys read from the paged cache, which must
 // already hold this step's keys; encoder_only: context_attention_fwd, bidirectional over each
 // request's own key/value rows, no cache). Float64 from the exact (dequantised) stored values;
-// visibility is reference/src/attention_mask.h's key_visible(). Writes rows [0, num_actual_tokens)
+// visibility is hybridtb/spec/visibility.h's key_visible(). Writes rows [0, num_actual_tokens)
 // of `output` ([T, Hq, D], any float dtype, rounded by store_from_double) and nothing else. With
 // tensors.output_scale (decoder only) the stored values are clamp(o / output_scale, ±448), i.e.
 // in the fp8 quantised domain. Throws NotSupported for encoder_only with a quantized KV cache.

@@ -1,12 +1,15 @@
-// SSM modes of the reference backend: the small interface one mode implements, the registry that
-// finds modes by name, and the driver that runs a mode over a whole varlen batch.
+// SSM modes of the reference backend: the float64 math of one mode, the registry that finds that
+// math by name, and the driver that runs a mode over a whole varlen batch. What a mode *is* — its
+// parameters, defaults and tensor specs — is its descriptor in hybridtb/spec/ssm_mode.h; a
+// reference mode is registered against the descriptor of the same name.
 //
 // A mode only does the math of ONE request: it advances that request's state over consecutive
 // tokens and returns the contribution of each token. Everything batch-shaped — which tokens are
 // decodes or prefill chunks, which pool slot holds a request's state (mamba_cache_mode none/all/
 // align), whether a prefill starts from its saved state, padding (slot < 0), writing states at
 // block boundaries for prefix caching — lives in the driver (reference/ssm/ssm_driver.cpp), so a
-// new mode is one file plus one registration line (see reference/ssm/README.md).
+// new mode is one descriptor file plus one file of math, each with one registration line (see
+// reference/ssm/README.md).
 #pragma once
 
 #include <Eigen/Core>
@@ -20,56 +23,23 @@
 #include "hybridtb/config.h"
 #include "hybridtb/engine_rules.h"
 #include "hybridtb/metadata.h"
+#include "hybridtb/spec/ssm_mode.h"
 #include "hybridtb/tensor.h"
 
 namespace hybridtb::reference::ssm {
 
 using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-// The sizes a mode's tensors depend on.
-struct ModeShape {
-  int64_t hidden_size = 0;               // H = num_heads · head_size (the query row, viewed flat)
-  std::map<std::string, int64_t> params;  // /config/ssm attributes (AttentionConfig::ssm_params)
-  int64_t num_heads = 0;                  // Hq and D of the query, for modes whose state keeps the
-  int64_t head_size = 0;                  // head structure (prefix_sum: [num_heads, head_size])
-  // How conv-state pools are stored (the engine rules of /config engine_version; DS without one).
-  ConvStateLayout conv_state_layout = ConvStateLayout::kDS;
-  // The gated norm's eps of gdn / mamba2 (gated_norm_eps: /config norm_eps or the family default).
-  double gdn_norm_eps = 1e-6;
-  double mamba2_norm_eps = 1e-5;
-  // Falcon-H1's mamba_rms_norm (/config mamba_rms_norm): false makes mamba2's gated norm a plain
-  // gate y·silu(z) without normalisation, and the mode has no norm_weight (vLLM registers none).
-  bool mamba2_rms_norm = true;
-  // The named parameter; throws Error naming "/config/ssm <name>" if absent or not positive.
-  int64_t param(const std::string& name) const;
-};
-// The shape of config's layer: H = num_heads · head_size, its ssm_params, Hq and D.
-ModeShape mode_shape(const AttentionConfig& config);
-
-// One named tensor of a mode: a weight (shape = the whole tensor) or one slot of a state pool
-// (the pool in the file is [num_slots, shape...]).
-struct TensorSpec {
-  std::string name;
-  Shape shape;
-  DType dtype = DType::kFloat32;  // what generators write; readers accept any floating dtype
-  bool optional = false;
-  std::string meaning;            // one line for docs and error messages, e.g. "x rows first, then z rows"
-  // How generators draw random values: uniform in [init_low, init_high) when init_low < init_high,
-  // otherwise normal(0, init_std). Chosen per tensor so random models stay numerically sane
-  // (e.g. mamba1's A_log, dt bias and projection scales).
-  double init_std = 1.0;
-  double init_low = 0.0;
-  double init_high = 0.0;
-  // A 2-d slot stored as the transpose of the layout the mode works in: the conv state in the "SD"
-  // layout ([K−1, channels] in the file, [channels, K−1] in the mode's State). The drivers transpose
-  // on load and store; generators draw the mode's layout and transpose, so both layouts hold the
-  // same logical values for one seed.
-  bool transposed = false;
-};
-
-// The conv-state slot spec of a mode with `channels` conv channels and `past` = K−1 kept inputs, in
-// the shape's conv_state_layout: [channels, past] (DS), or [past, channels] with transposed (SD).
-TensorSpec conv_state_spec(const ModeShape& shape, int64_t channels, int64_t past, std::string meaning);
+// The descriptor side, shared with the CUDA backend and the tools (hybridtb/spec/ssm_mode.h).
+using spec::ssm::check_step_tensors;
+using spec::ssm::conv_state_spec;
+using spec::ssm::make_random_ssm_tensors;
+using spec::ssm::mode_shape;
+using spec::ssm::ModeShape;
+using spec::ssm::ModeSpec;
+using spec::ssm::RandomSsmTensors;
+using spec::ssm::TensorSpec;
+using spec::ssm::validate_ssm_tensors;
 
 // Float64 working copies, by name. Weights keep their shape flattened to 2-d ([rows, cols];
 // 1-d weights are [1, n]); a request's state holds one slot of each pool, flattened row-major.
@@ -80,16 +50,15 @@ class Mode {
  public:
   virtual ~Mode() = default;
   virtual std::string name() const = 0;
-  virtual std::string description() const = 0;
-  // Names of the integer hyper-parameters read from /config/ssm.
-  virtual std::vector<std::string> parameters() const { return {}; }
-  // Conventional values of those parameters (the model family's defaults) for a layer of this
-  // shape, given the parameters already set (`shape.params`); `hybridtb gen` fills in the ones a
-  // preset or --set did not give.
-  virtual std::map<std::string, int64_t> default_parameters(const ModeShape& /*shape*/) const { return {}; }
-  // One slot of each state pool (empty for a stateless mode).
-  virtual std::vector<TensorSpec> state_specs(const ModeShape& shape) const = 0;
-  virtual std::vector<TensorSpec> weight_specs(const ModeShape& shape) const = 0;
+  // The descriptor registered under name() (ModeSpecRegistry), and its answers.
+  const ModeSpec& spec() const;
+  std::string description() const { return spec().description(); }
+  std::vector<std::string> parameters() const { return spec().parameters(); }
+  std::map<std::string, int64_t> default_parameters(const ModeShape& shape) const {
+    return spec().default_parameters(shape);
+  }
+  std::vector<TensorSpec> state_specs(const ModeShape& shape) const { return spec().state_specs(shape); }
+  std::vector<TensorSpec> weight_specs(const ModeShape& shape) const { return spec().weight_specs(shape); }
 
   // Advances one request over consecutive tokens. `x` is [L, H]: the tokens' hidden states;
   // `y` is resized by the caller to [L, H] and receives their contributions. `state` holds the
@@ -117,7 +86,8 @@ class Mode {
 class ModeRegistry {
  public:
   static ModeRegistry& instance();  // filled with the built-in modes on first use
-  void add(std::unique_ptr<Mode> mode);  // throws Error on a duplicate name
+  // Throws Error on a duplicate name, or a name without a descriptor in ModeSpecRegistry.
+  void add(std::unique_ptr<Mode> mode);
   // Throws Error listing the known modes if `name` is unknown.
   const Mode& find(const std::string& name) const;
   bool contains(const std::string& name) const;
@@ -130,29 +100,12 @@ class ModeRegistry {
 // Called once by ModeRegistry::instance(); defined in reference/ssm/modes.cpp.
 void register_builtin_modes(ModeRegistry& registry);
 
-// Checks the SSM tensors of a step against the mode's specs: every required weight and pool
-// present with the right shape (pools: [num_slots, slot shape...], the same num_slots for all)
-// and a floating dtype; every parameter present. Throws Error naming the item, e.g.
-// "missing weight /weights/x_proj (required by ssm_mode mamba1: [dt_rank + 2·state_size, intermediate_size])".
-void validate_ssm_tensors(const AttentionConfig& config, const std::map<std::string, TensorView>& ssm_state,
-                          const std::map<std::string, TensorView>& weights);
-
 // Runs config.ssm_mode over the batch (host tensors): writes rows [0, num_actual_tokens) of
 // `contribution` ([T, Hq, D], any float dtype) and updates tensors.ssm_state in place.
 void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
                  const StepTensors& tensors, const TensorView& contribution);
 
-// Seeded random weights and state pools for a mode, drawn as each TensorSpec says (used by tests
-// and the batch generator). Pools are [num_slots, ...]; optional weights are included. For a
-// linear-attention layer (config.layer_kind gdn/mamba2): the pools and the core's weights of
-// linear_layer.h, with the values the mode draws for those names.
-struct RandomSsmTensors {
-  std::map<std::string, Tensor> ssm_state;
-  std::map<std::string, Tensor> weights;
-};
-RandomSsmTensors make_random_ssm_tensors(const AttentionConfig& config, int64_t num_slots, uint64_t seed);
-// The weights alone, for a mode and a shape (tests of one mode that have no AttentionConfig); the
-// same values make_random_ssm_tensors draws for that shape and seed.
+// The weights alone, for a mode and a shape (spec::ssm::make_random_weights of its descriptor).
 std::map<std::string, Tensor> make_random_weights(const Mode& mode, const ModeShape& shape, uint64_t seed);
 
 }  // namespace hybridtb::reference::ssm

@@ -1,6 +1,7 @@
-// Reference metadata builders: vLLM's TritonAttentionMetadataBuilder and
+// The metadata builders: vLLM's TritonAttentionMetadataBuilder and
 // BaseMambaAttentionMetadataBuilder (seed 001) on the host, literally, plus the helpers they use.
-// These define what every backend's build_metadata() must return, field by field.
+// One implementation shared by every backend's build_metadata(), so parity does not compare it;
+// tests/builders checks it against vLLM's semantics field by field.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,7 @@
 #include "hybridtb/config.h"
 #include "hybridtb/metadata.h"
 
-namespace hybridtb::reference {
+namespace hybridtb::spec {
 
 // utils.py: split_decodes_and_prefills (positional: everything from the first request with
 // query_len > decode_threshold on is a prefill). With treat_short_extends_as_decodes false (vLLM
@@ -69,4 +70,4 @@ HybridMetadata build_hybrid_metadata(const AttentionConfig& config, const Builde
 MambaAttentionMetadata update_block_table(const AttentionConfig& config, const BuilderConfig& builder,
                                           const MambaAttentionMetadata& metadata, const IntArray& block_table);
 
-}  // namespace hybridtb::reference
+}  // namespace hybridtb::spec

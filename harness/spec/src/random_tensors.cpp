@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "hybridtb/error.h"
-#include "hybridtb/reference/linear_layer.h"
-#include "hybridtb/reference/ssm_mode.h"
+#include "hybridtb/spec/linear_layer_specs.h"
+#include "hybridtb/spec/ssm_mode.h"
 
-namespace hybridtb::reference::ssm {
+namespace hybridtb::spec::ssm {
 namespace {
 
 enum class Kind : uint32_t { kWeight = 0, kPool = 1 };
@@ -46,7 +46,7 @@ Tensor random_tensor(const TensorSpec& spec, const Shape& shape, uint64_t seed, 
 
 }  // namespace
 
-std::map<std::string, Tensor> make_random_weights(const Mode& mode, const ModeShape& shape, uint64_t seed) {
+std::map<std::string, Tensor> make_random_weights(const ModeSpec& mode, const ModeShape& shape, uint64_t seed) {
   std::map<std::string, Tensor> weights;
   for (const TensorSpec& spec : mode.weight_specs(shape)) {
     weights[spec.name] = random_tensor(spec, spec.shape, seed, Kind::kWeight);
@@ -55,7 +55,7 @@ std::map<std::string, Tensor> make_random_weights(const Mode& mode, const ModeSh
 }
 
 RandomSsmTensors make_random_ssm_tensors(const AttentionConfig& config, int64_t num_slots, uint64_t seed) {
-  const Mode& mode = ModeRegistry::instance().find(config.ssm_mode);
+  const ModeSpec& mode = ModeSpecRegistry::instance().find(config.ssm_mode);
   HYBRIDTB_CHECK(num_slots >= 1, "make_random_ssm_tensors: num_slots must be >= 1, got ", num_slots);
   const ModeShape shape = mode_shape(config);
   for (const std::string& name : mode.parameters()) shape.param(name);  // a missing parameter fails here, named
@@ -95,4 +95,4 @@ RandomSsmTensors make_random_ssm_tensors(const AttentionConfig& config, int64_t 
   return out;
 }
 
-}  // namespace hybridtb::reference::ssm
+}  // namespace hybridtb::spec::ssm

@@ -1,10 +1,10 @@
 // The per-request plan of an SSM step (ssm_plan.h).
-#include "hybridtb/reference/ssm_plan.h"
+#include "hybridtb/spec/ssm_plan.h"
 
 #include "hybridtb/engine_rules.h"
 #include "hybridtb/error.h"
 
-namespace hybridtb::reference::ssm {
+namespace hybridtb::spec::ssm {
 namespace {
 
 // Bounds-checked read of an index array, naming the metadata field on failure.
@@ -130,4 +130,4 @@ bool skips_request(const AttentionConfig& config, const RequestPlan& plan) {
   return false;
 }
 
-}  // namespace hybridtb::reference::ssm
+}  // namespace hybridtb::spec::ssm

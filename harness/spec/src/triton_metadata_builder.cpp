@@ -1,13 +1,13 @@
 // TritonAttentionMetadataBuilder (vllm/v1/attention/backends/triton_attn.py) on the host: the
 // per-step scalars plus the 2D/3D (split-softmax) decision that unified_attention takes from them.
 // Rules: the vLLM semantics notes, §1.9. Checked by tests/builders/triton_metadata_test.cpp.
-#include "hybridtb/reference/metadata_builders.h"
+#include "hybridtb/spec/metadata_builders.h"
 
 #include <cstdlib>
 
 #include "hybridtb/error.h"
 
-namespace hybridtb::reference {
+namespace hybridtb::spec {
 namespace {
 
 // vLLM's MIN_LAUNCH_GRID_SIZE_2D: below this many (sequence, kv head) programs the 2D grid leaves
@@ -62,4 +62,4 @@ TritonAttentionMetadata build_triton_metadata(const AttentionConfig& config, con
   return metadata;
 }
 
-}  // namespace hybridtb::reference
+}  // namespace hybridtb::spec

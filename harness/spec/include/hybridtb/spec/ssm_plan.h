@@ -16,7 +16,7 @@
 #include "hybridtb/config.h"
 #include "hybridtb/metadata.h"
 
-namespace hybridtb::reference::ssm {
+namespace hybridtb::spec::ssm {
 
 // One entry of a state-index array, named for error messages ("mamba/state_indices_tensor_d[3][0]").
 struct Slot {
@@ -59,4 +59,4 @@ std::vector<const Slot*> slots_of(const RequestPlan& plan);
 // Both backends decide with this one function.
 bool skips_request(const AttentionConfig& config, const RequestPlan& plan);
 
-}  // namespace hybridtb::reference::ssm
+}  // namespace hybridtb::spec::ssm

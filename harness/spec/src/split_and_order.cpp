@@ -3,7 +3,7 @@
 // require_uniform and treat_short_extends_as_decodes, default True as in vLLM) and the stable region sort of
 // reorder_batch_to_split_decodes_and_prefills. Rules: the vLLM semantics notes, §3.2.
 // Checked by tests/builders/split_and_order_test.cpp.
-#include "hybridtb/reference/metadata_builders.h"
+#include "hybridtb/spec/metadata_builders.h"
 
 #include <algorithm>
 #include <cstring>
@@ -13,7 +13,7 @@
 
 #include "hybridtb/error.h"
 
-namespace hybridtb::reference {
+namespace hybridtb::spec {
 namespace {
 
 bool is_padding_request(const BatchDescription& batch, int64_t r) {
@@ -138,7 +138,7 @@ void check_decodes_first(const BatchDescription& batch, int64_t decode_threshold
                    " (query_len ", batch.query_len(r), " <= decode threshold ", decode_threshold,
                    treat_short_extends_as_decodes ? "" : " with context", ", a decode) comes after request ", first_prefill, " (query_len ", batch.query_len(first_prefill),
                    ", a prefill); the builders count decodes positionally and need all decodes first. Reorder "
-                   "the batch with reference::decode_first_order + reference::reorder_requests.");
+                   "the batch with spec::decode_first_order + spec::reorder_requests.");
   }
 }
 
@@ -221,4 +221,4 @@ void reorder_requests(const std::vector<int64_t>& order, BatchDescription& batch
   inputs.value = std::move(value);
 }
 
-}  // namespace hybridtb::reference
+}  // namespace hybridtb::spec

@@ -3,7 +3,7 @@
 // the helpers mamba_get_block_table_tensor and compute_causal_conv1d_metadata; plus the hybrid
 // builder (seed 000) that runs it beside the Triton builder. Rules: the vLLM semantics notes, §3.
 // Checked by tests/builders/mamba_metadata_test.cpp.
-#include "hybridtb/reference/metadata_builders.h"
+#include "hybridtb/spec/metadata_builders.h"
 
 #include <algorithm>
 #include <string>
@@ -13,7 +13,7 @@
 #include "hybridtb/engine_rules.h"
 #include "hybridtb/error.h"
 
-namespace hybridtb::reference {
+namespace hybridtb::spec {
 namespace {
 
 // compute_causal_conv1d_metadata's only BLOCK_M: tokens per conv1d program.
@@ -372,4 +372,4 @@ MambaAttentionMetadata update_block_table(const AttentionConfig& config, const B
   return updated;
 }
 
-}  // namespace hybridtb::reference
+}  // namespace hybridtb::spec
