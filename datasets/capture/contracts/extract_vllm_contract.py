@@ -6,7 +6,7 @@ it runs on any machine (no torch, no GPU). The output is a small JSON "contract"
 engine of the capture tests (tests/capture/) is built from, and whose `engine_rules` object other
 parts of hybridtb consume. Every fact names the file (and function) it was read from.
 
-    python3 extract_vllm_contract.py /work/vllm-src/0.12.0 -o vllm-0.12.0.json
+    python3 extract_vllm_contract.py vllm-src/0.12.0 -o vllm-0.12.0.json
 
 The argument is the directory that holds `vllm/` (an unpacked wheel or source tree). A fact the
 release does not have is `null`; a fact the extractor cannot find where the release should have it
