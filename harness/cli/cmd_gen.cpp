@@ -367,7 +367,7 @@ Command add_gen_command(CLI::App& app) {
                     std::cout << ", " << (c.attn_type == AttnType::kDecoder ? check.inputs.kv_cache.size(0) : 0)
                               << " KV blocks, " << to_string(c.dtype) << "/" << to_string(c.kv_cache_dtype);
                   }
-                  std::cout << ", ssm " << c.ssm_mode << ", " << human_bytes(batch_bytes(check)) << ", " << std::fixed
+                  std::cout << ", ssm " << c.ssm_mode << ", " << human_bytes(check.inputs.nbytes()) << ", " << std::fixed
                             << std::setprecision(2) << seconds << " s\n";
                 }
               }

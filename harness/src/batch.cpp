@@ -31,6 +31,15 @@ IntArray BatchDescription::num_computed_tokens() const {
   return IntArray::vector(std::move(computed));
 }
 
+int64_t BatchInputs::nbytes() const {
+  int64_t bytes = query.nbytes() + key.nbytes() + value.nbytes() + kv_cache.nbytes() + k_scale_cache.nbytes() +
+                  v_scale_cache.nbytes();
+  for (const auto* tensors : {&ssm_state, &weights, &linear_inputs}) {
+    for (const auto& [name, t] : *tensors) bytes += t.nbytes();
+  }
+  return bytes;
+}
+
 StepTensors BatchInputs::views() const {
   StepTensors t;
   t.query = query;

@@ -450,14 +450,5 @@ BatchFile generate_batch(const Layer& layer, const Mix& mix, const GenOptions& o
   return file;
 }
 
-int64_t batch_bytes(const BatchFile& file) {
-  const BatchInputs& in = file.inputs;
-  int64_t bytes = in.query.nbytes() + in.key.nbytes() + in.value.nbytes() + in.kv_cache.nbytes() +
-                  in.k_scale_cache.nbytes() + in.v_scale_cache.nbytes();
-  for (const auto& [name, t] : in.ssm_state) bytes += t.nbytes();
-  for (const auto& [name, t] : in.weights) bytes += t.nbytes();
-  for (const auto& [name, t] : in.linear_inputs) bytes += t.nbytes();
-  return bytes;
-}
 
 }  // namespace hybridtb

@@ -81,6 +81,7 @@ struct BatchInputs {
   std::map<std::string, Tensor> linear_inputs;  // /inputs/<name> of a linear-attention layer
 
   StepTensors views() const;
+  int64_t nbytes() const;  // bytes of every tensor above (summaries, progress totals)
 };
 
 // Throws Error naming the field unless the batch description is internally consistent and fits

@@ -77,7 +77,5 @@ struct GenOptions {
 // that is not decode-only, speculative decodes with mamba_cache_mode all, ...).
 BatchFile generate_batch(const Layer& layer, const Mix& mix, const GenOptions& options);
 
-// Bytes of the tensors of a batch file (inputs, weights, pools), for summaries.
-int64_t batch_bytes(const BatchFile& file);
 
 }  // namespace hybridtb

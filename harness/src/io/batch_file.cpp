@@ -79,19 +79,28 @@ class Transfer {
 
 thread_local Transfer* Transfer::active_ = nullptr;
 
-// Rows of dimension 0 per slice of a `row_bytes`-wide dataset; 0: move it whole.
-int64_t rows_per_slice(const Shape& shape, int64_t total_bytes) {
-  const Transfer* transfer = Transfer::active();
-  if (transfer == nullptr || !transfer->reporting() || shape.empty() || shape[0] < 2 ||
-      total_bytes <= Transfer::kSliceBytes) {
-    return 0;
+// Moves a dataset of `total_bytes` whose dimension 0 is shape[0]: in one call
+// (move(kWholeDataset, 0)), or, while a listening transfer is active and it is above kSliceBytes,
+// in slices of rows (move(first_row, row_count)), reporting the bytes moved to the transfer.
+constexpr int64_t kWholeDataset = -1;
+
+template <typename MoveRows>
+void move_in_slices(const Shape& shape, int64_t total_bytes, MoveRows move) {
+  Transfer* transfer = Transfer::active();
+  const bool sliced = transfer != nullptr && transfer->reporting() && !shape.empty() && shape[0] >= 2 &&
+                      total_bytes > Transfer::kSliceBytes;
+  if (!sliced) {
+    move(kWholeDataset, int64_t{0});
+    if (transfer != nullptr) transfer->moved(total_bytes);
+    return;
   }
   const int64_t row_bytes = total_bytes / shape[0];
-  return std::max<int64_t>(Transfer::kSliceBytes / std::max<int64_t>(row_bytes, 1), 1);
-}
-
-void report_moved(int64_t bytes) {
-  if (Transfer* transfer = Transfer::active()) transfer->moved(bytes);
+  const int64_t slice = std::max<int64_t>(Transfer::kSliceBytes / std::max<int64_t>(row_bytes, 1), 1);
+  for (int64_t row = 0; row < shape[0]; row += slice) {
+    const int64_t rows = std::min(slice, shape[0] - row);
+    move(row, rows);
+    transfer->moved(rows * row_bytes);
+  }
 }
 
 int64_t tensor_data_bytes(const StepOutputs& out) {
@@ -105,12 +114,7 @@ int64_t tensor_data_bytes(const StepOutputs& out) {
 int64_t tensor_data_bytes(const BatchFile& file, bool with_inputs) {
   int64_t bytes = 0;
   if (with_inputs) {
-    const BatchInputs& in = file.inputs;
-    bytes += in.query.nbytes() + in.key.nbytes() + in.value.nbytes() + in.kv_cache.nbytes() +
-             in.k_scale_cache.nbytes() + in.v_scale_cache.nbytes();
-    for (const auto* tensors : {&in.ssm_state, &in.weights, &in.linear_inputs}) {
-      for (const auto& [name, t] : *tensors) bytes += t.nbytes();
-    }
+    bytes += file.inputs.nbytes();
     if (file.expected) bytes += tensor_data_bytes(*file.expected);
   }
   if (file.outputs) bytes += tensor_data_bytes(*file.outputs);
@@ -365,18 +369,11 @@ Tensor read_tensor_data(const Dataset& dataset, DType dtype, const Shape& shape)
   if (tensor.numel() > 0) {
     const h5::Type type = dataset.file_type();
     const int64_t bytes = tensor.nbytes();
-    if (const int64_t slice = rows_per_slice(shape, bytes); slice > 0) {
-      const int64_t row_bytes = bytes / shape[0];
-      auto* data = static_cast<char*>(tensor.data());
-      for (int64_t row = 0; row < shape[0]; row += slice) {
-        const int64_t rows = std::min(slice, shape[0] - row);
-        dataset.read_rows(type.id(), row, rows, data + row * row_bytes);
-        report_moved(rows * row_bytes);
-      }
-    } else {
-      dataset.read_raw(type.id(), tensor.data());
-      report_moved(bytes);
-    }
+    auto* data = static_cast<char*>(tensor.data());
+    move_in_slices(shape, bytes, [&](int64_t row, int64_t rows) {
+      if (row == kWholeDataset) return dataset.read_raw(type.id(), data);
+      dataset.read_rows(type.id(), row, rows, data + row * (bytes / shape[0]));
+    });
   }
   return tensor;
 }
@@ -991,18 +988,11 @@ void write_tensor(const Group& group, const std::string& name, const TensorView&
   if (source.numel() > 0) {
     const int64_t bytes = source.nbytes();
     const Shape& shape = source.shape();
-    if (const int64_t slice = rows_per_slice(shape, bytes); slice > 0) {
-      const int64_t row_bytes = bytes / shape[0];
-      const auto* data = static_cast<const char*>(source.data());
-      for (int64_t row = 0; row < shape[0]; row += slice) {
-        const int64_t rows = std::min(slice, shape[0] - row);
-        dataset.write_rows(type.id(), row, rows, data + row * row_bytes);
-        report_moved(rows * row_bytes);
-      }
-    } else {
-      dataset.write_raw(type.id(), source.data());
-      report_moved(bytes);
-    }
+    const auto* data = static_cast<const char*>(source.data());
+    move_in_slices(shape, bytes, [&](int64_t row, int64_t rows) {
+      if (row == kWholeDataset) return dataset.write_raw(type.id(), data);
+      dataset.write_rows(type.id(), row, rows, data + row * (bytes / shape[0]));
+    });
   }
   dataset.write_string_attribute(kDtypeName, std::string(to_string(source.dtype())));
 }
