@@ -5,7 +5,8 @@
 // Bytes count each in-window K/V byte once plus Q and O; FLOPs are 4·D·Hq·(visible query-key
 // pairs): a window counts only its in-window pairs.
 // Prefill cases: 1×2k/4k/8k/32k tokens, no window and window 4096, on the tensor-core
-// path, plus 1×4k on the generic SIMT kernel for comparison; the mixed step is also reported as a
+// path, plus 1×4k on the generic SIMT kernel for comparison; 1-byte KV caches (fp8 e4m3/e5m2 per
+// tensor, int8/fp8 per token-head) for prefill and decode, their bytes counted at one per element; the mixed step is also reported as a
 // ratio to the sum of its parts (decode 64×4k + prefill 1×2k). Run by harness/scripts/gpu-check.sh.
 #include <cuda_runtime_api.h>
 
@@ -47,6 +48,7 @@ struct BenchCase {
   int64_t window = 0;
   bool generic = false;  // keep non-decode rows on the generic SIMT kernel (the before/after line)
   int variant = -1;      // prefill tile variant (-1: the default for the head size)
+  KvCacheDtype kv = KvCacheDtype::kAuto;
 };
 
 std::vector<Request> repeat(int64_t count, Request r) { return std::vector<Request>(static_cast<size_t>(count), r); }
@@ -85,6 +87,7 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
   config.block_size = 16;
   config.scale = 1.0 / std::sqrt(128.0);
   config.dtype = DType::kBFloat16;
+  config.kv_cache_dtype = bc.kv;
   config.sliding_window = bc.window;
   const int64_t bs = config.block_size;
   const int64_t hq = config.num_heads;
@@ -131,14 +134,40 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
   batch.num_actual_tokens = qsl.back();
   const int64_t t = batch.num_actual_tokens;
 
-  DeviceBuffer cache(static_cast<size_t>(num_blocks * 2 * bs * hkv * d * 2));
+  // The cache in its storage dtype (1 byte for fp8/int8), per-token-head scales near 1/32 for int8
+  // (its values are 32·N(0, 1)) and near 1 for fp8, so every case attends over O(1) data.
+  const DType storage = kv_storage_dtype(bc.kv, config.dtype);
+  const int64_t element_bytes = element_size(storage);
+  const int64_t cache_elements = num_blocks * 2 * bs * hkv * d;
+  DeviceBuffer cache(static_cast<size_t>(cache_elements * element_bytes));
   DeviceBuffer query(static_cast<size_t>(t * hq * d * 2));
   DeviceBuffer output(static_cast<size_t>(t * hq * d * 2));
-  bench::fill_normal_16bit(cache.ptr, num_blocks * 2 * bs * hkv * d, false, 3, stream);
+  const int64_t scale_elements = num_blocks * bs * hkv;
+  DeviceBuffer k_scales(static_cast<size_t>(scale_elements * 4));
+  DeviceBuffer v_scales(static_cast<size_t>(scale_elements * 4));
+  if (element_bytes == 2) {
+    bench::fill_normal_16bit(cache.ptr, cache_elements, false, 3, stream);
+  } else {
+    const bench::ByteElement kind = storage == DType::kInt8         ? bench::ByteElement::kInt8
+                                    : storage == DType::kFloat8E5M2 ? bench::ByteElement::kFp8E5M2
+                                                                    : bench::ByteElement::kFp8E4M3;
+    bench::fill_bytes(cache.ptr, cache_elements, kind, 3, stream);
+    const float per_token = storage == DType::kInt8 ? 1.0f / 32.0f : 1.0f;
+    const std::vector<float> scales(static_cast<size_t>(scale_elements), per_token);
+    HYBRIDTB_CUDA_CHECK(cudaMemcpy(k_scales.ptr, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+    HYBRIDTB_CUDA_CHECK(cudaMemcpy(v_scales.ptr, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+  }
   bench::fill_normal_16bit(query.ptr, t * hq * d, false, 4, stream);
   StepTensors tensors;
   tensors.query = TensorView(query.ptr, DType::kBFloat16, {t, hq, d}, Device::kCuda);
-  tensors.kv_cache = TensorView(cache.ptr, DType::kBFloat16, {num_blocks, 2, bs, hkv, d}, Device::kCuda);
+  tensors.kv_cache = TensorView(cache.ptr, storage, {num_blocks, 2, bs, hkv, d}, Device::kCuda);
+  if (is_per_token_head(bc.kv)) {
+    tensors.k_scale_cache = TensorView(k_scales.ptr, DType::kFloat32, {num_blocks, bs, hkv}, Device::kCuda);
+    tensors.v_scale_cache = TensorView(v_scales.ptr, DType::kFloat32, {num_blocks, bs, hkv}, Device::kCuda);
+  } else if (is_quantized(bc.kv)) {
+    tensors.k_scale = 0.5f;
+    tensors.v_scale = 0.25f;
+  }
   const TensorView out(output.ptr, DType::kBFloat16, {t, hq, d}, Device::kCuda);
 
   DeviceMemory memory;
@@ -154,7 +183,7 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
   const int reps = std::clamp(static_cast<int>((quick ? 100.0 : 300.0) / std::max(once, 1e-3)), 5, 50);
   const double ms = bench::median_ms(reps, stream, [&] { runner.launch(stream); });
 
-  const double bytes = static_cast<double>(kv_tokens) * static_cast<double>(hkv * d * 2 * 2) +
+  const double bytes = static_cast<double>(kv_tokens) * static_cast<double>(hkv * d * 2 * element_bytes) +
                        2.0 * static_cast<double>(t * hq * d * 2);
   const double flops = 4.0 * static_cast<double>(d * hq) * static_cast<double>(pairs);
   nlohmann::json j;
@@ -222,6 +251,18 @@ int main(int argc, char** argv) {
         {"prefill 1x4k v0", "prefill", repeat(1, {0, 4096}), 0, false, 0},
         {"prefill 1x4k v2", "prefill", repeat(1, {0, 4096}), 0, false, 2},
         {"prefill 1x8k v0", "prefill", repeat(1, {0, 8192}), 0, false, 0},
+        // 1-byte KV caches (per-tensor fp8 scales 0.5 / 0.25; per-token-head scale caches): bytes
+        // counted at one per element; compare with the bf16-cache case of the same shape.
+        {"prefill 1x4k fp8_e4m3", "prefill", repeat(1, {0, 4096}), 0, false, -1, KvCacheDtype::kFp8E4M3},
+        {"prefill 1x4k fp8_e5m2", "prefill", repeat(1, {0, 4096}), 0, false, -1, KvCacheDtype::kFp8E5M2},
+        {"prefill 1x4k int8_pth", "prefill", repeat(1, {0, 4096}), 0, false, -1, KvCacheDtype::kInt8PerTokenHead},
+        {"prefill 1x4k fp8_pth", "prefill", repeat(1, {0, 4096}), 0, false, -1, KvCacheDtype::kFp8PerTokenHead},
+        {"prefill 1x8k fp8_e4m3", "prefill", repeat(1, {0, 8192}), 0, false, -1, KvCacheDtype::kFp8E4M3},
+        {"prefill 1x32k fp8_e4m3", "prefill", repeat(1, {0, 32768}), 0, false, -1, KvCacheDtype::kFp8E4M3},
+        {"prefill 1x32k w4096 fp8_e4m3", "prefill", repeat(1, {0, 32768}), 4096, false, -1, KvCacheDtype::kFp8E4M3},
+        {"decode 64x4k fp8_e4m3", "decode", repeat(64, {4095, 1}), 0, false, -1, KvCacheDtype::kFp8E4M3},
+        {"decode 64x4k int8_pth", "decode", repeat(64, {4095, 1}), 0, false, -1, KvCacheDtype::kInt8PerTokenHead},
+        {"decode 8x32k fp8_e4m3", "decode", repeat(8, {32767, 1}), 0, false, -1, KvCacheDtype::kFp8E4M3},
     };
     std::vector<Request> mixed = repeat(64, {4095, 1});
     mixed.push_back({0, 2048});

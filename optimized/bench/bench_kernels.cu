@@ -4,6 +4,7 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -37,6 +38,23 @@ __global__ void fill_kernel(void* data, int64_t count, bool is_half, uint64_t se
       static_cast<__half*>(data)[i] = __float2half_rn(x);
     } else {
       static_cast<__nv_bfloat16*>(data)[i] = __float2bfloat16_rn(x);
+    }
+  }
+}
+
+// 1-byte cache elements: fp8 e4m3 / e5m2 (kind 0 / 1) of the same N(0, 1)-like values, saturated
+// (never NaN), or int8 (kind 2) of 32 times them, rounded and clamped to ±127.
+__global__ void fill_bytes_kernel(uint8_t* data, int64_t count, int kind, uint64_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint64_t h = mix(seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(i));
+    float s = 0.0f;
+    for (int k = 0; k < 4; ++k) s += static_cast<float>((h >> (16 * k)) & 0xffff) / 65536.0f;
+    const float x = (s - 2.0f) * 1.7320508f + 1e-3f;
+    if (kind == 2) {
+      data[i] = static_cast<uint8_t>(static_cast<int8_t>(fmaxf(-127.0f, fminf(127.0f, rintf(32.0f * x)))));
+    } else {
+      data[i] = __nv_cvt_float_to_fp8(x, __NV_SATFINITE, kind == 1 ? __NV_E5M2 : __NV_E4M3);
     }
   }
 }
@@ -125,6 +143,11 @@ double measure_sm_clock_mhz() {
 
 void fill_normal_16bit(void* data, int64_t count, bool is_half, uint64_t seed, cudaStream_t stream) {
   fill_kernel<<<1024, 256, 0, stream>>>(data, count, is_half, seed);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+void fill_bytes(void* data, int64_t count, ByteElement kind, uint64_t seed, cudaStream_t stream) {
+  fill_bytes_kernel<<<1024, 256, 0, stream>>>(static_cast<uint8_t*>(data), count, static_cast<int>(kind), seed);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 

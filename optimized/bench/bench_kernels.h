@@ -15,6 +15,11 @@ namespace hybridtb::cuda::bench {
 // (seed, index): never zeros, reproducible.
 void fill_normal_16bit(void* data, int64_t count, bool is_half, uint64_t seed, cudaStream_t stream);
 
+// Fills `count` 1-byte cache elements with the same N(0, 1)-like values rounded to fp8 (saturating,
+// never NaN), or with int8 values of 32 times them (clamped to ±127).
+enum class ByteElement { kFp8E4M3 = 0, kFp8E5M2 = 1, kInt8 = 2 };
+void fill_bytes(void* data, int64_t count, ByteElement kind, uint64_t seed, cudaStream_t stream);
+
 // Median over `reps` of a read-only streaming kernel over `bytes` (16-byte loads): bytes/s.
 double measure_read_bandwidth(int64_t bytes, int reps, cudaStream_t stream);
 // Median over `reps` of cudaMemcpyAsync device-to-device of `bytes`, counting read + write: bytes/s.

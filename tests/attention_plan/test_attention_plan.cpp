@@ -111,14 +111,42 @@ TEST(AttentionPlan, ManyShortDecodesAreNotSplit) {
   EXPECT_EQ(plan.partial_acc_bytes + plan.partial_ml_bytes, 0u);
 }
 
-TEST(AttentionPlan, OneByteCachesTakeTheSimtDecodeKernel) {
+TEST(AttentionPlan, OneByteCachesTakeTheTensorCoreKernels) {
+  for (const KvCacheDtype kv : {KvCacheDtype::kFp8E4M3, KvCacheDtype::kFp8E5M2, KvCacheDtype::kInt8PerTokenHead,
+                                KvCacheDtype::kFp8PerTokenHead}) {
+    SCOPED_TRACE(to_string(kv));
+    AttentionConfig c = llama();
+    c.kv_cache_dtype = kv;
+    const AttentionPlan plan = plan_for(c, batch_of({{4095, 1}, {0, 300}}, c.block_size));
+    EXPECT_EQ(plan.requests[0].path, RowPath::kDecodeMma);
+    EXPECT_EQ(plan.requests[1].path, RowPath::kPrefillMma);
+    EXPECT_TRUE(plan.decode.empty());
+    EXPECT_FALSE(plan.decode_mma.empty());
+    EXPECT_TRUE(plan.generic.empty());
+    // A 1-byte cache has only the head size's default tile variant.
+    EXPECT_EQ(plan.prefill_variant, 1);
+  }
+}
+
+TEST(AttentionPlan, OneByteCachesOfAFloat32ModelTakeTheSimtKernels) {
+  AttentionConfig c = llama();
+  c.dtype = DType::kFloat32;
+  c.kv_cache_dtype = KvCacheDtype::kFp8E4M3;
+  const AttentionPlan plan = plan_for(c, batch_of({{4095, 1}, {0, 300}}, c.block_size));
+  EXPECT_EQ(plan.requests[0].path, RowPath::kDecodeSimt);
+  EXPECT_TRUE(plan.decode_mma.empty());
+  EXPECT_NE(plan.summary.decode_fallback.find("float16/bfloat16"), std::string::npos) << plan.summary.decode_fallback;
+  EXPECT_EQ(plan.requests[1].path, RowPath::kGeneric);
+  EXPECT_NE(plan.summary.prefill_fallback.find("float16/bfloat16"), std::string::npos)
+      << plan.summary.prefill_fallback;
+}
+
+TEST(AttentionPlan, OneByteCachesRefuseOtherPrefillVariants) {
   AttentionConfig c = llama();
   c.kv_cache_dtype = KvCacheDtype::kFp8E4M3;
-  const AttentionPlan plan = plan_for(c, batch_of({{4095, 1}}, c.block_size));
-  EXPECT_EQ(plan.requests[0].path, RowPath::kDecodeSimt);
-  EXPECT_FALSE(plan.decode.empty());
-  EXPECT_TRUE(plan.decode_mma.empty());
-  EXPECT_NE(plan.summary.decode_fallback.find("1-byte caches"), std::string::npos) << plan.summary.decode_fallback;
+  AttentionPathOverrides v0;
+  v0.prefill_variant = 0;
+  EXPECT_THROW(plan_for(c, batch_of({{0, 300}}, c.block_size), v0), Error);
 }
 
 TEST(AttentionPlan, PrefillRowsTakeTheTensorCorePrefillKernel) {

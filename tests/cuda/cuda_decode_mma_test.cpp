@@ -5,8 +5,10 @@
 // output, decode rows mixed with prefill rows, padding; outputs within the tolerance table (its
 // e_P = u(model)·max|v| term covers P rounded to the model dtype), bitwise equal run to run. Each
 // case asks the planner (AttentionRunner::summary) which decode path its rows take, so a case meant
-// for the tensor-core kernel cannot silently run on the SIMT one; mm_prefix rows and 1-byte caches
-// must fall back to the SIMT decode kernel with the reason named. Skips with the reason on a
+// for the tensor-core kernel cannot silently run on the SIMT one; 1-byte caches (fp8 e4m3/e5m2 per
+// tensor, int8/fp8 per token-head) take the tensor-core kernel, dequantised per tile; mm_prefix rows
+// and a float32 model with a 1-byte cache must fall back to the SIMT decode kernel with the reason
+// named. Skips with the reason on a
 // machine without a CUDA device. Cases named Small* are the compute-sanitizer subset.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -197,7 +199,28 @@ std::vector<Case> cases() {
   // Fallbacks to the SIMT decode kernel, said so by the planner.
   add({.name = "FallbackMmPrefix", .requests = {{50, 1, {{10, 50}}}, {2, 1}, {0, 30, {{5, 20}}}}, .window = 8,
        .path = Path::kSimt});
-  add({.name = "FallbackFp8Cache", .requests = kDecodes, .kv = KvCacheDtype::kFp8E4M3, .path = Path::kSimt});
+  add({.name = "FallbackFp8CacheFp32", .num_heads = 8, .num_kv_heads = 2, .dtype = DType::kFloat32,
+       .requests = kDecodes, .kv = KvCacheDtype::kFp8E4M3, .path = Path::kSimt});
+  // 1-byte caches on the tensor-core kernel: every cache dtype × head size × model dtype, windows,
+  // long split rows, soft cap.
+  const std::pair<KvCacheDtype, std::string> byte_caches[] = {{KvCacheDtype::kFp8E4M3, "Fp8E4m3"},
+                                                              {KvCacheDtype::kFp8E5M2, "Fp8E5m2"},
+                                                              {KvCacheDtype::kInt8PerTokenHead, "Int8Pth"},
+                                                              {KvCacheDtype::kFp8PerTokenHead, "Fp8Pth"}};
+  for (const auto& [kv, kv_name] : byte_caches) {
+    for (const DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      for (const int64_t d : {64, 128, 256}) {
+        add({.name = "ByteCache" + kv_name + (dtype == DType::kFloat16 ? "Fp16" : "Bf16") + "Head" + std::to_string(d),
+             .num_heads = 8, .num_kv_heads = 2, .head_size = d, .block_size = d == 256 ? 32 : 16, .dtype = dtype,
+             .requests = kDecodes, .kv = kv});
+      }
+    }
+    add({.name = "ByteCacheLongSplitWindow" + kv_name, .num_heads = 16, .num_kv_heads = 4, .requests = kLong,
+         .kv = kv, .window = 4096, .expect_split = true});
+  }
+  add({.name = "SmallByteCacheFp8Bf16", .requests = kDecodes, .kv = KvCacheDtype::kFp8E4M3});
+  add({.name = "ByteCacheSoftCapSinksFp16", .dtype = DType::kFloat16, .requests = kDecodes,
+       .kv = KvCacheDtype::kFp8E5M2, .soft_cap = 2.0, .sinks = true});
   return all;
 }
 

@@ -133,7 +133,7 @@ std::vector<FusedCase> cases() {
   add({.name = "SmallDecodeMmaSplitBf16", .cache = MambaCacheMode::kAll,
        .requests = {{100, 1}, {7, 1}, {6000, 1}, {0, 1}},
        .expect = {.decode_mma = true, .unsplit = true, .split = true}});
-  add({.name = "SmallDecodeSimtFp8Mamba1", .ssm_mode = "mamba1", .kv = KvCacheDtype::kFp8E4M3,
+  add({.name = "SmallDecodeSimtFp8Mamba1", .ssm_mode = "mamba1", .dtype = DType::kFloat32, .kv = KvCacheDtype::kFp8E4M3,
        .requests = {{45, 1}, {6000, 1}, {3, 1}}, .expect = {.decode_simt = true, .unsplit = true, .split = true},
        .seed = 3});
   add({.name = "SmallPrefillBf16", .requests = {{20, 1}, {5, 19}, {0, 70}, {129, 64}},
@@ -157,7 +157,7 @@ std::vector<FusedCase> cases() {
   // Long contexts (many splits), other head sizes, GQA 16 (16 head columns), fp8 output elsewhere.
   add({.name = "LongSplitMamba1Bf16", .ssm_mode = "mamba1", .requests = kLong,
        .expect = {.decode_mma = true, .split = true}, .seed = 19});
-  add({.name = "LongSplitSimtFp8E5m2Fp16", .dtype = DType::kFloat16, .kv = KvCacheDtype::kFp8E5M2, .requests = kLong,
+  add({.name = "LongSplitSimtFp8E5m2Fp32", .dtype = DType::kFloat32, .kv = KvCacheDtype::kFp8E5M2, .requests = kLong,
        .expect = {.decode_simt = true, .split = true}, .seed = 21});
   add({.name = "MixHead64Gqa4Fp16Mamba1", .ssm_mode = "mamba1", .num_heads = 16, .num_kv_heads = 4, .head_size = 64,
        .dtype = DType::kFloat16, .requests = kMix, .expect = {.decode_mma = true, .unsplit = true, .prefill = true},
@@ -170,11 +170,11 @@ std::vector<FusedCase> cases() {
        .seed = 27});
   add({.name = "MixFp32Fp8OutputMamba1", .ssm_mode = "mamba1", .num_heads = 4, .num_kv_heads = 2,
        .dtype = DType::kFloat32, .requests = kMix, .output_scale = 0.25f, .expect = {.generic = true}, .seed = 29});
-  add({.name = "Fp8OutputSimtFp8CacheFp16", .dtype = DType::kFloat16, .kv = KvCacheDtype::kFp8E4M3,
+  add({.name = "Fp8OutputFp8CacheFp16", .dtype = DType::kFloat16, .kv = KvCacheDtype::kFp8E4M3,
        .requests = {{20000, 1}, {100, 1}, {40, 23}}, .output_scale = 0.25f,
-       .expect = {.decode_simt = true, .unsplit = true, .split = true, .generic = true}, .seed = 31});
+       .expect = {.decode_mma = true, .unsplit = true, .split = true, .prefill = true}, .seed = 31});
   add({.name = "Int8PerTokenHeadMixBf16", .kv = KvCacheDtype::kInt8PerTokenHead, .requests = kMix,
-       .expect = {.decode_simt = true, .unsplit = true, .generic = true}, .seed = 33});
+       .expect = {.decode_mma = true, .unsplit = true, .prefill = true}, .seed = 33});
   return all;
 }
 

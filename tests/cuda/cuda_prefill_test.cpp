@@ -5,10 +5,12 @@
 // blocks point at the null block, compact paging), shuffled and aliased block tables, padding, and
 // one case per optional feature (soft cap, both ALiBi forms, sinks, mm_prefix, encoder_only, fp8
 // output). Outputs within the tolerance table (the 16-bit rows include the P-rounding and mma terms),
-// KV cache bytes exact, padding rows untouched, bitwise reproducible run to run. Each case also asks
-// the planner which path its rows take (AttentionRunner::summary) so that a case meant for the
-// tensor-core path cannot silently pass on the generic one, and the cases meant to fall back (fp8
-// KV, head size 80, float32) say so. Skips with the reason on a machine without a CUDA device.
+// KV cache bytes exact, padding rows untouched, bitwise reproducible run to run; every 1-byte KV
+// cache (fp8 e4m3/e5m2 per tensor, int8/fp8 per token-head) × head size × dtype, dequantised per
+// tile on the tensor-core path. Each case also asks the planner which path its rows take
+// (AttentionRunner::summary) so that a case meant for the tensor-core path cannot silently pass on
+// the generic one, and the cases meant to fall back (head size 80, float32, a float32 model with an
+// fp8 cache) say so. Skips with the reason on a machine without a CUDA device.
 // Run: ctest --test-dir <build> -L cuda  (cases named Small* are the compute-sanitizer subset)
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -120,6 +122,10 @@ std::vector<Case> cases() {
   add({.name = "SmallPrefillBf16", .requests = kSmall});
   add({.name = "SmallPrefillFp16WindowHead64", .head_size = 64, .dtype = DType::kFloat16, .requests = kSmall,
        .window = 8});
+  add({.name = "SmallPrefillFp8KvBf16", .requests = kSmall, .kv = KvCacheDtype::kFp8E4M3, .k_scale = 0.5f,
+       .v_scale = 0.25f});
+  add({.name = "SmallPrefillInt8PerTokenHeadFp16Head256", .head_size = 256, .block_size = 32,
+       .dtype = DType::kFloat16, .requests = kSmall, .kv = KvCacheDtype::kInt8PerTokenHead});
   // Head size × dtype, fresh prefills and chunks with context.
   for (const DType dtype : {DType::kFloat16, DType::kBFloat16}) {
     for (const int64_t d : {64, 128, 256}) {
@@ -171,11 +177,31 @@ std::vector<Case> cases() {
   add({.name = "Fp8Output", .requests = kMixed, .output_scale = 0.5f});
   add({.name = "Fp8OutputSoftCapFp16", .dtype = DType::kFloat16, .requests = kChunks, .soft_cap = 5.0,
        .output_scale = 0.25f});
+  // 1-byte KV caches on the tensor-core path: every cache dtype × head size × model dtype, chunks
+  // with context (per-tensor scales 0.5 / 0.25), windows with freed blocks, mixed batches.
+  const std::pair<KvCacheDtype, std::string> byte_caches[] = {{KvCacheDtype::kFp8E4M3, "Fp8E4m3"},
+                                                              {KvCacheDtype::kFp8E5M2, "Fp8E5m2"},
+                                                              {KvCacheDtype::kInt8PerTokenHead, "Int8Pth"},
+                                                              {KvCacheDtype::kFp8PerTokenHead, "Fp8Pth"}};
+  for (const auto& [kv, kv_name] : byte_caches) {
+    for (const DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      for (const int64_t d : {64, 128, 256}) {
+        const std::string tag = kv_name + (dtype == DType::kFloat16 ? "Fp16" : "Bf16") + "Head" + std::to_string(d);
+        add({.name = "ByteKvChunked" + tag, .head_size = d, .block_size = d == 256 ? 32 : 16, .dtype = dtype,
+             .requests = kChunks, .kv = kv, .k_scale = 0.5f, .v_scale = 0.25f});
+      }
+    }
+    add({.name = "ByteKvWindowNaNCompact" + kv_name, .requests = {{3000, 1}, {2500, 200}, {900, 64}}, .kv = kv,
+         .window = 256, .compact = true});
+    add({.name = "ByteKvMixedSinksGqa8" + kv_name, .num_heads = 16, .num_kv_heads = 2, .requests = kMixed, .kv = kv,
+         .sinks = true});
+  }
+  add({.name = "ByteKvSoftCapAlibiFp16", .dtype = DType::kFloat16, .requests = kMixed, .kv = KvCacheDtype::kFp8E4M3,
+       .soft_cap = 5.0, .alibi = Alibi::kLinear, .k_scale = 2.0f, .v_scale = 0.5f});
+  add({.name = "ByteKvFp8Output", .requests = kMixed, .kv = KvCacheDtype::kFp8PerTokenHead, .output_scale = 0.5f});
   // Not on the tensor-core path: routed to the generic kernel (and said so by the planner).
-  add({.name = "FallbackFp8Kv", .requests = kChunks, .kv = KvCacheDtype::kFp8E4M3, .k_scale = 0.5f, .v_scale = 0.25f,
-       .path = Path::kGeneric});
-  add({.name = "FallbackInt8PerTokenHead", .dtype = DType::kFloat16, .requests = kSmall,
-       .kv = KvCacheDtype::kInt8PerTokenHead, .path = Path::kGeneric});
+  add({.name = "FallbackFp8KvFp32", .num_heads = 4, .num_kv_heads = 4, .dtype = DType::kFloat32, .requests = kChunks,
+       .kv = KvCacheDtype::kFp8E4M3, .k_scale = 0.5f, .v_scale = 0.25f, .path = Path::kGeneric});
   add({.name = "FallbackHead80", .num_heads = 10, .num_kv_heads = 2, .head_size = 80, .requests = kChunks,
        .path = Path::kGeneric});
   add({.name = "FallbackFp32", .num_heads = 4, .num_kv_heads = 4, .dtype = DType::kFloat32, .requests = kSmall,

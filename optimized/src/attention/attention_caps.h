@@ -17,14 +17,20 @@ bool decode_supported(ElementKind kv_kind, int64_t head_size);
 // SIMT decode: query heads per CTA for a GQA ratio: 1, 4 or 8 (the instances of attention_inst_decode.cuh).
 int decode_heads_per_pass(int64_t queries_per_kv);
 // Tensor-core decode: model dtype float16/bfloat16 with the cache element equal to it (kv cache
-// dtype auto), head sizes 64/128/256. Must agree with decode_mma_kernel.cuh's launches.
+// dtype auto) or of one byte (dequantised per tile), head sizes 64/128/256. Must agree with
+// decode_mma_kernel.cuh's launches.
 bool decode_mma_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_size);
 // Tensor-core decode: query heads per CTA (mma N columns): 8, or 16 for queries_per_kv > 8 with
 // head size ≤ 128.
 int decode_mma_heads_per_pass(int64_t queries_per_kv, int64_t head_size);
 // Tensor-core prefill: model dtype float16/bfloat16 with the cache element equal to it (kv cache
-// dtype auto, or encoder_only), head sizes 64/128/256. Must agree with attention_inst_prefill.cuh.
+// dtype auto, or encoder_only) or of one byte (fp8 e4m3/e5m2, int8: dequantised per tile), head
+// sizes 64/128/256. Must agree with attention_inst_prefill.cuh.
 bool prefill_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_size);
+// A 1-byte cache element (fp8 e4m3/e5m2, int8).
+HYBRIDTB_HOST_DEVICE constexpr bool is_byte_element(ElementKind kind) {
+  return kind == ElementKind::kFp8E4M3 || kind == ElementKind::kFp8E5M2 || kind == ElementKind::kInt8;
+}
 
 // Tile configurations of the tensor-core prefill kernel ("variants"): mt m-tiles of 16 rows per
 // warp (4 warps: 64·mt (token, head) rows per CTA), bn keys per K/V tile, and the CTAs per SM the
@@ -71,11 +77,17 @@ HYBRIDTB_HOST_DEVICE constexpr PrefillConfig prefill_config(int d, int variant) 
 }
 HYBRIDTB_HOST_DEVICE constexpr int prefill_rows(int d, int variant) { return 64 * prefill_config(d, variant).mt; }
 
-// The default variant per head size (D 128: 1; D 64 and 256: 0), how many exist, whether one is
-// instantiated for a head size (variants 1 and 2: D 128 only), its (token, head) rows per item.
-int prefill_default_variant(int64_t head_size);
+// The default variant per head size: D 128 takes the two-m-tile variant (each K/V fragment feeds two
+// m-tiles; the fastest of the three there, experiments/results/README.md), D 64 and 256 the
+// one-m-tile variant.
+HYBRIDTB_HOST_DEVICE constexpr int prefill_default_variant(int64_t head_size) {
+  return head_size == 128 ? kPrefillTwoMTiles : kPrefillOneMTile;
+}
+// How many variants exist, whether one is instantiated for a head size and cache element (16-bit
+// caches: variants 1 and 2 at D 128 only; 1-byte caches: the default only), its (token, head) rows
+// per item.
 int prefill_num_variants();
-bool prefill_variant_supported(int64_t head_size, int variant);
+bool prefill_variant_supported(int64_t head_size, int variant, ElementKind kv_kind);
 int64_t prefill_rows_per_item(int64_t head_size, int variant);
 
 }  // namespace hybridtb::cuda

@@ -1,11 +1,11 @@
-// Instantiations of the tensor-core decode kernel (decode_mma_kernel.cuh) for __half: head sizes
-// 64/128/256 × 8 or 16 head columns × plain / featured logits.
+// Instantiations of the tensor-core decode kernel (decode_mma_kernel.cuh) for __half with a __half
+// cache: head sizes 64/128/256 × 8 or 16 head columns × plain / featured logits.
 #include "attention/decode_mma_kernel.cuh"
 
 namespace hybridtb::cuda {
 
 void launch_decode_mma_f16(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream) {
-  launch_decode_mma_typed<__half>(params, num_items, block_shift, stream);
+  launch_decode_mma_typed<__half, __half>(params, num_items, block_shift, stream);
 }
 
 }  // namespace hybridtb::cuda

@@ -1,10 +1,13 @@
 // Dispatch of the tensor-core prefill kernel over (head size, plain/featured logits, tile variant)
-// for one model dtype; included by the attention_inst_prefill_<kind>.cu files (one per dtype).
-// Variants other than the one-m-tile variant are instantiated for head size 128 only (the default
-// there, and the benchmark's comparison; attention_caps.h).
+// for one model dtype and cache element; included by the attention_inst_prefill_<kind>[_u8].cu files
+// (one per model dtype with a 16-bit cache, one per model dtype with a 1-byte cache). With a 16-bit
+// cache, variants other than the one-m-tile variant are instantiated for head size 128 only (the
+// default there, and the benchmark's comparison; attention_caps.h); a 1-byte cache has only each
+// head size's default variant.
 #pragma once
 
 #include <mutex>
+#include <type_traits>
 
 #include "attention/attention_launch.h"
 #include "attention/prefill_mma_kernel.cuh"
@@ -12,46 +15,56 @@
 
 namespace hybridtb::cuda {
 
-template <typename T, int D, bool Plain, int V>
+template <typename T, int D, bool Plain, int V, typename Cache>
 void launch_prefill_instance(const AttentionParams& params, int64_t num_items, cudaStream_t stream) {
-  constexpr auto kSmem = static_cast<int>(prefill_smem_bytes(D, V));
+  constexpr auto kSmem = static_cast<int>(prefill_smem_bytes(D, V, std::is_same_v<Cache, uint8_t>));
   static std::once_flag once;
   std::call_once(once, [] {
-    HYBRIDTB_CUDA_CHECK(
-        cudaFuncSetAttribute(prefill_mma_kernel<T, D, Plain, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(prefill_mma_kernel<T, D, Plain, V, Cache>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   });
-  prefill_mma_kernel<T, D, Plain, V><<<static_cast<unsigned>(num_items), kPrefillThreads, kSmem, stream>>>(params);
+  prefill_mma_kernel<T, D, Plain, V, Cache>
+      <<<static_cast<unsigned>(num_items), kPrefillThreads, kSmem, stream>>>(params);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 
-template <typename T, int D, int V>
+template <typename T, int D, int V, typename Cache>
 void launch_prefill_v(const AttentionParams& params, int64_t num_items, cudaStream_t stream) {
   const bool plain = !(params.soft_cap > 0.0f) && params.alibi_slopes == nullptr;
-  if (plain) return launch_prefill_instance<T, D, true, V>(params, num_items, stream);
-  return launch_prefill_instance<T, D, false, V>(params, num_items, stream);
+  if (plain) return launch_prefill_instance<T, D, true, V, Cache>(params, num_items, stream);
+  return launch_prefill_instance<T, D, false, V, Cache>(params, num_items, stream);
 }
 
-template <typename T, int D>
+template <typename T, int D, typename Cache>
 void launch_prefill_d(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream) {
-  if constexpr (D == 128) {
-    if (variant == kPrefillTwoMTiles) return launch_prefill_v<T, D, kPrefillTwoMTiles>(params, num_items, stream);
-    if (variant == kPrefillThreeCtas) return launch_prefill_v<T, D, kPrefillThreeCtas>(params, num_items, stream);
+  if constexpr (std::is_same_v<Cache, uint8_t>) {
+    constexpr int kDefault = prefill_default_variant(D);
+    if (variant != kDefault) {
+      throw Error(detail::concat("prefill attention: a 1-byte cache has only variant ", kDefault, " at head size ", D));
+    }
+    return launch_prefill_v<T, D, kDefault, Cache>(params, num_items, stream);
+  } else {
+    if constexpr (D == 128) {
+      if (variant == kPrefillTwoMTiles) return launch_prefill_v<T, D, kPrefillTwoMTiles, Cache>(params, num_items, stream);
+      if (variant == kPrefillThreeCtas) return launch_prefill_v<T, D, kPrefillThreeCtas, Cache>(params, num_items, stream);
+    }
+    if (variant != kPrefillOneMTile) {
+      throw Error(detail::concat("prefill attention: no variant ", variant, " for head size ", D));
+    }
+    return launch_prefill_v<T, D, kPrefillOneMTile, Cache>(params, num_items, stream);
   }
-  if (variant != kPrefillOneMTile) {
-    throw Error(detail::concat("prefill attention: no variant ", variant, " for head size ", D));
-  }
-  return launch_prefill_v<T, D, kPrefillOneMTile>(params, num_items, stream);
 }
 
-template <typename T>
+// Cache: T (16-bit cache or encoder_only) or uint8_t (1-byte cache).
+template <typename T, typename Cache>
 void launch_prefill_typed(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream) {
   switch (params.head_size) {
     case 64:
-      return launch_prefill_d<T, 64>(params, num_items, variant, stream);
+      return launch_prefill_d<T, 64, Cache>(params, num_items, variant, stream);
     case 128:
-      return launch_prefill_d<T, 128>(params, num_items, variant, stream);
+      return launch_prefill_d<T, 128, Cache>(params, num_items, variant, stream);
     case 256:
-      return launch_prefill_d<T, 256>(params, num_items, variant, stream);
+      return launch_prefill_d<T, 256, Cache>(params, num_items, variant, stream);
     default:
       throw Error(detail::concat("prefill attention: no instance for head size ", params.head_size));
   }

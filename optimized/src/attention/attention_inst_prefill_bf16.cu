@@ -1,10 +1,11 @@
-// Instantiations of the tensor-core prefill kernel for __nv_bfloat16: head sizes 64/128/256 × plain/featured logits.
+// Instantiations of the tensor-core prefill kernel for __nv_bfloat16 with a __nv_bfloat16 cache (kv_cache_dtype auto,
+// encoder_only): head sizes 64/128/256 × plain/featured logits × tile variants.
 #include "attention/attention_inst_prefill.cuh"
 
 namespace hybridtb::cuda {
 
 void launch_prefill_bf16(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream) {
-  launch_prefill_typed<__nv_bfloat16>(params, num_items, variant, stream);
+  launch_prefill_typed<__nv_bfloat16, __nv_bfloat16>(params, num_items, variant, stream);
 }
 
 }  // namespace hybridtb::cuda

@@ -30,14 +30,21 @@ void launch_decode_u8(const AttentionParams& params, int64_t num_items, int head
                       cudaStream_t stream);
 // Tensor-core decode kernel over `num_items` DecodeItems (grid: items × kv heads × head passes).
 void launch_decode_mma(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream);
-// Per model dtype (attention_inst_decode_mma_<kind>.cu).
+// Per model dtype with a cache of that dtype (attention_inst_decode_mma_<kind>.cu) and with a 1-byte
+// cache (attention_inst_decode_mma_<kind>_u8.cu).
 void launch_decode_mma_f16(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream);
 void launch_decode_mma_bf16(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream);
+void launch_decode_mma_f16_u8(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream);
+void launch_decode_mma_bf16_u8(const AttentionParams& params, int64_t num_items, int block_shift,
+                               cudaStream_t stream);
 // Tensor-core prefill kernel over `num_items` GenericItems of tile variant `variant`.
 void launch_prefill_attention(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
-// Per model dtype (attention_inst_prefill_<kind>.cu).
+// Per model dtype with a cache of that dtype (attention_inst_prefill_<kind>.cu) and with a 1-byte
+// cache (attention_inst_prefill_<kind>_u8.cu).
 void launch_prefill_f16(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
 void launch_prefill_bf16(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
+void launch_prefill_f16_u8(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
+void launch_prefill_bf16_u8(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
 // The split-KV combine over `num_items` CombineItems (grid: items × query heads).
 void launch_decode_combine(const AttentionParams& params, int64_t num_items, cudaStream_t stream);
 

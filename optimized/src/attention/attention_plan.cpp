@@ -159,8 +159,9 @@ void AttentionRunner::bind_cache(const StepTensors& tensors, AttentionParams& p,
   p.cache_stride_half = cache.stride(1);
   p.cache_stride_slot = cache.stride(2);
   p.cache_stride_head = cache.stride(3);
-  // The decode kernel reads 8 elements per lane in one 16-byte (8-byte) load.
-  const int64_t align = 8;
+  // Cache rows in 16-byte chunks: the tensor-core kernels' cp.async copies (16-bit and 1-byte
+  // caches alike) and the SIMT decode kernel's vector loads.
+  const int64_t align = is_byte_element(p.kv_kind) ? 16 : 8;
   facts.cache_vectorisable = p.cache_stride_block % align == 0 && p.cache_stride_half % align == 0 &&
                              p.cache_stride_slot % align == 0 && p.cache_stride_head % align == 0 &&
                              reinterpret_cast<uintptr_t>(cache.data()) % 16 == 0;
@@ -317,11 +318,14 @@ void AttentionRunner::launch_with(const AttentionParams& params, cudaStream_t st
 
 void launch_prefill_attention(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream) {
   if (num_items == 0) return;
+  const bool byte_cache = !params.encoder && is_byte_element(params.kv_kind);
   switch (params.q_kind) {
     case ElementKind::kFloat16:
-      return launch_prefill_f16(params, num_items, variant, stream);
+      return byte_cache ? launch_prefill_f16_u8(params, num_items, variant, stream)
+                        : launch_prefill_f16(params, num_items, variant, stream);
     case ElementKind::kBFloat16:
-      return launch_prefill_bf16(params, num_items, variant, stream);
+      return byte_cache ? launch_prefill_bf16_u8(params, num_items, variant, stream)
+                        : launch_prefill_bf16(params, num_items, variant, stream);
     default:
       throw Error("prefill attention: the tensor-core path takes float16/bfloat16 only");
   }
@@ -329,11 +333,14 @@ void launch_prefill_attention(const AttentionParams& params, int64_t num_items, 
 
 void launch_decode_mma(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream) {
   if (num_items == 0) return;
+  const bool byte_cache = is_byte_element(params.kv_kind);
   switch (params.q_kind) {
     case ElementKind::kFloat16:
-      return launch_decode_mma_f16(params, num_items, block_shift, stream);
+      return byte_cache ? launch_decode_mma_f16_u8(params, num_items, block_shift, stream)
+                        : launch_decode_mma_f16(params, num_items, block_shift, stream);
     case ElementKind::kBFloat16:
-      return launch_decode_mma_bf16(params, num_items, block_shift, stream);
+      return byte_cache ? launch_decode_mma_bf16_u8(params, num_items, block_shift, stream)
+                        : launch_decode_mma_bf16(params, num_items, block_shift, stream);
     default:
       throw Error("decode attention: the tensor-core path takes float16/bfloat16 only");
   }

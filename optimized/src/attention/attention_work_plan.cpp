@@ -55,7 +55,7 @@ std::string decode_mma_reason(const AttentionConfig& c, const AttentionPathOverr
   const ElementKind kv = element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype));
   if (!decode_mma_supported(element_kind(c.dtype), kv, c.head_size)) {
     return detail::concat("kv_cache_dtype ", to_string(c.kv_cache_dtype), " / dtype ", to_string(c.dtype),
-                          " (needs a float16/bfloat16 auto cache; 1-byte caches take the SIMT decode kernel)");
+                          " (needs a float16/bfloat16 model with an auto or 1-byte cache)");
   }
   return "";
 }
@@ -257,8 +257,13 @@ void choose_prefill_variant(const AttentionPlanInput& in, AttentionPlan& plan) {
   HYBRIDTB_CHECK(variant >= -1 && variant < prefill_num_variants(), "prefill_variant ", variant,
                  " is not one of -1 (default) … ", prefill_num_variants() - 1);
   plan.prefill_variant = variant >= 0 ? variant : prefill_default_variant(d);
-  HYBRIDTB_CHECK(!in.routes.prefill_why.empty() || prefill_variant_supported(d, plan.prefill_variant),
-                 "prefill_variant ", plan.prefill_variant, " is not instantiated for head size ", d);
+  const AttentionConfig& c = *in.config;
+  const ElementKind kv_kind = c.attn_type == AttnType::kEncoderOnly
+                                  ? element_kind(c.dtype)
+                                  : element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype));
+  HYBRIDTB_CHECK(!in.routes.prefill_why.empty() || prefill_variant_supported(d, plan.prefill_variant, kv_kind),
+                 "prefill_variant ", plan.prefill_variant, " is not instantiated for head size ", d,
+                 " with kv_cache_dtype ", to_string(c.kv_cache_dtype));
   plan.prefill_rows_per_item = prefill_rows_per_item(d, plan.prefill_variant);
 }
 
@@ -294,7 +299,8 @@ int decode_heads_per_pass(int64_t queries_per_kv) {
 }
 
 bool decode_mma_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_size) {
-  const bool kind_ok = (q_kind == ElementKind::kFloat16 || q_kind == ElementKind::kBFloat16) && kv_kind == q_kind;
+  const bool model_ok = q_kind == ElementKind::kFloat16 || q_kind == ElementKind::kBFloat16;
+  const bool kind_ok = model_ok && (kv_kind == q_kind || is_byte_element(kv_kind));
   return kind_ok && (head_size == 64 || head_size == 128 || head_size == 256);
 }
 
@@ -303,15 +309,14 @@ int decode_mma_heads_per_pass(int64_t queries_per_kv, int64_t head_size) {
 }
 
 bool prefill_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_size) {
-  const bool kind_ok = (q_kind == ElementKind::kFloat16 || q_kind == ElementKind::kBFloat16) && kv_kind == q_kind;
+  const bool model_ok = q_kind == ElementKind::kFloat16 || q_kind == ElementKind::kBFloat16;
+  const bool kind_ok = model_ok && (kv_kind == q_kind || is_byte_element(kv_kind));
   return kind_ok && (head_size == 64 || head_size == 128 || head_size == 256);
 }
 
-// Head size 128 takes the two-m-tile variant (each K/V fragment feeds two m-tiles; the fastest of
-// the three there, optimized/README.md); the others the one-m-tile variant.
-int prefill_default_variant(int64_t head_size) { return head_size == 128 ? kPrefillTwoMTiles : kPrefillOneMTile; }
 int prefill_num_variants() { return kPrefillVariants; }
-bool prefill_variant_supported(int64_t head_size, int variant) {
+bool prefill_variant_supported(int64_t head_size, int variant, ElementKind kv_kind) {
+  if (is_byte_element(kv_kind)) return variant == prefill_default_variant(head_size);
   return variant == kPrefillOneMTile || (head_size == 128 && variant >= 0 && variant < kPrefillVariants);
 }
 int64_t prefill_rows_per_item(int64_t head_size, int variant) {
@@ -332,7 +337,7 @@ LayerRoutes route_layer(const AttentionConfig& c, const AttentionPathOverrides& 
   } else if (!prefill_supported(q_kind, encoder ? q_kind : kv_kind, c.head_size)) {
     routes.prefill_why =
         detail::concat("dtype ", to_string(c.dtype), ", kv_cache_dtype ", to_string(c.kv_cache_dtype), ", head size ",
-                       c.head_size, " (needs float16/bfloat16 with a 16-bit auto cache, D 64/128/256)");
+                       c.head_size, " (needs float16/bfloat16 with an auto or 1-byte cache, D 64/128/256)");
   } else if (!facts.rows_aligned) {
     routes.prefill_why = "query/output/cache rows not 16-byte aligned";
   }

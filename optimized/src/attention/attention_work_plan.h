@@ -63,7 +63,7 @@ inline constexpr DecodeSplitPolicy kMmaDecodeSplit{8, 256, 8192};
 // What the bound tensors allow (decided by the runner from the device pointers and strides; the
 // explain path assumes the contiguous, aligned tensors the backend allocates itself).
 struct TensorLayoutFacts {
-  bool cache_vectorisable = true;  // KV cache rows 16-byte aligned: the decode kernels' vector loads
+  bool cache_vectorisable = true;  // KV cache rows in 16-byte chunks: the decode kernels' loads, cp.async
   bool rows_aligned = true;        // query/output/cache rows as the tensor-core prefill needs them
 };
 

@@ -1,6 +1,7 @@
 // The tensor-core decode path: one query row per request (query_len 1, decoder), head size D in
-// {64, 128, 256}, float16 / bfloat16 caches (kv_cache_dtype auto), GQA packed into the N side of
-// mma.sync m16n8k16 (float32 accumulation).
+// {64, 128, 256}, float16 / bfloat16 caches (kv_cache_dtype auto) or 1-byte caches (fp8 e4m3/e5m2,
+// int8; per-tensor or per-token-head scales), GQA packed into the N side of mma.sync m16n8k16
+// (float32 accumulation).
 //
 // Orientation: the query heads of one kv head are few (1–16), the keys many, so the kernel computes
 // the transposed products — Sᵀ = K·Qᵀ (M = 16 keys, N = 8·NT query heads, K = D) and
@@ -29,13 +30,21 @@
 // are never read: cp.async zero-fills them (null-block safety). No atomics, fixed orders: bitwise
 // reproducible. The planner (attention_work_plan.cpp) sends here only rows whose mm_prefix ranges add no
 // key (then visibility is the causal/window interval). Checked by tests/cuda/cuda_decode_mma_test.cpp.
+//
+// 1-byte caches (Cache = uint8_t): a warp's ring holds the raw K/V bytes of its tiles (and their
+// per-token-head scales, one lane per key and half); once a tile has landed the warp dequantises it
+// into its own K and V tiles of the model dtype (byte_cache.cuh), in the same swizzled layout, and
+// the MMAs read those. No CTA barrier is added; the bytes read halve.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "attention/attention_common.cuh"
 #include "attention/attention_launch.h"
+#include "attention/byte_cache.cuh"
 #include "common/cuda_check.h"
 #include "common/mma.cuh"
 
@@ -49,18 +58,26 @@ constexpr float kDecodeMmaPShift = 15.0f;   // P ∈ [0, 2^15]: fits float16, no
 __host__ __device__ constexpr int decode_mma_warps(int d) { return d <= 128 ? 4 : 2; }
 __host__ __device__ constexpr int decode_mma_stages(int d) { return d <= 64 ? 4 : 3; }
 __host__ __device__ constexpr int decode_mma_merge_stride(int d) { return d + 4; }  // floats per column
-__host__ __device__ constexpr int decode_mma_smem_bytes(int d) {
-  const int ring = decode_mma_warps(d) * decode_mma_stages(d) * 2 * kDecodeMmaKeys * d * 2;
+// One ring stage of a 1-byte cache: the K and V bytes of a tile, then the k and v scales of its keys.
+__host__ __device__ constexpr int decode_mma_byte_stage_bytes(int d) { return 2 * kDecodeMmaKeys * (d + 4); }
+// The rings (16-bit: K and V tiles per stage; 1-byte: byte stages, then each warp's dequantised K and
+// V tiles), overlapped by the merge of the warps' states at the end.
+__host__ __device__ constexpr int decode_mma_smem_bytes(int d, bool byte_cache) {
+  const int tiles = 2 * kDecodeMmaKeys * d * 2;
+  const int ring = byte_cache ? decode_mma_warps(d) * (decode_mma_stages(d) * decode_mma_byte_stage_bytes(d) + tiles)
+                              : decode_mma_warps(d) * decode_mma_stages(d) * tiles;
   const int merge = decode_mma_warps(d) * 16 * (decode_mma_merge_stride(d) + 2) * 4;
   return ring > merge ? ring : merge;
 }
 
-// T: model dtype = cache element; D: head size; NT: head columns / 8 (1 or 2); Plain: no soft cap
-// and no ALiBi.
-template <typename T, int D, int NT, bool Plain>
+// T: model dtype; D: head size; NT: head columns / 8 (1 or 2); Plain: no soft cap and no ALiBi;
+// Cache: the stored element, T (kv_cache_dtype auto) or uint8_t (a 1-byte cache).
+template <typename T, int D, int NT, bool Plain, typename Cache>
 __global__ void __launch_bounds__(32 * decode_mma_warps(D))
     decode_mma_kernel(const __grid_constant__ AttentionParams p, int block_shift) {
   using namespace mma;
+  constexpr bool kByteCache = std::is_same_v<Cache, uint8_t>;
+  static_assert(kByteCache || std::is_same_v<Cache, T>, "the cache element is T or one byte");
   constexpr int W = decode_mma_warps(D);
   constexpr int S = decode_mma_stages(D);
   constexpr int BK = kDecodeMmaKeys;
@@ -74,6 +91,10 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
   constexpr int kMs = decode_mma_merge_stride(D);
   constexpr float kLog2e = 1.4426950408889634f;
   constexpr float kLn2 = 0.6931471805599453f;
+  constexpr int kByteChunks = D / 16;            // 16-byte chunks per key row of a 1-byte cache
+  constexpr int kByteStage = decode_mma_byte_stage_bytes(D);
+  constexpr int kByteLoads = BK * kByteChunks / 32;
+  constexpr int kByteRowStep = 32 / kByteChunks;
   static_assert(D % 64 == 0 && kChunks <= 32, "head size 64, 128 or 256");
   static_assert(NT == 1 || NT == 2, "8 or 16 head columns");
 
@@ -94,7 +115,9 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
   const int seq_len = p.seq_lens[request];
   const int pos = seq_len - 1;  // the query row's position
   const int context_len = seq_len - 1;
-  const uint32_t s_ring = s_base + static_cast<uint32_t>(warp * S * kStageBytes);
+  const uint32_t s_ring = s_base + static_cast<uint32_t>(warp * S * (kByteCache ? kByteStage : kStageBytes));
+  // 1-byte caches: this warp's dequantised K and V tiles, after every warp's byte ring.
+  const uint32_t s_deq = s_base + static_cast<uint32_t>(W * S * kByteStage + warp * kStageBytes);
 
   // --- Qᵀ as B fragments: column n = head head0 + n (zeros past nh), k = dims ---------------------
   uint32_t qf[NT][kMd][2];
@@ -137,10 +160,12 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
   const int lo = max(item.key_begin, item.causal_begin);  // every key of [lo, hi) is visible
   const int hi = min(item.key_end, item.causal_end);
 
-  // Element offset of the K row of key kt + (lane & 15), or −1 if that key is not read.
+  // Element offset of the K row of key kt + (lane & 15), or −1 if that key is not read; with
+  // `scale_at` its index in the per-token-head scale caches.
   const int64_t table_row = static_cast<int64_t>(request) * p.block_table_stride;
   const int64_t head_offset = static_cast<int64_t>(kv_head) * p.cache_stride_head;
-  auto row_offset = [&](int i) -> int64_t {
+  auto row_offset = [&](int i, int64_t& scale_at) -> int64_t {
+    scale_at = 0;
     if (i >= my_tiles) return -1;
     const int k = tile_key(i) + (lane & (BK - 1));
     if (k < item.key_begin || k >= item.key_end ||
@@ -149,13 +174,38 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
     }
     const int blk = block_shift >= 0 ? (k >> block_shift) : k / p.block_size;
     const int64_t block = __ldg(p.block_table + table_row + blk);
-    return block * p.cache_stride_block + static_cast<int64_t>(k - blk * p.block_size) * p.cache_stride_slot +
-           head_offset;
+    const int slot = k - blk * p.block_size;
+    scale_at = (block * p.block_size + slot) * p.num_kv_heads + kv_head;
+    return block * p.cache_stride_block + static_cast<int64_t>(slot) * p.cache_stride_slot + head_offset;
   };
   const T* cache = static_cast<const T*>(p.kv_cache);
+  const auto* cache_bytes = static_cast<const uint8_t*>(p.kv_cache);
+  const bool per_token_head = p.kv_scale_mode == KvScaleMode::kPerTokenHead;
   // Tile i into stage i % S (always commits a group, possibly empty, so the counts stay uniform).
-  auto issue = [&](int i, int64_t off) {
-    if (i < my_tiles) {
+  auto issue = [&](int i, int64_t off, int64_t scale_at) {
+    if (kByteCache && i < my_tiles) {
+      const int lo_word = static_cast<int>(static_cast<uint64_t>(off) & 0xffffffffu);
+      const int hi_word = static_cast<int>(static_cast<uint64_t>(off) >> 32);
+      const uint32_t st = s_ring + static_cast<uint32_t>((i % S) * kByteStage);
+#pragma unroll
+      for (int c = 0; c < kByteLoads; ++c) {
+        const int r = lane / kByteChunks + c * kByteRowStep;
+        const int ch = lane % kByteChunks;
+        const uint32_t rl = static_cast<uint32_t>(__shfl_sync(0xffffffffu, lo_word, r));
+        const uint32_t rh = static_cast<uint32_t>(__shfl_sync(0xffffffffu, hi_word, r));
+        const auto ro = static_cast<int64_t>((static_cast<uint64_t>(rh) << 32) | rl);
+        const bool ok = ro >= 0;
+        const uint8_t* src = cache_bytes + (ok ? ro : 0) + ch * 16;
+        const auto so = static_cast<uint32_t>(r * D + ch * 16);
+        cp_async_16(st + so, src, ok);
+        cp_async_16(st + BK * D + so, src + (ok ? p.cache_stride_half : 0), ok);
+      }
+      if (per_token_head) {  // lanes 0–15: k scales of keys 0–15; lanes 16–31: their v scales
+        const bool ok = off >= 0;
+        const float* scales = lane < BK ? p.k_scale_cache : p.v_scale_cache;
+        cp_async_4(st + 2 * BK * D + 4 * lane, scales + (ok ? scale_at : 0), ok);
+      }
+    } else if (!kByteCache && i < my_tiles) {
       const int lo_word = static_cast<int>(static_cast<uint64_t>(off) & 0xffffffffu);
       const int hi_word = static_cast<int>(static_cast<uint64_t>(off) >> 32);
       const uint32_t sk = s_ring + static_cast<uint32_t>((i % S) * kStageBytes);
@@ -192,13 +242,42 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
   const float scale_log2 = p.scale * kLog2e;
 
 #pragma unroll
-  for (int i = 0; i < S; ++i) issue(i, row_offset(i));
+  for (int i = 0; i < S; ++i) {
+    int64_t scale_at;
+    const int64_t off = row_offset(i, scale_at);
+    issue(i, off, scale_at);
+  }
 
   for (int i = 0; i < my_tiles; ++i) {
-    const int64_t next_off = row_offset(i + S);  // block table of the refill, before the wait
+    int64_t next_scale_at;
+    const int64_t next_off = row_offset(i + S, next_scale_at);  // block table of the refill, before the wait
     cp_async_wait<S - 1>();
     __syncwarp();  // every lane's copies of tile i are visible to the warp
-    const uint32_t sk = s_ring + static_cast<uint32_t>((i % S) * kStageBytes);
+    uint32_t sk = s_ring + static_cast<uint32_t>((i % S) * kStageBytes);
+    if constexpr (kByteCache) {
+      // The byte stage → this warp's dequantised tiles (free: every lane passed the loop's last
+      // __syncwarp after reading them for tile i − 1).
+      const int base = static_cast<int>(s_ring - s_base) + (i % S) * kByteStage;
+      const int deq = static_cast<int>(s_deq - s_base);
+#pragma unroll 2
+      for (int c = 0; c < 2 * BK * kByteChunks / 32; ++c) {
+        const int idx = lane + 32 * c;
+        const int half = idx / (BK * kByteChunks);  // 0: K, 1: V
+        const int j = (idx / kByteChunks) % BK;
+        const int ch = idx % kByteChunks;
+        const uint4 raw = *reinterpret_cast<const uint4*>(smem + base + half * BK * D + j * D + ch * 16);
+        const float scale = per_token_head
+                                ? *reinterpret_cast<const float*>(smem + base + 2 * BK * D + 4 * (half * BK + j))
+                                : (half == 0 ? p.k_scale : p.v_scale);
+        uint4 out[2];
+        dequantise_16<T>(raw, p.kv_kind, scale, out);
+        unsigned char* tile = smem + deq + half * kTileBytes;
+        *reinterpret_cast<uint4*>(tile + swizzle<D>(j, 2 * ch)) = out[0];
+        *reinterpret_cast<uint4*>(tile + swizzle<D>(j, 2 * ch + 1)) = out[1];
+      }
+      __syncwarp();
+      sk = s_deq;
+    }
     const uint32_t sv = sk + kTileBytes;
     const int kt = tile_key(i);
 
@@ -276,7 +355,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
       for (int nt = 0; nt < NT; ++nt) Mma<T>::run(o[md][nt], a, pb[nt][0], pb[nt][1]);
     }
     __syncwarp();  // every lane is done reading stage i % S before it is refilled
-    issue(i + S, next_off);
+    issue(i + S, next_off, next_scale_at);
   }
   cp_async_wait<0>();  // only empty groups can be pending; none may be in flight at the merge
 
@@ -357,12 +436,12 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
 
 // --- launches (attention_inst_decode_mma_<kind>.cu) ----------------------------------------------
 
-template <typename T, int D, int NT, bool Plain>
+template <typename T, int D, int NT, bool Plain, typename Cache>
 void launch_decode_mma_instance(const AttentionParams& params, int64_t num_items, int block_shift,
                                 cudaStream_t stream) {
-  constexpr int kSmem = decode_mma_smem_bytes(D);
+  constexpr int kSmem = decode_mma_smem_bytes(D, std::is_same_v<Cache, uint8_t>);
   static const bool configured = [] {
-    HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(decode_mma_kernel<T, D, NT, Plain>,
+    HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(decode_mma_kernel<T, D, NT, Plain, Cache>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     return true;
   }();
@@ -370,41 +449,43 @@ void launch_decode_mma_instance(const AttentionParams& params, int64_t num_items
   const int passes = (params.queries_per_kv + 8 * NT - 1) / (8 * NT);
   const dim3 grid(static_cast<unsigned>(num_items), static_cast<unsigned>(params.num_kv_heads),
                   static_cast<unsigned>(passes));
-  decode_mma_kernel<T, D, NT, Plain><<<grid, 32 * decode_mma_warps(D), kSmem, stream>>>(params, block_shift);
+  decode_mma_kernel<T, D, NT, Plain, Cache>
+      <<<grid, 32 * decode_mma_warps(D), kSmem, stream>>>(params, block_shift);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 
-template <typename T, int D, int NT>
+template <typename T, int D, int NT, typename Cache>
 void launch_decode_mma_plain(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream) {
   const bool plain = params.soft_cap <= 0.0f && params.alibi_slopes == nullptr;
-  if (plain) return launch_decode_mma_instance<T, D, NT, true>(params, num_items, block_shift, stream);
-  return launch_decode_mma_instance<T, D, NT, false>(params, num_items, block_shift, stream);
+  if (plain) return launch_decode_mma_instance<T, D, NT, true, Cache>(params, num_items, block_shift, stream);
+  return launch_decode_mma_instance<T, D, NT, false, Cache>(params, num_items, block_shift, stream);
 }
 
 // NT (head columns / 8) of the instances: 8 query heads per CTA, or 16 (queries_per_kv > 8, D ≤ 128).
 constexpr int kDecodeMma8Heads = 1;
 constexpr int kDecodeMma16Heads = 2;
 
-template <typename T, int D>
+template <typename T, int D, typename Cache>
 void launch_decode_mma_d(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream) {
   if (decode_mma_heads_per_pass(params.queries_per_kv, D) == 8) {
-    return launch_decode_mma_plain<T, D, kDecodeMma8Heads>(params, num_items, block_shift, stream);
+    return launch_decode_mma_plain<T, D, kDecodeMma8Heads, Cache>(params, num_items, block_shift, stream);
   }
   if constexpr (D <= 128) {
-    return launch_decode_mma_plain<T, D, kDecodeMma16Heads>(params, num_items, block_shift, stream);
+    return launch_decode_mma_plain<T, D, kDecodeMma16Heads, Cache>(params, num_items, block_shift, stream);
   }
   throw Error(detail::concat("decode mma: no 16-column instance for head size ", D));
 }
 
-template <typename T>
+// Cache: T (kv_cache_dtype auto) or uint8_t (a 1-byte cache).
+template <typename T, typename Cache>
 void launch_decode_mma_typed(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream) {
   switch (params.head_size) {
     case 64:
-      return launch_decode_mma_d<T, 64>(params, num_items, block_shift, stream);
+      return launch_decode_mma_d<T, 64, Cache>(params, num_items, block_shift, stream);
     case 128:
-      return launch_decode_mma_d<T, 128>(params, num_items, block_shift, stream);
+      return launch_decode_mma_d<T, 128, Cache>(params, num_items, block_shift, stream);
     case 256:
-      return launch_decode_mma_d<T, 256>(params, num_items, block_shift, stream);
+      return launch_decode_mma_d<T, 256, Cache>(params, num_items, block_shift, stream);
     default:
       throw Error(detail::concat("decode mma: no instance for head size ", params.head_size));
   }

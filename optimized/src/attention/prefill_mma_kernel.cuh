@@ -2,7 +2,7 @@
 // (float16 / bfloat16 inputs, float32 accumulation) for every non-decode row of a decoder layer
 // (fresh prefills, chunked prefills with context, speculative rows, mixed-batch prefill rows) and
 // encoder_only layers, head sizes 64 / 128 / 256, KV cache dtype `auto` (the cache element is the
-// model dtype).
+// model dtype) or a 1-byte cache (fp8 e4m3 / e5m2 or int8, per-tensor or per-token-head scales).
 //
 // One CTA = one GenericItem with at most 64·MT (token, head) rows of one kv head (GQA
 // packing: row r → token token_begin + r / num_heads, head head_begin + r % num_heads), 4 warps of
@@ -22,13 +22,22 @@
 // memory (null-block safety). Padding rows (beyond the item's rows) read zeros and are never
 // stored. No atomics, fixed reduction order: bitwise reproducible. Checked against the reference by
 // tests/cuda/cuda_prefill_test.cpp.
+//
+// 1-byte caches (Cache = uint8_t) keep the tensor cores: the ring holds the raw K/V bytes (half the
+// bytes of a 16-bit tile, and their per-token-head scales), and once per tile the CTA dequantises
+// the tile into one K and one V tile of the model dtype in the same swizzled layout, so the MMA
+// loop is the 16-bit one (byte_cache.cuh: T(float(stored) · scale), the scale per tensor or per
+// (token, kv head), rounded once). Costs one more CTA barrier per tile; the K/V bytes read halve.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "attention/attention_caps.h"
 #include "attention/attention_common.cuh"
+#include "attention/byte_cache.cuh"
 #include "common/mma.cuh"
 
 namespace hybridtb::cuda {
@@ -39,21 +48,30 @@ constexpr int kPrefillStages = 3;    // cp.async ring: kPrefillStages − 1 K/V 
 constexpr float kPrefillPShift = 15.0f;  // P ∈ [0, 2^15]: fits float16 (max 65504), no subnormal loss
 
 // Tile configurations ("variants", prefill_config): attention_caps.h.
-__host__ __device__ constexpr int64_t prefill_smem_bytes(int d, int variant) {
-  return static_cast<int64_t>(2) * d *
-         (prefill_rows(d, variant) + 2 * kPrefillStages * prefill_config(d, variant).bn);
+// Shared memory of one ring stage of a 1-byte cache: the K and V bytes, then their per-token-head
+// scales (float32, one per key each).
+__host__ __device__ constexpr int64_t prefill_byte_stage_bytes(int d, int variant) {
+  return static_cast<int64_t>(2) * prefill_config(d, variant).bn * (d + 4);
+}
+// Q tile, then the ring: 16-bit caches kPrefillStages × (K tile, V tile); 1-byte caches
+// kPrefillStages byte stages, then the dequantised K and V tiles.
+__host__ __device__ constexpr int64_t prefill_smem_bytes(int d, int variant, bool byte_cache) {
+  const int64_t q_tile = static_cast<int64_t>(2) * d * prefill_rows(d, variant);
+  const int64_t kv_tile = static_cast<int64_t>(2) * d * prefill_config(d, variant).bn;
+  if (!byte_cache) return q_tile + 2 * kPrefillStages * kv_tile;
+  return q_tile + kPrefillStages * prefill_byte_stage_bytes(d, variant) + 2 * kv_tile;
 }
 
-// The PTX wrappers (mma.sync, ldmatrix, cp.async, exp2, swizzle) are shared with the tensor-core
-// decode kernel: common/mma.cuh.
-
-// T: model dtype (= cache element); D: head size; Plain: no soft cap and no ALiBi (logit =
-// scale·dot, folded with log2e into one multiply); V: tile variant (prefill_config). Sinks,
+// T: model dtype; D: head size; Plain: no soft cap and no ALiBi (logit = scale·dot, folded with
+// log2e into one multiply); V: tile variant (prefill_config); Cache: the stored K/V element, T
+// (kv_cache_dtype auto, encoder_only) or uint8_t (a 1-byte cache, dequantised per tile). Sinks,
 // mm_prefix, fp8 output and encoder_only are handled by both logit variants.
-template <typename T, int D, bool Plain, int V>
+template <typename T, int D, bool Plain, int V, typename Cache>
 __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_blocks)
     prefill_mma_kernel(const __grid_constant__ AttentionParams p) {
   using namespace mma;
+  constexpr bool kByteCache = std::is_same_v<Cache, uint8_t>;
+  static_assert(kByteCache || std::is_same_v<Cache, T>, "the cache element is T or one byte");
   constexpr int MT = prefill_config(D, V).mt;   // m-tiles (16 rows) per warp
   constexpr int BN = prefill_config(D, V).bn;   // keys per tile
   constexpr int kRows = prefill_rows(D, V);     // rows per CTA
@@ -63,13 +81,22 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
   constexpr int kTileBytes = BN * D * 2;
   constexpr float kLog2e = 1.4426950408889634f;
   constexpr float kLn2 = 0.6931471805599453f;
+  constexpr int kByteChunks = D / 16;            // 16-byte chunks per row of a 1-byte cache
+  constexpr int kByteStage = static_cast<int>(prefill_byte_stage_bytes(D, V));
   static_assert(D % 16 == 0 && BN % 16 == 0, "mma tiles");
-  static_assert((BN * kChunks) % kPrefillThreads == 0, "loader");
+  static_assert((BN * kChunks) % kPrefillThreads == 0 && (BN * kByteChunks) % kPrefillThreads == 0, "loader");
+  static_assert(2 * BN <= kPrefillThreads, "one thread per per-token-head scale");
 
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t s_q = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t s_k = s_q + kRows * D * 2;                  // [stages][BN][D]
-  const uint32_t s_v = s_k + kPrefillStages * kTileBytes;     // [stages][BN][D]
+  // 16-bit caches: the ring of K tiles [stages][BN][D], then of V tiles.
+  const uint32_t s_k = s_q + kRows * D * 2;
+  const uint32_t s_v = s_k + kPrefillStages * kTileBytes;
+  // 1-byte caches: the ring of byte stages [stages] × (K [BN][D], V [BN][D], k scales [BN],
+  // v scales [BN]), then the dequantised K and V tiles [BN][D] of the tile being computed.
+  const uint32_t s_bytes = s_k;
+  const uint32_t s_k_deq = s_bytes + kPrefillStages * kByteStage;
+  const uint32_t s_v_deq = s_k_deq + kTileBytes;
 
   const GenericItem item = p.prefill_items[blockIdx.x];
   const int tid = static_cast<int>(threadIdx.x);
@@ -127,6 +154,63 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
       cp_async_16(s_v + so, vbase + voff + c * 8, ok);
     }
   };
+  // 1-byte caches: the raw K/V rows (row-major, 16-byte chunks) and, per token-head, their scales.
+  const auto* cache_bytes = static_cast<const uint8_t*>(p.kv_cache);
+  const bool per_token_head = p.kv_scale_mode == KvScaleMode::kPerTokenHead;
+  auto load_byte_tile = [&](int kt, int stage) {
+    const uint32_t base = s_bytes + static_cast<uint32_t>(stage * kByteStage);
+#pragma unroll
+    for (int i = 0; i < BN * kByteChunks / kPrefillThreads; ++i) {
+      const int idx = tid + i * kPrefillThreads;
+      const int j = idx / kByteChunks;
+      const int c = idx % kByteChunks;
+      const int k = kt + j;
+      const bool ok = k < item.key_end &&
+                      key_needed(p, request, seq_len, pos_lo, pos_hi, item.causal_begin, item.causal_end, k);
+      const int64_t koff = ok ? cache_row_offset(p, request, k, 0, kv_head) : 0;
+      const uint32_t so = static_cast<uint32_t>(j * D + c * 16);
+      cp_async_16(base + so, cache_bytes + koff + c * 16, ok);
+      cp_async_16(base + BN * D + so, cache_bytes + koff + p.cache_stride_half + c * 16, ok);
+    }
+    if (per_token_head && tid < 2 * BN) {
+      const int j = tid % BN;
+      const int half = tid / BN;  // 0: k scale, 1: v scale
+      const int k = kt + j;
+      const bool ok = k < item.key_end &&
+                      key_needed(p, request, seq_len, pos_lo, pos_hi, item.causal_begin, item.causal_end, k);
+      const float* scales = half == 0 ? p.k_scale_cache : p.v_scale_cache;
+      cp_async_4(base + 2 * BN * D + static_cast<uint32_t>(4 * (half * BN + j)),
+                 scales + (ok ? scale_index(p, request, k, kv_head) : 0), ok);
+    }
+  };
+  // The byte stage `stage` → the dequantised K and V tiles (keys never loaded are zeros: 0 · scale).
+  auto dequantise_tile = [&](int stage) {
+    const int base = static_cast<int>(s_bytes - s_q) + stage * kByteStage;
+    // Not unrolled: the accumulators hold most registers here, so one chunk is in flight at a time.
+#pragma unroll 1
+    for (int i = 0; i < 2 * BN * kByteChunks / kPrefillThreads; ++i) {
+      const int idx = tid + i * kPrefillThreads;
+      const int half = idx / (BN * kByteChunks);  // 0: K, 1: V
+      const int j = (idx / kByteChunks) % BN;
+      const int c = idx % kByteChunks;
+      const uint4 raw = *reinterpret_cast<const uint4*>(smem + base + half * BN * D + j * D + c * 16);
+      const float scale = per_token_head
+                              ? *reinterpret_cast<const float*>(smem + base + 2 * BN * D + 4 * (half * BN + j))
+                              : (half == 0 ? p.k_scale : p.v_scale);
+      uint4 out[2];
+      dequantise_16<T>(raw, p.kv_kind, scale, out);
+      const int tile = static_cast<int>((half == 0 ? s_k_deq : s_v_deq) - s_q);
+      *reinterpret_cast<uint4*>(smem + tile + swizzle<D>(j, 2 * c)) = out[0];
+      *reinterpret_cast<uint4*>(smem + tile + swizzle<D>(j, 2 * c + 1)) = out[1];
+    }
+  };
+  auto load_stage = [&](int kt, int stage) {
+    if constexpr (kByteCache) {
+      load_byte_tile(kt, stage);
+    } else {
+      load_tile(kt, stage);
+    }
+  };
 
   // --- this thread's rows: g and g + 8 of each of the warp's m-tiles --------------------------------
   const int g = lane / 4;
@@ -160,7 +244,7 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
   const int num_tiles = (item.key_end - item.key_begin + BN - 1) / BN;
 #pragma unroll
   for (int st = 0; st < kPrefillStages - 1; ++st) {
-    if (st < num_tiles) load_tile(item.key_begin + st * BN, st);
+    if (st < num_tiles) load_stage(item.key_begin + st * BN, st);
     cp_async_commit();
   }
 
@@ -169,13 +253,20 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
     __syncthreads();  // tile `it` visible to all; every warp is done with tile it − 1's stage
     {
       const int next = it + kPrefillStages - 1;
-      if (next < num_tiles) load_tile(item.key_begin + next * BN, next % kPrefillStages);
+      if (next < num_tiles) load_stage(item.key_begin + next * BN, next % kPrefillStages);
       cp_async_commit();
     }
     const int stage = it % kPrefillStages;
     const int kt = item.key_begin + it * BN;
-    const uint32_t sk = s_k + static_cast<uint32_t>(stage * kTileBytes);
-    const uint32_t sv = s_v + static_cast<uint32_t>(stage * kTileBytes);
+    uint32_t sk = s_k + static_cast<uint32_t>(stage * kTileBytes);
+    uint32_t sv = s_v + static_cast<uint32_t>(stage * kTileBytes);
+    if constexpr (kByteCache) {
+      // Every warp finished tile it − 1 (the barrier above), so the dequantised tiles are free.
+      dequantise_tile(stage);
+      __syncthreads();
+      sk = s_k_deq;
+      sv = s_v_deq;
+    }
 
     // --- S = Q·Kᵀ (each K fragment serves the warp's MT m-tiles) --------------------------------
     float s[MT][kNt][4];
