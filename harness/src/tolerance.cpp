@@ -126,8 +126,13 @@ std::pair<double, std::string> attention_error_fp32(const ParityKey& key) {
                            std::ldexp(1.0, -16)) *
                     V
               : 0.0;
-  const double e_kv =
-      is_quantized(key.kv_cache_dtype) ? u_m * V + 2.0 * kParityLambda * u_m * kParityLogitNorm2 * V : 0.0;
+  // float16 with per-token-head v scales inside P: P ∈ [0, 2^6] (tolerance.h, e_P).
+  const double e_p_scaled =
+      key.model_dtype == DType::kFloat16 && is_per_token_head(key.kv_cache_dtype)
+          ? static_cast<double>(key.reduction_length) * smallest_subnormal(key.model_dtype) * 448.0 * std::ldexp(1.0, -7)
+          : 0.0;
+  const bool per_tensor_fp8 = is_quantized(key.kv_cache_dtype) && !is_per_token_head(key.kv_cache_dtype);
+  const double e_kv = per_tensor_fp8 ? u_m * V + 2.0 * kParityLambda * u_m * kParityLogitNorm2 * V : 0.0;
   std::string formula =
       model16 ? detail::concat("e32 = (2γ_n + 2γ_{3D}·32 + 2^-21·34)(float32)·6 = ", e32, " [n=", key.reduction_length,
                                " keys, D=", key.inner_length, "; 3D: truncating tensor-core dot products]")
@@ -137,11 +142,15 @@ std::pair<double, std::string> attention_error_fp32(const ParityKey& key) {
     formula += detail::concat(" + e_P = (u_m + n·η_m·2^-16)·6 = ", e_p, " [P rounded to ", to_string(key.model_dtype),
                               " in [0, 2^15] before P·V]");
   }
+  if (e_p_scaled > 0) {
+    formula += detail::concat(" + n·(η_m/2)·448·2^-6 = ", e_p_scaled,
+                              " [per-token-head v scales inside P ∈ [0, 2^6], float16 subnormals]");
+  }
   if (e_kv > 0) {
-    formula += detail::concat(" + e_KV = u_m·6 + 2·6·u_m·1·6 = ", e_kv, " [1-byte K/V dequantised to ",
+    formula += detail::concat(" + e_KV = u_m·6 + 2·6·u_m·1·6 = ", e_kv, " [fp8 K/V dequantised to ",
                               to_string(key.model_dtype), "]");
   }
-  return {e32 + e_p + e_kv, formula};
+  return {e32 + e_p + e_p_scaled + e_kv, formula};
 }
 
 Tolerance ssm_tolerance(const ParityKey& key, DType stored) {

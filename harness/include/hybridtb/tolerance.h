@@ -105,16 +105,20 @@ Tolerance tolerance_for(ToleranceCase which, int64_t reduction_length, int64_t i
 //           row's largest term is 2^15 and Σp ≥ 2^15: n·(η_m/2)/2^15 = n·η_m·2^-16 — negligible for
 //           n ≤ 2^20 (a kernel rounding unscaled p ∈ [0, 1] to float16 needs n·2^-25·V instead).
 //           (float32 models: no rounding of P; a kernel using TF32 must use the float16 row.)
-//   e_KV  = u_m·V + 2·λ·u_m·Λ₂·V  for a 1-byte KV cache (fp8 per tensor, int8/fp8 per token-head):
-//           the dequantised K and V (stored · scale) are re-rounded to the model dtype, as vLLM's
-//           Triton kernel does for per-tensor fp8 and our tensor-core prefill path does for every
-//           1-byte cache. V: a convex combination of values each within u_m·V.
+//           Per-token-head caches on the tensor-core kernels round p·v_scale (as vLLM 0.33 does),
+//           against the raw int8/fp8 value |r| ≤ 448: per term ≤ u_m·p·|v| (in u_m·V) plus
+//           ≤ (η_m/2)·|r| below the normal range. bfloat16 keeps P ∈ [0, 2^15] (η_m = 2^-133:
+//           nothing measurable); float16 keeps P ∈ [0, 2^6] so that p·v_scale stays finite (a v
+//           scale is at most 65504/127 < 2^9), which adds n·(η_m/2)·448·2^-6 for float16.
+//   e_KV  = u_m·V + 2·λ·u_m·Λ₂·V  for fp8 per-tensor KV with a 16-bit model: the dequantised K and V
+//           are re-rounded to the model dtype. V: a convex combination of values each within u_m·V.
 //           K: the logit error Σ_i scale·q_i·k_i·ε_i (|ε_i| ≤ u_m) is bounded with the probabilistic
 //           model of Higham & Mary (2019; independent mean-zero roundings, Hoeffding) by λ·u_m·Λ₂,
 //           λ = 6 (failure probability ≤ 2e^-18 per logit); the worst-case bound u_m·Σ|q k| is ~√D
-//           looser than what any kernel shows. (vLLM 0.33's per-token-head path casts the raw
-//           int8/fp8 to the model dtype exactly and applies the scales in float32, the V scale
-//           inside P: its error is within e_P, so the term only widens the bound there.)
+//           looser than what any kernel shows. (Our tensor-core kernels cast the stored fp8 to the
+//           model dtype exactly and apply the per-tensor scales in float32: within this term.)
+//           Per-token-head KV casts the raw int8/fp8 to the model dtype exactly and applies the
+//           scale in float32 (no extra term; the V scale is in e_P).
 //   atol  = e32 + e_P + e_KV + u_out·2^-6 (outputs near zero), rtol = u_out (the final store).
 // fp8 output (output_scale set): the stored value is e4m3(clamp(o / s)); the reference stores the
 // unrounded clamp: rtol = u(e4m3) = 2^-4, atol = 2^-10 (half the e4m3 subnormal spacing) +

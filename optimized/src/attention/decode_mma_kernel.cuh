@@ -18,8 +18,8 @@
 // 8 heads), logits in base 2 (scale·log2e in one multiply on the plain path; soft cap / ALiBi via
 // attention_logit otherwise), online softmax per head column (max over the tile by 3 shuffles,
 // exp2), P rounded to the model dtype (the P·V operand, as vLLM's Triton kernel and FlashAttention
-// do; P is scaled by 2^kDecodeMmaPShift — exact, it cancels in Σp·v / Σp — so that float16 keeps
-// small weights normal), Oᵀ += Vᵀ·Pᵀ. The warps' states are merged in shared memory in warp
+// do; P is scaled by 2^15 — exact, it cancels in Σp·v / Σp — so that float16 keeps small weights
+// normal: ByteScales::p_shift), Oᵀ += Vᵀ·Pᵀ. The warps' states are merged in shared memory in warp
 // order; then sinks (row_finalize), fp8 output and the store (store_output_vec, with the optional
 // fused hybrid add) — or, for split rows, the partial state (natural-log max, denominator,
 // numerators) for decode_combine_kernel. Sentinel items (request < 0) return at once.
@@ -32,9 +32,11 @@
 // key (then visibility is the causal/window interval). Checked by tests/cuda/cuda_decode_mma_test.cpp.
 //
 // 1-byte caches (Cache = uint8_t): a warp's ring holds the raw K/V bytes of its tiles (and their
-// per-token-head scales, one lane per key and half); once a tile has landed the warp dequantises it
-// into its own K and V tiles of the model dtype (byte_cache.cuh), in the same swizzled layout, and
-// the MMAs read those. No CTA barrier is added; the bytes read halve.
+// per-token-head scales, one lane per key and half); once a tile has landed the warp casts it
+// exactly into its own K and V tiles of the model dtype, in the same swizzled layout, and the MMAs
+// read those; the scales act in float32 (byte_cache.cuh: per tensor on the logit scale and the
+// numerators, per token-head on each key's logits and probabilities). No CTA barrier is added;
+// the bytes read halve.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -51,7 +53,6 @@
 namespace hybridtb::cuda {
 
 constexpr int kDecodeMmaKeys = 16;          // keys per warp tile (M of Sᵀ, K of Oᵀ)
-constexpr float kDecodeMmaPShift = 15.0f;   // P ∈ [0, 2^15]: fits float16, no subnormal loss
 
 // Warps per CTA and ring stages per warp by head size: 64/96/96 KB of shared memory per CTA
 // (3/2/2 CTAs per SM), i.e. about 128–190 KB of K/V in flight per SM.
@@ -180,7 +181,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
   };
   const T* cache = static_cast<const T*>(p.kv_cache);
   const auto* cache_bytes = static_cast<const uint8_t*>(p.kv_cache);
-  const bool per_token_head = p.kv_scale_mode == KvScaleMode::kPerTokenHead;
+  const ByteScales scales = byte_scales<T>(p, kByteCache);
   // Tile i into stage i % S (always commits a group, possibly empty, so the counts stay uniform).
   auto issue = [&](int i, int64_t off, int64_t scale_at) {
     if (kByteCache && i < my_tiles) {
@@ -200,10 +201,10 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
         cp_async_16(st + so, src, ok);
         cp_async_16(st + BK * D + so, src + (ok ? p.cache_stride_half : 0), ok);
       }
-      if (per_token_head) {  // lanes 0–15: k scales of keys 0–15; lanes 16–31: their v scales
+      if (scales.per_token) {  // lanes 0–15: k scales of keys 0–15; lanes 16–31: their v scales
         const bool ok = off >= 0;
-        const float* scales = lane < BK ? p.k_scale_cache : p.v_scale_cache;
-        cp_async_4(st + 2 * BK * D + 4 * lane, scales + (ok ? scale_at : 0), ok);
+        const float* cache = lane < BK ? p.k_scale_cache : p.v_scale_cache;
+        cp_async_4(st + 2 * BK * D + 4 * lane, cache + (ok ? scale_at : 0), ok);
       }
     } else if (!kByteCache && i < my_tiles) {
       const int lo_word = static_cast<int>(static_cast<uint64_t>(off) & 0xffffffffu);
@@ -239,7 +240,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
     col_m[nt][0] = col_m[nt][1] = kNegInf;
     col_l[nt][0] = col_l[nt][1] = 0.0f;
   }
-  const float scale_log2 = p.scale * kLog2e;
+  const float scale_log2 = p.scale * kLog2e * scales.k;
 
 #pragma unroll
   for (int i = 0; i < S; ++i) {
@@ -255,7 +256,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
     __syncwarp();  // every lane's copies of tile i are visible to the warp
     uint32_t sk = s_ring + static_cast<uint32_t>((i % S) * kStageBytes);
     if constexpr (kByteCache) {
-      // The byte stage → this warp's dequantised tiles (free: every lane passed the loop's last
+      // The byte stage → this warp's K and V tiles of T (free: every lane passed the loop's last
       // __syncwarp after reading them for tile i − 1).
       const int base = static_cast<int>(s_ring - s_base) + (i % S) * kByteStage;
       const int deq = static_cast<int>(s_deq - s_base);
@@ -266,11 +267,8 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
         const int j = (idx / kByteChunks) % BK;
         const int ch = idx % kByteChunks;
         const uint4 raw = *reinterpret_cast<const uint4*>(smem + base + half * BK * D + j * D + ch * 16);
-        const float scale = per_token_head
-                                ? *reinterpret_cast<const float*>(smem + base + 2 * BK * D + 4 * (half * BK + j))
-                                : (half == 0 ? p.k_scale : p.v_scale);
         uint4 out[2];
-        dequantise_16<T>(raw, p.kv_kind, scale, out);
+        cast_16<T>(raw, p.kv_kind, out);
         unsigned char* tile = smem + deq + half * kTileBytes;
         *reinterpret_cast<uint4*>(tile + swizzle<D>(j, 2 * ch)) = out[0];
         *reinterpret_cast<uint4*>(tile + swizzle<D>(j, 2 * ch + 1)) = out[1];
@@ -295,15 +293,28 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
 
     // --- logits (base 2) and masks: element e is key kt + g + 8·(e / 2), column 2·t4 + e % 2 -----
     const bool full = kt >= lo && kt + BK <= hi;
+    // Per-token-head caches: the k and v scales of this thread's keys g and g + 8 (the stage's).
+    float key_k[2] = {1.0f, 1.0f};
+    float key_v[2] = {1.0f, 1.0f};
+    if (kByteCache && scales.per_token) {
+      const unsigned char* staged = smem + (s_ring - s_base) + (i % S) * kByteStage + 2 * BK * D;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        key_k[r] = reinterpret_cast<const float*>(staged)[g + 8 * r];
+        key_v[r] = reinterpret_cast<const float*>(staged)[BK + g + 8 * r];
+      }
+    }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int k = kt + g + 8 * (e / 2);
         if constexpr (Plain) {
-          s[nt][e] *= scale_log2;
+          s[nt][e] *= scale_log2 * key_k[e / 2];
         } else {
-          s[nt][e] = attention_logit(p, s[nt][e], col_head[nt][e % 2], pos, k, context_len) * kLog2e;
+          s[nt][e] = attention_logit(p, s[nt][e] * (scales.k * key_k[e / 2]), col_head[nt][e % 2], pos, k,
+                                     context_len) *
+                     kLog2e;
         }
         // Select, never multiply: a masked score is −inf whatever the key held.
         if (!full && !(k >= item.key_begin && k < item.key_end && key_visible(p, request, seq_len, pos, k))) {
@@ -325,7 +336,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
         const float m_new = fmaxf(col_m[nt][j], mx);
-        m_ref[j] = m_new == kNegInf ? 0.0f : m_new - kDecodeMmaPShift;
+        m_ref[j] = m_new == kNegInf ? 0.0f : m_new - scales.p_shift;
         alpha[j] = col_m[nt][j] == kNegInf ? 0.0f : exp2_approx(col_m[nt][j] - m_new);
         col_m[nt][j] = m_new;
       }
@@ -334,9 +345,10 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
       for (int e = 0; e < 4; ++e) pr[e] = exp2_approx(s[nt][e] - m_ref[e % 2]);
 #pragma unroll
       for (int j = 0; j < 2; ++j) col_l[nt][j] = col_l[nt][j] * alpha[j] + (pr[j] + pr[j + 2]);
-      // (key g, columns 2t4..2t4+1) → transposed: (keys 2t4..2t4+1, column g) = B fragment of Pᵀ.
-      pb[nt][0] = movmatrix_trans(Mma<T>::pack(pr[0], pr[1]));
-      pb[nt][1] = movmatrix_trans(Mma<T>::pack(pr[2], pr[3]));
+      // (key g, columns 2t4..2t4+1) → transposed: (keys 2t4..2t4+1, column g) = B fragment of Pᵀ;
+      // with per-token-head v scales, p·v_scale of its key (Σp above stays unscaled).
+      pb[nt][0] = movmatrix_trans(Mma<T>::pack(pr[0] * key_v[0], pr[1] * key_v[0]));
+      pb[nt][1] = movmatrix_trans(Mma<T>::pack(pr[2] * key_v[1], pr[3] * key_v[1]));
 #pragma unroll
       for (int md = 0; md < kMd; ++md) {
         o[md][nt][0] *= alpha[0];
@@ -358,6 +370,16 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
     issue(i + S, next_off, next_scale_at);
   }
   cp_async_wait<0>();  // only empty groups can be pending; none may be in flight at the merge
+  if (kByteCache && scales.v != 1.0f) {  // the per-tensor v scale, on the numerators (split or not)
+#pragma unroll
+    for (int md = 0; md < kMd; ++md) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[md][nt][e] *= scales.v;
+      }
+    }
+  }
 
   // --- per-warp state → shared memory; merge the warps in order --------------------------------------
 #pragma unroll
@@ -415,7 +437,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
       acc += sm_acc[(w * 16 + col) * kMs + c] * f;
     }
     // l and acc are relative to 2^{mx − shift}: natural-log reference point for row_finalize.
-    const float m_nat = mx == kNegInf ? kNegInf : (mx - kDecodeMmaPShift) * kLn2;
+    const float m_nat = mx == kNegInf ? kNegInf : (mx - scales.p_shift) * kLn2;
     const int head = head0 + col;
     if (item.num_splits == 1) {
       const RowScale f = row_finalize(p, head, m_nat, l);

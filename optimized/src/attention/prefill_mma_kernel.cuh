@@ -12,8 +12,8 @@
 // S = Q·Kᵀ (mma), logits in base 2 (scale·log2e folded into one multiply on the plain path; soft cap
 // and ALiBi through attention_logit on the featured path), online softmax in registers (row max
 // and rescale per quad, exp2), P rounded to the model dtype (the P·V operand, as vLLM's Triton
-// kernel does), O += P·V (mma, V through ldmatrix.trans). P is scaled by 2^kPrefillPShift (exact,
-// cancels in o = Σp·v / Σp) so that float16's subnormal range costs nothing measurable.
+// kernel does), O += P·V (mma, V through ldmatrix.trans). P is scaled by 2^15 (exact, cancels in
+// o = Σp·v / Σp) so that float16's subnormal range costs nothing measurable (ByteScales::p_shift).
 //
 // Masks: only tiles that are not fully visible to every row of the CTA evaluate key_visible()
 // (attention_common.cuh, = spec::key_visible) per element; masked scores are *selected* to
@@ -24,10 +24,11 @@
 // tests/cuda/cuda_prefill_test.cpp.
 //
 // 1-byte caches (Cache = uint8_t) keep the tensor cores: the ring holds the raw K/V bytes (half the
-// bytes of a 16-bit tile, and their per-token-head scales), and once per tile the CTA dequantises
-// the tile into one K and one V tile of the model dtype in the same swizzled layout, so the MMA
-// loop is the 16-bit one (byte_cache.cuh: T(float(stored) · scale), the scale per tensor or per
-// (token, kv head), rounded once). Costs one more CTA barrier per tile; the K/V bytes read halve.
+// bytes of a 16-bit tile, and their per-token-head scales), and once per tile the CTA casts the
+// tile exactly into one K and one V tile of the model dtype in the same swizzled layout, so the MMA
+// loop is the 16-bit one; the scales act in float32 (byte_cache.cuh: per tensor on the logit scale
+// and the output, per token-head on each key's dot products and probability). Costs one more CTA
+// barrier per tile; the K/V bytes read halve.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -45,7 +46,6 @@ namespace hybridtb::cuda {
 constexpr int kPrefillWarps = 4;
 constexpr int kPrefillThreads = 32 * kPrefillWarps;
 constexpr int kPrefillStages = 3;    // cp.async ring: kPrefillStages − 1 K/V tiles in flight
-constexpr float kPrefillPShift = 15.0f;  // P ∈ [0, 2^15]: fits float16 (max 65504), no subnormal loss
 
 // Tile configurations ("variants", prefill_config): attention_caps.h.
 // Shared memory of one ring stage of a 1-byte cache: the K and V bytes, then their per-token-head
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
   };
   // 1-byte caches: the raw K/V rows (row-major, 16-byte chunks) and, per token-head, their scales.
   const auto* cache_bytes = static_cast<const uint8_t*>(p.kv_cache);
-  const bool per_token_head = p.kv_scale_mode == KvScaleMode::kPerTokenHead;
+  const ByteScales scales = byte_scales<T>(p, kByteCache);
   auto load_byte_tile = [&](int kt, int stage) {
     const uint32_t base = s_bytes + static_cast<uint32_t>(stage * kByteStage);
 #pragma unroll
@@ -172,19 +172,19 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
       cp_async_16(base + so, cache_bytes + koff + c * 16, ok);
       cp_async_16(base + BN * D + so, cache_bytes + koff + p.cache_stride_half + c * 16, ok);
     }
-    if (per_token_head && tid < 2 * BN) {
+    if (scales.per_token && tid < 2 * BN) {
       const int j = tid % BN;
       const int half = tid / BN;  // 0: k scale, 1: v scale
       const int k = kt + j;
       const bool ok = k < item.key_end &&
                       key_needed(p, request, seq_len, pos_lo, pos_hi, item.causal_begin, item.causal_end, k);
-      const float* scales = half == 0 ? p.k_scale_cache : p.v_scale_cache;
+      const float* cache = half == 0 ? p.k_scale_cache : p.v_scale_cache;
       cp_async_4(base + 2 * BN * D + static_cast<uint32_t>(4 * (half * BN + j)),
-                 scales + (ok ? scale_index(p, request, k, kv_head) : 0), ok);
+                 cache + (ok ? scale_index(p, request, k, kv_head) : 0), ok);
     }
   };
-  // The byte stage `stage` → the dequantised K and V tiles (keys never loaded are zeros: 0 · scale).
-  auto dequantise_tile = [&](int stage) {
+  // The byte stage `stage` → the K and V tiles of T (keys never loaded are zeros).
+  auto cast_tile = [&](int stage) {
     const int base = static_cast<int>(s_bytes - s_q) + stage * kByteStage;
     // Not unrolled: the accumulators hold most registers here, so one chunk is in flight at a time.
 #pragma unroll 1
@@ -194,11 +194,8 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
       const int j = (idx / kByteChunks) % BN;
       const int c = idx % kByteChunks;
       const uint4 raw = *reinterpret_cast<const uint4*>(smem + base + half * BN * D + j * D + c * 16);
-      const float scale = per_token_head
-                              ? *reinterpret_cast<const float*>(smem + base + 2 * BN * D + 4 * (half * BN + j))
-                              : (half == 0 ? p.k_scale : p.v_scale);
       uint4 out[2];
-      dequantise_16<T>(raw, p.kv_kind, scale, out);
+      cast_16<T>(raw, p.kv_kind, out);
       const int tile = static_cast<int>((half == 0 ? s_k_deq : s_v_deq) - s_q);
       *reinterpret_cast<uint4*>(smem + tile + swizzle<D>(j, 2 * c)) = out[0];
       *reinterpret_cast<uint4*>(smem + tile + swizzle<D>(j, 2 * c + 1)) = out[1];
@@ -228,7 +225,7 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
       row_head[m][i] = row_valid[m][i] ? item.head_begin + r % item.num_heads : item.head_begin;
     }
   }
-  const float scale_log2 = p.scale * kLog2e;
+  const float scale_log2 = p.scale * kLog2e * scales.k;
 
   float o[MT][kDt][4];
   float row_m[MT][2];  // running max of the base-2 logits
@@ -261,8 +258,8 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
     uint32_t sk = s_k + static_cast<uint32_t>(stage * kTileBytes);
     uint32_t sv = s_v + static_cast<uint32_t>(stage * kTileBytes);
     if constexpr (kByteCache) {
-      // Every warp finished tile it − 1 (the barrier above), so the dequantised tiles are free.
-      dequantise_tile(stage);
+      // Every warp finished tile it − 1 (the barrier above), so the cast tiles are free.
+      cast_tile(stage);
       __syncthreads();
       sk = s_k_deq;
       sv = s_v_deq;
@@ -304,18 +301,27 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
     } else {
       full = full && kt + BN - 1 <= pos_lo && (w == 0 || kt >= pos_hi - w + 1);
     }
+    // Per-token-head caches: the k and v scales of this thread's keys 8n + 2·t4 + {0, 1} of the tile.
+    const int scale_base = static_cast<int>(s_bytes - s_q) + stage * kByteStage + 2 * BN * D;
+    auto key_scales = [&](int n, int half) -> float2 {
+      if (!kByteCache || !scales.per_token) return make_float2(1.0f, 1.0f);
+      return *reinterpret_cast<const float2*>(smem + scale_base + 4 * (half * BN + 8 * n + 2 * t4));
+    };
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
 #pragma unroll
       for (int n = 0; n < kNt; ++n) {
+        const float2 ks = key_scales(n, 0);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
+          const float key_scale = e % 2 == 0 ? ks.x : ks.y;
           if constexpr (Plain) {
-            s[m][n][e] *= scale_log2;
+            s[m][n][e] *= scale_log2 * key_scale;
           } else {
             const int k = kt + 8 * n + 2 * t4 + (e % 2);
-            s[m][n][e] =
-                attention_logit(p, s[m][n][e], row_head[m][e / 2], row_pos[m][e / 2], k, context_len) * kLog2e;
+            s[m][n][e] = attention_logit(p, s[m][n][e] * (scales.k * key_scale), row_head[m][e / 2],
+                                         row_pos[m][e / 2], k, context_len) *
+                         kLog2e;
           }
         }
       }
@@ -351,7 +357,7 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float m_new = fmaxf(row_m[m][i], mx);
         // Reference point of this tile's P: m − shift (P ≤ 2^shift); 0 while no key is visible.
-        const float m_ref = m_new == kNegInf ? 0.0f : m_new - kPrefillPShift;
+        const float m_ref = m_new == kNegInf ? 0.0f : m_new - scales.p_shift;
         const float alpha = row_m[m][i] == kNegInf ? 0.0f : exp2_approx(row_m[m][i] - m_new);
         row_m[m][i] = m_new;
         float sum = 0.0f;
@@ -360,8 +366,10 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
           const float p0 = exp2_approx(s[m][n][2 * i] - m_ref);
           const float p1 = exp2_approx(s[m][n][2 * i + 1] - m_ref);
           sum += p0 + p1;
-          // S n-tile n → A fragment (k-step n / 2): regs 0/1 (rows g / g+8) for even n, 2/3 for odd.
-          pa[m][n / 2][(n % 2) * 2 + i] = Mma<T>::pack(p0, p1);
+          // S n-tile n → A fragment (k-step n / 2): regs 0/1 (rows g / g+8) for even n, 2/3 for odd;
+          // with per-token-head v scales, p·v_scale (Σp above stays unscaled).
+          const float2 vs = key_scales(n, 1);
+          pa[m][n / 2][(n % 2) * 2 + i] = Mma<T>::pack(p0 * vs.x, p1 * vs.y);
         }
         row_l[m][i] = row_l[m][i] * alpha + sum;
 #pragma unroll
@@ -400,8 +408,9 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       if (!row_valid[m][i]) continue;
       // l = Σ 2^{t − m_ref}: natural-log reference point m_ref·ln 2 for row_finalize.
-      const float m_nat = row_m[m][i] == kNegInf ? kNegInf : (row_m[m][i] - kPrefillPShift) * kLn2;
-      const RowScale f = row_finalize(p, row_head[m][i], m_nat, l);
+      const float m_nat = row_m[m][i] == kNegInf ? kNegInf : (row_m[m][i] - scales.p_shift) * kLn2;
+      RowScale f = row_finalize(p, row_head[m][i], m_nat, l);
+      f.acc_factor *= scales.v;  // per-tensor v scale (1 otherwise)
       const int r = (warp * MT + m) * 16 + g + 8 * i;
       const int64_t token = query_start + item.token_begin + r / item.num_heads;
       const int64_t row = token * p.o_stride_token + static_cast<int64_t>(row_head[m][i]) * p.o_stride_head;
