@@ -49,6 +49,7 @@ struct BenchCase {
   bool generic = false;  // keep non-decode rows on the generic SIMT kernel (the before/after line)
   int variant = -1;      // prefill tile variant (-1: the default for the head size)
   KvCacheDtype kv = KvCacheDtype::kAuto;
+  bool simt_decode = false;  // decode rows on the SIMT decode kernel (the tensor-core kernel's comparison)
 };
 
 std::vector<Request> repeat(int64_t count, Request r) { return std::vector<Request>(static_cast<size_t>(count), r); }
@@ -174,6 +175,7 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
   AttentionPathOverrides overrides;
   overrides.generic_prefill = bc.generic;
   overrides.prefill_variant = bc.variant;
+  overrides.simt_decode = bc.simt_decode;
   AttentionRunner runner(config, memory, num_sms, overrides);
   runner.prepare(batch, tensors, out, stream);
   runner.launch(stream);  // warm-up
@@ -261,6 +263,7 @@ int main(int argc, char** argv) {
         {"prefill 1x32k fp8_e4m3", "prefill", repeat(1, {0, 32768}), 0, false, -1, KvCacheDtype::kFp8E4M3},
         {"prefill 1x32k w4096 fp8_e4m3", "prefill", repeat(1, {0, 32768}), 4096, false, -1, KvCacheDtype::kFp8E4M3},
         {"decode 64x4k fp8_e4m3", "decode", repeat(64, {4095, 1}), 0, false, -1, KvCacheDtype::kFp8E4M3},
+        {"decode 64x4k fp8_e4m3 simt", "decode", repeat(64, {4095, 1}), 0, false, -1, KvCacheDtype::kFp8E4M3, true},
         {"decode 64x4k int8_pth", "decode", repeat(64, {4095, 1}), 0, false, -1, KvCacheDtype::kInt8PerTokenHead},
         {"decode 8x32k fp8_e4m3", "decode", repeat(8, {32767, 1}), 0, false, -1, KvCacheDtype::kFp8E4M3},
     };
