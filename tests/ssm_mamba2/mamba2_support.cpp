@@ -82,12 +82,6 @@ Tensor tensor_of(const Shape& shape, const std::vector<double>& values) {
   return t;
 }
 
-std::vector<double> values_of(const Tensor& tensor) {
-  std::vector<double> out(at(tensor.numel()));
-  for (int64_t i = 0; i < tensor.numel(); ++i) out[at(i)] = load_as_double(tensor.data(), tensor.dtype(), i);
-  return out;
-}
-
 Eigen::VectorXd to_eigen(const std::vector<double>& values) {
   return Eigen::Map<const Eigen::VectorXd>(values.data(), static_cast<Eigen::Index>(values.size()));
 }

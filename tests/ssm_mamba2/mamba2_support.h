@@ -17,6 +17,7 @@
 #include "ssm_test_support.h"
 #include "mamba2_core.h"
 #include "naive_mamba2.h"
+#include "naive_ops.h"
 
 namespace hybridtb::testing {
 
@@ -36,9 +37,8 @@ NaiveMamba2State zero_state(const Mamba2Dims& dims);
 // `count` standard-normal values (hidden states, xBC or dt rows).
 std::vector<double> normal_values(int64_t count, uint64_t seed);
 
-// A float64 host tensor of `shape` holding `values` row-major.
+// A float64 host tensor of `shape` holding `values` row-major (values_of, naive_ops.h, reads one).
 Tensor tensor_of(const Shape& shape, const std::vector<double>& values);
-std::vector<double> values_of(const Tensor& tensor);
 reference::ssm::State to_mode_state(const NaiveMamba2State& state);
 NaiveMamba2State from_mode_state(const reference::ssm::State& state);
 Eigen::VectorXd to_eigen(const std::vector<double>& values);
