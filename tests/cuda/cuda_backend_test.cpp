@@ -7,14 +7,12 @@
 // Run: ctest --test-dir <build> -L cuda  (cases named Small* are the compute-sanitizer subset)
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <filesystem>
 #include <iostream>
-#include <ostream>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "cuda_cases.h"
 #include "cuda_compare.h"
 #include "hybridtb/backend.h"
 #include "hybridtb/batch_file.h"
@@ -27,33 +25,6 @@
 namespace hybridtb::testing {
 namespace {
 
-enum class Alibi { kNone, kLinear, kSqrt };
-
-struct Case {
-  std::string name;
-  int64_t num_heads = 8;
-  int64_t num_kv_heads = 2;
-  int64_t head_size = 128;
-  int64_t block_size = 16;
-  DType dtype = DType::kBFloat16;
-  std::vector<RequestSpec> requests;
-  KvCacheDtype kv = KvCacheDtype::kAuto;
-  int64_t window = 0;
-  double soft_cap = 0.0;
-  Alibi alibi = Alibi::kNone;
-  bool sinks = false;
-  bool encoder = false;
-  std::optional<float> output_scale;
-  float k_scale = 1.0f;
-  float v_scale = 1.0f;
-  int64_t padding_tokens = 0;
-  int64_t padding_requests = 0;
-  uint64_t seed = 1;
-};
-
-// gtest prints a parameter with this (instead of its bytes).
-void PrintTo(const Case& c, std::ostream* out) { *out << c.name; }
-
 // Decodes first: the Mamba builder (part of build_metadata) requires vLLM's decode-first order.
 const std::vector<RequestSpec> kMix = {{300, 1}, {17, 1}, {1000, 1}, {0, 1}, {40, 23}, {0, 70}, {129, 64}};
 const std::vector<RequestSpec> kDecodes = {{1327, 1}, {36, 1}, {2010, 1}, {0, 1}, {511, 1}};
@@ -61,46 +32,9 @@ const std::vector<RequestSpec> kSmall = {{45, 1}, {3, 1}, {20, 9}, {0, 17}};
 const std::vector<RequestSpec> kLong = {{20000, 1}, {9000, 1}, {4100, 1}, {700, 1}};
 const std::vector<RequestSpec> kWindowed = {{1000, 1}, {700, 1}, {64, 1}, {300, 50}, {0, 130}};
 
-AttentionConfig make_config(const Case& c) {
-  AttentionConfig config;
-  config.num_heads = c.num_heads;
-  config.num_kv_heads = c.num_kv_heads;
-  config.head_size = c.head_size;
-  config.block_size = c.block_size;
-  config.scale = 1.0 / std::sqrt(static_cast<double>(c.head_size));
-  config.dtype = c.dtype;
-  config.kv_cache_dtype = c.kv;
-  config.sliding_window = c.window;
-  config.logits_soft_cap = c.soft_cap;
-  config.attn_type = c.encoder ? AttnType::kEncoderOnly : AttnType::kDecoder;
-  if (c.alibi != Alibi::kNone) {
-    std::vector<float> slopes;
-    for (int64_t h = 0; h < c.num_heads; ++h) slopes.push_back(std::pow(2.0f, -8.0f * static_cast<float>(h + 1) / static_cast<float>(c.num_heads)));
-    config.alibi_slopes = slopes;
-    config.use_alibi_sqrt = c.alibi == Alibi::kSqrt;
-  }
-  if (c.sinks) {
-    std::vector<float> sinks;
-    for (int64_t h = 0; h < c.num_heads; ++h) sinks.push_back(-1.0f + 0.5f * static_cast<float>(h % 5));
-    config.sinks = sinks;
-  }
-  return config;
-}
-
-BatchFile make_step(const Case& c) {
-  SyntheticOptions options;
-  options.seed = c.seed;
-  options.k_scale = c.k_scale;
-  options.v_scale = c.v_scale;
-  options.output_scale = c.output_scale;
-  options.padding_tokens = c.padding_tokens;
-  options.padding_requests = c.padding_requests;
-  return make_synthetic_batch(make_config(c), BuilderConfig{}, c.requests, options);
-}
-
-std::vector<Case> cases() {
-  std::vector<Case> all;
-  auto add = [&](Case c) { all.push_back(std::move(c)); };
+std::vector<CudaCase> cases() {
+  std::vector<CudaCase> all;
+  auto add = [&](CudaCase c) { all.push_back(std::move(c)); };
   // Small ones: the compute-sanitizer subset (one of each kind).
   add({.name = "SmallMixBf16", .requests = kSmall});
   add({.name = "SmallMixFp32Generic80", .num_heads = 5, .num_kv_heads = 1, .head_size = 80, .dtype = DType::kFloat32,
@@ -169,7 +103,7 @@ std::vector<Case> cases() {
   return all;
 }
 
-class CudaBackendTest : public CudaParamFixture<Case> {};
+class CudaBackendTest : public CudaParamFixture<CudaCase> {};
 
 TEST_P(CudaBackendTest, MatchesReference) {
   const BatchFile step = make_step(GetParam());
@@ -185,9 +119,7 @@ TEST_P(CudaBackendTest, MatchesReference) {
   EXPECT_TRUE(bitwise_equal(actual.kv_cache, again.kv_cache)) << "kv_cache differs between two runs";
 }
 
-std::string case_name(const ::testing::TestParamInfo<Case>& param) { return param.param.name; }
-
-INSTANTIATE_TEST_SUITE_P(Cases, CudaBackendTest, ::testing::ValuesIn(cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, CudaBackendTest, ::testing::ValuesIn(cases()), CaseName());
 
 // The shipped example batches, through the same step runner as `hybridtb run --backend cuda`.
 TEST(CudaExamples, MatchReference) {

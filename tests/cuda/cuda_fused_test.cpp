@@ -2,7 +2,7 @@
 // kernels' epilogues store output = attention + SSM contribution, attention/attention_common.cuh
 // store_output_vec) against the separate add pass (fuse_hybrid_add false) and the reference, on
 // every epilogue: the tensor-core decode kernel (unsplit rows and split rows finished by the
-// combine kernel), the SIMT decode kernel (1-byte caches, unsplit and split), the tensor-core
+// combine kernel), the SIMT decode kernel (float32 models with fp8 caches, unsplit and split), the tensor-core
 // prefill kernel, the generic kernel (float32; head size 80), fp8 output, CUDA-graph padding rows,
 // and a layer without an SSM branch (the kernels store the attention output twice). Per case:
 //   - the planner sends rows to every epilogue the case is meant for (AttentionRunner::summary);
@@ -21,14 +21,13 @@
 #include <cmath>
 #include <cstring>
 #include <iostream>
-#include <optional>
-#include <ostream>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "attention/attention_plan.h"
 #include "common/device_memory.h"
+#include "cuda_cases.h"
 #include "cuda_compare.h"
 #include "cuda_plan.h"
 #include "hybridtb/backend.h"
@@ -36,7 +35,6 @@
 #include "hybridtb/compare.h"
 #include "hybridtb/dtype.h"
 #include "hybridtb/error.h"
-#include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/step.h"
 #include "hybridtb/synthetic.h"
 
@@ -55,26 +53,7 @@ struct Epilogues {
   bool generic = false;      // generic SIMT kernel
 };
 
-struct FusedCase {
-  std::string name;
-  std::string ssm_mode = "prefix_sum";
-  MambaCacheMode cache = MambaCacheMode::kNone;
-  int64_t num_heads = 8;
-  int64_t num_kv_heads = 2;
-  int64_t head_size = 128;
-  int64_t block_size = 16;
-  DType dtype = DType::kBFloat16;
-  KvCacheDtype kv = KvCacheDtype::kAuto;
-  std::vector<RequestSpec> requests;
-  std::optional<float> output_scale;
-  int64_t padding_tokens = 0;
-  int64_t padding_requests = 0;
-  bool decode_graph = false;  // FULL_DECODE_ONLY capture sizes (a decode-only batch padded to one)
-  Epilogues expect;
-  uint64_t seed = 1;
-};
-
-void PrintTo(const FusedCase& c, std::ostream* out) { *out << c.name; }
+using FusedCase = CheckedCase<Epilogues>;
 
 // Decodes first (vLLM's order, required by the Mamba builder). A context of 6000 or more is split
 // across CTAs by the planner (256–8192 keys per split at about 8–16 CTAs per SM); contexts below
@@ -83,98 +62,58 @@ const std::vector<RequestSpec> kLong = {{20000, 1}, {9000, 1}, {4100, 1}, {700, 
 const std::vector<RequestSpec> kMix = {{300, 1}, {17, 1}, {1000, 1}, {0, 1}, {40, 23}, {0, 70}, {129, 64}};
 const std::vector<RequestSpec> kSmall = {{45, 1}, {3, 1}, {20, 9}, {0, 17}};
 
-AttentionConfig make_config(const FusedCase& c) {
-  AttentionConfig config;
-  config.num_heads = c.num_heads;
-  config.num_kv_heads = c.num_kv_heads;
-  config.head_size = c.head_size;
-  config.block_size = c.block_size;
-  config.scale = 1.0 / std::sqrt(static_cast<double>(c.head_size));
-  config.dtype = c.dtype;
-  config.kv_cache_dtype = c.kv;
-  config.ssm_mode = c.ssm_mode;
-  if (config.has_ssm_branch()) {
-    config.mamba_cache_mode = c.cache;
-    config.mamba_block_size = c.cache == MambaCacheMode::kNone ? 0 : 16;
-    const reference::ssm::Mode& mode = reference::ssm::ModeRegistry::instance().find(c.ssm_mode);
-    for (const std::string& p : mode.parameters()) config.ssm_params[p] = 4;
-  }
-  return config;
-}
-
-BatchFile make_step(const FusedCase& c) {
-  BuilderConfig builder;
-  if (c.decode_graph) {
-    builder.cudagraph_mode = CudaGraphMode::kFullDecodeOnly;
-    builder.cudagraph_capture_sizes = {1, 2, 4, 8};
-  }
-  SyntheticOptions options;
-  options.seed = c.seed;
-  options.output_scale = c.output_scale;
-  options.padding_tokens = c.padding_tokens;
-  options.padding_requests = c.padding_requests;
-  options.k_scale = c.kv == KvCacheDtype::kAuto ? 1.0f : 0.5f;
-  options.v_scale = c.kv == KvCacheDtype::kAuto ? 1.0f : 0.25f;
-  options.ssm_block_table = true;
-  BatchFile file = make_synthetic_batch(make_config(c), builder, c.requests, options);
-  if (file.config.has_ssm_branch()) {
-    // Two spare slots no request names: they must come back untouched.
-    auto tensors = reference::ssm::make_random_ssm_tensors(file.config, ssm_slots_needed(file.batch) + 2, c.seed + 100);
-    file.inputs.ssm_state = std::move(tensors.ssm_state);
-    file.inputs.weights = std::move(tensors.weights);
-  }
-  return file;
-}
-
 std::vector<FusedCase> cases() {
   std::vector<FusedCase> all;
-  auto add = [&](FusedCase c) { all.push_back(std::move(c)); };
+  // Every case gives the SSM branch its own slot table.
+  auto add = [&](CudaCase c, Epilogues expect) {
+    c.ssm_block_table = true;
+    all.push_back({std::move(c), expect});
+  };
   // The compute-sanitizer subset: every epilogue once.
-  add({.name = "SmallDecodeMmaSplitBf16", .cache = MambaCacheMode::kAll,
-       .requests = {{100, 1}, {7, 1}, {6000, 1}, {0, 1}},
-       .expect = {.decode_mma = true, .unsplit = true, .split = true}});
-  add({.name = "SmallDecodeSimtFp8Mamba1", .ssm_mode = "mamba1", .dtype = DType::kFloat32, .kv = KvCacheDtype::kFp8E4M3,
-       .requests = {{45, 1}, {6000, 1}, {3, 1}}, .expect = {.decode_simt = true, .unsplit = true, .split = true},
-       .seed = 3});
-  add({.name = "SmallPrefillBf16", .requests = {{20, 1}, {5, 19}, {0, 70}, {129, 64}},
-       .expect = {.decode_mma = true, .unsplit = true, .prefill = true}, .seed = 5});
+  add({.name = "SmallDecodeMmaSplitBf16", .ssm_mode = "prefix_sum", .cache = MambaCacheMode::kAll,
+       .requests = {{100, 1}, {7, 1}, {6000, 1}, {0, 1}}}, {.decode_mma = true, .unsplit = true, .split = true});
+  add({.name = "SmallDecodeSimtFp8Mamba1", .ssm_mode = "mamba1", .dtype = DType::kFloat32,
+       .requests = {{45, 1}, {6000, 1}, {3, 1}},
+       .kv = KvCacheDtype::kFp8E4M3, .k_scale = 0.5f, .v_scale = 0.25f, .seed = 3},
+      {.decode_simt = true, .unsplit = true, .split = true});
+  add({.name = "SmallPrefillBf16", .ssm_mode = "prefix_sum", .requests = {{20, 1}, {5, 19}, {0, 70}, {129, 64}},
+       .seed = 5}, {.decode_mma = true, .unsplit = true, .prefill = true});
   add({.name = "SmallGenericFp32Mamba1", .ssm_mode = "mamba1", .cache = MambaCacheMode::kAll, .num_heads = 4,
-       .num_kv_heads = 4, .dtype = DType::kFloat32, .requests = kSmall, .expect = {.generic = true}, .seed = 7});
-  add({.name = "SmallGenericHead80", .num_heads = 10, .num_kv_heads = 2, .head_size = 80, .requests = kSmall,
-       .expect = {.generic = true}, .seed = 9});
-  add({.name = "SmallFp8OutputBf16", .requests = {{6000, 1}, {17, 1}, {40, 23}}, .output_scale = 0.5f,
-       .expect = {.decode_mma = true, .unsplit = true, .split = true, .prefill = true}, .seed = 11});
+       .num_kv_heads = 4, .dtype = DType::kFloat32, .requests = kSmall, .seed = 7}, {.generic = true});
+  add({.name = "SmallGenericHead80", .ssm_mode = "prefix_sum", .num_heads = 10, .num_kv_heads = 2, .head_size = 80,
+       .requests = kSmall, .seed = 9}, {.generic = true});
+  add({.name = "SmallFp8OutputBf16", .ssm_mode = "prefix_sum", .requests = {{6000, 1}, {17, 1}, {40, 23}},
+       .output_scale = 0.5f, .seed = 11}, {.decode_mma = true, .unsplit = true, .split = true, .prefill = true});
   add({.name = "SmallPaddedMixFp16Mamba1", .ssm_mode = "mamba1", .dtype = DType::kFloat16,
-       .requests = {{100, 1}, {7, 1}, {5, 30}}, .padding_tokens = 3, .padding_requests = 2,
-       .expect = {.decode_mma = true, .unsplit = true, .prefill = true}, .seed = 13});
-  add({.name = "SmallDecodeGraphPaddedFp16", .dtype = DType::kFloat16,
-       .requests = {{20, 1}, {3, 1}, {6000, 1}, {31, 1}},
-       .padding_tokens = 4, .padding_requests = 4, .decode_graph = true,
-       .expect = {.decode_mma = true, .unsplit = true, .split = true}, .seed = 15});
+       .requests = {{100, 1}, {7, 1}, {5, 30}}, .padding_tokens = 3, .padding_requests = 2, .seed = 13},
+      {.decode_mma = true, .unsplit = true, .prefill = true});
+  add({.name = "SmallDecodeGraphPaddedFp16", .ssm_mode = "prefix_sum", .dtype = DType::kFloat16,
+       .requests = {{20, 1}, {3, 1}, {6000, 1}, {31, 1}}, .padding_tokens = 4, .padding_requests = 4,
+       .decode_graph = true, .seed = 15}, {.decode_mma = true, .unsplit = true, .split = true});
   add({.name = "SmallNoSsmBf16", .ssm_mode = "none", .requests = {{100, 1}, {6000, 1}, {5, 30}}, .padding_tokens = 2,
-       .padding_requests = 1, .expect = {.decode_mma = true, .unsplit = true, .split = true, .prefill = true},
-       .seed = 17});
+       .padding_requests = 1, .seed = 17}, {.decode_mma = true, .unsplit = true, .split = true, .prefill = true});
   // Long contexts (many splits), other head sizes, GQA 16 (16 head columns), fp8 output elsewhere.
-  add({.name = "LongSplitMamba1Bf16", .ssm_mode = "mamba1", .requests = kLong,
-       .expect = {.decode_mma = true, .split = true}, .seed = 19});
-  add({.name = "LongSplitSimtFp8E5m2Fp32", .dtype = DType::kFloat32, .kv = KvCacheDtype::kFp8E5M2, .requests = kLong,
-       .expect = {.decode_simt = true, .split = true}, .seed = 21});
+  add({.name = "LongSplitMamba1Bf16", .ssm_mode = "mamba1", .requests = kLong, .seed = 19},
+      {.decode_mma = true, .split = true});
+  add({.name = "LongSplitSimtFp8E5m2Fp32", .ssm_mode = "prefix_sum", .dtype = DType::kFloat32, .requests = kLong,
+       .kv = KvCacheDtype::kFp8E5M2, .k_scale = 0.5f, .v_scale = 0.25f, .seed = 21},
+      {.decode_simt = true, .split = true});
   add({.name = "MixHead64Gqa4Fp16Mamba1", .ssm_mode = "mamba1", .num_heads = 16, .num_kv_heads = 4, .head_size = 64,
-       .dtype = DType::kFloat16, .requests = kMix, .expect = {.decode_mma = true, .unsplit = true, .prefill = true},
-       .seed = 23});
-  add({.name = "MixHead256Bf16", .num_heads = 8, .num_kv_heads = 1, .head_size = 256, .block_size = 32,
-       .requests = kMix, .expect = {.decode_mma = true, .unsplit = true, .prefill = true}, .seed = 25});
-  add({.name = "DecodeGqa16Head128Bf16", .num_heads = 32, .num_kv_heads = 2,
-       .requests = {{1327, 1}, {36, 1}, {20000, 1}, {0, 1}},
-       .expect = {.decode_mma = true, .unsplit = true, .split = true},
-       .seed = 27});
+       .dtype = DType::kFloat16, .requests = kMix, .seed = 23}, {.decode_mma = true, .unsplit = true, .prefill = true});
+  add({.name = "MixHead256Bf16", .ssm_mode = "prefix_sum", .num_heads = 8, .num_kv_heads = 1, .head_size = 256,
+       .block_size = 32, .requests = kMix, .seed = 25}, {.decode_mma = true, .unsplit = true, .prefill = true});
+  add({.name = "DecodeGqa16Head128Bf16", .ssm_mode = "prefix_sum", .num_heads = 32, .num_kv_heads = 2,
+       .requests = {{1327, 1}, {36, 1}, {20000, 1}, {0, 1}}, .seed = 27},
+      {.decode_mma = true, .unsplit = true, .split = true});
   add({.name = "MixFp32Fp8OutputMamba1", .ssm_mode = "mamba1", .num_heads = 4, .num_kv_heads = 2,
-       .dtype = DType::kFloat32, .requests = kMix, .output_scale = 0.25f, .expect = {.generic = true}, .seed = 29});
-  add({.name = "Fp8OutputFp8CacheFp16", .dtype = DType::kFloat16, .kv = KvCacheDtype::kFp8E4M3,
-       .requests = {{20000, 1}, {100, 1}, {40, 23}}, .output_scale = 0.25f,
-       .expect = {.decode_mma = true, .unsplit = true, .split = true, .prefill = true}, .seed = 31});
-  add({.name = "Int8PerTokenHeadMixBf16", .kv = KvCacheDtype::kInt8PerTokenHead, .requests = kMix,
-       .expect = {.decode_mma = true, .unsplit = true, .prefill = true}, .seed = 33});
+       .dtype = DType::kFloat32, .requests = kMix, .output_scale = 0.25f, .seed = 29}, {.generic = true});
+  add({.name = "Fp8OutputFp8CacheFp16", .ssm_mode = "prefix_sum", .dtype = DType::kFloat16,
+       .requests = {{20000, 1}, {100, 1}, {40, 23}}, .kv = KvCacheDtype::kFp8E4M3, .output_scale = 0.25f,
+       .k_scale = 0.5f, .v_scale = 0.25f, .seed = 31},
+      {.decode_mma = true, .unsplit = true, .split = true, .prefill = true});
+  add({.name = "Int8PerTokenHeadMixBf16", .ssm_mode = "prefix_sum", .requests = kMix,
+       .kv = KvCacheDtype::kInt8PerTokenHead, .k_scale = 0.5f, .v_scale = 0.25f, .seed = 33},
+      {.decode_mma = true, .unsplit = true, .prefill = true});
   return all;
 }
 
@@ -268,7 +207,7 @@ std::string report_text(const ComparisonReport& report) { return format_report_t
 class CudaFusedTest : public CudaParamFixture<FusedCase> {};
 
 TEST_P(CudaFusedTest, FusedEqualsSeparatePassAndReference) {
-  const FusedCase& c = GetParam();
+  const CudaCase& c = GetParam().batch;
   const BatchFile step = make_step(c);
   ASSERT_EQ(step.config.has_ssm_branch(), c.ssm_mode != "none");
   if (c.padding_tokens > 0) {
@@ -276,7 +215,7 @@ TEST_P(CudaFusedTest, FusedEqualsSeparatePassAndReference) {
   }
   const AttentionPlanSummary plan = plan_of(step);
   std::cout << "[ PLAN ] " << c.name << ": " << plan.describe() << "\n";
-  EXPECT_TRUE(reaches(plan, c.expect));
+  EXPECT_TRUE(reaches(plan, GetParam().expect));
 
   auto fused_backend = create_backend("cuda", {step.config, step.builder, true});
   auto unfused_backend = create_backend("cuda", {step.config, step.builder, false});
@@ -303,9 +242,7 @@ TEST_P(CudaFusedTest, FusedEqualsSeparatePassAndReference) {
   }
 }
 
-std::string case_name(const ::testing::TestParamInfo<FusedCase>& param) { return param.param.name; }
-
-INSTANTIATE_TEST_SUITE_P(Cases, CudaFusedTest, ::testing::ValuesIn(cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, CudaFusedTest, ::testing::ValuesIn(cases()), CaseName());
 
 }  // namespace
 }  // namespace hybridtb::testing

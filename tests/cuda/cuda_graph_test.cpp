@@ -16,47 +16,28 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <optional>
-#include <ostream>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "cuda_cases.h"
 #include "cuda_compare.h"
 #include "hybridtb/backend.h"
 #include "hybridtb/batch_file.h"
 #include "hybridtb/compare.h"
 #include "hybridtb/error.h"
-#include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/step.h"
 #include "hybridtb/synthetic.h"
 
 namespace hybridtb::testing {
 namespace {
 
-struct GraphCase {
-  std::string name;
-  std::string ssm_mode = "none";
-  MambaCacheMode cache = MambaCacheMode::kNone;
-  DType dtype = DType::kBFloat16;
-  KvCacheDtype kv = KvCacheDtype::kAuto;
-  int64_t num_heads = 8;
-  int64_t num_kv_heads = 2;
-  int64_t head_size = 128;
-  int64_t window = 0;
-  bool sinks = false;
-  double soft_cap = 0.0;
-  std::optional<float> output_scale;
-  bool big_mamba = false;  // I 64, N 16, K 4, R 8 (else every SSM parameter 4)
-  bool fuse = true;        // BackendSettings::fuse_hybrid_add of the eager backend (graphs always fuse)
-  uint64_t seed = 1;
-  // /config engine_version: a release's rules (its SD conv pools are transposed around the mode,
-  // inside the captured launches); empty: the unversioned rules.
-  std::string engine_version;
+// The eager backend each replay is compared with: BackendSettings::fuse_hybrid_add (graphs always fuse).
+struct Eager {
+  bool fuse = true;
 };
-
-void PrintTo(const GraphCase& c, std::ostream* out) { *out << c.name; }
+using GraphCase = CheckedCase<Eager>;
 
 // Three decode batches padded to 8 requests and 8 token rows. A has the widest block table (the
 // graph is captured on it) and a context long enough for split-KV; B has more padding; C none.
@@ -68,69 +49,27 @@ struct PaddedBatch {
 const PaddedBatch kA = {{{300, 1}, {17, 1}, {9000, 1}, {45, 1}, {0, 1}, {2000, 1}}, 2};
 const PaddedBatch kB = {{{1200, 1}, {3, 1}, {600, 1}}, 5};
 const PaddedBatch kC = {{{64, 1}, {5000, 1}, {1, 1}, {77, 1}, {128, 1}, {0, 1}, {900, 1}, {31, 1}}, 0};
-constexpr int64_t kPaddedSize = 8;
 
-AttentionConfig make_config(const GraphCase& c) {
-  AttentionConfig config;
-  config.num_heads = c.num_heads;
-  config.num_kv_heads = c.num_kv_heads;
-  config.head_size = c.head_size;
-  config.block_size = 16;
-  config.scale = 1.0 / std::sqrt(static_cast<double>(c.head_size));
-  config.dtype = c.dtype;
-  config.kv_cache_dtype = c.kv;
-  config.sliding_window = c.window;
-  config.logits_soft_cap = c.soft_cap;
-  if (c.sinks) {
-    std::vector<float> sinks;
-    for (int64_t h = 0; h < c.num_heads; ++h) sinks.push_back(-1.0f + 0.5f * static_cast<float>(h % 5));
-    config.sinks = sinks;
-  }
-  config.ssm_mode = c.ssm_mode;
-  config.engine_version = c.engine_version;
-  if (config.has_ssm_branch()) {
-    config.mamba_cache_mode = c.cache;
-    config.mamba_block_size = c.cache == MambaCacheMode::kNone ? 0 : 16;
-    const reference::ssm::Mode& mode = reference::ssm::ModeRegistry::instance().find(c.ssm_mode);
-    for (const std::string& p : mode.parameters()) config.ssm_params[p] = 4;
-    if (c.big_mamba) {
-      config.ssm_params = {{"intermediate_size", 64}, {"state_size", 16}, {"conv_kernel", 4}, {"dt_rank", 8}};
-    }
-  }
-  return config;
-}
-
-BuilderConfig make_builder() {
-  BuilderConfig builder;
-  builder.cudagraph_mode = CudaGraphMode::kFullDecodeOnly;
-  builder.cudagraph_capture_sizes = {1, 2, 4, kPaddedSize};
-  return builder;
-}
-
-BatchFile make_batch(const GraphCase& c, const PaddedBatch& b, uint64_t seed, int64_t spare_blocks,
+// Batch `b` on case `c`'s layer, drawn from `seed`, for a builder with FULL_DECODE_ONLY capture sizes
+// 1, 2, 4, 8 (decode_graph), the SSM branch on its own slot table.
+BatchFile make_batch(const CudaCase& c, const PaddedBatch& b, uint64_t seed, int64_t spare_blocks,
                      int64_t num_slots) {
-  SyntheticOptions options;
-  options.seed = seed;
-  options.spare_blocks = spare_blocks;
-  options.padding_tokens = b.padding;
-  options.padding_requests = b.padding;
-  options.output_scale = c.output_scale;
-  options.k_scale = c.kv == KvCacheDtype::kAuto ? 1.0f : 0.5f;
-  options.v_scale = c.kv == KvCacheDtype::kAuto ? 1.0f : 0.25f;
-  options.ssm_block_table = true;
-  BatchFile file = make_synthetic_batch(make_config(c), make_builder(), b.requests, options);
-  if (file.config.has_ssm_branch()) {
-    // The same pools and weights for every batch (one seed): the graph's tensors are fixed.
-    auto tensors = reference::ssm::make_random_ssm_tensors(file.config, num_slots, c.seed + 100);
-    file.inputs.ssm_state = std::move(tensors.ssm_state);
-    file.inputs.weights = std::move(tensors.weights);
-  }
-  return file;
+  CudaCase batch = c;
+  batch.requests = b.requests;
+  batch.padding_tokens = b.padding;
+  batch.padding_requests = b.padding;
+  batch.decode_graph = true;
+  batch.spare_blocks = spare_blocks;
+  batch.ssm_block_table = true;
+  batch.seed = seed;
+  // The same pools and weights for every batch (one seed): the graph's tensors are fixed.
+  batch.tensor_seed = c.seed + 100;
+  return make_step(batch, num_slots);
 }
 
 // A, B and C with KV caches of one shape (spare blocks make up the difference) and state pools of
 // one size (two spare slots no request names), so that one set of device tensors serves all three.
-std::vector<BatchFile> make_batches(const GraphCase& c) {
+std::vector<BatchFile> make_batches(const CudaCase& c) {
   const std::vector<const PaddedBatch*> specs = {&kA, &kB, &kC};
   std::vector<BatchFile> first;
   int64_t blocks = 0, slots = 0;
@@ -152,35 +91,38 @@ std::vector<BatchFile> make_batches(const GraphCase& c) {
 }
 
 std::vector<GraphCase> cases() {
-  return {
-      {.name = "SmallNoSsmBf16"},
-      {.name = "SmallMamba1Bf16", .ssm_mode = "mamba1"},
-      {.name = "SmallPrefixSumFp8Cache", .ssm_mode = "prefix_sum", .cache = MambaCacheMode::kAll,
-       .kv = KvCacheDtype::kFp8E4M3},
-      {.name = "Mamba1BigGqa4Fp16", .ssm_mode = "mamba1", .dtype = DType::kFloat16, .num_heads = 16,
-       .num_kv_heads = 4, .head_size = 64, .big_mamba = true, .seed = 3},
-      {.name = "Mamba1AlignUnfusedEager", .ssm_mode = "mamba1", .cache = MambaCacheMode::kAlign, .fuse = false,
-       .seed = 5},
-      {.name = "EmaAllWindowSinks", .ssm_mode = "ema", .cache = MambaCacheMode::kAll, .window = 1024, .sinks = true,
-       .seed = 7},
-      {.name = "ZeroHead256SoftCap", .ssm_mode = "zero", .num_heads = 8, .num_kv_heads = 1, .head_size = 256,
-       .soft_cap = 30.0, .seed = 9},
-      {.name = "PrefixSumFlatFp8Output", .ssm_mode = "prefix_sum_flat", .output_scale = 0.5f, .seed = 11},
-      {.name = "NoSsmInt8PerTokenHeadFp16", .dtype = DType::kFloat16, .kv = KvCacheDtype::kInt8PerTokenHead,
-       .seed = 13},
-      {.name = "Mamba1SdConvV012", .ssm_mode = "mamba1", .big_mamba = true, .seed = 15,
-       .engine_version = "vllm 0.12.0"},
-      {.name = "Mamba2SdConvV012", .ssm_mode = "mamba2", .seed = 17, .engine_version = "vllm 0.12.0"},
-      {.name = "GdnSdConvV012Fp16", .ssm_mode = "gdn", .dtype = DType::kFloat16, .seed = 19,
-       .engine_version = "vllm 0.12.0"},
-  };
+  std::vector<GraphCase> all;
+  auto add = [&](CudaCase c, Eager eager = {}) { all.push_back({std::move(c), eager}); };
+  add({.name = "SmallNoSsmBf16"});
+  add({.name = "SmallMamba1Bf16", .ssm_mode = "mamba1"});
+  add({.name = "SmallPrefixSumFp8Cache", .ssm_mode = "prefix_sum", .cache = MambaCacheMode::kAll,
+       .kv = KvCacheDtype::kFp8E4M3, .k_scale = 0.5f, .v_scale = 0.25f});
+  add({.name = "Mamba1BigGqa4Fp16", .ssm_mode = "mamba1", .ssm_params = kMamba1Big, .num_heads = 16, .num_kv_heads = 4,
+       .head_size = 64, .dtype = DType::kFloat16, .seed = 3});
+  add({.name = "Mamba1AlignUnfusedEager", .ssm_mode = "mamba1", .cache = MambaCacheMode::kAlign, .seed = 5},
+      {.fuse = false});
+  add({.name = "EmaAllWindowSinks", .ssm_mode = "ema", .cache = MambaCacheMode::kAll, .window = 1024, .sinks = true,
+       .seed = 7});
+  add({.name = "ZeroHead256SoftCap", .ssm_mode = "zero", .num_heads = 8, .num_kv_heads = 1, .head_size = 256,
+       .soft_cap = 30.0, .seed = 9});
+  add({.name = "PrefixSumFlatFp8Output", .ssm_mode = "prefix_sum_flat", .output_scale = 0.5f, .seed = 11});
+  add({.name = "NoSsmInt8PerTokenHeadFp16", .dtype = DType::kFloat16, .kv = KvCacheDtype::kInt8PerTokenHead,
+       .k_scale = 0.5f, .v_scale = 0.25f, .seed = 13});
+  // engine_version: a release's rules (its SD conv pools are transposed around the mode, inside the
+  // captured launches); empty: the unversioned rules.
+  add({.name = "Mamba1SdConvV012", .ssm_mode = "mamba1", .ssm_params = kMamba1Big, .engine_version = "vllm 0.12.0",
+       .seed = 15});
+  add({.name = "Mamba2SdConvV012", .ssm_mode = "mamba2", .engine_version = "vllm 0.12.0", .seed = 17});
+  add({.name = "GdnSdConvV012Fp16", .ssm_mode = "gdn", .dtype = DType::kFloat16, .engine_version = "vllm 0.12.0",
+       .seed = 19});
+  return all;
 }
 
 class CudaGraphTest : public CudaParamFixture<GraphCase> {};
 
 TEST_P(CudaGraphTest, ReplayEqualsEager) {
   const GraphCase& c = GetParam();
-  const std::vector<BatchFile> batches = make_batches(c);
+  const std::vector<BatchFile> batches = make_batches(c.batch);
   const BatchFile& a = batches.front();
   auto graph_backend = create_backend("cuda", {a.config, a.builder});
   LayerBuffers tensors(*graph_backend, a);
@@ -216,7 +158,7 @@ TEST_P(CudaGraphTest, ReplayEqualsEager) {
     graph_backend->synchronize();
     const StepOutputs replayed = tensors.download_all(*graph_backend, metadata);
 
-    auto eager_backend = create_backend("cuda", {step.config, step.builder, c.fuse});
+    auto eager_backend = create_backend("cuda", {step.config, step.builder, c.expect.fuse});
     const StepOutputs eager = run_step(*eager_backend, step);
     EXPECT_TRUE(same_bits(replayed, eager));
     EXPECT_TRUE(outputs_padding_untouched(replayed, step));
@@ -230,9 +172,7 @@ TEST_P(CudaGraphTest, ReplayEqualsEager) {
   }
 }
 
-std::string case_name(const ::testing::TestParamInfo<GraphCase>& param) { return param.param.name; }
-
-INSTANTIATE_TEST_SUITE_P(Cases, CudaGraphTest, ::testing::ValuesIn(cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, CudaGraphTest, ::testing::ValuesIn(cases()), CaseName());
 
 class CudaGraphRefusalTest : public CudaFixture<> {};
 
@@ -248,7 +188,7 @@ std::string message_of(F&& f) {
 }
 
 TEST_F(CudaGraphRefusalTest, RefusesOtherShapesAndRunsNothing) {
-  const GraphCase c{.name = "refusals", .ssm_mode = "prefix_sum"};
+  const CudaCase c{.name = "refusals", .ssm_mode = "prefix_sum"};
   const std::vector<BatchFile> batches = make_batches(c);
   const BatchFile& a = batches.front();
   auto backend = create_backend("cuda", {a.config, a.builder});

@@ -6,8 +6,8 @@
 // one case per optional feature (soft cap, both ALiBi forms, sinks, mm_prefix, encoder_only, fp8
 // output). Outputs within the tolerance table (the 16-bit rows include the P-rounding and mma terms),
 // KV cache bytes exact, padding rows untouched, bitwise reproducible run to run; every 1-byte KV
-// cache (fp8 e4m3/e5m2 per tensor, int8/fp8 per token-head) × head size × dtype, dequantised per
-// tile on the tensor-core path. Each case also asks the planner which path its rows take
+// cache (fp8 e4m3/e5m2 per tensor, int8/fp8 per token-head) × head size × dtype, cast per tile on
+// the tensor-core path. Each case also asks the planner which path its rows take
 // (AttentionRunner::summary) so that a case meant for the tensor-core path cannot silently pass on
 // the generic one, and the cases meant to fall back (head size 80, float32, a float32 model with an
 // fp8 cache) say so. Skips with the reason on a machine without a CUDA device.
@@ -15,15 +15,13 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <iostream>
-#include <optional>
-#include <ostream>
 #include <string>
 #include <vector>
 
 #include "attention/attention_plan.h"
 #include "common/device_memory.h"
+#include "cuda_cases.h"
 #include "cuda_compare.h"
 #include "cuda_plan.h"
 #include "hybridtb/backend.h"
@@ -35,36 +33,8 @@
 namespace hybridtb::testing {
 namespace {
 
-enum class Alibi { kNone, kLinear, kSqrt };
 enum class Path { kTensorCore, kGeneric };  // where the non-decode rows must run
-
-struct Case {
-  std::string name;
-  int64_t num_heads = 8;
-  int64_t num_kv_heads = 2;
-  int64_t head_size = 128;
-  int64_t block_size = 16;
-  DType dtype = DType::kBFloat16;
-  std::vector<RequestSpec> requests;
-  KvCacheDtype kv = KvCacheDtype::kAuto;
-  int64_t window = 0;
-  double soft_cap = 0.0;
-  Alibi alibi = Alibi::kNone;
-  bool sinks = false;
-  bool encoder = false;
-  std::optional<float> output_scale;
-  float k_scale = 1.0f;
-  float v_scale = 1.0f;
-  int64_t padding_tokens = 0;
-  int64_t padding_requests = 0;
-  bool compact = false;
-  bool alias_blocks = false;
-  int64_t shared_prefix_tokens = 0;
-  Path path = Path::kTensorCore;
-  uint64_t seed = 5;
-};
-
-void PrintTo(const Case& c, std::ostream* out) { *out << c.name; }
+using PrefillCase = CheckedCase<Path>;
 
 // Decodes first (vLLM's order; the Mamba builder requires it).
 const std::vector<RequestSpec> kPrefills = {{0, 200}, {0, 64}, {0, 17}, {0, 1000}};
@@ -73,51 +43,13 @@ const std::vector<RequestSpec> kMixed = {{300, 1}, {4096, 1}, {17, 1}, {0, 1}, {
 const std::vector<RequestSpec> kSmall = {{45, 1}, {0, 37}, {20, 9}};
 const std::vector<RequestSpec> kWindowed = {{1000, 1}, {0, 400}, {1500, 130}, {70, 90}};
 
-AttentionConfig make_config(const Case& c) {
-  AttentionConfig config;
-  config.num_heads = c.num_heads;
-  config.num_kv_heads = c.num_kv_heads;
-  config.head_size = c.head_size;
-  config.block_size = c.block_size;
-  config.scale = 1.0 / std::sqrt(static_cast<double>(c.head_size));
-  config.dtype = c.dtype;
-  config.kv_cache_dtype = c.kv;
-  config.sliding_window = c.window;
-  config.logits_soft_cap = c.soft_cap;
-  config.attn_type = c.encoder ? AttnType::kEncoderOnly : AttnType::kDecoder;
-  if (c.alibi != Alibi::kNone) {
-    std::vector<float> slopes;
-    for (int64_t h = 0; h < c.num_heads; ++h) {
-      slopes.push_back(std::pow(2.0f, -8.0f * static_cast<float>(h + 1) / static_cast<float>(c.num_heads)));
-    }
-    config.alibi_slopes = slopes;
-    config.use_alibi_sqrt = c.alibi == Alibi::kSqrt;
-  }
-  if (c.sinks) {
-    std::vector<float> sinks;
-    for (int64_t h = 0; h < c.num_heads; ++h) sinks.push_back(-1.0f + 0.5f * static_cast<float>(h % 5));
-    config.sinks = sinks;
-  }
-  return config;
-}
-
-BatchFile make_step(const Case& c) {
-  SyntheticOptions options;
-  options.seed = c.seed;
-  options.k_scale = c.k_scale;
-  options.v_scale = c.v_scale;
-  options.output_scale = c.output_scale;
-  options.padding_tokens = c.padding_tokens;
-  options.padding_requests = c.padding_requests;
-  options.compact = c.compact;
-  options.alias_blocks = c.alias_blocks;
-  options.shared_prefix_tokens = c.shared_prefix_tokens;
-  return make_synthetic_batch(make_config(c), BuilderConfig{}, c.requests, options);
-}
-
-std::vector<Case> cases() {
-  std::vector<Case> all;
-  auto add = [&](Case c) { all.push_back(std::move(c)); };
+std::vector<PrefillCase> cases() {
+  std::vector<PrefillCase> all;
+  // Every case draws its batch from seed 5.
+  auto add = [&](CudaCase c, Path path = Path::kTensorCore) {
+    c.seed = 5;
+    all.push_back({std::move(c), path});
+  };
   // The compute-sanitizer subset.
   add({.name = "SmallPrefillBf16", .requests = kSmall});
   add({.name = "SmallPrefillFp16WindowHead64", .head_size = 64, .dtype = DType::kFloat16, .requests = kSmall,
@@ -201,18 +133,19 @@ std::vector<Case> cases() {
   add({.name = "ByteKvFp8Output", .requests = kMixed, .kv = KvCacheDtype::kFp8PerTokenHead, .output_scale = 0.5f});
   // Not on the tensor-core path: routed to the generic kernel (and said so by the planner).
   add({.name = "FallbackFp8KvFp32", .num_heads = 4, .num_kv_heads = 4, .dtype = DType::kFloat32, .requests = kChunks,
-       .kv = KvCacheDtype::kFp8E4M3, .k_scale = 0.5f, .v_scale = 0.25f, .path = Path::kGeneric});
-  add({.name = "FallbackHead80", .num_heads = 10, .num_kv_heads = 2, .head_size = 80, .requests = kChunks,
-       .path = Path::kGeneric});
-  add({.name = "FallbackFp32", .num_heads = 4, .num_kv_heads = 4, .dtype = DType::kFloat32, .requests = kSmall,
-       .path = Path::kGeneric});
+       .kv = KvCacheDtype::kFp8E4M3, .k_scale = 0.5f, .v_scale = 0.25f},
+      Path::kGeneric);
+  add({.name = "FallbackHead80", .num_heads = 10, .num_kv_heads = 2, .head_size = 80, .requests = kChunks},
+      Path::kGeneric);
+  add({.name = "FallbackFp32", .num_heads = 4, .num_kv_heads = 4, .dtype = DType::kFloat32, .requests = kSmall},
+      Path::kGeneric);
   return all;
 }
 
-class CudaPrefillTest : public CudaParamFixture<Case> {};
+class CudaPrefillTest : public CudaParamFixture<PrefillCase> {};
 
 TEST_P(CudaPrefillTest, MatchesReference) {
-  const Case& c = GetParam();
+  const CudaCase& c = GetParam().batch;
   const BatchFile step = make_step(c);
   // Which path the non-decode rows take.
   int64_t non_decode_rows = 0;
@@ -222,7 +155,7 @@ TEST_P(CudaPrefillTest, MatchesReference) {
   }
   const cuda::AttentionPlanSummary plan = plan_of(step);
   std::cout << "[ PLAN ] " << c.name << ": " << plan.describe() << "\n";
-  if (c.path == Path::kTensorCore) {
+  if (GetParam().expect == Path::kTensorCore) {
     EXPECT_EQ(plan.prefill_rows, non_decode_rows) << plan.describe();
     EXPECT_EQ(plan.generic_rows, 0) << plan.describe();
   } else {
@@ -243,9 +176,7 @@ TEST_P(CudaPrefillTest, MatchesReference) {
   EXPECT_TRUE(bitwise_equal(actual.output, again.output)) << "output differs between two runs";
 }
 
-std::string case_name(const ::testing::TestParamInfo<Case>& param) { return param.param.name; }
-
-INSTANTIATE_TEST_SUITE_P(Cases, CudaPrefillTest, ::testing::ValuesIn(cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, CudaPrefillTest, ::testing::ValuesIn(cases()), CaseName());
 
 }  // namespace
 }  // namespace hybridtb::testing

@@ -39,6 +39,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/device_memory.h"
+#include "cuda_cases.h"
 #include "cuda_compare.h"
 #include "hybridtb/backend.h"
 #include "hybridtb/batch_file.h"
@@ -53,23 +54,19 @@
 namespace hybridtb::testing {
 namespace {
 
-struct SsmCase {
-  std::string name;
-  std::string mode;
-  MambaCacheMode cache = MambaCacheMode::kNone;
-  DType dtype = DType::kBFloat16;
-  std::vector<RequestSpec> requests;
-  int64_t padding_tokens = 0;
-  int64_t padding_requests = 0;
-  bool decode_graph = false;  // FULL_DECODE_ONLY capture sizes (decode-only padded steps)
-  bool big_mamba = false;     // I 64, N 16, K 4, R 8 (else every parameter 4)
-  bool odd_mamba = false;     // I 20, N 6, K 3, R 5: partial channel tiles, partial state quads, unaligned B/C
-  DType pool_dtype = DType::kFloat32;
-  uint64_t seed = 1;
-  std::map<std::string, int64_t> params;  // non-empty: the mode's parameters (overrides the above)
-};
+// mamba1 with I 20, N 6, K 3, R 5: partial channel tiles, partial state quads, unaligned B/C.
+const std::map<std::string, int64_t> kMamba1Odd = {
+    {"intermediate_size", 20}, {"state_size", 6}, {"conv_kernel", 3}, {"dt_rank", 5}};
 
-void PrintTo(const SsmCase& c, std::ostream* out) { *out << c.name; }
+// A case of this file: the SSM branch beside a small attention layer (4 query heads of 32 over 2
+// KV heads), on its own slot table.
+CudaCase ssm_case(CudaCase c) {
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_size = 32;
+  c.ssm_block_table = true;
+  return c;
+}
 
 // Decodes first (the Mamba builder requires it): with context, without context (fresh, one
 // token); then a continued chunk, fresh prefills, and a long one (many scan chunks, block
@@ -92,60 +89,9 @@ const std::vector<RequestSpec> kGraphDecodesB = {{3, 1}, {33, 1}, {0, 1}, {64, 1
 const std::vector<RequestSpec> kSmallGraph = {{20, 1}, {0, 1}, {16, 1}};
 const std::vector<RequestSpec> kSmallGraphB = {{32, 1}, {7, 1}, {0, 1}};
 
-AttentionConfig make_config(const SsmCase& c) {
-  AttentionConfig config;
-  config.num_heads = 4;
-  config.num_kv_heads = 2;
-  config.head_size = 32;
-  config.block_size = 16;
-  config.scale = 1.0 / std::sqrt(32.0);
-  config.dtype = c.dtype;
-  config.ssm_mode = c.mode;
-  config.mamba_cache_mode = c.cache;
-  config.mamba_block_size = c.cache == MambaCacheMode::kNone ? 0 : 16;
-  const reference::ssm::Mode& mode = reference::ssm::ModeRegistry::instance().find(c.mode);
-  for (const std::string& p : mode.parameters()) config.ssm_params[p] = 4;
-  if (c.big_mamba) {
-    config.ssm_params = {{"intermediate_size", 64}, {"state_size", 16}, {"conv_kernel", 4}, {"dt_rank", 8}};
-  }
-  if (c.odd_mamba) {
-    config.ssm_params = {{"intermediate_size", 20}, {"state_size", 6}, {"conv_kernel", 3}, {"dt_rank", 5}};
-  }
-  if (!c.params.empty()) config.ssm_params = c.params;
-  return config;
-}
-
-// Pools as `dtype` (the generators write float32; readers accept any float dtype).
-std::map<std::string, Tensor> convert(const std::map<std::string, Tensor>& pools, DType dtype) {
-  std::map<std::string, Tensor> out;
-  for (const auto& [name, pool] : pools) out.emplace(name, convert_host(pool, dtype));
-  return out;
-}
-
-// `num_slots`: the pools' slots (0: the batch's need + 2 spare slots no request names).
-BatchFile make_ssm_step(const SsmCase& c, int64_t num_slots = 0) {
-  const AttentionConfig config = make_config(c);
-  BuilderConfig builder;
-  if (c.decode_graph) {
-    builder.cudagraph_mode = CudaGraphMode::kFullDecodeOnly;
-    builder.cudagraph_capture_sizes = {1, 2, 4, 8};
-  }
-  SyntheticOptions options;
-  options.seed = c.seed;
-  options.padding_tokens = c.padding_tokens;
-  options.padding_requests = c.padding_requests;
-  options.ssm_block_table = true;
-  BatchFile file = make_synthetic_batch(config, builder, c.requests, options);
-  // Two spare slots no request names: they must come back untouched.
-  if (num_slots == 0) num_slots = ssm_slots_needed(file.batch) + 2;
-  auto tensors = reference::ssm::make_random_ssm_tensors(config, num_slots, c.seed + 100);
-  file.inputs.ssm_state = convert(tensors.ssm_state, c.pool_dtype);
-  file.inputs.weights = std::move(tensors.weights);
-  return file;
-}
-
-std::vector<SsmCase> cases() {
-  std::vector<SsmCase> all;
+std::vector<CudaCase> cases() {
+  std::vector<CudaCase> all;
+  const auto add = [&](CudaCase c) { all.push_back(ssm_case(std::move(c))); };
   const std::vector<std::pair<MambaCacheMode, const char*>> caches = {
       {MambaCacheMode::kNone, "None"}, {MambaCacheMode::kAll, "All"}, {MambaCacheMode::kAlign, "Align"}};
   const std::vector<std::pair<std::string, const char*>> modes = {{"zero", "Zero"},
@@ -157,73 +103,67 @@ std::vector<SsmCase> cases() {
                                                                    {"gdn", "Gdn"}};
   for (const auto& [mode, mode_name] : modes) {
     // Small ones: the compute-sanitizer subset.
-    all.push_back({.name = std::string("Small") + mode_name, .mode = mode, .cache = MambaCacheMode::kAll,
-                   .requests = kSmall, .padding_tokens = 2, .padding_requests = 1});
+    add({.name = std::string("Small") + mode_name, .ssm_mode = mode, .cache = MambaCacheMode::kAll, .requests = kSmall,
+         .padding_tokens = 2, .padding_requests = 1});
     for (const auto& [cache, cache_name] : caches) {
-      all.push_back({.name = std::string(mode_name) + "Mixed" + cache_name + "Bf16", .mode = mode, .cache = cache,
-                     .requests = kMixed, .padding_tokens = 3, .padding_requests = 1, .seed = 3});
-      all.push_back({.name = std::string(mode_name) + "Mixed" + cache_name + "Fp32", .mode = mode, .cache = cache,
-                     .dtype = DType::kFloat32, .requests = kMixed, .seed = 5});
+      add({.name = std::string(mode_name) + "Mixed" + cache_name + "Bf16", .ssm_mode = mode, .cache = cache,
+           .requests = kMixed, .padding_tokens = 3, .padding_requests = 1, .seed = 3});
+      add({.name = std::string(mode_name) + "Mixed" + cache_name + "Fp32", .ssm_mode = mode, .cache = cache,
+           .dtype = DType::kFloat32, .requests = kMixed, .seed = 5});
     }
-    all.push_back({.name = std::string(mode_name) + "DecodesPaddedFp16", .mode = mode, .dtype = DType::kFloat16,
-                   .requests = kDecodes, .padding_tokens = 4, .padding_requests = 4, .decode_graph = true, .seed = 7});
-    all.push_back({.name = std::string(mode_name) + "LongAllBf16Pools", .mode = mode, .cache = MambaCacheMode::kAll,
-                   .requests = kLong, .pool_dtype = DType::kBFloat16, .seed = 9});
+    add({.name = std::string(mode_name) + "DecodesPaddedFp16", .ssm_mode = mode, .dtype = DType::kFloat16,
+         .requests = kDecodes, .padding_tokens = 4, .padding_requests = 4, .decode_graph = true, .seed = 7});
+    add({.name = std::string(mode_name) + "LongAllBf16Pools", .ssm_mode = mode, .cache = MambaCacheMode::kAll,
+         .pool_dtype = DType::kBFloat16, .requests = kLong, .seed = 9});
     // CUDA-graph-padded decode-only steps: the fixed-shape decode step (FixedDecodeStep).
-    all.push_back({.name = std::string("SmallGraph") + mode_name, .mode = mode, .cache = MambaCacheMode::kAll,
-                   .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1, .decode_graph = true,
-                   .seed = 41});
+    add({.name = std::string("SmallGraph") + mode_name, .ssm_mode = mode, .cache = MambaCacheMode::kAll,
+         .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1, .decode_graph = true, .seed = 41});
     for (const auto& [cache, cache_name] : caches) {
-      all.push_back({.name = std::string(mode_name) + "GraphDecodes" + cache_name, .mode = mode, .cache = cache,
-                     .requests = kGraphDecodes, .padding_tokens = 3, .padding_requests = 3, .decode_graph = true,
-                     .seed = 43});
+      add({.name = std::string(mode_name) + "GraphDecodes" + cache_name, .ssm_mode = mode, .cache = cache,
+           .requests = kGraphDecodes, .padding_tokens = 3, .padding_requests = 3, .decode_graph = true, .seed = 43});
     }
-    all.push_back({.name = std::string(mode_name) + "GraphDecodesAllFp32Bf16Pools", .mode = mode,
-                   .cache = MambaCacheMode::kAll, .dtype = DType::kFloat32, .requests = kGraphDecodesB,
-                   .padding_tokens = 3, .padding_requests = 3, .decode_graph = true,
-                   .pool_dtype = DType::kBFloat16, .seed = 45});
+    add({.name = std::string(mode_name) + "GraphDecodesAllFp32Bf16Pools", .ssm_mode = mode,
+         .cache = MambaCacheMode::kAll, .pool_dtype = DType::kBFloat16, .dtype = DType::kFloat32,
+         .requests = kGraphDecodesB, .padding_tokens = 3, .padding_requests = 3, .decode_graph = true, .seed = 45});
   }
   // mamba1's fixed step on the vector state path (N = 16) and on the scalar one (odd sizes).
   for (const auto& [cache, cache_name] : caches) {
-    all.push_back({.name = std::string("Mamba1BigGraphDecodes") + cache_name, .mode = "mamba1", .cache = cache,
-                   .requests = kGraphDecodes, .padding_tokens = 3, .padding_requests = 3, .decode_graph = true,
-                   .big_mamba = true, .seed = 47});
+    add({.name = std::string("Mamba1BigGraphDecodes") + cache_name, .ssm_mode = "mamba1", .cache = cache,
+         .ssm_params = kMamba1Big, .requests = kGraphDecodes, .padding_tokens = 3, .padding_requests = 3,
+         .decode_graph = true, .seed = 47});
   }
-  all.push_back({.name = "SmallGraphMamba1OddFp16Pools", .mode = "mamba1", .cache = MambaCacheMode::kAll,
-                 .dtype = DType::kFloat16, .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1,
-                 .decode_graph = true, .odd_mamba = true, .pool_dtype = DType::kFloat16, .seed = 49});
-  all.push_back({.name = "SmallMamba1Big", .mode = "mamba1", .cache = MambaCacheMode::kAll, .requests = kSmall,
-                 .big_mamba = true, .seed = 11});
+  add({.name = "SmallGraphMamba1OddFp16Pools", .ssm_mode = "mamba1", .cache = MambaCacheMode::kAll,
+       .ssm_params = kMamba1Odd, .pool_dtype = DType::kFloat16, .dtype = DType::kFloat16, .requests = kSmallGraph,
+       .padding_tokens = 1, .padding_requests = 1, .decode_graph = true, .seed = 49});
+  add({.name = "SmallMamba1Big", .ssm_mode = "mamba1", .cache = MambaCacheMode::kAll, .ssm_params = kMamba1Big,
+       .requests = kSmall, .seed = 11});
   for (const auto& [cache, cache_name] : caches) {
-    all.push_back({.name = std::string("Mamba1BigMixed") + cache_name, .mode = "mamba1", .cache = cache,
-                   .requests = kMixed, .padding_tokens = 2, .padding_requests = 1, .big_mamba = true, .seed = 13});
+    add({.name = std::string("Mamba1BigMixed") + cache_name, .ssm_mode = "mamba1", .cache = cache,
+         .ssm_params = kMamba1Big, .requests = kMixed, .padding_tokens = 2, .padding_requests = 1, .seed = 13});
   }
   // The scan's vector paths (N = 16: 16-byte float32 / 8-byte 16-bit state accesses) and its scalar
   // edge paths (odd sizes), decode-only steps, long single requests.
-  all.push_back({.name = "SmallMamba1BigDecodesOnly", .mode = "mamba1", .cache = MambaCacheMode::kAll,
-                 .requests = kManyDecodes, .big_mamba = true, .seed = 17});
-  all.push_back({.name = "SmallMamba1BigBf16Pools", .mode = "mamba1", .cache = MambaCacheMode::kAll,
-                 .requests = kSmall, .padding_tokens = 2, .padding_requests = 1, .big_mamba = true,
-                 .pool_dtype = DType::kBFloat16, .seed = 19});
-  all.push_back({.name = "SmallMamba1Odd", .mode = "mamba1", .cache = MambaCacheMode::kAll, .requests = kSmall,
-                 .padding_tokens = 2, .padding_requests = 1, .odd_mamba = true, .seed = 23});
-  all.push_back({.name = "Mamba1OddMixedAlign", .mode = "mamba1", .cache = MambaCacheMode::kAlign,
-                 .dtype = DType::kFloat32, .requests = kMixed, .odd_mamba = true, .seed = 25});
-  all.push_back({.name = "Mamba1BigDecodesOnlyGraph", .mode = "mamba1", .dtype = DType::kFloat16,
-                 .requests = kManyDecodes, .padding_tokens = 1, .padding_requests = 1, .decode_graph = true,
-                 .big_mamba = true, .seed = 27});
-  all.push_back({.name = "Mamba1BigLongSingleAll", .mode = "mamba1", .cache = MambaCacheMode::kAll,
-                 .dtype = DType::kFloat32, .requests = kLongSingle, .big_mamba = true, .seed = 29});
-  all.push_back({.name = "Mamba1BigLongSingleNoneBf16", .mode = "mamba1", .requests = kLongSingle,
-                 .big_mamba = true, .seed = 31});
+  add({.name = "SmallMamba1BigDecodesOnly", .ssm_mode = "mamba1", .cache = MambaCacheMode::kAll,
+       .ssm_params = kMamba1Big, .requests = kManyDecodes, .seed = 17});
+  add({.name = "SmallMamba1BigBf16Pools", .ssm_mode = "mamba1", .cache = MambaCacheMode::kAll, .ssm_params = kMamba1Big,
+       .pool_dtype = DType::kBFloat16, .requests = kSmall, .padding_tokens = 2, .padding_requests = 1, .seed = 19});
+  add({.name = "SmallMamba1Odd", .ssm_mode = "mamba1", .cache = MambaCacheMode::kAll, .ssm_params = kMamba1Odd,
+       .requests = kSmall, .padding_tokens = 2, .padding_requests = 1, .seed = 23});
+  add({.name = "Mamba1OddMixedAlign", .ssm_mode = "mamba1", .cache = MambaCacheMode::kAlign, .ssm_params = kMamba1Odd,
+       .dtype = DType::kFloat32, .requests = kMixed, .seed = 25});
+  add({.name = "Mamba1BigDecodesOnlyGraph", .ssm_mode = "mamba1", .ssm_params = kMamba1Big, .dtype = DType::kFloat16,
+       .requests = kManyDecodes, .padding_tokens = 1, .padding_requests = 1, .decode_graph = true, .seed = 27});
+  add({.name = "Mamba1BigLongSingleAll", .ssm_mode = "mamba1", .cache = MambaCacheMode::kAll, .ssm_params = kMamba1Big,
+       .dtype = DType::kFloat32, .requests = kLongSingle, .seed = 29});
+  add({.name = "Mamba1BigLongSingleNoneBf16", .ssm_mode = "mamba1", .ssm_params = kMamba1Big, .requests = kLongSingle,
+       .seed = 31});
   // The sequential scan (N = 16) with a partial channel tile (44 = 40 + 4 channels: in the second
   // block only the first warp holds channels below I), requests ending inside a chunk.
-  all.push_back({.name = "Mamba1PartialTileMixedAll", .mode = "mamba1", .cache = MambaCacheMode::kAll,
-                 .requests = kMixed, .padding_tokens = 2, .padding_requests = 1, .seed = 51,
-                 .params = {{"intermediate_size", 44}, {"state_size", 16}, {"conv_kernel", 4}, {"dt_rank", 8}}});
-  all.push_back({.name = "Mamba1BigLongFp16Pools", .mode = "mamba1", .cache = MambaCacheMode::kAll,
-                 .dtype = DType::kFloat16, .requests = kLong, .big_mamba = true, .pool_dtype = DType::kFloat16,
-                 .seed = 15});
+  add({.name = "Mamba1PartialTileMixedAll", .ssm_mode = "mamba1", .cache = MambaCacheMode::kAll,
+       .ssm_params = {{"intermediate_size", 44}, {"state_size", 16}, {"conv_kernel", 4}, {"dt_rank", 8}},
+       .requests = kMixed, .padding_tokens = 2, .padding_requests = 1, .seed = 51});
+  add({.name = "Mamba1BigLongFp16Pools", .ssm_mode = "mamba1", .cache = MambaCacheMode::kAll, .ssm_params = kMamba1Big,
+       .pool_dtype = DType::kFloat16, .dtype = DType::kFloat16, .requests = kLong, .seed = 15});
   // mamba2 at realistic shapes.
   // 8 heads of 16 channels, state 32, 2 groups (heads 0-3 read group 0's B and C, 4-7 group 1's);
   // Mamba-2's own head_dim 64 and state 128 (one group: B and C shared by every head; prefills
@@ -238,49 +178,48 @@ std::vector<SsmCase> cases() {
                                           {"n_groups", groups},
                                           {"conv_kernel", conv_kernel}};
   };
-  all.push_back({.name = "SmallMamba2Heads8", .mode = "mamba2", .cache = MambaCacheMode::kAll, .requests = kSmall,
-                 .padding_tokens = 2, .padding_requests = 1, .seed = 101, .params = mamba2(8, 16, 32, 2, 4)});
-  all.push_back({.name = "SmallGraphMamba2Heads8", .mode = "mamba2", .cache = MambaCacheMode::kAll,
-                 .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1, .decode_graph = true,
-                 .seed = 103, .params = mamba2(8, 16, 32, 2, 4)});
-  all.push_back({.name = "SmallMamba2OddBf16Pools", .mode = "mamba2", .cache = MambaCacheMode::kAll,
-                 .requests = kSmall, .padding_tokens = 2, .padding_requests = 1, .pool_dtype = DType::kBFloat16,
-                 .seed = 105, .params = mamba2(3, 5, 6, 1, 3)});
-  all.push_back({.name = "SmallGraphMamba2OddFp16Pools", .mode = "mamba2", .cache = MambaCacheMode::kAll,
-                 .dtype = DType::kFloat16, .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1,
-                 .decode_graph = true, .pool_dtype = DType::kFloat16, .seed = 107, .params = mamba2(3, 5, 6, 1, 3)});
+  add({.name = "SmallMamba2Heads8", .ssm_mode = "mamba2", .cache = MambaCacheMode::kAll,
+       .ssm_params = mamba2(8, 16, 32, 2, 4), .requests = kSmall, .padding_tokens = 2, .padding_requests = 1,
+       .seed = 101});
+  add({.name = "SmallGraphMamba2Heads8", .ssm_mode = "mamba2", .cache = MambaCacheMode::kAll,
+       .ssm_params = mamba2(8, 16, 32, 2, 4), .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1,
+       .decode_graph = true, .seed = 103});
+  add({.name = "SmallMamba2OddBf16Pools", .ssm_mode = "mamba2", .cache = MambaCacheMode::kAll,
+       .ssm_params = mamba2(3, 5, 6, 1, 3), .pool_dtype = DType::kBFloat16, .requests = kSmall, .padding_tokens = 2,
+       .padding_requests = 1, .seed = 105});
+  add({.name = "SmallGraphMamba2OddFp16Pools", .ssm_mode = "mamba2", .cache = MambaCacheMode::kAll,
+       .ssm_params = mamba2(3, 5, 6, 1, 3), .pool_dtype = DType::kFloat16, .dtype = DType::kFloat16,
+       .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1, .decode_graph = true, .seed = 107});
   for (const auto& [cache, cache_name] : caches) {
-    all.push_back({.name = std::string("Mamba2Heads8Mixed") + cache_name + "Bf16", .mode = "mamba2", .cache = cache,
-                   .requests = kMixed, .padding_tokens = 3, .padding_requests = 1, .seed = 109,
-                   .params = mamba2(8, 16, 32, 2, 4)});
-    all.push_back({.name = std::string("Mamba2Head64State128GraphDecodes") + cache_name, .mode = "mamba2",
-                   .cache = cache, .requests = kGraphDecodes, .padding_tokens = 3, .padding_requests = 3,
-                   .decode_graph = true, .seed = 111, .params = mamba2(4, 64, 128, 1, 4)});
+    add({.name = std::string("Mamba2Heads8Mixed") + cache_name + "Bf16", .ssm_mode = "mamba2", .cache = cache,
+         .ssm_params = mamba2(8, 16, 32, 2, 4), .requests = kMixed, .padding_tokens = 3, .padding_requests = 1,
+         .seed = 109});
+    add({.name = std::string("Mamba2Head64State128GraphDecodes") + cache_name, .ssm_mode = "mamba2", .cache = cache,
+         .ssm_params = mamba2(4, 64, 128, 1, 4), .requests = kGraphDecodes, .padding_tokens = 3, .padding_requests = 3,
+         .decode_graph = true, .seed = 111});
   }
-  all.push_back({.name = "Mamba2Head64State128LongNoneFp32", .mode = "mamba2", .dtype = DType::kFloat32,
-                 .requests = kLong, .seed = 113, .params = mamba2(4, 64, 128, 1, 4)});
-  all.push_back({.name = "Mamba2Head64State128LongAllBf16Pools", .mode = "mamba2", .cache = MambaCacheMode::kAll,
-                 .requests = kLong, .pool_dtype = DType::kBFloat16, .seed = 115, .params = mamba2(4, 64, 128, 1, 4)});
-  all.push_back({.name = "Mamba2Head64State128MixedAlignFp32", .mode = "mamba2", .cache = MambaCacheMode::kAlign,
-                 .dtype = DType::kFloat32, .requests = kMixed, .padding_tokens = 2, .padding_requests = 1,
-                 .seed = 117, .params = mamba2(4, 64, 128, 1, 4)});
-  all.push_back({.name = "Mamba2Head64State128GraphDecodesAllFp16Pools", .mode = "mamba2",
-                 .cache = MambaCacheMode::kAll, .dtype = DType::kFloat16, .requests = kGraphDecodesB,
-                 .padding_tokens = 3, .padding_requests = 3, .decode_graph = true, .pool_dtype = DType::kFloat16,
-                 .seed = 119, .params = mamba2(4, 64, 128, 1, 4)});
-  all.push_back({.name = "Mamba2Heads8LongSingleAllFp32", .mode = "mamba2", .cache = MambaCacheMode::kAll,
-                 .dtype = DType::kFloat32, .requests = kLongSingle, .seed = 121, .params = mamba2(8, 16, 32, 2, 4)});
-  all.push_back({.name = "Mamba2Head80State96MixedNoneFp32", .mode = "mamba2", .dtype = DType::kFloat32,
-                 .requests = kMixed, .seed = 123, .params = mamba2(4, 80, 96, 2, 4)});
-  all.push_back({.name = "Mamba2State256MixedAllBf16", .mode = "mamba2", .cache = MambaCacheMode::kAll,
-                 .requests = kMixed, .padding_tokens = 2, .padding_requests = 1, .seed = 125,
-                 .params = mamba2(2, 32, 256, 1, 4)});
-  all.push_back({.name = "Mamba2State256GraphDecodesNone", .mode = "mamba2", .requests = kGraphDecodes,
-                 .padding_tokens = 3, .padding_requests = 3, .decode_graph = true, .seed = 127,
-                 .params = mamba2(2, 32, 256, 1, 4)});
-  all.push_back({.name = "Mamba2OddMixedAlignFp16Pools", .mode = "mamba2", .cache = MambaCacheMode::kAlign,
-                 .requests = kMixed, .padding_tokens = 2, .padding_requests = 1, .pool_dtype = DType::kFloat16,
-                 .seed = 129, .params = mamba2(3, 5, 6, 1, 3)});
+  add({.name = "Mamba2Head64State128LongNoneFp32", .ssm_mode = "mamba2", .ssm_params = mamba2(4, 64, 128, 1, 4),
+       .dtype = DType::kFloat32, .requests = kLong, .seed = 113});
+  add({.name = "Mamba2Head64State128LongAllBf16Pools", .ssm_mode = "mamba2", .cache = MambaCacheMode::kAll,
+       .ssm_params = mamba2(4, 64, 128, 1, 4), .pool_dtype = DType::kBFloat16, .requests = kLong, .seed = 115});
+  add({.name = "Mamba2Head64State128MixedAlignFp32", .ssm_mode = "mamba2", .cache = MambaCacheMode::kAlign,
+       .ssm_params = mamba2(4, 64, 128, 1, 4), .dtype = DType::kFloat32, .requests = kMixed, .padding_tokens = 2,
+       .padding_requests = 1, .seed = 117});
+  add({.name = "Mamba2Head64State128GraphDecodesAllFp16Pools", .ssm_mode = "mamba2", .cache = MambaCacheMode::kAll,
+       .ssm_params = mamba2(4, 64, 128, 1, 4), .pool_dtype = DType::kFloat16, .dtype = DType::kFloat16,
+       .requests = kGraphDecodesB, .padding_tokens = 3, .padding_requests = 3, .decode_graph = true, .seed = 119});
+  add({.name = "Mamba2Heads8LongSingleAllFp32", .ssm_mode = "mamba2", .cache = MambaCacheMode::kAll,
+       .ssm_params = mamba2(8, 16, 32, 2, 4), .dtype = DType::kFloat32, .requests = kLongSingle, .seed = 121});
+  add({.name = "Mamba2Head80State96MixedNoneFp32", .ssm_mode = "mamba2", .ssm_params = mamba2(4, 80, 96, 2, 4),
+       .dtype = DType::kFloat32, .requests = kMixed, .seed = 123});
+  add({.name = "Mamba2State256MixedAllBf16", .ssm_mode = "mamba2", .cache = MambaCacheMode::kAll,
+       .ssm_params = mamba2(2, 32, 256, 1, 4), .requests = kMixed, .padding_tokens = 2, .padding_requests = 1,
+       .seed = 125});
+  add({.name = "Mamba2State256GraphDecodesNone", .ssm_mode = "mamba2", .ssm_params = mamba2(2, 32, 256, 1, 4),
+       .requests = kGraphDecodes, .padding_tokens = 3, .padding_requests = 3, .decode_graph = true, .seed = 127});
+  add({.name = "Mamba2OddMixedAlignFp16Pools", .ssm_mode = "mamba2", .cache = MambaCacheMode::kAlign,
+       .ssm_params = mamba2(3, 5, 6, 1, 3), .pool_dtype = DType::kFloat16, .requests = kMixed, .padding_tokens = 2,
+       .padding_requests = 1, .seed = 129});
   // gdn at realistic shapes.
   // Two value heads per key head (Qwen3-Next's ratio) with head dims 32 (a square state: a
   // transposed pool would be caught), 128 (Qwen3-Next's; prefills crossing many 64-token chunks
@@ -294,39 +233,36 @@ std::vector<SsmCase> cases() {
                                           {"head_v_dim", dv},
                                           {"conv_kernel", conv_kernel}};
   };
-  all.push_back({.name = "SmallGdnHeads32", .mode = "gdn", .cache = MambaCacheMode::kAll, .requests = kSmall,
-                 .padding_tokens = 2, .padding_requests = 1, .seed = 61, .params = gdn(32, 32, 4)});
-  all.push_back({.name = "SmallGraphGdnHeads32", .mode = "gdn", .cache = MambaCacheMode::kAll,
-                 .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1, .decode_graph = true,
-                 .seed = 63, .params = gdn(32, 32, 4)});
-  all.push_back({.name = "SmallGdnOddBf16Pools", .mode = "gdn", .cache = MambaCacheMode::kAll, .requests = kSmall,
-                 .padding_tokens = 2, .padding_requests = 1, .pool_dtype = DType::kBFloat16, .seed = 65,
-                 .params = gdn(6, 10, 3)});
+  add({.name = "SmallGdnHeads32", .ssm_mode = "gdn", .cache = MambaCacheMode::kAll, .ssm_params = gdn(32, 32, 4),
+       .requests = kSmall, .padding_tokens = 2, .padding_requests = 1, .seed = 61});
+  add({.name = "SmallGraphGdnHeads32", .ssm_mode = "gdn", .cache = MambaCacheMode::kAll, .ssm_params = gdn(32, 32, 4),
+       .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1, .decode_graph = true, .seed = 63});
+  add({.name = "SmallGdnOddBf16Pools", .ssm_mode = "gdn", .cache = MambaCacheMode::kAll, .ssm_params = gdn(6, 10, 3),
+       .pool_dtype = DType::kBFloat16, .requests = kSmall, .padding_tokens = 2, .padding_requests = 1, .seed = 65});
   for (const auto& [cache, cache_name] : caches) {
-    all.push_back({.name = std::string("GdnHeads32Mixed") + cache_name + "Bf16", .mode = "gdn", .cache = cache,
-                   .requests = kMixed, .padding_tokens = 3, .padding_requests = 1, .seed = 67,
-                   .params = gdn(32, 32, 4)});
-    all.push_back({.name = std::string("GdnHeads128GraphDecodes") + cache_name, .mode = "gdn", .cache = cache,
-                   .requests = kGraphDecodes, .padding_tokens = 3, .padding_requests = 3, .decode_graph = true,
-                   .seed = 69, .params = gdn(128, 128, 4)});
+    add({.name = std::string("GdnHeads32Mixed") + cache_name + "Bf16", .ssm_mode = "gdn", .cache = cache,
+         .ssm_params = gdn(32, 32, 4), .requests = kMixed, .padding_tokens = 3, .padding_requests = 1, .seed = 67});
+    add({.name = std::string("GdnHeads128GraphDecodes") + cache_name, .ssm_mode = "gdn", .cache = cache,
+         .ssm_params = gdn(128, 128, 4), .requests = kGraphDecodes, .padding_tokens = 3, .padding_requests = 3,
+         .decode_graph = true, .seed = 69});
   }
-  all.push_back({.name = "GdnHeads128LongNoneFp32", .mode = "gdn", .dtype = DType::kFloat32, .requests = kLong,
-                 .seed = 71, .params = gdn(128, 128, 4)});
-  all.push_back({.name = "GdnHeads128LongAllBf16Pools", .mode = "gdn", .cache = MambaCacheMode::kAll,
-                 .requests = kLong, .pool_dtype = DType::kBFloat16, .seed = 73, .params = gdn(128, 128, 4)});
-  all.push_back({.name = "GdnHeads128MixedAlignFp32", .mode = "gdn", .cache = MambaCacheMode::kAlign,
-                 .dtype = DType::kFloat32, .requests = kMixed, .padding_tokens = 2, .padding_requests = 1,
-                 .seed = 75, .params = gdn(128, 128, 4)});
-  all.push_back({.name = "GdnHeads128GraphDecodesAllFp16Pools", .mode = "gdn", .cache = MambaCacheMode::kAll,
-                 .dtype = DType::kFloat16, .requests = kGraphDecodesB, .padding_tokens = 3, .padding_requests = 3,
-                 .decode_graph = true, .pool_dtype = DType::kFloat16, .seed = 77, .params = gdn(128, 128, 4)});
-  all.push_back({.name = "GdnWideKeysMixedAllFp32", .mode = "gdn", .cache = MambaCacheMode::kAll,
-                 .dtype = DType::kFloat32, .requests = kMixed, .seed = 79, .params = gdn(64, 32, 4)});
-  all.push_back({.name = "GdnWideValuesLongSingleNone", .mode = "gdn", .requests = kLongSingle, .seed = 81,
-                 .params = gdn(16, 48, 4)});
-  all.push_back({.name = "GdnOddMixedAlignFp16Pools", .mode = "gdn", .cache = MambaCacheMode::kAlign,
-                 .requests = kMixed, .padding_tokens = 2, .padding_requests = 1, .pool_dtype = DType::kFloat16,
-                 .seed = 83, .params = gdn(6, 10, 3)});
+  add({.name = "GdnHeads128LongNoneFp32", .ssm_mode = "gdn", .ssm_params = gdn(128, 128, 4), .dtype = DType::kFloat32,
+       .requests = kLong, .seed = 71});
+  add({.name = "GdnHeads128LongAllBf16Pools", .ssm_mode = "gdn", .cache = MambaCacheMode::kAll,
+       .ssm_params = gdn(128, 128, 4), .pool_dtype = DType::kBFloat16, .requests = kLong, .seed = 73});
+  add({.name = "GdnHeads128MixedAlignFp32", .ssm_mode = "gdn", .cache = MambaCacheMode::kAlign,
+       .ssm_params = gdn(128, 128, 4), .dtype = DType::kFloat32, .requests = kMixed, .padding_tokens = 2,
+       .padding_requests = 1, .seed = 75});
+  add({.name = "GdnHeads128GraphDecodesAllFp16Pools", .ssm_mode = "gdn", .cache = MambaCacheMode::kAll,
+       .ssm_params = gdn(128, 128, 4), .pool_dtype = DType::kFloat16, .dtype = DType::kFloat16,
+       .requests = kGraphDecodesB, .padding_tokens = 3, .padding_requests = 3, .decode_graph = true, .seed = 77});
+  add({.name = "GdnWideKeysMixedAllFp32", .ssm_mode = "gdn", .cache = MambaCacheMode::kAll,
+       .ssm_params = gdn(64, 32, 4), .dtype = DType::kFloat32, .requests = kMixed, .seed = 79});
+  add({.name = "GdnWideValuesLongSingleNone", .ssm_mode = "gdn", .ssm_params = gdn(16, 48, 4), .requests = kLongSingle,
+       .seed = 81});
+  add({.name = "GdnOddMixedAlignFp16Pools", .ssm_mode = "gdn", .cache = MambaCacheMode::kAlign,
+       .ssm_params = gdn(6, 10, 3), .pool_dtype = DType::kFloat16, .requests = kMixed, .padding_tokens = 2,
+       .padding_requests = 1, .seed = 83});
   return all;
 }
 
@@ -355,12 +291,12 @@ void expect_untouched_slots(const std::map<std::string, Tensor>& before, const s
   }
 }
 
-class CudaSsmTest : public CudaParamFixture<SsmCase> {};
+class CudaSsmTest : public CudaParamFixture<CudaCase> {};
 
 // Parity (contribution, fused output, every pool, attention, metadata, padding, untouched slots)
 // and bitwise reproducibility.
 TEST_P(CudaSsmTest, MatchesReference) {
-  const BatchFile step = make_ssm_step(GetParam());
+  const BatchFile step = make_step(GetParam());
   const BackendSettings settings{step.config, step.builder};
   auto reference = create_backend("reference", settings);
   auto cuda = create_backend("cuda", settings);
@@ -383,9 +319,7 @@ TEST_P(CudaSsmTest, MatchesReference) {
   }
 }
 
-std::string case_name(const ::testing::TestParamInfo<SsmCase>& param) { return param.param.name; }
-
-INSTANTIATE_TEST_SUITE_P(Cases, CudaSsmTest, ::testing::ValuesIn(cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, CudaSsmTest, ::testing::ValuesIn(cases()), CaseName());
 
 // --- chunked prefill == one-shot prefill, on the GPU ---------------------------------------------
 
@@ -402,7 +336,8 @@ Tensor rows_of(const Tensor& t, int64_t begin, int64_t end) {
 // pools the first left). The contributions and the final state agree within twice the float32
 // row of the tolerance table (each run is within that row of the exact value).
 void expect_chunked_equals_one_shot(const std::string& mode, int64_t length, int64_t split, MambaCacheMode cache) {
-  SsmCase c{.name = "chunked", .mode = mode, .cache = cache, .dtype = DType::kFloat32, .big_mamba = mode == "mamba1"};
+  CudaCase c = ssm_case({.name = "chunked", .ssm_mode = mode, .cache = cache, .dtype = DType::kFloat32});
+  if (mode == "mamba1") c.ssm_params = kMamba1Big;
   const AttentionConfig config = make_config(c);
   SyntheticOptions options;
   options.seed = 21;
@@ -489,8 +424,8 @@ TEST(CudaSsm, ModeWithoutGpuImplementationIsNotSupported) {
   if (!specs.contains("cpu_only_test_mode")) specs.add(std::make_unique<CpuOnlySpec>());
   auto& registry = reference::ssm::ModeRegistry::instance();
   if (!registry.contains("cpu_only_test_mode")) registry.add(std::make_unique<CpuOnlyMode>());
-  SsmCase c{.name = "cpu_only", .mode = "cpu_only_test_mode", .requests = kSmall};
-  const BatchFile step = make_ssm_step(c);
+  const CudaCase c = ssm_case({.name = "cpu_only", .ssm_mode = "cpu_only_test_mode", .requests = kSmall});
+  const BatchFile step = make_step(c);
   auto cuda = create_backend("cuda", {step.config, step.builder});
   try {
     run_step(*cuda, step);
@@ -656,30 +591,29 @@ MambaAttentionMetadata mamba_metadata(Backend& backend, const BatchFile& file) {
 
 // Batches A and B of one padded decode shape for `c` (B: kGraphDecodesB-like requests from
 // c.requests' twin), with the same weights and pools of the same number of slots.
-std::pair<BatchFile, BatchFile> graph_pair(SsmCase c, const std::vector<RequestSpec>& b_requests) {
-  SsmCase cb = c;
+std::pair<BatchFile, BatchFile> graph_pair(const CudaCase& c, const std::vector<RequestSpec>& b_requests) {
+  CudaCase cb = c;
   cb.requests = b_requests;
   cb.seed = c.seed + 1;
-  const int64_t slots = std::max(ssm_slots_needed(make_ssm_step(c).batch), ssm_slots_needed(make_ssm_step(cb).batch)) + 2;
-  BatchFile a = make_ssm_step(c, slots);
-  BatchFile b = make_ssm_step(cb, slots);
+  const int64_t slots = std::max(ssm_slots_needed(make_step(c).batch), ssm_slots_needed(make_step(cb).batch)) + 2;
+  BatchFile a = make_step(c, slots);
+  BatchFile b = make_step(cb, slots);
   b.inputs.weights = a.inputs.weights;  // one model: the weights stay in their device buffers
   return {std::move(a), std::move(b)};
 }
 
 // Every GPU mode × cache mode, small graph-padded decode shapes (mamba1 also with N = 16).
-std::vector<SsmCase> fixed_step_cases() {
-  std::vector<SsmCase> all;
+std::vector<CudaCase> fixed_step_cases() {
+  std::vector<CudaCase> all;
+  const auto add = [&](CudaCase c) { all.push_back(ssm_case(std::move(c))); };
   for (const std::string& mode : gpu::GpuModeRegistry::instance().names()) {
     for (const MambaCacheMode cache : {MambaCacheMode::kNone, MambaCacheMode::kAll, MambaCacheMode::kAlign}) {
-      all.push_back({.name = mode + " cache " + std::string(to_string(cache)), .mode = mode, .cache = cache,
-                     .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1, .decode_graph = true,
-                     .seed = 51});
+      add({.name = mode + " cache " + std::string(to_string(cache)), .ssm_mode = mode, .cache = cache,
+           .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1, .decode_graph = true, .seed = 51});
     }
   }
-  all.push_back({.name = "mamba1 (N 16) cache all", .mode = "mamba1", .cache = MambaCacheMode::kAll,
-                 .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1, .decode_graph = true,
-                 .big_mamba = true, .seed = 53});
+  add({.name = "mamba1 (N 16) cache all", .ssm_mode = "mamba1", .cache = MambaCacheMode::kAll, .ssm_params = kMamba1Big,
+       .requests = kSmallGraph, .padding_tokens = 1, .padding_requests = 1, .decode_graph = true, .seed = 53});
   return all;
 }
 
@@ -711,7 +645,7 @@ TEST(CudaSsmFixedStep, IsFixedDecodeStep) {
 // same bits.
 TEST(CudaSsmFixedStep, SmallReprepareEqualsFresh) {
   HYBRIDTB_SKIP_WITHOUT_CUDA();
-  for (const SsmCase& c : fixed_step_cases()) {
+  for (const CudaCase& c : fixed_step_cases()) {
     SCOPED_TRACE(c.name);
     const auto [a, b] = graph_pair(c, kSmallGraphB);
     FixedStepSession session(a);
@@ -748,7 +682,7 @@ TEST(CudaSsmFixedStep, SmallReprepareEqualsFresh) {
 // for A and B.
 TEST(CudaSsmFixedStep, SmallCapturedGraphReplaysNewBatch) {
   HYBRIDTB_SKIP_WITHOUT_CUDA();
-  for (const SsmCase& c : fixed_step_cases()) {
+  for (const CudaCase& c : fixed_step_cases()) {
     SCOPED_TRACE(c.name);
     const auto [a, b] = graph_pair(c, kSmallGraphB);
     FixedStepSession session(a);
@@ -786,16 +720,16 @@ TEST(CudaSsmFixedStep, SmallCapturedGraphReplaysNewBatch) {
 // zero contribution rows, no slot read or written — as the reference does.
 TEST(CudaSsmFixedStep, SmallSkippedRequestGetsZeros) {
   HYBRIDTB_SKIP_WITHOUT_CUDA();
-  for (const SsmCase& c : fixed_step_cases()) {
+  for (const CudaCase& c : fixed_step_cases()) {
     SCOPED_TRACE(c.name);
-    const BatchFile file = make_ssm_step(c);
+    const BatchFile file = make_step(c);
     FixedStepSession session(file);
     MambaAttentionMetadata metadata = mamba_metadata(session.backend(), file);
     IntArray& rows = metadata.state_indices_tensor_d;
     for (int64_t col = 0; col < rows.size(1); ++col) rows.at(0, col) = kPadSlotId;  // request 0: 1 token
     const SsmResult actual = session.run_fresh(file, metadata);
     ASSERT_NO_FATAL_FAILURE(expect_matches_reference(file, actual, reference_result(file, metadata)));
-    if (c.mode == "prefix_sum_flat") continue;  // whole-step: ignores the slots
+    if (c.ssm_mode == "prefix_sum_flat") continue;  // whole-step: ignores the slots
     const int64_t width = file.config.num_heads * file.config.head_size;
     for (int64_t e = 0; e < width; ++e) {
       ASSERT_EQ(load_as_double(actual.ssm_output.data(), actual.ssm_output.dtype(), e), 0.0)
@@ -808,10 +742,10 @@ TEST(CudaSsmFixedStep, SmallSkippedRequestGetsZeros) {
 // the slot), and the eager backend still runs it (the wave driver) as the reference does.
 TEST(CudaSsmFixedStep, SmallSharedSlotIsRefusedAndRunsEagerly) {
   HYBRIDTB_SKIP_WITHOUT_CUDA();
-  for (const SsmCase& c : fixed_step_cases()) {
-    if (gpu::GpuModeRegistry::instance().find(c.mode)->whole_step()) continue;  // no slots
+  for (const CudaCase& c : fixed_step_cases()) {
+    if (gpu::GpuModeRegistry::instance().find(c.ssm_mode)->whole_step()) continue;  // no slots
     SCOPED_TRACE(c.name);
-    const BatchFile file = make_ssm_step(c);
+    const BatchFile file = make_step(c);
     FixedStepSession session(file);
     HybridMetadata hybrid = session.backend().build_metadata(file.batch);
     MambaAttentionMetadata& metadata = *hybrid.mamba;
@@ -854,9 +788,10 @@ TEST(CudaSsmFixedStep, SmallPrepareRefusesChanges) {
   };
   for (const std::string mode : {"ema", "mamba1", "prefix_sum_flat"}) {
     SCOPED_TRACE(mode);
-    SsmCase c{.name = mode, .mode = mode, .cache = MambaCacheMode::kAll, .requests = kGraphDecodes,
-              .padding_tokens = 3, .padding_requests = 3, .decode_graph = true, .seed = 55};
-    const BatchFile file = make_ssm_step(c);
+    const CudaCase c = ssm_case({.name = mode, .ssm_mode = mode, .cache = MambaCacheMode::kAll,
+                                 .requests = kGraphDecodes, .padding_tokens = 3, .padding_requests = 3,
+                                 .decode_graph = true, .seed = 55});
+    const BatchFile file = make_step(c);
     FixedStepSession session(file);
     const MambaAttentionMetadata metadata = mamba_metadata(session.backend(), file);
     const SsmResult fresh = session.run_fresh(file, metadata);
@@ -865,12 +800,12 @@ TEST(CudaSsmFixedStep, SmallPrepareRefusesChanges) {
     step.prepare(metadata, file.batch, session.tensors(), session.contribution());
 
     // Another padded size (4 rows and requests instead of 8), on the same tensors.
-    SsmCase small = c;
+    CudaCase small = c;
     small.requests = kSmallGraph;
     small.padding_tokens = 1;
     small.padding_requests = 1;
     const int64_t slots = file.inputs.ssm_state.empty() ? 0 : file.inputs.ssm_state.begin()->second.size(0);
-    const BatchFile other = make_ssm_step(small, slots);
+    const BatchFile other = make_step(small, slots);
     const MambaAttentionMetadata other_meta = mamba_metadata(session.backend(), other);
     expect_error([&] { step.prepare(other_meta, other.batch, session.tensors(), session.contribution()); },
                  "token rows", false);

@@ -60,6 +60,14 @@ Matrix random_hidden(int64_t tokens, int64_t H, uint64_t seed) {
   return hidden;
 }
 
+std::vector<double> normal_values(int64_t count, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  std::vector<double> values(static_cast<size_t>(count));
+  for (double& v : values) v = dist(rng);
+  return values;
+}
+
 Matrix stack(const Matrix& a, const Matrix& b) {
   Matrix out(a.rows() + b.rows(), std::max(a.cols(), b.cols()));
   out.topRows(a.rows()) = a;
@@ -260,6 +268,12 @@ Matrix to_matrix(const std::vector<double>& values, int64_t rows, int64_t cols) 
 }
 
 std::vector<double> to_vector(const Matrix& matrix) { return {matrix.data(), matrix.data() + matrix.size()}; }
+
+Eigen::VectorXd to_eigen(const std::vector<double>& values) {
+  return Eigen::Map<const Eigen::VectorXd>(values.data(), static_cast<Eigen::Index>(values.size()));
+}
+
+std::vector<double> from_eigen(const Eigen::VectorXd& values) { return {values.data(), values.data() + values.size()}; }
 
 std::string error_of(const std::function<void()>& run) {
   try {

@@ -89,6 +89,8 @@ inline int64_t hidden_size(const AttentionConfig& config) { return config.num_he
 
 // [tokens, H] standard-normal hidden states, exactly representable in float32 (the query dtype).
 Matrix random_hidden(int64_t tokens, int64_t H, uint64_t seed);
+// `count` standard-normal float64 values (random weights, states and inputs of the per-mode suites).
+std::vector<double> normal_values(int64_t count, uint64_t seed);
 // Rows of a, then rows of b.
 Matrix stack(const Matrix& a, const Matrix& b);
 
@@ -159,9 +161,11 @@ void expect_weight_specs(const std::vector<reference::ssm::TensorSpec>& weights,
 std::map<std::string, TensorView> views(const std::map<std::string, Tensor>& tensors);
 // Named tensors in a mode's Weights form (exact doubles): k-d tensors [size(0), rest], 1-d [1, n].
 reference::ssm::Weights to_weights(const std::map<std::string, Tensor>& tensors);
-// Row-major values ↔ a [rows, cols] matrix.
+// Row-major values ↔ a [rows, cols] matrix, and values ↔ a vector (a mode's state).
 Matrix to_matrix(const std::vector<double>& values, int64_t rows, int64_t cols);
 std::vector<double> to_vector(const Matrix& matrix);
+Eigen::VectorXd to_eigen(const std::vector<double>& values);
+std::vector<double> from_eigen(const Eigen::VectorXd& values);
 
 // The Error message `run` throws, or "" if it returns.
 std::string error_of(const std::function<void()>& run);

@@ -34,7 +34,7 @@ struct Inputs {
 };
 
 Inputs random_inputs(const GdnDims& d, int64_t L, uint64_t seed) {
-  return {random_values(L * d.C(), seed), random_values(L * d.Hv, seed + 1), random_values(L * d.Hv, seed + 2)};
+  return {normal_values(L * d.C(), seed), normal_values(L * d.Hv, seed + 1), normal_values(L * d.Hv, seed + 2)};
 }
 
 GdnTokens tokens_of(const NaiveGdn& model, const NaiveGdnState& state, const Inputs& in, int64_t L) {
@@ -289,7 +289,7 @@ TEST(GdnMetamorphic, HugeALogForgetsThePast) {
   for (int64_t h = 0; h < d.Hv; ++h) store_from_double(tensors.at("A_log").data(), DType::kFloat32, h, 50.0);
   const ssm::Weights weights = to_weights(tensors);
   const int64_t L = 5;
-  const std::vector<double> hidden = random_values(L * d.H, 1401);
+  const std::vector<double> hidden = normal_values(L * d.H, 1401);
   const NaiveGdnState first = random_state(d, 1402);
   NaiveGdnState other = random_state(d, 1404);
   other.conv = first.conv;  // only the recurrent state differs
@@ -338,11 +338,11 @@ TEST(GdnMetamorphic, RepeatedWriteReachesTheDeltaRuleFixedPoint) {
   weights.at("dt_bias").setConstant(-1e4);
 
   const int64_t L = 6;
-  std::vector<double> row = random_values(d.C(), 1501);
+  std::vector<double> row = normal_values(d.C(), 1501);
   for (int64_t r = 0; r < d.dk; ++r) row[at(r)] = row[at(d.Hk * d.dk + r)];  // q = k (one key head)
   std::vector<double> mixed;
   for (int64_t t = 0; t < L; ++t) mixed.insert(mixed.end(), row.begin(), row.end());
-  const std::vector<double> a = random_values(L * d.Hv, 1502);
+  const std::vector<double> a = normal_values(L * d.Hv, 1502);
   const std::vector<double> b(at(L * d.Hv), std::numeric_limits<double>::infinity());
 
   const auto silu = [](double x) { return x / (1.0 + std::exp(-x)); };
@@ -351,7 +351,7 @@ TEST(GdnMetamorphic, RepeatedWriteReachesTheDeltaRuleFixedPoint) {
   for (int64_t r = 0; r < d.dk; ++r) norm_squared += silu(row[at(d.dk + r)]) * silu(row[at(d.dk + r)]);
   for (int64_t r = 0; r < d.dk; ++r) k_hat[at(r)] = silu(row[at(d.dk + r)]) / std::sqrt(norm_squared + 1e-6);
   for (int64_t c = 0; c < d.Hv * d.dv; ++c) v[at(c)] = silu(row[at(2 * d.dk + c)]);
-  std::vector<double> orthogonal = random_values(d.dk, 1503);  // x − (x·k̂)k̂/‖k̂‖²
+  std::vector<double> orthogonal = normal_values(d.dk, 1503);  // x − (x·k̂)k̂/‖k̂‖²
   const double along = dot(orthogonal.data(), k_hat.data(), d.dk) / dot(k_hat.data(), k_hat.data(), d.dk);
   for (int64_t r = 0; r < d.dk; ++r) orthogonal[at(r)] -= along * k_hat[at(r)];
 

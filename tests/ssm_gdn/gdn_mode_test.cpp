@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gdn_support.h"
+#include "naive_ops.h"
 #include "hybridtb/dtype.h"
 #include "hybridtb/error.h"
 
@@ -71,7 +72,7 @@ TEST(GdnSpecs, RandomInitGivesDecaysStrictlyInsideZeroOne) {
   const Tensor& dt_bias = tensors.at("dt_bias");
   for (int64_t i = 0; i < d.Hv; ++i) {
     const double g = -std::exp(load_as_double(a_log.data(), a_log.dtype(), i)) *
-                     std::log1p(std::exp(load_as_double(dt_bias.data(), dt_bias.dtype(), i)));
+                     naive_softplus(load_as_double(dt_bias.data(), dt_bias.dtype(), i));
     EXPECT_GT(std::exp(g), 0.1) << "value head " << i;
     EXPECT_LT(std::exp(g), 1.0 - 1e-4) << "value head " << i;
   }
@@ -102,7 +103,7 @@ TEST(GdnNaive, PrefillMatchesTokenLoopOnRandomModels) {
       for (const bool has_initial_state : {false, true}) {
         SCOPED_TRACE(describe(d) + " L=" + std::to_string(L) + (has_initial_state ? " initial state" : " zero state"));
         const NaiveGdnState initial = has_initial_state ? random_state(d, seed++) : zero_state(d);
-        const std::vector<double> hidden = random_values(L * d.H, seed++);
+        const std::vector<double> hidden = normal_values(L * d.H, seed++);
         NaiveGdnState expected_state = initial;
         const std::vector<double> expected = naive_gdn(naive, expected_state, hidden, L);
         NaiveGdnState state = initial;
@@ -125,7 +126,7 @@ TEST(GdnNaive, DecodeStepMatchesTokenLoop) {
     NaiveGdnState state = random_state(d, seed++);
     NaiveGdnState expected_state = state;
     for (int64_t step = 0; step < 20; ++step) {  // each step checked: errors must not grow
-      const std::vector<double> hidden = random_values(d.H, seed++);
+      const std::vector<double> hidden = normal_values(d.H, seed++);
       const std::vector<double> expected = naive_gdn(naive, expected_state, hidden, 1);
       const std::vector<double> actual = run_mode(weights, state, hidden, d, 0, 1, true);
       const Tolerance tol = gdn_tolerance(d, step + 1);
@@ -144,9 +145,9 @@ TEST(GdnNaive, CoreMatchesTheNaiveFrontEndAndDeltaRule) {
     const ssm::Weights weights = to_weights(tensors);
     const NaiveGdn naive = naive_gdn_model(d, views(tensors));
     const int64_t L = 13;
-    const std::vector<double> mixed = random_values(L * d.C(), seed++);
-    const std::vector<double> a = random_values(L * d.Hv, seed++);
-    const std::vector<double> b = random_values(L * d.Hv, seed++);
+    const std::vector<double> mixed = normal_values(L * d.C(), seed++);
+    const std::vector<double> a = normal_values(L * d.Hv, seed++);
+    const std::vector<double> b = normal_values(L * d.Hv, seed++);
     const NaiveGdnState initial = random_state(d, seed++);
 
     NaiveGdnState expected_state = initial;
@@ -179,7 +180,7 @@ TEST(GdnNaive, OptionalConvBiasAbsentMeansZero) {
   tensors.erase("conv1d_bias");
   const NaiveGdn naive = naive_gdn_model(d, views(tensors));  // zeros for the absent bias
   const NaiveGdnState initial = random_state(d, 301);
-  const std::vector<double> hidden = random_values(9 * d.H, 302);
+  const std::vector<double> hidden = normal_values(9 * d.H, 302);
   NaiveGdnState expected_state = initial;
   const std::vector<double> expected = naive_gdn(naive, expected_state, hidden, 9);
   NaiveGdnState state = initial;
@@ -204,7 +205,7 @@ TEST(GdnMetamorphic, PrefillEqualsDecodeSteps) {
     const ssm::Weights weights = to_weights(random_weights(d, seed++));
     const int64_t L = 23;
     const NaiveGdnState initial = random_state(d, seed++);
-    const std::vector<double> hidden = random_values(L * d.H, seed++);
+    const std::vector<double> hidden = normal_values(L * d.H, seed++);
     NaiveGdnState scan_state = initial;
     const std::vector<double> scan = run_mode(weights, scan_state, hidden, d, 0, L, false);
     NaiveGdnState step_state = initial;
@@ -224,7 +225,7 @@ TEST(GdnMetamorphic, SplitPrefillEqualsOneShotAtEverySplitPoint) {
     SCOPED_TRACE(describe(d));
     const ssm::Weights weights = to_weights(random_weights(d, seed++));
     const int64_t L = 9;
-    const std::vector<double> hidden = random_values(L * d.H, seed++);
+    const std::vector<double> hidden = normal_values(L * d.H, seed++);
     const NaiveGdnState initial = random_state(d, seed++);
     NaiveGdnState one_shot_state = initial;
     const std::vector<double> one_shot = run_mode(weights, one_shot_state, hidden, d, 0, L, false);
@@ -253,7 +254,7 @@ TEST(GdnLayout, PoolIsVMajorAndATransposedPoolChangesTheOutputs) {
   const NaiveGdn naive = naive_gdn_model(d, views(tensors));
   const NaiveGdnState initial = random_state(d, 601);  // S: K-major
   ASSERT_NE(transpose_heads(initial.S, d.Hv, d.dk, d.dv), initial.S) << "the test needs a non-symmetric state";
-  const std::vector<double> hidden = random_values(6 * d.H, 602);
+  const std::vector<double> hidden = normal_values(6 * d.H, 602);
   const Tolerance tol = gdn_tolerance(d, 6);
 
   NaiveGdnState expected_state = initial;
@@ -320,7 +321,7 @@ double log_decay_for(double pre, bool decode) {
   weights.at("dt_bias").setZero();
   NaiveGdnState state = random_state(d, 801);
   const double before = state.S[0];
-  run_core(weights, state, d, random_values(d.C(), 802), {pre}, {-std::numeric_limits<double>::infinity()}, 1, decode);
+  run_core(weights, state, d, normal_values(d.C(), 802), {pre}, {-std::numeric_limits<double>::infinity()}, 1, decode);
   return std::log(state.S[0] / before);
 }
 
@@ -345,7 +346,7 @@ TEST(GdnErrors, AdvanceChecksItsInputs) {
   const auto tensors = random_weights(d, 700);
   const ssm::Weights weights = to_weights(tensors);
   const NaiveGdnState state = random_state(d, 701);
-  const std::vector<double> hidden = random_values(2 * d.H, 702);
+  const std::vector<double> hidden = normal_values(2 * d.H, 702);
 
   expect_error_naming([&] {
     NaiveGdnState s = state;

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <random>
 
 #include "hybridtb/dtype.h"
 
@@ -21,12 +20,6 @@ namespace ssm = reference::ssm;
 namespace {
 
 size_t at(int64_t i) { return static_cast<size_t>(i); }
-
-Eigen::VectorXd to_eigen(const std::vector<double>& values) {
-  return Eigen::Map<const Eigen::VectorXd>(values.data(), static_cast<Eigen::Index>(values.size()));
-}
-
-std::vector<double> from_eigen(const Eigen::VectorXd& values) { return {values.data(), values.data() + values.size()}; }
 
 }  // namespace
 
@@ -58,16 +51,8 @@ std::map<std::string, Tensor> random_weights(const GdnDims& dims, uint64_t seed)
   return ssm::make_random_weights(gdn_mode(), gdn_shape(dims), seed);
 }
 
-std::vector<double> random_values(int64_t count, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> dist(0.0, 1.0);
-  std::vector<double> values(at(count));
-  for (double& v : values) v = dist(rng);
-  return values;
-}
-
 NaiveGdnState random_state(const GdnDims& d, uint64_t seed) {
-  return {random_values(d.C() * (d.K - 1), seed), random_values(d.Hv * d.dk * d.dv, seed + 1)};
+  return {normal_values(d.C() * (d.K - 1), seed), normal_values(d.Hv * d.dk * d.dv, seed + 1)};
 }
 
 NaiveGdnState zero_state(const GdnDims& d) {

@@ -28,8 +28,6 @@ std::string describe(const GdnDims& dims);
 
 // Every weight of the mode (the optional conv bias included), float32, drawn as its spec says.
 std::map<std::string, Tensor> random_weights(const GdnDims& dims, uint64_t seed);
-// `count` standard normal values.
-std::vector<double> random_values(int64_t count, uint64_t seed);
 // A random request state (standard normal, as the state specs say), or zeros.
 NaiveGdnState random_state(const GdnDims& dims, uint64_t seed);
 NaiveGdnState zero_state(const GdnDims& dims);

@@ -1,20 +1,16 @@
 // The naive Gated DeltaNet layer (see naive_gdn.h).
 #include "naive_gdn.h"
 
+#include <algorithm>
 #include <cmath>
-#include <stdexcept>
+#include <cstddef>
 
-#include "hybridtb/dtype.h"
+#include "naive_ops.h"
 
 namespace hybridtb::testing {
 namespace {
 
 size_t at(int64_t i) { return static_cast<size_t>(i); }
-
-// SGLang's fused_gdn_gating: (v <= 20) ? log1p(exp(v)) : v.
-double naive_softplus(double v) { return v <= 20.0 ? std::log1p(std::exp(v)) : v; }
-
-double naive_sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
 
 // v / sqrt(Σv² + 1e-6) over n values (fla l2norm_fwd).
 void l2_normalise(double* v, int64_t n) {
@@ -22,34 +18,6 @@ void l2_normalise(double* v, int64_t n) {
   for (int64_t i = 0; i < n; ++i) sum += v[i] * v[i];
   const double norm = std::sqrt(sum + 1e-6);
   for (int64_t i = 0; i < n; ++i) v[i] /= norm;
-}
-
-std::vector<double> values_of(const TensorView& view) {
-  std::vector<double> out(at(view.numel()));
-  const Shape shape = view.shape();
-  std::vector<int64_t> index(shape.size(), 0);
-  for (size_t flat = 0; flat < out.size(); ++flat) {
-    int64_t offset = 0;
-    for (size_t d = 0; d < shape.size(); ++d) offset += index[d] * view.stride(static_cast<int>(d));
-    out[flat] = load_as_double(view.data(), view.dtype(), offset);
-    for (size_t d = shape.size(); d-- > 0;) {
-      if (++index[d] < shape[d]) break;
-      index[d] = 0;
-    }
-  }
-  return out;
-}
-
-std::vector<double> weight(const std::map<std::string, TensorView>& weights, const std::string& name, int64_t size,
-                           bool optional) {
-  const auto it = weights.find(name);
-  if (it == weights.end()) {
-    if (optional) return std::vector<double>(at(size), 0.0);
-    throw std::runtime_error("naive_gdn_model: missing weight " + name);
-  }
-  std::vector<double> values = values_of(it->second);
-  if (std::ssize(values) != size) throw std::runtime_error("naive_gdn_model: wrong size of " + name);
-  return values;
 }
 
 }  // namespace
@@ -66,12 +34,13 @@ GdnTokens naive_gdn_tokens(const NaiveGdn& m, std::vector<double>& conv_state, c
   out.g.resize(at(L * d.Hv));
   out.beta.resize(at(L * d.Hv));
   for (int64_t t = 0; t < L; ++t) {
-    // Causal conv over the K most recent inputs (K−1 saved + this one), SiLU, shift the state.
+    // Causal conv over the K most recent inputs: the bias and this token's tap, then the K−1 saved
+    // ones; SiLU; shift the state.
     std::vector<double> act(at(C));
     for (int64_t c = 0; c < C; ++c) {
       double pre = m.conv_bias[at(c)] + m.conv_weight[at(c * K + K - 1)] * mixed_qkv[at(t * C + c)];
       for (int64_t j = 0; j < K - 1; ++j) pre += m.conv_weight[at(c * K + j)] * conv_state[at(c * (K - 1) + j)];
-      act[at(c)] = pre * naive_sigmoid(pre);
+      act[at(c)] = naive_silu(pre);
       for (int64_t j = 0; j + 1 < K - 1; ++j) conv_state[at(c * (K - 1) + j)] = conv_state[at(c * (K - 1) + j + 1)];
       conv_state[at(c * (K - 1) + K - 2)] = mixed_qkv[at(t * C + c)];
     }
@@ -130,52 +99,41 @@ std::vector<double> naive_gdn(const NaiveGdn& m, NaiveGdnState& state, const std
   std::vector<double> out(at(L * d.H), 0.0);
   for (int64_t t = 0; t < L; ++t) {
     const double* x = &hidden[at(t * d.H)];
-    const auto project = [&](const std::vector<double>& w, int64_t row) {
-      double sum = 0.0;
-      for (int64_t j = 0; j < d.H; ++j) sum += w[at(row * d.H + j)] * x[j];
-      return sum;
-    };
-    std::vector<double> mixed(at(C)), z(at(V)), a(at(d.Hv)), b(at(d.Hv));
-    for (int64_t row = 0; row < C; ++row) mixed[at(row)] = project(m.in_proj_qkvz, row);
-    for (int64_t row = 0; row < V; ++row) z[at(row)] = project(m.in_proj_qkvz, C + row);
-    for (int64_t i = 0; i < d.Hv; ++i) {
-      b[at(i)] = project(m.in_proj_ba, i);
-      a[at(i)] = project(m.in_proj_ba, d.Hv + i);
-    }
+    // in_proj_qkvz: mixed_qkv = rows [0, C), z = rows [C, C + Hv·dv); in_proj_ba: b rows, then a rows.
+    const std::vector<double> qkvz = naive_linear(m.in_proj_qkvz, x, C + V, d.H);
+    const std::vector<double> ba = naive_linear(m.in_proj_ba, x, 2 * d.Hv, d.H);
+    const std::vector<double> mixed(qkvz.begin(), qkvz.begin() + C);
+    const std::vector<double> b(ba.begin(), ba.begin() + d.Hv);
+    const std::vector<double> a(ba.begin() + d.Hv, ba.end());
+    const double* z = qkvz.data() + C;
     const GdnTokens tokens = naive_gdn_tokens(m, state.conv, mixed, a, b, 1);
     const std::vector<double> o = naive_delta_rule(d, tokens, state.S);
 
     // RMSNormGated per value head (norm_before_gate): o / sqrt(mean(o²) + 1e-6) · w · silu(z).
     std::vector<double> y(at(V));
     for (int64_t i = 0; i < d.Hv; ++i) {
-      double mean_square = 0.0;
-      for (int64_t c = 0; c < d.dv; ++c) mean_square += o[at(i * d.dv + c)] * o[at(i * d.dv + c)];
-      mean_square /= static_cast<double>(d.dv);
-      for (int64_t c = 0; c < d.dv; ++c) {
-        const double gate = z[at(i * d.dv + c)] * naive_sigmoid(z[at(i * d.dv + c)]);
-        y[at(i * d.dv + c)] = o[at(i * d.dv + c)] / std::sqrt(mean_square + 1e-6) * m.norm_weight[at(c)] * gate;
-      }
+      naive_gated_rms_norm(&o[at(i * d.dv)], &z[i * d.dv], m.norm_weight.data(), d.dv, 1e-6, true, &y[at(i * d.dv)]);
     }
-    for (int64_t row = 0; row < d.H; ++row) {
-      double sum = 0.0;
-      for (int64_t c = 0; c < V; ++c) sum += m.out_proj[at(row * V + c)] * y[at(c)];
-      out[at(t * d.H + row)] = sum;
-    }
+    const std::vector<double> projected = naive_linear(m.out_proj, y.data(), d.H, V);
+    std::copy(projected.begin(), projected.end(), out.begin() + static_cast<std::ptrdiff_t>(t * d.H));
   }
   return out;
 }
 
 NaiveGdn naive_gdn_model(const GdnDims& d, const std::map<std::string, TensorView>& weights) {
+  const auto weight = [&](const std::string& name, int64_t size, bool optional) {
+    return naive_weight(weights, name, size, optional, "naive_gdn_model");
+  };
   NaiveGdn m;
   m.dims = d;
-  m.in_proj_qkvz = weight(weights, "in_proj_qkvz", (d.C() + d.Hv * d.dv) * d.H, false);
-  m.in_proj_ba = weight(weights, "in_proj_ba", 2 * d.Hv * d.H, false);
-  m.conv_weight = weight(weights, "conv1d_weight", d.C() * d.K, false);
-  m.conv_bias = weight(weights, "conv1d_bias", d.C(), true);
-  m.A_log = weight(weights, "A_log", d.Hv, false);
-  m.dt_bias = weight(weights, "dt_bias", d.Hv, false);
-  m.norm_weight = weight(weights, "norm_weight", d.dv, false);
-  m.out_proj = weight(weights, "out_proj", d.H * d.Hv * d.dv, false);
+  m.in_proj_qkvz = weight("in_proj_qkvz", (d.C() + d.Hv * d.dv) * d.H, false);
+  m.in_proj_ba = weight("in_proj_ba", 2 * d.Hv * d.H, false);
+  m.conv_weight = weight("conv1d_weight", d.C() * d.K, false);
+  m.conv_bias = weight("conv1d_bias", d.C(), true);
+  m.A_log = weight("A_log", d.Hv, false);
+  m.dt_bias = weight("dt_bias", d.Hv, false);
+  m.norm_weight = weight("norm_weight", d.dv, false);
+  m.out_proj = weight("out_proj", d.H * d.Hv * d.dv, false);
   return m;
 }
 

@@ -2,7 +2,8 @@
 // each other: std::vector storage, explicit index loops, one token at a time, float64, no Eigen. It
 // keeps the recurrent state K-major, S [Hv][dk][dv] as fla and HF do (S = Mᵀ of the mode's V-major
 // pool), and follows the gated delta rule of fla's fused_recurrent kernel directly: decay first,
-// u = β(v − S̃ᵀk̂), S = S̃ + k̂uᵀ, o = Sᵀq̂. Test-only; used by tests/ssm_gdn (ctest -L gdn).
+// u = β(v − S̃ᵀk̂), S = S̃ + k̂uᵀ, o = Sᵀq̂. Activations, dense layers and the gated RMS norm are
+// those of tests/support/naive_ops.h. Test-only; used by tests/ssm_gdn (ctest -L gdn).
 #pragma once
 
 #include <cstdint>

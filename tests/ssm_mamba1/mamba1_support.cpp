@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <random>
 #include <sstream>
 
 #include "hybridtb/dtype.h"
@@ -23,14 +22,6 @@ namespace ssm = reference::ssm;
 namespace {
 
 size_t at(int64_t i) { return static_cast<size_t>(i); }
-
-std::vector<double> normal_values(int64_t count, double std, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> dist(0.0, std);
-  std::vector<double> values(at(count));
-  for (double& v : values) v = dist(rng);
-  return values;
-}
 
 }  // namespace
 
@@ -56,8 +47,8 @@ std::map<std::string, Tensor> random_weights(const Mamba1Sizes& sizes, uint64_t 
 
 NaiveMamba1State random_state(const Mamba1Sizes& s, uint64_t seed) {
   NaiveMamba1State state;
-  state.conv = normal_values(s.I * (s.K - 1), 1.0, seed);
-  state.ssm = normal_values(s.I * s.N, 1.0, seed + 1);
+  state.conv = normal_values(s.I * (s.K - 1), seed);
+  state.ssm = normal_values(s.I * s.N, seed + 1);
   return state;
 }
 
@@ -69,23 +60,15 @@ NaiveMamba1State zero_state(const Mamba1Sizes& s) {
 }
 
 std::vector<double> random_hidden(const Mamba1Sizes& s, int64_t num_tokens, uint64_t seed) {
-  return normal_values(num_tokens * s.H, 1.0, seed);
+  return normal_values(num_tokens * s.H, seed);
 }
 
 ssm::State to_mode_state(const NaiveMamba1State& state) {
-  ssm::State out;
-  out["conv_state"] = Eigen::Map<const Eigen::VectorXd>(state.conv.data(), static_cast<Eigen::Index>(state.conv.size()));
-  out["ssm_state"] = Eigen::Map<const Eigen::VectorXd>(state.ssm.data(), static_cast<Eigen::Index>(state.ssm.size()));
-  return out;
+  return {{"conv_state", to_eigen(state.conv)}, {"ssm_state", to_eigen(state.ssm)}};
 }
 
 NaiveMamba1State from_mode_state(const ssm::State& state) {
-  NaiveMamba1State out;
-  const Eigen::VectorXd& conv = state.at("conv_state");
-  const Eigen::VectorXd& h = state.at("ssm_state");
-  out.conv.assign(conv.data(), conv.data() + conv.size());
-  out.ssm.assign(h.data(), h.data() + h.size());
-  return out;
+  return {from_eigen(state.at("conv_state")), from_eigen(state.at("ssm_state"))};
 }
 
 std::vector<double> run_mode(const ssm::Weights& weights, NaiveMamba1State& state, const std::vector<double>& hidden,

@@ -1,49 +1,16 @@
 // The naive Mamba-1 token loop (see naive_mamba1.h).
 #include "naive_mamba1.h"
 
+#include <algorithm>
 #include <cmath>
-#include <stdexcept>
+#include <cstddef>
 
-#include "hybridtb/dtype.h"
+#include "naive_ops.h"
 
 namespace hybridtb::testing {
 namespace {
 
 size_t at(int64_t i) { return static_cast<size_t>(i); }
-
-// vLLM's kernel form: (v <= 20) ? log1p(exp(v)) : v.
-double naive_softplus(double v) { return v <= 20.0 ? std::log1p(std::exp(v)) : v; }
-
-double naive_sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
-
-// All values of a host view, row-major.
-std::vector<double> values_of(const TensorView& view) {
-  std::vector<double> out(at(view.numel()));
-  const Shape shape = view.shape();
-  std::vector<int64_t> index(shape.size(), 0);
-  for (size_t flat = 0; flat < out.size(); ++flat) {
-    int64_t offset = 0;
-    for (size_t d = 0; d < shape.size(); ++d) offset += index[d] * view.stride(static_cast<int>(d));
-    out[flat] = load_as_double(view.data(), view.dtype(), offset);
-    for (size_t d = shape.size(); d-- > 0;) {
-      if (++index[d] < shape[d]) break;
-      index[d] = 0;
-    }
-  }
-  return out;
-}
-
-std::vector<double> weight(const std::map<std::string, TensorView>& weights, const std::string& name, size_t size,
-                           bool optional) {
-  const auto it = weights.find(name);
-  if (it == weights.end()) {
-    if (optional) return std::vector<double>(size, 0.0);
-    throw std::runtime_error("naive_mamba1_model: missing weight " + name);
-  }
-  std::vector<double> values = values_of(it->second);
-  if (values.size() != size) throw std::runtime_error("naive_mamba1_model: wrong size of " + name);
-  return values;
-}
 
 }  // namespace
 
@@ -55,84 +22,59 @@ std::vector<double> naive_mamba1(const NaiveMamba1& m, NaiveMamba1State& state, 
     const double* h_in = &hidden[at(t * H)];
 
     // in_proj: x = rows [0, I), z = rows [I, 2I).
-    std::vector<double> x(at(I)), z(at(I));
-    for (int64_t row = 0; row < 2 * I; ++row) {
-      double sum = m.in_proj_bias[at(row)];
-      for (int64_t k = 0; k < H; ++k) sum += m.in_proj[at(row * H + k)] * h_in[k];
-      if (row < I) {
-        x[at(row)] = sum;
-      } else {
-        z[at(row - I)] = sum;
-      }
-    }
+    const std::vector<double> xz = naive_linear(m.in_proj, h_in, 2 * I, H, &m.in_proj_bias);
+    const double* x = xz.data();
+    const double* z = xz.data() + I;
 
     // Causal conv over the K most recent inputs (K−1 saved + this one), SiLU, shift the state.
     std::vector<double> u(at(I));
-    for (int64_t i = 0; i < I; ++i) {
-      std::vector<double> taps(at(K));
-      for (int64_t j = 0; j < K - 1; ++j) taps[at(j)] = state.conv[at(i * (K - 1) + j)];
-      taps[at(K - 1)] = x[at(i)];
-      double pre = m.conv_bias[at(i)];
-      for (int64_t j = 0; j < K; ++j) pre += m.conv_weight[at(i * K + j)] * taps[at(j)];
-      u[at(i)] = pre * naive_sigmoid(pre);
-      for (int64_t j = 0; j < K - 1; ++j) state.conv[at(i * (K - 1) + j)] = taps[at(j + 1)];
-    }
+    naive_causal_conv_silu(m.conv_weight, m.conv_bias, K, state.conv, x, u.data(), I);
 
-    // x_proj → dt_in, B, C.
-    std::vector<double> dt_in(at(R)), B(at(N)), C(at(N));
-    for (int64_t row = 0; row < R + 2 * N; ++row) {
-      double sum = 0.0;
-      for (int64_t i = 0; i < I; ++i) sum += m.x_proj[at(row * I + i)] * u[at(i)];
-      if (row < R) {
-        dt_in[at(row)] = sum;
-      } else if (row < R + N) {
-        B[at(row - R)] = sum;
-      } else {
-        C[at(row - R - N)] = sum;
-      }
-    }
+    // x_proj → dt_in (rows [0, R)), B (rows [R, R+N)), C (rows [R+N, R+2N)).
+    const std::vector<double> dBC = naive_linear(m.x_proj, u.data(), R + 2 * N, I);
+    const double* B = dBC.data() + R;
+    const double* C = dBC.data() + R + N;
 
     // Per channel: Δ, the state update, the readout with the D skip, the z gate.
+    const std::vector<double> dt = naive_linear(m.dt_proj, dBC.data(), I, R);
     std::vector<double> gated(at(I));
     for (int64_t i = 0; i < I; ++i) {
-      double dt = 0.0;
-      for (int64_t r = 0; r < R; ++r) dt += m.dt_proj[at(i * R + r)] * dt_in[at(r)];
-      const double delta = naive_softplus(dt + m.dt_proj_bias[at(i)]);
+      const double delta = naive_softplus(dt[at(i)] + m.dt_proj_bias[at(i)]);
       double y = 0.0;
       for (int64_t n = 0; n < N; ++n) {
         const double A = -std::exp(m.A_log[at(i * N + n)]);
         double& h = state.ssm[at(i * N + n)];
-        h = std::exp(delta * A) * h + delta * B[at(n)] * u[at(i)];
-        y += C[at(n)] * h;
+        h = std::exp(delta * A) * h + delta * B[n] * u[at(i)];
+        y += C[n] * h;
       }
       y += m.D[at(i)] * u[at(i)];
-      gated[at(i)] = y * (z[at(i)] * naive_sigmoid(z[at(i)]));
+      gated[at(i)] = y * naive_silu(z[i]);
     }
 
     // out_proj.
-    for (int64_t k = 0; k < H; ++k) {
-      double sum = m.out_proj_bias[at(k)];
-      for (int64_t i = 0; i < I; ++i) sum += m.out_proj[at(k * I + i)] * gated[at(i)];
-      out[at(t * H + k)] = sum;
-    }
+    const std::vector<double> y = naive_linear(m.out_proj, gated.data(), H, I, &m.out_proj_bias);
+    std::copy(y.begin(), y.end(), out.begin() + static_cast<std::ptrdiff_t>(t * H));
   }
   return out;
 }
 
 NaiveMamba1 naive_mamba1_model(const Mamba1Sizes& s, const std::map<std::string, TensorView>& weights) {
+  const auto weight = [&](const std::string& name, int64_t size, bool optional) {
+    return naive_weight(weights, name, size, optional, "naive_mamba1_model");
+  };
   NaiveMamba1 m;
   m.sizes = s;
-  m.in_proj = weight(weights, "in_proj", at(2 * s.I * s.H), false);
-  m.in_proj_bias = weight(weights, "in_proj_bias", at(2 * s.I), true);
-  m.conv_weight = weight(weights, "conv1d_weight", at(s.I * s.K), false);
-  m.conv_bias = weight(weights, "conv1d_bias", at(s.I), true);
-  m.x_proj = weight(weights, "x_proj", at((s.R + 2 * s.N) * s.I), false);
-  m.dt_proj = weight(weights, "dt_proj", at(s.I * s.R), false);
-  m.dt_proj_bias = weight(weights, "dt_proj_bias", at(s.I), false);
-  m.A_log = weight(weights, "A_log", at(s.I * s.N), false);
-  m.D = weight(weights, "D", at(s.I), false);
-  m.out_proj = weight(weights, "out_proj", at(s.H * s.I), false);
-  m.out_proj_bias = weight(weights, "out_proj_bias", at(s.H), true);
+  m.in_proj = weight("in_proj", 2 * s.I * s.H, false);
+  m.in_proj_bias = weight("in_proj_bias", 2 * s.I, true);
+  m.conv_weight = weight("conv1d_weight", s.I * s.K, false);
+  m.conv_bias = weight("conv1d_bias", s.I, true);
+  m.x_proj = weight("x_proj", (s.R + 2 * s.N) * s.I, false);
+  m.dt_proj = weight("dt_proj", s.I * s.R, false);
+  m.dt_proj_bias = weight("dt_proj_bias", s.I, false);
+  m.A_log = weight("A_log", s.I * s.N, false);
+  m.D = weight("D", s.I, false);
+  m.out_proj = weight("out_proj", s.H * s.I, false);
+  m.out_proj_bias = weight("out_proj_bias", s.H, true);
   return m;
 }
 

@@ -1,7 +1,8 @@
 // A naive Mamba-1 mixer, written independently of reference/ssm/mamba1.cpp so the two check each
 // other: std::vector storage, explicit index loops, one token at a time, float64, no Eigen and no
-// chunk scan. It follows the vLLM semantics notes §4 (Appendix B) directly. Test-only; used by
-// tests/ssm_mamba1 (ctest -L mamba1).
+// chunk scan; activations, dense layers and the causal conv are those of tests/support/naive_ops.h.
+// It follows the vLLM semantics notes §4 (Appendix B) directly. Test-only; used by tests/ssm_mamba1
+// (ctest -L mamba1).
 #pragma once
 
 #include <cstdint>

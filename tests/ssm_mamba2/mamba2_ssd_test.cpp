@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mamba2_support.h"
+#include "naive_ops.h"
 
 namespace hybridtb::testing {
 namespace {
@@ -104,7 +105,7 @@ TEST(Mamba2Ssd, ChunkedAlgorithmEqualsTheCoresRecurrence) {
         in.B.insert(in.B.end(), row + d.d_ssm(), row + d.d_ssm() + d.G * d.N);
         in.C.insert(in.C.end(), row + d.d_ssm() + d.G * d.N, row + d.conv_dim());
         for (int64_t h = 0; h < d.Hs; ++h) {
-          in.delta[at(t * d.Hs + h)] = naive_mamba2_softplus(dt[at(t * d.Hs + h)] + naive.dt_bias[at(h)]);
+          in.delta[at(t * d.Hs + h)] = naive_softplus(dt[at(t * d.Hs + h)] + naive.dt_bias[at(h)]);
         }
       }
       for (int64_t h = 0; h < d.Hs; ++h) in.A[at(h)] = -std::exp(naive.A_log[at(h)]);
@@ -136,7 +137,7 @@ TEST(Mamba2Ssd, ChunkSizeDoesNotChangeTheResult) {
                normal_values(L * d.G * d.N, 62), std::vector<double>(at(L * d.Hs)), {-1.0, -4.0, -0.5, -16.0},
                {1.0, 0.5, 1.5, 0.75}};
   const std::vector<double> raw = normal_values(L * d.Hs, 63);
-  for (size_t i = 0; i < raw.size(); ++i) in.delta[i] = naive_mamba2_softplus(raw[i] - 2.0);
+  for (size_t i = 0; i < raw.size(); ++i) in.delta[i] = naive_softplus(raw[i] - 2.0);
   const std::vector<double> initial = normal_values(d.d_ssm() * d.N, 64);
   const SsdResult one_chunk = ssd_chunked(in, initial, L);
   const SsdResult per_token = ssd_chunked(in, initial, 1);

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <random>
 
 #include "hybridtb/dtype.h"
 
@@ -56,14 +55,6 @@ std::string describe(const Mamba2Dims& d) {
          " N=" + std::to_string(d.N) + " G=" + std::to_string(d.G) + " K=" + std::to_string(d.K);
 }
 
-std::vector<double> normal_values(int64_t count, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> dist(0.0, 1.0);
-  std::vector<double> values(at(count));
-  for (double& v : values) v = dist(rng);
-  return values;
-}
-
 std::map<std::string, Tensor> random_weights(const Mamba2Dims& dims, uint64_t seed) {
   return ssm::make_random_weights(mamba2_mode(), mamba2_shape(dims), seed);
 }
@@ -80,20 +71,6 @@ Tensor tensor_of(const Shape& shape, const std::vector<double>& values) {
   Tensor t = Tensor::host(DType::kFloat64, shape);
   for (size_t i = 0; i < values.size(); ++i) store_from_double(t.data(), t.dtype(), static_cast<int64_t>(i), values[i]);
   return t;
-}
-
-std::vector<double> values_of(const Tensor& tensor) {
-  std::vector<double> out(at(tensor.numel()));
-  for (int64_t i = 0; i < tensor.numel(); ++i) out[at(i)] = load_as_double(tensor.data(), tensor.dtype(), i);
-  return out;
-}
-
-Eigen::VectorXd to_eigen(const std::vector<double>& values) {
-  return Eigen::Map<const Eigen::VectorXd>(values.data(), static_cast<Eigen::Index>(values.size()));
-}
-
-std::vector<double> from_eigen(const Eigen::VectorXd& values) {
-  return std::vector<double>(values.data(), values.data() + values.size());
 }
 
 ssm::State to_mode_state(const NaiveMamba2State& state) {

@@ -17,6 +17,7 @@
 #include "ssm_test_support.h"
 #include "mamba2_core.h"
 #include "naive_mamba2.h"
+#include "naive_ops.h"
 
 namespace hybridtb::testing {
 
@@ -33,16 +34,11 @@ std::map<std::string, Tensor> random_weights(const Mamba2Dims& dims, uint64_t se
 // One random request state (standard normal, as the state specs say), or zeros.
 NaiveMamba2State random_state(const Mamba2Dims& dims, uint64_t seed);
 NaiveMamba2State zero_state(const Mamba2Dims& dims);
-// `count` standard-normal values (hidden states, xBC or dt rows).
-std::vector<double> normal_values(int64_t count, uint64_t seed);
 
-// A float64 host tensor of `shape` holding `values` row-major.
+// A float64 host tensor of `shape` holding `values` row-major (values_of, naive_ops.h, reads one).
 Tensor tensor_of(const Shape& shape, const std::vector<double>& values);
-std::vector<double> values_of(const Tensor& tensor);
 reference::ssm::State to_mode_state(const NaiveMamba2State& state);
 NaiveMamba2State from_mode_state(const reference::ssm::State& state);
-Eigen::VectorXd to_eigen(const std::vector<double>& values);
-std::vector<double> from_eigen(const Eigen::VectorXd& values);
 
 // Runs the mode over tokens [begin, end) of `hidden` ([tokens][H]); returns their contributions.
 std::vector<double> run_mode(const reference::ssm::Weights& weights, NaiveMamba2State& state,

@@ -1,8 +1,9 @@
 // A naive Mamba-2 (SSD) mixer, written independently of reference/ssm/mamba2.cpp so the two check each
 // other: std::vector storage, explicit index loops, one token at a time, float64, no Eigen. It follows
 // mamba_ssm's Mamba2 module directly (with vLLM's defaults:
-// no dt_limit clamp, gated RMSNorm with norm_before_gate = False, eps 1e-5). Test-only; used by
-// tests/ssm_mamba2 (ctest -L mamba2).
+// no dt_limit clamp, gated RMSNorm with norm_before_gate = False, eps 1e-5); activations, dense
+// layers, the causal conv and the gated RMS norm are those of tests/support/naive_ops.h. Test-only;
+// used by tests/ssm_mamba2 (ctest -L mamba2).
 #pragma once
 
 #include <cstdint>
@@ -59,9 +60,6 @@ std::vector<double> naive_mamba2(const NaiveMamba2& model, NaiveMamba2State& sta
 // [num_tokens][conv_dim] and shifts the tokens into `conv_state`.
 std::vector<double> naive_mamba2_conv(const NaiveMamba2& model, std::vector<double>& conv_state,
                                       const std::vector<double>& xBC, int64_t num_tokens);
-
-// Δ = softplus(dt + dt_bias) with the kernels' threshold: (v <= 20) ? log1p(exp(v)) : v.
-double naive_mamba2_softplus(double v);
 
 // The model from named host tensors of any floating dtype (the /weights names of the file format).
 NaiveMamba2 naive_mamba2_model(const Mamba2Dims& dims, const std::map<std::string, TensorView>& weights);
