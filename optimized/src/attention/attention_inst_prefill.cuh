@@ -1,6 +1,6 @@
 // Dispatch of the tensor-core prefill kernel over (head size, plain/featured logits, tile variant)
-// for one model dtype and cache element; included by the attention_inst_prefill_<kind>[_u8].cu files
-// (one per model dtype with a 16-bit cache, one per model dtype with a 1-byte cache). With a 16-bit
+// for one model dtype and cache element; included by the attention_inst_prefill_<kind>[_fp8|_pth].cu
+// files (per model dtype: a 16-bit cache, a per-tensor fp8 cache, a per-token-head cache). With a 16-bit
 // cache, variants other than the one-m-tile variant are instantiated for head size 128 only (the
 // default there, and the benchmark's comparison; attention_caps.h); a 1-byte cache has only each
 // head size's default variant.
@@ -17,7 +17,7 @@ namespace hybridtb::cuda {
 
 template <typename T, int D, bool Plain, int V, typename Cache>
 void launch_prefill_instance(const AttentionParams& params, int64_t num_items, cudaStream_t stream) {
-  constexpr auto kSmem = static_cast<int>(prefill_smem_bytes(D, V, std::is_same_v<Cache, uint8_t>));
+  constexpr auto kSmem = static_cast<int>(prefill_smem_bytes(D, V, kIsByteCache<Cache>));
   static std::once_flag once;
   std::call_once(once, [] {
     HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(prefill_mma_kernel<T, D, Plain, V, Cache>,
@@ -37,7 +37,7 @@ void launch_prefill_v(const AttentionParams& params, int64_t num_items, cudaStre
 
 template <typename T, int D, typename Cache>
 void launch_prefill_d(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream) {
-  if constexpr (std::is_same_v<Cache, uint8_t>) {
+  if constexpr (kIsByteCache<Cache>) {
     constexpr int kDefault = prefill_default_variant(D);
     if (variant != kDefault) {
       throw Error(detail::concat("prefill attention: a 1-byte cache has only variant ", kDefault, " at head size ", D));
@@ -55,7 +55,7 @@ void launch_prefill_d(const AttentionParams& params, int64_t num_items, int vari
   }
 }
 
-// Cache: T (16-bit cache or encoder_only) or uint8_t (1-byte cache).
+// Cache: T (16-bit cache or encoder_only), PerTensorBytes or PerTokenHeadBytes (1-byte cache).
 template <typename T, typename Cache>
 void launch_prefill_typed(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream) {
   switch (params.head_size) {

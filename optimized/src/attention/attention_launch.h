@@ -30,21 +30,33 @@ void launch_decode_u8(const AttentionParams& params, int64_t num_items, int head
                       cudaStream_t stream);
 // Tensor-core decode kernel over `num_items` DecodeItems (grid: items × kv heads × head passes).
 void launch_decode_mma(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream);
-// Per model dtype with a cache of that dtype (attention_inst_decode_mma_<kind>.cu) and with a 1-byte
-// cache (attention_inst_decode_mma_<kind>_u8.cu).
+// Per model dtype with a cache of that dtype (attention_inst_decode_mma_<kind>.cu), a per-tensor fp8
+// cache (_fp8.cu) and a per-token-head cache (_pth.cu).
 void launch_decode_mma_f16(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream);
 void launch_decode_mma_bf16(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream);
-void launch_decode_mma_f16_u8(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream);
-void launch_decode_mma_bf16_u8(const AttentionParams& params, int64_t num_items, int block_shift,
+void launch_decode_mma_f16_fp8(const AttentionParams& params, int64_t num_items, int block_shift,
                                cudaStream_t stream);
+void launch_decode_mma_bf16_fp8(const AttentionParams& params, int64_t num_items, int block_shift,
+                                cudaStream_t stream);
+void launch_decode_mma_f16_pth(const AttentionParams& params, int64_t num_items, int block_shift,
+                               cudaStream_t stream);
+void launch_decode_mma_bf16_pth(const AttentionParams& params, int64_t num_items, int block_shift,
+                                cudaStream_t stream);
 // Tensor-core prefill kernel over `num_items` GenericItems of tile variant `variant`.
 void launch_prefill_attention(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
-// Per model dtype with a cache of that dtype (attention_inst_prefill_<kind>.cu) and with a 1-byte
-// cache (attention_inst_prefill_<kind>_u8.cu).
+// Per model dtype with a cache of that dtype (attention_inst_prefill_<kind>.cu), a per-tensor fp8
+// cache (_fp8.cu) and a per-token-head cache (_pth.cu).
 void launch_prefill_f16(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
 void launch_prefill_bf16(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
-void launch_prefill_f16_u8(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
-void launch_prefill_bf16_u8(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
+void launch_prefill_f16_fp8(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
+void launch_prefill_bf16_fp8(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
+void launch_prefill_f16_pth(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
+void launch_prefill_bf16_pth(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
+// The per-tile cast of a 1-byte cache (byte_cache.cuh) over `count` (a multiple of 16) stored
+// elements of `kind` (fp8 e4m3/e5m2, int8) into the model dtype `model` (float16/bfloat16): for
+// tests of its exactness on every stored value.
+void cast_byte_elements(const void* bytes, void* out, int64_t count, ElementKind kind, ElementKind model,
+                        cudaStream_t stream);
 // The split-KV combine over `num_items` CombineItems (grid: items × query heads).
 void launch_decode_combine(const AttentionParams& params, int64_t num_items, cudaStream_t stream);
 

@@ -319,13 +319,16 @@ void AttentionRunner::launch_with(const AttentionParams& params, cudaStream_t st
 void launch_prefill_attention(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream) {
   if (num_items == 0) return;
   const bool byte_cache = !params.encoder && is_byte_element(params.kv_kind);
+  const bool per_token = params.kv_scale_mode == KvScaleMode::kPerTokenHead;
   switch (params.q_kind) {
     case ElementKind::kFloat16:
-      return byte_cache ? launch_prefill_f16_u8(params, num_items, variant, stream)
-                        : launch_prefill_f16(params, num_items, variant, stream);
+      if (!byte_cache) return launch_prefill_f16(params, num_items, variant, stream);
+      return per_token ? launch_prefill_f16_pth(params, num_items, variant, stream)
+                       : launch_prefill_f16_fp8(params, num_items, variant, stream);
     case ElementKind::kBFloat16:
-      return byte_cache ? launch_prefill_bf16_u8(params, num_items, variant, stream)
-                        : launch_prefill_bf16(params, num_items, variant, stream);
+      if (!byte_cache) return launch_prefill_bf16(params, num_items, variant, stream);
+      return per_token ? launch_prefill_bf16_pth(params, num_items, variant, stream)
+                       : launch_prefill_bf16_fp8(params, num_items, variant, stream);
     default:
       throw Error("prefill attention: the tensor-core path takes float16/bfloat16 only");
   }
@@ -334,13 +337,16 @@ void launch_prefill_attention(const AttentionParams& params, int64_t num_items, 
 void launch_decode_mma(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream) {
   if (num_items == 0) return;
   const bool byte_cache = is_byte_element(params.kv_kind);
+  const bool per_token = params.kv_scale_mode == KvScaleMode::kPerTokenHead;
   switch (params.q_kind) {
     case ElementKind::kFloat16:
-      return byte_cache ? launch_decode_mma_f16_u8(params, num_items, block_shift, stream)
-                        : launch_decode_mma_f16(params, num_items, block_shift, stream);
+      if (!byte_cache) return launch_decode_mma_f16(params, num_items, block_shift, stream);
+      return per_token ? launch_decode_mma_f16_pth(params, num_items, block_shift, stream)
+                       : launch_decode_mma_f16_fp8(params, num_items, block_shift, stream);
     case ElementKind::kBFloat16:
-      return byte_cache ? launch_decode_mma_bf16_u8(params, num_items, block_shift, stream)
-                        : launch_decode_mma_bf16(params, num_items, block_shift, stream);
+      if (!byte_cache) return launch_decode_mma_bf16(params, num_items, block_shift, stream);
+      return per_token ? launch_decode_mma_bf16_pth(params, num_items, block_shift, stream)
+                       : launch_decode_mma_bf16_fp8(params, num_items, block_shift, stream);
     default:
       throw Error("decode attention: the tensor-core path takes float16/bfloat16 only");
   }

@@ -17,6 +17,7 @@
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "attention/attention_params.h"
@@ -25,29 +26,66 @@
 
 namespace hybridtb::cuda {
 
+// The Cache parameter of the tensor-core kernels for a 1-byte cache: the scale mode is a compile-time
+// property (a 16-bit cache is T itself).
+template <bool PerTokenHead>
+struct ByteCache {};
+using PerTensorBytes = ByteCache<false>;    // fp8 e4m3 / e5m2 with k_scale / v_scale
+using PerTokenHeadBytes = ByteCache<true>;  // int8 / fp8 e4m3 with a scale per (token, kv head)
+template <typename Cache>
+inline constexpr bool kIsByteCache = false;
+template <bool PerTokenHead>
+inline constexpr bool kIsByteCache<ByteCache<PerTokenHead>> = true;
+template <typename Cache>
+inline constexpr bool kIsPerTokenHeadCache = false;
+template <bool PerTokenHead>
+inline constexpr bool kIsPerTokenHeadCache<ByteCache<PerTokenHead>> = PerTokenHead;
+
+// Two fp8 values (the low 16 bits of `pair`, e4m3 or e5m2) as a pair of T, exactly. float16: the
+// hardware cvt (e5m2 is float16's top byte). bfloat16: the sign, exponent and mantissa bits move
+// into bfloat16's fields with integer operations, then one multiply by 2^(127 − bias) rebiases the
+// exponent (exact; an fp8 subnormal becomes a bfloat16 subnormal times a power of two, which the
+// multiply normalises: bfloat16 arithmetic keeps subnormals) — no conversion-pipe instruction.
+template <typename T>
+__device__ __forceinline__ uint32_t fp8_pair_to(uint32_t pair, bool e5m2) {
+  const uint32_t high = __byte_perm(pair, 0, 0x1404);  // byte b of each half at bits 8..15 of it
+  if constexpr (std::is_same_v<T, __half>) {
+    if (e5m2) return high;
+    const __half2_raw h2 = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
+    return static_cast<uint32_t>(h2.x) | (static_cast<uint32_t>(h2.y) << 16);
+  } else {
+    // e4m3 s.eeee.mmm → bfloat16 s.0000eeee.mmm0000 (× 2^120); e5m2 s.eeeee.mm → s.000eeeee.mm00000 (× 2^112).
+    const uint32_t bits = e5m2 ? ((high >> 3) & 0x0FE00FE0u) | (high & 0x80008000u)
+                               : ((high >> 4) & 0x07F007F0u) | (high & 0x80008000u);
+    const uint32_t rebias = e5m2 ? 0x77807780u : 0x7B807B80u;  // 2^112, 2^120 as bfloat16 pairs
+    __nv_bfloat162 x;
+    __nv_bfloat162 f;
+    memcpy(&x, &bits, 4);
+    memcpy(&f, &rebias, 4);
+    const __nv_bfloat162 y = __hmul2(x, f);
+    uint32_t out;
+    memcpy(&out, &y, 4);
+    return out;
+  }
+}
+
 // 16 stored bytes (kind: p.kv_kind) → two 16-byte chunks of 8 elements of T (the low 8 bytes, then
 // the high 8), each the stored value exactly.
 template <typename T>
 __device__ __forceinline__ void cast_16(const uint4& raw, ElementKind kind, uint4 (&out)[2]) {
   const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
   uint32_t packed[8];
+  const bool e5m2 = kind == ElementKind::kFp8E5M2;
 #pragma unroll
   for (int w = 0; w < 4; ++w) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const auto pair = static_cast<uint16_t>(words[w] >> (16 * h));
+      const uint32_t pair = (words[w] >> (16 * h)) & 0xffffu;
       if (kind == ElementKind::kInt8) {
         packed[2 * w + h] = mma::Mma<T>::pack(static_cast<float>(static_cast<int8_t>(pair & 0xff)),
                                               static_cast<float>(static_cast<int8_t>(pair >> 8)));
       } else {
-        const __half2_raw h2 = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair),
-                                                          kind == ElementKind::kFp8E5M2 ? __NV_E5M2 : __NV_E4M3);
-        if constexpr (std::is_same_v<T, __half>) {
-          packed[2 * w + h] = static_cast<uint32_t>(h2.x) | (static_cast<uint32_t>(h2.y) << 16);
-        } else {
-          const float2 f = __half22float2(__half2(h2));
-          packed[2 * w + h] = mma::Mma<T>::pack(f.x, f.y);
-        }
+        packed[2 * w + h] = fp8_pair_to<T>(pair, e5m2);
       }
     }
   }
@@ -55,26 +93,21 @@ __device__ __forceinline__ void cast_16(const uint4& raw, ElementKind kind, uint
   out[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
 }
 
-// The scales of the cache a kernel reads (ones for a 16-bit cache): per-tensor factors for the dot
-// products and the output, or per_token (each key's scales staged beside its bytes).
-struct ByteScales {
-  float k = 1.0f;          // per tensor: × every dot product
-  float v = 1.0f;          // per tensor: × the output
-  bool per_token = false;  // per token-head: the key's k scale × its dot products, its v scale × its p
-  float p_shift = 15.0f;   // P ∈ [0, 2^p_shift]
-};
-template <typename T>
-__device__ __forceinline__ ByteScales byte_scales(const AttentionParams& p, bool byte_cache) {
-  ByteScales s;
-  if (!byte_cache) return s;
-  if (p.kv_scale_mode == KvScaleMode::kPerTokenHead) {
-    s.per_token = true;
-    if constexpr (std::is_same_v<T, __half>) s.p_shift = 6.0f;
-  } else {
-    s.k = p.k_scale;
-    s.v = p.v_scale;
+// How a kernel applies the scales of the cache it reads (Cache: T, PerTensorBytes or
+// PerTokenHeadBytes): per tensor, k × every dot product and v × the output; per token-head
+// (kPerToken), each key's staged scales; kPShift: P ∈ [0, 2^kPShift].
+template <typename T, typename Cache>
+struct CacheScales {
+  static constexpr bool kPerToken = kIsPerTokenHeadCache<Cache>;
+  static constexpr float kPShift = std::is_same_v<T, __half> && kPerToken ? 6.0f : 15.0f;
+  float k = 1.0f;
+  float v = 1.0f;
+  __device__ __forceinline__ explicit CacheScales(const AttentionParams& p) {
+    if constexpr (kIsByteCache<Cache> && !kPerToken) {
+      k = p.k_scale;
+      v = p.v_scale;
+    }
   }
-  return s;
-}
+};
 
 }  // namespace hybridtb::cuda

@@ -19,7 +19,7 @@
 // attention_logit otherwise), online softmax per head column (max over the tile by 3 shuffles,
 // exp2), P rounded to the model dtype (the P·V operand, as vLLM's Triton kernel and FlashAttention
 // do; P is scaled by 2^15 — exact, it cancels in Σp·v / Σp — so that float16 keeps small weights
-// normal: ByteScales::p_shift), Oᵀ += Vᵀ·Pᵀ. The warps' states are merged in shared memory in warp
+// normal: CacheScales::kPShift), Oᵀ += Vᵀ·Pᵀ. The warps' states are merged in shared memory in warp
 // order; then sinks (row_finalize), fp8 output and the store (store_output_vec, with the optional
 // fused hybrid add) — or, for split rows, the partial state (natural-log max, denominator,
 // numerators) for decode_combine_kernel. Sentinel items (request < 0) return at once.
@@ -31,7 +31,7 @@
 // reproducible. The planner (attention_work_plan.cpp) sends here only rows whose mm_prefix ranges add no
 // key (then visibility is the causal/window interval). Checked by tests/cuda/cuda_decode_mma_test.cpp.
 //
-// 1-byte caches (Cache = uint8_t): a warp's ring holds the raw K/V bytes of its tiles (and their
+// 1-byte caches (Cache = PerTensorBytes / PerTokenHeadBytes): a warp's ring holds the raw K/V bytes of its tiles (and their
 // per-token-head scales, one lane per key and half); once a tile has landed the warp casts it
 // exactly into its own K and V tiles of the model dtype, in the same swizzled layout, and the MMAs
 // read those; the scales act in float32 (byte_cache.cuh: per tensor on the logit scale and the
@@ -72,13 +72,15 @@ __host__ __device__ constexpr int decode_mma_smem_bytes(int d, bool byte_cache) 
 }
 
 // T: model dtype; D: head size; NT: head columns / 8 (1 or 2); Plain: no soft cap and no ALiBi;
-// Cache: the stored element, T (kv_cache_dtype auto) or uint8_t (a 1-byte cache).
+// Cache: the stored element, T (kv_cache_dtype auto), PerTensorBytes or PerTokenHeadBytes (a 1-byte
+// cache, cast per tile; byte_cache.cuh).
 template <typename T, int D, int NT, bool Plain, typename Cache>
 __global__ void __launch_bounds__(32 * decode_mma_warps(D))
     decode_mma_kernel(const __grid_constant__ AttentionParams p, int block_shift) {
   using namespace mma;
-  constexpr bool kByteCache = std::is_same_v<Cache, uint8_t>;
+  constexpr bool kByteCache = kIsByteCache<Cache>;
   static_assert(kByteCache || std::is_same_v<Cache, T>, "the cache element is T or one byte");
+  using Scales = CacheScales<T, Cache>;
   constexpr int W = decode_mma_warps(D);
   constexpr int S = decode_mma_stages(D);
   constexpr int BK = kDecodeMmaKeys;
@@ -181,7 +183,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
   };
   const T* cache = static_cast<const T*>(p.kv_cache);
   const auto* cache_bytes = static_cast<const uint8_t*>(p.kv_cache);
-  const ByteScales scales = byte_scales<T>(p, kByteCache);
+  const Scales scales(p);
   // Tile i into stage i % S (always commits a group, possibly empty, so the counts stay uniform).
   auto issue = [&](int i, int64_t off, int64_t scale_at) {
     if (kByteCache && i < my_tiles) {
@@ -201,7 +203,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
         cp_async_16(st + so, src, ok);
         cp_async_16(st + BK * D + so, src + (ok ? p.cache_stride_half : 0), ok);
       }
-      if (scales.per_token) {  // lanes 0–15: k scales of keys 0–15; lanes 16–31: their v scales
+      if (Scales::kPerToken) {  // lanes 0–15: k scales of keys 0–15; lanes 16–31: their v scales
         const bool ok = off >= 0;
         const float* cache = lane < BK ? p.k_scale_cache : p.v_scale_cache;
         cp_async_4(st + 2 * BK * D + 4 * lane, cache + (ok ? scale_at : 0), ok);
@@ -296,7 +298,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
     // Per-token-head caches: the k and v scales of this thread's keys g and g + 8 (the stage's).
     float key_k[2] = {1.0f, 1.0f};
     float key_v[2] = {1.0f, 1.0f};
-    if (kByteCache && scales.per_token) {
+    if constexpr (Scales::kPerToken) {
       const unsigned char* staged = smem + (s_ring - s_base) + (i % S) * kByteStage + 2 * BK * D;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -336,7 +338,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
         const float m_new = fmaxf(col_m[nt][j], mx);
-        m_ref[j] = m_new == kNegInf ? 0.0f : m_new - scales.p_shift;
+        m_ref[j] = m_new == kNegInf ? 0.0f : m_new - Scales::kPShift;
         alpha[j] = col_m[nt][j] == kNegInf ? 0.0f : exp2_approx(col_m[nt][j] - m_new);
         col_m[nt][j] = m_new;
       }
@@ -370,7 +372,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
     issue(i + S, next_off, next_scale_at);
   }
   cp_async_wait<0>();  // only empty groups can be pending; none may be in flight at the merge
-  if (kByteCache && scales.v != 1.0f) {  // the per-tensor v scale, on the numerators (split or not)
+  if (kByteCache && !Scales::kPerToken) {  // the per-tensor v scale, on the numerators (split or not)
 #pragma unroll
     for (int md = 0; md < kMd; ++md) {
 #pragma unroll
@@ -437,7 +439,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
       acc += sm_acc[(w * 16 + col) * kMs + c] * f;
     }
     // l and acc are relative to 2^{mx − shift}: natural-log reference point for row_finalize.
-    const float m_nat = mx == kNegInf ? kNegInf : (mx - scales.p_shift) * kLn2;
+    const float m_nat = mx == kNegInf ? kNegInf : (mx - Scales::kPShift) * kLn2;
     const int head = head0 + col;
     if (item.num_splits == 1) {
       const RowScale f = row_finalize(p, head, m_nat, l);
@@ -461,7 +463,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
 template <typename T, int D, int NT, bool Plain, typename Cache>
 void launch_decode_mma_instance(const AttentionParams& params, int64_t num_items, int block_shift,
                                 cudaStream_t stream) {
-  constexpr int kSmem = decode_mma_smem_bytes(D, std::is_same_v<Cache, uint8_t>);
+  constexpr int kSmem = decode_mma_smem_bytes(D, kIsByteCache<Cache>);
   static const bool configured = [] {
     HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(decode_mma_kernel<T, D, NT, Plain, Cache>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
@@ -498,7 +500,7 @@ void launch_decode_mma_d(const AttentionParams& params, int64_t num_items, int b
   throw Error(detail::concat("decode mma: no 16-column instance for head size ", D));
 }
 
-// Cache: T (kv_cache_dtype auto) or uint8_t (a 1-byte cache).
+// Cache: T (kv_cache_dtype auto), PerTensorBytes or PerTokenHeadBytes (a 1-byte cache).
 template <typename T, typename Cache>
 void launch_decode_mma_typed(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream) {
   switch (params.head_size) {

@@ -13,7 +13,7 @@
 // and ALiBi through attention_logit on the featured path), online softmax in registers (row max
 // and rescale per quad, exp2), P rounded to the model dtype (the P·V operand, as vLLM's Triton
 // kernel does), O += P·V (mma, V through ldmatrix.trans). P is scaled by 2^15 (exact, cancels in
-// o = Σp·v / Σp) so that float16's subnormal range costs nothing measurable (ByteScales::p_shift).
+// o = Σp·v / Σp) so that float16's subnormal range costs nothing measurable (CacheScales::kPShift).
 //
 // Masks: only tiles that are not fully visible to every row of the CTA evaluate key_visible()
 // (attention_common.cuh, = spec::key_visible) per element; masked scores are *selected* to
@@ -23,7 +23,7 @@
 // stored. No atomics, fixed reduction order: bitwise reproducible. Checked against the reference by
 // tests/cuda/cuda_prefill_test.cpp.
 //
-// 1-byte caches (Cache = uint8_t) keep the tensor cores: the ring holds the raw K/V bytes (half the
+// 1-byte caches (Cache = PerTensorBytes / PerTokenHeadBytes) keep the tensor cores: the ring holds the raw K/V bytes (half the
 // bytes of a 16-bit tile, and their per-token-head scales), and once per tile the CTA casts the
 // tile exactly into one K and one V tile of the model dtype in the same swizzled layout, so the MMA
 // loop is the 16-bit one; the scales act in float32 (byte_cache.cuh: per tensor on the logit scale
@@ -64,14 +64,16 @@ __host__ __device__ constexpr int64_t prefill_smem_bytes(int d, int variant, boo
 
 // T: model dtype; D: head size; Plain: no soft cap and no ALiBi (logit = scale·dot, folded with
 // log2e into one multiply); V: tile variant (prefill_config); Cache: the stored K/V element, T
-// (kv_cache_dtype auto, encoder_only) or uint8_t (a 1-byte cache, dequantised per tile). Sinks,
+// (kv_cache_dtype auto, encoder_only), PerTensorBytes or PerTokenHeadBytes (a 1-byte cache, cast
+// per tile; byte_cache.cuh). Sinks,
 // mm_prefix, fp8 output and encoder_only are handled by both logit variants.
 template <typename T, int D, bool Plain, int V, typename Cache>
 __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_blocks)
     prefill_mma_kernel(const __grid_constant__ AttentionParams p) {
   using namespace mma;
-  constexpr bool kByteCache = std::is_same_v<Cache, uint8_t>;
+  constexpr bool kByteCache = kIsByteCache<Cache>;
   static_assert(kByteCache || std::is_same_v<Cache, T>, "the cache element is T or one byte");
+  using Scales = CacheScales<T, Cache>;
   constexpr int MT = prefill_config(D, V).mt;   // m-tiles (16 rows) per warp
   constexpr int BN = prefill_config(D, V).bn;   // keys per tile
   constexpr int kRows = prefill_rows(D, V);     // rows per CTA
@@ -156,7 +158,7 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
   };
   // 1-byte caches: the raw K/V rows (row-major, 16-byte chunks) and, per token-head, their scales.
   const auto* cache_bytes = static_cast<const uint8_t*>(p.kv_cache);
-  const ByteScales scales = byte_scales<T>(p, kByteCache);
+  const Scales scales(p);
   auto load_byte_tile = [&](int kt, int stage) {
     const uint32_t base = s_bytes + static_cast<uint32_t>(stage * kByteStage);
 #pragma unroll
@@ -172,7 +174,7 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
       cp_async_16(base + so, cache_bytes + koff + c * 16, ok);
       cp_async_16(base + BN * D + so, cache_bytes + koff + p.cache_stride_half + c * 16, ok);
     }
-    if (scales.per_token && tid < 2 * BN) {
+    if (Scales::kPerToken && tid < 2 * BN) {
       const int j = tid % BN;
       const int half = tid / BN;  // 0: k scale, 1: v scale
       const int k = kt + j;
@@ -304,7 +306,7 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
     // Per-token-head caches: the k and v scales of this thread's keys 8n + 2·t4 + {0, 1} of the tile.
     const int scale_base = static_cast<int>(s_bytes - s_q) + stage * kByteStage + 2 * BN * D;
     auto key_scales = [&](int n, int half) -> float2 {
-      if (!kByteCache || !scales.per_token) return make_float2(1.0f, 1.0f);
+      if constexpr (!Scales::kPerToken) return make_float2(1.0f, 1.0f);
       return *reinterpret_cast<const float2*>(smem + scale_base + 4 * (half * BN + 8 * n + 2 * t4));
     };
 #pragma unroll
@@ -357,7 +359,7 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float m_new = fmaxf(row_m[m][i], mx);
         // Reference point of this tile's P: m − shift (P ≤ 2^shift); 0 while no key is visible.
-        const float m_ref = m_new == kNegInf ? 0.0f : m_new - scales.p_shift;
+        const float m_ref = m_new == kNegInf ? 0.0f : m_new - Scales::kPShift;
         const float alpha = row_m[m][i] == kNegInf ? 0.0f : exp2_approx(row_m[m][i] - m_new);
         row_m[m][i] = m_new;
         float sum = 0.0f;
@@ -408,7 +410,7 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
       l += __shfl_xor_sync(0xffffffffu, l, 2);
       if (!row_valid[m][i]) continue;
       // l = Σ 2^{t − m_ref}: natural-log reference point m_ref·ln 2 for row_finalize.
-      const float m_nat = row_m[m][i] == kNegInf ? kNegInf : (row_m[m][i] - scales.p_shift) * kLn2;
+      const float m_nat = row_m[m][i] == kNegInf ? kNegInf : (row_m[m][i] - Scales::kPShift) * kLn2;
       RowScale f = row_finalize(p, row_head[m][i], m_nat, l);
       f.acc_factor *= scales.v;  // per-tensor v scale (1 otherwise)
       const int r = (warp * MT + m) * 16 + g + 8 * i;
