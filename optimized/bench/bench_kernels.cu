@@ -26,14 +26,19 @@ __device__ __forceinline__ uint64_t mix(uint64_t x) {
   return x;
 }
 
+// Element i of the fills of `seed`: a sum of four uniforms from a hash of (seed, i), centred and
+// scaled: mean 0, variance 1, never exactly 0 in practice.
+__device__ __forceinline__ float normal_like(uint64_t seed, int64_t i) {
+  const uint64_t h = mix(seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(i));
+  float s = 0.0f;
+  for (int k = 0; k < 4; ++k) s += static_cast<float>((h >> (16 * k)) & 0xffff) / 65536.0f;
+  return (s - 2.0f) * 1.7320508f + 1e-3f;
+}
+
 __global__ void fill_kernel(void* data, int64_t count, bool is_half, uint64_t seed) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint64_t h = mix(seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(i));
-    // Sum of four uniforms, centred and scaled: mean 0, variance 1, never exactly 0 in practice.
-    float s = 0.0f;
-    for (int k = 0; k < 4; ++k) s += static_cast<float>((h >> (16 * k)) & 0xffff) / 65536.0f;
-    const float x = (s - 2.0f) * 1.7320508f + 1e-3f;
+    const float x = normal_like(seed, i);
     if (is_half) {
       static_cast<__half*>(data)[i] = __float2half_rn(x);
     } else {
@@ -47,10 +52,7 @@ __global__ void fill_kernel(void* data, int64_t count, bool is_half, uint64_t se
 __global__ void fill_bytes_kernel(uint8_t* data, int64_t count, int kind, uint64_t seed) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint64_t h = mix(seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(i));
-    float s = 0.0f;
-    for (int k = 0; k < 4; ++k) s += static_cast<float>((h >> (16 * k)) & 0xffff) / 65536.0f;
-    const float x = (s - 2.0f) * 1.7320508f + 1e-3f;
+    const float x = normal_like(seed, i);
     if (kind == 2) {
       data[i] = static_cast<uint8_t>(static_cast<int8_t>(fmaxf(-127.0f, fminf(127.0f, rintf(32.0f * x)))));
     } else {

@@ -64,6 +64,16 @@ struct CudaCase {
   std::optional<uint64_t> tensor_seed;  // the SSM pools' and weights' seed (unset: seed + 100)
 };
 
+// The 1-byte KV cache dtypes with the names the cases take for them.
+struct NamedKvDtype {
+  KvCacheDtype kv;
+  const char* name;
+};
+inline constexpr NamedKvDtype kByteKvDtypes[] = {{KvCacheDtype::kFp8E4M3, "Fp8E4m3"},
+                                                 {KvCacheDtype::kFp8E5M2, "Fp8E5m2"},
+                                                 {KvCacheDtype::kInt8PerTokenHead, "Int8Pth"},
+                                                 {KvCacheDtype::kFp8PerTokenHead, "Fp8Pth"}};
+
 // mamba1 with I 64, N 16, K 4, R 8 (the vector state path of the GPU scan).
 inline const std::map<std::string, int64_t> kMamba1Big = {
     {"intermediate_size", 64}, {"state_size", 16}, {"conv_kernel", 4}, {"dt_rank", 8}};

@@ -155,11 +155,8 @@ std::vector<DecodeCase> cases() {
       {.path = Path::kSimt});
   // 1-byte caches on the tensor-core kernel: every cache dtype × head size × model dtype (per-tensor
   // scales 0.5 / 0.25), long split rows with a window, soft cap and sinks.
-  const std::pair<KvCacheDtype, std::string> byte_caches[] = {{KvCacheDtype::kFp8E4M3, "Fp8E4m3"},
-                                                              {KvCacheDtype::kFp8E5M2, "Fp8E5m2"},
-                                                              {KvCacheDtype::kInt8PerTokenHead, "Int8Pth"},
-                                                              {KvCacheDtype::kFp8PerTokenHead, "Fp8Pth"}};
-  for (const auto& [kv, kv_name] : byte_caches) {
+  for (const auto& [kv, kv_label] : kByteKvDtypes) {
+    const std::string kv_name = kv_label;
     for (const DType dtype : {DType::kFloat16, DType::kBFloat16}) {
       for (const int64_t d : {64, 128, 256}) {
         add({.name = "ByteCache" + kv_name + (dtype == DType::kFloat16 ? "Fp16" : "Bf16") + "Head" + std::to_string(d),

@@ -111,11 +111,8 @@ std::vector<PrefillCase> cases() {
        .output_scale = 0.25f});
   // 1-byte KV caches on the tensor-core path: every cache dtype × head size × model dtype, chunks
   // with context (per-tensor scales 0.5 / 0.25), windows with freed blocks, mixed batches.
-  const std::pair<KvCacheDtype, std::string> byte_caches[] = {{KvCacheDtype::kFp8E4M3, "Fp8E4m3"},
-                                                              {KvCacheDtype::kFp8E5M2, "Fp8E5m2"},
-                                                              {KvCacheDtype::kInt8PerTokenHead, "Int8Pth"},
-                                                              {KvCacheDtype::kFp8PerTokenHead, "Fp8Pth"}};
-  for (const auto& [kv, kv_name] : byte_caches) {
+  for (const auto& [kv, kv_label] : kByteKvDtypes) {
+    const std::string kv_name = kv_label;
     for (const DType dtype : {DType::kFloat16, DType::kBFloat16}) {
       for (const int64_t d : {64, 128, 256}) {
         const std::string tag = kv_name + (dtype == DType::kFloat16 ? "Fp16" : "Bf16") + "Head" + std::to_string(d);
