@@ -109,7 +109,8 @@ Tolerance tolerance_for(ToleranceCase which, int64_t reduction_length, int64_t i
 //           against the raw int8/fp8 value |r| ≤ 448: per term ≤ u_m·p·|v| (in u_m·V) plus
 //           ≤ (η_m/2)·|r| below the normal range. bfloat16 keeps P ∈ [0, 2^15] (η_m = 2^-133:
 //           nothing measurable); float16 keeps P ∈ [0, 2^6] so that p·v_scale stays finite (a v
-//           scale is at most 65504/127 < 2^9), which adds n·(η_m/2)·448·2^-6 for float16.
+//           scale is at most 65504/127 ≈ 516: p·v_scale ≤ 2^6·516 < 65504), which adds
+//           n·(η_m/2)·448·2^-6 for float16.
 //   e_KV  = u_m·V + 2·λ·u_m·Λ₂·V  for fp8 per-tensor KV with a 16-bit model: the dequantised K and V
 //           are re-rounded to the model dtype. V: a convex combination of values each within u_m·V.
 //           K: the logit error Σ_i scale·q_i·k_i·ε_i (|ε_i| ≤ u_m) is bounded with the probabilistic

@@ -1,14 +1,15 @@
 // 1-byte KV caches on the tensor-core paths. The kernels stage the stored fp8 (e4m3 / e5m2) or int8
-// bytes of a tile and cast them once per tile, exactly, to the model dtype T (cast_16: fp8 pairs with
-// one cvt to f16x2 — exact for both encodings, which fit float16's range and precision — and on to
-// bfloat16 through float; int8 through float; every value fits T exactly). The scales never round
-// a K or V element; they are applied in float32 as vLLM 0.33's Triton kernel applies them (ByteScales):
+// bytes of a tile and cast them once per tile, exactly, to the model dtype T (cast_16; every value
+// fits T exactly: fp8 → float16 by one cvt, fp8 → bfloat16 by moving bit fields, int8 through
+// float). The scales never round a K or V element; they act in float32 as vLLM 0.33's Triton kernel
+// applies them (CacheScales):
 //   per tensor     the logit's dot product × k_scale, the output × v_scale;
 //   per token-head each key's dot products × its k scale, and its probability × its v scale before
 //                  P is rounded to T for P·V (tolerance.h, e_P), while Σp takes the unscaled p.
 // P is kept scaled by 2^shift (exact, it cancels in Σp·v / Σp): 15 keeps float16's small weights
 // normal; with the per-token-head v scales inside P, float16 takes 6, so that P·v_scale stays finite
-// (a v scale is absmax / 127 or absmax / 448 of float16 values: at most 65504 / 127 < 2^9).
+// (a v scale is absmax / 127 or absmax / 448 of float16 values: at most 65504 / 127 ≈ 516, and
+// 2^6 · 516 < 65504).
 // Used by the tensor-core prefill (prefill_mma_kernel.cuh) and decode (decode_mma_kernel.cuh) kernels.
 #pragma once
 
