@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "attention_steps.h"
 #include "hybridtb/backend.h"
 #include "hybridtb/dtype.h"
 #include "hybridtb/error.h"
@@ -28,14 +29,9 @@ namespace {
 using ::testing::HasSubstr;
 using spec::TpShard;
 
+// A plain layer of these heads (tests/attention's attention_config: scale 1/sqrt(D), no features).
 AttentionConfig heads_config(int64_t num_heads, int64_t num_kv_heads, int64_t head_size = 32, int64_t block_size = 16) {
-  AttentionConfig config;
-  config.num_heads = num_heads;
-  config.num_kv_heads = num_kv_heads;
-  config.head_size = head_size;
-  config.block_size = block_size;
-  config.scale = 1.0 / std::sqrt(static_cast<double>(head_size));
-  return config;
+  return attention_config(num_heads, num_kv_heads, head_size, block_size);
 }
 
 std::vector<float> ramp(int64_t n, float first, float step) {
