@@ -33,7 +33,7 @@ IntArray BatchDescription::num_computed_tokens() const {
 
 int64_t BatchInputs::nbytes() const {
   int64_t bytes = query.nbytes() + key.nbytes() + value.nbytes() + kv_cache.nbytes() + k_scale_cache.nbytes() +
-                  v_scale_cache.nbytes();
+                  v_scale_cache.nbytes() + ssm_hidden.nbytes();
   for (const auto* tensors : {&ssm_state, &weights, &linear_inputs}) {
     for (const auto& [name, t] : *tensors) bytes += t.nbytes();
   }
@@ -54,6 +54,7 @@ StepTensors BatchInputs::views() const {
   t.q_scale = q_scale;
   for (const auto& [name, pool] : ssm_state) t.ssm_state[name] = pool;
   for (const auto& [name, weight] : weights) t.weights[name] = weight;
+  t.ssm_hidden = ssm_hidden;
   for (const auto& [name, input] : linear_inputs) t.linear_inputs[name] = input;
   return t;
 }
@@ -311,6 +312,16 @@ void validate(const AttentionConfig& config, const BatchDescription& batch, cons
     HYBRIDTB_CHECK(in.k_scale_cache.empty() && in.v_scale_cache.empty(),
                    "/inputs/k_scale_cache and v_scale_cache are only valid with a per-token-head kv_cache_dtype, "
                    "not ", to_string(config.kv_cache_dtype));
+  }
+  // A tensor-parallel rank's SSM branch reads every head's row (/inputs/ssm_hidden, schema 1.4); any
+  // other layer's reads its own query.
+  if (config.is_tensor_parallel_rank() && config.has_ssm_branch()) {
+    check_tensor(in.ssm_hidden, "/inputs/ssm_hidden", config.dtype, {T, config.ssm_hidden_size()},
+                 "[T, tp_size * num_heads * head_size] (a tensor-parallel rank's SSM input)");
+  } else {
+    HYBRIDTB_CHECK(in.ssm_hidden.empty(), "/inputs/ssm_hidden is present, but the file is not a tensor-parallel rank "
+                   "(tp_size > 1) with an SSM branch (tp_size ", config.tp_size, ", ssm_mode '", config.ssm_mode,
+                   "'): such a branch reads the query");
   }
   validate(config, batch, num_blocks);
 }

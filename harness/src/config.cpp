@@ -169,6 +169,11 @@ void validate(const AttentionConfig& c) {
   }
   HYBRIDTB_CHECK(c.mamba_rms_norm || c.ssm_mode == "mamba2", "/config mamba_rms_norm = 0 applies to ssm_mode mamba2 "
                  "(Falcon-H1's Mixer2RMSNormGated), not to ssm_mode '", c.ssm_mode, "'");
+  HYBRIDTB_CHECK(c.tp_size >= 1, "/config tp_size must be >= 1, got ", c.tp_size);
+  HYBRIDTB_CHECK(c.tp_rank >= 0 && c.tp_rank < c.tp_size, "/config tp_rank must be in [0, tp_size = ", c.tp_size,
+                 "), got ", c.tp_rank);
+  HYBRIDTB_CHECK(!c.is_tensor_parallel_rank() || !c.is_linear_layer(), "/config tp_size ", c.tp_size,
+                 ": linear-attention layers (layer_kind ", to_string(c.layer_kind), ") have no tensor-parallel rank files");
   if (c.attn_type == AttnType::kEncoderOnly) {
     HYBRIDTB_CHECK(!c.has_ssm_branch(), "/config ssm_mode '", c.ssm_mode,
                    "' is not supported with attn_type encoder_only (the seed's HybridAttentionImpl raises "

@@ -49,6 +49,7 @@ BatchInputs upload_inputs(Backend& backend, const BatchInputs& in) {
   device.q_scale = in.q_scale;
   for (const auto& [name, pool] : in.ssm_state) device.ssm_state[name] = upload(backend, pool);
   for (const auto& [name, weight] : in.weights) device.weights[name] = upload(backend, weight);
+  device.ssm_hidden = upload(backend, in.ssm_hidden);
   for (const auto& [name, input] : in.linear_inputs) device.linear_inputs[name] = upload(backend, input);
   return device;
 }

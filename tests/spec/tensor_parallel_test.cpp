@@ -142,6 +142,10 @@ TEST(TensorParallelShard, RankConfigSlicesAlibiAndSinksPerQueryHead) {
   same.num_kv_heads = config.num_kv_heads;
   same.alibi_slopes = config.alibi_slopes;
   same.sinks = config.sinks;
+  EXPECT_EQ(same.tp_size, 4);
+  EXPECT_EQ(same.tp_rank, 3);
+  same.tp_size = 1;
+  same.tp_rank = 0;
   EXPECT_EQ(same, config);
   // Without ALiBi or sinks the rank has none either.
   const AttentionConfig plain = spec::shard_config(heads_config(8, 2), spec::tp_shard(heads_config(8, 2), 2, 1));
@@ -264,13 +268,13 @@ TEST(TensorParallelCut, EveryElementOfARankIsTheUnshardedElementAtItsHead) {
   }
 }
 
-TEST(TensorParallelCut, SsmBranchesAndLinearLayersAreNotShardedYet) {
+TEST(TensorParallelCut, SsmBranchesOtherThanMamba1AndLinearLayersAreNotSharded) {
   const AttentionConfig config = heads_config(8, 2);
   BatchFile file = synthetic(config, {{4, 1, {}}});
-  file.config.ssm_mode = "mamba1";
+  file.config.ssm_mode = "ema";
   EXPECT_THAT([&] { (void)spec::shard_batch_file(file, spec::tp_shard(file.config, 2, 0)); },
               ::testing::ThrowsMessage<NotSupported>(
-                  HasSubstr("tensor parallel: the SSM branch 'mamba1' is not sharded yet")));
+                  HasSubstr("tensor parallel: the SSM branch 'ema' is not sharded (sharded branches: mamba1, zero)")));
   file.config.ssm_mode = "gdn";
   file.config.layer_kind = LayerKind::kGdn;
   EXPECT_THAT([&] { (void)spec::shard_batch_file(file, spec::tp_shard(file.config, 2, 0)); },

@@ -42,6 +42,8 @@ struct BatchDescription {
   IntArray num_computed_tokens() const;
   // The table the SSM branch indexes: ssm_block_table if present, else block_table.
   const IntArray& state_block_table() const { return ssm_block_table ? *ssm_block_table : block_table; }
+
+  bool operator==(const BatchDescription&) const = default;
 };
 
 // The layer's tensors for one step, as views on the memory of the backend that runs them.
@@ -60,6 +62,10 @@ struct StepTensors {
   // SSM branch, by name (each mode documents its names; reference/ssm/README.md):
   std::map<std::string, TensorView> ssm_state;  // state pools [num_slots, ...]; updated in place
   std::map<std::string, TensorView> weights;    // the mode's weights (read only)
+  // The hidden states the SSM branch reads, [T, tp_size·Hq·D] in config.dtype, when they are not the
+  // query viewed flat: a tensor-parallel rank's branch reads every head's row (vLLM replicates the
+  // hidden states on every rank), its query only its own heads. Empty: the query viewed flat.
+  TensorView ssm_hidden;
   // A linear-attention layer's inputs (layer_kind gdn/mamba2; hybridtb/linear_layer.h), each
   // [T, width] in config.dtype. Such a layer has no query, key, value or KV cache (empty views).
   std::map<std::string, TensorView> linear_inputs;
@@ -78,6 +84,7 @@ struct BatchInputs {
   std::optional<float> q_scale;  // /inputs/q_scale (1.3): present iff the query is stored in fp8
   std::map<std::string, Tensor> ssm_state;  // /inputs/ssm/<name>: pools before this step
   std::map<std::string, Tensor> weights;    // /weights/<name>
+  Tensor ssm_hidden;  // /inputs/ssm_hidden (1.4): a tensor-parallel rank's SSM input (StepTensors)
   std::map<std::string, Tensor> linear_inputs;  // /inputs/<name> of a linear-attention layer
 
   StepTensors views() const;

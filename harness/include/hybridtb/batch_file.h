@@ -18,8 +18,9 @@ namespace hybridtb {
 inline constexpr const char* kSchemaName = "hybrid-batch";
 inline constexpr int kSchemaMajor = 1;
 // The newest version this build writes (1.1: SSM branch items; 1.2: layer kinds; 1.3: engine
-// version, norm eps, mamba_rms_norm, fp8 query). A file without 1.3 items is written as 1.2.
-inline constexpr int kSchemaMinor = 3;
+// version, norm eps, mamba_rms_norm, fp8 query; 1.4: tensor-parallel rank files). A file is written
+// as the oldest 1.x that holds its items (1.2 at least).
+inline constexpr int kSchemaMinor = 4;
 
 // What a backend produced for one step (/outputs), or what a trusted run recorded (/expected).
 struct StepOutputs {
@@ -40,7 +41,7 @@ struct StepOutputs {
 };
 
 struct BatchFile {
-  std::string schema_version = "1.2";  // as read; written as 1.3 when the file uses a 1.3 item, else 1.2
+  std::string schema_version = "1.2";  // as read; written as the oldest 1.x holding the file's items
   AttentionConfig config;
   BuilderConfig builder;
   BatchDescription batch;

@@ -93,11 +93,20 @@ struct AttentionConfig {
   // Falcon-H1's mamba_rms_norm (/config mamba_rms_norm, schema 1.3, default true): false makes the
   // mamba2 mode's Mixer2RMSNormGated a plain gate y·silu(z), without normalisation or weight.
   bool mamba_rms_norm = true;
+  // Tensor parallelism (/config tp_size and tp_rank, schema 1.4; absent: 1 and 0). A rank file of a
+  // tp_size > 1 layer holds rank tp_rank's shard by vLLM's rules (hybridtb/spec/tensor_parallel.h):
+  // num_heads, num_kv_heads, alibi_slopes, sinks, the SSM parameters, weights and pools are the
+  // rank's; its SSM branch reads the full hidden states (/inputs/ssm_hidden).
+  int64_t tp_size = 1;
+  int64_t tp_rank = 0;
 
   int64_t num_queries_per_kv() const { return num_heads / num_kv_heads; }
   bool is_linear_layer() const { return layer_kind != LayerKind::kFullAttention; }
   // The parallel branch belongs to full-attention layers; a linear layer's ssm_mode is its mixer.
   bool has_ssm_branch() const { return !is_linear_layer() && ssm_mode != "none"; }
+  bool is_tensor_parallel_rank() const { return tp_size > 1; }
+  // The width of the hidden states the SSM branch reads: the unsharded query row, tp_size · Hq · D.
+  int64_t ssm_hidden_size() const { return tp_size * num_heads * head_size; }
 
   bool operator==(const AttentionConfig&) const = default;
 };

@@ -38,7 +38,7 @@ int64_t ModeShape::param(const std::string& name) const {
 
 ModeShape mode_shape(const AttentionConfig& config) {
   ModeShape shape;
-  shape.hidden_size = config.num_heads * config.head_size;
+  shape.hidden_size = config.ssm_hidden_size();
   shape.params = config.ssm_params;
   shape.num_heads = config.num_heads;
   shape.head_size = config.head_size;

@@ -2,6 +2,7 @@
 #include "hybridtb/spec/tensor_parallel.h"
 
 #include <cstring>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -9,6 +10,7 @@
 
 #include "hybridtb/error.h"
 #include "hybridtb/spec/metadata_builders.h"
+#include "hybridtb/spec/ssm_mode.h"
 
 namespace hybridtb::spec {
 namespace {
@@ -33,16 +35,107 @@ Tensor cut_heads(const TensorView& tensor, const char* name, int axis, int64_t h
   return clone_host(head_view(tensor, axis, begin, end));
 }
 
-// Rejects what this does not shard: linear layers and SSM branches with state or weights.
+// Rejects what this does not shard: rank files, linear layers and SSM branches other than mamba1.
 void check_shardable(const AttentionConfig& config) {
+  HYBRIDTB_CHECK(!config.is_tensor_parallel_rank(), kPrefix, "the layer is already rank ", config.tp_rank, " of ",
+                 config.tp_size, " (/config tp_size); shard the unsharded layer");
   if (config.is_linear_layer()) {
     throw NotSupported(detail::concat(kPrefix, "the linear-attention layer (layer_kind '", to_string(config.layer_kind),
                                       "') is not sharded yet"));
   }
-  if (config.has_ssm_branch() && config.ssm_mode != "zero") {
-    throw NotSupported(detail::concat(kPrefix, "the SSM branch '", config.ssm_mode, "' is not sharded yet"));
+  if (config.has_ssm_branch() && config.ssm_mode != "zero" && config.ssm_mode != "mamba1") {
+    throw NotSupported(detail::concat(kPrefix, "the SSM branch '", config.ssm_mode,
+                                      "' is not sharded (sharded branches: mamba1, zero)"));
   }
 }
+
+// A contiguous copy of [begin, end) of `tensor`'s axis `axis` (any axis; head_view is axis-agnostic).
+Tensor cut_axis(const TensorView& tensor, int axis, int64_t begin, int64_t end) {
+  return clone_host(head_view(tensor, axis, begin, end));
+}
+
+// `a` and `b` (same dtype, same trailing shape) one after the other along axis 0.
+Tensor concat_rows(const Tensor& a, const Tensor& b) {
+  Shape shape = a.shape();
+  shape[0] += b.size(0);
+  Tensor joined = Tensor::host(a.dtype(), shape);
+  auto* dst = static_cast<unsigned char*>(joined.data());
+  std::memcpy(dst, a.data(), static_cast<size_t>(a.nbytes()));
+  std::memcpy(dst + a.nbytes(), b.data(), static_cast<size_t>(b.nbytes()));
+  return joined;
+}
+
+// The mamba1 channels a rank owns: [begin, end) of intermediate_size, vLLM's
+// MergedColumnParallelLinear / ColumnParallelLinear split (intermediate_size % tp_size == 0).
+struct ChannelRange {
+  int64_t intermediate = 0;  // unsharded I
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+ChannelRange mamba1_channels(const AttentionConfig& config, const TpShard& shard) {
+  const auto it = config.ssm_params.find("intermediate_size");
+  HYBRIDTB_CHECK(it != config.ssm_params.end(), kPrefix, "ssm_mode mamba1 needs /config/ssm intermediate_size");
+  const int64_t I = it->second;
+  HYBRIDTB_CHECK(I % shard.tp_size == 0, kPrefix, "/config/ssm intermediate_size ", I, " is not divisible by tp_size ",
+                 shard.tp_size, " (mamba1's channels split evenly over the ranks)");
+  const int64_t per_rank = I / shard.tp_size;
+  return {I, shard.tp_rank * per_rank, (shard.tp_rank + 1) * per_rank};
+}
+
+// The axis of a mamba1 pool [num_slots, slot...] that runs over the channels: ssm_state [I, N];
+// conv_state [I, K−1] (DS) or [K−1, I] (SD, the spec's transposed slot).
+int mamba1_pool_channel_axis(const AttentionConfig& config, const std::string& name) {
+  for (const ssm::TensorSpec& spec : ssm::ModeSpecRegistry::instance().find("mamba1").state_specs(ssm::mode_shape(config))) {
+    if (spec.name == name) return spec.transposed ? 2 : 1;
+  }
+  throw Error(detail::concat(kPrefix, "ssm_mode mamba1 has no state pool '", name, "'"));
+}
+
+// Rank `shard`'s mamba1 pools: the channels it owns.
+std::map<std::string, Tensor> cut_mamba1_pools(const AttentionConfig& config, const ChannelRange& channels,
+                                               const std::map<std::string, Tensor>& pools) {
+  std::map<std::string, Tensor> cut;
+  for (const auto& [name, pool] : pools) {
+    const int axis = mamba1_pool_channel_axis(config, name);
+    HYBRIDTB_CHECK(pool.view().rank() > axis && pool.size(axis) == channels.intermediate, kPrefix, "state pool ", name,
+                   " must have intermediate_size ", channels.intermediate, " channels in dimension ", axis, ", got ",
+                   pool.view().describe());
+    cut[name] = cut_axis(pool, axis, channels.begin, channels.end);
+  }
+  return cut;
+}
+
+// Rank `shard`'s mamba1 weights by vLLM's MambaMixer: in_proj (MergedColumnParallelLinear, the x
+// rows and the z rows of its channels), conv1d, dt_proj, A_log and D by channel; x_proj and
+// out_proj (RowParallelLinear) by input column; out_proj_bias on rank 0 alone (RowParallelLinear
+// adds its bias once, on rank 0, before the all-reduce).
+std::map<std::string, Tensor> cut_mamba1_weights(const ChannelRange& ch, const TpShard& shard,
+                                                 const std::map<std::string, Tensor>& weights) {
+  const int64_t I = ch.intermediate;
+  std::map<std::string, Tensor> cut;
+  for (const auto& [name, weight] : weights) {
+    const TensorView w = weight.view();
+    const auto channel_axis = [&](int axis) {
+      HYBRIDTB_CHECK(w.rank() > axis && w.size(axis) == I, kPrefix, "weight ", name, " must have intermediate_size ", I,
+                     " in dimension ", axis, ", got ", w.describe());
+      return cut_axis(w, axis, ch.begin, ch.end);
+    };
+    if (name == "in_proj" || name == "in_proj_bias") {
+      HYBRIDTB_CHECK(w.size(0) == 2 * I, kPrefix, "weight ", name, " must have 2 * intermediate_size = ", 2 * I,
+                     " rows (x, then z), got ", w.describe());
+      cut[name] = concat_rows(cut_axis(w, 0, ch.begin, ch.end), cut_axis(w, 0, I + ch.begin, I + ch.end));
+    } else if (name == "x_proj" || name == "out_proj") {
+      cut[name] = channel_axis(1);
+    } else if (name == "out_proj_bias") {
+      if (shard.tp_rank == 0) cut[name] = clone_host(w);
+    } else {
+      cut[name] = channel_axis(0);  // conv1d_weight, conv1d_bias, dt_proj, dt_proj_bias, A_log, D
+    }
+  }
+  return cut;
+}
+
 
 // Where the parts of a join come from: tp shards of `config`, checked against the parts' count.
 std::vector<TpShard> shards_of(const AttentionConfig& config, size_t parts, const char* name) {
@@ -134,6 +227,28 @@ Tensor join_kv_heads_named(const AttentionConfig& config, const std::vector<Tens
   return join_heads(parts, begins, axis, config.num_kv_heads, name);
 }
 
+// Pools [num_slots, ...] of the ranks (rank order) into the unsharded pools, by channel.
+std::map<std::string, Tensor> join_mamba1_pools(const AttentionConfig& config,
+                                                const std::vector<StepOutputs>& rank_outputs) {
+  std::map<std::string, Tensor> joined;
+  const auto tp = static_cast<int64_t>(rank_outputs.size());
+  for (const auto& [name, first] : rank_outputs.front().ssm_state) {
+    const int axis = mamba1_pool_channel_axis(config, name);
+    std::vector<TensorView> parts;
+    std::vector<int64_t> begins;
+    for (int64_t r = 0; r < tp; ++r) {
+      const auto it = rank_outputs[static_cast<size_t>(r)].ssm_state.find(name);
+      HYBRIDTB_CHECK(it != rank_outputs[static_cast<size_t>(r)].ssm_state.end(), kPrefix, "rank ", r,
+                     " has no state pool ", name, ", rank 0 has");
+      parts.push_back(it->second.view());
+      begins.push_back(mamba1_channels(config, tp_shard(config, tp, r)).begin);
+    }
+    const int64_t I = mamba1_channels(config, tp_shard(config, tp, 0)).intermediate;
+    joined[name] = join_heads(parts, begins, axis, I, name.c_str());
+  }
+  return joined;
+}
+
 std::vector<TensorView> views_of(const std::vector<StepOutputs>& outputs, Tensor StepOutputs::* member) {
   std::vector<TensorView> views;
   for (const StepOutputs& out : outputs) views.push_back((out.*member).view());
@@ -143,8 +258,12 @@ std::vector<TensorView> views_of(const std::vector<StepOutputs>& outputs, Tensor
 StepOutputs shard_outputs(const BatchFile& file, const AttentionConfig& rank_config, const StepOutputs& outputs,
                           const TpShard& shard) {
   const AttentionConfig& config = file.config;
-  HYBRIDTB_CHECK(outputs.ssm_state.empty(), kPrefix, "outputs with SSM state pools are not sharded");
   StepOutputs cut;
+  if (!outputs.ssm_state.empty()) {
+    HYBRIDTB_CHECK(config.ssm_mode == "mamba1", kPrefix, "outputs with state pools of ssm_mode '", config.ssm_mode,
+                   "' are not sharded");
+    cut.ssm_state = cut_mamba1_pools(config, mamba1_channels(config, shard), outputs.ssm_state);
+  }
   cut.backend = outputs.backend;
   const int64_t hq = config.num_heads, hkv = config.num_kv_heads;
   cut.output = cut_heads(outputs.output, "output", 1, hq, shard.q_head_begin, shard.q_head_end);
@@ -208,6 +327,12 @@ AttentionConfig shard_config(const AttentionConfig& config, const TpShard& shard
   };
   rank.alibi_slopes = slice(config.alibi_slopes, "alibi_slopes");
   rank.sinks = slice(config.sinks, "sinks");
+  if (config.ssm_mode == "mamba1") {
+    const ChannelRange channels = mamba1_channels(config, shard);
+    rank.ssm_params["intermediate_size"] = channels.end - channels.begin;
+  }
+  rank.tp_size = shard.tp_size;
+  rank.tp_rank = shard.tp_rank;
   return rank;
 }
 
@@ -215,8 +340,9 @@ BatchFile shard_batch_file(const BatchFile& file, const TpShard& shard) {
   const AttentionConfig& config = file.config;
   BatchFile rank;
   rank.config = shard_config(config, shard);  // first: rejects what is not sharded, naming it
-  HYBRIDTB_CHECK(file.inputs.ssm_state.empty() && file.inputs.weights.empty() && file.inputs.linear_inputs.empty(),
-                 kPrefix, "inputs with SSM state pools, weights or linear-layer inputs are not sharded");
+  HYBRIDTB_CHECK(file.inputs.linear_inputs.empty(), kPrefix, "linear-layer inputs are not sharded");
+  HYBRIDTB_CHECK(config.ssm_mode == "mamba1" || (file.inputs.ssm_state.empty() && file.inputs.weights.empty()),
+                 kPrefix, "state pools or weights of ssm_mode '", config.ssm_mode, "' are not sharded");
   rank.schema_version = file.schema_version;
   rank.builder = file.builder;
   rank.batch = file.batch;
@@ -233,6 +359,17 @@ BatchFile shard_batch_file(const BatchFile& file, const TpShard& shard) {
   out.v_scale = in.v_scale;
   out.output_scale = in.output_scale;
   out.q_scale = in.q_scale;
+  if (config.ssm_mode == "mamba1") {
+    const ChannelRange channels = mamba1_channels(config, shard);
+    out.ssm_state = cut_mamba1_pools(config, channels, in.ssm_state);
+    out.weights = cut_mamba1_weights(channels, shard, in.weights);
+  }
+  // Every rank's branch reads the whole hidden rows (vLLM replicates them over the ranks): the
+  // unsharded query, viewed flat.
+  if (rank.config.is_tensor_parallel_rank() && config.has_ssm_branch()) {
+    HYBRIDTB_CHECK(!in.q_scale.has_value(), kPrefix, "an fp8 query with an SSM branch is not sharded");
+    out.ssm_hidden = clone_host(TensorView(in.query.data(), in.query.dtype(), {in.query.size(0), config.ssm_hidden_size()}));
+  }
   if (file.outputs) rank.outputs = shard_outputs(file, rank.config, *file.outputs, shard);
   if (file.expected) rank.expected = shard_outputs(file, rank.config, *file.expected, shard);
   rank.provenance = file.provenance;
@@ -258,8 +395,8 @@ StepOutputs join_step_outputs(const AttentionConfig& config, const std::vector<S
   HYBRIDTB_CHECK(!rank_outputs.empty(), kPrefix, "joining step outputs needs at least one rank, got none");
   const StepOutputs& first = rank_outputs.front();
   for (size_t r = 0; r < rank_outputs.size(); ++r) {
-    HYBRIDTB_CHECK(rank_outputs[r].ssm_state.empty(), kPrefix, "outputs of rank ", r,
-                   " hold SSM state pools, which are not sharded");
+    HYBRIDTB_CHECK(rank_outputs[r].ssm_state.empty() || config.ssm_mode == "mamba1", kPrefix, "outputs of rank ", r,
+                   " hold state pools of ssm_mode '", config.ssm_mode, "', which are not sharded");
     HYBRIDTB_CHECK(rank_outputs[r].has_metadata == first.has_metadata &&
                        (!first.has_metadata || rank_outputs[r].metadata == first.metadata),
                    kPrefix, "the metadata of rank ", r, " differs from rank 0's (every rank has the same heads)");
@@ -274,6 +411,7 @@ StepOutputs join_step_outputs(const AttentionConfig& config, const std::vector<S
       join_kv_heads_named(config, views_of(rank_outputs, &StepOutputs::k_scale_cache), 2, "k_scale_cache");
   joined.v_scale_cache =
       join_kv_heads_named(config, views_of(rank_outputs, &StepOutputs::v_scale_cache), 2, "v_scale_cache");
+  if (!first.ssm_state.empty()) joined.ssm_state = join_mamba1_pools(config, rank_outputs);
   joined.metadata = first.metadata;
   joined.has_metadata = first.has_metadata;
   return joined;

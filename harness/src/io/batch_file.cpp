@@ -724,6 +724,9 @@ void read_config(const Group& root, BatchFile& file) {
     HYBRIDTB_CHECK(rms_norm == 0 || rms_norm == 1, "attribute /config/mamba_rms_norm must be 0 or 1, got ", rms_norm);
     c.mamba_rms_norm = rms_norm == 1;
   }
+  // Schema 1.4, optional: a tensor-parallel rank file (absent: tp_size 1, tp_rank 0).
+  if (g.has_attribute("tp_size")) c.tp_size = int_attribute(g, "tp_size", "int >= 1");
+  if (g.has_attribute("tp_rank")) c.tp_rank = int_attribute(g, "tp_rank", "int in [0, tp_size)");
   const Dims per_head{{"num_heads", c.num_heads}};
   if (std::optional<Dataset> d = find_dataset(g, "alibi_slopes")) c.alibi_slopes = read_float_vector(*d, per_head);
   if (std::optional<Dataset> d = find_dataset(g, "sinks")) c.sinks = read_float_vector(*d, per_head);
@@ -873,6 +876,12 @@ void read_inputs(const Group& root, BatchFile& file) {
       HYBRIDTB_CHECK(!d.has_value(), d ? d->path() : std::string(), ": present, but kv_cache_dtype ",
                      to_string(c.kv_cache_dtype), " is not a per-token-head mode");
     }
+  }
+  // Schema 1.4: a tensor-parallel rank's SSM input, every head's query row; validate() checks that
+  // it is present exactly when the file is such a rank with an SSM branch.
+  if (std::optional<Dataset> d = find_dataset(g, "ssm_hidden")) {
+    const Dims dims{{"T", T}, {"tp_size * num_heads * head_size", c.ssm_hidden_size()}};
+    in.ssm_hidden = read_tensor(*d, dims, c.dtype, config_dtype);
   }
   read_ssm_inputs(root, g, in);
 }
@@ -1052,6 +1061,11 @@ void write_config(const Group& root, const BatchFile& file) {
   if (!c.engine_version.empty()) g.write_string_attribute("engine_version", c.engine_version);
   if (c.norm_eps) g.write_float_attribute("norm_eps", *c.norm_eps);
   if (!c.mamba_rms_norm) g.write_int_attribute("mamba_rms_norm", 0);
+  // Schema 1.4: only rank files carry them.
+  if (c.is_tensor_parallel_rank()) {
+    g.write_int_attribute("tp_size", c.tp_size);
+    g.write_int_attribute("tp_rank", c.tp_rank);
+  }
   if (c.alibi_slopes) write_float32_vector(g, "alibi_slopes", *c.alibi_slopes);
   if (c.sinks) write_float32_vector(g, "sinks", *c.sinks);
   if (!c.ssm_params.empty()) {
@@ -1106,6 +1120,7 @@ void write_inputs(const Group& root, const BatchFile& file) {
     if (in.q_scale) write_float32_scalar(g, "q_scale", *in.q_scale);
     if (!in.k_scale_cache.empty()) write_tensor(g, "k_scale_cache", in.k_scale_cache);
     if (!in.v_scale_cache.empty()) write_tensor(g, "v_scale_cache", in.v_scale_cache);
+    if (!in.ssm_hidden.empty()) write_tensor(g, "ssm_hidden", in.ssm_hidden);
   }
   // The SSM branch (1.1): checked by check_ssm_inputs() before the file was created.
   if (!in.ssm_state.empty()) {
@@ -1221,14 +1236,16 @@ void write_outputs(const Group& root, const char* name, const StepOutputs& out, 
   if (out.has_metadata) write_metadata(g, out.metadata);
 }
 
-// The oldest 1.x that describes the file: 1.3 when it uses a 1.3 item (engine_version, norm_eps,
-// mamba_rms_norm, an fp8 query), else 1.2. A file without them is byte for byte what a 1.2 build
-// wrote, so regenerated datasets keep their recorded checksums.
+// The oldest 1.x that describes the file: 1.4 when it is a tensor-parallel rank file, 1.3 when it
+// uses a 1.3 item (engine_version, norm_eps, mamba_rms_norm, an fp8 query), else 1.2. A file without
+// them is byte for byte what a 1.2 build wrote, so regenerated datasets keep their recorded checksums.
 std::string written_schema_version(const BatchFile& file) {
   const AttentionConfig& c = file.config;
+  const bool uses_1_4 = c.is_tensor_parallel_rank() || !file.inputs.ssm_hidden.empty();
   const bool uses_1_3 = !c.engine_version.empty() || c.norm_eps.has_value() || !c.mamba_rms_norm ||
                         file.inputs.q_scale.has_value();
-  return std::to_string(kSchemaMajor) + "." + std::to_string(uses_1_3 ? kSchemaMinor : 2);
+  const int minor = uses_1_4 ? 4 : uses_1_3 ? 3 : 2;
+  return std::to_string(kSchemaMajor) + "." + std::to_string(minor);
 }
 
 void write_file_contents(const h5::File& h5file, const BatchFile& file) {

@@ -20,7 +20,8 @@ namespace hybridtb::spec::ssm {
 
 // The sizes a mode's tensors depend on.
 struct ModeShape {
-  int64_t hidden_size = 0;               // H = num_heads · head_size (the query row, viewed flat)
+  int64_t hidden_size = 0;               // H = num_heads · head_size (the query row, viewed flat); a
+                                         // tensor-parallel rank's: tp_size · num_heads · head_size
   std::map<std::string, int64_t> params;  // /config/ssm attributes (AttentionConfig::ssm_params)
   int64_t num_heads = 0;                  // Hq and D of the query, for modes whose state keeps the
   int64_t head_size = 0;                  // head structure (prefix_sum: [num_heads, head_size])
@@ -35,7 +36,7 @@ struct ModeShape {
   // The named parameter; throws Error naming "/config/ssm <name>" if absent or not positive.
   int64_t param(const std::string& name) const;
 };
-// The shape of config's layer: H = num_heads · head_size, its ssm_params, Hq and D.
+// The shape of config's layer: H = config.ssm_hidden_size(), its ssm_params, Hq and D.
 ModeShape mode_shape(const AttentionConfig& config);
 
 // One named tensor of a mode: a weight (shape = the whole tensor) or one slot of a state pool

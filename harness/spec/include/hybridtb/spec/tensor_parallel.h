@@ -1,5 +1,6 @@
-// Tensor parallelism of a paged-attention layer, by vLLM's rules: the layer's heads split across
-// tp_size ranks (QKVParallelLinear, Attention with num_heads / tp_size heads per rank).
+// Tensor parallelism of a hybrid layer, by vLLM's rules: the attention heads split across tp_size
+// ranks (QKVParallelLinear, Attention with num_heads / tp_size heads per rank), and a mamba1 branch's
+// channels (MambaMixer); datasets/SCHEMA.md §5.2.2 states the rules a rank file follows.
 //
 // Rank r owns query heads [r·Hq/tp, (r+1)·Hq/tp) (Hq % tp == 0). KV heads: with Hkv ≥ tp, rank r
 // owns kv heads [r·Hkv/tp, (r+1)·Hkv/tp) (Hkv % tp == 0); with Hkv < tp they are replicated
@@ -10,8 +11,17 @@
 // value. Attention needs no communication: the unsharded output is the ranks' outputs concatenated
 // along the head axis (vLLM's all-reduce follows o_proj, which is not modelled here).
 //
-// Only plain attention layers are sharded: a layer with an SSM branch that has state or weights
-// (ssm_mode other than "none" and "zero") or a linear-attention layer is reported as NotSupported.
+// mamba1 (intermediate_size % tp_size == 0): rank r owns channels [r·I/tp, (r+1)·I/tp). in_proj
+// (MergedColumnParallelLinear) keeps the x and the z rows of them; conv1d_weight/bias, dt_proj/bias,
+// A_log and D their rows; x_proj and out_proj (RowParallelLinear) their input columns; out_proj_bias
+// stays on rank 0 alone (a row-parallel bias is added once); the pools (conv_state in either layout,
+// ssm_state) their channels. The rank's branch reads the whole hidden rows (inputs.ssm_hidden: the
+// unsharded query, viewed flat, which vLLM replicates on every rank) and needs its group at the two
+// all-reduces (reference/.../ssm_mode.h, Mode::advance_rank): x_proj's product and the contribution
+// after out_proj. The rank adds its heads' columns of the summed contribution to its attention.
+//
+// Branch "zero" shards trivially. Other SSM modes, linear-attention layers and layers that are
+// already a rank (/config tp_size > 1) are reported as NotSupported / Error.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +56,8 @@ struct TpShard {
 TpShard tp_shard(const AttentionConfig& config, int64_t tp_size, int64_t tp_rank);
 
 // The rank's layer: num_heads and num_kv_heads of the shard, alibi_slopes and sinks sliced to its
-// query heads, everything else as in `config`. NotSupported for a layer this does not shard (above).
+// query heads, mamba1's intermediate_size / tp_size, tp_size and tp_rank set, everything else as in
+// `config`. NotSupported for a layer this does not shard (above).
 AttentionConfig shard_config(const AttentionConfig& config, const TpShard& shard);
 
 // The rank's step: its config (shard_config), the same builder settings and batch description, and
@@ -55,9 +66,10 @@ AttentionConfig shard_config(const AttentionConfig& config, const TpShard& shard
 // outputs and expected, when present, are cut the same way (output, attn_output, ssm_output by
 // query head, the caches by kv head) and carry the rank's metadata from the shared builders (where
 // they carried metadata): vLLM builds it per rank, and its 3D threshold (128 / num_kv_heads)
-// depends on the rank's kv heads. Provenance gains `tensor_parallel`
-// ("rank R of TP"). NotSupported for an SSM branch with state (naming the mode) or a linear layer;
-// Error if a tensor's head axis does not match the config.
+// depends on the rank's kv heads. A mamba1 branch's weights, pools (inputs and results) and
+// ssm_hidden are cut as above. Provenance gains `tensor_parallel` ("rank R of TP"). NotSupported for
+// an SSM branch this does not shard (naming the mode) or a linear layer; Error if a tensor's head or
+// channel axis does not match the config.
 BatchFile shard_batch_file(const BatchFile& file, const TpShard& shard);
 
 // The unsharded [T, Hq, D] from the ranks' [T, Hq/tp, D] (output, attn_output or ssm_output of each
@@ -76,7 +88,7 @@ Tensor join_kv_scale_caches(const AttentionConfig& config, const std::vector<Ten
 // query head, the KV and scale caches by kv head (as above), backend and metadata of rank 0. Every
 // rank must have the same metadata (they have the same head counts); it is the ranks' metadata,
 // which differs from the unsharded layer's in seq_threshold_3d (and so perhaps use_3d_path) when
-// the rank has fewer kv heads. State pools: none (not sharded).
+// the rank has fewer kv heads. State pools (mamba1): by channel.
 StepOutputs join_step_outputs(const AttentionConfig& config, const std::vector<StepOutputs>& rank_outputs);
 
 }  // namespace hybridtb::spec
