@@ -92,7 +92,8 @@ class ReferenceBackend final : public Backend {
     HYBRIDTB_CHECK(metadata.mamba.has_value(), "ssm_mode ", config.ssm_mode,
                    " needs the Mamba metadata, which encoder-only layers do not have");
     Tensor real_query;
-    ssm::ssm_forward(config, *metadata.mamba, batch, with_real_query(tensors, real_query), contribution);
+    ssm::ssm_forward(config, *metadata.mamba, batch, with_real_query(tensors, real_query), contribution,
+                     settings_.tp_group.get());
   }
 
   // HybridAttentionImpl.forward (seed 000), in its order: attention first, then the SSM

@@ -70,15 +70,18 @@ struct Layer {
 };
 
 // Everything after the convolution, for the tokens of `c` ([L, I], conv outputs after SiLU):
-// Δ [L, I], B [L, N] and C [L, N] from x_proj and dt_proj.
+// Δ [L, I], B [L, N] and C [L, N] from x_proj and dt_proj. On a tensor-parallel rank x_proj holds
+// the rank's input columns (RowParallelLinear): its product is the rank's partial sum, all-reduced
+// over the group before dt_proj, B and C take it.
 struct ScanInputs {
   Matrix delta;
   Matrix B;
   Matrix C;
 };
 
-ScanInputs scan_inputs(const Layer& layer, const Sizes& s, const Matrix& c) {
-  const Matrix dbc = c * layer.x_proj.transpose();  // [L, R + 2N]
+ScanInputs scan_inputs(const Layer& layer, const Sizes& s, const Matrix& c, TensorParallelGroup* group) {
+  Matrix dbc = c * layer.x_proj.transpose();  // [L, R + 2N]
+  if (group != nullptr) group->all_reduce_sum(TensorView(dbc.data(), DType::kFloat64, {dbc.rows(), dbc.cols()}));
   ScanInputs in;
   in.delta = dbc.leftCols(s.dt_rank) * layer.dt_proj.transpose();  // [L, I], bias added inside softplus
   for (Eigen::Index t = 0; t < in.delta.rows(); ++t) {
@@ -104,6 +107,19 @@ class Mamba1Mode final : public Mode {
   std::string name() const override { return "mamba1"; }
 
   void advance(const Weights& weights, State& state, const Matrix& x, Matrix& y, bool decode) const override {
+    forward(weights, state, x, y, decode, nullptr);
+  }
+
+  // The rank's channels (hybridtb/spec/tensor_parallel.h): x_proj's product all-reduced inside,
+  // out_proj's partial sum (with out_proj_bias on rank 0 alone) returned for the driver's all-reduce.
+  void advance_rank(const ModeShape& /*shape*/, TensorParallelGroup& group, const Weights& weights, State& state,
+                    const Matrix& x, Matrix& y, bool decode) const override {
+    forward(weights, state, x, y, decode, &group);
+  }
+
+ private:
+  void forward(const Weights& weights, State& state, const Matrix& x, Matrix& y, bool decode,
+               TensorParallelGroup* group) const {
     const Sizes s = sizes_from(weights);
     HYBRIDTB_CHECK(x.cols() == s.hidden, "mamba1: hidden rows have ", x.cols(), " values, in_proj expects ", s.hidden);
     const Layer layer(weights, s);
@@ -118,14 +134,13 @@ class Mamba1Mode final : public Mode {
     Matrix y_ssm;
     if (decode) {
       HYBRIDTB_CHECK(x.rows() == 1, "mamba1: a decode call has one token, got ", x.rows());
-      y_ssm = decode_step(layer, s, conv_state, ssm_state, u);
+      y_ssm = decode_step(layer, s, conv_state, ssm_state, u, group);
     } else {
-      y_ssm = prefill_scan(layer, s, conv_state, ssm_state, u);
+      y_ssm = prefill_scan(layer, s, conv_state, ssm_state, u, group);
     }
     gate_and_project_out(layer, y_ssm, z, y);
   }
 
- private:
   // I, N, K, R, H as the weights' shapes give them (in_proj [2I, H], A_log [I, N],
   // conv1d_weight [I, K], dt_proj [I, R]); Layer checks every other shape against them, and
   // the driver has checked them against /config/ssm.
@@ -147,14 +162,14 @@ class Mamba1Mode final : public Mode {
   // causal_conv1d_fn + selective_scan_fn over a chunk of L tokens. `u` is [L, I] (x after
   // in_proj); returns the pre-gate y [L, I] and leaves both states after the last token.
   static Matrix prefill_scan(const Layer& layer, const Sizes& s, Vector& conv_state, Vector& ssm_state,
-                             const Matrix& u) {
+                             const Matrix& u, TensorParallelGroup* group) {
     const int64_t I = s.intermediate, N = s.state;
     const int64_t L = u.rows();
 
     const Matrix c = causal_conv_silu(layer.conv_w, layer.conv_bias, u, conv_state);  // [L, I]
 
     // The selective scan, sequential over the chunk (vLLM runs it as a parallel prefix scan).
-    const ScanInputs in = scan_inputs(layer, s, c);
+    const ScanInputs in = scan_inputs(layer, s, c, group);
     Eigen::Map<Matrix> h(ssm_state.data(), I, N);
     Matrix y(L, I);
     for (int64_t t = 0; t < L; ++t) {
@@ -173,13 +188,13 @@ class Mamba1Mode final : public Mode {
 
   // causal_conv1d_update + selective_state_update for one decode token; `u` is [1, I].
   static Matrix decode_step(const Layer& layer, const Sizes& s, Vector& conv_state, Vector& ssm_state,
-                            const Matrix& u) {
+                            const Matrix& u, TensorParallelGroup* group) {
     const int64_t I = s.intermediate, N = s.state;
 
     const Matrix c = causal_conv_silu_step(layer.conv_w, layer.conv_bias, u, conv_state);  // [1, I]
 
     // state = state·dA + dB·x;  out = state·C + D·x.
-    const ScanInputs in = scan_inputs(layer, s, c);
+    const ScanInputs in = scan_inputs(layer, s, c, group);
     const RowVector dt = in.delta.row(0);
     Eigen::Map<Matrix> h(ssm_state.data(), I, N);
     const Matrix dA = (dt.transpose().asDiagonal() * layer.A).array().exp().matrix();  // [I, N]

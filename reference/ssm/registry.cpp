@@ -24,6 +24,12 @@ std::string join(const std::vector<std::string>& names) {
 
 const ModeSpec& Mode::spec() const { return spec::ssm::ModeSpecRegistry::instance().find(name()); }
 
+void Mode::advance_rank(const ModeShape& /*shape*/, TensorParallelGroup& group, const Weights& /*weights*/,
+                        State& /*state*/, const Matrix& /*x*/, Matrix& /*y*/, bool /*decode*/) const {
+  throw NotSupported(detail::concat("ssm_mode ", name(), " has no tensor-parallel form (rank ", group.rank(), " of ",
+                                    group.size(), "); sharded modes: mamba1, zero"));
+}
+
 std::map<std::string, Tensor> make_random_weights(const Mode& mode, const ModeShape& shape, uint64_t seed) {
   return spec::ssm::make_random_weights(mode.spec(), shape, seed);
 }

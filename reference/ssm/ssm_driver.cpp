@@ -21,7 +21,7 @@
 namespace hybridtb::reference::ssm {
 
 void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
-                 const StepTensors& tensors, const TensorView& contribution) {
+                 const StepTensors& tensors, const TensorView& contribution, TensorParallelGroup* group) {
   const Mode& mode = ModeRegistry::instance().find(config.ssm_mode);
   validate_ssm_tensors(config, tensors.ssm_state, tensors.weights);
   const ModeShape shape = mode_shape(config);
@@ -38,28 +38,43 @@ void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& me
   HYBRIDTB_CHECK(0 <= num_tokens && num_tokens <= query.size(0), "/batch/num_actual_tokens = ", num_tokens,
                  " does not fit the query's ", query.size(0), " rows");
 
-  const Matrix hidden = load_token_rows(query, num_tokens);  // [num_actual_tokens, H]
+  // A tensor-parallel rank reads every head's row and writes its own heads' columns.
+  const bool rank_of_group = config.is_tensor_parallel_rank();
+  const Matrix hidden = load_token_rows(rank_of_group ? tensors.ssm_hidden : query, num_tokens);  // [tokens, H]
   Matrix out = Matrix::Zero(num_tokens, shape.hidden_size);
 
   if (!mode.forward_whole_step(metadata, hidden, out)) {
+    TensorParallelGroup* sharded = rank_of_group ? &rank_group_of(config, group) : nullptr;
     const Weights weights = load_weights(mode.weight_specs(shape), tensors.weights);
     const std::vector<Pool> pools = collect_pools(mode.state_specs(shape), tensors.ssm_state);
     // One piece: mode.advance over its hidden rows, with the seed's shape check on what it returns.
     const AdvanceRows advance = [&](State& state, int64_t begin, int64_t end, bool decode) {
       const Matrix x = hidden.middleRows(begin, end - begin);
       Matrix y = Matrix::Zero(x.rows(), x.cols());
-      mode.advance(shape, weights, state, x, y, decode);
+      if (sharded != nullptr) {
+        mode.advance_rank(shape, *sharded, weights, state, x, y, decode);
+      } else {
+        mode.advance(shape, weights, state, x, y, decode);
+      }
       HYBRIDTB_CHECK(y.rows() == x.rows() && y.cols() == x.cols(), "ssm_mode ", mode.name(),
                      " returned a contribution of shape [", y.rows(), ", ", y.cols(), "] for [", x.rows(), ", ",
                      x.cols(), "] hidden states");
       out.middleRows(begin, end - begin) = y;
     };
     run_requests(config, metadata, batch, pools, num_tokens, "ssm_mode " + mode.name(), advance);
+    // The all-reduce after the output projection: the ranks' partial contributions summed.
+    if (sharded != nullptr && num_tokens > 0) {
+      sharded->all_reduce_sum(TensorView(out.data(), DType::kFloat64, {out.rows(), out.cols()}));
+    }
   }
 
   HYBRIDTB_CHECK(out.rows() == num_tokens && out.cols() == shape.hidden_size, "ssm_mode ", mode.name(),
                  " returned a contribution of shape [", out.rows(), ", ", out.cols(), "] for [", num_tokens, ", ",
                  shape.hidden_size, "] hidden states");
+  if (rank_of_group) {
+    const int64_t row = config.num_heads * config.head_size;
+    out = Matrix(out.middleCols(config.tp_rank * row, row));
+  }
   store_token_rows(contribution, out);
 }
 

@@ -21,6 +21,7 @@
 #include "hybridtb/config.h"
 #include "hybridtb/metadata.h"
 #include "hybridtb/tensor.h"
+#include "hybridtb/tensor_parallel_group.h"
 
 namespace hybridtb {
 
@@ -160,6 +161,9 @@ struct BackendSettings {
   // pass over the output); false: a separate add pass after attention (the benchmark's
   // "two_kernel" path). Both give the same bits. The reference ignores it.
   bool fuse_hybrid_add = true;
+  // The layer's tensor-parallel group when `attention` is a rank's shard (tp_size > 1) whose SSM
+  // branch meets the other ranks (tensor_parallel_group.h); null otherwise.
+  std::shared_ptr<TensorParallelGroup> tp_group;
 };
 
 // Backends by name ("reference", later "cuda"). Registration is explicit (see

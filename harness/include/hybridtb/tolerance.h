@@ -40,8 +40,9 @@ enum class ToleranceCase {
   // O(1) and logits O(10), so we use atol = rtol = 2·γ_{n+D}(float64)·32.
   kAttentionFloat64,
   // Two float64 evaluations of the mamba1 SSM mode (the reference's chunk scan or single-step
-  // update against an independently written token-by-token loop, or split against one-shot
-  // prefill): contribution rows and both states. Per token the mode is a fixed chain of about
+  // update against an independently written token-by-token loop, split against one-shot prefill,
+  // or a tensor-parallel group's joined ranks — x_proj and out_proj as sums of the ranks' partial
+  // sums — against the unsharded layer): contribution rows and both states. Per token the mode is a fixed chain of about
   // eight stages (in_proj, conv, x_proj, dt_proj, softplus/exp/silu, the state update, h·C,
   // out_proj), each a sum of at most m = max(H, I, R + 2N) terms, so each stage is within
   // γ_m·Σ|terms|. The decay exp(Δ·A) is in (0, 1], so an error made in the state at one step is

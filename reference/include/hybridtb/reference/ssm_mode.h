@@ -25,6 +25,7 @@
 #include "hybridtb/metadata.h"
 #include "hybridtb/spec/ssm_mode.h"
 #include "hybridtb/tensor.h"
+#include "hybridtb/tensor_parallel_group.h"
 
 namespace hybridtb::reference::ssm {
 
@@ -73,9 +74,19 @@ class Mode {
     advance(weights, state, x, y, decode);
   }
 
+  // A rank of a tensor-parallel group (config.tp_size > 1: the rank's shard of the layer, as
+  // hybridtb/spec/tensor_parallel.h cuts it; `shape` is the rank's, with the full hidden size).
+  // A mode that shards overrides this: it advances the request with the rank's weights and state,
+  // meets the other ranks at its all-reduce points through `group`, and returns in `y` the rank's
+  // partial contribution [L, H], which the driver sums over the ranks once the step is done (the
+  // all-reduce after the output projection). The default refuses: the mode has no sharded form.
+  virtual void advance_rank(const ModeShape& shape, TensorParallelGroup& group, const Weights& weights, State& state,
+                            const Matrix& x, Matrix& y, bool decode) const;
+
   // Modes whose rule is not per request (prefix_sum_flat) override this and return true after
   // writing the whole step themselves. `hidden` is [num_actual_tokens, H]; `contribution` is
-  // [num_actual_tokens, H], zero-filled on entry.
+  // [num_actual_tokens, H], zero-filled on entry. On a tensor-parallel rank such a mode computes the
+  // whole contribution from the replicated hidden rows on every rank (no all-reduce).
   virtual bool forward_whole_step(const MambaAttentionMetadata& /*metadata*/, const Matrix& /*hidden*/,
                                   Matrix& /*contribution*/) const {
     return false;
@@ -102,8 +113,11 @@ void register_builtin_modes(ModeRegistry& registry);
 
 // Runs config.ssm_mode over the batch (host tensors): writes rows [0, num_actual_tokens) of
 // `contribution` ([T, Hq, D], any float dtype) and updates tensors.ssm_state in place.
+// A tensor-parallel rank (config.tp_size > 1) reads tensors.ssm_hidden, the whole hidden rows, and
+// writes its heads' columns of the contribution; a per-request mode then needs `group` (the rank's
+// handle of its group; Error naming the rank without it).
 void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
-                 const StepTensors& tensors, const TensorView& contribution);
+                 const StepTensors& tensors, const TensorView& contribution, TensorParallelGroup* group = nullptr);
 
 // The weights alone, for a mode and a shape (spec::ssm::make_random_weights of its descriptor).
 std::map<std::string, Tensor> make_random_weights(const Mode& mode, const ModeShape& shape, uint64_t seed);

@@ -1,0 +1,34 @@
+// Running the rank files of one tensor-parallel step together (hybridtb/spec/tensor_parallel.h cuts
+// them; /config tp_size N, tp_rank r): one thread per rank in this process, each on its own backend
+// of the same kind, created with its rank's handle of the group its SSM branch all-reduces through.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hybridtb/backend.h"
+#include "hybridtb/batch_file.h"
+#include "hybridtb/tensor_parallel_group.h"
+
+namespace hybridtb {
+
+// How each rank's thread gets its backend and group. By default every rank creates `backend` from
+// create_backend and the ranks share one HostThreadGroup (host memory: the reference).
+struct RankRunOptions {
+  std::string backend = "reference";
+  // Rank r's group handle; empty: a HostThreadGroup of the ranks.
+  std::function<std::shared_ptr<TensorParallelGroup>(int64_t rank)> group_of_rank;
+  // Called on rank r's thread before its backend is created (a GPU launcher selects r's device).
+  std::function<void(int64_t rank)> on_rank_thread;
+};
+
+// The outputs of every rank (rank order) of one step. `ranks` must be a whole group: ranks[r] has
+// /config tp_rank r and tp_size ranks.size(), and every rank the same batch. Error naming the rank
+// otherwise. A rank that fails makes the others leave their all-reduces; the first failure (by rank)
+// is rethrown here, with the rank named.
+std::vector<StepOutputs> run_rank_steps(const std::vector<BatchFile>& ranks, const RankRunOptions& options = {});
+
+}  // namespace hybridtb
