@@ -20,6 +20,7 @@
 #include "hybridtb/shell.h"
 #include "hybridtb/spec/linear_layer_specs.h"
 #include "hybridtb/spec/ssm_mode.h"
+#include "hybridtb/spec/tensor_parallel.h"
 #include "hybridtb/synthetic.h"
 #include "memory.h"
 #include "progress.h"
@@ -165,6 +166,14 @@ GenEstimate estimate_gen(const Layer& layer, const Mix& mix, const GenOptions& o
   return {bytes, bytes + kProcessOverheadBytes};
 }
 
+// Rank r's file of tensor-parallel size tp beside `path`: step.h5 -> step.tp4-rank2.h5.
+std::string tp_rank_path(const std::string& path, int64_t tp, int64_t rank) {
+  const std::filesystem::path p(path);
+  return (p.parent_path() / (p.stem().string() + ".tp" + std::to_string(tp) + "-rank" + std::to_string(rank) +
+                              p.extension().string()))
+      .string();
+}
+
 }  // namespace
 
 Command add_gen_command(CLI::App& app) {
@@ -183,6 +192,7 @@ Command add_gen_command(CLI::App& app) {
     std::string mamba_cache_mode, cudagraph_mode, capture_sizes;
     std::string engine_version = newest_engine_version().substr(5);  // the bare release
     std::string mm_prefix;
+    int64_t tp = 1;
     bool list_presets = false;
     bool quiet = false;
     bool dry_run = false;
@@ -228,6 +238,10 @@ Command add_gen_command(CLI::App& app) {
                   "Bidirectional mm-prefix ranges (/batch/mm_prefix_range): one entry per request in the "
                   "generated order, joined by '/'; ranges START:END (inclusive absolute positions, 0:0 = none) "
                   "joined by ','; e.g. 0:0/28:37/2:6,10:15");
+  cmd->add_option("--tp", opt->tp,
+                  "Also write the N tensor-parallel rank files of each step beside it, FILE.tpN-rankR.h5 (vLLM's "
+                  "head and mamba1 channel split; datasets/SCHEMA.md 5.2.2); 1 writes the unsharded file alone")
+      ->capture_default_str();
   cmd->add_flag("--list-presets", opt->list_presets, "Print the presets and the settings, then exit");
   cmd->add_flag("--quiet", opt->quiet, "Print nothing on success");
   cmd->add_flag("--dry-run", opt->dry_run,
@@ -260,6 +274,11 @@ Command add_gen_command(CLI::App& app) {
                         << preset_names.size() * mixes.size() << " files\n";
               return 2;
             }
+            if (opt->tp < 1) {
+              std::cerr << "hybridtb gen: --tp must be at least 1 (the number of tensor-parallel ranks), got " << opt->tp
+                        << "\n";
+              return 2;
+            }
             std::vector<std::string> settings = opt->settings;
             if (!opt->mamba_cache_mode.empty()) settings.push_back("mamba_cache_mode=" + opt->mamba_cache_mode);
             if (!opt->cudagraph_mode.empty()) settings.push_back("cudagraph_mode=" + opt->cudagraph_mode);
@@ -284,6 +303,18 @@ Command add_gen_command(CLI::App& app) {
             std::vector<std::string> layer_settings{"engine_version=" + engine_word};
             layer_settings.insert(layer_settings.end(), settings.begin(), settings.end());
             for (const std::string& name : preset_names) layers.push_back(make_layer(name, layer_settings));
+            // Every layer must split over --tp ranks (heads, kv heads, mamba1 channels) before anything is written.
+            if (opt->tp > 1) {
+              for (size_t p = 0; p < preset_names.size(); ++p) {
+                for (int64_t r = 0; r < opt->tp; ++r) {
+                  try {
+                    (void)spec::shard_config(layers[p].attention, spec::tp_shard(layers[p].attention, opt->tp, r));
+                  } catch (const Error& e) {
+                    throw Error(detail::concat("--tp ", opt->tp, ": preset ", preset_names[p], ": ", e.what()));
+                  }
+                }
+              }
+            }
 
             // Sizes first: --dry-run prints them; otherwise a file that cannot fit in memory is refused
             // before anything is generated or written.
@@ -328,6 +359,7 @@ Command add_gen_command(CLI::App& app) {
                 if (gen.ssm_slots) command += std::string(" --ssm-slots ") + (*gen.ssm_slots ? "on" : "off");
                 if (!gen.shuffle_blocks) command += " --no-shuffle";
                 if (!opt->mm_prefix.empty()) command += " --mm-prefix " + shell_word(opt->mm_prefix);
+                if (opt->tp > 1) command += " --tp " + std::to_string(opt->tp);
                 command += " --out " + shell_word(path);
                 // One bar per file: generating the KV cache (blocks), writing it, reading it back (MiB).
                 ProgressBar bar(0, !opt->quiet, stderr);
@@ -343,8 +375,19 @@ Command add_gen_command(CLI::App& app) {
                   if (!opt->mm_prefix.empty()) {
                     file.batch.mm_prefix_range = parse_mm_prefix(opt->mm_prefix, file.batch.num_reqs());
                   }
+                  // The rank files are cut before anything is written: a step that does not split writes nothing.
+                  std::vector<BatchFile> rank_files;
+                  for (int64_t r = 0; r < opt->tp && opt->tp > 1; ++r) {
+                    rank_files.push_back(spec::shard_batch_file(file, spec::tp_shard(file.config, opt->tp, r)));
+                  }
                   try {
                     write_batch_file(path, file, FileProgress{&transfer_progress});
+                    for (size_t r = 0; r < rank_files.size(); ++r) {
+                      const std::string rank_path = tp_rank_path(path, opt->tp, static_cast<int64_t>(r));
+                      write_batch_file(rank_path, rank_files[r]);
+                      (void)read_batch_file(rank_path);  // the reader validates what was written
+                      if (!opt->quiet) std::cout << "wrote " << rank_path << ": rank " << r << " of " << opt->tp << "\n";
+                    }
                   } catch (const Error& e) {
                     bar.clear();
                     std::cerr << "hybridtb gen: error: " << e.what() << "\n";

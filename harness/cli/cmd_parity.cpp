@@ -1,6 +1,9 @@
-// hybridtb parity / replay: run a backend on batch files and compare its results with another
+// hybridtb parity / replay / tp: run a backend on batch files and compare its results with another
 // backend's (parity) or with each file's recorded /expected (replay), through the one comparison
-// component (hybridtb/compare.h). Prints the aligned table, then "N passed, M failed"; --report
+// component (hybridtb/compare.h). tp cuts each (unsharded) file into --tp N rank files
+// (hybridtb/spec/tensor_parallel.h), runs them together — one thread and one backend per rank, the
+// SSM branch's all-reduces between them (hybridtb/tensor_parallel_run.h) —, joins the ranks' results
+// and compares them with the unsharded file run on --against: sharded == unsharded. Prints the aligned table, then "N passed, M failed"; --report
 // writes the JSON report. Tested by tests/compare (`ctest -L compare`).
 //
 // Exit status: 0 every file was compared and passed; 1 some file mismatched, or some files were
@@ -22,7 +25,9 @@
 #include "hybridtb/batch_file.h"
 #include "hybridtb/compare.h"
 #include "hybridtb/error.h"
+#include "hybridtb/spec/tensor_parallel.h"
 #include "hybridtb/step.h"
+#include "hybridtb/tensor_parallel_run.h"
 #include "checks.h"
 #include "progress.h"
 
@@ -37,11 +42,23 @@ struct Options {
   std::string report_path;
   bool quiet = false;
   bool no_rationale = false;
+  int64_t tp = 0;  // tp: the ranks each file is cut into
 };
 
 StepOutputs run_backend(const std::string& name, const BatchFile& file) {
   auto backend = create_backend(name, BackendSettings{file.config, file.builder});
   return run_step(*backend, file);
+}
+
+// The file's step cut into `tp` ranks, run together on `name`, the ranks' results joined.
+StepOutputs run_sharded(const std::string& name, const BatchFile& file, int64_t tp) {
+  std::vector<BatchFile> ranks;
+  for (int64_t r = 0; r < tp; ++r) ranks.push_back(spec::shard_batch_file(file, spec::tp_shard(file.config, tp, r)));
+  RankRunOptions options;
+  options.backend = name;
+  StepOutputs joined = spec::join_step_outputs(file.config, run_rank_steps(ranks, options));
+  joined.backend = detail::concat(name, " tp ", tp);
+  return joined;
 }
 
 // Written to a temporary file and renamed, so a failed write never leaves a partial report.
@@ -68,7 +85,7 @@ void write_report(const std::string& path, const std::string& json) {
 }
 
 int compare_files(const Options& opt, bool replay) {
-  const char* command = replay ? "replay" : "parity";
+  const char* command = replay ? "replay" : opt.tp > 0 ? "tp" : "parity";
   const std::vector<std::string> backends =
       replay ? std::vector<std::string>{opt.backend} : std::vector<std::string>{opt.backend, opt.against};
   if (const int status = check_backends(command, backends); status != 0) return status;
@@ -85,11 +102,13 @@ int compare_files(const Options& opt, bool replay) {
         HYBRIDTB_CHECK(file.expected.has_value(), path, " has no /expected to replay against (record it with `hybridtb record`)");
       }
       try {
-        const StepOutputs candidate = run_backend(opt.backend, file);
+        const StepOutputs candidate =
+            opt.tp > 0 ? run_sharded(opt.backend, file, opt.tp) : run_backend(opt.backend, file);
         const StepOutputs expected = replay ? *file.expected : run_backend(opt.against, file);
         CompareOptions options;
         options.check_expected_padding = !replay;
-        options.compare_metadata = replay;  // parity: both backends use the shared builders
+        // parity: both backends use the shared builders; tp: the ranks' metadata is theirs (their kv heads).
+        options.compare_metadata = replay;
         report = compare_step(file, candidate, expected, options);
       } catch (const NotSupported& e) {
         report.candidate_backend = opt.backend;
@@ -156,6 +175,22 @@ Command add_replay_command(CLI::App& app) {
       "replay", "Run a backend on batch files and compare with their /expected (exit 0 pass, 1 mismatch, 2 bad input)");
   add_common_options(cmd, *opt);
   return {cmd, [opt] { return compare_files(*opt, true); }};
+}
+
+Command add_tp_command(CLI::App& app) {
+  auto opt = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand(
+      "tp", "Cut batch files into tensor-parallel ranks, run them together, join and compare with the unsharded "
+            "step (exit 0 pass, 1 mismatch, 2 bad input)");
+  add_common_options(cmd, *opt);
+  cmd->add_option("--tp", opt->tp, "Tensor-parallel size: the ranks each file is cut into (vLLM's rules)")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--against", opt->against, "Backend running the unsharded step")->capture_default_str();
+  cmd->footer("\nEach rank runs on its own thread with its own backend; a mamba1 branch all-reduces x_proj's "
+              "product and its contribution between them (datasets/SCHEMA.md 5.2.2). A file that does not split "
+              "over --tp ranks is bad input, naming the constraint.");
+  return {cmd, [opt] { return compare_files(*opt, false); }};
 }
 
 }  // namespace hybridtb::cli

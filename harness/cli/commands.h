@@ -21,6 +21,7 @@ Command add_gen_command(CLI::App& app);       // cmd_gen.cpp
 Command add_record_command(CLI::App& app);    // cmd_record.cpp (exit 0 ok, 2 bad input)
 Command add_parity_command(CLI::App& app);    // cmd_parity.cpp (exit 0 pass, 1 mismatch, 2 bad input)
 Command add_replay_command(CLI::App& app);    // cmd_parity.cpp (exit 0 pass, 1 mismatch, 2 bad input)
+Command add_tp_command(CLI::App& app);        // cmd_parity.cpp (exit 0 pass, 1 mismatch, 2 bad input)
 Command add_shrink_command(CLI::App& app);    // cmd_shrink.cpp (exit 0 written, 1 batch passes, 2 bad input)
 
 }  // namespace hybridtb::cli

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
       add_record_command(app),
       add_parity_command(app),
       add_replay_command(app),
+      add_tp_command(app),
       add_shrink_command(app),
   };
   try {
