@@ -58,6 +58,14 @@ void check_supported(const AttentionConfig& config) {
     throw NotSupported(detail::concat("cuda backend: head_size ", config.head_size, " > ",
                                       generic_max_head_size(), " (the generic kernel's shared-memory limit)"));
   }
+  // A rank's attention is an ordinary layer of the rank's heads; its SSM branch is sharded for mamba1
+  // (all-reduces through the backend's group) and trivially for zero.
+  if (config.is_tensor_parallel_rank() && config.has_ssm_branch() && config.ssm_mode != "mamba1" &&
+      config.ssm_mode != "zero") {
+    throw NotSupported(detail::concat("cuda backend: the SSM branch '", config.ssm_mode, "' of a tensor-parallel rank (",
+                                      "tp_rank ", config.tp_rank, " of tp_size ", config.tp_size,
+                                      ") has no sharded form (mamba1, zero)"));
+  }
 }
 
 // An fp8 query (schema 1.3, /inputs/q_scale): not implemented by the kernels, which read the query
@@ -361,6 +369,7 @@ class CudaBackend final : public Backend {
     validate(settings_.builder);
     if (!device_) device_ = std::make_shared<CudaDevice>();
     check_supported(settings_.attention);
+    if (settings_.tp_group) device_->ssm->set_tp_group(settings_.tp_group.get());
     // A linear-attention layer has no attention: no runner, no KV-write slots.
     if (!settings_.attention.is_linear_layer()) {
       slots_ = std::make_unique<Workspace>(*device_->memory);
@@ -498,9 +507,21 @@ class CudaBackend final : public Backend {
 
   void* native_stream() override { return device_->stream; }
 
+  // A rank's mamba1 branch all-reduces inside the step: a graph can hold that only when the group
+  // sums on the stream (NCCL); a group that sums host tensors waits on the host.
+  void require_capturable_group(const char* call) const {
+    const AttentionConfig& c = settings_.attention;
+    if (!c.is_tensor_parallel_rank() || c.ssm_mode != "mamba1") return;
+    if (settings_.tp_group && settings_.tp_group->sums_device_tensors()) return;
+    throw NotSupported(detail::concat(call, ": the mamba1 branch of a tensor-parallel rank (tp_rank ", c.tp_rank,
+                                      " of tp_size ", c.tp_size, ") all-reduces through host memory with this ",
+                                      "group, which a CUDA graph cannot capture"));
+  }
+
   std::unique_ptr<StepGraph> capture_decode_step(const HybridMetadata& metadata, const BatchDescription& batch,
                                                  const StepTensors& tensors, const HybridOutputs& outputs) override {
     require_attention_layer("capture_decode_step");
+    require_capturable_group("capture_decode_step");
     return std::make_unique<CudaStepGraph>(settings_.attention, *device_, metadata, batch, tensors, outputs);
   }
 
@@ -518,6 +539,7 @@ class CudaBackend final : public Backend {
 
   void init_capture_metadata(const HybridMetadata& metadata, const BatchDescription& batch) override {
     HYBRIDTB_CHECK(graph_capacity_.has_value(), "init_capture_metadata before init_graph_state");
+    require_capturable_group("init_capture_metadata");
     check_graph_batch(batch, "capture");
     DecodeShapePlan* plan = find_shape_plan(batch);
     if (plan == nullptr) {

@@ -197,7 +197,7 @@ class GdnGpuMode final : public GpuMode {
                           static_cast<float>(gated_norm_eps(*step.config, "gdn")), stream);
     gemm_rows(step, out, T, H, y, ElementKind::kFloat32, s.value_width(), s.value_width(),
               step.weight_ref("out_proj"), "gdn out_proj");
-    launch_bias_rows(step.contribution, out, WeightRef{}, H, T, step.active, stream);
+    launch_bias_rows(step.contribution, FloatColumns{out, H, 0}, WeightRef{}, H, T, step.active, stream);
   }
 
   // A GDN layer of a per-layer model: the core alone on the layer's mixed_qkv, a and b, read where

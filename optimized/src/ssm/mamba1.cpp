@@ -5,6 +5,8 @@
 //   dt  = dbc[:, :R]·dt_proj^T                   cuBLAS, [T, I] (dt_proj_bias + softplus in the scan)
 //   per wave: decodes: one bandwidth-bound state-update launch; prefills: one one-pass block scan; y gated
 //   out = y·out_proj^T                           cuBLAS, [T, H]; + out_proj_bias, stored for active rows
+// A tensor-parallel rank (the rank's channels; hybridtb/spec/tensor_parallel.h) reads ssm_hidden,
+// sums dbc and out over its group (all_reduce_over_ranks) and stores its heads' columns of out.
 // A fixed decode step (ssm_gpu_mode.h) runs the same GEMMs over all T padded rows (padding rows'
 // results stay in scratch) and, for its one wave of R entries, the single-token conv update and the
 // decode scan straight from the request table: no host-side chunk lists, no uploads.
@@ -16,7 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "common/cuda_check.h"
 #include "hybridtb/error.h"
+#include "hybridtb/tensor_parallel_group.h"
 #include "ssm/causal_conv.h"
 #include "ssm/gemm_rows.h"
 #include "ssm/ssm_gpu_mode.h"
@@ -24,6 +28,28 @@
 
 namespace hybridtb::cuda::ssm {
 namespace {
+
+// The sum over the tensor-parallel group of `count` float32 device values, in place, at one of
+// mamba1's all-reduce points (vLLM's RowParallelLinear x_proj and out_proj); nothing on an unsharded
+// layer. A group that sums device tensors (NCCL) does it on the stream; any other gets them through
+// host memory while the stream waits.
+void all_reduce_over_ranks(const GpuStep& step, float* data, int64_t count) {
+  const AttentionConfig& config = *step.config;
+  if (!config.is_tensor_parallel_rank()) return;
+  TensorParallelGroup& group = rank_group_of(config, step.context->tp_group());
+  const cudaStream_t stream = step.context->stream();
+  if (group.sums_device_tensors()) {
+    group.all_reduce_sum_on_stream(TensorView(data, DType::kFloat32, {count}, Device::kCuda), stream);
+    return;
+  }
+  std::vector<float> host(static_cast<size_t>(count));
+  const size_t bytes = host.size() * sizeof(float);
+  HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(host.data(), data, bytes, cudaMemcpyDeviceToHost, stream));
+  HYBRIDTB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  group.all_reduce_sum(TensorView(host.data(), DType::kFloat32, {count}));
+  HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(data, host.data(), bytes, cudaMemcpyHostToDevice, stream));
+  HYBRIDTB_CUDA_CHECK(cudaStreamSynchronize(stream));  // before `host` is freed
+}
 
 // The eager form of one wave's scan: its decode and prefill ranges (the conv needs no plan).
 Mamba1Params plan_wave(const GpuWave& wave, const Mamba1Params& base) {
@@ -115,10 +141,15 @@ class Mamba1GpuMode final : public GpuMode {
     }
 
     gemm_rows(step, dbc, T, R + 2 * N, c, ElementKind::kFloat32, I, I, step.weight_ref("x_proj"), "mamba1 x_proj");
+    all_reduce_over_ranks(step, dbc, T * (R + 2 * N));  // x_proj is row-parallel: its partial sums
     gemm_rows(step, dt, T, I, dbc, ElementKind::kFloat32, R + 2 * N, R, step.weight_ref("dt_proj"), "mamba1 dt_proj");
     for (const Mamba1Params& p : waves) launch_mamba1_scan(p, stream);
     gemm_rows(step, out, T, H, y, ElementKind::kFloat32, I, I, step.weight_ref("out_proj"), "mamba1 out_proj");
-    launch_bias_rows(step.contribution, out, step.weight_ref("out_proj_bias"), H, T, step.active, stream);
+    all_reduce_over_ranks(step, out, T * H);  // out_proj too (its bias is on rank 0 alone)
+    // A rank writes its heads' columns of the contribution; an unsharded layer all H of them.
+    const int64_t first_column = step.config->tp_rank * step.output_width;
+    launch_bias_rows(step.contribution, FloatColumns{out, H, first_column}, step.weight_ref("out_proj_bias"),
+                     step.output_width, T, step.active, stream);
   }
 };
 

@@ -938,12 +938,14 @@ bool launch_seq_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream) 
   return true;
 }
 
-__global__ void bias_rows_kernel(RowsRef out, const float* in, WeightRef bias, int64_t width, int64_t num_tokens,
+__global__ void bias_rows_kernel(RowsRef out, FloatColumns in, WeightRef bias, int64_t width, int64_t num_tokens,
                                  const int32_t* flags) {
   for (int64_t t = blockIdx.y; t < num_tokens; t += gridDim.y) {
     if (flags[t] != kRowActive) continue;
     for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < width; c += int64_t{gridDim.x} * blockDim.x) {
-      store_element(out.data, t * out.row_stride + c, out.kind, in[t * width + c] + weight_or(bias, c, 0.0f));
+      const int64_t column = in.first_column + c;
+      store_element(out.data, t * out.row_stride + c, out.kind,
+                    in.data[t * in.row_stride + column] + weight_or(bias, column, 0.0f));
     }
   }
 }
@@ -1058,7 +1060,7 @@ void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream) {
   }
 }
 
-void launch_bias_rows(const RowsRef& contribution, const float* out, WeightRef bias, int64_t width,
+void launch_bias_rows(const RowsRef& contribution, const FloatColumns& out, WeightRef bias, int64_t width,
                       int64_t num_tokens, const int32_t* flags, cudaStream_t stream) {
   if (num_tokens <= 0 || width == 0) return;
   const dim3 grid(mamba1::grid_for(std::min<int64_t>(width, 1024), 256), static_cast<unsigned>(std::min<int64_t>(num_tokens, 65535)));

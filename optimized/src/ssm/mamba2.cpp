@@ -160,7 +160,8 @@ class Mamba2GpuMode final : public GpuMode {
     launch_mamba2_gated_norm(norm, stream);
 
     gemm_rows(step, out, T, H, v, ElementKind::kFloat32, d_ssm, d_ssm, step.weight_ref("out_proj"), "mamba2 out_proj");
-    launch_bias_rows(step.contribution, out, step.weight_ref("out_proj_bias"), H, T, step.active, stream);
+    launch_bias_rows(step.contribution, FloatColumns{out, H, 0}, step.weight_ref("out_proj_bias"), H, T, step.active,
+                     stream);
   }
 
   // A Mamba-2 layer of a per-layer model: the core alone on the layer's xBC and dt, read where they

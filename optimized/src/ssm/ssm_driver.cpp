@@ -240,7 +240,8 @@ std::string owner_of(const AttentionConfig& config) {
                                   : "ssm_mode " + config.ssm_mode;
 }
 
-// The SSM branch's rows: the query viewed as hidden rows [T, H], the contribution of its shape.
+// The SSM branch's rows: the query viewed as hidden rows [T, H] (a tensor-parallel rank: ssm_hidden),
+// the contribution of the query's shape.
 void bind_branch_rows(PlannedStep& planned, const AttentionConfig& config, const StepTensors& tensors,
                       const TensorView& contribution, int64_t hidden_size) {
   const TensorView& query = tensors.query;
@@ -255,10 +256,21 @@ void bind_branch_rows(PlannedStep& planned, const AttentionConfig& config, const
                  "the SSM contribution buffer ", contribution.describe(),
                  " must be a contiguous float tensor of the query's shape ", shape_to_string(query.shape()));
   GpuStep& step = planned.step;
-  step.hidden = RowsRef{query.data(), gpu_element_kind(query.dtype(), "/inputs/query"), query.stride(0)};
+  const int64_t row_width = config.num_heads * config.head_size;
+  if (config.is_tensor_parallel_rank()) {
+    // A rank reads every head's row (ssm_hidden) and writes its own heads' columns of the contribution.
+    const TensorView& hidden = tensors.ssm_hidden;
+    HYBRIDTB_CHECK(hidden.device() == Device::kCuda && hidden.shape() == Shape({query.size(0), hidden_size}) &&
+                       hidden.is_contiguous(),
+                   "/inputs/ssm_hidden must be a contiguous CUDA tensor [T, tp_size * num_heads * head_size] = [",
+                   query.size(0), ", ", hidden_size, "], got ", hidden.empty() ? std::string("nothing") : hidden.describe());
+    step.hidden = RowsRef{hidden.data(), gpu_element_kind(hidden.dtype(), "/inputs/ssm_hidden"), hidden_size};
+  } else {
+    step.hidden = RowsRef{query.data(), gpu_element_kind(query.dtype(), "/inputs/query"), query.stride(0)};
+  }
   step.contribution =
-      RowsRef{contribution.data(), gpu_element_kind(contribution.dtype(), "the SSM contribution"), hidden_size};
-  step.output_width = hidden_size;
+      RowsRef{contribution.data(), gpu_element_kind(contribution.dtype(), "the SSM contribution"), row_width};
+  step.output_width = row_width;
   planned.input_rows = query.size(0);
 }
 

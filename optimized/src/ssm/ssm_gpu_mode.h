@@ -40,6 +40,7 @@
 #include "hybridtb/config.h"
 #include "hybridtb/metadata.h"
 #include "hybridtb/tensor.h"
+#include "hybridtb/tensor_parallel_group.h"
 #include "ssm/ssm_params.h"
 
 namespace hybridtb::cuda::ssm {
@@ -59,6 +60,9 @@ class SsmContext {
 
   cudaStream_t stream() const { return stream_; }
   DeviceMemory& memory() { return memory_; }
+  // The tensor-parallel group of a rank's backend (BackendSettings::tp_group), or null.
+  TensorParallelGroup* tp_group() const { return tp_group_; }
+  void set_tp_group(TensorParallelGroup* group) { tp_group_ = group; }
   cublasHandle_t cublas();
   // Scratch device memory valid until end_step() (then returned to the cache; the stream orders
   // its reuse after the kernels that used it).
@@ -81,6 +85,7 @@ class SsmContext {
   void upload_bytes(void* device, const void* host, size_t bytes);
   DeviceMemory& memory_;
   cudaStream_t stream_;
+  TensorParallelGroup* tp_group_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   std::shared_ptr<void> cublas_workspace_;
   std::vector<std::shared_ptr<void>> step_blocks_;
@@ -129,12 +134,14 @@ struct GpuStep {
   SsmContext* context = nullptr;
   bool fixed = false;           // a fixed decode step (above)
   int64_t num_tokens = 0;       // T: num_actual_tokens (eager) or the padded row count (fixed)
-  int64_t hidden_size = 0;      // H = num_heads · head_size
+  int64_t hidden_size = 0;      // H = num_heads · head_size (a tensor-parallel rank: tp_size · that)
   int64_t num_decode_tokens = 0;  // eager only
-  RowsRef hidden;               // query[:T] viewed as [T, H] (the SSM branch; empty for a linear layer)
+  RowsRef hidden;               // query[:T] viewed as [T, H] (the SSM branch; empty for a linear layer);
+                                // a tensor-parallel rank's: ssm_hidden, every head's row
   RowsRef contribution;         // [T, output_width] in the backend's output dtype: the branch's
                                 // contribution, or a linear layer's output
-  int64_t output_width = 0;     // H for the SSM branch; linear_layer_spec(config).output_width
+  int64_t output_width = 0;     // the SSM branch: num_heads · head_size (= H but on a tensor-parallel
+                                // rank, which writes its heads' columns); linear_layer_spec(config).output_width
   // A linear layer's inputs by name (linear_layer.h: gdn mixed_qkv, a, b; mamba2 xBC, dt), [T, width].
   std::map<std::string, RowsRef> linear_inputs;
   std::map<std::string, PoolRef> pools;       // by the mode's pool names

@@ -101,9 +101,16 @@ inline constexpr int kMamba1MaxState = 64;     // state_size ≤ 64 (Mamba-1: 16
 // token·channel·state: the sequential scan for N = 16, the tile scan otherwise); gating fused;
 // block-boundary and final states written. One launch configuration per state-size class.
 void launch_mamba1_scan(const Mamba1Params& p, cudaStream_t stream);
-// contribution[t] = out[t] + out_bias for rows t < num_tokens flagged kRowActive (out: [T, H]
-// float32); other rows are not written.
-void launch_bias_rows(const RowsRef& contribution, const float* out, WeightRef bias, int64_t width,
+// Columns [first_column, first_column + width) of a float32 [T, row_stride] matrix (a tensor-parallel
+// rank's heads of the summed contribution; all of it otherwise: first_column 0, row_stride width).
+struct FloatColumns {
+  const float* data = nullptr;
+  int64_t row_stride = 0;
+  int64_t first_column = 0;
+};
+// contribution[t][c] = out[t][first_column + c] + out_bias[first_column + c], c < width, for rows
+// t < num_tokens flagged kRowActive; other rows are not written.
+void launch_bias_rows(const RowsRef& contribution, const FloatColumns& out, WeightRef bias, int64_t width,
                       int64_t num_tokens, const int32_t* flags, cudaStream_t stream);
 
 }  // namespace hybridtb::cuda::ssm
