@@ -22,8 +22,12 @@
 // Counters (tokens/s, bytes, FLOPs: hybridtb/perf_model.h), achieved GB/s and TFLOP/s and the
 // percentage of the ceilings measured in this run go to the results JSON (schema in
 // experiments/README.md), written to <date>_<gpu-or-cpu>_<commit>.json in the current directory
-// unless --out says otherwise. Exit status: 0 every case ran or was skipped with a reason, 1 a case
-// failed, 2 usage error or bad suite, 3 a backend named by --backend has no device here.
+// unless --out says otherwise. --shard I/N keeps shard I of N of the suite's cases (round-robin over
+// the case names sorted: the k-th name goes to shard k mod N; every backend and path of a case stays
+// in its shard) and records the shard in environment.shard, so that N runs on N GPUs or hosts are
+// joined into one results file by harness/scripts/merge-shards.py. Exit status: 0 every case ran or
+// was skipped with a reason, 1 a case failed, 2 usage error or bad suite (a bad --shard included),
+// 3 a backend named by --backend has no device here.
 #include <benchmark/benchmark.h>
 
 #include <CLI/CLI.hpp>
@@ -80,7 +84,72 @@ struct Options {
   bool list = false;
   std::string repro;
   std::string color = "auto";  // auto: colour the console only when stdout is a terminal
+  std::string shard;           // "I/N": only shard I of N of the suite's cases (empty: all of them)
 };
+
+// ------------------------------------------------------------------------------------------------
+// Sharding: shard I of N of a suite's cases, for runs spread over GPUs or hosts.
+
+struct ShardSpec {
+  int64_t index = 0;
+  int64_t count = 0;  // 0: not sharded
+};
+
+// "I/N" → the spec, or an error naming --shard and the constraint: two whole numbers (at most 6
+// digits each), N >= 1, 0 <= I < N.
+std::optional<ShardSpec> parse_shard(const std::string& text, std::string* error) {
+  const std::regex form("^([0-9]{1,6})/([0-9]{1,6})$");
+  std::smatch m;
+  if (!std::regex_match(text, m, form)) {
+    *error = "--shard must be I/N, two whole numbers of at most 6 digits with 0 <= I < N (got '" + text + "')";
+    return std::nullopt;
+  }
+  ShardSpec spec{std::stoll(m[1].str()), std::stoll(m[2].str())};
+  if (spec.count < 1) {
+    *error = "--shard I/N needs N >= 1 shards (got '" + text + "')";
+    return std::nullopt;
+  }
+  if (spec.index >= spec.count) {
+    *error = "--shard I/N needs 0 <= I < N: shard " + std::to_string(spec.index) + " does not exist among " +
+             std::to_string(spec.count) + " (got '" + text + "')";
+    return std::nullopt;
+  }
+  return spec;
+}
+
+// The positions (in suite order) of the cases of shard `spec`: round-robin over the case names
+// sorted, the k-th name going to shard k mod N. A suite lists a group's cases together (decode
+// batch 1/8/64/256 × context 1k/8k/32k, ...) and sorted names keep similar cases next to each
+// other, so the expensive ones are dealt across the shards; shard sizes differ by at most one.
+std::vector<size_t> shard_positions(const std::vector<SuiteCase>& cases, const ShardSpec& spec) {
+  std::vector<size_t> by_name(cases.size());
+  for (size_t k = 0; k < cases.size(); ++k) by_name[k] = k;
+  std::stable_sort(by_name.begin(), by_name.end(),
+                   [&](size_t a, size_t b) { return cases[a].name < cases[b].name; });
+  std::vector<size_t> mine;
+  for (size_t rank = 0; rank < by_name.size(); ++rank) {
+    if (static_cast<int64_t>(rank % static_cast<size_t>(spec.count)) == spec.index) mine.push_back(by_name[rank]);
+  }
+  std::sort(mine.begin(), mine.end());
+  return mine;
+}
+
+// FNV-1a (64 bit) of the case names joined by newlines, as "fnv1a64:<16 hex digits>": shards of one
+// suite carry the same digest (merge-shards.py refuses to join shards whose digests differ).
+std::string case_list_digest(const std::vector<SuiteCase>& cases) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  auto add = [&h](unsigned char byte) {
+    h ^= byte;
+    h *= 0x100000001b3ULL;
+  };
+  for (size_t k = 0; k < cases.size(); ++k) {
+    if (k > 0) add('\n');
+    for (const char ch : cases[k].name) add(static_cast<unsigned char>(ch));
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
 
 // ------------------------------------------------------------------------------------------------
 // The environment a result must carry.
@@ -626,6 +695,9 @@ int main_impl(int argc, char** argv) {
                "with the reason)");
   app.add_flag("--list", o.list, "List the benchmarks (full names) and exit");
   app.add_option("--repro", o.repro, "Print the gen + parity commands of the cases matching REGEX and exit");
+  app.add_option("--shard", o.shard,
+                 "Run only shard I of N of the suite's cases (I/N, 0 <= I < N; round-robin over the sorted case "
+                 "names); harness/scripts/merge-shards.py joins the N results files");
   app.add_option("--color", o.color,
                  "Colour the console status column: auto (when stdout is a terminal), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
@@ -644,11 +716,26 @@ int main_impl(int argc, char** argv) {
       return 0;
     }
   }
+  // Google Benchmark's filter, recorded with a shard (shards run with different filters do not merge).
+  std::string benchmark_filter;
+  for (int i = 1; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
+    if (std::strncmp(argv[i], "--benchmark_filter=", 19) == 0) benchmark_filter = argv[i] + 19;
+  }
   benchmark::Initialize(&argc, argv);  // strips the --benchmark_* flags, leaves ours
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  ShardSpec shard;
+  if (app.count("--shard") > 0) {
+    std::string error;
+    const std::optional<ShardSpec> spec = parse_shard(o.shard, &error);
+    if (!spec) {
+      std::cerr << "hybridtb_bench: error: " << error << "\n";
+      return 2;
+    }
+    shard = *spec;
   }
   const char* no_color = std::getenv("NO_COLOR");
   const bool colour = o.color == "always" ||
@@ -659,6 +746,34 @@ int main_impl(int argc, char** argv) {
   } catch (const Error& e) {
     std::cerr << "hybridtb_bench: error: " << e.what() << "\n";
     return 2;
+  }
+  // A shard keeps its cases (in suite order) and records which they are among all of the suite's.
+  nlohmann::json shard_json;
+  if (shard.count > 0) {
+    const std::vector<size_t> positions = shard_positions(runner.suite.cases, shard);
+    std::vector<SuiteCase> kept;
+    nlohmann::json names = nlohmann::json::array();
+    for (const size_t k : positions) {
+      kept.push_back(runner.suite.cases[k]);
+      names.push_back(runner.suite.cases[k].name);
+    }
+    nlohmann::json backends = o.backends;
+    shard_json = {{"index", shard.index},
+                  {"count", shard.count},
+                  {"rule", "round-robin over the case names sorted: the k-th name goes to shard k mod count"},
+                  {"case_ids", names},
+                  {"case_indices", positions},
+                  {"total_cases", runner.suite.cases.size()},
+                  {"case_list_digest", case_list_digest(runner.suite.cases)},
+                  {"selection", {{"backends", backends},
+                                 {"benchmark_filter", benchmark_filter},
+                                 {"cuda_graph", o.cuda_graph},
+                                 {"repetitions", o.repetitions},
+                                 {"min_time_s", o.min_time_s},
+                                 {"l2_flush", !o.no_flush}}}};
+    std::cerr << "hybridtb_bench: shard " << shard.index << "/" << shard.count << ": " << kept.size() << " of "
+              << runner.suite.cases.size() << " cases\n";
+    runner.suite.cases = std::move(kept);
   }
   const Suite& suite = runner.suite;
   if (!o.repro.empty()) {
@@ -742,6 +857,10 @@ int main_impl(int argc, char** argv) {
   }
   benchmark::AddCustomContext("commit", source_revision().label());
   benchmark::AddCustomContext("suite", suite.name);
+  if (shard.count > 0) {
+    env["shard"] = shard_json;
+    benchmark::AddCustomContext("shard", std::to_string(shard.index) + "/" + std::to_string(shard.count));
+  }
   if (!o.no_ceilings) {
     std::cerr << "hybridtb_bench: measuring the ceilings...\n";
     const HostCeilings host = measure_host_ceilings();
@@ -768,7 +887,12 @@ int main_impl(int argc, char** argv) {
   }
   print_header();
   CollectingReporter reporter(by_name, [&](Bench& b) { print_row(b, case_json(b, ceilings, runner), colour); });
-  benchmark::RunSpecifiedBenchmarks(&reporter);
+  if (runner.benches.empty()) {
+    // Possible for a shard of a suite with fewer cases than shards: its results file lists none.
+    std::cerr << "hybridtb_bench: no benchmark to run" << (shard.count > 0 ? " in this shard" : "") << "\n";
+  } else {
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+  }
   env["benchmark_library_debug"] = reporter.library_debug();
   env["load_average_end"] = load_average();
   if (reporter.library_debug()) {
@@ -803,7 +927,10 @@ int main_impl(int argc, char** argv) {
     std::string out = o.out_path;
     if (out.empty()) {
       const std::string device = runner.have_gpu ? short_device_name(env["gpu"]["name"].get<std::string>()) : "cpu";
-      const std::string stem = utc_now("%Y-%m-%d") + "_" + device + "_" + source_revision().label();
+      const std::string stem = utc_now("%Y-%m-%d") + "_" + device + "_" + source_revision().label() +
+                               (shard.count > 0 ? ".shard-" + std::to_string(shard.index) + "-of-" +
+                                                      std::to_string(shard.count)
+                                                : std::string());
       out = stem + ".json";
       for (int n = 2; std::filesystem::exists(out); ++n) out = stem + "-" + std::to_string(n) + ".json";
     }

@@ -4,6 +4,7 @@
 # each, and writes OUTDIR/parity-sweep.json (one entry per case) plus a summary line.
 #
 #   harness/scripts/parity-sweep.sh OUTDIR [--backend B] [--quick] [--hybridtb PATH] [--jobs N]
+#                                   [--only SUB,SUB...] [--shard I/N]
 #
 # --backend   the candidate (default reference: then every case passes trivially)
 # --quick     a covering subset: every preset, mix, dtype and KV-cache dtype at least once (32
@@ -14,6 +15,18 @@
 # --jobs      parallel cases (default nproc)
 # --only      keep the cases whose id (<preset>__<mix>__<dtype>__<kv_cache_dtype>) contains one of
 #             these comma-separated substrings
+# --shard I/N run shard I of N (0 <= I < N) of the cases (after --only) and write
+#             OUTDIR/parity-sweep.shard-I-of-N.json instead of parity-sweep.json: the same schema
+#             plus "shard" (index, count, the rule, this shard's case_ids and their case_indices in
+#             the unsharded order, total_cases, case_list_digest of the whole case list, and the
+#             selection: quick, only). The split is round-robin over the case ids sorted: the k-th id
+#             in sorted order goes to shard k mod N. Sorted ids group a preset's cases together, so
+#             each preset's cases, the slow SSM and linear-attention ones included, are dealt across
+#             the shards rather than landing in one; shard sizes differ by at most one case.
+#             harness/scripts/merge-shards.py joins the N files into the unsharded parity-sweep.json
+#             (cases in the unsharded order); run-shards.sh runs the shards on every local GPU,
+#             slurm-sweep.sbatch as a SLURM job array. Shards may share OUTDIR (per-case files are
+#             named by case id).
 #
 # Sizes are kept small (contexts of a few hundred tokens, the SSM presets' intermediate size shrunk
 # to 128) so the float64 CPU reference stays fast; head counts and head sizes are the presets'.
@@ -21,13 +34,14 @@
 # support is "not-supported" (e.g. speculative decodes with an SSM branch). Verdicts: pass, fail,
 # not-supported, skipped, error (parity reported bad input). Files: OUTDIR/cases/<id>.h5,
 # OUTDIR/reports/<id>.json, OUTDIR/logs/<id>.log. Exit status: 0 no fail and no error, 1 otherwise,
-# 2 usage error. Smoke-tested by CTest (`ctest -L gen`, parity_sweep_quick_reference).
+# 2 usage error (a bad --shard included; nothing is written then). Smoke-tested by CTest (`ctest -L gen`,
+# parity_sweep_quick_reference; the shards: `ctest -L shards`).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-usage() { echo "usage: parity-sweep.sh OUTDIR [--backend B] [--quick] [--hybridtb PATH] [--jobs N] [--only SUB,SUB...]" >&2; exit 2; }
+usage() { echo "usage: parity-sweep.sh OUTDIR [--backend B] [--quick] [--hybridtb PATH] [--jobs N] [--only SUB,SUB...] [--shard I/N]" >&2; exit 2; }
 [[ $# -ge 1 && "$1" != -* ]] || usage
 outdir="$1"; shift
-backend=reference quick=0 hybridtb="$root/build/harness/cli/hybridtb" jobs="$(nproc)" only=""
+backend=reference quick=0 hybridtb="$root/build/harness/cli/hybridtb" jobs="$(nproc)" only="" shard=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --backend) backend="${2:?}"; shift 2 ;;
@@ -35,17 +49,37 @@ while [[ $# -gt 0 ]]; do
     --hybridtb) hybridtb="${2:?}"; shift 2 ;;
     --jobs) jobs="${2:?}"; shift 2 ;;
     --only) only="${2:?}"; shift 2 ;;  # keep only cases whose id contains one of these comma-separated substrings
+    --shard)
+      [[ $# -ge 2 ]] || { echo "parity-sweep: --shard needs a value I/N (0 <= I < N)" >&2; exit 2; }
+      shard="$2"; shard_given=1; shift 2 ;;
     *) usage ;;
   esac
 done
+# --shard I/N: two whole numbers, N >= 1 and 0 <= I < N; checked before anything is written.
+shard_index=-1 shard_count=0
+if [[ -n "${shard_given:-}" ]]; then
+  if [[ ! "$shard" =~ ^([0-9]{1,6})/([0-9]{1,6})$ ]]; then
+    echo "parity-sweep: --shard must be I/N, two whole numbers of at most 6 digits with 0 <= I < N (got '$shard')" >&2
+    exit 2
+  fi
+  shard_index=$((10#${BASH_REMATCH[1]})) shard_count=$((10#${BASH_REMATCH[2]}))
+  if (( shard_count < 1 )); then
+    echo "parity-sweep: --shard I/N needs N >= 1 shards (got '$shard')" >&2; exit 2
+  fi
+  if (( shard_index >= shard_count )); then
+    echo "parity-sweep: --shard I/N needs 0 <= I < N: shard $shard_index does not exist among $shard_count (got '$shard')" >&2
+    exit 2
+  fi
+fi
 [[ -x "$hybridtb" ]] || { echo "parity-sweep: no hybridtb executable at $hybridtb (pass --hybridtb PATH)" >&2; exit 2; }
 py="$(command -v /usr/bin/python3 || command -v python3)"
 mkdir -p "$outdir"
 
-exec "$py" - "$outdir" "$backend" "$quick" "$hybridtb" "$jobs" "$only" <<'PY'
+exec "$py" - "$outdir" "$backend" "$quick" "$hybridtb" "$jobs" "$only" "$shard_index" "$shard_count" <<'PY'
 import concurrent.futures, json, os, subprocess, sys, time
 
 outdir, backend, quick, hybridtb, jobs, only = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4], int(sys.argv[5]), sys.argv[6]
+shard_index, shard_count = int(sys.argv[7]), int(sys.argv[8])  # shard_count 0: not sharded
 
 PRESETS = ["llama3-8b", "mistral-7b", "gemma3-local-128", "gemma3-local-256", "gpt-oss", "hymba-small", "mamba-2.8b",
            "qwen3-next-gdn", "falcon-h1-7b-mamba2"]
@@ -154,11 +188,37 @@ def run_case(case):
     return entry
 
 
+def case_list_digest(ids):
+    """FNV-1a (64 bit) of the case ids joined by newlines: equal digests, equal case lists (in order)."""
+    h = 0xcbf29ce484222325
+    for byte in "\n".join(ids).encode():
+        h = ((h ^ byte) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return f"fnv1a64:{h:016x}"
+
+
+def shard_positions(ids, index, count):
+    """The positions (in the unsharded order) of shard `index` of `count`: round-robin over the ids
+    sorted, the k-th sorted id going to shard k mod count."""
+    by_id = sorted(range(len(ids)), key=lambda k: ids[k])
+    return sorted(k for rank, k in enumerate(by_id) if rank % count == index)
+
+
 def main():
     for sub in ("cases", "reports", "logs"):
         os.makedirs(os.path.join(outdir, sub), exist_ok=True)
     wanted = [w for w in only.split(",") if w]
     cases = [c for c in case_list() if not wanted or any(w in "__".join(c) for w in wanted)]
+    shard = None
+    name = "parity-sweep.json"
+    if shard_count:
+        ids = ["__".join(c) for c in cases]
+        positions = shard_positions(ids, shard_index, shard_count)
+        shard = {"index": shard_index, "count": shard_count,
+                 "rule": "round-robin over the case ids sorted: the k-th id goes to shard k mod count",
+                 "case_ids": [ids[k] for k in positions], "case_indices": positions, "total_cases": len(ids),
+                 "case_list_digest": case_list_digest(ids), "selection": {"quick": quick, "only": only}}
+        cases = [cases[k] for k in positions]
+        name = f"parity-sweep.shard-{shard_index}-of-{shard_count}.json"
     start = time.time()
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         results = list(pool.map(run_case, cases))
@@ -171,14 +231,18 @@ def main():
     summary = {"backend": backend, "against": "reference", "quick": quick, "cases": len(results),
                "seconds": round(elapsed, 1), **{k: counts.get(k, 0) for k in ("pass", "fail", "not-supported", "skipped", "error")}}
     out = {"schema": "hybridtb-parity-sweep", "version": 1, "summary": summary, "cases": results}
-    tmp = os.path.join(outdir, "parity-sweep.json.tmp")
+    if shard:
+        out["shard"] = shard
+    path = os.path.join(outdir, name)
+    tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(out, f, indent=2)
         f.write("\n")
-    os.replace(tmp, os.path.join(outdir, "parity-sweep.json"))
-    print(f"parity-sweep: backend {backend} vs reference, {len(results)} cases in {elapsed:.0f} s: "
+    os.replace(tmp, path)
+    which = f"shard {shard_index}/{shard_count} ({len(results)} of {shard['total_cases']} cases)" if shard else f"{len(results)} cases"
+    print(f"parity-sweep: backend {backend} vs reference, {which} in {elapsed:.0f} s: "
           f"{summary['pass']} pass, {summary['fail']} fail, {summary['not-supported']} not supported, "
-          f"{summary['skipped']} skipped, {summary['error']} error -> {os.path.join(outdir, 'parity-sweep.json')}")
+          f"{summary['skipped']} skipped, {summary['error']} error -> {path}")
     return 1 if summary["fail"] or summary["error"] else 0
 
 
