@@ -145,11 +145,19 @@ class Mamba1GpuMode final : public GpuMode {
     gemm_rows(step, dt, T, I, dbc, ElementKind::kFloat32, R + 2 * N, R, step.weight_ref("dt_proj"), "mamba1 dt_proj");
     for (const Mamba1Params& p : waves) launch_mamba1_scan(p, stream);
     gemm_rows(step, out, T, H, y, ElementKind::kFloat32, I, I, step.weight_ref("out_proj"), "mamba1 out_proj");
-    all_reduce_over_ranks(step, out, T * H);  // out_proj too (its bias is on rank 0 alone)
+    WeightRef out_bias = step.weight_ref("out_proj_bias");
+    if (step.config->is_tensor_parallel_rank()) {
+      // out_proj is row-parallel too: rank 0 adds the bias (the only rank that holds it) before the
+      // all-reduce, as RowParallelLinear does, so every rank's sum carries it once.
+      launch_bias_rows(RowsRef{out, ElementKind::kFloat32, H}, FloatColumns{out, H, 0}, out_bias, H, T, step.active,
+                       stream);
+      all_reduce_over_ranks(step, out, T * H);
+      out_bias = WeightRef{};
+    }
     // A rank writes its heads' columns of the contribution; an unsharded layer all H of them.
     const int64_t first_column = step.config->tp_rank * step.output_width;
-    launch_bias_rows(step.contribution, FloatColumns{out, H, first_column}, step.weight_ref("out_proj_bias"),
-                     step.output_width, T, step.active, stream);
+    launch_bias_rows(step.contribution, FloatColumns{out, H, first_column}, out_bias, step.output_width, T, step.active,
+                     stream);
   }
 };
 

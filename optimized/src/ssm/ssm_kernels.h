@@ -109,7 +109,8 @@ struct FloatColumns {
   int64_t first_column = 0;
 };
 // contribution[t][c] = out[t][first_column + c] + out_bias[first_column + c], c < width, for rows
-// t < num_tokens flagged kRowActive; other rows are not written.
+// t < num_tokens flagged kRowActive; other rows are not written. `contribution` may be `out` itself
+// (float32, row stride row_stride, first_column 0): each element is read, then written, by one thread.
 void launch_bias_rows(const RowsRef& contribution, const FloatColumns& out, WeightRef bias, int64_t width,
                       int64_t num_tokens, const int32_t* flags, cudaStream_t stream);
 
