@@ -316,8 +316,19 @@ TEST(BatchFileRoundTripSsm, SchemaVersionWrittenIsTheOldestThatDescribesTheFile)
   BatchFile versioned = small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kAuto));
   versioned.config.engine_version = "vllm 0.33.0";  // full_config uses mamba_cache_mode align
   const BatchFile back_versioned = round_trip(versioned);
-  EXPECT_EQ(back_versioned.schema_version, std::to_string(kSchemaMajor) + "." + std::to_string(kSchemaMinor));
+  EXPECT_EQ(back_versioned.schema_version, "1.3");
   EXPECT_EQ(back_versioned.config.engine_version, "vllm 0.33.0");
+  // A tensor-parallel rank file (attention only: no ssm_hidden) is the one 1.4 item.
+  BatchFile rank = small_batch_file(full_config(DType::kBFloat16, KvCacheDtype::kAuto));
+  rank.config.ssm_mode = "none";
+  rank.config.ssm_params.clear();
+  rank.config.tp_size = 4;
+  rank.config.tp_rank = 3;
+  const BatchFile back_rank = round_trip(rank);
+  EXPECT_EQ(back_rank.schema_version, "1.4");
+  EXPECT_EQ(std::to_string(kSchemaMajor) + "." + std::to_string(kSchemaMinor), "1.4");
+  EXPECT_EQ(back_rank.config.tp_size, 4);
+  EXPECT_EQ(back_rank.config.tp_rank, 3);
 }
 
 // Params, pools, weights, ssm_output and the pools after the step, in every float dtype, bit for
