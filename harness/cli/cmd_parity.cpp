@@ -19,6 +19,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "commands.h"
 #include "hybridtb/backend.h"
@@ -43,6 +44,7 @@ struct Options {
   bool quiet = false;
   bool no_rationale = false;
   int64_t tp = 0;  // tp: the ranks each file is cut into
+  std::string placement = "auto";  // tp: auto | host | devices
 };
 
 StepOutputs run_backend(const std::string& name, const BatchFile& file) {
@@ -50,14 +52,35 @@ StepOutputs run_backend(const std::string& name, const BatchFile& file) {
   return run_step(*backend, file);
 }
 
-// The file's step cut into `tp` ranks, run together on `name`, the ranks' results joined.
-StepOutputs run_sharded(const std::string& name, const BatchFile& file, int64_t tp) {
+// Where `tp` ranks of `backend` run (--placement): the backend's own placement (devices: one rank
+// per GPU over NCCL for cuda), or one place meeting through host memory (host). auto takes the
+// backend's where it has one that fits this machine, else host. Prints where the ranks run.
+RankRunOptions rank_placement(const std::string& backend, int64_t tp, const std::string& placement) {
+  RankRunOptions options;
+  options.backend = backend;
+  std::string where = "one place, meeting through host memory";
+  if (placement != "host") {
+    register_builtin_backends();
+    try {
+      const BackendRegistry::RankPlacement placed = BackendRegistry::instance().place_ranks(backend, tp);
+      options.group_of_rank = [groups = placed.groups](int64_t r) { return groups[static_cast<size_t>(r)]; };
+      options.on_rank_thread = placed.on_rank_thread;
+      where = placed.description;
+    } catch (const NotSupported& e) {
+      if (placement == "devices") throw;
+      where += detail::concat(" (", e.what(), ")");
+    }
+  }
+  std::cout << "hybridtb tp: " << tp << " ranks on " << backend << ": " << where << "\n";
+  return options;
+}
+
+// The file's step cut into `tp` ranks, run together as `options` place them, the ranks' results joined.
+StepOutputs run_sharded(const BatchFile& file, int64_t tp, const RankRunOptions& options) {
   std::vector<BatchFile> ranks;
   for (int64_t r = 0; r < tp; ++r) ranks.push_back(spec::shard_batch_file(file, spec::tp_shard(file.config, tp, r)));
-  RankRunOptions options;
-  options.backend = name;
   StepOutputs joined = spec::join_step_outputs(file.config, run_rank_steps(ranks, options));
-  joined.backend = detail::concat(name, " tp ", tp);
+  joined.backend = detail::concat(options.backend, " tp ", tp);
   return joined;
 }
 
@@ -89,6 +112,15 @@ int compare_files(const Options& opt, bool replay) {
   const std::vector<std::string> backends =
       replay ? std::vector<std::string>{opt.backend} : std::vector<std::string>{opt.backend, opt.against};
   if (const int status = check_backends(command, backends); status != 0) return status;
+  std::optional<RankRunOptions> placed;
+  if (opt.tp > 0) {
+    try {
+      placed = rank_placement(opt.backend, opt.tp, opt.placement);
+    } catch (const Error& e) {
+      std::cerr << "hybridtb tp: --placement " << opt.placement << ": " << e.what() << "\n";
+      return 2;
+    }
+  }
   std::vector<ComparisonReport> reports;
   ProgressBar progress(static_cast<int64_t>(opt.files.size()), !opt.quiet);
   for (size_t i = 0; i < opt.files.size(); ++i) {
@@ -103,7 +135,7 @@ int compare_files(const Options& opt, bool replay) {
       }
       try {
         const StepOutputs candidate =
-            opt.tp > 0 ? run_sharded(opt.backend, file, opt.tp) : run_backend(opt.backend, file);
+            placed ? run_sharded(file, opt.tp, *placed) : run_backend(opt.backend, file);
         const StepOutputs expected = replay ? *file.expected : run_backend(opt.against, file);
         CompareOptions options;
         options.check_expected_padding = !replay;
@@ -187,6 +219,12 @@ Command add_tp_command(CLI::App& app) {
       ->required()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--against", opt->against, "Backend running the unsharded step")->capture_default_str();
+  cmd->add_option("--placement", opt->placement,
+                  "Where the ranks run: devices (the backend's own placement: cuda puts one rank per GPU, over "
+                  "NCCL), host (one place, meeting through host memory), auto (devices where the backend has them "
+                  "for --tp ranks, else host)")
+      ->check(CLI::IsMember({"auto", "host", "devices"}))
+      ->capture_default_str();
   cmd->footer("\nEach rank runs on its own thread with its own backend; a mamba1 branch all-reduces x_proj's "
               "product and its contribution between them (datasets/SCHEMA.md 5.2.2). A file that does not split "
               "over --tp ranks is bad input, naming the constraint.");

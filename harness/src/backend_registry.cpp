@@ -63,6 +63,28 @@ void BackendRegistry::set_explainer(const std::string& name, Explainer explainer
 
 bool BackendRegistry::has_explainer(const std::string& name) const { return static_cast<bool>(entry(name).explainer); }
 
+void BackendRegistry::set_rank_placer(const std::string& name, RankPlacer placer) {
+  for (auto& e : entries_) {
+    if (e.name != name) continue;
+    HYBRIDTB_CHECK(!e.placer, "backend '", name, "' has a rank placer already");
+    e.placer = std::move(placer);
+    return;
+  }
+  throw Error(detail::concat("unknown backend '", name, "'"));
+}
+
+BackendRegistry::RankPlacement BackendRegistry::place_ranks(const std::string& name, int64_t size) const {
+  const Entry& e = entry(name);
+  if (!e.placer) {
+    throw NotSupported(detail::concat("backend '", name, "' places no ranks of its own (its ranks meet through host "
+                                      "memory in one place)"));
+  }
+  RankPlacement placement = e.placer(size);
+  HYBRIDTB_CHECK(static_cast<int64_t>(placement.groups.size()) == size, "backend '", name, "' placed ",
+                 placement.groups.size(), " ranks for a group of ", size);
+  return placement;
+}
+
 std::string BackendRegistry::explain(const std::string& name, const BackendSettings& settings,
                                      const BatchDescription& batch, const HybridMetadata& metadata) const {
   const Entry& e = entry(name);

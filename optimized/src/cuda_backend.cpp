@@ -41,6 +41,9 @@
 #include "hybridtb/spec/kv_cache.h"
 #include "hybridtb/spec/metadata_builders.h"
 #include "kv_cache_write/kv_cache_write.h"
+#ifdef HYBRIDTB_HAVE_NCCL
+#include "nccl_group.h"
+#endif
 #include "ssm/ssm_gpu_mode.h"
 #include "ssm/ssm_kernels.h"
 
@@ -631,6 +634,9 @@ void register_cuda_backend(BackendRegistry& registry) {
                  return count == 0 ? std::string("no CUDA device: cudaGetDeviceCount returned 0") : std::string();
                });
   registry.set_explainer("cuda", explain_attention_step);
+#ifdef HYBRIDTB_HAVE_NCCL
+  registry.set_rank_placer("cuda", place_ranks_on_gpus);
+#endif
 }
 
 }  // namespace hybridtb::cuda

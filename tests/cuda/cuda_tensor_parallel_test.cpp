@@ -78,10 +78,15 @@ std::vector<BatchFile> shard_all(const BatchFile& file, int64_t tp) {
   return ranks;
 }
 
-StepOutputs run_sharded_on_cuda(const BatchFile& file, int64_t tp) {
-  RankRunOptions options;
+StepOutputs run_sharded_on_cuda(const BatchFile& file, int64_t tp, RankRunOptions options = {}) {
   options.backend = "cuda";
   return spec::join_step_outputs(file.config, run_rank_steps(shard_all(file, tp), options));
+}
+
+CompareOptions without_metadata() {
+  CompareOptions options;
+  options.compare_metadata = false;  // each rank's metadata is its own (its kv heads)
+  return options;
 }
 
 class CudaTensorParallel : public CudaParamFixture<TpCase> {};
@@ -93,14 +98,42 @@ TEST_P(CudaTensorParallel, JoinedRanksMatchTheUnshardedReference) {
   for (int64_t tp : GetParam().tp_sizes) {
     SCOPED_TRACE(::testing::Message() << "tp " << tp);
     const StepOutputs joined = run_sharded_on_cuda(file, tp);
-    CompareOptions options;
-    options.compare_metadata = false;  // each rank's metadata is its own (its kv heads)
-    const ComparisonReport report = compare_step(file, joined, expected, options);
+    const ComparisonReport report = compare_step(file, joined, expected, without_metadata());
     EXPECT_TRUE(report.passed()) << format_report_table({report});
     EXPECT_TRUE(outputs_padding_untouched(joined, file));
     // Reproducible: the group sums in rank order, so a rerun gives the same bits.
     EXPECT_EQ(first_bit_difference(joined, run_sharded_on_cuda(file, tp)), "");
   }
+}
+
+// The cuda backend's own placement: one rank per GPU, the all-reduces over NCCL on each rank's stream.
+// Runs the tp sizes this machine has GPUs for (and this build NCCL); skips, with the reason, if none.
+TEST_P(CudaTensorParallel, OneRankPerGpuOverNcclMatchesTheReference) {
+  const BatchFile file = make_step(GetParam().batch);
+  auto reference = create_backend("reference", BackendSettings{file.config, file.builder});
+  const StepOutputs expected = run_step(*reference, file);
+  register_builtin_backends();
+  std::string not_placed;
+  int ran = 0;
+  for (int64_t tp : GetParam().tp_sizes) {
+    SCOPED_TRACE(::testing::Message() << "tp " << tp);
+    RankRunOptions options;
+    try {
+      const BackendRegistry::RankPlacement placed = BackendRegistry::instance().place_ranks("cuda", tp);
+      options.group_of_rank = [groups = placed.groups](int64_t r) { return groups[static_cast<size_t>(r)]; };
+      options.on_rank_thread = placed.on_rank_thread;
+    } catch (const NotSupported& e) {
+      not_placed = e.what();
+      continue;
+    }
+    const StepOutputs joined = run_sharded_on_cuda(file, tp, options);
+    const ComparisonReport report = compare_step(file, joined, expected, without_metadata());
+    EXPECT_TRUE(report.passed()) << format_report_table({report});
+    EXPECT_TRUE(outputs_padding_untouched(joined, file));
+    EXPECT_EQ(first_bit_difference(joined, run_sharded_on_cuda(file, tp, options)), "");
+    ++ran;
+  }
+  if (ran == 0) GTEST_SKIP() << not_placed;
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaTensorParallel, ::testing::ValuesIn(tp_cases()), TpCaseName());

@@ -114,6 +114,13 @@ TEST(GenTp, AMamba1RankAloneIsRefusedAndTheTpCommandPasses) {
   ASSERT_EQ(run_command(cli() + " tp " + step.string() + " --tp 4 --backend reference --quiet --no-rationale", &out), 0)
       << out;
   EXPECT_THAT(out, HasSubstr("1 passed, 0 failed"));
+  // The reference has no placement of its own: its ranks meet through host memory, and asking for
+  // devices is bad input that names why.
+  EXPECT_THAT(out, HasSubstr("4 ranks on reference: one place, meeting through host memory"));
+  EXPECT_EQ(run_command(cli() + " tp " + step.string() + " --tp 2 --placement devices --backend reference --quiet", &out),
+            2);
+  EXPECT_THAT(out, HasSubstr("--placement devices: backend 'reference' places no ranks of its own"));
+  EXPECT_EQ(run_command(cli() + " tp " + step.string() + " --tp 2 --placement gpus --backend reference --quiet", &out), 2);
   EXPECT_EQ(run_command(cli() + " tp " + step.string() + " --tp 3 --backend reference --quiet", &out), 2) << out;
   EXPECT_THAT(out, HasSubstr("num_heads 40 is not divisible by tp_size 3"));
 }

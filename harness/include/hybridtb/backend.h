@@ -204,6 +204,22 @@ class BackendRegistry {
   std::string explain(const std::string& name, const BackendSettings& settings, const BatchDescription& batch,
                       const HybridMetadata& metadata) const;
 
+  // Where the ranks of one tensor-parallel group of `size` ranks run on a backend and how they meet:
+  // one group handle per rank (rank order), and what rank r's thread does before it creates its
+  // backend (a GPU backend selects the rank's device). Optional: without a placer, a backend's ranks
+  // run in one place and meet through a HostThreadGroup (tensor_parallel_run.h).
+  struct RankPlacement {
+    std::vector<std::shared_ptr<TensorParallelGroup>> groups;
+    std::function<void(int64_t rank)> on_rank_thread;
+    std::string description;  // where the ranks run, e.g. "NCCL, one rank per GPU: GPUs 0-3"
+  };
+  using RankPlacer = std::function<RankPlacement(int64_t size)>;
+  // Throws Error if `name` is unknown or already has a placer.
+  void set_rank_placer(const std::string& name, RankPlacer placer);
+  // The backend's placement of `size` ranks; NotSupported naming why not (no placer, or the
+  // placer's reason: fewer devices than ranks, no NCCL in this build).
+  RankPlacement place_ranks(const std::string& name, int64_t size) const;
+
  private:
   struct Entry {
     std::string name;
@@ -211,6 +227,7 @@ class BackendRegistry {
     Factory factory;
     Availability availability;
     Explainer explainer;
+    RankPlacer placer;
   };
   const Entry& entry(const std::string& name) const;
   std::vector<Entry> entries_;
