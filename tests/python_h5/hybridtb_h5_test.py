@@ -10,7 +10,8 @@ tensor and /config attribute the writer stored comes back from the C++ writer un
 outputs that item implies. lazy_check_*: the lazy reader checks a large `hybridtb gen` file within
 a memory bound (peak RSS) and a time bound, and indexes a slice without reading the rest.
 fp8_decode: the reader's fp8 values at the format's landmarks. import_*: the package and the old
-script names import without any sys.path change by the caller.
+script names import without any sys.path change by the caller. tensor_parallel_rank_files: `gen --tp`
+rank files (1.4) pass the reader's check, and one without its ssm_hidden does not.
 """
 import argparse
 import os
@@ -47,7 +48,7 @@ ROUNDTRIPS = {
     "output_scale": ["--output-scale", "0.5"],
 }
 CASES = [f"roundtrip_{name}" for name in ROUNDTRIPS] + ["lazy_check_large_file", "lazy_indexing", "fp8_decode",
-                                                         "import_without_path_changes"]
+                                                         "import_without_path_changes", "tensor_parallel_rank_files"]
 
 
 def package_env():
@@ -114,6 +115,30 @@ def roundtrip(name, cli, workdir):
             assert "outputs/ssm_output" in b, "a layer with an SSM branch writes its contribution"
         if "layer_kind" in a["config"].attrs and text(a["config"].attrs["layer_kind"]) != "full_attention":
             assert "outputs/attn_output" not in b and "inputs/query" not in b
+
+
+def tensor_parallel_rank_files(cli, workdir):
+    """`gen --tp 2` rank files (1.4) pass the reader's check; one without /inputs/ssm_hidden does not."""
+    step = os.path.join(workdir, "step.h5")
+    run([cli, "gen", "--preset", "mamba-2.8b", "--set", "ssm.intermediate_size=64", "--set", "ssm.dt_rank=4",
+         "--mix", "d2@20+p1x8", "--tp", "2", "--quiet", "--out", step])
+    sys.path.insert(0, PACKAGE_DIR)
+    from hybridtb_h5.reader import check
+    for rank in (0, 1):
+        with h5py.File(os.path.join(workdir, f"step.tp2-rank{rank}.h5"), "r") as f:
+            assert text(f.attrs["schema_version"]) == "1.4"
+            assert int(f["config"].attrs["tp_rank"]) == rank and int(f["config"].attrs["tp_size"]) == 2
+            assert check(f) == [], check(f)
+    broken = os.path.join(workdir, "broken.h5")
+    with h5py.File(os.path.join(workdir, "step.tp2-rank1.h5"), "r") as src, h5py.File(broken, "w") as dst:
+        for key, value in src.attrs.items():
+            dst.attrs[key] = value
+        for name in src:
+            src.copy(src[name], dst, name=name)
+        del dst["inputs/ssm_hidden"]
+    with h5py.File(broken, "r") as f:
+        problems = check(f)
+    assert any("missing dataset /inputs/ssm_hidden" in p for p in problems), problems
 
 
 def peak_rss_of_python(code, *args):
@@ -254,6 +279,8 @@ def main():
         fp8_decode(args.workdir)
     elif args.case == "import_without_path_changes":
         import_without_path_changes(args.workdir)
+    elif args.case == "tensor_parallel_rank_files":
+        tensor_parallel_rank_files(args.cli, args.workdir)
     else:
         parser.error(f"unknown case {args.case!r} (see `list`)")
     print(f"{args.case}: ok")

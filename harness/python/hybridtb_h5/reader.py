@@ -5,8 +5,9 @@
 fp8 bytes become float32 values, bfloat16 arrives as float32 from h5py itself; `t.raw[...]` gives
 the stored values). `check(f)` verifies the root attributes, the required items and their shapes
 against /config, the generic rules of the SSM branch of schema 1.1 (/config/ssm, /inputs/ssm,
-/weights, ssm_output, the pools after the step) and the linear-attention layers of 1.2 (/config
-layer_kind, their own inputs and output), as datasets/SCHEMA.md states them, and reads every
+/weights, ssm_output, the pools after the step), the linear-attention layers of 1.2 (/config
+layer_kind, their own inputs and output) and the tensor-parallel rank files of 1.4 (/config tp_size,
+tp_rank, /inputs/ssm_hidden), as datasets/SCHEMA.md states them, and reads every
 dataset to prove it readable in blocks of at most BLOCK_BYTES, so memory stays bounded whatever
 the file's size (a 1 GiB KV cache is never loaded whole). The hybridtb tests run it on files
 written by the C++ writer.
@@ -296,6 +297,7 @@ def check(f):
         if dtype_name is not None and text(ds.attrs.get("dtype_name", "")) != dtype_name:
             problems.append(f"/{path}: dtype_name {text(ds.attrs.get('dtype_name', ''))!r} != {dtype_name!r}")
 
+    problems += check_tensor_parallel(f, c, dtype, tokens, heads, head_size)
     problems += check_ssm(f, tokens, heads, head_size)
 
     def every_dataset(name, obj):
@@ -361,6 +363,31 @@ def check_linear_layer(f, kind, dtype, tokens, requests):
             read_in_blocks(obj)
 
     f.visititems(every_dataset)
+    return problems
+
+
+def check_tensor_parallel(f, c, dtype, tokens, heads, head_size):
+    """A tensor-parallel rank file (1.4, SCHEMA.md §5.2.2): tp_size >= 1, tp_rank in [0, tp_size), and
+    /inputs/ssm_hidden [T, tp_size * Hq * D] in /config dtype exactly when the rank has an SSM branch."""
+    problems = []
+    tp_size, tp_rank = int(c.get("tp_size", 1)), int(c.get("tp_rank", 0))
+    if tp_size < 1:
+        return [f"/config tp_size must be >= 1, got {tp_size}"]
+    if not 0 <= tp_rank < tp_size:
+        problems.append(f"/config tp_rank must be in [0, tp_size = {tp_size}), got {tp_rank}")
+    has_branch = text(c.get("ssm_mode", "none")) != "none"
+    if tp_size > 1 and has_branch:
+        shape = (tokens, tp_size * heads * head_size)
+        if "inputs/ssm_hidden" not in f:
+            problems.append(f"missing dataset /inputs/ssm_hidden (a tensor-parallel rank's SSM input: {dtype} {list(shape)})")
+        else:
+            ds = f["inputs/ssm_hidden"]
+            if tuple(ds.shape) != shape:
+                problems.append(f"/inputs/ssm_hidden: shape {list(ds.shape)} != {list(shape)}")
+            if text(ds.attrs.get("dtype_name", "")) != dtype:
+                problems.append(f"/inputs/ssm_hidden: dtype_name {text(ds.attrs.get('dtype_name', ''))!r} != {dtype!r}")
+    elif "inputs/ssm_hidden" in f:
+        problems.append("/inputs/ssm_hidden is present, but the file is not a tensor-parallel rank with an SSM branch")
     return problems
 
 
