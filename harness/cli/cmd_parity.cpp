@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <algorithm>
 #include <memory>
 #include <optional>
 
@@ -45,6 +46,7 @@ struct Options {
   bool no_rationale = false;
   int64_t tp = 0;  // tp: the ranks each file is cut into
   std::string placement = "auto";  // tp: auto | host | devices
+  int64_t time_runs = 0;           // tp: > 0 times the sharded and the unsharded step this many runs
 };
 
 StepOutputs run_backend(const std::string& name, const BatchFile& file) {
@@ -75,13 +77,38 @@ RankRunOptions rank_placement(const std::string& backend, int64_t tp, const std:
   return options;
 }
 
-// The file's step cut into `tp` ranks, run together as `options` place them, the ranks' results joined.
-StepOutputs run_sharded(const BatchFile& file, int64_t tp, const RankRunOptions& options) {
+std::vector<BatchFile> rank_files(const BatchFile& file, int64_t tp) {
   std::vector<BatchFile> ranks;
   for (int64_t r = 0; r < tp; ++r) ranks.push_back(spec::shard_batch_file(file, spec::tp_shard(file.config, tp, r)));
-  StepOutputs joined = spec::join_step_outputs(file.config, run_rank_steps(ranks, options));
+  return ranks;
+}
+
+// The file's step cut into `tp` ranks, run together as `options` place them, the ranks' results joined.
+StepOutputs run_sharded(const BatchFile& file, int64_t tp, const RankRunOptions& options) {
+  StepOutputs joined = spec::join_step_outputs(file.config, run_rank_steps(rank_files(file, tp), options));
   joined.backend = detail::concat(options.backend, " tp ", tp);
   return joined;
+}
+
+// Median, min and max milliseconds of step times in seconds.
+nlohmann::ordered_json milliseconds(std::vector<double> seconds) {
+  std::sort(seconds.begin(), seconds.end());
+  return {{"median", 1e3 * seconds[seconds.size() / 2]}, {"min", 1e3 * seconds.front()}, {"max", 1e3 * seconds.back()}};
+}
+
+// --time: the unsharded step on the candidate backend (one rank, default device) and the step
+// sharded over `placed`, each timed `runs` times after a warm-up (time_rank_steps); printed, and
+// returned for the report.
+nlohmann::ordered_json time_step(const std::string& path, const BatchFile& file, int64_t tp, const RankRunOptions& placed,
+                                 int64_t runs) {
+  RankRunOptions alone;
+  alone.backend = placed.backend;
+  const nlohmann::ordered_json whole = milliseconds(time_rank_steps({file}, runs, alone));
+  const nlohmann::ordered_json sharded = milliseconds(time_rank_steps(rank_files(file, tp), runs, placed));
+  std::cout << "hybridtb tp: " << path << ": step time over " << runs << " runs (median ms): tp 1 "
+            << whole["median"].get<double>() << ", tp " << tp << " " << sharded["median"].get<double>() << " ("
+            << whole["median"].get<double>() / sharded["median"].get<double>() << "x)\n";
+  return {{"file", path}, {"backend", placed.backend}, {"tp", tp}, {"runs", runs}, {"tp1_ms", whole}, {"sharded_ms", sharded}};
 }
 
 // Written to a temporary file and renamed, so a failed write never leaves a partial report.
@@ -122,6 +149,7 @@ int compare_files(const Options& opt, bool replay) {
     }
   }
   std::vector<ComparisonReport> reports;
+  nlohmann::ordered_json timings = nlohmann::ordered_json::array();
   ProgressBar progress(static_cast<int64_t>(opt.files.size()), !opt.quiet);
   for (size_t i = 0; i < opt.files.size(); ++i) {
     const std::string& path = opt.files[i];
@@ -142,6 +170,7 @@ int compare_files(const Options& opt, bool replay) {
         // parity: both backends use the shared builders; tp: the ranks' metadata is theirs (their kv heads).
         options.compare_metadata = replay;
         report = compare_step(file, candidate, expected, options);
+        if (placed && opt.time_runs > 0) timings.push_back(time_step(path, file, opt.tp, *placed, opt.time_runs));
       } catch (const NotSupported& e) {
         report.candidate_backend = opt.backend;
         report.not_supported = e.what();
@@ -172,7 +201,9 @@ int compare_files(const Options& opt, bool replay) {
 
   // The report is written whatever the verdict: a FAIL next to a bad file is what one needs most.
   if (!opt.report_path.empty()) {
-    write_report(opt.report_path, report_to_json(reports, current_environment(command)).dump(2));
+    nlohmann::ordered_json json = report_to_json(reports, current_environment(command));
+    if (!timings.empty()) json["tensor_parallel_timing"] = timings;
+    write_report(opt.report_path, json.dump(2));
   }
 
   const bool mismatch = std::any_of(compared.begin(), compared.end(), [](const ComparisonReport& r) { return !r.passed(); });
@@ -225,6 +256,10 @@ Command add_tp_command(CLI::App& app) {
                   "for --tp ranks, else host)")
       ->check(CLI::IsMember({"auto", "host", "devices"}))
       ->capture_default_str();
+  cmd->add_option("--time", opt->time_runs,
+                  "Also time the step N runs (after a warm-up) sharded and unsharded on --backend; printed, and in "
+                  "--report as tensor_parallel_timing (median/min/max ms)")
+      ->check(CLI::PositiveNumber);
   cmd->footer("\nEach rank runs on its own thread with its own backend; a mamba1 branch all-reduces x_proj's "
               "product and its contribution between them (datasets/SCHEMA.md 5.2.2). A file that does not split "
               "over --tp ranks is bad input, naming the constraint.");

@@ -121,6 +121,19 @@ TEST(GenTp, AMamba1RankAloneIsRefusedAndTheTpCommandPasses) {
             2);
   EXPECT_THAT(out, HasSubstr("--placement devices: backend 'reference' places no ranks of its own"));
   EXPECT_EQ(run_command(cli() + " tp " + step.string() + " --tp 2 --placement gpus --backend reference --quiet", &out), 2);
+  // --time: the step timed sharded and unsharded, printed and in the report.
+  const fs::path report = dir / "tp_report.json";
+  ASSERT_EQ(run_command(cli() + " tp " + step.string() + " --tp 2 --time 3 --backend reference --quiet --report " +
+                            report.string(),
+                        &out),
+            0)
+      << out;
+  EXPECT_THAT(out, HasSubstr("step time over 3 runs (median ms): tp 1 "));
+  std::string json;
+  ASSERT_EQ(run_command("cat " + report.string(), &json), 0);
+  EXPECT_THAT(json, HasSubstr("\"tensor_parallel_timing\""));
+  EXPECT_THAT(json, HasSubstr("\"sharded_ms\""));
+  EXPECT_EQ(run_command(cli() + " tp " + step.string() + " --tp 2 --time 0 --backend reference --quiet", &out), 2);
   EXPECT_EQ(run_command(cli() + " tp " + step.string() + " --tp 3 --backend reference --quiet", &out), 2) << out;
   EXPECT_THAT(out, HasSubstr("num_heads 40 is not divisible by tp_size 3"));
 }

@@ -276,6 +276,17 @@ TEST(TensorParallelMamba1AllReduce, RanksContributePartialSumsAtVllmsTwoPoints) 
   EXPECT_FALSE(bitwise_equal(recorders[0]->partials[3], recorders[1]->partials[3]));
 }
 
+// time_rank_steps: one time per run, each positive; the group's rules as run_rank_steps.
+TEST(TensorParallelMamba1AllReduce, TimedRanksGiveOneTimePerRun) {
+  const BatchFile file = mamba1_step(mamba1_layer(8, 2), {{5, 1}, {0, 4}}, {.seed = 10});
+  const std::vector<double> seconds = time_rank_steps(shard_all(file, 2), 4);
+  ASSERT_EQ(seconds.size(), 4u);
+  for (double s : seconds) EXPECT_GT(s, 0.0);
+  EXPECT_EQ(time_rank_steps({file}, 1).size(), 1u);  // the unsharded step is a group of one
+  EXPECT_THAT([&] { (void)time_rank_steps(shard_all(file, 2), 0); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("repetitions must be at least 1, got 0")));
+}
+
 TEST(TensorParallelMamba1AllReduce, ARankAloneOrInTheWrongGroupIsRefused) {
   const BatchFile file = mamba1_step(mamba1_layer(8, 2), {{5, 1}}, {.seed = 8});
   const std::vector<BatchFile> ranks = shard_all(file, 2);

@@ -31,4 +31,12 @@ struct RankRunOptions {
 // is rethrown here, with the rank named.
 std::vector<StepOutputs> run_rank_steps(const std::vector<BatchFile>& ranks, const RankRunOptions& options = {});
 
+// Wall-clock seconds of `repetitions` runs of the step (after one untimed warm-up), one entry per
+// run: from the moment every rank is ready (inputs in its backend's memory, metadata built) until
+// the last rank's backend has finished (Backend::synchronize). Each rank runs its calls of the step
+// (write_kv_cache + hybrid_forward) on the same buffers every time, so the caches and pools advance
+// from run to run; the times are what they are for. Same rules and errors as run_rank_steps.
+std::vector<double> time_rank_steps(const std::vector<BatchFile>& ranks, int64_t repetitions,
+                                    const RankRunOptions& options = {});
+
 }  // namespace hybridtb
