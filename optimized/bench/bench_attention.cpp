@@ -1,4 +1,4 @@
-// hybridtb_bench_attention [--out FILE.json] [--quick]: times the CUDA attention kernels (prepare
+// hybridtb_bench_attention [--out FILE.json] [--quick] [--filter REGEX]: times the CUDA attention kernels (prepare
 // once, launch timed with CUDA events, warm-up, median) on Llama-3-8B shapes (32 query / 8 kv heads,
 // head 128, bf16, block 16, shuffled paged KV), with the ceilings measured in the same run (read-only
 // streaming kernel and D2D copy for bandwidth, a cuBLAS bf16 GEMM for tensor-core FLOP/s).
@@ -7,7 +7,9 @@
 // Prefill cases: 1×2k/4k/8k/32k tokens, no window and window 4096, on the tensor-core
 // path, plus 1×4k on the generic SIMT kernel for comparison; 1-byte KV caches (fp8 e4m3/e5m2 per
 // tensor, int8/fp8 per token-head) for prefill and decode, their bytes counted at one per element; the mixed step is also reported as a
-// ratio to the sum of its parts (decode 64×4k + prefill 1×2k). Run by harness/scripts/gpu-check.sh.
+// ratio to the sum of its parts (decode 64×4k + prefill 1×2k). --filter runs only the cases whose name
+// matches REGEX (ECMAScript, anywhere in the name; the ceilings are measured all the same). Run by
+// harness/scripts/gpu-check.sh.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -207,14 +210,17 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
 int main(int argc, char** argv) {
   std::string out_path;
   bool quick = false;
+  std::string filter;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--out" && i + 1 < argc) {
       out_path = argv[++i];
     } else if (arg == "--quick") {
       quick = true;
+    } else if (arg == "--filter" && i + 1 < argc) {
+      filter = argv[++i];
     } else {
-      std::cerr << "usage: hybridtb_bench_attention [--out FILE.json] [--quick]\n";
+      std::cerr << "usage: hybridtb_bench_attention [--out FILE.json] [--quick] [--filter REGEX]\n";
       return 2;
     }
   }
@@ -265,11 +271,16 @@ int main(int argc, char** argv) {
         {"decode 64x4k fp8_e4m3", "decode", repeat(64, {4095, 1}), 0, false, -1, KvCacheDtype::kFp8E4M3},
         {"decode 64x4k fp8_e4m3 simt", "decode", repeat(64, {4095, 1}), 0, false, -1, KvCacheDtype::kFp8E4M3, true},
         {"decode 64x4k int8_pth", "decode", repeat(64, {4095, 1}), 0, false, -1, KvCacheDtype::kInt8PerTokenHead},
+        {"decode 64x4k fp8_pth", "decode", repeat(64, {4095, 1}), 0, false, -1, KvCacheDtype::kFp8PerTokenHead},
         {"decode 8x32k fp8_e4m3", "decode", repeat(8, {32767, 1}), 0, false, -1, KvCacheDtype::kFp8E4M3},
     };
     std::vector<Request> mixed = repeat(64, {4095, 1});
     mixed.push_back({0, 2048});
     cases.push_back({"mixed 2048+64x4k", "mixed", mixed});
+    if (!filter.empty()) {
+      const std::regex wanted(filter);
+      std::erase_if(cases, [&](const BenchCase& bc) { return !std::regex_search(bc.name, wanted); });
+    }
     nlohmann::json results = nlohmann::json::array();
     std::printf("%-22s %10s %9s %7s %9s  %s\n", "case", "median_us", "GB/s", "%read", "TFLOP/s", "plan");
     for (const BenchCase& bc : cases) {
