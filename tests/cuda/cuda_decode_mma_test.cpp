@@ -6,8 +6,9 @@
 // e_P = u(model)·max|v| term covers P rounded to the model dtype), bitwise equal run to run. Each
 // case asks the planner (AttentionRunner::summary) which decode path its rows take, so a case meant
 // for the tensor-core kernel cannot silently run on the SIMT one; 1-byte caches (fp8 e4m3/e5m2 per
-// tensor, int8/fp8 per token-head) take the tensor-core kernel, cast per tile; mm_prefix rows and a
-// float32 model with a 1-byte cache must fall back to the SIMT decode kernel with the reason named.
+// tensor, int8/fp8 per token-head) take the tensor-core kernel, cast in registers (8 and 16 head
+// columns); mm_prefix rows and a float32 model with a 1-byte cache must fall back to the SIMT
+// decode kernel with the reason named.
 // Skips with the reason on a machine without a CUDA device. Cases named Small* are the compute-sanitizer subset.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -170,6 +171,12 @@ std::vector<DecodeCase> cases() {
   }
   add({.name = "SmallByteCacheFp8Bf16", .requests = kDecodes, .kv = KvCacheDtype::kFp8E4M3, .k_scale = 0.5f,
        .v_scale = 0.25f});
+  // 16 head columns on 1-byte caches (their own register budget), several passes.
+  add({.name = "ByteCacheGqa16Fp8E4m3Bf16", .num_heads = 32, .num_kv_heads = 2, .requests = kDecodes,
+       .kv = KvCacheDtype::kFp8E4M3, .k_scale = 0.5f, .v_scale = 0.25f});
+  add({.name = "ByteCacheGqa24Int8PthFp16Head64Long", .num_heads = 48, .num_kv_heads = 2, .head_size = 64,
+       .dtype = DType::kFloat16, .requests = kLong, .kv = KvCacheDtype::kInt8PerTokenHead},
+      {.split = true});
   add({.name = "SmallByteCacheInt8PthFp16", .dtype = DType::kFloat16, .requests = kDecodes,
        .kv = KvCacheDtype::kInt8PerTokenHead});
   add({.name = "ByteCacheSoftCapSinksFp16", .dtype = DType::kFloat16, .requests = kDecodes,

@@ -38,6 +38,10 @@ void launch_prefill_v(const AttentionParams& params, int64_t num_items, cudaStre
 template <typename T, int D, typename Cache>
 void launch_prefill_d(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream) {
   if constexpr (kIsByteCache<Cache>) {
+    if (!byte_kind_supported<Cache>(params.kv_kind)) {
+      throw Error(detail::concat("prefill attention: stored element kind ", static_cast<int>(params.kv_kind),
+                                 " is not one of this scale mode's"));
+    }
     constexpr int kDefault = prefill_default_variant(D);
     if (variant != kDefault) {
       throw Error(detail::concat("prefill attention: a 1-byte cache has only variant ", kDefault, " at head size ", D));

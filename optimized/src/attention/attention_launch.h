@@ -52,11 +52,15 @@ void launch_prefill_f16_fp8(const AttentionParams& params, int64_t num_items, in
 void launch_prefill_bf16_fp8(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
 void launch_prefill_f16_pth(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
 void launch_prefill_bf16_pth(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
-// The per-tile cast of a 1-byte cache (byte_cache.cuh) over `count` (a multiple of 16) stored
-// elements of `kind` (fp8 e4m3/e5m2, int8) into the model dtype `model` (float16/bfloat16): for
-// tests of its exactness on every stored value.
+// The casts of a 1-byte cache (byte_cache.cuh) over `count` stored elements of `kind` (fp8
+// e4m3/e5m2, int8) into the model dtype `model` (float16/bfloat16), for tests of their exactness on
+// every stored value: cast_byte_elements is the prefill kernel's per-tile cast (count a multiple of
+// 16; out in element order), cast_byte_words the decode kernel's cast of 4-byte words into fragment
+// pairs (count a multiple of 4; out holds elements 0, 2, 1, 3 of each word).
 void cast_byte_elements(const void* bytes, void* out, int64_t count, ElementKind kind, ElementKind model,
                         cudaStream_t stream);
+void cast_byte_words(const void* bytes, void* out, int64_t count, ElementKind kind, ElementKind model,
+                     cudaStream_t stream);
 // The split-KV combine over `num_items` CombineItems (grid: items × query heads).
 void launch_decode_combine(const AttentionParams& params, int64_t num_items, cudaStream_t stream);
 

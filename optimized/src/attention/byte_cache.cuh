@@ -1,8 +1,8 @@
 // 1-byte KV caches on the tensor-core paths. The kernels stage the stored fp8 (e4m3 / e5m2) or int8
-// bytes of a tile and cast them once per tile, exactly, to the model dtype T (cast_16; every value
-// fits T exactly: fp8 → float16 by one cvt, fp8 → bfloat16 by moving bit fields, int8 through
-// float). The scales never round a K or V element; they act in float32 as vLLM 0.33's Triton kernel
-// applies them (CacheScales):
+// bytes of a tile and cast them, exactly, to the model dtype T (ByteCast; every value fits T
+// exactly): the prefill kernel once per tile into a shared tile of T (cast_16), the decode kernel in
+// registers on the way to its MMA fragments (ByteCast::word). The scales never round a K or V
+// element; they act in float32 as vLLM 0.33's Triton kernel applies them (CacheScales):
 //   per tensor     the logit's dot product × k_scale, the output × v_scale;
 //   per token-head each key's dot products × its k scale, and its probability × its v scale before
 //                  P is rounded to T for P·V (tolerance.h, e_P), while Σp takes the unscaled p.
@@ -15,7 +15,6 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <cstring>
@@ -42,54 +41,144 @@ inline constexpr bool kIsPerTokenHeadCache = false;
 template <bool PerTokenHead>
 inline constexpr bool kIsPerTokenHeadCache<ByteCache<PerTokenHead>> = PerTokenHead;
 
-// Two fp8 values (the low 16 bits of `pair`, e4m3 or e5m2) as a pair of T, exactly. float16: the
-// hardware cvt (e5m2 is float16's top byte). bfloat16: the sign, exponent and mantissa bits move
-// into bfloat16's fields with integer operations, then one multiply by 2^(127 − bias) rebiases the
-// exponent (exact; an fp8 subnormal becomes a bfloat16 subnormal times a power of two, which the
-// multiply normalises: bfloat16 arithmetic keeps subnormals) — no conversion-pipe instruction.
-template <typename T>
-__device__ __forceinline__ uint32_t fp8_pair_to(uint32_t pair, bool e5m2) {
-  const uint32_t high = __byte_perm(pair, 0, 0x1404);  // byte b of each half at bits 8..15 of it
-  if constexpr (std::is_same_v<T, __half>) {
-    if (e5m2) return high;
-    const __half2_raw h2 = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
-    return static_cast<uint32_t>(h2.x) | (static_cast<uint32_t>(h2.y) << 16);
-  } else {
-    // e4m3 s.eeee.mmm → bfloat16 s.0000eeee.mmm0000 (× 2^120); e5m2 s.eeeee.mm → s.000eeeee.mm00000 (× 2^112).
-    const uint32_t bits = e5m2 ? ((high >> 3) & 0x0FE00FE0u) | (high & 0x80008000u)
-                               : ((high >> 4) & 0x07F007F0u) | (high & 0x80008000u);
-    const uint32_t rebias = e5m2 ? 0x77807780u : 0x7B807B80u;  // 2^112, 2^120 as bfloat16 pairs
-    __nv_bfloat162 x;
-    __nv_bfloat162 f;
+// The stored element of a 1-byte cache as a compile-time kind: the kernels pick it once per CTA
+// (with_byte_kind), so that every cast in their loops is straight-line code with immediate
+// constants.
+enum class ByteKind { kFp8E4M3, kFp8E5M2, kInt8 };
+
+// (a & Mask) | (b & ~Mask) as one LOP3, written in PTX: left to itself the compiler re-derives the
+// masks of b and spends two.
+template <uint32_t Mask>
+__device__ __forceinline__ uint32_t select_bits(uint32_t a, uint32_t b) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xE4;" : "=r"(r) : "r"(a), "r"(b), "n"(Mask));
+  return r;
+}
+
+// The exact cast of stored bytes of kind Kind to T.
+//   fp8: with the byte's e/m bits moved to T's exponent/mantissa position (a shift, then a mask)
+//        and its sign bit kept at bit 15 of each half, the pattern is the value divided by
+//        2^(bias(T) − bias(fp8)) (float16: s.0eeee.mmm0000000 for e4m3, the byte itself for e5m2;
+//        bfloat16: s.0000eeee.mmm0000 / s.000eeeee.mm00000); one multiply by that power of two
+//        rebiases it — exact, subnormals included (an fp8 subnormal becomes a subnormal of T times a
+//        power of two, which the multiply normalises: float16 and bfloat16 arithmetic keep
+//        subnormals). No conversion-pipe instruction; the right shifts are high multiplies, which
+//        run beside the masks on another pipe.
+//   int8: float32 with the byte biased into the mantissa of 2^23 (0x4B0000uu = 2^23 + x + 128),
+//        minus 2^23 + 128, then T's bits (bfloat16: the float's top half, exact for |x| ≤ 128);
+//        float16: 0x64uu = 1024 + x + 128 in float16, minus 1152.
+template <typename T, ByteKind Kind>
+struct ByteCast {
+  static constexpr bool kHalf = std::is_same_v<T, __half>;
+  static constexpr bool kE5m2 = Kind == ByteKind::kFp8E5M2;
+  // fp8 (but e5m2 → float16, the byte itself): the right shift that moves the e/m bits of a byte at
+  // bits 15..8 into T's fields, their mask (which also covers bits 7 and 23 of the word), and
+  // 2^(bias(T) − bias(fp8)).
+  static constexpr int kShift = kHalf ? 1 : (kE5m2 ? 3 : 4);
+  static constexpr uint32_t kMask = kHalf ? 0x3F803F80u : (kE5m2 ? 0x0FE00FE0u : 0x07F007F0u);
+  static constexpr uint32_t kRebias = kHalf ? 0x5C005C00u : (kE5m2 ? 0x77807780u : 0x7B807B80u);  // 2^8; 2^112, 2^120
+
+  // The pair of T with bit pattern `bits`, times 2^(bias(T) − bias(fp8)).
+  __device__ __forceinline__ static uint32_t rebias(uint32_t bits) {
+    using Pair = std::conditional_t<kHalf, __half2, __nv_bfloat162>;
+    Pair x;
+    Pair f;
+    const uint32_t r = kRebias;
     memcpy(&x, &bits, 4);
-    memcpy(&f, &rebias, 4);
-    const __nv_bfloat162 y = __hmul2(x, f);
+    memcpy(&f, &r, 4);
+    const Pair y = __hmul2(x, f);
     uint32_t out;
     memcpy(&out, &y, 4);
     return out;
   }
-}
 
-// 16 stored bytes (kind: p.kv_kind) → two 16-byte chunks of 8 elements of T (the low 8 bytes, then
-// the high 8), each the stored value exactly.
-template <typename T>
-__device__ __forceinline__ void cast_16(const uint4& raw, ElementKind kind, uint4 (&out)[2]) {
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-  uint32_t packed[8];
-  const bool e5m2 = kind == ElementKind::kFp8E5M2;
-#pragma unroll
-  for (int w = 0; w < 4; ++w) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint32_t pair = (words[w] >> (16 * h)) & 0xffffu;
-      if (kind == ElementKind::kInt8) {
-        packed[2 * w + h] = mma::Mma<T>::pack(static_cast<float>(static_cast<int8_t>(pair & 0xff)),
-                                              static_cast<float>(static_cast<int8_t>(pair >> 8)));
-      } else {
-        packed[2 * w + h] = fp8_pair_to<T>(pair, e5m2);
-      }
+  // int8: elements b0, b1 of u (the word XOR 0x80808080) as a pair of T.
+  template <int b0, int b1>
+  __device__ __forceinline__ static uint32_t int8_pair(uint32_t u) {
+    if constexpr (kHalf) {
+      const uint32_t raw = __byte_perm(u, 0x64646464u, 0x4040u | b0 | (b1 << 8));
+      __half2 x;
+      memcpy(&x, &raw, 4);
+      const __half2 r = __hsub2(x, __half2half2(__ushort_as_half(0x6480)));  // 1152
+      uint32_t out;
+      memcpy(&out, &r, 4);
+      return out;
+    } else {
+      const float f0 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440u | b0)) - 8388736.0f;
+      const float f1 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440u | b1)) - 8388736.0f;
+      return __byte_perm(__float_as_uint(f0), __float_as_uint(f1), 0x7632);
     }
   }
+
+  // Four stored bytes (a 32-bit word, element i in byte i) → lo = (element 0, element 2),
+  // hi = (element 1, element 3), each a pair of T (low half first). Pairing elements 0/2 and 1/3 keeps
+  // the fp8 cast free of byte permutes; the decode kernel permutes the head dimension to match.
+  __device__ __forceinline__ static void word(uint32_t w, uint32_t& lo, uint32_t& hi) {
+    if constexpr (Kind == ByteKind::kInt8) {
+      const uint32_t u = w ^ 0x80808080u;
+      lo = int8_pair<0, 2>(u);
+      hi = int8_pair<1, 3>(u);
+    } else if constexpr (kHalf && kE5m2) {
+      lo = (w << 8) & 0xFF00FF00u;  // the byte is float16's top byte
+      hi = w & 0xFF00FF00u;
+    } else {
+      // Elements 0, 2 sit at bits 7..0 / 23..16 (shifted left by 8 − shift), 1, 3 at 15..8 / 31..24.
+      // The sign bits: one mask of the word (bits 7, 15, 23, 31), shifted by 8 for lo; inside each
+      // half the bits that are not signs fall in kMask, so one select per pair merges fields and sign.
+      const uint32_t signs = w & 0x80808080u;
+      const uint32_t em_lo = w << (8 - kShift);
+      const uint32_t em_hi = __umulhi(w, 1u << (32 - kShift));
+      uint32_t signs_lo;  // signs << 8, kept a shift of `signs` (PTX) rather than a fresh mask of w
+      asm("shl.b32 %0, %1, 8;" : "=r"(signs_lo) : "r"(signs));
+      lo = rebias(select_bits<kMask>(em_lo, signs_lo));
+      hi = rebias(select_bits<kMask>(em_hi, signs));
+    }
+  }
+
+  // Four stored bytes → (element 0, element 1), (element 2, element 3): the natural order.
+  __device__ __forceinline__ static void word_in_order(uint32_t w, uint32_t& first, uint32_t& second) {
+    uint32_t lo;
+    uint32_t hi;
+    word(w, lo, hi);
+    first = __byte_perm(lo, hi, 0x5410);
+    second = __byte_perm(lo, hi, 0x7632);
+  }
+};
+
+// Calls f(std::integral_constant<ByteKind, K>{}) with the kind of the stored element `kind` that a
+// cache of scale mode Cache holds: per tensor fp8 e4m3 or e5m2, per token-head int8 or fp8 e4m3
+// (the launchers refuse anything else on the host: byte_kind_supported).
+template <typename Cache, typename F>
+__device__ __forceinline__ void with_byte_kind(ElementKind kind, F&& f) {
+  if constexpr (kIsPerTokenHeadCache<Cache>) {
+    if (kind == ElementKind::kInt8) {
+      f(std::integral_constant<ByteKind, ByteKind::kInt8>{});
+    } else {
+      f(std::integral_constant<ByteKind, ByteKind::kFp8E4M3>{});
+    }
+  } else {
+    if (kind == ElementKind::kFp8E5M2) {
+      f(std::integral_constant<ByteKind, ByteKind::kFp8E5M2>{});
+    } else {
+      f(std::integral_constant<ByteKind, ByteKind::kFp8E4M3>{});
+    }
+  }
+}
+template <typename Cache>
+inline bool byte_kind_supported(ElementKind kind) {
+  if constexpr (kIsPerTokenHeadCache<Cache>) return kind == ElementKind::kInt8 || kind == ElementKind::kFp8E4M3;
+  return kind == ElementKind::kFp8E4M3 || kind == ElementKind::kFp8E5M2;
+}
+
+// 16 stored bytes → two 16-byte chunks of 8 elements of T (the low 8 bytes, then the high 8), each
+// the stored value exactly.
+template <typename T, ByteKind Kind>
+__device__ __forceinline__ void cast_16(const uint4& raw, uint4 (&out)[2]) {
+  uint32_t packed[8];
+  ByteCast<T, Kind>::word_in_order(raw.x, packed[0], packed[1]);
+  ByteCast<T, Kind>::word_in_order(raw.y, packed[2], packed[3]);
+  ByteCast<T, Kind>::word_in_order(raw.z, packed[4], packed[5]);
+  ByteCast<T, Kind>::word_in_order(raw.w, packed[6], packed[7]);
   out[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
   out[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
 }

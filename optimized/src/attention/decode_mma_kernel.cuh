@@ -31,12 +31,25 @@
 // reproducible. The planner (attention_work_plan.cpp) sends here only rows whose mm_prefix ranges add no
 // key (then visibility is the causal/window interval). Checked by tests/cuda/cuda_decode_mma_test.cpp.
 //
-// 1-byte caches (Cache = PerTensorBytes / PerTokenHeadBytes): a warp's ring holds the raw K/V bytes of its tiles (and their
-// per-token-head scales, one lane per key and half); once a tile has landed the warp casts it
-// exactly into its own K and V tiles of the model dtype, in the same swizzled layout, and the MMAs
-// read those; the scales act in float32 (byte_cache.cuh: per tensor on the logit scale and the
-// numerators, per token-head on each key's logits and probabilities). No CTA barrier is added;
-// the bytes read halve.
+// 1-byte caches (Cache = PerTensorBytes / PerTokenHeadBytes): a warp's ring holds the raw K/V bytes
+// of its tiles (and their per-token-head scales, one lane per key and half), in 16-byte chunks
+// swizzled for 16-byte shared loads (byte_chunk_offset), and the cast to the model dtype happens in
+// registers on the way to the MMA fragments (ByteCast::word, byte_cache.cuh): no tile of T in
+// shared memory, no extra pass over it. The cast pairs a word's bytes 0/2 and 1/3, so both MMAs
+// read a permuted view, consistently on both sides:
+//   Sᵀ = K·Qᵀ: lane (g, t) loads 16 bytes of key rows g and g + 8 at dims 64·j + 16·t + [0, 16);
+//     word w of them is k-step 4·j + w, its (lo, hi) pairs the A registers of k columns 2t.. and
+//     2t+8..; Qᵀ's B fragment holds the same dims (q_dim_of: a permutation of the head dimension,
+//     which leaves every dot product's terms unchanged — only their order inside the MMA).
+//   Oᵀ += Vᵀ·Pᵀ: lane (g, t) loads D/8 dims (v_dim_of: 16 of each 128 from 16·g, 8 from 8·g at D 64)
+//     of keys 2t, 2t + 1, 2t + 8, 2t + 9; a byte permute pairs the two keys of each dim (the keys stay in
+//     order, so Pᵀ is unchanged) and each word gives two m-tiles; the accumulator rows g and g + 8
+//     of m-tile md are dims v_dim_of(md, g) and + 1, which the merge stores where they belong.
+// The stored kind (fp8 e4m3 / e5m2, int8) is picked once per CTA (with_byte_kind), so the key loop's
+// casts are straight-line code. The scales act in float32 (byte_cache.cuh: per tensor on the logit
+// scale and the numerators, per token-head on each key's logits and probabilities). The bytes read
+// halve, and without the cast tiles a CTA needs half the shared memory, so more CTAs fit on an SM
+// (DecodeMmaConfig).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -54,35 +67,67 @@ namespace hybridtb::cuda {
 
 constexpr int kDecodeMmaKeys = 16;          // keys per warp tile (M of Sᵀ, K of Oᵀ)
 
-// Warps per CTA and ring stages per warp by head size: 64/96/96 KB of shared memory per CTA
-// (3/2/2 CTAs per SM), i.e. about 128–190 KB of K/V in flight per SM.
-__host__ __device__ constexpr int decode_mma_warps(int d) { return d <= 128 ? 4 : 2; }
-__host__ __device__ constexpr int decode_mma_stages(int d) { return d <= 64 ? 4 : 3; }
+// Launch configuration by head size, cache kind and head columns / 8 (nt). 16-bit caches: 64/96/96 KB
+// of shared memory per CTA (3/2/2 CTAs per SM), i.e. about 128–190 KB of K/V in flight per SM.
+// 1-byte caches: a stage is half the bytes, and registers are budgeted for 4 CTAs per SM (D 128:
+// 16 warps of 3 stages, 200 KB of shared memory per SM; 3 CTAs with 16 head columns, whose
+// accumulators need more), so that more warps hide each tile's chain of loads, casts and MMAs.
+struct DecodeMmaConfig {
+  int warps;     // warps per CTA, each streaming its own 16-key tiles
+  int stages;    // cp.async ring stages per warp
+  int min_ctas;  // CTAs per SM that __launch_bounds__ budgets registers for (0: none, the compiler's choice)
+};
+__host__ __device__ constexpr DecodeMmaConfig decode_mma_config(int d, bool byte_cache, int nt) {
+  if (byte_cache) return {d <= 128 ? 4 : 2, d <= 64 ? 4 : 3, d == 128 && nt == 2 ? 3 : 4};
+  return {d <= 128 ? 4 : 2, d <= 64 ? 4 : 3, 0};
+}
 __host__ __device__ constexpr int decode_mma_merge_stride(int d) { return d + 4; }  // floats per column
-// One ring stage of a 1-byte cache: the K and V bytes of a tile, then the k and v scales of its keys.
-__host__ __device__ constexpr int decode_mma_byte_stage_bytes(int d) { return 2 * kDecodeMmaKeys * (d + 4); }
-// The rings (16-bit: K and V tiles per stage; 1-byte: byte stages, then each warp's dequantised K and
-// V tiles), overlapped by the merge of the warps' states at the end.
+// One ring stage: 16-bit caches the K and V tiles; 1-byte caches the K and V bytes of a tile, then the
+// k and v scales of its keys.
+__host__ __device__ constexpr int decode_mma_stage_bytes(int d, bool byte_cache) {
+  return byte_cache ? 2 * kDecodeMmaKeys * (d + 4) : 2 * kDecodeMmaKeys * d * 2;
+}
+// The warps' rings, overlapped by the merge of the warps' states at the end.
 __host__ __device__ constexpr int decode_mma_smem_bytes(int d, bool byte_cache) {
-  const int tiles = 2 * kDecodeMmaKeys * d * 2;
-  const int ring = byte_cache ? decode_mma_warps(d) * (decode_mma_stages(d) * decode_mma_byte_stage_bytes(d) + tiles)
-                              : decode_mma_warps(d) * decode_mma_stages(d) * tiles;
-  const int merge = decode_mma_warps(d) * 16 * (decode_mma_merge_stride(d) + 2) * 4;
+  const DecodeMmaConfig c = decode_mma_config(d, byte_cache, 1);  // warps and stages do not depend on nt
+  const int ring = c.warps * c.stages * decode_mma_stage_bytes(d, byte_cache);
+  const int merge = c.warps * 16 * (decode_mma_merge_stride(d) + 2) * 4;
   return ring > merge ? ring : merge;
+}
+
+// 1-byte caches: the offset of 16-byte chunk `chunk` of row `row` in a [16][D] byte tile. The XOR
+// makes the kernel's 16-byte loads conflict-free (each group of 8 lanes reads 8 distinct bank groups):
+// the K loads (rows g, g + 1 at chunks 4j + t) and the V loads (rows 2t or 2t + 1 at chunk g) at
+// D ≥ 128; at D 64 (two rows per 128 bytes) the K loads, and the V loads 2-way.
+template <int D>
+__device__ __forceinline__ int byte_chunk_offset(int row, int chunk) {
+  const int x = D >= 128 ? ((row & 6) ^ ((row & 1) << 2)) : (row & 2);
+  return row * D + ((chunk ^ x) << 4);
+}
+// The head dim of element e (0, 1) of Qᵀ's B register h (0: k rows 2t..2t+1, 1: 2t+8..2t+9) at
+// k-step kk for quad lane t: byte h + 2·e of word kk % 4 of the K chunk 4·(kk / 4) + t.
+__device__ __forceinline__ int q_dim_of(int kk, int t, int h, int e) {
+  return 64 * (kk / 4) + 16 * t + 4 * (kk % 4) + h + 2 * e;
+}
+// The head dim of accumulator row g (+1 for row g + 8) of Oᵀ m-tile md.
+template <int D>
+__device__ __forceinline__ int v_dim_of(int md, int g) {
+  return D == 64 ? 8 * g + 2 * md : 128 * (md / 8) + 16 * g + 2 * (md % 8);
 }
 
 // T: model dtype; D: head size; NT: head columns / 8 (1 or 2); Plain: no soft cap and no ALiBi;
 // Cache: the stored element, T (kv_cache_dtype auto), PerTensorBytes or PerTokenHeadBytes (a 1-byte
-// cache, cast per tile; byte_cache.cuh).
+// cache, cast in registers; byte_cache.cuh).
 template <typename T, int D, int NT, bool Plain, typename Cache>
-__global__ void __launch_bounds__(32 * decode_mma_warps(D))
+__global__ void __launch_bounds__(32 * decode_mma_config(D, kIsByteCache<Cache>, NT).warps,
+                                  decode_mma_config(D, kIsByteCache<Cache>, NT).min_ctas)
     decode_mma_kernel(const __grid_constant__ AttentionParams p, int block_shift) {
   using namespace mma;
   constexpr bool kByteCache = kIsByteCache<Cache>;
   static_assert(kByteCache || std::is_same_v<Cache, T>, "the cache element is T or one byte");
   using Scales = CacheScales<T, Cache>;
-  constexpr int W = decode_mma_warps(D);
-  constexpr int S = decode_mma_stages(D);
+  constexpr int W = decode_mma_config(D, kByteCache, NT).warps;
+  constexpr int S = decode_mma_config(D, kByteCache, NT).stages;
   constexpr int BK = kDecodeMmaKeys;
   constexpr int kCols = 8 * NT;
   constexpr int kChunks = D / 8;                 // 16-byte chunks per key row
@@ -95,7 +140,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
   constexpr float kLog2e = 1.4426950408889634f;
   constexpr float kLn2 = 0.6931471805599453f;
   constexpr int kByteChunks = D / 16;            // 16-byte chunks per key row of a 1-byte cache
-  constexpr int kByteStage = decode_mma_byte_stage_bytes(D);
+  constexpr int kByteStage = decode_mma_stage_bytes(D, true);
   constexpr int kByteLoads = BK * kByteChunks / 32;
   constexpr int kByteRowStep = 32 / kByteChunks;
   static_assert(D % 64 == 0 && kChunks <= 32, "head size 64, 128 or 256");
@@ -119,8 +164,6 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
   const int pos = seq_len - 1;  // the query row's position
   const int context_len = seq_len - 1;
   const uint32_t s_ring = s_base + static_cast<uint32_t>(warp * S * (kByteCache ? kByteStage : kStageBytes));
-  // 1-byte caches: this warp's dequantised K and V tiles, after every warp's byte ring.
-  const uint32_t s_deq = s_base + static_cast<uint32_t>(W * S * kByteStage + warp * kStageBytes);
 
   // --- Qᵀ as B fragments: column n = head head0 + n (zeros past nh), k = dims ---------------------
   uint32_t qf[NT][kMd][2];
@@ -136,9 +179,11 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
       for (int kk = 0; kk < kMd; ++kk) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int64_t e = row + kk * 16 + 2 * t4 + 8 * h;
-          const uint32_t lo = ok ? q[e] : 0u;
-          const uint32_t hi = ok ? q[e + 1] : 0u;
+          // 1-byte caches: the head dims of the K fragments' permuted view (q_dim_of).
+          const int64_t e0 = row + (kByteCache ? q_dim_of(kk, t4, h, 0) : kk * 16 + 2 * t4 + 8 * h);
+          const int64_t e1 = row + (kByteCache ? q_dim_of(kk, t4, h, 1) : kk * 16 + 2 * t4 + 8 * h + 1);
+          const uint32_t lo = ok ? q[e0] : 0u;
+          const uint32_t hi = ok ? q[e1] : 0u;
           qf[nt][kk][h] = lo | (hi << 16);
         }
       }
@@ -199,7 +244,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
         const auto ro = static_cast<int64_t>((static_cast<uint64_t>(rh) << 32) | rl);
         const bool ok = ro >= 0;
         const uint8_t* src = cache_bytes + (ok ? ro : 0) + ch * 16;
-        const auto so = static_cast<uint32_t>(r * D + ch * 16);
+        const auto so = static_cast<uint32_t>(byte_chunk_offset<D>(r, ch));
         cp_async_16(st + so, src, ok);
         cp_async_16(st + BK * D + so, src + (ok ? p.cache_stride_half : 0), ok);
       }
@@ -251,125 +296,182 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
     issue(i, off, scale_at);
   }
 
-  for (int i = 0; i < my_tiles; ++i) {
-    int64_t next_scale_at;
-    const int64_t next_off = row_offset(i + S, next_scale_at);  // block table of the refill, before the wait
-    cp_async_wait<S - 1>();
-    __syncwarp();  // every lane's copies of tile i are visible to the warp
-    uint32_t sk = s_ring + static_cast<uint32_t>((i % S) * kStageBytes);
-    if constexpr (kByteCache) {
-      // The byte stage → this warp's K and V tiles of T (free: every lane passed the loop's last
-      // __syncwarp after reading them for tile i − 1).
-      const int base = static_cast<int>(s_ring - s_base) + (i % S) * kByteStage;
-      const int deq = static_cast<int>(s_deq - s_base);
-#pragma unroll 2
-      for (int c = 0; c < 2 * BK * kByteChunks / 32; ++c) {
-        const int idx = lane + 32 * c;
-        const int half = idx / (BK * kByteChunks);  // 0: K, 1: V
-        const int j = (idx / kByteChunks) % BK;
-        const int ch = idx % kByteChunks;
-        const uint4 raw = *reinterpret_cast<const uint4*>(smem + base + half * BK * D + j * D + ch * 16);
-        uint4 out[2];
-        cast_16<T>(raw, p.kv_kind, out);
-        unsigned char* tile = smem + deq + half * kTileBytes;
-        *reinterpret_cast<uint4*>(tile + swizzle<D>(j, 2 * ch)) = out[0];
-        *reinterpret_cast<uint4*>(tile + swizzle<D>(j, 2 * ch + 1)) = out[1];
-      }
-      __syncwarp();
-      sk = s_deq;
-    }
-    const uint32_t sv = sk + kTileBytes;
-    const int kt = tile_key(i);
+  // The key loop; 1-byte caches: for the stored kind picked once per CTA (with_byte_kind), so the
+  // casts inside are straight-line code with immediate constants.
+  auto key_loop = [&](auto kind) {
+    using Cast = ByteCast<T, decltype(kind)::value>;  // 1-byte caches
+    for (int i = 0; i < my_tiles; ++i) {
+      int64_t next_scale_at;
+      const int64_t next_off = row_offset(i + S, next_scale_at);  // block table of the refill, before the wait
+      cp_async_wait<S - 1>();
+      __syncwarp();  // every lane's copies of tile i are visible to the warp
+      // 16-bit caches: the stage's K and V tiles; 1-byte caches: its K bytes, V bytes and scales.
+      [[maybe_unused]] const uint32_t sk = s_ring + static_cast<uint32_t>((i % S) * kStageBytes);
+      [[maybe_unused]] const unsigned char* staged = smem + (s_ring - s_base) + (i % S) * kByteStage;
+      const int kt = tile_key(i);
 
-    // --- Sᵀ = K·Qᵀ ----------------------------------------------------------------------------
-    float s[NT][4];
+      // --- Sᵀ = K·Qᵀ ----------------------------------------------------------------------------
+      float s[NT][4];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      if constexpr (kByteCache) {
+        // Lane (g, t): 16 bytes of key rows g and g + 8 per 64 dims; word w = k-step 4·j + w.
 #pragma unroll
-    for (int kk = 0; kk < kMd; ++kk) {
-      uint32_t a[4];
-      ldmatrix_x4(a, sk + swizzle<D>(lane % 16, 2 * kk + lane / 16));
+        for (int j = 0; j < D / 64; ++j) {
+          const uint4 r0 = *reinterpret_cast<const uint4*>(staged + byte_chunk_offset<D>(g, 4 * j + t4));
+          const uint4 r1 = *reinterpret_cast<const uint4*>(staged + byte_chunk_offset<D>(g + 8, 4 * j + t4));
+          const uint32_t w0[4] = {r0.x, r0.y, r0.z, r0.w};
+          const uint32_t w1[4] = {r1.x, r1.y, r1.z, r1.w};
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) Mma<T>::run(s[nt], a, qf[nt][kk][0], qf[nt][kk][1]);
-    }
-
-    // --- logits (base 2) and masks: element e is key kt + g + 8·(e / 2), column 2·t4 + e % 2 -----
-    const bool full = kt >= lo && kt + BK <= hi;
-    // Per-token-head caches: the k and v scales of this thread's keys g and g + 8 (the stage's).
-    float key_k[2] = {1.0f, 1.0f};
-    float key_v[2] = {1.0f, 1.0f};
-    if constexpr (Scales::kPerToken) {
-      const unsigned char* staged = smem + (s_ring - s_base) + (i % S) * kByteStage + 2 * BK * D;
+          for (int w = 0; w < 4; ++w) {
+            uint32_t a[4];
+            Cast::word(w0[w], a[0], a[2]);  // row g: k columns 2t.. (bytes 0, 2), 2t+8.. (bytes 1, 3)
+            Cast::word(w1[w], a[1], a[3]);  // row g + 8
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        key_k[r] = reinterpret_cast<const float*>(staged)[g + 8 * r];
-        key_v[r] = reinterpret_cast<const float*>(staged)[BK + g + 8 * r];
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int k = kt + g + 8 * (e / 2);
-        if constexpr (Plain) {
-          s[nt][e] *= scale_log2 * key_k[e / 2];
-        } else {
-          s[nt][e] = attention_logit(p, s[nt][e] * (scales.k * key_k[e / 2]), col_head[nt][e % 2], pos, k,
-                                     context_len) *
-                     kLog2e;
+            for (int nt = 0; nt < NT; ++nt) Mma<T>::run(s[nt], a, qf[nt][4 * j + w][0], qf[nt][4 * j + w][1]);
+          }
         }
-        // Select, never multiply: a masked score is −inf whatever the key held.
-        if (!full && !(k >= item.key_begin && k < item.key_end && key_visible(p, request, seq_len, pos, k))) {
-          s[nt][e] = kNegInf;
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kMd; ++kk) {
+          uint32_t a[4];
+          ldmatrix_x4(a, sk + swizzle<D>(lane % 16, 2 * kk + lane / 16));
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) Mma<T>::run(s[nt], a, qf[nt][kk][0], qf[nt][kk][1]);
         }
       }
-    }
 
-    // --- online softmax per head column; Pᵀ fragments -----------------------------------------------
-    uint32_t pb[NT][2];
+      // --- logits (base 2) and masks: element e is key kt + g + 8·(e / 2), column 2·t4 + e % 2 -----
+      const bool full = kt >= lo && kt + BK <= hi;
+      // Per-token-head caches: the k and v scales of this thread's keys g and g + 8 (the stage's).
+      float key_k[2] = {1.0f, 1.0f};
+      float key_v[2] = {1.0f, 1.0f};
+      if constexpr (Scales::kPerToken) {
+        const auto* key_scales = reinterpret_cast<const float*>(staged + 2 * BK * D);
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      float m_ref[2];
-      float alpha[2];
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        float mx = fmaxf(s[nt][j], s[nt][j + 2]);
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
-        const float m_new = fmaxf(col_m[nt][j], mx);
-        m_ref[j] = m_new == kNegInf ? 0.0f : m_new - Scales::kPShift;
-        alpha[j] = col_m[nt][j] == kNegInf ? 0.0f : exp2_approx(col_m[nt][j] - m_new);
-        col_m[nt][j] = m_new;
+        for (int r = 0; r < 2; ++r) {
+          key_k[r] = key_scales[g + 8 * r];
+          key_v[r] = key_scales[BK + g + 8 * r];
+        }
       }
-      float pr[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) pr[e] = exp2_approx(s[nt][e] - m_ref[e % 2]);
+      for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-      for (int j = 0; j < 2; ++j) col_l[nt][j] = col_l[nt][j] * alpha[j] + (pr[j] + pr[j + 2]);
-      // (key g, columns 2t4..2t4+1) → transposed: (keys 2t4..2t4+1, column g) = B fragment of Pᵀ;
-      // with per-token-head v scales, p·v_scale of its key (Σp above stays unscaled).
-      pb[nt][0] = movmatrix_trans(Mma<T>::pack(pr[0] * key_v[0], pr[1] * key_v[0]));
-      pb[nt][1] = movmatrix_trans(Mma<T>::pack(pr[2] * key_v[1], pr[3] * key_v[1]));
-#pragma unroll
-      for (int md = 0; md < kMd; ++md) {
-        o[md][nt][0] *= alpha[0];
-        o[md][nt][1] *= alpha[1];
-        o[md][nt][2] *= alpha[0];
-        o[md][nt][3] *= alpha[1];
+        for (int e = 0; e < 4; ++e) {
+          if constexpr (Plain) {
+            s[nt][e] *= scale_log2 * key_k[e / 2];
+          } else {
+            s[nt][e] = attention_logit(p, s[nt][e] * (scales.k * key_k[e / 2]), col_head[nt][e % 2], pos,
+                                       kt + g + 8 * (e / 2), context_len) *
+                       kLog2e;
+          }
+        }
       }
-    }
+      if (!full) {  // (uniform over the warp)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int k = kt + g + 8 * (e / 2);
+            // Select, never multiply: a masked score is −inf whatever the key held.
+            if (!(k >= item.key_begin && k < item.key_end && key_visible(p, request, seq_len, pos, k))) {
+              s[nt][e] = kNegInf;
+            }
+          }
+        }
+      }
 
-    // --- Oᵀ += Vᵀ·Pᵀ ------------------------------------------------------------------------------
+      // --- online softmax per head column; Pᵀ fragments -----------------------------------------------
+      uint32_t pb[NT][2];
 #pragma unroll
-    for (int md = 0; md < kMd; ++md) {
-      uint32_t a[4];
-      ldmatrix_x4_trans(a, sv + swizzle<D>((lane / 16) * 8 + lane % 8, 2 * md + (lane / 8) % 2));
+      for (int nt = 0; nt < NT; ++nt) {
+        float m_ref[2];
+        float alpha[2];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) Mma<T>::run(o[md][nt], a, pb[nt][0], pb[nt][1]);
+        for (int j = 0; j < 2; ++j) {
+          float mx = fmaxf(s[nt][j], s[nt][j + 2]);
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 8));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 16));
+          const float m_new = fmaxf(col_m[nt][j], mx);
+          m_ref[j] = m_new == kNegInf ? 0.0f : m_new - Scales::kPShift;
+          alpha[j] = col_m[nt][j] == kNegInf ? 0.0f : exp2_approx(col_m[nt][j] - m_new);
+          col_m[nt][j] = m_new;
+        }
+        float pr[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) pr[e] = exp2_approx(s[nt][e] - m_ref[e % 2]);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) col_l[nt][j] = col_l[nt][j] * alpha[j] + (pr[j] + pr[j + 2]);
+        // (key g, columns 2t4..2t4+1) → transposed: (keys 2t4..2t4+1, column g) = B fragment of Pᵀ;
+        // with per-token-head v scales, p·v_scale of its key (Σp above stays unscaled).
+        pb[nt][0] = movmatrix_trans(Mma<T>::pack(pr[0] * key_v[0], pr[1] * key_v[0]));
+        pb[nt][1] = movmatrix_trans(Mma<T>::pack(pr[2] * key_v[1], pr[3] * key_v[1]));
+#pragma unroll
+        for (int md = 0; md < kMd; ++md) {
+          o[md][nt][0] *= alpha[0];
+          o[md][nt][1] *= alpha[1];
+          o[md][nt][2] *= alpha[0];
+          o[md][nt][3] *= alpha[1];
+        }
+      }
+
+      // --- Oᵀ += Vᵀ·Pᵀ ------------------------------------------------------------------------------
+      if constexpr (kByteCache) {
+        // Lane (g, t): the D/8 dims of v_dim_of (one 8- or 16-byte piece per 128 dims) of keys 2t,
+        // 2t + 1, 2t + 8, 2t + 9; word w of them gives m-tiles 2w (its dims 0, 1) and 2w + 1 (dims 2, 3).
+        const unsigned char* vt = staged + BK * D;
+        constexpr int kVWords = D / 32;
+        uint32_t vw[4][kVWords];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int key = 2 * t4 + (r & 1) + 8 * (r >> 1);
+          if constexpr (D == 64) {
+            const uint2 x = *reinterpret_cast<const uint2*>(vt + byte_chunk_offset<D>(key, g >> 1) + 8 * (g & 1));
+            vw[r][0] = x.x;
+            vw[r][1] = x.y;
+          } else {
+#pragma unroll
+            for (int c = 0; c < D / 128; ++c) {
+              const uint4 x = *reinterpret_cast<const uint4*>(vt + byte_chunk_offset<D>(key, g + 8 * c));
+              vw[r][4 * c] = x.x;
+              vw[r][4 * c + 1] = x.y;
+              vw[r][4 * c + 2] = x.z;
+              vw[r][4 * c + 3] = x.w;
+            }
+          }
+        }
+#pragma unroll
+        for (int w = 0; w < kVWords; ++w) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            // Bytes 2h, 2h + 1 of keys (2t, 2t + 1) → one word: the cast pairs the keys of each dim.
+            const uint32_t sel = h == 0 ? 0x5410u : 0x7632u;
+            uint32_t a[4];
+            Cast::word(__byte_perm(vw[0][w], vw[1][w], sel), a[0], a[1]);  // dims 2h, 2h + 1; keys 2t..
+            Cast::word(__byte_perm(vw[2][w], vw[3][w], sel), a[2], a[3]);  // keys 2t+8..
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) Mma<T>::run(o[2 * w + h][nt], a, pb[nt][0], pb[nt][1]);
+          }
+        }
+      } else {
+        const uint32_t sv = sk + kTileBytes;
+#pragma unroll
+        for (int md = 0; md < kMd; ++md) {
+          uint32_t a[4];
+          ldmatrix_x4_trans(a, sv + swizzle<D>((lane / 16) * 8 + lane % 8, 2 * md + (lane / 8) % 2));
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) Mma<T>::run(o[md][nt], a, pb[nt][0], pb[nt][1]);
+        }
+      }
+      __syncwarp();  // every lane is done reading stage i % S before it is refilled
+      issue(i + S, next_off, next_scale_at);
     }
-    __syncwarp();  // every lane is done reading stage i % S before it is refilled
-    issue(i + S, next_off, next_scale_at);
+  };
+  if constexpr (kByteCache) {
+    with_byte_kind<Cache>(p.kv_kind, key_loop);
+  } else {
+    key_loop(std::integral_constant<ByteKind, ByteKind::kFp8E4M3>{});  // (no cast for a 16-bit cache)
   }
   cp_async_wait<0>();  // only empty groups can be pending; none may be in flight at the merge
   if (kByteCache && !Scales::kPerToken) {  // the per-tensor v scale, on the numerators (split or not)
@@ -406,7 +508,7 @@ __global__ void __launch_bounds__(32 * decode_mma_warps(D))
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = nt * 8 + 2 * t4 + e % 2;
-        const int dim = md * 16 + g + 8 * (e / 2);
+        const int dim = kByteCache ? v_dim_of<D>(md, g) + e / 2 : md * 16 + g + 8 * (e / 2);
         sm_acc[(warp * 16 + col) * kMs + dim] = o[md][nt][e];
       }
     }
@@ -464,6 +566,7 @@ template <typename T, int D, int NT, bool Plain, typename Cache>
 void launch_decode_mma_instance(const AttentionParams& params, int64_t num_items, int block_shift,
                                 cudaStream_t stream) {
   constexpr int kSmem = decode_mma_smem_bytes(D, kIsByteCache<Cache>);
+  constexpr int kThreads = 32 * decode_mma_config(D, kIsByteCache<Cache>, NT).warps;
   static const bool configured = [] {
     HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(decode_mma_kernel<T, D, NT, Plain, Cache>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
@@ -473,8 +576,7 @@ void launch_decode_mma_instance(const AttentionParams& params, int64_t num_items
   const int passes = (params.queries_per_kv + 8 * NT - 1) / (8 * NT);
   const dim3 grid(static_cast<unsigned>(num_items), static_cast<unsigned>(params.num_kv_heads),
                   static_cast<unsigned>(passes));
-  decode_mma_kernel<T, D, NT, Plain, Cache>
-      <<<grid, 32 * decode_mma_warps(D), kSmem, stream>>>(params, block_shift);
+  decode_mma_kernel<T, D, NT, Plain, Cache><<<grid, kThreads, kSmem, stream>>>(params, block_shift);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 
@@ -503,6 +605,12 @@ void launch_decode_mma_d(const AttentionParams& params, int64_t num_items, int b
 // Cache: T (kv_cache_dtype auto), PerTensorBytes or PerTokenHeadBytes (a 1-byte cache).
 template <typename T, typename Cache>
 void launch_decode_mma_typed(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream) {
+  if constexpr (kIsByteCache<Cache>) {
+    if (!byte_kind_supported<Cache>(params.kv_kind)) {
+      throw Error(detail::concat("decode mma: stored element kind ", static_cast<int>(params.kv_kind),
+                                 " is not one of this scale mode's"));
+    }
+  }
   switch (params.head_size) {
     case 64:
       return launch_decode_mma_d<T, 64, Cache>(params, num_items, block_shift, stream);

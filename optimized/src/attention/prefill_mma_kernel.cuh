@@ -25,10 +25,13 @@
 //
 // 1-byte caches (Cache = PerTensorBytes / PerTokenHeadBytes) keep the tensor cores: the ring holds the raw K/V bytes (half the
 // bytes of a 16-bit tile, and their per-token-head scales), and once per tile the CTA casts the
-// tile exactly into one K and one V tile of the model dtype in the same swizzled layout, so the MMA
-// loop is the 16-bit one; the scales act in float32 (byte_cache.cuh: per tensor on the logit scale
-// and the output, per token-head on each key's dot products and probability). Costs one more CTA
-// barrier per tile; the K/V bytes read halve.
+// tile exactly into one K and one V tile of the model dtype in the same swizzled layout (cast_16),
+// so the MMA loop is the 16-bit one; the scales act in float32 (byte_cache.cuh: per tensor on the
+// logit scale and the output, per token-head on each key's dot products and probability). Costs one
+// more CTA barrier per tile; the K/V bytes read halve. Per-token-head scales are staged in the order
+// the threads read them (the 2·BN/8 keys 8n + 2t + {0, 1} of quad lane t contiguous), so each thread
+// takes its keys' k scales and v scales with a few 16-byte loads once per tile, outside the m-tile
+// loops.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -49,9 +52,14 @@ constexpr int kPrefillStages = 3;    // cp.async ring: kPrefillStages − 1 K/V 
 
 // Tile configurations ("variants", prefill_config): attention_caps.h.
 // Shared memory of one ring stage of a 1-byte cache: the K and V bytes, then their per-token-head
-// scales (float32, one per key each).
+// scales (float32, one per key each; the k scales, then the v scales, each in prefill_scale_slot order).
 __host__ __device__ constexpr int64_t prefill_byte_stage_bytes(int d, int variant) {
   return static_cast<int64_t>(2) * prefill_config(d, variant).bn * (d + 4);
+}
+// Where key j of a tile (j = 8n + 2t + e: S n-tile n, quad lane t, element e) puts its scale among
+// the tile's BN: lane t's 2·BN/8 scales contiguous, in (n, e) order.
+__host__ __device__ constexpr int prefill_scale_slot(int j, int bn) {
+  return ((j % 8) / 2) * (bn / 4) + 2 * (j / 8) + j % 2;
 }
 // Q tile, then the ring: 16-bit caches kPrefillStages × (K tile, V tile); 1-byte caches
 // kPrefillStages byte stages, then the dequantised K and V tiles.
@@ -181,27 +189,30 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
       const bool ok = k < item.key_end &&
                       key_needed(p, request, seq_len, pos_lo, pos_hi, item.causal_begin, item.causal_end, k);
       const float* cache = half == 0 ? p.k_scale_cache : p.v_scale_cache;
-      cp_async_4(base + 2 * BN * D + static_cast<uint32_t>(4 * (half * BN + j)),
+      cp_async_4(base + 2 * BN * D + static_cast<uint32_t>(4 * (half * BN + prefill_scale_slot(j, BN))),
                  cache + (ok ? scale_index(p, request, k, kv_head) : 0), ok);
     }
   };
-  // The byte stage `stage` → the K and V tiles of T (keys never loaded are zeros).
+  // The byte stage `stage` → the K and V tiles of T (keys never loaded are zeros); the stored kind
+  // is picked once per tile (with_byte_kind), so the loop is straight-line casts.
   auto cast_tile = [&](int stage) {
     const int base = static_cast<int>(s_bytes - s_q) + stage * kByteStage;
-    // Not unrolled: the accumulators hold most registers here, so one chunk is in flight at a time.
+    with_byte_kind<Cache>(p.kv_kind, [&](auto kind) {
+      // Not unrolled: the accumulators hold most registers here, so one chunk is in flight at a time.
 #pragma unroll 1
-    for (int i = 0; i < 2 * BN * kByteChunks / kPrefillThreads; ++i) {
-      const int idx = tid + i * kPrefillThreads;
-      const int half = idx / (BN * kByteChunks);  // 0: K, 1: V
-      const int j = (idx / kByteChunks) % BN;
-      const int c = idx % kByteChunks;
-      const uint4 raw = *reinterpret_cast<const uint4*>(smem + base + half * BN * D + j * D + c * 16);
-      uint4 out[2];
-      cast_16<T>(raw, p.kv_kind, out);
-      const int tile = static_cast<int>((half == 0 ? s_k_deq : s_v_deq) - s_q);
-      *reinterpret_cast<uint4*>(smem + tile + swizzle<D>(j, 2 * c)) = out[0];
-      *reinterpret_cast<uint4*>(smem + tile + swizzle<D>(j, 2 * c + 1)) = out[1];
-    }
+      for (int i = 0; i < 2 * BN * kByteChunks / kPrefillThreads; ++i) {
+        const int idx = tid + i * kPrefillThreads;
+        const int half = idx / (BN * kByteChunks);  // 0: K, 1: V
+        const int j = (idx / kByteChunks) % BN;
+        const int c = idx % kByteChunks;
+        const uint4 raw = *reinterpret_cast<const uint4*>(smem + base + half * BN * D + j * D + c * 16);
+        uint4 out[2];
+        cast_16<T, decltype(kind)::value>(raw, out);
+        const int tile = static_cast<int>((half == 0 ? s_k_deq : s_v_deq) - s_q);
+        *reinterpret_cast<uint4*>(smem + tile + swizzle<D>(j, 2 * c)) = out[0];
+        *reinterpret_cast<uint4*>(smem + tile + swizzle<D>(j, 2 * c + 1)) = out[1];
+      }
+    });
   };
   auto load_stage = [&](int kt, int stage) {
     if constexpr (kByteCache) {
@@ -303,27 +314,48 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
     } else {
       full = full && kt + BN - 1 <= pos_lo && (w == 0 || kt >= pos_hi - w + 1);
     }
-    // Per-token-head caches: the k and v scales of this thread's keys 8n + 2·t4 + {0, 1} of the tile.
+    // Per-token-head caches: the k (half 0) or v (half 1) scales of this thread's keys
+    // 8n + 2·t4 + {0, 1} of the tile, n = 0 … kNt − 1 (prefill_scale_slot: 16-byte loads).
     const int scale_base = static_cast<int>(s_bytes - s_q) + stage * kByteStage + 2 * BN * D;
-    auto key_scales = [&](int n, int half) -> float2 {
-      if constexpr (!Scales::kPerToken) return make_float2(1.0f, 1.0f);
-      return *reinterpret_cast<const float2*>(smem + scale_base + 4 * (half * BN + 8 * n + 2 * t4));
-    };
+    auto key_scales = [&](int half, float (&out)[kNt][2]) {
+      if constexpr (Scales::kPerToken) {
+        const auto* staged = reinterpret_cast<const float4*>(smem + scale_base + 4 * (half * BN + t4 * 2 * kNt));
 #pragma unroll
-    for (int m = 0; m < MT; ++m) {
+        for (int n = 0; n < kNt; n += 2) {
+          const float4 x = staged[n / 2];
+          out[n][0] = x.x;
+          out[n][1] = x.y;
+          out[n + 1][0] = x.z;
+          out[n + 1][1] = x.w;
+        }
+      } else {
+#pragma unroll
+        for (int n = 0; n < kNt; ++n) out[n][0] = out[n][1] = 1.0f;
+      }
+    };
+    {
+      // The multiplier of each key's dot products: scale·log2e·k (plain) or k (featured).
+      float key_mul[kNt][2];
+      key_scales(0, key_mul);
 #pragma unroll
       for (int n = 0; n < kNt; ++n) {
-        const float2 ks = key_scales(n, 0);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float key_scale = e % 2 == 0 ? ks.x : ks.y;
-          if constexpr (Plain) {
-            s[m][n][e] *= scale_log2 * key_scale;
-          } else {
-            const int k = kt + 8 * n + 2 * t4 + (e % 2);
-            s[m][n][e] = attention_logit(p, s[m][n][e] * (scales.k * key_scale), row_head[m][e / 2],
-                                         row_pos[m][e / 2], k, context_len) *
-                         kLog2e;
+        for (int e = 0; e < 2; ++e) key_mul[n][e] *= Plain ? scale_log2 : scales.k;
+      }
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+#pragma unroll
+        for (int n = 0; n < kNt; ++n) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            if constexpr (Plain) {
+              s[m][n][e] *= key_mul[n][e % 2];
+            } else {
+              const int k = kt + 8 * n + 2 * t4 + (e % 2);
+              s[m][n][e] = attention_logit(p, s[m][n][e] * key_mul[n][e % 2], row_head[m][e / 2], row_pos[m][e / 2],
+                                           k, context_len) *
+                           kLog2e;
+            }
           }
         }
       }
@@ -348,6 +380,8 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
 
     // --- online softmax (rows g, g + 8 of each m-tile; a quad of lanes shares a row) ----------------
     uint32_t pa[MT][BN / 16][4];  // P as the A operand of P·V, rounded to T
+    float key_v[kNt][2];          // per-token-head v scales (1 otherwise)
+    key_scales(1, key_v);
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -370,8 +404,7 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
           sum += p0 + p1;
           // S n-tile n → A fragment (k-step n / 2): regs 0/1 (rows g / g+8) for even n, 2/3 for odd;
           // with per-token-head v scales, p·v_scale (Σp above stays unscaled).
-          const float2 vs = key_scales(n, 1);
-          pa[m][n / 2][(n % 2) * 2 + i] = Mma<T>::pack(p0 * vs.x, p1 * vs.y);
+          pa[m][n / 2][(n % 2) * 2 + i] = Mma<T>::pack(p0 * key_v[n][0], p1 * key_v[n][1]);
         }
         row_l[m][i] = row_l[m][i] * alpha + sum;
 #pragma unroll
