@@ -17,7 +17,8 @@
 # bench.json, bench-ssm.*, peer.log, peer.json, peer-ratio.json and summary.txt into OUTDIR and
 # prints the summary table last. HYBRIDTB_VLLM_SRC, when set, names an unpacked vLLM release (the
 # folder holding vllm/): its Triton kernels then run as a second peer in the peer stage
-# (peer-vllm.json, their ratios in peer-ratio.json) and the suite stage (suite_peer.py --vllm).
+# (peer-vllm.json, their ratios in peer-ratio.json; with bench-linear.json, its GDN / Mamba-2 prefill
+# kernels beside ours: peer-linear.json, peer-linear.log) and the suite stage (suite_peer.py --vllm).
 # HYBRIDTB_GIT_COMMIT in the environment names the commit where the
 # tree has no .git (the device machine gets a copy without it).
 # Exit status: 0 if every stage passed, 1 otherwise (later stages still run).
@@ -187,6 +188,15 @@ if want peer; then
       rc=$?
       record peer-ssm "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "peer-ssm.json, peer-ssm-ratio.json ($(( $(date +%s) - t0 )) s)"
     fi
+    # vLLM's (and, when the fla package is importable, FLA's) Triton GDN / Mamba-2 prefill kernels on
+    # the linear benchmark's cases, each output checked against our cuda backend on the same inputs.
+    if [[ -n "${HYBRIDTB_VLLM_SRC:-}" && -f "$OUT/bench-linear.json" ]]; then
+      t0=$(date +%s)
+      python3 experiments/peers/vllm_linear_peer.py --vllm "$HYBRIDTB_VLLM_SRC" --ours "$OUT/bench-linear.json" \
+        --hybridtb "$BUILD/harness/cli/hybridtb" --json "$OUT/peer-linear.json" >"$OUT/peer-linear.log" 2>&1
+      rc=$?
+      record peer-linear "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "peer-linear.json ($(( $(date +%s) - t0 )) s)"
+    fi
   fi
 fi
 
@@ -252,6 +262,8 @@ fi
   [[ -f "$OUT/bench-linear.log" ]] && { echo "--- linear-attention benchmark (GDN, Mamba-2) ---"; cat "$OUT/bench-linear.log"; }
   [[ -f "$OUT/peer-ratio.log" ]] && { echo "--- PyTorch and vLLM peers (ratio > 1: hybridtb faster) ---"; cat "$OUT/peer-ratio.log"; }
   [[ -f "$OUT/peer-ssm-ratio.log" ]] && { echo "--- PyTorch peer, mamba1 ---"; cat "$OUT/peer-ssm-ratio.log"; }
+  [[ -f "$OUT/peer-linear.log" ]] && { echo "--- vLLM / FLA linear-attention prefill peers (ratio > 1: hybridtb faster) ---"
+    grep -E '^(gdn|mamba2) |^FLA: skipped' "$OUT/peer-linear.log"; }
   [[ -f "$OUT/graph.log" ]] && { echo "--- CUDA graph vs eager ---"; sed -n '/^status/,$p' "$OUT/graph.log"; }
   echo "total: $(( $(date +%s) - START )) s"
 } >>"$SUMMARY"
