@@ -302,14 +302,6 @@ void AttentionRunner::launch(cudaStream_t stream) const { launch_with(params_, s
 
 void AttentionRunner::launch_with(const AttentionParams& params, cudaStream_t stream) const {
   const AttentionPlan& plan = plan_;
-  // A mixed step: the prefill items (compute-bound) run on a side stream beside the decode items
-  // (bandwidth-bound), so the step costs about the longer of the two, not their sum. They write
-  // disjoint output rows and the decode scratch (partials) is the decode kernels' alone. Prefill is
-  // enqueued first so that its longer tiles start first.
-  const bool has_decode = !plan.decode.empty() || !plan.decode_mma.empty();
-  const bool overlap = has_decode && !plan.prefill.empty();
-  const cudaStream_t prefill_stream = overlap ? prefill_beside_decode_.fork(stream) : stream;
-  launch_prefill_attention(params, static_cast<int64_t>(plan.prefill.size()), plan.prefill_variant, prefill_stream);
   launch_decode_attention(params, params.kv_kind, static_cast<int64_t>(plan.decode.size()), plan.heads_per_pass,
                           block_shift_, stream);
   if (!plan.decode_mma.empty()) {
@@ -318,9 +310,9 @@ void AttentionRunner::launch_with(const AttentionParams& params, cudaStream_t st
     launch_decode_mma(mma_params, static_cast<int64_t>(plan.decode_mma.size()), block_shift_, stream);
   }
   launch_decode_combine(params, static_cast<int64_t>(plan.combine.size()), stream);
+  launch_prefill_attention(params, static_cast<int64_t>(plan.prefill.size()), plan.prefill_variant, stream);
   launch_generic_attention(params, params.encoder ? params.q_kind : params.kv_kind,
                            static_cast<int64_t>(plan.generic.size()), stream);
-  if (overlap) prefill_beside_decode_.join(stream);
   debug_slowdown(stream);  // a no-op unless configured with -DHYBRIDTB_DEBUG_SLOWDOWN_US=N
 }
 

@@ -24,7 +24,6 @@
 #include "attention/attention_work_plan.h"
 #include "common/device_memory.h"
 #include "common/element_kind.h"
-#include "common/stream_fork.h"
 #include "hybridtb/backend.h"
 #include "hybridtb/batch.h"
 #include "hybridtb/config.h"
@@ -101,7 +100,6 @@ class AttentionRunner {
   int64_t plan_tokens_ = 0;     // token rows of the planned batch
   std::optional<FixedShapeCapacity> fixed_;
   std::optional<AttentionParams> first_params_;  // fixed shape: the first prepare()'s (the captured ones)
-  StreamFork prefill_beside_decode_;  // a mixed step's prefill items run on its side stream
 };
 
 // The plan of `batch` as the cuda backend would run it eagerly, as text (describe_plan), with the SM
