@@ -271,7 +271,7 @@ def write_capture(path, config, batch, inputs, ssm=None, expected=None, provenan
     with _replaced_atomically(path) as tmp:
         _w.write_hybrid_batch(tmp, config, batch, ins, provenance=provenance, ssm=ssm_np)
         with h5py.File(tmp, "r+") as f:
-            f.attrs["schema_version"] = SCHEMA_VERSION
+            f.attrs["schema_version"] = "1.4" if int(config.get("tp_size", 1)) > 1 else SCHEMA_VERSION
             if status is not None:
                 f.attrs["capture_status"] = status
             _write_engine_metadata(f, engine_metadata)
@@ -480,6 +480,18 @@ def _version_tuple(version):
 def vllm_version():
     mod = sys.modules.get("vllm")
     return getattr(mod, "__version__", None) if mod is not None else None
+
+
+def _tensor_parallel():
+    """(tp_rank, tp_size) from vLLM's parallel state alone, (0, 1) where it is not initialised: what
+    /config records of a rank (schema 1.4). The world size is not a TP size (pipeline ranks count too)."""
+    ps = sys.modules.get("vllm.distributed.parallel_state")
+    if ps is not None:
+        try:
+            return int(ps.get_tensor_model_parallel_rank()), int(ps.get_tensor_model_parallel_world_size())
+        except Exception:  # not initialised (tests, single process)
+            pass
+    return 0, 1
 
 
 def _rank_and_size():
@@ -945,6 +957,14 @@ def _capture_inputs(capturer, plan, path, prov):
                          "ssm_state": _gather_pool(s["pools"]["ssm_state"], plan["blocks"])}}
     config = dict(plan["config"])
     config["engine_version"] = prov["engine_version"]
+    # A tensor-parallel rank holds its heads (and, with an SSM branch, its channels): a schema-1.4 rank
+    # file. Its SSM input would be every head's hidden row, which one rank's hook does not see.
+    tp_rank, tp_size = _tensor_parallel()
+    if tp_size > 1:
+        if config.get("ssm_mode", "none") not in ("none", "zero"):
+            raise Refused(f"tensor-parallel rank {tp_rank} of {tp_size} with SSM branch {config['ssm_mode']!r}: its "
+                          "input is every head's hidden row (/inputs/ssm_hidden), which this rank's hook does not see")
+        config["tp_size"], config["tp_rank"] = tp_size, tp_rank
     write_capture(path, config, plan["batch"], inputs, ssm=ssm, provenance=prov, status="inputs saved",
                   engine_metadata=plan["engine_metadata"])
     return os.path.getsize(path)

@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -154,7 +155,7 @@ def triton_release(name, step, capture_dir, env=None, **engine_kwargs):
     return c, e, impl, md, result
 
 
-def assert_completed_capture(capture_dir, c, e, replay=True):
+def assert_completed_capture(capture_dir, c, e, replay=True, schema="1.3"):
     """One completed file, valid, replaying on the reference; returns its path."""
     files = h5_files(capture_dir)
     assert len(files) == 1, files
@@ -162,7 +163,7 @@ def assert_completed_capture(capture_dir, c, e, replay=True):
     assert [l["status"] for l in lines] == ["inputs saved", "completed"], lines
     assert lines[-1]["file"] == os.path.basename(files[0]) and lines[-1]["bytes"] == os.path.getsize(files[0])
     with h5py.File(files[0], "r") as f:
-        assert attr(f, "schema_version") == "1.3"
+        assert attr(f, "schema_version") == schema
         assert attr(f, "engine_version", "config") == f"vllm {c['version']}", attr(f, "engine_version", "config")
         assert attr(f, "engine_version") == f"vllm {c['version']}"
         assert attr(f, "capture_status") == "completed"
@@ -198,6 +199,64 @@ def triton_v0_10_layout():
     for r in range(table.shape[0]):
         for j in range(-(-int(step.batch["seq_lens"][r]) // e.block_size)):
             assert np.array_equal(got[table[r, j]], src[src_table[r, j]]), (r, j)
+
+
+class tensor_parallel_state:
+    """vLLM's parallel state as an initialised TP group would answer, for the block's duration."""
+
+    def __init__(self, rank, size):
+        self.rank, self.size = rank, size
+
+    def __enter__(self):
+        module = types.ModuleType("vllm.distributed.parallel_state")
+        module.get_tensor_model_parallel_rank = lambda: self.rank
+        module.get_tensor_model_parallel_world_size = lambda: self.size
+        self.saved = sys.modules.get("vllm.distributed.parallel_state")
+        sys.modules["vllm.distributed.parallel_state"] = module
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is None:
+            sys.modules.pop("vllm.distributed.parallel_state", None)
+        else:
+            sys.modules["vllm.distributed.parallel_state"] = self.saved
+
+
+@case
+def triton_tensor_parallel_rank():
+    """A TP rank's attention (rank 1 of 2): a schema-1.4 rank file with /config tp_size and tp_rank,
+    valid for both readers and replaying on the reference (attention needs no other rank)."""
+    step = make_step("ttp", SMALL + ["--mix", "d3@40+p1x7"])
+    d = os.path.join(WORK, "cap")
+    with tensor_parallel_state(1, 2):
+        c, e, *_ = triton_release("vllm-0.33.0", step, d)
+    path = assert_completed_capture(d, c, e, schema="1.4")
+    with h5py.File(path, "r") as f:
+        assert int(f["config"].attrs["tp_size"]) == 2 and int(f["config"].attrs["tp_rank"]) == 1
+        assert attr(f, "tp_rank") == "1" and attr(f, "tp_size") == "2"
+
+
+@case
+def seed_hybrid_tensor_parallel_refused():
+    """A TP rank of the seed's hybrid layer with a mamba1 branch: its SSM input is every head's
+    hidden row, which the rank's hook does not see; the step is skipped with that reason."""
+    step = make_step("htp", ["--preset", "hymba-small", "--set", "num_heads=4", "--set", "num_kv_heads=2",
+                             "--set", "head_size=32", "--set", "ssm.intermediate_size=64", "--set", "ssm.dt_rank=8",
+                             "--ssm-slots", "off", "--mix", "d2@40+p1x7"])
+    d = os.path.join(WORK, "cap")
+    seed, release = fe.contract("seed-hybrid"), fe.contract("vllm-0.12.0")
+    engines = {}
+    mod, tmod = fe.install_seed(seed, release, engines)
+    install_from_readme(d)
+    e = fe.Engine(step, release)
+    engines["current"] = e
+    impl, md = fe.make_hybrid(mod, tmod, e, "benchmark", seed)
+    with tensor_parallel_state(0, 2):
+        fe.call(impl, e, md)
+    assert h5_files(d) == [], h5_files(d)
+    lines = index(d)
+    assert len(lines) == 1 and lines[0]["status"] == "skipped", lines
+    assert "tensor-parallel rank 0 of 2 with SSM branch 'mamba1'" in lines[0]["reason"], lines
 
 
 @case

@@ -169,8 +169,9 @@ def write_hybrid_batch(path, config, batch, inputs, provenance=None, ssm=None):
 def _write_root_config_batch(f, config, batch, provenance, fp8_query, ssm):
     f.attrs["schema"] = "hybrid-batch"  # str -> variable-length UTF-8
     # The lowest version that describes the file: 1.1 added the SSM items, 1.2 layer_kind, 1.3 the
-    # fp8 query (+ q_scale) and /config engine_version.
-    f.attrs["schema_version"] = "1.3" if fp8_query or "engine_version" in config else \
+    # fp8 query (+ q_scale) and /config engine_version, 1.4 tensor-parallel rank files (tp_size > 1).
+    f.attrs["schema_version"] = "1.4" if int(config.get("tp_size", 1)) > 1 else \
+        "1.3" if fp8_query or "engine_version" in config else \
         "1.2" if "layer_kind" in config else \
         "1.1" if any(ssm.values()) or config.get("ssm_mode", "none") != "none" else "1.0"
     for key, value in (provenance or {}).items():
