@@ -129,8 +129,11 @@ std::map<std::string, Tensor> cut_mamba1_weights(const ChannelRange& ch, const T
       cut[name] = channel_axis(1);
     } else if (name == "out_proj_bias") {
       if (shard.tp_rank == 0) cut[name] = clone_host(w);
+    } else if (name == "conv1d_weight" || name == "conv1d_bias" || name == "dt_proj" || name == "dt_proj_bias" ||
+               name == "A_log" || name == "D") {
+      cut[name] = channel_axis(0);
     } else {
-      cut[name] = channel_axis(0);  // conv1d_weight, conv1d_bias, dt_proj, dt_proj_bias, A_log, D
+      throw Error(detail::concat(kPrefix, "mamba1 weight '", name, "' has no tensor-parallel rule"));
     }
   }
   return cut;
