@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole GPU check in one go, on the GPU machine (H100/H200, no network):
 #   bash harness/scripts/gpu-check.sh OUTDIR [STAGE...]
-# STAGEs (default: all, in this order): ctest sanitizer examples golden sweep bench peer suite graph
-# compare-check. The build
+# STAGEs (default: all, in this order): ctest sanitizer examples golden sweep sweep-shards tp bench
+# peer suite graph compare-check (sweep-shards and tp skip, saying so, on a machine with one GPU). The build
 # always runs first (incremental when build-gpu/ exists), so a long check can be split over two
 # calls of the device tool, e.g. `... OUT ctest sanitizer examples sweep` then `... OUT bench peer suite`.
 # configure + build (build-gpu/, all cores) → ctest (every test, GPU ones included) →
@@ -10,7 +10,9 @@
 # `hybridtb parity --backend cuda` against the reference on every datasets/examples/*.h5 →
 # `hybridtb replay --backend cuda` of the golden batches of datasets/vllm/ (vLLM's own kernels; the
 # files with a known difference between vLLM and our reference left out) →
-# the generated parity sweep (harness/scripts/parity-sweep.sh) → the attention benchmark (JSON)
+# the generated parity sweep (harness/scripts/parity-sweep.sh) → the same sweep sharded over every
+# GPU (run-shards.sh: verdicts equal, speed-up) → the tensor-parallel hybrid layer one rank per GPU
+# (hybridtb tp --placement devices: parity at tp 2/4/8, step times) → the attention benchmark (JSON)
 # → the SSM benchmark (when built) → the PyTorch peer on the same shapes and the ratio to it →
 # the standard suite → the CUDA-graph suite (eager vs replayed decode steps) → the compare check.
 # Writes build.log, ctest.log, sanitizer.log, examples.log, parity.json, sweep/, bench.log,
@@ -25,7 +27,7 @@
 # The bench stage also runs the GDN / Mamba-2 benchmark when built: bench-linear.json, bench-linear.log.
 set -uo pipefail
 
-ALL_STAGES="ctest sanitizer examples golden sweep bench peer suite graph compare-check"
+ALL_STAGES="ctest sanitizer examples golden sweep sweep-shards tp bench peer suite graph compare-check"
 if [[ $# -lt 1 ]]; then
   echo "usage: bash harness/scripts/gpu-check.sh OUTDIR [STAGE...]   (stages: $ALL_STAGES)" >&2
   exit 2
@@ -135,7 +137,76 @@ if want sweep; then
   bash harness/scripts/parity-sweep.sh "$OUT/sweep" --backend cuda --hybridtb "$ROOT/$BUILD/harness/cli/hybridtb" \
     >"$OUT/sweep.log" 2>&1
   rc=$?
-  record sweep "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$(tail -1 "$OUT/sweep.log") ($(( $(date +%s) - t0 )) s)"
+  SWEEP_SECONDS=$(( $(date +%s) - t0 ))
+  record sweep "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "$(tail -1 "$OUT/sweep.log") ($SWEEP_SECONDS s)"
+fi
+
+# --- the same sweep sharded over every GPU of the machine (run-shards.sh, one GPU per shard) ------
+# Verdicts must equal the one-GPU sweep's of this run case by case; the speed-up is its wall time
+# over this stage's.
+GPU_COUNT=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+if want sweep-shards && (( GPU_COUNT < 2 )); then
+  record sweep-shards skip "one GPU: the sharded sweep needs two or more"
+elif want sweep-shards; then
+  t0=$(date +%s)
+  bash harness/scripts/run-shards.sh sweep "$OUT/sweep-shards" -- --backend cuda \
+    --hybridtb "$ROOT/$BUILD/harness/cli/hybridtb" >"$OUT/sweep-shards.log" 2>&1
+  rc=$?
+  seconds=$(( $(date +%s) - t0 ))
+  same=$(python3 - "$OUT/sweep/parity-sweep.json" "$OUT/sweep-shards/parity-sweep.json" "${SWEEP_SECONDS:-}" \
+    "$seconds" <<'PY'
+import json, os, sys
+one, sharded, one_s, sharded_s = sys.argv[1:5]
+if not os.path.exists(sharded):
+    print("no merged sweep"); sys.exit(1)
+cases = {c["id"]: c["verdict"] for c in json.load(open(sharded))["cases"]}
+if not os.path.exists(one):
+    print(f"{len(cases)} cases (no one-GPU sweep in this run to compare)"); sys.exit(0)
+ref = {c["id"]: c["verdict"] for c in json.load(open(one))["cases"]}
+differ = sorted(k for k in ref.keys() | cases.keys() if ref.get(k) != cases.get(k))
+speed = f", {float(one_s) / float(sharded_s):.2f}x the one-GPU sweep's speed" if one_s else ""
+print(f"{len(cases)} cases, {len(differ)} verdicts differ from the one-GPU sweep{speed}" +
+      (f" (first: {differ[0]})" if differ else ""))
+sys.exit(1 if differ else 0)
+PY
+  )
+  same_rc=$?
+  record sweep-shards "$([[ $rc -eq 0 && $same_rc -eq 0 ]] && echo ok || echo FAIL)" \
+    "$GPU_COUNT GPUs: $same ($seconds s)"
+fi
+
+# --- tensor-parallel hybrid layer, one rank per GPU over NCCL (hybridtb tp --placement devices) ---
+# mamba-2.8b (40 query heads, one kv head replicated on every rank, mamba1 branch of 5120 channels):
+# decode, prefill and mixed steps against the unsharded reference at every tp the GPUs allow; then
+# prefill 8k and decode 64x4k timed sharded beside tp 1 (against cuda: the float64 reference of an
+# 8k prefill with this branch takes minutes; those verdicts are informational). tp/*.json: reports.
+if want tp && (( GPU_COUNT < 2 )); then
+  record tp skip "one GPU: a rank per GPU needs two or more"
+elif want tp; then
+  t0=$(date +%s)
+  gpus=$GPU_COUNT
+  mkdir -p "$OUT/tp"
+  : >"$OUT/tp.log"
+  tp_rc=0 runs=0
+  hyb="$BUILD/harness/cli/hybridtb"
+  for mix in d8@512 p1x1k d8@512+c1x256@256+p1x512 p1x8k d64@4k; do
+    name=$(echo "$mix" | tr '@+' '__')
+    "$hyb" gen --preset mamba-2.8b --mix "$mix" --quiet --out "$OUT/tp/$name.h5" >>"$OUT/tp.log" 2>&1 || tp_rc=1
+    for tp in 2 4 8; do
+      (( tp <= gpus )) || continue
+      if [[ "$mix" == p1x8k || "$mix" == d64@4k ]]; then
+        "$hyb" tp "$OUT/tp/$name.h5" --tp "$tp" --placement devices --backend cuda --against cuda --time 20 --quiet \
+          --no-rationale --report "$OUT/tp/${name}_tp$tp.json" >>"$OUT/tp.log" 2>&1
+      else
+        "$hyb" tp "$OUT/tp/$name.h5" --tp "$tp" --placement devices --backend cuda --quiet --no-rationale \
+          --report "$OUT/tp/${name}_tp$tp.json" >>"$OUT/tp.log" 2>&1 || tp_rc=1
+        runs=$(( runs + 1 ))
+      fi
+    done
+    rm -f "$OUT/tp/$name.h5"
+  done
+  record tp "$([[ $tp_rc -eq 0 ]] && echo ok || echo FAIL)" \
+    "$runs parity runs against the reference on $gpus GPUs; $(grep -c 'step time over' "$OUT/tp.log") timed ($(( $(date +%s) - t0 )) s)"
 fi
 
 # --- kernel benchmarks ---------------------------------------------------------------------------
