@@ -244,15 +244,8 @@ def seed_hybrid_tensor_parallel_refused():
                              "--set", "head_size=32", "--set", "ssm.intermediate_size=64", "--set", "ssm.dt_rank=8",
                              "--ssm-slots", "off", "--mix", "d2@40+p1x7"])
     d = os.path.join(WORK, "cap")
-    seed, release = fe.contract("seed-hybrid"), fe.contract("vllm-0.12.0")
-    engines = {}
-    mod, tmod = fe.install_seed(seed, release, engines)
-    install_from_readme(d)
-    e = fe.Engine(step, release)
-    engines["current"] = e
-    impl, md = fe.make_hybrid(mod, tmod, e, "benchmark", seed)
     with tensor_parallel_state(0, 2):
-        fe.call(impl, e, md)
+        seed_hybrid_forward(step, d, "benchmark")
     assert h5_files(d) == [], h5_files(d)
     lines = index(d)
     assert len(lines) == 1 and lines[0]["status"] == "skipped", lines
@@ -454,17 +447,24 @@ def triton_v0_33_fp8_e5m2():
 # ------------------------------------------------------------------------------------------------
 # The seed's hybrid backend.
 
-def hybrid_case(tag, gen_args, adapter_mode, expected_ssm_mode, transform=None):
-    step = make_step(tag, gen_args, transform)
-    d = os.path.join(WORK, "cap")
+def seed_hybrid_forward(step, capture_dir, adapter_mode):
+    """Installs the seed's HybridAttentionImpl on 0.12's engine and the hooks (README), runs one
+    forward; returns (release, engine)."""
     seed, release = fe.contract("seed-hybrid"), fe.contract("vllm-0.12.0")
     engines = {}
     mod, tmod = fe.install_seed(seed, release, engines)
-    install_from_readme(d)
+    install_from_readme(capture_dir)
     e = fe.Engine(step, release)
     engines["current"] = e
     impl, md = fe.make_hybrid(mod, tmod, e, adapter_mode, seed)
     fe.call(impl, e, md)
+    return release, e
+
+
+def hybrid_case(tag, gen_args, adapter_mode, expected_ssm_mode, transform=None):
+    step = make_step(tag, gen_args, transform)
+    d = os.path.join(WORK, "cap")
+    release, e = seed_hybrid_forward(step, d, adapter_mode)
     path = assert_completed_capture(d, release, e)  # one file: the inner Triton call is not captured again
     with h5py.File(path, "r") as f:
         assert attr(f, "ssm_mode", "config") == expected_ssm_mode
