@@ -51,7 +51,7 @@ void HostThreadGroup::abort() {
 
 void HostThreadGroup::arrive_and_wait() {
   std::unique_lock<std::mutex> lock(mutex_);
-  HYBRIDTB_CHECK(!aborted_, "tensor parallel: another rank of the group failed");
+  if (aborted_) throw TensorParallelAborted("tensor parallel: another rank of the group failed");
   const uint64_t generation = generation_;
   if (++waiting_ == size_) {
     waiting_ = 0;
@@ -60,7 +60,7 @@ void HostThreadGroup::arrive_and_wait() {
     return;
   }
   arrived_.wait(lock, [&] { return generation_ != generation || aborted_; });
-  HYBRIDTB_CHECK(!aborted_, "tensor parallel: another rank of the group failed");
+  if (aborted_) throw TensorParallelAborted("tensor parallel: another rank of the group failed");
 }
 
 namespace {

@@ -28,8 +28,8 @@ void check_group(const std::vector<BatchFile>& ranks) {
   }
 }
 
-// Runs `body(rank, backend)` on one thread per rank, each with its backend created there (after
-// options.on_rank_thread) with its group. A rank that throws aborts the host group (the others
+// Runs `body(rank, backend, host_group)` on one thread per rank, each with its backend created there
+// (after options.on_rank_thread) with its group. A rank that throws aborts the host group (the others
 // leave their all-reduces and `barrier` waits); the first rank that failed on its own account is
 // rethrown with the rank named.
 template <typename Body>
@@ -61,13 +61,11 @@ void on_rank_threads(const std::vector<BatchFile>& ranks, const RankRunOptions& 
     if (!failures[static_cast<size_t>(r)]) continue;
     try {
       std::rethrow_exception(failures[static_cast<size_t>(r)]);
+    } catch (const TensorParallelAborted&) {
+      aborted_only = true;  // stopped because of another rank: report that one
     } catch (const NotSupported& e) {
       throw NotSupported(detail::concat("rank ", r, " of ", tp, ": ", e.what()));
     } catch (const std::exception& e) {
-      if (std::string(e.what()).find("another rank of the group failed") != std::string::npos) {
-        aborted_only = true;
-        continue;
-      }
       throw Error(detail::concat("rank ", r, " of ", tp, ": ", e.what()));
     }
   }

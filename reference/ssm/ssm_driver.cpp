@@ -40,6 +40,14 @@ void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& me
 
   // A tensor-parallel rank reads every head's row and writes its own heads' columns.
   const bool rank_of_group = config.is_tensor_parallel_rank();
+  if (rank_of_group) {
+    const TensorView& hidden = tensors.ssm_hidden;
+    HYBRIDTB_CHECK(!hidden.empty() && hidden.device() == Device::kHost && hidden.rank() == 2 &&
+                       hidden.size(0) == query.size(0) && hidden.size(1) == shape.hidden_size,
+                   hidden.empty() ? "missing /inputs/ssm_hidden" : "/inputs/ssm_hidden has the wrong shape",
+                   " (a tensor-parallel rank's SSM input: [T, tp_size * num_heads * head_size] = [", query.size(0), ", ",
+                   shape.hidden_size, "] on the host), got ", hidden.empty() ? std::string("nothing") : hidden.describe());
+  }
   const Matrix hidden = load_token_rows(rank_of_group ? tensors.ssm_hidden : query, num_tokens);  // [tokens, H]
   Matrix out = Matrix::Zero(num_tokens, shape.hidden_size);
 

@@ -306,6 +306,12 @@ TEST(TensorParallelMamba1AllReduce, ARankAloneOrInTheWrongGroupIsRefused) {
               ::testing::ThrowsMessage<Error>(HasSubstr("rank file 0 of 2 has /config tp_rank 1")));
   EXPECT_THAT([&] { (void)run_rank_steps({ranks[0]}); },
               ::testing::ThrowsMessage<Error>(HasSubstr("rank file 0 of 1 has /config tp_rank 0 of tp_size 2")));
+  // A rank that fails mid-step: the others leave the all-reduce it never reaches (no hang), and its
+  // own error is the one reported.
+  std::vector<BatchFile> broken = ranks;
+  broken[1].inputs.ssm_hidden = Tensor();
+  EXPECT_THAT([&] { (void)run_rank_steps(broken); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("rank 1 of 2: missing /inputs/ssm_hidden")));
 }
 
 // --- the metamorphic relation ---------------------------------------------------------------------

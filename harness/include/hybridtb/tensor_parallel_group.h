@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "hybridtb/config.h"
+#include "hybridtb/error.h"
 #include "hybridtb/tensor.h"
 
 namespace hybridtb {
@@ -33,6 +34,13 @@ class TensorParallelGroup {
   // As all_reduce_sum for contiguous device tensors, enqueued on `stream` (the backend's
   // cudaStream_t), without waiting; capturable in a CUDA graph. Default: Error (no device sums).
   virtual void all_reduce_sum_on_stream(const TensorView& values, void* stream);
+};
+
+// What a rank's all-reduce throws when another rank of its HostThreadGroup failed (abort()): the
+// rank stops because of the other, whose own error is the one to report.
+class TensorParallelAborted : public Error {
+ public:
+  using Error::Error;
 };
 
 // The group a tensor-parallel rank's SSM branch meets the others through: `group`, checked to be
@@ -54,7 +62,8 @@ class HostThreadGroup {
 
  private:
   class Rank;
-  // Waits until every rank has arrived (a reusable barrier); throws Error once abort() was called.
+  // Waits until every rank has arrived (a reusable barrier); throws TensorParallelAborted once
+  // abort() was called.
   void arrive_and_wait();
   void sum_into(int64_t r, const TensorView& values);
 
