@@ -166,14 +166,6 @@ GenEstimate estimate_gen(const Layer& layer, const Mix& mix, const GenOptions& o
   return {bytes, bytes + kProcessOverheadBytes};
 }
 
-// Rank r's file of tensor-parallel size tp beside `path`: step.h5 -> step.tp4-rank2.h5.
-std::string tp_rank_path(const std::string& path, int64_t tp, int64_t rank) {
-  const std::filesystem::path p(path);
-  return (p.parent_path() / (p.stem().string() + ".tp" + std::to_string(tp) + "-rank" + std::to_string(rank) +
-                              p.extension().string()))
-      .string();
-}
-
 }  // namespace
 
 Command add_gen_command(CLI::App& app) {
@@ -383,7 +375,7 @@ Command add_gen_command(CLI::App& app) {
                   try {
                     write_batch_file(path, file, FileProgress{&transfer_progress});
                     for (size_t r = 0; r < rank_files.size(); ++r) {
-                      const std::string rank_path = tp_rank_path(path, opt->tp, static_cast<int64_t>(r));
+                      const std::string rank_path = spec::tp_rank_file_path(path, opt->tp, static_cast<int64_t>(r));
                       write_batch_file(rank_path, rank_files[r]);
                       (void)read_batch_file(rank_path);  // the reader validates what was written
                       if (!opt->quiet) std::cout << "wrote " << rank_path << ": rank " << r << " of " << opt->tp << "\n";

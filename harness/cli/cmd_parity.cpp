@@ -47,6 +47,7 @@ struct Options {
   int64_t tp = 0;  // tp: the ranks each file is cut into
   std::string placement = "auto";  // tp: auto | host | devices
   int64_t time_runs = 0;           // tp: > 0 times the sharded and the unsharded step this many runs
+  bool rank_files = false;         // tp: read the ranks from gen --tp's files beside each file
 };
 
 StepOutputs run_backend(const std::string& name, const BatchFile& file) {
@@ -77,15 +78,27 @@ RankRunOptions rank_placement(const std::string& backend, int64_t tp, const std:
   return options;
 }
 
-std::vector<BatchFile> rank_files(const BatchFile& file, int64_t tp) {
+// The `tp` ranks of the step in `file` (at `path`): cut here, or read from the rank files beside it
+// (--rank-files: gen --tp's, or any written by the same rules).
+std::vector<BatchFile> rank_files(const std::string& path, const BatchFile& file, int64_t tp, bool from_disk) {
   std::vector<BatchFile> ranks;
-  for (int64_t r = 0; r < tp; ++r) ranks.push_back(spec::shard_batch_file(file, spec::tp_shard(file.config, tp, r)));
+  for (int64_t r = 0; r < tp; ++r) {
+    if (!from_disk) {
+      ranks.push_back(spec::shard_batch_file(file, spec::tp_shard(file.config, tp, r)));
+      continue;
+    }
+    const std::string rank_path = spec::tp_rank_file_path(path, tp, r);
+    HYBRIDTB_CHECK(std::filesystem::exists(rank_path), "--rank-files: no rank file ", rank_path, " (rank ", r, " of ", tp,
+                   "; `hybridtb gen --tp ", tp, "` writes them beside the step)");
+    ranks.push_back(read_batch_file(rank_path));
+  }
   return ranks;
 }
 
-// The file's step cut into `tp` ranks, run together as `options` place them, the ranks' results joined.
-StepOutputs run_sharded(const BatchFile& file, int64_t tp, const RankRunOptions& options) {
-  StepOutputs joined = spec::join_step_outputs(file.config, run_rank_steps(rank_files(file, tp), options));
+// The step's ranks run together as `options` place them, their results joined.
+StepOutputs run_sharded(const BatchFile& file, const std::vector<BatchFile>& ranks, const RankRunOptions& options) {
+  const auto tp = static_cast<int64_t>(ranks.size());
+  StepOutputs joined = spec::join_step_outputs(file.config, run_rank_steps(ranks, options));
   joined.backend = detail::concat(options.backend, " tp ", tp);
   return joined;
 }
@@ -99,12 +112,13 @@ nlohmann::ordered_json milliseconds(std::vector<double> seconds) {
 // --time: the unsharded step on the candidate backend (one rank, default device) and the step
 // sharded over `placed`, each timed `runs` times after a warm-up (time_rank_steps); printed, and
 // returned for the report.
-nlohmann::ordered_json time_step(const std::string& path, const BatchFile& file, int64_t tp, const RankRunOptions& placed,
-                                 int64_t runs) {
+nlohmann::ordered_json time_step(const std::string& path, const BatchFile& file, const std::vector<BatchFile>& ranks,
+                                 const RankRunOptions& placed, int64_t runs) {
+  const auto tp = static_cast<int64_t>(ranks.size());
   RankRunOptions alone;
   alone.backend = placed.backend;
   const nlohmann::ordered_json whole = milliseconds(time_rank_steps({file}, runs, alone));
-  const nlohmann::ordered_json sharded = milliseconds(time_rank_steps(rank_files(file, tp), runs, placed));
+  const nlohmann::ordered_json sharded = milliseconds(time_rank_steps(ranks, runs, placed));
   std::cout << "hybridtb tp: " << path << ": step time over " << runs << " runs (median ms): tp 1 "
             << whole["median"].get<double>() << ", tp " << tp << " " << sharded["median"].get<double>() << " ("
             << whole["median"].get<double>() / sharded["median"].get<double>() << "x)\n";
@@ -162,15 +176,16 @@ int compare_files(const Options& opt, bool replay) {
         HYBRIDTB_CHECK(file.expected.has_value(), path, " has no /expected to replay against (record it with `hybridtb record`)");
       }
       try {
-        const StepOutputs candidate =
-            placed ? run_sharded(file, opt.tp, *placed) : run_backend(opt.backend, file);
+        const std::vector<BatchFile> ranks =
+            placed ? rank_files(path, file, opt.tp, opt.rank_files) : std::vector<BatchFile>{};
+        const StepOutputs candidate = placed ? run_sharded(file, ranks, *placed) : run_backend(opt.backend, file);
         const StepOutputs expected = replay ? *file.expected : run_backend(opt.against, file);
         CompareOptions options;
         options.check_expected_padding = !replay;
         // parity: both backends use the shared builders; tp: the ranks' metadata is theirs (their kv heads).
         options.compare_metadata = replay;
         report = compare_step(file, candidate, expected, options);
-        if (placed && opt.time_runs > 0) timings.push_back(time_step(path, file, opt.tp, *placed, opt.time_runs));
+        if (placed && opt.time_runs > 0) timings.push_back(time_step(path, file, ranks, *placed, opt.time_runs));
       } catch (const NotSupported& e) {
         report.candidate_backend = opt.backend;
         report.not_supported = e.what();
@@ -260,6 +275,9 @@ Command add_tp_command(CLI::App& app) {
                   "Also time the step N runs (after a warm-up) sharded and unsharded on --backend; printed, and in "
                   "--report as tensor_parallel_timing (median/min/max ms)")
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--rank-files", opt->rank_files,
+                "Read the ranks from the rank files beside each FILE (FILE.tpN-rankR.h5, as gen --tp writes them) "
+                "instead of cutting FILE here; FILE is the unsharded step they are compared with");
   cmd->footer("\nEach rank runs on its own thread with its own backend; a mamba1 branch all-reduces x_proj's "
               "product and its contribution between them (datasets/SCHEMA.md 5.2.2). A file that does not split "
               "over --tp ranks is bad input, naming the constraint.");

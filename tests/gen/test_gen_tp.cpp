@@ -114,6 +114,14 @@ TEST(GenTp, AMamba1RankAloneIsRefusedAndTheTpCommandPasses) {
   ASSERT_EQ(run_command(cli() + " tp " + step.string() + " --tp 4 --backend reference --quiet --no-rationale", &out), 0)
       << out;
   EXPECT_THAT(out, HasSubstr("1 passed, 0 failed"));
+  // gen's own rank files, read back and run together against the step they were cut from.
+  ASSERT_EQ(run_command(cli() + " tp " + step.string() + " --tp 2 --rank-files --backend reference --quiet --no-rationale",
+                        &out),
+            0)
+      << out;
+  EXPECT_THAT(out, HasSubstr("1 passed, 0 failed"));
+  EXPECT_EQ(run_command(cli() + " tp " + step.string() + " --tp 4 --rank-files --backend reference --quiet", &out), 2);
+  EXPECT_THAT(out, HasSubstr("--rank-files: no rank file " + rank_path(step, 4, 0)));
   // The reference has no placement of its own: its ranks meet through host memory, and asking for
   // devices is bad input that names why.
   EXPECT_THAT(out, HasSubstr("4 ranks on reference: one place, meeting through host memory"));

@@ -2,6 +2,7 @@
 #include "hybridtb/spec/tensor_parallel.h"
 
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -379,6 +380,13 @@ BatchFile shard_batch_file(const BatchFile& file, const TpShard& shard) {
   rank.provenance["tensor_parallel"] = detail::concat("rank ", shard.tp_rank, " of ", shard.tp_size);
   rank.warnings = file.warnings;
   return rank;
+}
+
+std::string tp_rank_file_path(const std::string& path, int64_t tp_size, int64_t tp_rank) {
+  const std::filesystem::path p(path);
+  return (p.parent_path() / (p.stem().string() + ".tp" + std::to_string(tp_size) + "-rank" + std::to_string(tp_rank) +
+                              p.extension().string()))
+      .string();
 }
 
 Tensor join_query_heads(const AttentionConfig& config, const std::vector<TensorView>& rank_outputs) {

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "hybridtb/batch_file.h"
@@ -71,6 +72,10 @@ AttentionConfig shard_config(const AttentionConfig& config, const TpShard& shard
 // an SSM branch this does not shard (naming the mode) or a linear layer; Error if a tensor's head or
 // channel axis does not match the config.
 BatchFile shard_batch_file(const BatchFile& file, const TpShard& shard);
+
+// Where rank `tp_rank` of `tp_size`'s file of the step at `path` lies (`gen --tp` writes them there,
+// `hybridtb tp --rank-files` reads them): step.h5 -> step.tp4-rank2.h5, in the same folder.
+std::string tp_rank_file_path(const std::string& path, int64_t tp_size, int64_t tp_rank);
 
 // The unsharded [T, Hq, D] from the ranks' [T, Hq/tp, D] (output, attn_output or ssm_output of each
 // rank, in rank order; tp = rank_outputs.size()): concatenation along the head axis. Throws Error
