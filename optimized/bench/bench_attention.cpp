@@ -1,4 +1,4 @@
-// hybridtb_bench_attention [--out FILE.json] [--quick] [--filter REGEX]: times the CUDA attention kernels (prepare
+// hybridtb_bench_attention [--out FILE.json] [--quick] [--filter REGEX] [--mma-decode-split C,MIN,MAX]: times the CUDA attention kernels (prepare
 // once, launch timed with CUDA events, warm-up, median) on Llama-3-8B shapes (32 query / 8 kv heads,
 // head 128, bf16, block 16, shuffled paged KV), with the ceilings measured in the same run (read-only
 // streaming kernel and D2D copy for bandwidth, a cuBLAS bf16 GEMM for tensor-core FLOP/s).
@@ -8,11 +8,14 @@
 // path, plus 1×4k on the generic SIMT kernel for comparison; 1-byte KV caches (fp8 e4m3/e5m2 per
 // tensor, int8/fp8 per token-head) for prefill and decode, their bytes counted at one per element; the mixed step is also reported as a
 // ratio to the sum of its parts (decode 64×4k + prefill 1×2k). --filter runs only the cases whose name
-// matches REGEX (ECMAScript, anywhere in the name; the ceilings are measured all the same). Run by
+// matches REGEX (ECMAScript, anywhere in the name; the ceilings are measured all the same).
+// --mma-decode-split replaces the tensor-core decode kernel's key-split policy (about C CTAs per SM,
+// splits of MIN to MAX keys; attention_work_plan.h) for every case, to tune it. Run by
 // harness/scripts/gpu-check.sh.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -22,6 +25,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <regex>
 #include <string>
@@ -83,7 +87,8 @@ nlohmann::json run_environment() {
           {"max_mem_clock_mhz", facts.max_mem_clock_mhz}};
 }
 
-nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, bool quick) {
+nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, bool quick,
+                        const std::optional<DecodeSplitPolicy>& mma_decode_split) {
   AttentionConfig config;
   config.num_heads = 32;
   config.num_kv_heads = 8;
@@ -179,6 +184,7 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
   overrides.generic_prefill = bc.generic;
   overrides.prefill_variant = bc.variant;
   overrides.simt_decode = bc.simt_decode;
+  overrides.mma_decode_split = mma_decode_split;
   AttentionRunner runner(config, memory, num_sms, overrides);
   runner.prepare(batch, tensors, out, stream);
   runner.launch(stream);  // warm-up
@@ -211,6 +217,7 @@ int main(int argc, char** argv) {
   std::string out_path;
   bool quick = false;
   std::string filter;
+  std::optional<DecodeSplitPolicy> mma_decode_split;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--out" && i + 1 < argc) {
@@ -219,8 +226,21 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (arg == "--filter" && i + 1 < argc) {
       filter = argv[++i];
+    } else if (arg == "--mma-decode-split" && i + 1 < argc) {
+      DecodeSplitPolicy policy{};
+      char tail = 0;
+      if (std::sscanf(argv[++i], "%ld,%ld,%ld%c", &policy.ctas_per_sm, &policy.min_keys, &policy.max_keys, &tail) != 3 ||
+          policy.ctas_per_sm < 1 || policy.min_keys < 64 || policy.max_keys < policy.min_keys ||
+          !std::has_single_bit(static_cast<uint64_t>(policy.min_keys)) ||
+          !std::has_single_bit(static_cast<uint64_t>(policy.max_keys))) {
+        std::cerr << "hybridtb_bench_attention: --mma-decode-split takes CTAS_PER_SM,MIN_KEYS,MAX_KEYS with "
+                     "CTAS_PER_SM >= 1 and MIN_KEYS <= MAX_KEYS powers of two from 64, got '" << argv[i] << "'\n";
+        return 2;
+      }
+      mma_decode_split = policy;
     } else {
-      std::cerr << "usage: hybridtb_bench_attention [--out FILE.json] [--quick] [--filter REGEX]\n";
+      std::cerr << "usage: hybridtb_bench_attention [--out FILE.json] [--quick] [--filter REGEX] "
+                   "[--mma-decode-split C,MIN,MAX]\n";
       return 2;
     }
   }
@@ -233,6 +253,11 @@ int main(int argc, char** argv) {
     report["device"] = prop.name;
     report["sms"] = prop.multiProcessorCount;
     report["environment"] = run_environment();
+    if (mma_decode_split) {
+      report["mma_decode_split"] = {{"ctas_per_sm", mma_decode_split->ctas_per_sm},
+                                    {"min_keys", mma_decode_split->min_keys},
+                                    {"max_keys", mma_decode_split->max_keys}};
+    }
     const double read = bench::measure_read_bandwidth(int64_t{4} << 30, 10, stream);
     const double copy = bench::measure_copy_bandwidth(int64_t{2} << 30, 10, stream);
     const double gemm = bench::measure_bf16_gemm_tflops(stream);
@@ -284,7 +309,7 @@ int main(int argc, char** argv) {
     nlohmann::json results = nlohmann::json::array();
     std::printf("%-22s %10s %9s %7s %9s  %s\n", "case", "median_us", "GB/s", "%read", "TFLOP/s", "plan");
     for (const BenchCase& bc : cases) {
-      nlohmann::json j = run_case(bc, prop.multiProcessorCount, stream, quick);
+      nlohmann::json j = run_case(bc, prop.multiProcessorCount, stream, quick, mma_decode_split);
       j["pct_of_read_ceiling"] = 100.0 * j["GBps"].get<double>() * 1e9 / read;
       j["pct_of_gemm_ceiling"] = 100.0 * j["TFLOPs"].get<double>() / gemm;
       std::printf("%-22s %10.1f %9.1f %6.1f%% %9.1f  %s\n", bc.name.c_str(), j["median_us"].get<double>(),

@@ -80,19 +80,20 @@ TEST(AttentionPlan, DecodeRowsTakeTheTensorCoreDecodeKernelWithTheirSplit) {
   EXPECT_EQ(plan.requests[0].path, RowPath::kDecodeMma);
   EXPECT_EQ(plan.requests[0].key_begin, 0);
   EXPECT_EQ(plan.requests[0].key_end, 32768);
-  // 8 CTAs per SM over 32768 keys × 8 kv heads × 1 head pass: 32768·8 / 1056 → 256 keys (the minimum).
-  EXPECT_EQ(plan.decode_mma_chunk, 256);
-  EXPECT_EQ(plan.requests[0].splits, 128);
-  EXPECT_EQ(plan.decode_mma.size(), 128u);
+  // About 4 CTAs per SM over 32768 keys × 8 kv heads × 1 head pass: 32768·8 / 528 → 497 keys, the
+  // power of two 512, raised to the minimum of 1024 keys per split.
+  EXPECT_EQ(plan.decode_mma_chunk, 1024);
+  EXPECT_EQ(plan.requests[0].splits, 32);
+  EXPECT_EQ(plan.decode_mma.size(), 32u);
   EXPECT_TRUE(plan.decode.empty());
   ASSERT_EQ(plan.combine.size(), 1u);
-  EXPECT_EQ(plan.combine[0].num_splits, 128);
-  EXPECT_EQ(plan.decode_mma_grid_ctas, 128 * 8);  // items × kv heads × one pass of 8 heads (GQA 4)
+  EXPECT_EQ(plan.combine[0].num_splits, 32);
+  EXPECT_EQ(plan.decode_mma_grid_ctas, 32 * 8);  // items × kv heads × one pass of 8 heads (GQA 4)
   EXPECT_EQ(plan.combine_grid_ctas, 32);
   for (size_t s = 0; s < plan.decode_mma.size(); ++s) {
     const DecodeItem& item = plan.decode_mma[s];
-    EXPECT_EQ(item.key_begin, static_cast<int32_t>(s) * 256);
-    EXPECT_EQ(item.key_end, static_cast<int32_t>(s + 1) * 256);
+    EXPECT_EQ(item.key_begin, static_cast<int32_t>(s) * 1024);
+    EXPECT_EQ(item.key_end, static_cast<int32_t>(s + 1) * 1024);
     EXPECT_EQ(item.partial_slot, static_cast<int32_t>(s));
   }
   EXPECT_EQ(plan.summary.decode_mma_rows, 1);
@@ -102,13 +103,40 @@ TEST(AttentionPlan, DecodeRowsTakeTheTensorCoreDecodeKernelWithTheirSplit) {
 TEST(AttentionPlan, ManyShortDecodesAreNotSplit) {
   const AttentionConfig c = llama();
   const AttentionPlan plan = plan_for(c, batch_of(std::vector<Req>(256, {4095, 1}), c.block_size));
-  // 256 × 4096 keys × 8 kv heads / 1056 CTAs → 7944, rounded up to 8000 keys per split: every
-  // row is one CTA, with no partials.
-  EXPECT_EQ(plan.decode_mma_chunk, 8000);
+  // 256 × 4096 keys × 8 kv heads / 528 CTAs → 15888, the power of two 16384, lowered to the maximum
+  // of 4096 keys per split: every row is one CTA, with no partials.
+  EXPECT_EQ(plan.decode_mma_chunk, 4096);
   EXPECT_EQ(plan.decode_mma.size(), 256u);
   EXPECT_TRUE(plan.combine.empty());
   EXPECT_EQ(plan.partial_slots, 0);
   EXPECT_EQ(plan.partial_acc_bytes + plan.partial_ml_bytes, 0u);
+}
+
+TEST(AttentionPlan, DecodeRowsSplitEvenly) {
+  const AttentionConfig c = llama();
+  // 64 rows of 4100 keys: 64·4100·8 / 528 → 3976 keys, the power of two 4096; each row takes two
+  // splits of 2112 and 1988 keys (64-key multiples), not 4096 and a remainder of 4.
+  const AttentionPlan plan = plan_for(c, batch_of(std::vector<Req>(64, {4099, 1}), c.block_size));
+  EXPECT_EQ(plan.decode_mma_chunk, 4096);
+  ASSERT_EQ(plan.decode_mma.size(), 128u);
+  for (const DecodeItem& item : plan.decode_mma) {
+    EXPECT_EQ(item.key_end - item.key_begin, item.key_begin == 0 ? 2112 : 1988);
+  }
+  EXPECT_EQ(plan.combine.size(), 64u);
+}
+
+TEST(AttentionPlan, DecodeSplitPolicyIsChecked) {
+  const AttentionConfig c = llama();
+  const BatchDescription b = batch_of({{32767, 1}}, c.block_size);
+  for (const DecodeSplitPolicy policy : {DecodeSplitPolicy{0, 1024, 4096}, DecodeSplitPolicy{4, 1000, 4096},
+                                         DecodeSplitPolicy{4, 32, 4096}, DecodeSplitPolicy{4, 4096, 1024}}) {
+    AttentionPathOverrides o;
+    o.mma_decode_split = policy;
+    EXPECT_THROW(plan_for(c, b, o), Error) << policy.ctas_per_sm << "," << policy.min_keys << "," << policy.max_keys;
+  }
+  AttentionPathOverrides o;
+  o.mma_decode_split = DecodeSplitPolicy{8, 256, 8192};
+  EXPECT_EQ(plan_for(c, b, o).decode_mma_chunk, 256);  // 32768·8 / 1056 → 249 → 256
 }
 
 TEST(AttentionPlan, OneByteCachesTakeTheTensorCoreKernels) {
@@ -314,15 +342,15 @@ TEST(AttentionPlan, PrintedPlanNamesEveryRequestAndKernel) {
   for (const char* line : {
            "attention plan: 3 requests, 65 query rows, 132 SMs\n",
            "layer: decoder, dtype bfloat16, kv_cache_dtype auto, heads 32/8, head size 128, block 16, window 0\n",
-           "  request 0: query_len 1, tensor-core decode, keys [0, 32768), 128 splits\n",
+           "  request 0: query_len 1, tensor-core decode, keys [0, 32768), 32 splits\n",
            "  request 1: query_len 64, tensor-core prefill, 16 CTAs\n",
            "  request 2: query_len 0, padding (no work, nothing written)\n",
-           "  tensor-core decode: 1 rows, 128 items of up to 256 keys, 8 heads per CTA, grid 1024 CTAs\n",
+           "  tensor-core decode: 1 rows, 32 items of up to 1024 keys, 8 heads per CTA, grid 256 CTAs\n",
            "  combine: 1 split rows, grid 32 CTAs\n",
            "  tensor-core prefill: 64 rows, variant 1 (128 rows per CTA), grid 16 CTAs\n",
            "  generic: 0 rows, grid 0 CTAs\n",
            "workspace: upload ",
-           "split partials 128 slots = 2129920 bytes (32 heads x (128 + 2) floats per slot)\n",
+           "split partials 32 slots = 532480 bytes (32 heads x (128 + 2) floats per slot)\n",
        }) {
     EXPECT_NE(text.find(line), std::string::npos) << "missing: " << line << "in:\n" << text;
   }

@@ -95,7 +95,7 @@ std::vector<DecodeCase> cases() {
   // The compute-sanitizer subset: unsplit, split, featured logits, 16 columns.
   add({.name = "SmallUnsplitBf16Gqa4", .num_heads = 8, .num_kv_heads = 2, .requests = kShort}, {.unsplit = true});
   add({.name = "SmallSplitFp16Head64Gqa6", .num_heads = 6, .num_kv_heads = 1, .head_size = 64,
-       .dtype = DType::kFloat16, .requests = {{3000, 1}, {3, 1}}, .window = 700}, {.split = true});
+       .dtype = DType::kFloat16, .requests = {{3000, 1}, {3, 1}}, .window = 1500}, {.split = true});
   add({.name = "SmallFeaturesHead256", .num_heads = 4, .num_kv_heads = 2, .head_size = 256, .block_size = 32,
        .requests = {{600, 1}, {40, 1}}, .soft_cap = 5.0, .alibi = Alibi::kLinear, .sinks = true});
   add({.name = "SmallGqa12Head128", .num_heads = 12, .num_kv_heads = 1, .dtype = DType::kFloat16,

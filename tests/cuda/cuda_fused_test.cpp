@@ -56,8 +56,8 @@ struct Epilogues {
 using FusedCase = CheckedCase<Epilogues>;
 
 // Decodes first (vLLM's order, required by the Mamba builder). A context of 6000 or more is split
-// across CTAs by the planner (256–8192 keys per split at about 8–16 CTAs per SM); contexts below
-// 256 never are. {0, 1}: a decode with one key.
+// across CTAs by the planner (splits of 256–8192 keys on the SIMT kernel, 1024–4096 on the
+// tensor-core kernel); contexts below 256 never are. {0, 1}: a decode with one key.
 const std::vector<RequestSpec> kLong = {{20000, 1}, {9000, 1}, {4100, 1}, {700, 1}};
 const std::vector<RequestSpec> kMix = {{300, 1}, {17, 1}, {1000, 1}, {0, 1}, {40, 23}, {0, 70}, {129, 64}};
 const std::vector<RequestSpec> kSmall = {{45, 1}, {3, 1}, {20, 9}, {0, 17}};

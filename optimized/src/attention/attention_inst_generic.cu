@@ -49,9 +49,11 @@ void launch_generic_attention(const AttentionParams& params, ElementKind kv_kind
 
 void launch_decode_combine(const AttentionParams& params, int64_t num_items, cudaStream_t stream) {
   if (num_items == 0) return;
+  HYBRIDTB_CHECK(params.head_size % 4 == 0 && params.head_size <= 4 * kCombineThreads,
+                 "decode combine: head size ", params.head_size, " is not a multiple of 4 up to ",
+                 4 * kCombineThreads);
   const dim3 grid(static_cast<unsigned>(num_items), static_cast<unsigned>(params.num_heads));
-  decode_combine_kernel<<<grid, 128, 0, stream>>>(params);
-  HYBRIDTB_CUDA_CHECK_LAUNCH();
+  launch_pdl(decode_combine_kernel, grid, dim3(kCombineThreads), 0, stream, params);
 }
 
 }  // namespace hybridtb::cuda

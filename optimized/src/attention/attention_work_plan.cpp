@@ -5,6 +5,7 @@
 #include "attention/attention_work_plan.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <sstream>
 
@@ -155,25 +156,36 @@ RoutedRows route_requests(const AttentionPlanInput& in, AttentionPlan& plan) {
   return rows;
 }
 
-// Cuts each decode row's keys into splits of one chunk (DecodeSplitPolicy) for a kernel whose grid
-// has `passes` head passes per kv head; numbers the partial slots from next_slot on and adds a
-// combine item for every split row. Returns the chunk (0 without rows).
+// Cuts each decode row's keys into splits for a kernel whose grid has `passes` head passes per kv
+// head (DecodeSplitPolicy: the chunk is the power of two that gives about ctas_per_sm CTAs per SM,
+// within [min_keys, max_keys]); a row of n keys takes ceil(n / chunk) splits of equal length
+// (rounded up to 64 keys, the last one shorter), so no split is a short remainder. Numbers the
+// partial slots from next_slot on and adds a combine item for every split row. Returns the chunk
+// (0 without rows).
 int64_t split_decode_rows(const AttentionPlanInput& in, const std::vector<DecodeRow>& rows, int64_t passes,
                           const DecodeSplitPolicy& policy, std::vector<DecodeItem>& items, int32_t& next_slot,
                           AttentionPlan& plan) {
   if (rows.empty()) return 0;
+  HYBRIDTB_CHECK(policy.ctas_per_sm >= 1 && policy.min_keys >= 64 && policy.min_keys <= policy.max_keys &&
+                     std::has_single_bit(static_cast<uint64_t>(policy.min_keys)) &&
+                     std::has_single_bit(static_cast<uint64_t>(policy.max_keys)),
+                 "decode split policy: ctas_per_sm ", policy.ctas_per_sm, " must be at least 1 and min_keys ",
+                 policy.min_keys, " ≤ max_keys ", policy.max_keys, " powers of two from 64");
   int64_t total_keys = 0;
   for (const DecodeRow& row : rows) total_keys += row.range.key_end - row.range.key_begin;
   const int64_t target_ctas = std::max<int64_t>(1, policy.ctas_per_sm * in.num_sms);
-  int64_t chunk = (total_keys * in.config->num_kv_heads * passes + target_ctas - 1) / target_ctas;
-  chunk = std::clamp<int64_t>((chunk + 63) / 64 * 64, policy.min_keys, policy.max_keys);
+  const int64_t wanted = (total_keys * in.config->num_kv_heads * passes + target_ctas - 1) / target_ctas;
+  int64_t chunk = 64;
+  while (chunk < wanted) chunk *= 2;
+  chunk = std::clamp<int64_t>(chunk, policy.min_keys, policy.max_keys);
   for (const DecodeRow& row : rows) {
     const int64_t n = row.range.key_end - row.range.key_begin;
     const int64_t splits = std::max<int64_t>(1, (n + chunk - 1) / chunk);
+    const int64_t length = ((n + splits - 1) / splits + 63) / 64 * 64;  // ≤ chunk; (splits − 1)·length < n
     const int32_t token = in.batch->query_start_loc[row.request];
     for (int64_t s = 0; s < splits; ++s) {
-      const int64_t kb = row.range.key_begin + s * chunk;
-      const int64_t ke = std::min<int64_t>(row.range.key_end, kb + chunk);
+      const int64_t kb = row.range.key_begin + s * length;
+      const int64_t ke = std::min<int64_t>(row.range.key_end, kb + length);
       items.push_back({to_i32(row.request), token, to_i32(kb), to_i32(ke), row.range.causal_begin,
                        row.range.causal_end, to_i32(splits), splits > 1 ? next_slot + to_i32(s) : 0});
     }
@@ -391,7 +403,10 @@ FixedShapeCapacity fixed_shape_capacity(const AttentionConfig& c, const Attentio
            1;
   };
   const bool mma = decode_mma_reason(c, overrides, true).empty();
-  if (mma) f.decode_mma_capacity = capacity(decode_mma_heads_per_pass(qpk, c.head_size), kMmaDecodeSplit);
+  if (mma) {
+    f.decode_mma_capacity = capacity(decode_mma_heads_per_pass(qpk, c.head_size),
+                                     overrides.mma_decode_split.value_or(kMmaDecodeSplit));
+  }
   // mm_prefix rows whose ranges widen the visible keys take the SIMT kernel.
   if (!mma || f.mm_prefix) f.decode_capacity = capacity(decode_heads_per_pass(qpk), kSimtDecodeSplit);
   return f;
@@ -470,7 +485,8 @@ AttentionPlan plan_attention(const AttentionPlanInput& in) {
   const int64_t mma_passes = (qpk + plan.mma_heads_per_pass - 1) / plan.mma_heads_per_pass;
   plan.decode_chunk = split_decode_rows(in, rows.simt, passes, kSimtDecodeSplit, plan.decode, next_slot, plan);
   plan.decode_mma_chunk =
-      split_decode_rows(in, rows.mma, mma_passes, kMmaDecodeSplit, plan.decode_mma, next_slot, plan);
+      split_decode_rows(in, rows.mma, mma_passes, in.overrides.mma_decode_split.value_or(kMmaDecodeSplit),
+                        plan.decode_mma, next_slot, plan);
   if (in.fixed != nullptr) pad_to_capacity(*in.fixed, plan, next_slot);
   plan.partial_slots = next_slot;
   const auto partial_values = static_cast<size_t>(next_slot) * static_cast<size_t>(c.num_heads);

@@ -31,6 +31,24 @@
 
 namespace hybridtb::cuda {
 
+// How a decode kernel's key ranges are cut into CTAs (split_decode_rows): keys per split the power
+// of two that gives the kernel's grid about ctas_per_sm CTAs per SM, within [min_keys, max_keys]
+// (powers of two, at least 64); each row then splits evenly.
+struct DecodeSplitPolicy {
+  int64_t ctas_per_sm;
+  int64_t min_keys;
+  int64_t max_keys;
+};
+// The SIMT decode kernel: several waves of resident CTAs even for one long row (1×32k: 128 splits
+// of 256 keys).
+inline constexpr DecodeSplitPolicy kSimtDecodeSplit{16, 256, 8192};
+// The tensor-core decode kernel streams a split at the bandwidth once its ring is full, and each
+// CTA's start (block-table entries, the first tiles) and each split's share of the combine cost
+// the time of a few hundred keys, so its splits are long: at least 1024 keys, at most 4096 (a
+// 4k-context row stays whole), about 4 CTAs per SM: the best of the benchmark's --mma-decode-split
+// sweep on an H200 across its decode cases (experiments/results/README.md).
+inline constexpr DecodeSplitPolicy kMmaDecodeSplit{4, 1024, 4096};
+
 // Debugging and comparison switches: force rows onto a path other than the one the planner would
 // choose. Production code passes the defaults; benchmarks and tests pass what they compare.
 struct AttentionPathOverrides {
@@ -45,20 +63,10 @@ struct AttentionPathOverrides {
   // default for the head size. The other variants exist for head size 128 (the benchmark's "v0"
   // and "v2" rows).
   int prefill_variant = -1;
+  // Key split of the tensor-core decode kernel in place of kMmaDecodeSplit (the benchmark's
+  // --mma-decode-split, for tuning the policy); fixed-shape capacities follow it too.
+  std::optional<DecodeSplitPolicy> mma_decode_split;
 };
-
-// How a decode kernel's key ranges are cut into CTAs: keys per split chosen so that the kernel's
-// grid has about ctas_per_sm CTAs per SM, rounded up to 64 keys, within [min_keys, max_keys].
-struct DecodeSplitPolicy {
-  int64_t ctas_per_sm;
-  int64_t min_keys;
-  int64_t max_keys;
-};
-// The SIMT decode kernel: several waves of resident CTAs even for one long row (1×32k: 128 splits
-// of 256 keys).
-inline constexpr DecodeSplitPolicy kSimtDecodeSplit{16, 256, 8192};
-// The tensor-core decode kernel: its CTAs stream faster, so fewer per SM.
-inline constexpr DecodeSplitPolicy kMmaDecodeSplit{8, 256, 8192};
 
 // What the bound tensors allow (decided by the runner from the device pointers and strides; the
 // explain path assumes the contiguous, aligned tensors the backend allocates itself).

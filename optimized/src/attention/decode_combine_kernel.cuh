@@ -7,23 +7,32 @@
 // [slots, Hq, D]); the planner numbers the slots of both decode kernels in one sequence. A row is
 // finished by one CTA per query head, so a long row's many splits are read in parallel over its
 // heads. Sentinel items (token < 0) return at once.
+//
+// Launched as a programmatic dependent of the decode kernel before it (pdl.cuh): the decode CTAs
+// allow it at their start, so its CTAs are resident and its launch latency is spent while the last
+// decode CTAs stream their keys; it waits for the decode kernel's completion before reading
+// anything.
 #pragma once
 
 #include "attention/attention_common.cuh"
+#include "common/pdl.cuh"
 
 namespace hybridtb::cuda {
 
 // Finishes split decode rows: one CTA per (row, query head). The split weights
 // e^{m_s − max} are computed once per chunk of kCombineChunk splits into shared memory (every
-// thread a strided subset), the denominator is reduced over the threads by a fixed tree, and each
-// output element sums its splits in split order (unrolled: the loads of several splits in flight,
-// which a long row — 128 splits at 1×32k — needs, rather than one L2 latency per split).
-// Deterministic: fixed orders, no atomics.
+// thread a strided subset), the denominator is reduced over the threads by a fixed tree. The
+// numerators are summed with 16-byte loads: thread (split group sg, dim quad dq) adds the splits
+// s ≡ sg (mod groups) of dims 4·dq … 4·dq + 3 in split order (several loads in flight, which a long
+// row — 128 splits at 1×32k — needs, rather than one L2 latency per split), then the groups' sums
+// are added in group order. Deterministic: fixed orders, no atomics. Head size: a multiple of 4,
+// at most 4·kCombineThreads (launch_decode_combine checks it).
 constexpr int kCombineThreads = 128;
 constexpr int kCombineChunk = 512;
 __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const __grid_constant__ AttentionParams p) {
-  __shared__ float sm_w[kCombineChunk];
+  __shared__ __align__(16) float sm_w[kCombineChunk];  // split weights; then the split groups' numerator sums
   __shared__ float sm_red[kCombineThreads];
+  pdl_wait_for_predecessor();  // the partials of the decode kernel before it
   const CombineItem item = p.combine_items[blockIdx.x];
   if (item.token < 0) return;  // sentinel item (uniform per CTA: before any barrier)
   const int head = static_cast<int>(blockIdx.y);
@@ -42,10 +51,13 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
   }
   mx = sm_red[0];
   __syncthreads();
+  const int quads = d / 4;
+  const int groups = kCombineThreads / quads;
+  const int dq = tid % quads;
+  const int sg = tid / quads;  // ≥ groups: an idle thread in the numerator sums
   float l_part = 0.0f;
-  constexpr int kMaxDimsPerThread = 4;  // head size ≤ 512
-  float acc[kMaxDimsPerThread] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const float* pacc = p.partial_acc + (static_cast<int64_t>(item.first_slot) * p.num_heads + head) * d;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const float* pacc = p.partial_acc + (static_cast<int64_t>(item.first_slot) * p.num_heads + head) * d + 4 * dq;
   const int64_t acc_stride = static_cast<int64_t>(p.num_heads) * d;
   for (int base = 0; base < item.num_splits; base += kCombineChunk) {
     const int n = min(kCombineChunk, item.num_splits - base);
@@ -56,19 +68,21 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
       l_part += e[1] * w;
     }
     __syncthreads();
-#pragma unroll
-    for (int i = 0; i < kMaxDimsPerThread; ++i) {
-      const int c = tid + i * kCombineThreads;
-      if (c < d) {
-        const float* a = pacc + static_cast<int64_t>(base) * acc_stride + c;
-        float sum = acc[i];
-#pragma unroll 8
-        for (int s = 0; s < n; ++s) sum += a[s * acc_stride] * sm_w[s];
-        acc[i] = sum;
+    if (sg < groups) {
+      const float* a = pacc + static_cast<int64_t>(base) * acc_stride;
+#pragma unroll 4
+      for (int s = sg; s < n; s += groups) {
+        const float4 v = *reinterpret_cast<const float4*>(a + s * acc_stride);
+        const float w = sm_w[s];
+        acc.x += v.x * w;
+        acc.y += v.y * w;
+        acc.z += v.z * w;
+        acc.w += v.w * w;
       }
     }
     __syncthreads();
   }
+  if (sg < groups) *reinterpret_cast<float4*>(sm_w + sg * d + 4 * dq) = acc;  // groups·d ≤ kCombineChunk
   sm_red[tid] = l_part;
   __syncthreads();
   for (int o = kCombineThreads / 2; o > 0; o /= 2) {
@@ -76,14 +90,12 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(const _
     __syncthreads();
   }
   const RowScale f = row_finalize(p, head, mx, sm_red[0]);
-#pragma unroll
-  for (int i = 0; i < kMaxDimsPerThread; ++i) {
-    const int c = tid + i * kCombineThreads;
-    if (c < d) {
-      const float o = f.zero != 0.0f ? 0.0f : acc[i] * f.acc_factor;
-      store_output(p, static_cast<int64_t>(item.token) * p.o_stride_token + static_cast<int64_t>(head) * p.o_stride_head + c,
-                   o);
-    }
+  for (int c = tid; c < d; c += kCombineThreads) {
+    float sum = 0.0f;
+    for (int g = 0; g < groups; ++g) sum += sm_w[g * d + c];
+    const float o = f.zero != 0.0f ? 0.0f : sum * f.acc_factor;
+    store_output(p, static_cast<int64_t>(item.token) * p.o_stride_token + static_cast<int64_t>(head) * p.o_stride_head + c,
+                 o);
   }
 }
 

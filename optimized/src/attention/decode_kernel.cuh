@@ -24,6 +24,7 @@
 #include <cuda_fp16.h>
 
 #include "attention/attention_common.cuh"
+#include "common/pdl.cuh"
 
 namespace hybridtb::cuda {
 
@@ -131,6 +132,7 @@ __global__ void __launch_bounds__(kDecodeThreads, HPP <= 4 ? 4 : 2) decode_atten
   auto& sm_m = *reinterpret_cast<float(*)[kDecodeWarps][HPP]>(smem + kDecodeWarps * HPP * D * sizeof(float));
   auto& sm_l = *reinterpret_cast<float(*)[kDecodeWarps][HPP]>(smem + kDecodeWarps * HPP * (D + 1) * sizeof(float));
 
+  pdl_allow_dependents();  // the combine kernel may launch once every CTA is resident (it waits for us)
   const DecodeItem item = p.decode_items[blockIdx.x];
   if (item.request < 0) return;  // sentinel item (uniform per CTA: before any barrier or copy)
   const int kv_head = static_cast<int>(blockIdx.y);

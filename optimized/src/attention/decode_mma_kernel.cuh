@@ -62,6 +62,7 @@
 #include "attention/byte_cache.cuh"
 #include "common/cuda_check.h"
 #include "common/mma.cuh"
+#include "common/pdl.cuh"
 
 namespace hybridtb::cuda {
 
@@ -149,6 +150,7 @@ __global__ void __launch_bounds__(32 * decode_mma_config(D, kIsByteCache<Cache>,
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t s_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
 
+  pdl_allow_dependents();  // the combine kernel may launch once every CTA is resident (it waits for us)
   const DecodeItem item = p.decode_items[blockIdx.x];
   if (item.request < 0) return;  // sentinel item (uniform per CTA: before any barrier or copy)
   const int kv_head = static_cast<int>(blockIdx.y);
