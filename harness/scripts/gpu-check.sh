@@ -2,7 +2,7 @@
 # The whole GPU check in one go, on the GPU machine (H100/H200, no network):
 #   bash harness/scripts/gpu-check.sh OUTDIR [STAGE...]
 # STAGEs (default: all, in this order): ctest sanitizer examples golden sweep sweep-shards tp bench
-# peer suite graph compare-check (sweep-shards and tp skip, saying so, on a machine with one GPU). The build
+# peer linear-peer suite graph compare-check (sweep-shards and tp skip, saying so, on a machine with one GPU). The build
 # always runs first (incremental when build-gpu/ exists), so a long check can be split over two
 # calls of the device tool, e.g. `... OUT ctest sanitizer examples sweep` then `... OUT bench peer suite`.
 # configure + build (build-gpu/, all cores) → ctest (every test, GPU ones included) →
@@ -14,12 +14,12 @@
 # GPU (run-shards.sh: verdicts equal, speed-up) → the tensor-parallel hybrid layer one rank per GPU
 # (hybridtb tp --placement devices: parity at tp 2/4/8, step times) → the attention benchmark (JSON)
 # → the SSM benchmark (when built) → the PyTorch peer on the same shapes and the ratio to it →
-# the standard suite → the CUDA-graph suite (eager vs replayed decode steps) → the compare check.
+# vLLM's and FLA's GDN / Mamba-2 prefill kernels beside ours (linear-peer) → the standard suite → the CUDA-graph suite (eager vs replayed decode steps) → the compare check.
 # Writes build.log, ctest.log, sanitizer.log, examples.log, parity.json, sweep/, bench.log,
 # bench.json, bench-ssm.*, peer.log, peer.json, peer-ratio.json and summary.txt into OUTDIR and
 # prints the summary table last. HYBRIDTB_VLLM_SRC, when set, names an unpacked vLLM release (the
 # folder holding vllm/): its Triton kernels then run as a second peer in the peer stage
-# (peer-vllm.json, their ratios in peer-ratio.json; with bench-linear.json, its GDN / Mamba-2 prefill
+# (peer-vllm.json, their ratios in peer-ratio.json), the linear-peer stage (its GDN / Mamba-2 prefill
 # kernels beside ours: peer-linear.json, peer-linear.log) and the suite stage (suite_peer.py --vllm).
 # HYBRIDTB_GIT_COMMIT in the environment names the commit where the
 # tree has no .git (the device machine gets a copy without it).
@@ -27,7 +27,7 @@
 # The bench stage also runs the GDN / Mamba-2 benchmark when built: bench-linear.json, bench-linear.log.
 set -uo pipefail
 
-ALL_STAGES="ctest sanitizer examples golden sweep sweep-shards tp bench peer suite graph compare-check"
+ALL_STAGES="ctest sanitizer examples golden sweep sweep-shards tp bench peer linear-peer suite graph compare-check"
 if [[ $# -lt 1 ]]; then
   echo "usage: bash harness/scripts/gpu-check.sh OUTDIR [STAGE...]   (stages: $ALL_STAGES)" >&2
   exit 2
@@ -259,15 +259,25 @@ if want peer; then
       rc=$?
       record peer-ssm "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "peer-ssm.json, peer-ssm-ratio.json ($(( $(date +%s) - t0 )) s)"
     fi
-    # vLLM's (and, when the fla package is importable, FLA's) Triton GDN / Mamba-2 prefill kernels on
-    # the linear benchmark's cases, each output checked against our cuda backend on the same inputs.
-    if [[ -n "${HYBRIDTB_VLLM_SRC:-}" && -f "$OUT/bench-linear.json" ]]; then
-      t0=$(date +%s)
-      python3 experiments/peers/vllm_linear_peer.py --vllm "$HYBRIDTB_VLLM_SRC" --ours "$OUT/bench-linear.json" \
-        --hybridtb "$BUILD/harness/cli/hybridtb" --json "$OUT/peer-linear.json" >"$OUT/peer-linear.log" 2>&1
-      rc=$?
-      record peer-linear "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "peer-linear.json ($(( $(date +%s) - t0 )) s)"
-    fi
+  fi
+fi
+
+# --- vLLM's and FLA's linear-attention prefill kernels (minutes: Triton autotunes each case) -------
+# Their Triton GDN / Mamba-2 prefill kernels on the linear benchmark's cases, each output checked
+# against our cuda backend on the same inputs (vllm_linear_peer.py); needs HYBRIDTB_VLLM_SRC and the
+# bench stage's bench-linear.json in the same OUTDIR. HYBRIDTB_LINEAR_PEER_CASES (a regex) picks cases.
+if want linear-peer; then
+  if [[ -z "${HYBRIDTB_VLLM_SRC:-}" ]]; then
+    record linear-peer skip "HYBRIDTB_VLLM_SRC names no unpacked vLLM release"
+  elif [[ ! -f "$OUT/bench-linear.json" ]]; then
+    record linear-peer FAIL "needs bench-linear.json from the bench stage in the same OUTDIR"
+  else
+    t0=$(date +%s)
+    python3 experiments/peers/vllm_linear_peer.py --vllm "$HYBRIDTB_VLLM_SRC" --ours "$OUT/bench-linear.json" \
+      --hybridtb "$BUILD/harness/cli/hybridtb" ${HYBRIDTB_LINEAR_PEER_CASES:+--cases "$HYBRIDTB_LINEAR_PEER_CASES"} \
+      --json "$OUT/peer-linear.json" >"$OUT/peer-linear.log" 2>&1
+    rc=$?
+    record linear-peer "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "peer-linear.json ($(( $(date +%s) - t0 )) s)"
   fi
 fi
 
