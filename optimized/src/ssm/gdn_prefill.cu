@@ -8,10 +8,12 @@
 // G_i the in-chunk inclusive cumsum of g and Γ_ij = e^(G_i − G_j) (j ≤ i, so ≤ 1):
 //   (1) chunk_intra_kernel, per chunk × value head, parallel over all chunks of the wave:
 //         A_ij = β_i·Γ_ij·(k̂_i·k̂_j) for j < i (strictly lower),  P_ij = (q̂_i·k̂_j)·Γ_ij for j ≤ i,
-//         [W | U] = (I + A)^-1·[diag(β·e^G)·K | diag(β)·V]  by forward substitution, one column
-//         per thread held in registers (no synchronisation inside the solve); W (per value head) and
-//         k̂ (per key head, by its first value head) leave in the state pass's mma fragment order
-//         (w_frag, k_frag: one 32 KiB tile per chunk and head);
+//         [W | U] = (I + A)^-1·[diag(β·e^G)·K | diag(β)·V]  by block forward substitution over the
+//         four 16-token blocks: the diagonal blocks' inverses T_bb = (I + A_bb)^-1 by substitution
+//         (a column per thread), then X_b = T_bb·(R_b − Σ_{k<b} A_bk·X_k) on the tensor cores, each
+//         warp owning 32 columns of W or U through the four blocks (only warp-level synchronisation);
+//         G by a warp scan; W (per value head) and k̂ (per key head, by its first value head) leave in
+//         the state pass's mma fragment order (w_frag, k_frag: one 32 KiB tile per chunk and head);
 //   (2) chunk_state_kernel, per prefill × value head × tile of 8 rows of M (16 where the 8-row
 //       grid would not fit on the SMs at once), sequential over the request's chunks — only the
 //       chain that must be sequential. The products run transposed, M's rows on the mma's n = 8
@@ -35,8 +37,8 @@
 // heads: 256 + 128 MiB, written once by (1), read by (2); the token-major W they replace was 256 MiB).
 // Every product runs on the tensor cores in 3xTF32 (mma.cuh: each float32 operand split into TF32
 // hi + lo, three m16n8k8 products with float32 accumulation: float32-level accuracy, the parity
-// tests unchanged); the substitution, decays and gates stay float32 on the CUDA cores. Fixed
-// summation orders, no atomics: bitwise reproducible.
+// tests unchanged); the diagonal blocks' inverses, decays and gates stay float32 on the CUDA cores.
+// Fixed summation orders, no atomics: bitwise reproducible.
 // The state pass is the sequential part and the wall of the prefill: its blocks are few (one per
 // value head and tile of M's rows), so each chunk's work per thread is kept small — one bulk copy
 // per W or k̂ tile instead of per-thread copies with their index arithmetic, one 16-byte shared load
@@ -68,6 +70,7 @@ constexpr int kOutCols = 64;          // value channels per block of the output 
 constexpr int kRowMajor128 = kGdnMaxHeadDim + 4;  // 132: [·][dk] read row-major
 constexpr int kRowMajor64 = kC + 4;               // 68
 constexpr int kColMajor64 = kOutCols + 8;         // 72
+constexpr int kColMajor128 = kGdnMaxHeadDim + 8;  // 136: [·][dk or dv] read transposed
 static_assert(kOutCols == kC, "the output pass's state rows copy as a chunk-sized tile");
 
 __host__ __device__ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
@@ -77,9 +80,11 @@ __host__ __device__ constexpr int round_up(int x, int m) { return (x + m - 1) / 
 // y[n·kYn + k·kYk] for its 8·kTiles columns; both in shared memory, read through the fragment
 // layout of mma_tf32 (each X fragment feeds kTiles products). The hi·hi products accumulate in c,
 // the lo·hi and hi·lo ones in a second accumulator added at the end: two dependent mma chains
-// in flight instead of one three times as long (a fixed order all the same).
+// in flight instead of one three times as long (a fixed order all the same). Only the first
+// `tiles` (warp-uniform) column tiles are computed; the others' Y is not read.
 template <int kTiles, int kXm, int kXk, int kYn, int kYk>
-__device__ __forceinline__ void warp_mma_3xtf32(float (&c)[kTiles][4], const float* x, const float* y, int ksteps) {
+__device__ __forceinline__ void warp_mma_3xtf32(float (&c)[kTiles][4], const float* x, const float* y, int ksteps,
+                                                int tiles = kTiles) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const float* xg = x + (lane / 4) * kXm + (lane % 4) * kXk;
   const float* yg = y + (lane / 4) * kYn + (lane % 4) * kYk;
@@ -94,6 +99,7 @@ __device__ __forceinline__ void warp_mma_3xtf32(float (&c)[kTiles][4], const flo
     mma::split_tf32(xg[8 * kXm + (k + 4) * kXk], a_hi[3], a_lo[3]);
 #pragma unroll
     for (int j = 0; j < kTiles; ++j) {
+      if (j >= tiles) continue;
       uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
       mma::split_tf32(yg[8 * j * kYn + k * kYk], b_hi0, b_lo0);
       mma::split_tf32(yg[8 * j * kYn + (k + 4) * kYk], b_hi1, b_lo1);
@@ -145,151 +151,269 @@ __device__ void copy_tile_async(float* dst, int ss, const float* src, int64_t gs
   }
 }
 
-// Shared memory of chunk_intra_kernel (floats): K, Q [C][132], A [C][68], G, β, β·e^G [C].
-size_t intra_smem_bytes() { return sizeof(float) * (2 * kC * kRowMajor128 + kC * kRowMajor64 + 3 * kC); }
+// c1 += X1·Yᵀ and c2 += X2·Yᵀ as warp_mma_3xtf32 (X1, X2, Y row-major, rows kS floats apart), each
+// Y fragment split once for both products; only the first `tiles` (warp-uniform) column tiles.
+template <int kTiles, int kS>
+__device__ __forceinline__ void warp_mma_3xtf32_pair(float (&c1)[kTiles][4], float (&c2)[kTiles][4], const float* x1,
+                                                     const float* x2, const float* y, int ksteps, int tiles) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int at = (lane / 4) * kS + lane % 4;
+  float small1[kTiles][4] = {}, small2[kTiles][4] = {};
+#pragma unroll 2
+  for (int s = 0; s < ksteps; ++s) {
+    const int k = at + 8 * s;
+    uint32_t a1_hi[4], a1_lo[4], a2_hi[4], a2_lo[4];
+    mma::split_tf32(make_float4(x1[k], x1[8 * kS + k], x1[k + 4], x1[8 * kS + k + 4]), a1_hi, a1_lo);
+    mma::split_tf32(make_float4(x2[k], x2[8 * kS + k], x2[k + 4], x2[8 * kS + k + 4]), a2_hi, a2_lo);
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      if (j >= tiles) continue;
+      uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
+      mma::split_tf32(y[8 * j * kS + k], b_hi0, b_lo0);
+      mma::split_tf32(y[8 * j * kS + k + 4], b_hi1, b_lo1);
+      mma::mma_tf32(small1[j], a1_lo, b_hi0, b_hi1);
+      mma::mma_tf32(small1[j], a1_hi, b_lo0, b_lo1);
+      mma::mma_tf32(c1[j], a1_hi, b_hi0, b_hi1);
+      mma::mma_tf32(small2[j], a2_lo, b_hi0, b_hi1);
+      mma::mma_tf32(small2[j], a2_hi, b_lo0, b_lo1);
+      mma::mma_tf32(c2[j], a2_hi, b_hi0, b_hi1);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      c1[j][e] += small1[j][e];
+      c2[j][e] += small2[j][e];
+    }
+  }
+}
 
-// Block = chunk blockIdx.x × value head blockIdx.y.
-__global__ void __launch_bounds__(kPrefillThreads) chunk_intra_kernel(GdnParams p) {
+// Shared memory of chunk_intra_kernel (floats): two [C][136] tiles (q̂ and k̂ at row stride 132, then
+// v and k̂ at 136: the right-hand sides, overwritten by U and W), −A with its diagonal blocks replaced
+// by their inverses [C][68], G, β, β·e^G [C].
+size_t intra_smem_bytes() { return sizeof(float) * (2 * kC * kColMajor128 + kC * kRowMajor64 + 3 * kC); }
+
+// Block = chunk blockIdx.x × value head blockIdx.y; two blocks per SM (the shared memory).
+__global__ void __launch_bounds__(kPrefillThreads, 2) chunk_intra_kernel(GdnParams p) {
+  static_assert(kC == 64 && kPrefillThreads == 256, "the warp roles below are written for 64 tokens and 8 warps");
   const GdnChunk chunk = p.chunks[blockIdx.x];
   const int h = static_cast<int>(blockIdx.y);
   const int n = chunk.end - chunk.begin;
   const int dk = p.dk, dv = p.dv, Hv = p.Hv;
   const int hk = h / (Hv / p.Hk);
   const int tid = static_cast<int>(threadIdx.x);
-  const int warp = tid / 32;
-  constexpr int ks = kRowMajor128, as = kRowMajor64;
+  const int warp = tid / 32, lane = tid % 32;
+  const int dk16 = round_up(dk, 16);
+  constexpr int ks = kRowMajor128, xs = kColMajor128, as = kRowMajor64;
   extern __shared__ __align__(16) float intra_smem[];
-  float* K = intra_smem;
-  float* Q = K + kC * ks;
-  float* A = Q + kC * ks;
-  float* G = A + kC * as;
-  float* B = G + kC;
-  float* BE = B + kC;
+  float* const Q = intra_smem;   // q̂, then v (U's right-hand side), then U
+  float* const K = Q + kC * xs;  // k̂, then W's right-hand side, then W
+  float* const A = K + kC * xs;  // −A, its diagonal blocks then replaced by T_bb
+  float* const G = A + kC * as;
+  float* const B = G + kC;
+  float* const BE = B + kC;
 
   // q̂, k̂ of the chunk, zero past its n rows and past dk (to dk rounded up to 16: the mma tiles).
   const float* rows = p.qkv + int64_t{chunk.begin} * gdn_conv_dim(p);
   const bool qkv_vec = dk % 4 == 0 && gdn_conv_dim(p) % 4 == 0 && aligned16(p.qkv);
-  copy_tile_async(Q, ks, rows + int64_t{hk} * dk, gdn_conv_dim(p), n, dk, round_up(dk, 16), qkv_vec);
-  copy_tile_async(K, ks, rows + int64_t{p.Hk + hk} * dk, gdn_conv_dim(p), n, dk, round_up(dk, 16), qkv_vec);
+  copy_tile_async(Q, ks, rows + int64_t{hk} * dk, gdn_conv_dim(p), n, dk, dk16, qkv_vec);
+  copy_tile_async(K, ks, rows + int64_t{p.Hk + hk} * dk, gdn_conv_dim(p), n, dk, dk16, qkv_vec);
   mma::cp_async_commit();
-  // g and β of the chunk's tokens (0 past n), loaded in parallel; then the in-chunk inclusive
-  // cumsum of g by one thread from shared memory, in token order (a chain of 64 dependent global
-  // loads, as it was, cost more than the rest of the kernel).
-  for (int i = tid; i < kC; i += kPrefillThreads) {
-    G[i] = i < n ? p.g[int64_t{chunk.begin + i} * Hv + h] : 0.0f;
-    B[i] = i < n ? p.beta[int64_t{chunk.begin + i} * Hv + h] : 0.0f;
-  }
-  __syncthreads();
-  if (tid == 0) {
-    float acc = 0.0f;
-    for (int i = 0; i < n; ++i) {
-      acc += G[i];
-      G[i] = acc;
+  // G, the in-chunk inclusive cumsum of g, by warp 0 (lane l: tokens 2l and 2l + 1, a scan of the
+  // lanes' pair sums over the warp); β by warp 1; both 0 past n.
+  if (warp == 0) {
+    const int i = 2 * lane;
+    const float* g_rows = p.g + int64_t{chunk.begin} * Hv + h;
+    const float g0 = i < n ? g_rows[int64_t{i} * Hv] : 0.0f;
+    const float g1 = i + 1 < n ? g_rows[int64_t{i + 1} * Hv] : 0.0f;
+    float incl = g0 + g1;
+#pragma unroll
+    for (int d = 1; d < 32; d *= 2) {
+      const float below = __shfl_up_sync(0xffffffffu, incl, d);
+      if (lane >= d) incl += below;
     }
+    const float before = __shfl_up_sync(0xffffffffu, incl, 1);
+    const float G0 = lane == 0 ? g0 : before + g0;
+    G[i] = i < n ? G0 : 0.0f;
+    G[i + 1] = i + 1 < n ? G0 + g1 : 0.0f;
+  } else if (warp == 1) {
+    for (int i = lane; i < kC; i += 32) B[i] = i < n ? p.beta[int64_t{chunk.begin + i} * Hv + h] : 0.0f;
   }
   mma::cp_async_wait<0>();
   __syncthreads();
-  for (int i = tid; i < kC; i += kPrefillThreads) BE[i] = B[i] * expf(G[i]);
-  const int dk16 = round_up(dk, 16);
+  if (tid < kC) BE[tid] = B[tid] * expf(G[tid]);
+  for (int i = tid; i < n; i += kPrefillThreads) p.gcum[int64_t{chunk.begin + i} * Hv + h] = G[i];
   // k̂ of the chunk in the fragment order of the state pass's second product (quad 32·(8·s + w) + lane
   // holds lane's A fragment of token step s over columns 16·w …), by the first value head of each
   // key head, 16 bytes per store.
   if (h % (Hv / p.Hk) == 0) {
     float4* out = reinterpret_cast<float4*>(p.k_frag + (int64_t{blockIdx.x} * p.Hk + hk) * kGdnFragTileFloats);
     for (int q = tid; q < kGdnFragTileFloats / 4; q += kPrefillThreads) {
-      const int lane = q % 32, col_group = q / 32 % 8, s = q / 256;
+      const int quad_lane = q % 32, col_group = q / 32 % 8, s = q / 256;
       if (16 * col_group >= dk16) continue;  // columns the state pass does not read
-      const float* kg = K + (8 * s + lane % 4) * ks + 16 * col_group + lane / 4;
+      const float* kg = K + (8 * s + quad_lane % 4) * ks + 16 * col_group + quad_lane / 4;
       out[q] = make_float4(kg[0], kg[8], kg[4 * ks], kg[4 * ks + 8]);
     }
   }
 
-  // A (strictly lower) and P (lower with the diagonal; rows of the chunk, zeros above) from k̂·k̂ᵀ and
-  // q̂·k̂ᵀ on the tensor cores: warp w takes rows 16·(w mod 4) … and columns 32·(w / 4) … of both
-  // (the two warps whose columns all lie above their rows only write zeros).
+  // −A (strictly lower) and P (lower with the diagonal; rows of the chunk, zeros above) from k̂·k̂ᵀ
+  // and q̂·k̂ᵀ on the tensor cores, one pass over both: warp w takes rows 16·(w mod 4) … and columns
+  // 32·(w / 4) …, only its 8-column tiles that reach the diagonal (the others are zeros).
   {
     const int m0 = 16 * (warp % 4), n0 = 32 * (warp / 4);
+    const int tiles = min(4, max(0, (m0 + 16 - n0) / 8));
     float kk[4][4] = {}, qk[4][4] = {};
-    if (n0 <= m0 + 15) {
-      warp_mma_3xtf32<4, ks, 1, ks, 1>(kk, K + m0 * ks, K + n0 * ks, round_up(dk, 8) / 8);
-      warp_mma_3xtf32<4, ks, 1, ks, 1>(qk, Q + m0 * ks, K + n0 * ks, round_up(dk, 8) / 8);
+    if (tiles > 0) {
+      warp_mma_3xtf32_pair<4, ks>(kk, qk, K + m0 * ks, Q + m0 * ks, K + n0 * ks, round_up(dk, 8) / 8, tiles);
     }
 #pragma unroll
     for (int jt = 0; jt < 4; ++jt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = m0 + frag_row(e), j = n0 + 8 * jt + frag_col(e);
-        float a = 0.0f, attn = 0.0f;
+        float neg_a = 0.0f, attn = 0.0f;
         if (i < n && j <= i) {
           const float decay = expf(G[i] - G[j]);
-          if (j < i) a = B[i] * decay * kk[jt][e];
+          if (j < i) neg_a = -(B[i] * decay * kk[jt][e]);
           attn = qk[jt][e] * decay;
         }
-        A[i * as + j] = a;
+        A[i * as + j] = neg_a;
         if (i < n) p.attn[(int64_t{chunk.begin + i} * Hv + h) * kC + j] = attn;
       }
     }
   }
-  __syncthreads();
+  __syncthreads();  // q̂, k̂ at stride 132 and −A are read or written by every warp
 
-  // (I + A)·X = [diag(β·e^G)·K | diag(β)·V] by forward substitution, one column per thread held in
-  // registers (thread c < 128: column c of W, else column c − 128 of U): X_i = rhs_i − Σ_{j<i}
-  // A_ij·X_j; row i of A is a broadcast, read 4 floats at a time, and the sum runs in four
-  // interleaved partial sums (j mod 4, j ascending in each; four short dependent chains instead of one
-  // of length i). Rows past n (and W's columns from dk to dk16): A's rows are zero and the right-hand
-  // side zero, so they come out exact zeros; U's are not stored, W's are (the state pass's products
-  // run over all 64 tokens and dk16 columns).
-  const bool is_w = tid < kGdnMaxHeadDim;
-  const int c = is_w ? tid : tid - kGdnMaxHeadDim;
-  const bool solves = c < (is_w ? dk16 : dv);
-  float x[kC];
-  if (solves) {
-    const float* v_col = rows + 2 * int64_t{p.Hk} * dk + int64_t{h} * dv + c;
+  // v into q̂'s space at row stride 136 (zero past n and dv), in flight during the next steps.
+  const bool v_vec = qkv_vec && dv % 4 == 0;
+  copy_tile_async(Q, xs, rows + 2 * int64_t{p.Hk} * dk + int64_t{h} * dv, gdn_conv_dim(p), n, dv, round_up(dv, 8),
+                  v_vec);
+  mma::cp_async_commit();
+  // k̂ from row stride 132 to 136 in place, through registers (every read before the barrier, every
+  // write after it): thread → columns 4·lane … of rows warp + 8·r.
+  constexpr int kQuadRows = kC / (kPrefillThreads / 32);
+  float4 k_quads[kQuadRows];
+  const bool moves = 4 * lane < dk16;
+  if (moves) {
 #pragma unroll
-    for (int i = 0; i < kC; ++i) {
-      x[i] = is_w ? K[i * ks + c] * BE[i] : (i < n ? v_col[int64_t{i} * gdn_conv_dim(p)] * B[i] : 0.0f);
-    }
-#pragma unroll
-    for (int i = 1; i < kC; ++i) {
-      const float* a_row = A + i * as;
-      float acc[4] = {};
-#pragma unroll
-      for (int j4 = 0; j4 < i; j4 += 4) {
-        const float4 a4 = *reinterpret_cast<const float4*>(a_row + j4);
-        acc[0] = fmaf(a4.x, x[j4], acc[0]);
-        if (j4 + 1 < i) acc[1] = fmaf(a4.y, x[j4 + 1], acc[1]);
-        if (j4 + 2 < i) acc[2] = fmaf(a4.z, x[j4 + 2], acc[2]);
-        if (j4 + 3 < i) acc[3] = fmaf(a4.w, x[j4 + 3], acc[3]);
-      }
-      x[i] -= (acc[0] + acc[1]) + (acc[2] + acc[3]);
-    }
-    if (!is_w) {
-      float* out = p.u + int64_t{h} * dv + c;
-#pragma unroll
-      for (int i = 0; i < kC; ++i) {
-        if (i < n) out[(int64_t{chunk.begin + i} * Hv) * dv] = x[i];
-      }
+    for (int r = 0; r < kQuadRows; ++r) {
+      k_quads[r] = *reinterpret_cast<const float4*>(K + (warp + 8 * r) * ks + 4 * lane);
     }
   }
-  for (int i = tid; i < n; i += kPrefillThreads) p.gcum[int64_t{chunk.begin + i} * Hv + h] = G[i];
-
-  // W in the fragment order of the state pass's first product (quad 32·(16·mt + cb) + lane holds
-  // lane's A fragment of tokens 16·mt … and columns 8·cb …: element (i, c) at lane 4·(i mod 8) +
-  // c mod 4, slot (i mod 16) / 8 + 2·((c mod 8) / 4)), staged in the K tile's space (free once every
-  // solve has read it) and stored 16 bytes at a time.
-  __syncthreads();
-  float* const stage = intra_smem;
-  static_assert(kGdnFragTileFloats <= kC * ks, "W's fragments fit in the K tile");
-  if (solves && is_w) {
-    float* const col = stage + 4 * (32 * (c / 8) + c % 4) + 2 * (c % 8 / 4);
+  // The inverses T_bb = (I + A_bb)^-1 of the four 16×16 diagonal blocks (unit lower triangular):
+  // thread 16·b + c (< 64) solves column c of block b by forward substitution, T_ic = δ_ic + Σ_{j<i}
+  // (−A)_ij·T_jc in two interleaved partial sums (exact zeros above the diagonal, exact 1 on it).
+  const int tb = tid / 16 % 4, tc = tid % 16;
+  float* const diag = A + 16 * tb * (as + 1);
+  float t_col[16];
+  if (tid < kC) {
 #pragma unroll
-    for (int i = 0; i < kC; ++i) col[4 * (32 * 16 * (i / 16) + 4 * (i % 8)) + i % 16 / 8] = x[i];
+    for (int i = 0; i < 16; ++i) {
+      float s0 = i == tc ? 1.0f : 0.0f, s1 = 0.0f;
+#pragma unroll
+      for (int j = 0; j < i; ++j) {
+        if (j % 2 == 0) {
+          s0 = fmaf(diag[i * as + j], t_col[j], s0);
+        } else {
+          s1 = fmaf(diag[i * as + j], t_col[j], s1);
+        }
+      }
+      t_col[i] = s0 + s1;
+    }
   }
-  __syncthreads();
-  float4* const w_out = reinterpret_cast<float4*>(p.w_frag + (int64_t{blockIdx.x} * Hv + h) * kGdnFragTileFloats);
-  const float4* const staged = reinterpret_cast<const float4*>(stage);
-  for (int q = tid; q < kGdnFragTileFloats / 4; q += kPrefillThreads) {
-    if (8 * (q / 32 % 16) < dk16) w_out[q] = staged[q];  // columns the state pass reads
+  __syncthreads();  // k̂ and the diagonal blocks read
+  if (moves) {
+#pragma unroll
+    for (int r = 0; r < kQuadRows; ++r) {
+      *reinterpret_cast<float4*>(K + (warp + 8 * r) * xs + 4 * lane) = k_quads[r];
+    }
+  }
+  if (tid < kC) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) diag[i * as + tc] = t_col[i];
+  }
+  mma::cp_async_wait<0>();
+  __syncthreads();  // v, k̂ at stride 136 and the T_bb in place
+
+  // (I + A)·[W | U] = [diag(β·e^G)·K | diag(β)·V] by block forward substitution over the four 16-row
+  // blocks b: X_b = T_bb·(R_b + Σ_{k<b} (−A)_bk·X_k), both products 3xTF32 on the tensor cores. Warp w
+  // takes 32 columns, of W (k̂'s tile) for w < 4, of U (v's tile) for w ≥ 4, and owns them through
+  // every block: the right-hand side, Z_b = R_b − A_b,<b·X_<b and X_b each overwrite the warp's own
+  // columns of block b in place, so only the warp synchronises. Rows past n (and W's columns from dk
+  // to dk16) have zero right-hand sides and zero rows of A (T_bb's rows there are the identity's), so
+  // they come out exact zeros. Then block b leaves: W in the fragment order of the state pass's first
+  // product (quad 32·(16·b + cb) + lane holds lane's A fragment of tokens 16·b … and columns 8·cb …),
+  // 16 bytes per store; U row-major for the chunk's rows.
+  {
+    const bool w_part = warp < 4;
+    float* const X = w_part ? K : Q;
+    const float* const scale = w_part ? BE : B;
+    const int c0 = 32 * (warp % 4);
+    const int tiles = min(4, max(0, ((w_part ? dk16 : dv) - c0 + 7) / 8));
+    const int g = lane / 4, t = lane % 4;
+    float4* const w_out = reinterpret_cast<float4*>(p.w_frag + (int64_t{blockIdx.x} * Hv + h) * kGdnFragTileFloats);
+    float* const u_out = p.u + (int64_t{chunk.begin} * Hv + h) * dv;
+    const int64_t u_stride = int64_t{Hv} * dv;
+    const bool u_vec = dv % 4 == 0 && aligned16(p.u);
+    // The 16×32 block at rows r0 … of the warp's columns ← c (mma accumulator layout).
+    const auto store_block = [&](int r0, const float(&c)[4][4]) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (j >= tiles) continue;
+        float* const at = X + (r0 + g) * xs + c0 + 8 * j + 2 * t;
+        *reinterpret_cast<float2*>(at) = make_float2(c[j][0], c[j][1]);
+        *reinterpret_cast<float2*>(at + 8 * xs) = make_float2(c[j][2], c[j][3]);
+      }
+    };
+    if (tiles > 0) {
+#pragma unroll
+      for (int b = 0; b < kC / 16; ++b) {
+        const int r0 = 16 * b;
+        float z[4][4] = {};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (j >= tiles) continue;
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int i = r0 + g + 8 * half;
+            const float2 r = *reinterpret_cast<const float2*>(X + i * xs + c0 + 8 * j + 2 * t);
+            z[j][2 * half] = r.x * scale[i];
+            z[j][2 * half + 1] = r.y * scale[i];
+          }
+        }
+        warp_mma_3xtf32<4, as, 1, 1, xs>(z, A + r0 * as, X + c0, 2 * b, tiles);
+        store_block(r0, z);
+        __syncwarp();
+        float x[4][4] = {};
+        warp_mma_3xtf32<4, as, 1, 1, xs>(x, A + r0 * (as + 1), X + r0 * xs + c0, 2, tiles);
+        __syncwarp();  // Z_b read by every lane
+        store_block(r0, x);
+        __syncwarp();
+        if (w_part) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            if (j >= tiles) continue;
+            const float* const xg = X + (r0 + g) * xs + c0 + 8 * j + t;
+            w_out[32 * (16 * b + c0 / 8 + j) + lane] = make_float4(xg[0], xg[8 * xs], xg[4], xg[8 * xs + 4]);
+          }
+        } else if (u_vec) {
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int i = r0 + 4 * q + lane / 8, c = c0 + 4 * (lane % 8);
+            if (i < n && c < dv) {
+              *reinterpret_cast<float4*>(u_out + i * u_stride + c) = *reinterpret_cast<const float4*>(X + i * xs + c);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int q = 0; q < 16; ++q) {
+            const int i = r0 + q, c = c0 + lane;
+            if (i < n && c < dv) u_out[i * u_stride + c] = X[i * xs + c];
+          }
+        }
+      }
+    }
   }
 }
 
