@@ -28,8 +28,11 @@
 //         h_c = M (the entry state, stored),  V_new = U − W·Mᵀ (stored over U),
 //         M ← e^(G_n)·M + V_newᵀ·diag(e^(G_n − G_j))·K   (V_new·decay split into TF32 once);
 //       the exit state of a chunk ending at a boundary row goes to its slot, the last to write_slot;
-//   (3) chunk_output_kernel, per chunk × value head × 64 value channels, parallel:
-//         O = diag(e^G)·Q·h_cᵀ + P·V_new.
+//   (3) chunk_output_kernel, per chunk × value head, parallel:
+//         O = diag(e^G)·Q·h_cᵀ + P·V_new,
+//       each warp owning 16 value channels of all 64 tokens, so h_c's rows and V_new's columns go
+//       straight from global memory into its B fragments (read once per block, a k slice ahead
+//       of their use); q̂ and P, which every warp reads, split into TF32 hi + lo once in shared memory.
 // Every thread of (2) owns the same elements of M when loading, updating and storing them, so a
 // slot read and written by one request (read_slot == write_slot) is safe. The h_c scratch holds
 // Hv·dv·dk float32 per chunk (64 KiB per value head at 128/128: 512 MiB at 64k tokens × 8 heads);
@@ -46,6 +49,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
@@ -62,16 +66,13 @@ namespace {
 constexpr int kC = kGdnChunk;
 constexpr int kPrefillThreads = 256;  // 8 warps in the intra and output kernels
 constexpr int kStateRows = 8;         // rows of M (value channels) per group of the state pass (an mma n)
-constexpr int kOutCols = 64;          // value channels per block of the output pass
 // Row strides (floats) of the shared tiles, for conflict-free fragment loads: element (g, t) of a
 // tile read row-major with a stride ≡ 4 (mod 32) sits in bank 4g + t; element (t, g) of a tile read
 // transposed with a stride ≡ 8 (mod 32) in bank 8t + g (g < 8, t < 4: 32 distinct banks). Every
 // stride is a multiple of 4 floats: 16-byte cp.async rows.
 constexpr int kRowMajor128 = kGdnMaxHeadDim + 4;  // 132: [·][dk] read row-major
 constexpr int kRowMajor64 = kC + 4;               // 68
-constexpr int kColMajor64 = kOutCols + 8;         // 72
 constexpr int kColMajor128 = kGdnMaxHeadDim + 8;  // 136: [·][dk or dv] read transposed
-static_assert(kOutCols == kC, "the output pass's state rows copy as a chunk-sized tile");
 
 __host__ __device__ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
@@ -194,11 +195,13 @@ __device__ __forceinline__ void warp_mma_3xtf32_pair(float (&c1)[kTiles][4], flo
 // by their inverses [C][68], G, β, β·e^G [C].
 size_t intra_smem_bytes() { return sizeof(float) * (2 * kC * kColMajor128 + kC * kRowMajor64 + 3 * kC); }
 
-// Block = chunk blockIdx.x × value head blockIdx.y; two blocks per SM (the shared memory).
+// Block = chunk blockIdx.x / Hv × value head blockIdx.x % Hv (the value heads of a chunk are
+// consecutive blocks: their q̂, k̂ shared through L2); two blocks per SM (the shared memory).
 __global__ void __launch_bounds__(kPrefillThreads, 2) chunk_intra_kernel(GdnParams p) {
   static_assert(kC == 64 && kPrefillThreads == 256, "the warp roles below are written for 64 tokens and 8 warps");
-  const GdnChunk chunk = p.chunks[blockIdx.x];
-  const int h = static_cast<int>(blockIdx.y);
+  const int ci = static_cast<int>(blockIdx.x) / p.Hv;
+  const int h = static_cast<int>(blockIdx.x) % p.Hv;
+  const GdnChunk chunk = p.chunks[ci];
   const int n = chunk.end - chunk.begin;
   const int dk = p.dk, dv = p.dv, Hv = p.Hv;
   const int hk = h / (Hv / p.Hk);
@@ -248,7 +251,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) chunk_intra_kernel(GdnPara
   // holds lane's A fragment of token step s over columns 16·w …), by the first value head of each
   // key head, 16 bytes per store.
   if (h % (Hv / p.Hk) == 0) {
-    float4* out = reinterpret_cast<float4*>(p.k_frag + (int64_t{blockIdx.x} * p.Hk + hk) * kGdnFragTileFloats);
+    float4* out = reinterpret_cast<float4*>(p.k_frag + (int64_t{ci} * p.Hk + hk) * kGdnFragTileFloats);
     for (int q = tid; q < kGdnFragTileFloats / 4; q += kPrefillThreads) {
       const int quad_lane = q % 32, col_group = q / 32 % 8, s = q / 256;
       if (16 * col_group >= dk16) continue;  // columns the state pass does not read
@@ -352,7 +355,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) chunk_intra_kernel(GdnPara
     const int c0 = 32 * (warp % 4);
     const int tiles = min(4, max(0, ((w_part ? dk16 : dv) - c0 + 7) / 8));
     const int g = lane / 4, t = lane % 4;
-    float4* const w_out = reinterpret_cast<float4*>(p.w_frag + (int64_t{blockIdx.x} * Hv + h) * kGdnFragTileFloats);
+    float4* const w_out = reinterpret_cast<float4*>(p.w_frag + (int64_t{ci} * Hv + h) * kGdnFragTileFloats);
     float* const u_out = p.u + (int64_t{chunk.begin} * Hv + h) * dv;
     const int64_t u_stride = int64_t{Hv} * dv;
     const bool u_vec = dv % 4 == 0 && aligned16(p.u);
@@ -777,70 +780,215 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
   }
 }
 
-// Shared memory of chunk_output_kernel (floats): Q [C][132], the entry state's rows [64][132], P
-// [C][68], V_new [C][72], G [C].
-size_t output_smem_bytes() {
-  return sizeof(float) *
-         (size_t{kC} * kRowMajor128 + size_t{kOutCols} * kRowMajor128 + kC * kRowMajor64 + kC * kColMajor64 + kC);
+// The output pass. Block = chunk × value head (every value channel): q̂ and P are read once per
+// block, and the value heads of one key head are consecutive blocks (their q̂ shared through L2).
+// Warp w owns value channels c0 = 16·w … c0 + 15 (two 8-column tiles) for all 64 tokens (four
+// 16-row tiles), so each row of the entry state h_c and each column of V_new is read by one warp
+// only: straight from global memory into the B fragments, a 16-wide k slice ahead of their use,
+// with no shared tile. q̂ and P, read by every warp, are split into TF32 hi + lo once, in shared memory.
+// Within each 16-wide slice of a product's k the mma's k index is permuted (A and B alike, so the
+// sum is the same): a lane's k-step pair takes its four consecutive k columns 4·t … 4·t + 3, columns
+// 4·t, 4·t + 1 as (t, t + 4) of the first k-step and 4·t + 2, 4·t + 3 of the second. An A fragment
+// pair is then one 16-byte shared load per row (hi and lo), an h_c fragment pair one 16-byte global
+// load. Row strides ≡ 16 (mod 32) floats: 16-byte loads of rows g, g + 1 (a quarter warp) in
+// distinct banks.
+constexpr int kQSplitStride = kGdnMaxHeadDim + 16;  // 144: q̂ hi, lo [C][144]
+constexpr int kPSplitStride = kC + 16;              // 80: P hi, lo [C][80]
+constexpr int kOutSteps = kGdnMaxHeadDim / 16;      // 16-column k slices of q̂·h_cᵀ
+constexpr int kOutAhead = 1;                        // h_c slices loaded ahead of their use
+static_assert(16 * (kPrefillThreads / 32) == kGdnMaxHeadDim, "the output pass's warps cover the value channels");
+
+// Shared memory of chunk_output_kernel (32-bit words): q̂ and P as TF32 hi and lo, G [C].
+size_t output_smem_bytes() { return sizeof(float) * (2 * kC * kQSplitStride + 2 * kC * kPSplitStride + kC); }
+
+// The block splits the shared tile [C][width] (row stride ss, width a multiple of 4, float32 in hi)
+// into TF32 hi (in place) and lo (at the same place in lo). Each quad is one thread's.
+__device__ void split_tile_tf32(uint32_t* hi, uint32_t* lo, int ss, int width) {
+  const int quads = width / 4;
+  for (int e = static_cast<int>(threadIdx.x); e < kC * quads; e += kPrefillThreads) {
+    const int at = e / quads * ss + 4 * (e % quads);
+    uint32_t h[4], l[4];
+    mma::split_tf32(*reinterpret_cast<const float4*>(hi + at), h, l);
+    *reinterpret_cast<uint4*>(hi + at) = make_uint4(h[0], h[1], h[2], h[3]);
+    *reinterpret_cast<uint4*>(lo + at) = make_uint4(l[0], l[1], l[2], l[3]);
+  }
 }
 
-// Block = chunk blockIdx.x × value head blockIdx.y × value channels v0 = 64·blockIdx.z …, 8 warps:
-// O = diag(e^G)·Q·Mᵀ + P·V_new with M the chunk's entry state (h) and V_new from the state pass;
-// warp w takes tokens 16·(w mod 4) … and channels v0 + 32·(w / 4) …; P's zeros above the diagonal
-// let the second product stop at the warp's last token.
-__global__ void __launch_bounds__(kPrefillThreads) chunk_output_kernel(GdnParams p) {
-  const int ci = static_cast<int>(blockIdx.x);
-  const GdnChunk chunk = p.chunks[ci];
-  const int h = static_cast<int>(blockIdx.y);
-  const int v0 = static_cast<int>(blockIdx.z) * kOutCols;
-  const int n = chunk.end - chunk.begin;
-  const int dk = p.dk, dv = p.dv, Hv = p.Hv;
-  const int cols = min(kOutCols, dv - v0);
-  const int hk = h / (Hv / p.Hk);
-  const int tid = static_cast<int>(threadIdx.x);
-  const int warp = tid / 32;
-  const int dk16 = round_up(dk, 16);
-  constexpr int qs = kRowMajor128, hs = kRowMajor128, ps = kRowMajor64, vs = kColMajor64;
-  extern __shared__ __align__(16) float output_smem[];
-  float* Q = output_smem;
-  float* Hm = Q + kC * qs;
-  float* P = Hm + kOutCols * hs;
-  float* Vn = P + kC * ps;
-  float* G = Vn + kC * vs;
-
-  const bool qkv_vec = dk % 4 == 0 && gdn_conv_dim(p) % 4 == 0 && aligned16(p.qkv);
-  copy_tile_async(Q, qs, p.qkv + int64_t{chunk.begin} * gdn_conv_dim(p) + int64_t{hk} * dk, gdn_conv_dim(p), n, dk, dk16,
-                  qkv_vec);
-  copy_tile_async(Hm, hs, p.h + ((int64_t{ci} * Hv + h) * dv + v0) * dk, dk, cols, dk, dk16,
-                  dk % 4 == 0 && aligned16(p.h));
-  copy_tile_async(P, ps, p.attn + int64_t{chunk.begin} * Hv * kC + int64_t{h} * kC, int64_t{Hv} * kC, n, kC, kC,
-                  aligned16(p.attn));
-  copy_tile_async(Vn, vs, p.u + (int64_t{chunk.begin} * Hv + h) * dv + v0, int64_t{Hv} * dv, n, cols, kOutCols,
-                  dv % 4 == 0 && aligned16(p.u));
-  mma::cp_async_commit();
-  for (int i = tid; i < kC; i += kPrefillThreads) G[i] = i < n ? p.gcum[int64_t{chunk.begin + i} * Hv + h] : 0.0f;
-  mma::cp_async_wait<0>();
-  __syncthreads();
-
-  const int m0 = 16 * (warp % 4), n0 = 32 * (warp / 4);
-  float o[4][4] = {};
-  warp_mma_3xtf32<4, qs, 1, hs, 1>(o, Q + m0 * qs, Hm + n0 * hs, round_up(dk, 8) / 8);
+// acc[mt][nt] += X[16·mt …][16-column slice]·Y[slice][8·nt …] in 3xTF32 (lo·hi, hi·lo, hi·hi, each
+// k-step in that order) for the m tiles mt ≥ mt_first, with the permuted k of a slice: x_hi, x_lo
+// at the lane's (row g, column 4·t) of the slice (pre-split, rows kS words apart); y[nt] the lane's
+// Y(columns 4·t … 4·t + 3 of the slice, column g of tile nt), split here.
+template <int kS>
+__device__ __forceinline__ void mma_slice_3xtf32(float (&acc)[4][2][4], const uint32_t* x_hi, const uint32_t* x_lo,
+                                                 const float4 (&y)[2], int mt_first) {
+  uint32_t y_hi[2][4], y_lo[2][4];
 #pragma unroll
-  for (int jt = 0; jt < 4; ++jt) {
+  for (int nt = 0; nt < 2; ++nt) mma::split_tf32(y[nt], y_hi[nt], y_lo[nt]);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) o[jt][e] *= expf(G[m0 + frag_row(e)]);
-  }
-  warp_mma_3xtf32<4, ps, 1, 1, vs>(o, P + m0 * ps, Vn + n0, (m0 + 16) / 8);
+  for (int mt = 0; mt < 4; ++mt) {
+    if (mt < mt_first) continue;
+    const uint4 h0 = *reinterpret_cast<const uint4*>(x_hi + 16 * mt * kS);
+    const uint4 h1 = *reinterpret_cast<const uint4*>(x_hi + (16 * mt + 8) * kS);
+    const uint4 l0 = *reinterpret_cast<const uint4*>(x_lo + 16 * mt * kS);
+    const uint4 l1 = *reinterpret_cast<const uint4*>(x_lo + (16 * mt + 8) * kS);
+    const uint32_t a_hi[2][4] = {{h0.x, h1.x, h0.y, h1.y}, {h0.z, h1.z, h0.w, h1.w}};
+    const uint32_t a_lo[2][4] = {{l0.x, l1.x, l0.y, l1.y}, {l0.z, l1.z, l0.w, l1.w}};
 #pragma unroll
-  for (int jt = 0; jt < 4; ++jt) {
+    for (int s = 0; s < 2; ++s) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int i = m0 + frag_row(e), v = n0 + 8 * jt + frag_col(e);
-      if (i < n && v < cols) {
-        store_element(p.o.data, int64_t{chunk.begin + i} * p.o.row_stride + int64_t{h} * dv + v0 + v, p.o.kind,
-                      o[jt][e]);
+      for (int nt = 0; nt < 2; ++nt) {
+        mma::mma_tf32(acc[mt][nt], a_lo[s], y_hi[nt][2 * s], y_hi[nt][2 * s + 1]);
+        mma::mma_tf32(acc[mt][nt], a_hi[s], y_lo[nt][2 * s], y_lo[nt][2 * s + 1]);
+        mma::mma_tf32(acc[mt][nt], a_hi[s], y_hi[nt][2 * s], y_hi[nt][2 * s + 1]);
       }
     }
+  }
+}
+
+// Block = chunk blockIdx.x / Hv × value head blockIdx.x % Hv, 8 warps: O = diag(e^G)·Q·Mᵀ + P·V_new
+// with M the chunk's entry state (h) and V_new from the state pass; warp w takes channels 16·w …
+// (if below dv) of every token. P's zeros above the diagonal let the second product skip, for m
+// tile mt, the k slices past it. Two blocks per SM (the shared memory).
+__global__ void __launch_bounds__(kPrefillThreads, 2) chunk_output_kernel(GdnParams p) {
+  const int dk = p.dk, dv = p.dv, Hv = p.Hv;
+  const int ci = static_cast<int>(blockIdx.x) / Hv;
+  const int h = static_cast<int>(blockIdx.x) % Hv;
+  const GdnChunk chunk = p.chunks[ci];
+  const int n = chunk.end - chunk.begin;
+  const int hk = h / (Hv / p.Hk);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const int dk16 = round_up(dk, 16);
+  constexpr int qs = kQSplitStride, ps = kPSplitStride;
+  extern __shared__ __align__(16) uint32_t output_smem[];
+  uint32_t* const Q_hi = output_smem;  // q̂ (float32, then its TF32 hi)
+  uint32_t* const Q_lo = Q_hi + kC * qs;
+  uint32_t* const P_hi = Q_lo + kC * qs;  // P (float32, then its TF32 hi)
+  uint32_t* const P_lo = P_hi + kC * ps;
+  float* const G = reinterpret_cast<float*>(P_lo + kC * ps);
+
+  const bool qkv_vec = dk % 4 == 0 && gdn_conv_dim(p) % 4 == 0 && aligned16(p.qkv);
+  copy_tile_async(reinterpret_cast<float*>(Q_hi), qs, p.qkv + int64_t{chunk.begin} * gdn_conv_dim(p) + int64_t{hk} * dk,
+                  gdn_conv_dim(p), n, dk, dk16, qkv_vec);
+  copy_tile_async(reinterpret_cast<float*>(P_hi), ps, p.attn + int64_t{chunk.begin} * Hv * kC + int64_t{h} * kC,
+                  int64_t{Hv} * kC, n, kC, kC, aligned16(p.attn));
+  mma::cp_async_commit();
+  for (int i = tid; i < kC; i += kPrefillThreads) G[i] = i < n ? p.gcum[int64_t{chunk.begin + i} * Hv + h] : 0.0f;
+
+  // The warp's B fragments, zeros past dk, dv and n: h_c's rows c0 + 8·nt + g (columns 4·t … of
+  // slice s), V_new's column c0 + 8·nt + g (tokens 16·s + 4·t …).
+  const int c0 = 16 * warp;
+  const bool active = c0 < dv;
+  const float* const h_rows = p.h + (int64_t{ci} * Hv + h) * dv * dk;
+  const bool h_vec = dk % 4 == 0 && aligned16(p.h);
+  const auto load_h = [&](int s, float4(&y)[2]) {
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const int v = c0 + 8 * nt + g, k = 16 * s + 4 * t;
+      y[nt] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (v < dv && k < dk) {
+        const float* const src = h_rows + v * dk + k;
+        if (h_vec) {
+          y[nt] = *reinterpret_cast<const float4*>(src);
+        } else {
+          y[nt] =
+              make_float4(src[0], k + 1 < dk ? src[1] : 0.0f, k + 2 < dk ? src[2] : 0.0f, k + 3 < dk ? src[3] : 0.0f);
+        }
+      }
+    }
+  };
+  const float* const v_rows = p.u + (int64_t{chunk.begin} * Hv + h) * dv;
+  const int v_stride = Hv * dv;  // the chunk's 64 rows: 32-bit offsets
+  const auto load_v = [&](int s, float4(&y)[2]) {
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const int v = c0 + 8 * nt + g, j = 16 * s + 4 * t;
+      float x[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) x[r] = v < dv && j + r < n ? v_rows[(j + r) * v_stride + v] : 0.0f;
+      y[nt] = make_float4(x[0], x[1], x[2], x[3]);
+    }
+  };
+  const int steps = dk16 / 16;
+  float4 h_ring[kOutAhead + 1][2], v_ring[2][2];
+  if (active) {
+#pragma unroll
+    for (int s = 0; s < kOutAhead; ++s) {
+      if (s < steps) load_h(s, h_ring[s]);
+    }
+  }
+  mma::cp_async_wait<0>();
+  __syncthreads();
+  split_tile_tf32(Q_hi, Q_lo, qs, dk16);
+  split_tile_tf32(P_hi, P_lo, ps, kC);
+  __syncthreads();
+  if (!active) return;
+
+  float acc[4][2][4] = {};
+  const int lane_at_q = g * qs + 4 * t, lane_at_p = g * ps + 4 * t;
+#pragma unroll
+  for (int s = 0; s < kOutSteps; ++s) {
+    if (s >= steps) break;
+    if (s + kOutAhead < steps) load_h(s + kOutAhead, h_ring[(s + kOutAhead) % (kOutAhead + 1)]);
+    mma_slice_3xtf32<qs>(acc, Q_hi + lane_at_q + 16 * s, Q_lo + lane_at_q + 16 * s, h_ring[s % (kOutAhead + 1)], 0);
+  }
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float decay = expf(G[16 * mt + g + 8 * half]);
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        acc[mt][nt][2 * half] *= decay;
+        acc[mt][nt][2 * half + 1] *= decay;
+      }
+    }
+  }
+  // Token slice s of P·V_new feeds the m tiles mt ≥ s (P is zero above the diagonal).
+  load_v(0, v_ring[0]);
+#pragma unroll
+  for (int s = 0; s < kC / 16; ++s) {
+    if (s + 1 < kC / 16) load_v(s + 1, v_ring[(s + 1) % 2]);
+    mma_slice_3xtf32<ps>(acc, P_hi + lane_at_p + 16 * s, P_lo + lane_at_p + 16 * s, v_ring[s % 2], s);
+  }
+  // o in its element type T (fp32, fp16 or bf16, as store_element): the lane's adjacent channels v,
+  // v + 1 of row i in one access where every such pair starts at an even element of an aligned o
+  // (then v < dv, v even, dv even: both in range), else one by one.
+  const auto store_o = [&](auto* o) {
+    using T = std::remove_pointer_t<decltype(o)>;
+    const bool o_pairs =
+        dv % 2 == 0 && p.o.row_stride % 2 == 0 && reinterpret_cast<uintptr_t>(o) % (2 * sizeof(T)) == 0;
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = 16 * mt + g + 8 * half;
+        if (i >= n) continue;
+        T* const row = o + int64_t{chunk.begin + i} * p.o.row_stride + int64_t{h} * dv;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const int v = c0 + 8 * nt + 2 * t;
+          const float x[2] = {acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]};
+          if (o_pairs) {
+            if (v < dv) *reinterpret_cast<ElementVec<T, 2>*>(row + v) = pack_elements<T, 2>(x);
+          } else {
+            if (v < dv) row[v] = float_to_element<T>(x[0]);
+            if (v + 1 < dv) row[v + 1] = float_to_element<T>(x[1]);
+          }
+        }
+      }
+    }
+  };
+  switch (p.o.kind) {
+    case ElementKind::kFloat32:
+      store_o(static_cast<float*>(p.o.data));
+      break;
+    case ElementKind::kFloat16:
+      store_o(static_cast<__half*>(p.o.data));
+      break;
+    default:
+      store_o(static_cast<__nv_bfloat16*>(p.o.data));
+      break;
   }
 }
 
@@ -870,8 +1018,7 @@ void launch_gdn_prefill(const GdnParams& p, cudaStream_t stream) {
   if (p.num_prefills == 0 || p.num_chunks == 0) return;
   const size_t intra_smem = intra_smem_bytes();
   allow_smem(chunk_intra_kernel, intra_smem);
-  chunk_intra_kernel<<<dim3(static_cast<unsigned>(p.num_chunks), static_cast<unsigned>(p.Hv)), kPrefillThreads,
-                       intra_smem, stream>>>(p);
+  chunk_intra_kernel<<<static_cast<unsigned>(int64_t{p.num_chunks} * p.Hv), kPrefillThreads, intra_smem, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   // 8-row blocks where they fit on the SMs at once (the most SMs on the chains), else 16-row ones
   // (fewer waves of chains, each cheaper per row).
@@ -886,10 +1033,7 @@ void launch_gdn_prefill(const GdnParams& p, cudaStream_t stream) {
   }
   const size_t output_smem = output_smem_bytes();
   allow_smem(chunk_output_kernel, output_smem);
-  const int col_tiles = (p.dv + kOutCols - 1) / kOutCols;
-  chunk_output_kernel<<<dim3(static_cast<unsigned>(p.num_chunks), static_cast<unsigned>(p.Hv),
-                             static_cast<unsigned>(col_tiles)),
-                        kPrefillThreads, output_smem, stream>>>(p);
+  chunk_output_kernel<<<static_cast<unsigned>(int64_t{p.num_chunks} * p.Hv), kPrefillThreads, output_smem, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 
