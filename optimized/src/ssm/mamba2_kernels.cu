@@ -1,6 +1,5 @@
 // mamba2 on the GPU (mamba2_kernels.h): the single-step decode update, the chunked SSD prefill and
-// the gated RMSNorm. The math is reference/ssm/mamba2.cpp's, in float32 (CUDA-core FMAs, no tensor
-// cores: the float32 SSM row of the tolerance table assumes float32 products):
+// the gated RMSNorm. The math is reference/ssm/mamba2.cpp's, in float32:
 //   Δ_t = softplus(dt_t + dt_bias) (threshold 20),  A = −exp(A_log),  a_t = Δ_t·A  (per head)
 //   S_t = exp(a_t)·S_{t−1} + Δ_t·x_t ⊗ B_t,  y_t = S_t·C_t + D·x_t        (S: [P, N] per head)
 // Prefill, per chunk of ≤ 64 tokens with Λ_t = Σ_{s ≤ t in the chunk} a_s (ssd_minimal's discrete
@@ -9,6 +8,14 @@
 //   state passing  H_0 = saved state, H_{c+1} = exp(Λ_last)·H_c + S_c   state_passing_kernel
 //   outputs        y_t = Σ_{s ≤ t} (C_t·B_s)·exp(Λ_t − Λ_s)·Δ_s·x_s + exp(Λ_t)·H_c·C_t + D·x_t
 //                                                                       chunk_scan_kernel
+// The chunk kernels' products — xᵀ·(decay·Δ·B) over the chunk's tokens (chunk state), C·Bᵀ and
+// C·Hᵀ over N, (C·Bᵀ ∘ decay)·x over the chunk's tokens (chunk scan) — run on the tensor cores in
+// 3xTF32 (mma.cuh: each float32 operand split into TF32 hi + lo, three m16n8k8 products with
+// float32 accumulation: float32-level accuracy, the float32 SSM row of the tolerance table holds).
+// There is one path for every size: the operands are staged in shared memory as 64-row tiles with
+// zeros past the chunk's tokens, P and N (the k extent rounded up to 8), so partial tiles and odd P
+// or N (5, 6, …) only cost padded work; 16-byte cp.async where the rows allow it, 4-byte otherwise.
+// The decays, Δ, Λ, the masks, the state passing and the epilogues stay float32 on the CUDA cores.
 // Chunks never straddle a block boundary (the host ends a chunk after each boundary row), so the
 // state passing stores the boundary states between chunks. Λ is recomputed by the chunk kernels
 // with one routine (same bits). Every sum runs in a fixed order and no float is accumulated
@@ -21,10 +28,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
 #include "common/group_sums.cuh"
+#include "common/mma.cuh"
 #include "common/pdl.cuh"
 #include "ssm/activations.cuh"
 #include "ssm/pool_quads.cuh"
@@ -35,12 +44,19 @@ namespace hybridtb::cuda::ssm {
 namespace {
 
 constexpr int kQ = kMamba2ChunkTokens;  // tokens per chunk (the chunk kernels' t and s tiles)
-constexpr int kTile = 64;               // P and N tile of the chunk kernels (16 × 16 threads × 4 × 4)
-constexpr int kPad = 68;                // row stride of the shared tiles (float4-aligned, fewer conflicts)
+constexpr int kTile = 64;               // P and N tile of the chunk kernels
 constexpr int kNStep = 32;              // N values staged per step of the chunk scan
-constexpr int kChunkThreads = 256;
+constexpr int kChunkThreads = 256;      // 8 warps: 4 row blocks of 16 × 2 column blocks of 32
+// Row strides (floats) of the chunk kernels' shared tiles, for conflict-free fragment loads:
+// element (g, t) of a tile read row-major with a stride ≡ 4 (mod 32) sits in bank 4g + t; element
+// (t, g) of a tile read transposed with a stride ≡ 8 (mod 32) in bank 8t + g (g < 8, t < 4: 32
+// distinct banks). Every stride is a multiple of 4 floats: 16-byte cp.async rows.
+constexpr int kStepStride = kNStep + 4;  // 36: the chunk scan's [·][n] staging tiles (row-major)
+constexpr int kRowMajor64 = kTile + 4;   // 68: M [t][s] (row-major)
+constexpr int kColMajor64 = kTile + 8;   // 72: [s][p] and [s][n] tiles (transposed)
 
 static_assert(kQ == kTile, "the chunk kernels tile a chunk's tokens like P and N");
+static_assert(kChunkThreads == 256 && kTile == 64, "the warp tiles below cover 64 × 64 with 8 warps");
 
 // The sizes derived from the parameters.
 struct Dims {
@@ -189,6 +205,112 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(Mamba2Params p) 
 
 // --- prefill: the chunked SSD ---------------------------------------------------------------------
 
+// One warp's C[16, 8·kTiles] += X·Yᵀ over k ∈ [0, 8·ksteps) in 3xTF32 (mma.cuh: each float32
+// operand split into TF32 hi + lo, the products lo·hi + hi·lo + hi·hi with float32 accumulation),
+// X(m, k) = x[m·kXm + k·kXk] for the warp's 16 rows, Y(n, k) = y[n·kYn + k·kYk] for its 8·kTiles
+// columns; both in shared memory, read through the fragment layout of mma_tf32 (each X fragment
+// feeds kTiles products). The hi·hi products accumulate in c, the lo·hi and hi·lo ones in a second
+// accumulator added at the end: two dependent mma chains in flight instead of one three times as
+// long, in a fixed order all the same.
+template <int kTiles, int kXm, int kXk, int kYn, int kYk>
+__device__ __forceinline__ void warp_mma_3xtf32(float (&c)[kTiles][4], const float* x, const float* y, int ksteps) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const float* xg = x + (lane / 4) * kXm + (lane % 4) * kXk;
+  const float* yg = y + (lane / 4) * kYn + (lane % 4) * kYk;
+  float small[kTiles][4] = {};
+#pragma unroll 4
+  for (int s = 0; s < ksteps; ++s) {
+    const int k = 8 * s;
+    uint32_t a_hi[4], a_lo[4];
+    mma::split_tf32(xg[k * kXk], a_hi[0], a_lo[0]);
+    mma::split_tf32(xg[8 * kXm + k * kXk], a_hi[1], a_lo[1]);
+    mma::split_tf32(xg[(k + 4) * kXk], a_hi[2], a_lo[2]);
+    mma::split_tf32(xg[8 * kXm + (k + 4) * kXk], a_hi[3], a_lo[3]);
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
+      mma::split_tf32(yg[8 * j * kYn + k * kYk], b_hi0, b_lo0);
+      mma::split_tf32(yg[8 * j * kYn + (k + 4) * kYk], b_hi1, b_lo1);
+      mma::mma_tf32(small[j], a_lo, b_hi0, b_hi1);
+      mma::mma_tf32(small[j], a_hi, b_lo0, b_lo1);
+      mma::mma_tf32(c[j], a_hi, b_hi0, b_hi1);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) c[j][e] += small[j][e];
+  }
+}
+
+// c1 += X·Y1ᵀ over the first `tiles1` (warp-uniform) column tiles and c2 += X·Y2ᵀ over all, as
+// warp_mma_3xtf32 with X, Y1 and Y2 row-major (rows kS floats apart): each X fragment split once
+// for both products.
+template <int kTiles, int kS>
+__device__ __forceinline__ void warp_mma_3xtf32_pair(float (&c1)[kTiles][4], float (&c2)[kTiles][4], const float* x,
+                                                     const float* y1, const float* y2, int ksteps, int tiles1) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int at = (lane / 4) * kS + lane % 4;
+  float small1[kTiles][4] = {}, small2[kTiles][4] = {};
+#pragma unroll 2
+  for (int s = 0; s < ksteps; ++s) {
+    const int k = at + 8 * s;
+    uint32_t a_hi[4], a_lo[4];
+    mma::split_tf32(make_float4(x[k], x[8 * kS + k], x[k + 4], x[8 * kS + k + 4]), a_hi, a_lo);
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
+      if (j < tiles1) {
+        mma::split_tf32(y1[8 * j * kS + k], b_hi0, b_lo0);
+        mma::split_tf32(y1[8 * j * kS + k + 4], b_hi1, b_lo1);
+        mma::mma_tf32(small1[j], a_lo, b_hi0, b_hi1);
+        mma::mma_tf32(small1[j], a_hi, b_lo0, b_lo1);
+        mma::mma_tf32(c1[j], a_hi, b_hi0, b_hi1);
+      }
+      mma::split_tf32(y2[8 * j * kS + k], b_hi0, b_lo0);
+      mma::split_tf32(y2[8 * j * kS + k + 4], b_hi1, b_lo1);
+      mma::mma_tf32(small2[j], a_lo, b_hi0, b_hi1);
+      mma::mma_tf32(small2[j], a_hi, b_lo0, b_lo1);
+      mma::mma_tf32(c2[j], a_hi, b_hi0, b_hi1);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      c1[j][e] += small1[j][e];
+      c2[j][e] += small2[j][e];
+    }
+  }
+}
+
+// Row and column of element e < 4 of this lane's 16×8 C fragment (mma.cuh's layout).
+__device__ __forceinline__ int frag_row(int e) { return static_cast<int>(threadIdx.x) % 32 / 4 + 8 * (e / 2); }
+__device__ __forceinline__ int frag_col(int e) { return 2 * (static_cast<int>(threadIdx.x) % 4) + e % 2; }
+
+// Shared rows [0, kQ) × columns [0, kWidth) (row stride ds) ← global rows [0, rows) × columns
+// [0, cols) (rows gs floats apart), zeros elsewhere, by cp.async of the block's threads: 16 bytes
+// per copy where every copied quad is whole and aligned (gs and cols multiples of 4, src 16-byte
+// aligned), else 4. The caller commits.
+template <int kWidth>
+__device__ __forceinline__ void copy_tile_async(float* dst, int ds, const float* src, int64_t gs, int rows, int cols) {
+  const int tid = static_cast<int>(threadIdx.x);
+  if (gs % 4 == 0 && cols % 4 == 0 && aligned16(src)) {
+    constexpr int kQuads = kWidth / 4;
+    for (int e = tid; e < kQ * kQuads; e += kChunkThreads) {
+      const int i = e / kQuads, c = 4 * (e % kQuads);
+      const bool ok = i < rows && c < cols;
+      mma::cp_async_16(mma::shared_address(dst + i * ds + c), ok ? src + i * gs + c : src, ok);
+    }
+  } else {
+    for (int e = tid; e < kQ * kWidth; e += kChunkThreads) {
+      const int i = e / kWidth, c = e % kWidth;
+      const bool ok = i < rows && c < cols;
+      mma::cp_async_4(mma::shared_address(dst + i * ds + c), ok ? src + i * gs + c : src, ok);
+    }
+  }
+}
+
 // Δ_s and the inclusive cumulative log decay Λ_s = Σ_{s' ≤ s} Δ_{s'}·A of a chunk's tokens, into
 // shared memory (rows past the chunk's length: Δ = 0, Λ unused). Warp 0 scans, two tokens per
 // lane, then a Hillis–Steele shuffle scan of the pair sums: a fixed order. Ends with __syncthreads.
@@ -223,11 +345,13 @@ __device__ __forceinline__ void chunk_cumsum(const Mamba2Params& p, const Dims& 
 
 // (1) The chunk's own state sum S_c[p, n] = Σ_s x_s[p]·(exp(Λ_last − Λ_s)·Δ_s·B_s[n]) over a
 // kTile × kTile (P, N) tile, and (tile 0) the chunk's decay exp(Λ_last). Grid (chunks, Hs, P tiles ×
-// N tiles); thread (ty, tx) owns p = p0 + 4·ty + i, n = n0 + 4·tx + j.
+// N tiles). Both operands staged token-major ([s][p], [s][n], zeros past the chunk, P and N), the
+// product on the tensor cores: warp w owns rows p0 + 16·(w % 4) … and columns n0 + 32·(w / 4) … of
+// the tile, over the chunk's tokens rounded up to 8.
 __global__ void __launch_bounds__(kChunkThreads) chunk_state_kernel(Mamba2Params p) {
   __shared__ float delta[kQ], lambda[kQ];
-  __shared__ __align__(16) float xs[kQ][kPad];  // x_s[p0 + ·]
-  __shared__ __align__(16) float bs[kQ][kPad];  // exp(Λ_last − Λ_s)·Δ_s·B_s[n0 + ·]
+  __shared__ __align__(16) float xs[kQ][kColMajor64];  // x_s[p0 + ·]
+  __shared__ __align__(16) float bs[kQ][kColMajor64];  // exp(Λ_last − Λ_s)·Δ_s·B_s[n0 + ·]
   const Dims d = dims_of(p);
   const Mamba2Chunk chunk = p.chunks[blockIdx.x];
   const int h = static_cast<int>(blockIdx.y);
@@ -252,97 +376,134 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_state_kernel(Mamba2Params
   }
   __syncthreads();
 
-  const int ty = tid / 16, tx = tid % 16;
+  const int warp = tid / 32;
+  const int wm = 16 * (warp % 4), wn = 32 * (warp / 4);  // the warp's rows (p) and columns (n) in the tile
   float acc[4][4] = {};
-  for (int s = 0; s < length; ++s) {
-    const float4 xv = *reinterpret_cast<const float4*>(&xs[s][4 * ty]);
-    const float4 bv = *reinterpret_cast<const float4*>(&bs[s][4 * tx]);
-    const float xa[4] = {xv.x, xv.y, xv.z, xv.w};
-    const float ba[4] = {bv.x, bv.y, bv.z, bv.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(xa[i], ba[j], acc[i][j]);
-    }
+  if (p0 + wm < P && n0 + wn < N) {  // warp-uniform; a warp wholly past P or N stores nothing
+    warp_mma_3xtf32<4, 1, kColMajor64, 1, kColMajor64>(acc, &xs[0][wm], &bs[0][wn], (length + 7) / 8);
   }
   float* out = p.chunk_states + (int64_t{blockIdx.x} * p.heads + h) * P * N;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int row = p0 + 4 * ty + i;
+  for (int j = 0; j < 4; ++j) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int n = n0 + 4 * tx + j;
-      if (row < P && n < N) out[int64_t{row} * N + n] = acc[i][j];
+    for (int e = 0; e < 4; ++e) {
+      const int row = p0 + wm + frag_row(e);
+      const int n = n0 + wn + 8 * j + frag_col(e);
+      if (row < P && n < N) out[int64_t{row} * N + n] = acc[j][e];
     }
   }
   if (blockIdx.z == 0 && tid == 0) p.chunk_decay[int64_t{blockIdx.x} * p.heads + h] = expf(last);
 }
 
-// (2) State passing. Block = (a range of kPassThreads state elements of head blockIdx.y, sequence
-// blockIdx.z), thread = element: H from the saved state (zeros without one), then chunk by chunk:
-// chunk_states[c] ← H (the state entering chunk c), H ← decay_c·H + S_c, stored to the chunk's
-// boundary slot if it has one; finally to write_slot. The thread reads its element of the saved
-// state before writing any slot, so read_slot may be a slot it writes. Chunks go kPassBatch at a
-// time: their decays and boundary slots staged once per block in shared memory (every thread of
-// the grid needs the same few values: read per thread, they would queue on one L2 line), their
-// S_c read by each thread before any is overwritten (one wait for memory per batch, not per chunk).
+// (2) State passing. Block = (kPassThreads threads over kVec·kPassThreads state elements of head
+// blockIdx.y, sequence blockIdx.z), thread = kVec consecutive elements: H from the saved state
+// (zeros without one), then chunk by chunk: chunk_states[c] ← H (the state entering chunk c),
+// H ← decay_c·H + S_c, stored to the chunk's boundary slot if it has one; finally to write_slot.
+// The thread reads its elements of the saved state before writing any slot, so read_slot may be a
+// slot it writes. Chunks go kBatch at a time: their decays and boundary slots staged once per block
+// in shared memory (every thread of the grid needs the same few values: read per thread, they would
+// queue on one L2 line), their S_c read by each thread before any is overwritten (one wait for
+// memory per batch, not per chunk). kVec = 4 (16-byte accesses of chunk_states) where the head's
+// P·N is a multiple of 4 and chunk_states 16-byte aligned, else 1.
 constexpr int kPassThreads = 256;
-constexpr int kPassBatch = 8;
+constexpr int kPassBlocksPerSm = 4;  // ≤ 64 registers: 4 × 256 threads per SM, each with kBatch loads in flight
 
-__global__ void __launch_bounds__(kPassThreads) state_passing_kernel(Mamba2Params p) {
-  __shared__ float decay_smem[kPassBatch];
-  __shared__ int32_t slot_smem[kPassBatch];
+template <int kVec, int kBatch>
+__global__ void __launch_bounds__(kPassThreads, kPassBlocksPerSm) state_passing_kernel(Mamba2Params p) {
+  static_assert(kVec == 1 || kVec == 4, "state passing: float or float4 accesses");
+  using Vec = std::conditional_t<kVec == 4, float4, float>;
+  __shared__ float decay_smem[kBatch];
+  __shared__ int32_t slot_smem[kBatch];
   const Mamba2Sequence sequence = p.sequences[blockIdx.z];
   const int h = static_cast<int>(blockIdx.y);
   const int64_t head_size = int64_t{p.head_dim} * p.state;
   const int64_t size = p.heads * head_size;
-  const int64_t i = int64_t{blockIdx.x} * kPassThreads + threadIdx.x;  // element within the head
-  const bool active = i < head_size;
+  const int64_t i = (int64_t{blockIdx.x} * kPassThreads + threadIdx.x) * kVec;  // first element within the head
+  const bool active = i < head_size;  // kVec divides head_size: all kVec elements or none
   const int64_t e = int64_t{h} * head_size + i;
-  float H = active && sequence.read_slot >= 0
-                ? load_element(p.ssm_state.data, sequence.read_slot * p.ssm_state.slot_size + e, p.ssm_state.kind)
-                : 0.0f;
-  for (int32_t k0 = 0; k0 < sequence.num_chunks; k0 += kPassBatch) {
-    const int32_t count = min(kPassBatch, sequence.num_chunks - k0);
+  float H[kVec];
+#pragma unroll
+  for (int v = 0; v < kVec; ++v) {
+    H[v] = active && sequence.read_slot >= 0
+               ? load_element(p.ssm_state.data, sequence.read_slot * p.ssm_state.slot_size + e + v, p.ssm_state.kind)
+               : 0.0f;
+  }
+  for (int32_t k0 = 0; k0 < sequence.num_chunks; k0 += kBatch) {
+    const int32_t count = min(kBatch, sequence.num_chunks - k0);
     const int32_t first = sequence.first_chunk + k0;
     if (threadIdx.x < count) {
       decay_smem[threadIdx.x] = p.chunk_decay[int64_t{first + threadIdx.x} * p.heads + h];
       slot_smem[threadIdx.x] = p.chunks[first + threadIdx.x].boundary_slot;
     }
-    float own[kPassBatch];
+    Vec own[kBatch];
 #pragma unroll
-    for (int j = 0; j < kPassBatch; ++j) own[j] = active && j < count ? p.chunk_states[(first + j) * size + e] : 0.0f;
+    for (int j = 0; j < kBatch; ++j) {
+      own[j] = active && j < count ? *reinterpret_cast<const Vec*>(p.chunk_states + (first + j) * size + e) : Vec{};
+    }
     __syncthreads();
 #pragma unroll
-    for (int j = 0; j < kPassBatch; ++j) {
+    for (int j = 0; j < kBatch; ++j) {
       if (!active || j >= count) break;
-      p.chunk_states[(first + j) * size + e] = H;
-      H = fmaf(decay_smem[j], H, own[j]);
+      float* entering = p.chunk_states + (first + j) * size + e;
+      float own_j[kVec];
+      if constexpr (kVec == 4) {
+        *reinterpret_cast<float4*>(entering) = make_float4(H[0], H[1], H[2], H[3]);
+        own_j[0] = own[j].x;
+        own_j[1] = own[j].y;
+        own_j[2] = own[j].z;
+        own_j[3] = own[j].w;
+      } else {
+        *entering = H[0];
+        own_j[0] = own[j];
+      }
+      const float decay = decay_smem[j];
       const int32_t slot = slot_smem[j];
-      if (slot >= 0) store_element(p.ssm_state.data, slot * p.ssm_state.slot_size + e, p.ssm_state.kind, H);
+#pragma unroll
+      for (int v = 0; v < kVec; ++v) {
+        H[v] = fmaf(decay, H[v], own_j[v]);
+        if (slot >= 0) store_element(p.ssm_state.data, slot * p.ssm_state.slot_size + e + v, p.ssm_state.kind, H[v]);
+      }
     }
     __syncthreads();  // the staged values are rewritten by the next batch
   }
-  if (active) store_element(p.ssm_state.data, sequence.write_slot * p.ssm_state.slot_size + e, p.ssm_state.kind, H);
+  if (active) {
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) {
+      store_element(p.ssm_state.data, sequence.write_slot * p.ssm_state.slot_size + e + v, p.ssm_state.kind, H[v]);
+    }
+  }
 }
 
-// (3) Outputs of a chunk for head blockIdx.y and P tile blockIdx.z: thread (ty, tx) owns rows
-// t = 4·ty + i and columns p = p0 + 4·tx + j of y, and (step 1) columns s = 4·tx + j of C·Bᵀ.
-//   1. over N in steps of kNStep: off[t, p] = Σ_n C_t[n]·H[p, n] and cb[t, s] = Σ_n C_t[n]·B_s[n];
-//   2. M[t, s] = cb[t, s]·exp(Λ_t − Λ_s)·Δ_s for s ≤ t (else 0) → shared, x tile → shared;
-//   3. diag[t, p] = Σ_s M[t, s]·x_s[p];
+// The state passing's launch: kVec elements per thread, kBatch chunks per wait.
+template <int kVec, int kBatch>
+void launch_state_passing(const Mamba2Params& p, cudaStream_t stream) {
+  const int64_t threads = (int64_t{p.head_dim} * p.state + kVec - 1) / kVec;
+  const dim3 grid(static_cast<unsigned>((threads + kPassThreads - 1) / kPassThreads), static_cast<unsigned>(p.heads),
+                  static_cast<unsigned>(p.num_sequences));
+  state_passing_kernel<kVec, kBatch><<<grid, kPassThreads, 0, stream>>>(p);
+}
+
+// (3) Outputs of a chunk for head blockIdx.y and P tile blockIdx.z, every product on the tensor
+// cores: warp w owns rows t = 16·(w % 4) … of the outputs and columns 32·(w / 4) … (of C·Bᵀ: s; of
+// the others: p − p0).
+//   1. over N in steps of kNStep: off[t, p] = Σ_n C_t[n]·H[p, n] and cb[t, s] = Σ_n C_t[n]·B_s[n]
+//      (only the 8-column tiles of cb with an s ≤ the warp's last t: the rest is masked in 2), C,
+//      B and H staged row-major ([t][n], [s][n], [p][n]) by cp.async, two steps in flight;
+//   2. M[t, s] = cb[t, s]·exp(Λ_t − Λ_s)·Δ_s for s ≤ t (else 0) → shared [t][s], the x tile →
+//      shared [s][p] (over the staging space);
+//   3. diag[t, p] = Σ_s M[t, s]·x_s[p] over s < 16·(w % 4) + 16 (M is lower triangular);
 //   4. y = diag + exp(Λ_t)·off + D·x_t.
-__global__ void __launch_bounds__(kChunkThreads) chunk_scan_kernel(Mamba2Params p) {
+// Staged values past the chunk, P or N are zeros.
+constexpr int kStepFloats = kQ * kStepStride;  // one [64][36] staging tile
+constexpr size_t kScanSmemBytes =
+    sizeof(float) * std::max(2 * 3 * kStepFloats, kQ * kRowMajor64 + kQ * kColMajor64);
+
+__global__ void __launch_bounds__(kChunkThreads, 2) chunk_scan_kernel(Mamba2Params p) {
   __shared__ float delta[kQ], lambda[kQ];
-  // Step 1 stages C, H and B transposed ([n][t], [n][p], [n][s]); steps 2–3 reuse the space for
-  // M transposed ([s][t]) and x ([s][p]).
-  __shared__ __align__(16) float tiles[2 * kQ * kPad];
-  float (*ct)[kPad] = reinterpret_cast<float (*)[kPad]>(tiles);
-  float (*ht)[kPad] = reinterpret_cast<float (*)[kPad]>(tiles + kNStep * kPad);
-  float (*bt)[kPad] = reinterpret_cast<float (*)[kPad]>(tiles + 2 * kNStep * kPad);
-  float (*mt)[kPad] = reinterpret_cast<float (*)[kPad]>(tiles);
-  float (*xs)[kPad] = reinterpret_cast<float (*)[kPad]>(tiles + kQ * kPad);
-  static_assert(3 * kNStep <= 2 * kQ, "chunk scan: the staging tiles fit the shared buffer");
+  // Step 1: two stages of (C, B, H) tiles; steps 2–4: M and the x tile over them.
+  extern __shared__ __align__(16) float scan_smem[];
+  float* mt = scan_smem;                     // M [t][s]
+  float* xs = scan_smem + kQ * kRowMajor64;  // x [s][p − p0]
 
   const Dims d = dims_of(p);
   const Mamba2Chunk chunk = p.chunks[blockIdx.x];
@@ -352,90 +513,81 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_scan_kernel(Mamba2Params 
   const int p0 = static_cast<int>(blockIdx.z) * kTile;
   const int length = chunk.end - chunk.begin;
   const int tid = static_cast<int>(threadIdx.x);
-  const int ty = tid / 16, tx = tid % 16;
+  const int warp = tid / 32;
+  const int wm = 16 * (warp % 4), wn = 32 * (warp / 4);
+  const bool rows_live = wm < length;  // warp-uniform: a warp wholly past the chunk stores nothing
+  // C·Bᵀ's column tiles with a column s ≤ the warp's last row (the others are masked out of M).
+  const int cb_tiles = wn <= wm + 15 ? min(4, (wm + 15 - wn) / 8 + 1) : 0;
   const float* H = p.chunk_states + (int64_t{blockIdx.x} * p.heads + h) * P * N;  // the state entering the chunk
-  const int64_t b_col = d.d_ssm + int64_t{g} * N;
-  const int64_t c_col = d.d_ssm + int64_t{p.groups} * N + int64_t{g} * N;
+  const float* rows = p.xbc + int64_t{chunk.begin} * d.conv_dim;                  // the chunk's conv rows
+  const float* B = rows + d.d_ssm + int64_t{g} * N;
+  const float* C = B + int64_t{p.groups} * N;
+  const int steps = (N + kNStep - 1) / kNStep;
 
+  // The C, B and H tiles of N step i into stage i % 2, one commit group.
+  const auto stage = [&](int i) {
+    float* ct = scan_smem + (i % 2) * 3 * kStepFloats;
+    const int nb = i * kNStep;
+    copy_tile_async<kNStep>(ct, kStepStride, C + nb, d.conv_dim, length, N - nb);
+    copy_tile_async<kNStep>(ct + kStepFloats, kStepStride, B + nb, d.conv_dim, length, N - nb);
+    copy_tile_async<kNStep>(ct + 2 * kStepFloats, kStepStride, H + int64_t{p0} * N + nb, N, P - p0, N - nb);
+    mma::cp_async_commit();
+  };
+  stage(0);
   chunk_cumsum(p, d, chunk, h, delta, lambda);
 
   float off[4][4] = {};
   float cb[4][4] = {};
-  for (int nb = 0; nb < N; nb += kNStep) {
-    for (int idx = tid; idx < kQ * kNStep; idx += kChunkThreads) {
-      const int row = idx / kNStep;  // t, p or s
-      const int n = idx % kNStep;
-      const bool n_ok = nb + n < N;
-      const bool token = row < length;
-      const int64_t xbc_row = (chunk.begin + row) * d.conv_dim;
-      ct[n][row] = token && n_ok ? p.xbc[xbc_row + c_col + nb + n] : 0.0f;
-      bt[n][row] = token && n_ok ? p.xbc[xbc_row + b_col + nb + n] : 0.0f;
-      ht[n][row] = p0 + row < P && n_ok ? H[int64_t{p0 + row} * N + nb + n] : 0.0f;
+  for (int i = 0; i < steps; ++i) {
+    if (i + 1 < steps) {
+      stage(i + 1);
+      mma::cp_async_wait<1>();
+    } else {
+      mma::cp_async_wait<0>();
     }
     __syncthreads();
-#pragma unroll 4
-    for (int n = 0; n < kNStep; ++n) {
-      const float4 cv = *reinterpret_cast<const float4*>(&ct[n][4 * ty]);
-      const float4 hv = *reinterpret_cast<const float4*>(&ht[n][4 * tx]);
-      const float4 bv = *reinterpret_cast<const float4*>(&bt[n][4 * tx]);
-      const float ca[4] = {cv.x, cv.y, cv.z, cv.w};
-      const float ha[4] = {hv.x, hv.y, hv.z, hv.w};
-      const float ba[4] = {bv.x, bv.y, bv.z, bv.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          off[i][j] = fmaf(ca[i], ha[j], off[i][j]);
-          cb[i][j] = fmaf(ca[i], ba[j], cb[i][j]);
-        }
-      }
+    const float* ct = scan_smem + (i % 2) * 3 * kStepFloats;
+    const int ksteps = (min(kNStep, N - i * kNStep) + 7) / 8;
+    if (rows_live) {
+      warp_mma_3xtf32_pair<4, kStepStride>(cb, off, ct + wm * kStepStride, ct + kStepFloats + wn * kStepStride,
+                                           ct + 2 * kStepFloats + wn * kStepStride, ksteps, cb_tiles);
     }
-    __syncthreads();
+    __syncthreads();  // stage i % 2 is refilled next
   }
 
-  // M (transposed: mt[s][t]) and the x tile.
+  // The x tile (cp.async over the consumed stages) while M is formed.
+  copy_tile_async<kTile>(xs, kColMajor64, rows + int64_t{h} * P + p0, d.conv_dim, length, P - p0);
+  mma::cp_async_commit();
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int t = 4 * ty + i;
+  for (int j = 0; j < 4; ++j) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int s = 4 * tx + j;
-      mt[s][t] = s <= t && t < length ? cb[i][j] * expf(lambda[t] - lambda[s]) * delta[s] : 0.0f;
+    for (int e = 0; e < 4; ++e) {
+      const int t = wm + frag_row(e);
+      const int s = wn + 8 * j + frag_col(e);
+      mt[t * kRowMajor64 + s] = s <= t && t < length ? cb[j][e] * expf(lambda[t] - lambda[s]) * delta[s] : 0.0f;
     }
   }
-  for (int idx = tid; idx < kQ * kTile; idx += kChunkThreads) {
-    const int s = idx / kTile;
-    const int c = idx % kTile;
-    xs[s][c] = s < length && p0 + c < P ? p.xbc[(chunk.begin + s) * d.conv_dim + int64_t{h} * P + p0 + c] : 0.0f;
-  }
+  mma::cp_async_wait<0>();
   __syncthreads();
 
   float diag[4][4] = {};
-  for (int s = 0; s < length; ++s) {
-    const float4 mv = *reinterpret_cast<const float4*>(&mt[s][4 * ty]);
-    const float4 xv = *reinterpret_cast<const float4*>(&xs[s][4 * tx]);
-    const float ma[4] = {mv.x, mv.y, mv.z, mv.w};
-    const float xa[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) diag[i][j] = fmaf(ma[i], xa[j], diag[i][j]);
-    }
+  if (rows_live) {
+    warp_mma_3xtf32<4, kRowMajor64, 1, 1, kColMajor64>(diag, mt + wm * kRowMajor64, xs + wn, (wm + 16) / 8);
   }
 
   const float Dh = load_element(p.D.data, h, p.D.kind);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int t = 4 * ty + i;
+  for (int e = 0; e < 4; ++e) {
+    const int t = wm + frag_row(e);
     if (t >= length) continue;
     const float carry_decay = expf(lambda[t]);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int col = 4 * tx + j;
+      const int col = wn + 8 * j + frag_col(e);
       if (p0 + col >= P) continue;
-      const float value = fmaf(carry_decay, off[i][j], diag[i][j]);
+      const float value = fmaf(carry_decay, off[j][e], diag[j][e]);
       store_element(p.y.data, (chunk.begin + t) * p.y.row_stride + int64_t{h} * P + p0 + col, p.y.kind,
-                    fmaf(Dh, xs[t][col], value));
+                    fmaf(Dh, xs[t * kColMajor64 + col], value));
     }
   }
 }
@@ -532,13 +684,16 @@ void launch_mamba2_prefill(const Mamba2Params& p, cudaStream_t stream) {
   const dim3 chunk_grid(static_cast<unsigned>(p.num_chunks), static_cast<unsigned>(p.heads), p_tiles * n_tiles);
   chunk_state_kernel<<<chunk_grid, kChunkThreads, 0, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
-  const int64_t head_size = int64_t{p.head_dim} * p.state;
-  const dim3 pass_grid(static_cast<unsigned>((head_size + kPassThreads - 1) / kPassThreads),
-                       static_cast<unsigned>(p.heads), static_cast<unsigned>(p.num_sequences));
-  state_passing_kernel<<<pass_grid, kPassThreads, 0, stream>>>(p);
+  if (int64_t{p.head_dim} * p.state % 4 == 0 && aligned16(p.chunk_states)) {
+    launch_state_passing<4, 8>(p, stream);
+  } else {
+    launch_state_passing<1, 8>(p, stream);
+  }
   HYBRIDTB_CUDA_CHECK_LAUNCH();
+  HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(chunk_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(kScanSmemBytes)));
   chunk_scan_kernel<<<dim3(static_cast<unsigned>(p.num_chunks), static_cast<unsigned>(p.heads), p_tiles),
-                      kChunkThreads, 0, stream>>>(p);
+                      kChunkThreads, kScanSmemBytes, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 
