@@ -38,6 +38,9 @@ COMMANDS = {
                             "(gpu-check.sh stage peer: OUT/peer-ratio.json)",
     "peer-vllm": "python3 experiments/peers/vllm_attention_peer.py --vllm DIR --out F "
                  "(gpu-check.sh stage peer with HYBRIDTB_VLLM_SRC)",
+    "peer-linear": "python3 experiments/peers/vllm_linear_peer.py --vllm DIR --ours bench-linear.json "
+                   "--hybridtb build/harness/cli/hybridtb --json F (gpu-check.sh stage linear-peer: "
+                   "OUT/peer-linear.json; a .txt is its log)",
     "peer-ssm-ratio": "python3 experiments/peers/torch_mamba1_peer.py --out peer-ssm.json && "
                       "python3 experiments/peers/peer_ratio_ssm.py bench-ssm.json peer-ssm.json --out F",
     "parity-examples": "build/harness/cli/hybridtb parity --backend cuda --against reference --report F "
