@@ -45,8 +45,12 @@ SourceRevision source_revision_of(const std::string& source_dir) {
     r.source = "environment";
     return r;
   }
+  // git answers for the work tree that holds source_dir; a copy of the sources that this tree does
+  // not track (an exported snapshot in an ignored folder of another checkout) is not its commit.
   std::string commit;
-  if (run("git -C " + quoted(source_dir) + " rev-parse --short HEAD", commit) && !commit.empty()) {
+  std::string tracked;
+  if (run("git -C " + quoted(source_dir) + " rev-parse --short HEAD", commit) && !commit.empty() &&
+      run("git -C " + quoted(source_dir) + " ls-files -- .", tracked) && !tracked.empty()) {
     r.commit = commit;
     r.source = "git";
     std::string changes;

@@ -1,6 +1,7 @@
 // The source revision results and reports are labelled with (hybridtb/revision.h) is read when the
 // tool runs: in a scratch git repository, the label is HEAD's short hash, gains "-dirty" when a
-// tracked file changes, names the new commit after a commit, and yields to HYBRIDTB_GIT_COMMIT.
+// tracked file changes, names the new commit after a commit, and yields to HYBRIDTB_GIT_COMMIT; an
+// untracked copy nested in the checkout does not take the checkout's commit.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -86,6 +87,19 @@ TEST_F(RevisionTest, TheEnvironmentNamesTheCommitWhereThereIsNoGit) {
   unsetenv("HYBRIDTB_GIT_COMMIT");
   EXPECT_EQ(r.commit, "abc1234");
   EXPECT_EQ(r.source, "environment");
+}
+
+TEST_F(RevisionTest, AnUntrackedCopyInsideAnotherCheckoutIsNotItsCommit) {
+  // An exported copy of the sources in an ignored folder of a checkout: git would answer with the
+  // enclosing checkout's HEAD, which is not the copy's commit.
+  std::ofstream(dir_ / ".gitignore") << "snapshot/\n";
+  commit("ignore");
+  fs::create_directories(dir_ / "snapshot");
+  std::ofstream(dir_ / "snapshot" / "file.txt") << "copy\n";
+  const SourceRevision r = source_revision_of((dir_ / "snapshot").string());
+  EXPECT_NE(r.source, "git");
+  EXPECT_NE(r.commit, head());
+  EXPECT_FALSE(r.dirty);
 }
 
 TEST(Revision, ATreeWithoutGitFallsBackToTheConfigureTimeCommit) {

@@ -4,7 +4,8 @@
 //
 // Order of sources: the environment variable HYBRIDTB_GIT_COMMIT (set it where the tree has no
 // .git, e.g. a copy on a GPU machine), then `git rev-parse` in the source tree the binary was built
-// from, then the commit CMake saw at configure time, else "unknown".
+// from when git tracks files there (not for a copy nested untracked in another checkout), then the
+// commit CMake saw at configure time, else "unknown".
 #pragma once
 
 #include <string>
