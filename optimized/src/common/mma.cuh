@@ -1,6 +1,6 @@
 // PTX wrappers for the tensor-core attention kernels (sm_80+; built for sm_90): mma.sync
 // m16n8k16 with float32 accumulation for float16 / bfloat16 inputs, m16n8k8 for TF32 inputs with
-// the float32 → hi + lo TF32 split (3xTF32: the GDN prefill), ldmatrix (plain and
+// the float32 → hi + lo TF32 split (3xTF32: the GDN and Mamba-2 prefills, warp_mma_3xtf32.cuh), ldmatrix (plain and
 // transposed), movmatrix (8×8 transpose of a fragment), 16- and 4-byte cp.async with zero-fill, and exp2
 // (the mamba1 scan uses the copies and exp2 too).
 // Fragment layouts (PTX ISA "Matrix fragments for mma.m16n8k16"), g = lane / 4, t = lane % 4:

@@ -54,12 +54,17 @@
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
 #include "common/mma.cuh"
+#include "common/warp_mma_3xtf32.cuh"
 #include "common/tma.cuh"
 #include "ssm/gdn_kernels.h"
 #include "ssm/pool_quads.cuh"
 
 namespace hybridtb::cuda::ssm {
 namespace {
+
+using mma::frag_col;
+using mma::frag_row;
+using mma::warp_mma_3xtf32;
 
 // --- (3) prefills: the chunked WY form --------------------------------------------------------------
 
@@ -75,50 +80,6 @@ constexpr int kRowMajor64 = kC + 4;               // 68
 constexpr int kColMajor128 = kGdnMaxHeadDim + 8;  // 136: [·][dk or dv] read transposed
 
 __host__ __device__ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
-
-// One warp's C[16, 8·kTiles] += X·Yᵀ over k ∈ [0, 8·ksteps) in 3xTF32 (mma.cuh: near-float32
-// products, float32 accumulation), X(m, k) = x[m·kXm + k·kXk] for the warp's 16 rows, Y(n, k) =
-// y[n·kYn + k·kYk] for its 8·kTiles columns; both in shared memory, read through the fragment
-// layout of mma_tf32 (each X fragment feeds kTiles products). The hi·hi products accumulate in c,
-// the lo·hi and hi·lo ones in a second accumulator added at the end: two dependent mma chains
-// in flight instead of one three times as long (a fixed order all the same). Only the first
-// `tiles` (warp-uniform) column tiles are computed; the others' Y is not read.
-template <int kTiles, int kXm, int kXk, int kYn, int kYk>
-__device__ __forceinline__ void warp_mma_3xtf32(float (&c)[kTiles][4], const float* x, const float* y, int ksteps,
-                                                int tiles = kTiles) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const float* xg = x + (lane / 4) * kXm + (lane % 4) * kXk;
-  const float* yg = y + (lane / 4) * kYn + (lane % 4) * kYk;
-  float small[kTiles][4] = {};
-#pragma unroll 4
-  for (int s = 0; s < ksteps; ++s) {
-    const int k = 8 * s;
-    uint32_t a_hi[4], a_lo[4];
-    mma::split_tf32(xg[k * kXk], a_hi[0], a_lo[0]);
-    mma::split_tf32(xg[8 * kXm + k * kXk], a_hi[1], a_lo[1]);
-    mma::split_tf32(xg[(k + 4) * kXk], a_hi[2], a_lo[2]);
-    mma::split_tf32(xg[8 * kXm + (k + 4) * kXk], a_hi[3], a_lo[3]);
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      if (j >= tiles) continue;
-      uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
-      mma::split_tf32(yg[8 * j * kYn + k * kYk], b_hi0, b_lo0);
-      mma::split_tf32(yg[8 * j * kYn + (k + 4) * kYk], b_hi1, b_lo1);
-      mma::mma_tf32(small[j], a_lo, b_hi0, b_hi1);
-      mma::mma_tf32(small[j], a_hi, b_lo0, b_lo1);
-      mma::mma_tf32(c[j], a_hi, b_hi0, b_hi1);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) c[j][e] += small[j][e];
-  }
-}
-
-// Row r and column c of the 16×8 C fragment element e < 4 of this lane (mma.cuh's layout).
-__device__ __forceinline__ int frag_row(int e) { return static_cast<int>(threadIdx.x) % 32 / 4 + 8 * (e / 2); }
-__device__ __forceinline__ int frag_col(int e) { return 2 * (static_cast<int>(threadIdx.x) % 4) + e % 2; }
 
 // Shared rows [0, kC) × columns [0, width) (row stride `ss`, width a multiple of 4) ← global rows
 // [0, n) × columns [0, cols) (rows `gs` floats apart), zeros elsewhere, by cp.async: 16 bytes per
