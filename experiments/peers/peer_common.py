@@ -44,6 +44,42 @@ class EventTimer:
         return self.start.elapsed_time(self.stop) * 1e-3
 
 
+def kernel_breakdown(fn, calls, flush):
+    """The GPU kernels one call of fn launches, from torch.profiler over `calls` calls (each after
+    flush(), whose own kernels are left out): a list of {"name", "us" (mean time per call), "launches"
+    (per call)}, longest first. Call it after the warm-up, so autotuning runs are not counted."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            flush()
+            torch.cuda.synchronize()
+            with torch.profiler.record_function("hybridtb_peer_call"):
+                fn()
+            torch.cuda.synchronize()
+    flush_names = set()
+    with profile(activities=[ProfilerActivity.CUDA]) as flush_prof:
+        flush()
+        torch.cuda.synchronize()
+    for event in flush_prof.key_averages():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            flush_names.add(event.key)
+    totals = {}
+    for event in prof.key_averages():
+        if event.device_type != torch.autograd.DeviceType.CUDA or event.key in flush_names:
+            continue
+        us = getattr(event, "device_time_total", None)
+        if us is None:
+            us = event.cuda_time_total
+        name, launches = event.key, event.count
+        total, count = totals.get(name, (0.0, 0))
+        totals[name] = (total + us, count + launches)
+    rows = [{"name": name, "us": total / calls, "launches": count / calls} for name, (total, count) in totals.items()]
+    return sorted(rows, key=lambda r: -r["us"])
+
+
 def sample_us(fn, samples, warmup, flush, restore=None):
     """The peers' timing loop: `warmup` untimed calls (each after restore()), a device sync, then
     `samples` timed calls, each after restore() and flush() (outside the events). Returns

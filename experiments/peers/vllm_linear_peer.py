@@ -25,7 +25,9 @@ preparation + the chunked prefill (median_us), the peers their preparation + pre
 
 Timing as the benchmark times ours: warm-up calls (the first one autotunes), then CUDA events
 around each call with a 256 MiB L2-flush read before it (outside the events), median of --samples.
-ratio = peer median / our median_us from --ours (> 1: hybridtb faster).
+ratio = peer median / our median_us from --ours (> 1: hybridtb faster). --kernels N adds each peer's
+per-kernel GPU times (torch.profiler, mean of N calls) to its entry, to set beside Nsight Compute's
+per-kernel times of ours.
 
 Checks of each peer's output (max error normalised by the largest |value| of the check's output,
 and the relative RMS error, within bf16 tolerances — the peers round their activations to bf16):
@@ -1365,7 +1367,7 @@ def describe_plan(plan, fla_folder, fla_reason, cases, ours, args):
 
 def run_case(torch, case, peers, ours, args, workdir, flush):
     """Times every peer on the case and checks it; returns the case's entries."""
-    from peer_common import sample_us
+    from peer_common import kernel_breakdown, sample_us
 
     name, kind, shape_name, tokens, in_bench = case
     shape = case_shape(kind, shape_name)
@@ -1394,6 +1396,10 @@ def run_case(torch, case, peers, ours, args, workdir, flush):
             fn = peer.prepare(timing_inputs)
             med, lo, hi = sample_us(fn, args.samples, args.warmup, flush.sum)
             entry.update(median_us=med, min_us=lo, max_us=hi, samples=args.samples)
+            if args.kernels:
+                entry["kernels"] = kernel_breakdown(fn, args.kernels, flush.sum)
+                for k in entry["kernels"][:8]:
+                    print(f"    {k['us']:9.1f} us  x{k['launches']:g}  {k['name'][:100]}")
             result = fn()
             entry["finite"] = bool(torch.isfinite(result).all())
             del fn, result
@@ -1637,6 +1643,9 @@ def main(argv=None):
     parser.add_argument("--samples", type=int, default=20, help="timed calls per peer and case (20)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls first (3; the first one autotunes)")
     parser.add_argument("--quick", action="store_true", help="5 samples, 2 warm-ups")
+    parser.add_argument("--kernels", type=int, default=0, metavar="CALLS",
+                        help="also record each peer's per-kernel GPU times (torch.profiler, mean over CALLS "
+                             "calls after the timing) as the entry's \"kernels\" list (default 0: off)")
     parser.add_argument("--mamba-chunk", type=int, default=DEFAULT_MAMBA_CHUNK,
                         help=f"vLLM's SSD chunk size (default {DEFAULT_MAMBA_CHUNK}: Falcon-H1's mamba_chunk_size)")
     parser.add_argument("--dry-run", action="store_true", help="read the release with ast, print the plan; no torch")
@@ -1653,7 +1662,8 @@ def main(argv=None):
         args.samples, args.warmup = 5, 2
     try:
         for option, value, low in (("--samples", args.samples, 1), ("--warmup", args.warmup, 0),
-                                   ("--ref-tokens", args.ref_tokens, 1), ("--check-tokens", args.check_tokens, 0)):
+                                   ("--ref-tokens", args.ref_tokens, 1), ("--check-tokens", args.check_tokens, 0),
+                                   ("--kernels", args.kernels, 0)):
             if value is not None and value < low:
                 raise UsageError(f"{option} {value}: must be at least {low}")
         if args.mamba_chunk < 1 or args.mamba_chunk & (args.mamba_chunk - 1):
