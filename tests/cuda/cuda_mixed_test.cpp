@@ -11,7 +11,8 @@
 //   - mixed == separate BIT FOR BIT: output, attn_output, ssm_output, KV cache, every state pool;
 //   - the mixed step is bitwise equal run to run and matches the reference (cuda_matches_reference;
 //     with an SSM branch compare_step, as tests/cuda/cuda_fused_test does).
-// Skips with the reason on a machine without a CUDA device. Cases named Small* are the
+// CudaMixedCases checks the cases' paths with the host planner, with or without a GPU; the GPU
+// tests skip with the reason on a machine without a CUDA device. Cases named Small* are the
 // compute-sanitizer subset.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "attention/attention_plan.h"
+#include "attention/attention_work_plan.h"
 #include "cuda_cases.h"
 #include "cuda_compare.h"
 #include "cuda_plan.h"
@@ -115,6 +117,30 @@ std::vector<MixedCase> cases() {
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+// The same expectations of the host planner (attention_work_plan.h) with an H100's SM count: the
+// cases are what they claim on a machine without a GPU too.
+TEST(CudaMixedCases, HostPlanTakesThePathEachCaseExpects) {
+  for (const MixedCase& mc : cases()) {
+    SCOPED_TRACE(mc.batch.name);
+    const BatchFile step = make_step(mc.batch);
+    cuda::AttentionPlanInput in;
+    in.config = &step.config;
+    in.batch = &step.batch;
+    in.num_sms = 132;
+    in.routes = cuda::route_layer(step.config, {}, cuda::TensorLayoutFacts{});
+    const cuda::AttentionPlan plan = cuda::plan_attention(in);
+    const AttentionPlanSummary& s = plan.summary;
+    EXPECT_GT(s.decode_rows, 0) << s.describe();
+    EXPECT_GT(s.prefill_rows, 0) << s.describe();
+    EXPECT_EQ(s.mixed(), mc.expect.mixed) << s.describe();
+    EXPECT_NE(s.mixed_fallback.find(mc.expect.fallback), std::string::npos) << s.describe();
+    if (mc.expect.split) {
+      EXPECT_GT(s.split_rows, 0) << s.describe();
+    }
+    EXPECT_EQ(mc.expect.simt, s.decode_mma_rows < s.decode_rows) << s.describe();
+  }
 }
 
 class CudaMixedTest : public CudaParamFixture<MixedCase> {};

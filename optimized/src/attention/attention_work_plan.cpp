@@ -718,7 +718,7 @@ void describe_kernels(std::ostream& out, const AttentionPlan& plan, const Attent
   if (s.mixed()) {
     out << "  mixed (the tensor-core prefill and decode CTAs above in one grid, interleaved): grid "
         << plan.mixed.size() << " CTAs (" << s.mixed_prefill_ctas << " prefill, " << s.mixed_decode_ctas
-        << " decode), the combine after it\n";
+        << " decode)" << (s.split_rows > 0 ? ", the combine after it" : "") << "\n";
   } else if (!s.mixed_fallback.empty()) {
     out << "  mixed: none, prefill and decode launched separately [" << s.mixed_fallback << "]\n";
   }
