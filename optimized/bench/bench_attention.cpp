@@ -6,8 +6,10 @@
 // pairs): a window counts only its in-window pairs.
 // Prefill cases: 1×2k/4k/8k/32k tokens, no window and window 4096, on the tensor-core
 // path, plus 1×4k on the generic SIMT kernel for comparison; 1-byte KV caches (fp8 e4m3/e5m2 per
-// tensor, int8/fp8 per token-head) for prefill and decode, their bytes counted at one per element; the mixed step is also reported as a
-// ratio to the sum of its parts (decode 64×4k + prefill 1×2k). --filter runs only the cases whose name
+// tensor, int8/fp8 per token-head) for prefill and decode, their bytes counted at one per element; the mixed steps (2048 fresh
+// tokens or a 2048-token chunk at context 4096, each beside 64 decodes at 4k) run in one grid and, in
+// their "separate" rows, as separate launches; the first is also reported as a ratio to the sum of
+// its parts (decode 64×4k + prefill 1×2k), each as a ratio to its separate launches. --filter runs only the cases whose name
 // matches REGEX (ECMAScript, anywhere in the name; the ceilings are measured all the same).
 // --mma-decode-split replaces the tensor-core decode kernel's key-split policy (about C CTAs per SM,
 // splits of MIN to MAX keys; attention_work_plan.h) for every case, to tune it. Run by
@@ -57,6 +59,7 @@ struct BenchCase {
   int variant = -1;      // prefill tile variant (-1: the default for the head size)
   KvCacheDtype kv = KvCacheDtype::kAuto;
   bool simt_decode = false;  // decode rows on the SIMT decode kernel (the tensor-core kernel's comparison)
+  bool separate_mixed = false;  // a mixed step's prefill and decode kernels launched apart (no mixed grid)
 };
 
 std::vector<Request> repeat(int64_t count, Request r) { return std::vector<Request>(static_cast<size_t>(count), r); }
@@ -184,6 +187,7 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
   overrides.generic_prefill = bc.generic;
   overrides.prefill_variant = bc.variant;
   overrides.simt_decode = bc.simt_decode;
+  overrides.separate_mixed = bc.separate_mixed;
   overrides.mma_decode_split = mma_decode_split;
   AttentionRunner runner(config, memory, num_sms, overrides);
   runner.prepare(batch, tensors, out, stream);
@@ -299,9 +303,21 @@ int main(int argc, char** argv) {
         {"decode 64x4k fp8_pth", "decode", repeat(64, {4095, 1}), 0, false, -1, KvCacheDtype::kFp8PerTokenHead},
         {"decode 8x32k fp8_e4m3", "decode", repeat(8, {32767, 1}), 0, false, -1, KvCacheDtype::kFp8E4M3},
     };
+    // Mixed steps in one grid of the mixed kernel, and the same steps with the prefill and decode
+    // kernels launched one after the other ("separate"), for the gain in one run.
     std::vector<Request> mixed = repeat(64, {4095, 1});
     mixed.push_back({0, 2048});
-    cases.push_back({"mixed 2048+64x4k", "mixed", mixed});
+    std::vector<Request> chunk = repeat(64, {4095, 1});
+    chunk.push_back({4096, 2048});
+    for (const auto& [name, requests] : {std::pair{std::string("mixed 2048+64x4k"), mixed},
+                                         std::pair{std::string("mixed 2048 chunk at context 4096 + 64x4k"), chunk}}) {
+      BenchCase one_grid{name, "mixed", requests};
+      BenchCase separate = one_grid;
+      separate.name += " separate";
+      separate.separate_mixed = true;
+      cases.push_back(one_grid);
+      cases.push_back(separate);
+    }
     if (!filter.empty()) {
       const std::regex wanted(filter);
       std::erase_if(cases, [&](const BenchCase& bc) { return !std::regex_search(bc.name, wanted); });
@@ -319,7 +335,8 @@ int main(int argc, char** argv) {
       results.push_back(j);
     }
     report["cases"] = results;
-    // The mixed step against the sum of its parts (target: at most 1.1x).
+    // The mixed step against the sum of its parts (target: at most 1.1x) and against its separate
+    // launches.
     double mixed_us = 0, decode_us = 0, prefill_us = 0;
     for (const nlohmann::json& j : results) {
       if (j["name"] == "mixed 2048+64x4k") mixed_us = j["median_us"].get<double>();
@@ -331,6 +348,18 @@ int main(int argc, char** argv) {
       std::printf("mixed step %.1f us = %.2fx (decode 64x4k %.1f + prefill 1x2k %.1f)\n", mixed_us,
                   mixed_us / (decode_us + prefill_us), decode_us, prefill_us);
     }
+    nlohmann::json over_separate = nlohmann::json::object();
+    for (const nlohmann::json& j : results) {
+      if (j["kind"] != "mixed" || j["name"].get<std::string>().ends_with(" separate")) continue;
+      for (const nlohmann::json& k : results) {
+        if (k["name"] != j["name"].get<std::string>() + " separate") continue;
+        const double ratio = j["median_us"].get<double>() / k["median_us"].get<double>();
+        over_separate[j["name"].get<std::string>()] = ratio;
+        std::printf("%s: one grid %.1f us = %.2fx separate launches %.1f us\n", j["name"].get<std::string>().c_str(),
+                    j["median_us"].get<double>(), ratio, k["median_us"].get<double>());
+      }
+    }
+    if (!over_separate.empty()) report["mixed_over_separate"] = over_separate;
     std::printf("ceilings: read %.0f GB/s, copy %.0f GB/s (read+write), bf16 GEMM %.0f TFLOP/s\n", read / 1e9,
                 copy / 1e9, gemm);
     std::printf("note: prefill rows run on the mma.sync tensor-core kernel ('generic' rows: the SIMT kernel)\n");

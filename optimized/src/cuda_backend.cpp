@@ -376,7 +376,9 @@ class CudaBackend final : public Backend {
     // A linear-attention layer has no attention: no runner, no KV-write slots.
     if (!settings_.attention.is_linear_layer()) {
       slots_ = std::make_unique<Workspace>(*device_->memory);
-      runner_ = std::make_unique<AttentionRunner>(settings_.attention, *device_->memory, device_->num_sms);
+      AttentionPathOverrides overrides;
+      overrides.separate_mixed = !settings_.mixed_grid;
+      runner_ = std::make_unique<AttentionRunner>(settings_.attention, *device_->memory, device_->num_sms, overrides);
     }
   }
 

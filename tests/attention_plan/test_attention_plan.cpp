@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -297,9 +298,11 @@ TEST(AttentionPlan, WorkspaceSizesFollowTheWorkLists) {
   EXPECT_GE(s.block_table, end_of(s.seq_lens, 4, 4));
   EXPECT_GE(s.generic_items, end_of(s.block_table, static_cast<size_t>(4 * plan.block_table_stride), 4));
   EXPECT_GE(s.decode_mma_items, end_of(s.decode_items, plan.decode.size(), sizeof(DecodeItem)));
-  EXPECT_EQ(s.bytes, end_of(s.combine_items, plan.combine.size(), sizeof(CombineItem)));
+  EXPECT_GE(s.mixed_items, end_of(s.combine_items, plan.combine.size(), sizeof(CombineItem)));
+  ASSERT_FALSE(plan.mixed.empty());  // decode and prefill rows: one mixed grid
+  EXPECT_EQ(s.bytes, end_of(s.mixed_items, plan.mixed.size(), sizeof(MixedItem)));
   for (size_t offset : {s.seq_lens, s.block_table, s.generic_items, s.prefill_items, s.decode_items,
-                        s.decode_mma_items, s.combine_items}) {
+                        s.decode_mma_items, s.combine_items, s.mixed_items}) {
     EXPECT_EQ(offset % 16, 0u);
   }
   const std::vector<unsigned char> bytes = stage_plan(plan, b);
@@ -307,6 +310,14 @@ TEST(AttentionPlan, WorkspaceSizesFollowTheWorkLists) {
   std::vector<DecodeItem> staged(plan.decode_mma.size());
   std::memcpy(staged.data(), bytes.data() + s.decode_mma_items, staged.size() * sizeof(DecodeItem));
   for (size_t i = 0; i < staged.size(); ++i) EXPECT_EQ(staged[i].key_begin, plan.decode_mma[i].key_begin);
+  std::vector<MixedItem> staged_mixed(plan.mixed.size());
+  std::memcpy(staged_mixed.data(), bytes.data() + s.mixed_items, staged_mixed.size() * sizeof(MixedItem));
+  for (size_t i = 0; i < staged_mixed.size(); ++i) {
+    EXPECT_EQ(staged_mixed[i].kind, plan.mixed[i].kind);
+    EXPECT_EQ(staged_mixed[i].index, plan.mixed[i].index);
+    EXPECT_EQ(staged_mixed[i].kv_head, plan.mixed[i].kv_head);
+    EXPECT_EQ(staged_mixed[i].head_pass, plan.mixed[i].head_pass);
+  }
   EXPECT_EQ(plan.summary.decode_ctas, static_cast<int64_t>(plan.decode.size() + plan.decode_mma.size()));
 }
 
@@ -348,12 +359,280 @@ TEST(AttentionPlan, PrintedPlanNamesEveryRequestAndKernel) {
            "  tensor-core decode: 1 rows, 32 items of up to 1024 keys, 8 heads per CTA, grid 256 CTAs\n",
            "  combine: 1 split rows, grid 32 CTAs\n",
            "  tensor-core prefill: 64 rows, variant 1 (128 rows per CTA), grid 16 CTAs\n",
+           "  mixed (the tensor-core prefill and decode CTAs above in one grid, interleaved): grid 272 CTAs (16 "
+           "prefill, 256 decode), the combine after it\n",
            "  generic: 0 rows, grid 0 CTAs\n",
            "workspace: upload ",
            "split partials 32 slots = 532480 bytes (32 heads x (128 + 2) floats per slot)\n",
        }) {
     EXPECT_NE(text.find(line), std::string::npos) << "missing: " << line << "in:\n" << text;
   }
+}
+
+
+// --- the mixed grid --------------------------------------------------------------------------------
+
+// The work of a mixed CTA as the planner weighs it: the keys it reads (at least 1).
+int64_t mixed_work(const AttentionPlan& plan, const MixedItem& m) {
+  const auto span = [](int32_t begin, int32_t end) { return std::max<int64_t>(1, end - begin); };
+  if (m.kind == MixedKind::kPrefill) {
+    const GenericItem& g = plan.prefill[static_cast<size_t>(m.index)];
+    return span(g.key_begin, g.key_end);
+  }
+  const DecodeItem& d = plan.decode_mma[static_cast<size_t>(m.index)];
+  return span(d.key_begin, d.key_end);
+}
+
+// Every prefill item once, every CTA of the tensor-core decode grid (item × kv head × pass) once.
+void expect_mixed_covers_both_grids(const AttentionPlan& plan, int64_t kv_heads, int64_t passes) {
+  const size_t decode_ctas = plan.decode_mma.size() * static_cast<size_t>(kv_heads * passes);
+  ASSERT_EQ(plan.mixed.size(), plan.prefill.size() + decode_ctas);
+  std::vector<int> prefill_seen(plan.prefill.size(), 0);
+  std::vector<int> decode_seen(decode_ctas, 0);
+  for (const MixedItem& m : plan.mixed) {
+    if (m.kind == MixedKind::kPrefill) {
+      ASSERT_GE(m.index, 0);
+      ASSERT_LT(static_cast<size_t>(m.index), plan.prefill.size());
+      ++prefill_seen[static_cast<size_t>(m.index)];
+    } else {
+      ASSERT_EQ(m.kind, MixedKind::kDecode);
+      ASSERT_GE(m.index, 0);
+      ASSERT_LT(static_cast<size_t>(m.index), plan.decode_mma.size());
+      ASSERT_GE(m.kv_head, 0);
+      ASSERT_LT(m.kv_head, kv_heads);
+      ASSERT_GE(m.head_pass, 0);
+      ASSERT_LT(m.head_pass, passes);
+      const size_t cta = (static_cast<size_t>(m.head_pass) * static_cast<size_t>(kv_heads) +
+                          static_cast<size_t>(m.kv_head)) * plan.decode_mma.size() + static_cast<size_t>(m.index);
+      ++decode_seen[cta];
+    }
+  }
+  EXPECT_TRUE(std::all_of(prefill_seen.begin(), prefill_seen.end(), [](int n) { return n == 1; }));
+  EXPECT_TRUE(std::all_of(decode_seen.begin(), decode_seen.end(), [](int n) { return n == 1; }));
+  EXPECT_EQ(plan.summary.mixed_prefill_ctas, static_cast<int64_t>(plan.prefill.size()));
+  EXPECT_EQ(plan.summary.mixed_decode_ctas, static_cast<int64_t>(decode_ctas));
+}
+
+// The interleaving rule (plan_mixed_order): each kind longest first; the next CTA is of the kind
+// that has started the smaller fraction of its own work, ties to prefill.
+void expect_mixed_order_rule(const AttentionPlan& plan) {
+  double total[2] = {0, 0};
+  for (const MixedItem& m : plan.mixed) total[static_cast<int>(m.kind)] += static_cast<double>(mixed_work(plan, m));
+  double started[2] = {0, 0};
+  size_t left[2] = {static_cast<size_t>(plan.summary.mixed_prefill_ctas),
+                    static_cast<size_t>(plan.summary.mixed_decode_ctas)};
+  int32_t last_prefill = -1;
+  int64_t last_decode_work = std::numeric_limits<int64_t>::max();
+  for (size_t i = 0; i < plan.mixed.size(); ++i) {
+    const MixedItem& m = plan.mixed[i];
+    const int kind = static_cast<int>(m.kind);
+    if (left[0] > 0 && left[1] > 0) {
+      const bool prefill_due = started[0] * total[1] <= started[1] * total[0];
+      EXPECT_EQ(m.kind, prefill_due ? MixedKind::kPrefill : MixedKind::kDecode) << "CTA " << i;
+    }
+    const int64_t work = mixed_work(plan, m);
+    if (m.kind == MixedKind::kPrefill) {
+      EXPECT_GT(m.index, last_prefill) << "prefill items keep their longest-first order";
+      last_prefill = m.index;
+    } else {
+      EXPECT_LE(work, last_decode_work) << "decode CTAs longest first";
+      last_decode_work = work;
+    }
+    started[kind] += static_cast<double>(work);
+    --left[kind];
+  }
+}
+
+TEST(AttentionPlan, MixedStepRunsPrefillAndDecodeInOneGrid) {
+  const AttentionConfig c = llama();
+  std::vector<Req> reqs(64, {4095, 1});
+  reqs.push_back({0, 2048});
+  const AttentionPlan plan = plan_for(c, batch_of(reqs, c.block_size));
+  // 2048 tokens × 4 heads in items of 32 tokens × 4 heads per kv head: 64 × 8 = 512 prefill CTAs;
+  // 64 unsplit rows of 4096 keys × 8 kv heads × 1 pass: 512 decode CTAs.
+  ASSERT_EQ(plan.prefill.size(), 512u);
+  ASSERT_EQ(plan.decode_mma.size(), 64u);
+  EXPECT_TRUE(plan.combine.empty());
+  expect_mixed_covers_both_grids(plan, 8, 1);
+  expect_mixed_order_rule(plan);
+  EXPECT_TRUE(plan.summary.mixed());
+  EXPECT_TRUE(plan.summary.mixed_fallback.empty());
+  // Both kinds start at once and stay mixed: every stretch of 66 CTAs (a quarter of a wave of
+  // 2 CTAs on each of 132 SMs) holds both kinds, and both run until the end.
+  EXPECT_EQ(plan.mixed[0].kind, MixedKind::kPrefill);
+  EXPECT_EQ(plan.mixed[1].kind, MixedKind::kDecode);
+  for (size_t start = 0; start + 66 <= plan.mixed.size(); ++start) {
+    const auto prefill = std::count_if(plan.mixed.begin() + static_cast<std::ptrdiff_t>(start),
+                                       plan.mixed.begin() + static_cast<std::ptrdiff_t>(start + 66),
+                                       [](const MixedItem& m) { return m.kind == MixedKind::kPrefill; });
+    ASSERT_GT(prefill, 0) << "CTAs " << start << " + 66";
+    ASSERT_LT(prefill, 66) << "CTAs " << start << " + 66";
+  }
+  // The longest prefill items (the causal tail: 2048 keys) open the grid, the shortest close it.
+  EXPECT_EQ(plan.prefill[static_cast<size_t>(plan.mixed[0].index)].key_end, 2048);
+  const auto last_prefill = std::find_if(plan.mixed.rbegin(), plan.mixed.rend(),
+                                         [](const MixedItem& m) { return m.kind == MixedKind::kPrefill; });
+  EXPECT_EQ(plan.prefill[static_cast<size_t>(last_prefill->index)].key_end, 32);
+  const std::string text = plan.summary.describe();
+  EXPECT_NE(text.find("; mixed grid: 1024 CTAs (512 prefill, 512 decode)"), std::string::npos) << text;
+}
+
+TEST(AttentionPlan, MixedGridOrderHoldsForSplitRowsAndChunks) {
+  const AttentionConfig c = llama();
+  // A 2048-token chunk at context 4096 beside 64 decodes, one of them split, and a short prefill.
+  std::vector<Req> reqs(63, {4095, 1});
+  reqs.push_back({40000, 1});
+  reqs.push_back({4096, 2048});
+  reqs.push_back({0, 100});
+  const AttentionPlan plan = plan_for(c, batch_of(reqs, c.block_size));
+  ASSERT_FALSE(plan.combine.empty());
+  expect_mixed_covers_both_grids(plan, 8, 1);
+  expect_mixed_order_rule(plan);
+  // The split row's partial slots and combine items are the separate plan's.
+  AttentionPathOverrides separate;
+  separate.separate_mixed = true;
+  const AttentionPlan apart = plan_for(c, batch_of(reqs, c.block_size), separate);
+  EXPECT_TRUE(apart.mixed.empty());
+  EXPECT_EQ(apart.summary.mixed_fallback, "separate launches forced");
+  ASSERT_EQ(apart.decode_mma.size(), plan.decode_mma.size());
+  for (size_t i = 0; i < plan.decode_mma.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&apart.decode_mma[i], &plan.decode_mma[i], sizeof(DecodeItem)), 0) << "item " << i;
+  }
+  ASSERT_EQ(apart.prefill.size(), plan.prefill.size());
+  for (size_t i = 0; i < plan.prefill.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&apart.prefill[i], &plan.prefill[i], sizeof(GenericItem)), 0) << "item " << i;
+  }
+  ASSERT_EQ(apart.combine.size(), plan.combine.size());
+  EXPECT_EQ(apart.partial_slots, plan.partial_slots);
+  const std::string text = apart.summary.describe();
+  EXPECT_NE(text.find("; prefill and decode launched separately: separate launches forced"), std::string::npos)
+      << text;
+}
+
+TEST(AttentionPlan, FewLongPrefillItemsArePacedWithTheDecodes) {
+  AttentionConfig c = llama();
+  c.num_heads = 8;
+  c.num_kv_heads = 8;  // one head per kv head: a 32-token query is one item per kv head
+  std::vector<Req> reqs(200, {1023, 1});
+  reqs.push_back({30000, 32});
+  const AttentionPlan plan = plan_for(c, batch_of(reqs, c.block_size));
+  ASSERT_EQ(plan.prefill.size(), 8u);
+  ASSERT_EQ(plan.decode_mma.size(), 200u);
+  expect_mixed_covers_both_grids(plan, 8, 1);
+  expect_mixed_order_rule(plan);
+  // Each prefill item is an eighth of its kind's work, each decode CTA 1/1600 of its own: the first
+  // prefill item opens the grid and one more starts after every 200 decode CTAs.
+  std::vector<size_t> at;
+  for (size_t i = 0; i < plan.mixed.size(); ++i) {
+    if (plan.mixed[i].kind == MixedKind::kPrefill) at.push_back(i);
+  }
+  const std::vector<size_t> expected = {0, 201, 402, 603, 804, 1005, 1206, 1407};
+  EXPECT_EQ(at, expected);
+}
+
+TEST(AttentionPlan, MixedGridOnlyWhereBothBodiesAgree) {
+  const std::vector<Req> reqs = {{3000, 1}, {500, 1}, {0, 300}, {64, 40}};
+  struct Expect {
+    const char* what;
+    AttentionConfig config;
+    AttentionPathOverrides overrides;
+    bool mixed;
+    const char* reason;  // in mixed_fallback
+  };
+  std::vector<Expect> cases;
+  cases.push_back({"bf16 D 128", llama(), {}, true, ""});
+  {
+    AttentionConfig c = llama();
+    c.dtype = DType::kFloat16;
+    c.head_size = 64;
+    cases.push_back({"fp16 D 64", c, {}, true, ""});
+  }
+  {
+    AttentionConfig c = llama(100);
+    c.logits_soft_cap = 5.0;
+    c.sinks = std::vector<float>(32, 0.5f);
+    cases.push_back({"window, soft cap and sinks", c, {}, true, ""});
+  }
+  {
+    AttentionConfig c = llama();
+    c.head_size = 256;
+    cases.push_back({"D 256 (the decode body runs 2 warps)", c, {}, false, "head size 256"});
+  }
+  {
+    AttentionConfig c = llama();
+    c.kv_cache_dtype = KvCacheDtype::kFp8E4M3;
+    cases.push_back({"1-byte cache", c, {}, false, "kv_cache_dtype fp8_e4m3"});
+  }
+  {
+    AttentionConfig c = llama();
+    c.num_kv_heads = 2;  // 16 query heads per kv head: 16 heads per decode CTA
+    cases.push_back({"16 heads per decode CTA", c, {}, false, "16 heads per decode CTA"});
+  }
+  {
+    AttentionPathOverrides v0;
+    v0.prefill_variant = 0;
+    cases.push_back({"another prefill variant", llama(), v0, false, "prefill variant 0"});
+  }
+  {
+    AttentionPathOverrides separate;
+    separate.separate_mixed = true;
+    cases.push_back({"separate launches forced", llama(), separate, false, "separate launches forced"});
+  }
+  {
+    AttentionPathOverrides simt;
+    simt.simt_decode = true;
+    cases.push_back({"SIMT decode rows only", llama(), simt, false, ""});
+  }
+  {
+    AttentionPathOverrides generic;
+    generic.generic_prefill = true;
+    cases.push_back({"generic prefill rows only", llama(), generic, false, ""});
+  }
+  for (const Expect& e : cases) {
+    SCOPED_TRACE(e.what);
+    const AttentionPlan plan = plan_for(e.config, batch_of(reqs, e.config.block_size), e.overrides);
+    EXPECT_EQ(!plan.mixed.empty(), e.mixed);
+    EXPECT_EQ(plan.summary.mixed(), e.mixed);
+    EXPECT_NE(plan.summary.mixed_fallback.find(e.reason), std::string::npos) << plan.summary.mixed_fallback;
+    if (e.mixed) {
+      expect_mixed_covers_both_grids(plan, e.config.num_kv_heads, 1);
+      expect_mixed_order_rule(plan);
+    } else {
+      EXPECT_EQ(plan.summary.mixed_prefill_ctas + plan.summary.mixed_decode_ctas, 0);
+    }
+  }
+  // One kind alone is no mixed step, and says nothing about it.
+  for (const std::vector<Req>& alone : {std::vector<Req>{{3000, 1}, {500, 1}}, std::vector<Req>{{0, 300}}}) {
+    const AttentionPlan plan = plan_for(llama(), batch_of(alone, 16));
+    EXPECT_TRUE(plan.mixed.empty());
+    EXPECT_TRUE(plan.summary.mixed_fallback.empty()) << plan.summary.mixed_fallback;
+    EXPECT_EQ(plan.summary.describe().find("mixed"), std::string::npos) << plan.summary.describe();
+  }
+}
+
+TEST(AttentionPlan, MixedGridTakesOnlyTheTensorCoreDecodeRows) {
+  // An mm_prefix decode row takes the SIMT decode kernel, launched on its own before the mixed grid.
+  const AttentionConfig c = llama(8);  // the window makes the range add keys
+  BatchDescription b = batch_of({{50, 1}, {3000, 1}, {0, 200}}, c.block_size);
+  b.mm_prefix_range = IntArray({3, 1, 2}, {10, 50, -1, -1, -1, -1});
+  const AttentionPlan plan = plan_for(c, b);
+  EXPECT_EQ(plan.requests[0].path, RowPath::kDecodeSimt);
+  EXPECT_EQ(plan.requests[1].path, RowPath::kDecodeMma);
+  EXPECT_EQ(plan.decode.size(), 1u);
+  expect_mixed_covers_both_grids(plan, 8, 1);
+}
+
+TEST(AttentionPlan, CudaGraphStepsAreNeverMixed) {
+  // A captured step is decode-only: no prefill items, so no mixed grid; its lists and capacities
+  // are what they were.
+  const AttentionConfig c = llama();
+  const BatchDescription b = batch_of({{3000, 1}, {500, 1}, {0, 0}}, c.block_size);
+  const FixedShapeCapacity f = fixed_shape_capacity(c, {}, b, kSms);
+  const AttentionPlan plan = plan_for(c, b, {}, &f);
+  EXPECT_TRUE(plan.mixed.empty());
+  EXPECT_TRUE(plan.summary.mixed_fallback.empty());
+  EXPECT_EQ(static_cast<int64_t>(plan.decode_mma.size()), f.decode_mma_capacity);
+  EXPECT_EQ(plan.staging.bytes, plan.staging.mixed_items);  // an empty last array
 }
 
 }  // namespace

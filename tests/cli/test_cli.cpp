@@ -306,6 +306,10 @@ TEST(Cli, RunExplainPrintsTheCudaPlanWithoutAGpu) {
   EXPECT_THAT(out, HasSubstr(", tensor-core decode, keys ["));
   EXPECT_THAT(out, HasSubstr(", tensor-core prefill, "));
   EXPECT_THAT(out, HasSubstr("\n  tensor-core prefill: "));
+  // Its 3 decodes and 2 prefills run in one grid of the mixed kernel.
+  EXPECT_THAT(out, HasSubstr("\n  mixed (the tensor-core prefill and decode CTAs above in one grid, interleaved): grid "
+                             "14 CTAs (8 prefill, 6 decode)\n"));
+  EXPECT_THAT(out, HasSubstr("; mixed grid: 14 CTAs (8 prefill, 6 decode)"));
   EXPECT_THAT(out, HasSubstr("\nworkspace: upload "));
   EXPECT_THAT(out, HasSubstr("\nvLLM's metadata: max_query_len "));
   EXPECT_THAT(out, HasSubstr("\nsummary: decode fast path: "));

@@ -164,6 +164,10 @@ struct BackendSettings {
   // The layer's tensor-parallel group when `attention` is a rank's shard (tp_size > 1) whose SSM
   // branch meets the other ranks (tensor_parallel_group.h); null otherwise.
   std::shared_ptr<TensorParallelGroup> tp_group;
+  // cuda: a step's tensor-core prefill and decode rows run in one grid of the mixed kernel where it
+  // applies; false: in separate launches (AttentionPathOverrides::separate_mixed, for comparing the
+  // two). Both give the same bits. The reference ignores it.
+  bool mixed_grid = true;
 };
 
 // Backends by name ("reference", later "cuda"). Registration is explicit (see

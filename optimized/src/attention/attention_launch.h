@@ -52,6 +52,12 @@ void launch_prefill_f16_fp8(const AttentionParams& params, int64_t num_items, in
 void launch_prefill_bf16_fp8(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
 void launch_prefill_f16_pth(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
 void launch_prefill_bf16_pth(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
+// The mixed kernel (mixed_kernel.cuh) over `num_ctas` MixedItems (params.mixed_items; decode CTAs
+// index params.decode_items, the tensor-core decode list, prefill CTAs params.prefill_items).
+void launch_mixed(const AttentionParams& params, int64_t num_ctas, int block_shift, cudaStream_t stream);
+// Per model dtype with a cache of that dtype (attention_inst_mixed_<kind>.cu).
+void launch_mixed_f16(const AttentionParams& params, int64_t num_ctas, int block_shift, cudaStream_t stream);
+void launch_mixed_bf16(const AttentionParams& params, int64_t num_ctas, int block_shift, cudaStream_t stream);
 // The casts of a 1-byte cache (byte_cache.cuh) over `count` stored elements of `kind` (fp8
 // e4m3/e5m2, int8) into the model dtype `model` (float16/bfloat16), for tests of their exactness on
 // every stored value: cast_byte_elements is the prefill kernel's per-tile cast (count a multiple of

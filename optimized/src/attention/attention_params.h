@@ -53,6 +53,20 @@ struct CombineItem {
   int32_t pad;
 };
 
+// One CTA of the mixed kernel (mixed_kernel.cuh), which runs the tensor-core prefill and decode
+// items of one step in one grid: a prefill item, or one CTA of the tensor-core decode grid (a
+// decode item × kv head × head pass, which the decode kernel takes from blockIdx.x/y/z).
+enum class MixedKind : int32_t {
+  kPrefill = 0,  // prefill_items[index]
+  kDecode = 1,   // decode_items[index] (the tensor-core decode list) for kv head kv_head, pass head_pass
+};
+struct MixedItem {
+  MixedKind kind;
+  int32_t index;
+  int32_t kv_head;    // kDecode only
+  int32_t head_pass;  // kDecode only: query heads [head_pass·8·NT, …) of the kv head's group
+};
+
 struct AttentionParams {
   // --- tensors --------------------------------------------------------------------------------
   const void* query;           // [T, Hq, D], last dim contiguous
@@ -117,6 +131,7 @@ struct AttentionParams {
   const GenericItem* prefill_items;  // tensor-core prefill path (rows ≤ prefill_rows_per_item per item)
   const DecodeItem* decode_items;
   const CombineItem* combine_items;
+  const MixedItem* mixed_items;      // the mixed kernel's CTAs, in launch order
   float* partial_acc;      // [slots, Hq, D] unnormalised numerators
   float* partial_ml;       // [slots, Hq, 2] (running max, denominator)
 };

@@ -264,6 +264,7 @@ void AttentionRunner::upload(const BatchDescription& batch, AttentionParams& p, 
   p.prefill_items = reinterpret_cast<const GenericItem*>(dev + s.prefill_items);
   p.decode_items = reinterpret_cast<const DecodeItem*>(dev + s.decode_items);
   decode_mma_items_ = reinterpret_cast<const DecodeItem*>(dev + s.decode_mma_items);
+  mixed_items_ = reinterpret_cast<const MixedItem*>(dev + s.mixed_items);
   p.combine_items = reinterpret_cast<const CombineItem*>(dev + s.combine_items);
 }
 
@@ -300,17 +301,29 @@ void AttentionRunner::check_fixed_params() {
 
 void AttentionRunner::launch(cudaStream_t stream) const { launch_with(params_, stream); }
 
+// In order: the SIMT decode kernel; the tensor-core decode kernel, or the mixed kernel that runs it
+// with the tensor-core prefill items in one grid; the combine (a programmatic dependent of the
+// kernel before it); the tensor-core prefill kernel unless the mixed kernel ran its items; the
+// generic kernel.
 void AttentionRunner::launch_with(const AttentionParams& params, cudaStream_t stream) const {
   const AttentionPlan& plan = plan_;
   launch_decode_attention(params, params.kv_kind, static_cast<int64_t>(plan.decode.size()), plan.heads_per_pass,
                           block_shift_, stream);
+  const bool mixed = !plan.mixed.empty();
   if (!plan.decode_mma.empty()) {
     AttentionParams mma_params = params;
     mma_params.decode_items = decode_mma_items_;
-    launch_decode_mma(mma_params, static_cast<int64_t>(plan.decode_mma.size()), block_shift_, stream);
+    if (mixed) {
+      mma_params.mixed_items = mixed_items_;
+      launch_mixed(mma_params, static_cast<int64_t>(plan.mixed.size()), block_shift_, stream);
+    } else {
+      launch_decode_mma(mma_params, static_cast<int64_t>(plan.decode_mma.size()), block_shift_, stream);
+    }
   }
   launch_decode_combine(params, static_cast<int64_t>(plan.combine.size()), stream);
-  launch_prefill_attention(params, static_cast<int64_t>(plan.prefill.size()), plan.prefill_variant, stream);
+  if (!mixed) {
+    launch_prefill_attention(params, static_cast<int64_t>(plan.prefill.size()), plan.prefill_variant, stream);
+  }
   launch_generic_attention(params, params.encoder ? params.q_kind : params.kv_kind,
                            static_cast<int64_t>(plan.generic.size()), stream);
   debug_slowdown(stream);  // a no-op unless configured with -DHYBRIDTB_DEBUG_SLOWDOWN_US=N
@@ -331,6 +344,18 @@ void launch_prefill_attention(const AttentionParams& params, int64_t num_items, 
                        : launch_prefill_bf16_fp8(params, num_items, variant, stream);
     default:
       throw Error("prefill attention: the tensor-core path takes float16/bfloat16 only");
+  }
+}
+
+void launch_mixed(const AttentionParams& params, int64_t num_ctas, int block_shift, cudaStream_t stream) {
+  if (num_ctas == 0) return;
+  switch (params.q_kind) {
+    case ElementKind::kFloat16:
+      return launch_mixed_f16(params, num_ctas, block_shift, stream);
+    case ElementKind::kBFloat16:
+      return launch_mixed_bf16(params, num_ctas, block_shift, stream);
+    default:
+      throw Error("mixed attention: the mixed kernel takes float16/bfloat16 only");
   }
 }
 

@@ -94,6 +94,7 @@ class AttentionRunner {
   AttentionPlan plan_;
   AttentionParams params_{};
   const DecodeItem* decode_mma_items_ = nullptr;
+  const MixedItem* mixed_items_ = nullptr;
   int block_shift_ = -1;
   bool planned_alone_ = false;  // prepare_plan() ran: launch_on() may bind tensors to params_'s plan
   int64_t plan_blocks_ = 0;     // blocks the plan's block table spans (largest id + 1)

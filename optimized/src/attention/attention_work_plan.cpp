@@ -214,6 +214,91 @@ void pad_to_capacity(const FixedShapeCapacity& f, AttentionPlan& plan, int32_t& 
   next_slot = to_i32(f.decode_capacity + f.decode_mma_capacity);
 }
 
+// Why the tensor-core prefill and decode items of a step that has both do not share one grid of
+// the mixed kernel ("" if they do).
+std::string mixed_reason(const AttentionPlanInput& in, const AttentionPlan& plan) {
+  const AttentionConfig& c = *in.config;
+  if (in.overrides.separate_mixed) return "separate launches forced";
+  const ElementKind q_kind = element_kind(c.dtype);
+  const ElementKind kv_kind = element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype));
+  if (mixed_supported(q_kind, kv_kind, c.head_size, plan.mma_heads_per_pass, plan.prefill_variant)) return "";
+  return detail::concat("kv_cache_dtype ", to_string(c.kv_cache_dtype), ", head size ", c.head_size, ", ",
+                        plan.mma_heads_per_pass, " heads per decode CTA, prefill variant ", plan.prefill_variant,
+                        " (the mixed kernel takes a 16-bit cache of the model dtype, D 64/128, 8 heads per decode "
+                        "CTA, the default variant)");
+}
+
+// The mixed kernel's CTA order. Each kind longest first: the prefill items in their order (sorted
+// by key span), the tensor-core decode grid's CTAs (items × kv heads × head passes, in the decode
+// kernel's block order: item fastest) stably sorted by key span. The two are merged so that both
+// kinds advance through their own work at the same pace: the next CTA is of the kind that has
+// started the smaller fraction of its total work, a CTA's work being the keys it reads (at least
+// 1; ties go to prefill). Why this rule:
+//   - the block scheduler hands out CTAs in index order as slots free, so every stretch of the
+//     order is what the SMs run together; with both kinds in each stretch in the ratio of their
+//     work, each SM's slots hold compute-bound prefill CTAs beside bandwidth-bound decode CTAs for
+//     the whole grid, instead of one kind's waves after the other's;
+//   - both kinds reach their last CTAs together, so neither tail runs alone at the end, and the
+//     shortest CTAs of both kinds fill the last wave;
+//   - the first CTA of each kind starts at once, so one long item (a short chunk at a long
+//     context) is never left for the end. Several long prefill items are paced across the decode
+//     CTAs, as the rule compares no times across kinds: each then follows part of the decode work,
+//     where separate launches put all of it before every prefill item.
+// The fractions are compared as cross products in double (exact below 2^53, deterministic
+// above): the order is a pure function of the plan.
+void plan_mixed_order(AttentionPlan& plan, int64_t kv_heads, int64_t passes) {
+  struct Cta {
+    MixedItem item;
+    int64_t work;
+  };
+  std::vector<Cta> prefill;
+  prefill.reserve(plan.prefill.size());
+  for (size_t i = 0; i < plan.prefill.size(); ++i) {
+    const GenericItem& g = plan.prefill[i];
+    prefill.push_back({{MixedKind::kPrefill, to_i32(static_cast<int64_t>(i)), 0, 0},
+                       std::max<int64_t>(1, g.key_end - g.key_begin)});
+  }
+  std::vector<Cta> decode;
+  decode.reserve(plan.decode_mma.size() * static_cast<size_t>(kv_heads * passes));
+  for (int64_t z = 0; z < passes; ++z) {
+    for (int64_t y = 0; y < kv_heads; ++y) {
+      for (size_t i = 0; i < plan.decode_mma.size(); ++i) {
+        const DecodeItem& d = plan.decode_mma[i];
+        decode.push_back({{MixedKind::kDecode, to_i32(static_cast<int64_t>(i)), to_i32(y), to_i32(z)},
+                          std::max<int64_t>(1, d.key_end - d.key_begin)});
+      }
+    }
+  }
+  std::stable_sort(decode.begin(), decode.end(), [](const Cta& a, const Cta& b) { return a.work > b.work; });
+  const auto total = [](const std::vector<Cta>& ctas) {
+    int64_t sum = 0;
+    for (const Cta& c : ctas) sum += c.work;
+    return static_cast<double>(sum);
+  };
+  const double prefill_total = total(prefill);
+  const double decode_total = total(decode);
+  plan.mixed.clear();
+  plan.mixed.reserve(prefill.size() + decode.size());
+  size_t p = 0;
+  size_t d = 0;
+  double prefill_started = 0;  // work of the CTAs placed so far, per kind
+  double decode_started = 0;
+  while (p < prefill.size() || d < decode.size()) {
+    // prefill_started / prefill_total ≤ decode_started / decode_total → a prefill CTA next.
+    const bool take_prefill =
+        d == decode.size() || (p < prefill.size() && prefill_started * decode_total <= decode_started * prefill_total);
+    if (take_prefill) {
+      plan.mixed.push_back(prefill[p].item);
+      prefill_started += static_cast<double>(prefill[p++].work);
+    } else {
+      plan.mixed.push_back(decode[d].item);
+      decode_started += static_cast<double>(decode[d++].work);
+    }
+  }
+  plan.summary.mixed_prefill_ctas = static_cast<int64_t>(prefill.size());
+  plan.summary.mixed_decode_ctas = static_cast<int64_t>(decode.size());
+}
+
 // The upload's layout: each array at a 16-byte boundary after the previous one.
 struct Cursor {
   size_t bytes = 0;
@@ -250,6 +335,7 @@ void lay_out_staging(const AttentionPlanInput& in, AttentionPlan& plan) {
   s.decode_items = cursor.place(plan.decode.size(), sizeof(DecodeItem));
   s.decode_mma_items = cursor.place(plan.decode_mma.size(), sizeof(DecodeItem));
   s.combine_items = cursor.place(plan.combine.size(), sizeof(CombineItem));
+  s.mixed_items = cursor.place(plan.mixed.size(), sizeof(MixedItem));
   s.bytes = cursor.bytes;
 }
 
@@ -324,6 +410,13 @@ bool prefill_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_siz
   const bool model_ok = q_kind == ElementKind::kFloat16 || q_kind == ElementKind::kBFloat16;
   const bool kind_ok = model_ok && (kv_kind == q_kind || is_byte_element(kv_kind));
   return kind_ok && (head_size == 64 || head_size == 128 || head_size == 256);
+}
+
+bool mixed_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_size, int decode_heads_per_cta,
+                     int prefill_variant) {
+  const bool model_ok = q_kind == ElementKind::kFloat16 || q_kind == ElementKind::kBFloat16;
+  return model_ok && kv_kind == q_kind && (head_size == 64 || head_size == 128) && decode_heads_per_cta == 8 &&
+         prefill_variant == prefill_default_variant(head_size);
 }
 
 int prefill_num_variants() { return kPrefillVariants; }
@@ -502,6 +595,12 @@ AttentionPlan plan_attention(const AttentionPlanInput& in) {
   plan.decode_grid_ctas = static_cast<int64_t>(plan.decode.size()) * c.num_kv_heads * passes;
   plan.decode_mma_grid_ctas = static_cast<int64_t>(plan.decode_mma.size()) * c.num_kv_heads * mma_passes;
   plan.combine_grid_ctas = static_cast<int64_t>(plan.combine.size()) * c.num_heads;
+  // Both tensor-core kinds in one step (never in fixed-shape mode, whose steps have no prefill rows):
+  // one grid of the mixed kernel where it applies.
+  if (!plan.prefill.empty() && !plan.decode_mma.empty()) {
+    plan.summary.mixed_fallback = mixed_reason(in, plan);
+    if (plan.summary.mixed_fallback.empty()) plan_mixed_order(plan, c.num_kv_heads, mma_passes);
+  }
   lay_out_staging(in, plan);
   return plan;
 }
@@ -544,6 +643,7 @@ void stage_plan(const AttentionPlan& plan, const BatchDescription& batch, std::v
   put(bytes, s.decode_items, plan.decode.data(), plan.decode.size());
   put(bytes, s.decode_mma_items, plan.decode_mma.data(), plan.decode_mma.size());
   put(bytes, s.combine_items, plan.combine.data(), plan.combine.size());
+  put(bytes, s.mixed_items, plan.mixed.data(), plan.mixed.size());
 }
 
 // --- text ----------------------------------------------------------------------------------------
@@ -556,6 +656,12 @@ std::string AttentionPlanSummary::describe() const {
       << "); tensor-core prefill path: " << prefill_rows << " rows in " << prefill_items
       << " CTAs; generic path: " << generic_rows << " rows in " << generic_items << " CTAs";
   if (!prefill_fallback.empty()) out << " (not on the tensor-core path: " << prefill_fallback << ")";
+  if (mixed()) {
+    out << "; mixed grid: " << mixed_prefill_ctas + mixed_decode_ctas << " CTAs (" << mixed_prefill_ctas
+        << " prefill, " << mixed_decode_ctas << " decode)";
+  } else if (!mixed_fallback.empty()) {
+    out << "; prefill and decode launched separately: " << mixed_fallback;
+  }
   return out.str();
 }
 
@@ -609,6 +715,13 @@ void describe_kernels(std::ostream& out, const AttentionPlan& plan, const Attent
   out << "  combine: " << s.split_rows << " split rows, grid " << plan.combine_grid_ctas << " CTAs\n";
   out << "  tensor-core prefill: " << s.prefill_rows << " rows, variant " << plan.prefill_variant << " ("
       << plan.prefill_rows_per_item << " rows per CTA), grid " << plan.prefill.size() << " CTAs\n";
+  if (s.mixed()) {
+    out << "  mixed (the tensor-core prefill and decode CTAs above in one grid, interleaved): grid "
+        << plan.mixed.size() << " CTAs (" << s.mixed_prefill_ctas << " prefill, " << s.mixed_decode_ctas
+        << " decode)" << (s.split_rows > 0 ? ", the combine after it" : "") << "\n";
+  } else if (!s.mixed_fallback.empty()) {
+    out << "  mixed: none, prefill and decode launched separately [" << s.mixed_fallback << "]\n";
+  }
   out << "  generic: " << s.generic_rows << " rows, grid " << plan.generic.size() << " CTAs"
       << (s.prefill_fallback.empty() ? "" : " [not on the tensor-core path: " + s.prefill_fallback + "]") << "\n";
   out << "workspace: upload " << plan.staging.bytes << " bytes (block table stride " << plan.block_table_stride

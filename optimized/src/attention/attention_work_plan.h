@@ -16,6 +16,10 @@
 //     finished by the combine kernel;
 //   - other rows: the tensor-core prefill kernel where it applies (16-bit model dtype = cache
 //     element, D 64/128/256, aligned rows), else the generic SIMT kernel.
+// A step with both tensor-core prefill items and tensor-core decode items runs them in one grid of
+// the mixed kernel where it applies (mixed_supported, attention_caps.h), in the interleaved order
+// of AttentionPlan::mixed (plan_mixed_order in attention_work_plan.cpp); split decode rows are
+// still finished by the combine kernel after it.
 #pragma once
 
 #include <cstddef>
@@ -66,6 +70,9 @@ struct AttentionPathOverrides {
   // Key split of the tensor-core decode kernel in place of kMmaDecodeSplit (the benchmark's
   // --mma-decode-split, for tuning the policy); fixed-shape capacities follow it too.
   std::optional<DecodeSplitPolicy> mma_decode_split;
+  // Tensor-core prefill and decode items of one step in separate launches even where the mixed
+  // kernel applies (the benchmark's "separate" rows; the tests' bitwise comparison of the two).
+  bool separate_mixed = false;
 };
 
 // What the bound tensors allow (decided by the runner from the device pointers and strides; the
@@ -112,6 +119,10 @@ struct AttentionPlanSummary {
   std::string prefill_fallback;  // why non-decode rows took the generic path ("" if none did)
   int64_t generic_items = 0;   // CTAs of the generic kernel
   int64_t generic_rows = 0;    // query rows on the generic path
+  int64_t mixed_prefill_ctas = 0;  // CTAs of the mixed kernel that run prefill items (0: no mixed grid)
+  int64_t mixed_decode_ctas = 0;   // CTAs of the mixed kernel that run tensor-core decode CTAs
+  std::string mixed_fallback;  // why a step with both kinds launched them separately ("" otherwise)
+  bool mixed() const { return mixed_prefill_ctas + mixed_decode_ctas > 0; }
   std::string describe() const;
 };
 
@@ -139,6 +150,7 @@ struct StagingLayout {
   size_t decode_items = 0;
   size_t decode_mma_items = 0;
   size_t combine_items = 0;
+  size_t mixed_items = 0;
   size_t bytes = 0;
 };
 
@@ -150,6 +162,9 @@ struct AttentionPlan {
   std::vector<DecodeItem> decode;       // SIMT decode kernel
   std::vector<DecodeItem> decode_mma;   // tensor-core decode kernel
   std::vector<CombineItem> combine;
+  // The mixed kernel's CTAs (empty: prefill and decode items in their own launches); then the
+  // prefill and tensor-core decode lists above are what its CTAs index, and no other kernel runs them.
+  std::vector<MixedItem> mixed;
   // Kernel shapes.
   int heads_per_pass = 1;           // SIMT decode: query heads per CTA
   int mma_heads_per_pass = 8;       // tensor-core decode: query heads per CTA (mma N columns)

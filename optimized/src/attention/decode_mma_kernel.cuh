@@ -119,10 +119,13 @@ __device__ __forceinline__ int v_dim_of(int md, int g) {
 // T: model dtype; D: head size; NT: head columns / 8 (1 or 2); Plain: no soft cap and no ALiBi;
 // Cache: the stored element, T (kv_cache_dtype auto), PerTensorBytes or PerTokenHeadBytes (a 1-byte
 // cache, cast in registers; byte_cache.cuh).
+// The body of one CTA: p.decode_items[item_index] for kv head `kv_head` and query heads
+// [head_pass·8·NT, …) of its group (32·warps threads, decode_mma_smem_bytes of dynamic shared
+// memory). Run by decode_mma_kernel below (the item, kv head and pass from blockIdx.x/y/z) and by
+// the mixed kernel (mixed_kernel.cuh, from its CTA list), so both compute the same bits.
 template <typename T, int D, int NT, bool Plain, typename Cache>
-__global__ void __launch_bounds__(32 * decode_mma_config(D, kIsByteCache<Cache>, NT).warps,
-                                  decode_mma_config(D, kIsByteCache<Cache>, NT).min_ctas)
-    decode_mma_kernel(const __grid_constant__ AttentionParams p, int block_shift) {
+__device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int block_shift, int item_index,
+                                                int kv_head, int head_pass) {
   using namespace mma;
   constexpr bool kByteCache = kIsByteCache<Cache>;
   static_assert(kByteCache || std::is_same_v<Cache, T>, "the cache element is T or one byte");
@@ -150,12 +153,10 @@ __global__ void __launch_bounds__(32 * decode_mma_config(D, kIsByteCache<Cache>,
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t s_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
 
-  pdl_allow_dependents();  // the combine kernel may launch once every CTA is resident (it waits for us)
-  const DecodeItem item = p.decode_items[blockIdx.x];
+  const DecodeItem item = p.decode_items[item_index];
   if (item.request < 0) return;  // sentinel item (uniform per CTA: before any barrier or copy)
-  const int kv_head = static_cast<int>(blockIdx.y);
-  const int head0 = kv_head * p.queries_per_kv + static_cast<int>(blockIdx.z) * kCols;
-  const int nh = min(kCols, p.queries_per_kv - static_cast<int>(blockIdx.z) * kCols);
+  const int head0 = kv_head * p.queries_per_kv + head_pass * kCols;
+  const int nh = min(kCols, p.queries_per_kv - head_pass * kCols);
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
   const int lane = tid % 32;
@@ -560,6 +561,16 @@ __global__ void __launch_bounds__(32 * decode_mma_config(D, kIsByteCache<Cache>,
       }
     }
   }
+}
+
+// One CTA per decode item (x) × kv head (y) × head pass (z).
+template <typename T, int D, int NT, bool Plain, typename Cache>
+__global__ void __launch_bounds__(32 * decode_mma_config(D, kIsByteCache<Cache>, NT).warps,
+                                  decode_mma_config(D, kIsByteCache<Cache>, NT).min_ctas)
+    decode_mma_kernel(const __grid_constant__ AttentionParams p, int block_shift) {
+  pdl_allow_dependents();  // the combine kernel may launch once every CTA is resident (it waits for us)
+  decode_mma_body<T, D, NT, Plain, Cache>(p, block_shift, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y),
+                                          static_cast<int>(blockIdx.z));
 }
 
 // --- launches (attention_inst_decode_mma_<kind>.cu) ----------------------------------------------

@@ -75,9 +75,11 @@ __host__ __device__ constexpr int64_t prefill_smem_bytes(int d, int variant, boo
 // (kv_cache_dtype auto, encoder_only), PerTensorBytes or PerTokenHeadBytes (a 1-byte cache, cast
 // per tile; byte_cache.cuh). Sinks,
 // mm_prefix, fp8 output and encoder_only are handled by both logit variants.
+// The body of one CTA over p.prefill_items[item_index] (kPrefillThreads threads, prefill_smem_bytes
+// of dynamic shared memory): run by prefill_mma_kernel below and by the mixed kernel
+// (mixed_kernel.cuh), so both compute the same bits.
 template <typename T, int D, bool Plain, int V, typename Cache>
-__global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_blocks)
-    prefill_mma_kernel(const __grid_constant__ AttentionParams p) {
+__device__ __forceinline__ void prefill_mma_body(const AttentionParams& p, int item_index) {
   using namespace mma;
   constexpr bool kByteCache = kIsByteCache<Cache>;
   static_assert(kByteCache || std::is_same_v<Cache, T>, "the cache element is T or one byte");
@@ -108,7 +110,7 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
   const uint32_t s_k_deq = s_bytes + kPrefillStages * kByteStage;
   const uint32_t s_v_deq = s_k_deq + kTileBytes;
 
-  const GenericItem item = p.prefill_items[blockIdx.x];
+  const GenericItem item = p.prefill_items[item_index];
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32;
   const int warp = tid / 32;
@@ -458,6 +460,13 @@ __global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_bloc
       }
     }
   }
+}
+
+// One CTA per prefill item.
+template <typename T, int D, bool Plain, int V, typename Cache>
+__global__ void __launch_bounds__(kPrefillThreads, prefill_config(D, V).min_blocks)
+    prefill_mma_kernel(const __grid_constant__ AttentionParams p) {
+  prefill_mma_body<T, D, Plain, V, Cache>(p, static_cast<int>(blockIdx.x));
 }
 
 }  // namespace hybridtb::cuda
