@@ -264,8 +264,9 @@ fi
 
 # --- vLLM's and FLA's linear-attention prefill kernels (minutes: Triton autotunes each case) -------
 # Their Triton GDN / Mamba-2 prefill kernels on the linear benchmark's cases, each output checked
-# against our cuda backend on the same inputs (vllm_linear_peer.py); needs HYBRIDTB_VLLM_SRC and the
-# bench stage's bench-linear.json in the same OUTDIR. HYBRIDTB_LINEAR_PEER_CASES (a regex) picks cases.
+# against our cuda backend on the same inputs (vllm_linear_peer.py), with each peer's per-kernel GPU
+# times (--kernels 3); needs HYBRIDTB_VLLM_SRC and the bench stage's bench-linear.json in the same
+# OUTDIR. HYBRIDTB_LINEAR_PEER_CASES (a regex) picks cases.
 if want linear-peer; then
   if [[ -z "${HYBRIDTB_VLLM_SRC:-}" ]]; then
     record linear-peer skip "HYBRIDTB_VLLM_SRC names no unpacked vLLM release"
@@ -275,7 +276,7 @@ if want linear-peer; then
     t0=$(date +%s)
     python3 experiments/peers/vllm_linear_peer.py --vllm "$HYBRIDTB_VLLM_SRC" --ours "$OUT/bench-linear.json" \
       --hybridtb "$BUILD/harness/cli/hybridtb" ${HYBRIDTB_LINEAR_PEER_CASES:+--cases "$HYBRIDTB_LINEAR_PEER_CASES"} \
-      --json "$OUT/peer-linear.json" >"$OUT/peer-linear.log" 2>&1
+      --kernels 3 --json "$OUT/peer-linear.json" >"$OUT/peer-linear.log" 2>&1
     rc=$?
     record linear-peer "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "peer-linear.json ($(( $(date +%s) - t0 )) s)"
   fi
