@@ -96,6 +96,8 @@ bool plan_prefill(const GpuStep& step, const GpuWave& wave, const Mamba2Sizes& s
   p.num_sequences = static_cast<int32_t>(sequences.size());
   p.chunk_states = step.scratch_of<float>(p.num_chunks * s.heads * s.head_dim * s.state);
   p.chunk_decay = step.scratch_of<float>(p.num_chunks * s.heads);
+  p.chunk_cumsum = step.scratch_of<float>(p.num_chunks * s.heads * 3 * kMamba2ChunkTokens);
+  p.chunk_cb = step.scratch_of<float>(p.num_chunks * s.groups * kMamba2ChunkTokens * kMamba2ChunkTokens);
   return true;
 }
 

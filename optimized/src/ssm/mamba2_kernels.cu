@@ -4,12 +4,15 @@
 //   S_t = exp(a_t)·S_{t−1} + Δ_t·x_t ⊗ B_t,  y_t = S_t·C_t + D·x_t        (S: [P, N] per head)
 // Prefill, per chunk of ≤ 64 tokens with Λ_t = Σ_{s ≤ t in the chunk} a_s (ssd_minimal's discrete
 // form):
-//   own state sum  S_c   = Σ_s exp(Λ_last − Λ_s)·Δ_s·x_s ⊗ B_s          chunk_state_kernel
+//   Δ, Λ, exp(Λ_last), exp(Λ_last − Λ_s)·Δ_s  per chunk × head, once  chunk_cumsum_kernel
+//   C·Bᵀ                                       per chunk × group, once chunk_cb_kernel
+//   own state sum  S_c   = Σ_s (exp(Λ_last − Λ_s)·Δ_s·x_s) ⊗ B_s       chunk_state_kernel
 //   state passing  H_0 = saved state, H_{c+1} = exp(Λ_last)·H_c + S_c   state_passing_kernel
 //   outputs        y_t = Σ_{s ≤ t} (C_t·B_s)·exp(Λ_t − Λ_s)·Δ_s·x_s + exp(Λ_t)·H_c·C_t + D·x_t
 //                                                                       chunk_scan_kernel
-// The chunk kernels' products — xᵀ·(decay·Δ·B) over the chunk's tokens (chunk state), C·Bᵀ and
-// C·Hᵀ over N, (C·Bᵀ ∘ decay)·x over the chunk's tokens (chunk scan) — run on the tensor cores in
+// The chunk kernels' products — C·Bᵀ over N (once per chunk and group, shared by the group's heads
+// and P tiles), (decay·Δ·x)ᵀ·B over the chunk's tokens (chunk state), C·Hᵀ over N and
+// (C·Bᵀ ∘ decay)·x over the chunk's tokens (chunk scan) — run on the tensor cores in
 // 3xTF32 (mma.cuh: each float32 operand split into TF32 hi + lo, three m16n8k8 products with
 // float32 accumulation: float32-level accuracy, the float32 SSM row of the tolerance table holds).
 // There is one path for every size: the operands are staged in shared memory as 64-row tiles with
@@ -17,9 +20,9 @@
 // or N (5, 6, …) only cost padded work; 16-byte cp.async where the rows allow it, 4-byte otherwise.
 // The decays, Δ, Λ, the masks, the state passing and the epilogues stay float32 on the CUDA cores.
 // Chunks never straddle a block boundary (the host ends a chunk after each boundary row), so the
-// state passing stores the boundary states between chunks. Λ is recomputed by the chunk kernels
-// with one routine (same bits). Every sum runs in a fixed order and no float is accumulated
-// atomically: bitwise reproducible run to run.
+// state passing stores the boundary states between chunks. Λ is computed once per chunk and head
+// (chunk_cumsum) and read by the chunk kernels. Every sum runs in a fixed order and no float is
+// accumulated atomically: bitwise reproducible run to run.
 // The decode update is bound by the state pool's bandwidth: each state row is read and written once
 // in 16-byte runs of the pool's own element, its sums over the row's lanes exchange half of the rows
 // per shuffle level (common/group_sums.cuh), and B, C are read by each lane from global memory (no
@@ -210,47 +213,6 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(Mamba2Params p) 
 
 // --- prefill: the chunked SSD ---------------------------------------------------------------------
 
-// c1 += X·Y1ᵀ over the first `tiles1` (warp-uniform) column tiles and c2 += X·Y2ᵀ over all, as
-// warp_mma_3xtf32 with X, Y1 and Y2 row-major (rows kS floats apart): each X fragment split once
-// for both products.
-template <int kTiles, int kS>
-__device__ __forceinline__ void warp_mma_3xtf32_pair(float (&c1)[kTiles][4], float (&c2)[kTiles][4], const float* x,
-                                                     const float* y1, const float* y2, int ksteps, int tiles1) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int at = (lane / 4) * kS + lane % 4;
-  float small1[kTiles][4] = {}, small2[kTiles][4] = {};
-#pragma unroll 2
-  for (int s = 0; s < ksteps; ++s) {
-    const int k = at + 8 * s;
-    uint32_t a_hi[4], a_lo[4];
-    mma::split_tf32(make_float4(x[k], x[8 * kS + k], x[k + 4], x[8 * kS + k + 4]), a_hi, a_lo);
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
-      if (j < tiles1) {
-        mma::split_tf32(y1[8 * j * kS + k], b_hi0, b_lo0);
-        mma::split_tf32(y1[8 * j * kS + k + 4], b_hi1, b_lo1);
-        mma::mma_tf32(small1[j], a_lo, b_hi0, b_hi1);
-        mma::mma_tf32(small1[j], a_hi, b_lo0, b_lo1);
-        mma::mma_tf32(c1[j], a_hi, b_hi0, b_hi1);
-      }
-      mma::split_tf32(y2[8 * j * kS + k], b_hi0, b_lo0);
-      mma::split_tf32(y2[8 * j * kS + k + 4], b_hi1, b_lo1);
-      mma::mma_tf32(small2[j], a_lo, b_hi0, b_hi1);
-      mma::mma_tf32(small2[j], a_hi, b_lo0, b_lo1);
-      mma::mma_tf32(c2[j], a_hi, b_hi0, b_hi1);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      c1[j][e] += small1[j][e];
-      c2[j][e] += small2[j][e];
-    }
-  }
-}
-
 // Shared rows [0, kQ) × columns [0, kWidth) (row stride ds) ← global rows [0, rows) × columns
 // [0, cols) (rows gs floats apart), zeros elsewhere, by cp.async of the block's threads: 16 bytes
 // per copy where every copied quad is whole and aligned (gs and cols multiples of 4, src 16-byte
@@ -274,88 +236,188 @@ __device__ __forceinline__ void copy_tile_async(float* dst, int ds, const float*
   }
 }
 
-// Δ_s and the inclusive cumulative log decay Λ_s = Σ_{s' ≤ s} Δ_{s'}·A of a chunk's tokens, into
-// shared memory (rows past the chunk's length: Δ = 0, Λ unused). Warp 0 scans, two tokens per
-// lane, then a Hillis–Steele shuffle scan of the pair sums: a fixed order. Ends with __syncthreads.
-__device__ __forceinline__ void chunk_cumsum(const Mamba2Params& p, const Dims& d, const Mamba2Chunk& chunk, int h,
-                                             float* delta, float* lambda) {
-  const int tid = static_cast<int>(threadIdx.x);
+// (0a) Per (chunk, head), once for all the chunk kernels: Δ_s, the inclusive cumulative log decay
+// Λ_s = Σ_{s' ≤ s} Δ_{s'}·A and the chunk-state weight exp(Λ_last − Λ_s)·Δ_s of the chunk's tokens
+// into chunk_cumsum (all three 0 past the chunk's length), the chunk's decay exp(Λ_last) into
+// chunk_decay. One warp per (chunk, head): two tokens per lane, then a Hillis–Steele shuffle scan
+// of the pair sums (a fixed order).
+constexpr int kCumsumWarps = 4;
+
+__global__ void __launch_bounds__(32 * kCumsumWarps) chunk_cumsum_kernel(Mamba2Params p) {
+  const int64_t item = int64_t{blockIdx.x} * kCumsumWarps + threadIdx.x / 32;  // chunk · Hs + head
+  if (item >= int64_t{p.num_chunks} * p.heads) return;  // warp-uniform
+  const Dims d = dims_of(p);
+  const Mamba2Chunk chunk = p.chunks[item / p.heads];
+  const int h = static_cast<int>(item % p.heads);
+  const int lane = static_cast<int>(threadIdx.x) % 32;
   const int length = chunk.end - chunk.begin;
-  if (tid < 32) {
-    const float A = decay_rate(p, h);
-    float dl[2], a[2];
+  const float A = decay_rate(p, h);
+  float dl[2], a[2];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int s = 2 * tid + i;
-      dl[i] = s < length ? delta_of(p, d, chunk.begin + s, h) : 0.0f;
-      a[i] = dl[i] * A;
-    }
-    float inclusive = a[0] + a[1];  // the pair sums' inclusive scan
-#pragma unroll
-    for (int o = 1; o < 32; o *= 2) {
-      const float other = __shfl_up_sync(0xffffffffu, inclusive, o);
-      if (tid >= o) inclusive += other;
-    }
-    const float previous = __shfl_up_sync(0xffffffffu, inclusive, 1);
-    const float base = tid == 0 ? 0.0f : previous;  // Σ of the tokens before this lane's pair
-    delta[2 * tid] = dl[0];
-    delta[2 * tid + 1] = dl[1];
-    lambda[2 * tid] = base + a[0];
-    lambda[2 * tid + 1] = (base + a[0]) + a[1];
+  for (int i = 0; i < 2; ++i) {
+    const int s = 2 * lane + i;
+    dl[i] = s < length ? delta_of(p, d, chunk.begin + s, h) : 0.0f;
+    a[i] = dl[i] * A;
   }
-  __syncthreads();
+  float inclusive = a[0] + a[1];  // the pair sums' inclusive scan
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    const float other = __shfl_up_sync(0xffffffffu, inclusive, o);
+    if (lane >= o) inclusive += other;
+  }
+  const float previous = __shfl_up_sync(0xffffffffu, inclusive, 1);
+  const float base = lane == 0 ? 0.0f : previous;  // Σ of the tokens before this lane's pair
+  float lambda[2];
+  lambda[0] = base + a[0];
+  lambda[1] = lambda[0] + a[1];
+  // Λ of the chunk's last token (lane (length − 1) / 2's; past the chunk the scan's sums group
+  // differently, so not lane 31's).
+  const float last_even = __shfl_sync(0xffffffffu, lambda[0], (length - 1) / 2);
+  const float last_odd = __shfl_sync(0xffffffffu, lambda[1], (length - 1) / 2);
+  const float last = (length - 1) % 2 == 0 ? last_even : last_odd;
+  float* out = p.chunk_cumsum + item * 3 * kQ;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int s = 2 * lane + i;
+    const bool token = s < length;
+    out[s] = dl[i];
+    out[kQ + s] = token ? lambda[i] : 0.0f;
+    out[2 * kQ + s] = token ? expf(last - lambda[i]) * dl[i] : 0.0f;
+  }
+  if (lane == 0) p.chunk_decay[item] = expf(last);
 }
 
-// (1) The chunk's own state sum S_c[p, n] = Σ_s x_s[p]·(exp(Λ_last − Λ_s)·Δ_s·B_s[n]) over a
-// kTile × kTile (P, N) tile, and (tile 0) the chunk's decay exp(Λ_last). Grid (chunks, Hs, P tiles ×
-// N tiles). Both operands staged token-major ([s][p], [s][n], zeros past the chunk, P and N), the
-// product on the tensor cores: warp w owns rows p0 + 16·(w % 4) … and columns n0 + 32·(w / 4) … of
-// the tile, over the chunk's tokens rounded up to 8.
-__global__ void __launch_bounds__(kChunkThreads) chunk_state_kernel(Mamba2Params p) {
-  __shared__ float delta[kQ], lambda[kQ];
-  __shared__ __align__(16) float xs[kQ][kColMajor64];  // x_s[p0 + ·]
-  __shared__ __align__(16) float bs[kQ][kColMajor64];  // exp(Λ_last − Λ_s)·Δ_s·B_s[n0 + ·]
+// (0b) C·Bᵀ of each chunk and group, once for all the group's heads and P tiles of the chunk scan:
+// chunk_cb[t, s] = Σ_n C_t[n]·B_s[n] (zeros past the chunk; the 8-column tiles wholly above the
+// diagonal are not computed and stored as zeros: the chunk scan masks s > t). Grid (chunks, G).
+// Warp w owns rows t = 16·(w % 4) … and columns s = 32·(w / 4) …; C and B staged row-major
+// ([t][n], [s][n]) by cp.async over N in steps of kNStep, two steps in flight.
+constexpr int kStepFloats = kQ * kStepStride;  // one [64][36] staging tile
+
+__global__ void __launch_bounds__(kChunkThreads) chunk_cb_kernel(Mamba2Params p) {
+  __shared__ __align__(16) float stages[2][2][kStepFloats];  // [stage][C, B]
+  const Dims d = dims_of(p);
+  const Mamba2Chunk chunk = p.chunks[blockIdx.x];
+  const int g = static_cast<int>(blockIdx.y);
+  const int N = p.state;
+  const int length = chunk.end - chunk.begin;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int wm = 16 * (warp % 4), wn = 32 * (warp / 4);
+  const int cb_tiles = wn <= wm + 15 ? min(4, (wm + 15 - wn) / 8 + 1) : 0;  // tiles with an s ≤ the warp's last t
+  const float* B = p.xbc + int64_t{chunk.begin} * d.conv_dim + d.d_ssm + int64_t{g} * N;
+  const float* C = B + int64_t{p.groups} * N;
+  const int steps = (N + kNStep - 1) / kNStep;
+  const auto stage = [&](int i) {
+    const int nb = i * kNStep;
+    copy_tile_async<kNStep>(stages[i % 2][0], kStepStride, C + nb, d.conv_dim, length, N - nb);
+    copy_tile_async<kNStep>(stages[i % 2][1], kStepStride, B + nb, d.conv_dim, length, N - nb);
+    mma::cp_async_commit();
+  };
+  stage(0);
+  float cb[4][4] = {};
+  for (int i = 0; i < steps; ++i) {
+    if (i + 1 < steps) {
+      stage(i + 1);
+      mma::cp_async_wait<1>();
+    } else {
+      mma::cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int ksteps = (min(kNStep, N - i * kNStep) + 7) / 8;
+    if (cb_tiles > 0 && wm < length) {
+      warp_mma_3xtf32<4, kStepStride, 1, kStepStride, 1>(cb, stages[i % 2][0] + wm * kStepStride,
+                                                          stages[i % 2][1] + wn * kStepStride, ksteps, cb_tiles);
+    }
+    __syncthreads();  // stage i % 2 is refilled next
+  }
+  float* out = p.chunk_cb + (int64_t{blockIdx.x} * p.groups + g) * kQ * kQ;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {  // (e, e + 1): two adjacent columns of one row
+      const int t = wm + frag_row(e);
+      const int s = wn + 8 * j + frag_col(e);
+      *reinterpret_cast<float2*>(out + t * kQ + s) = make_float2(cb[j][e], cb[j][e + 1]);
+    }
+  }
+}
+
+// (1) The chunk's own state sum S_c[p, n] = Σ_s (exp(Λ_last − Λ_s)·Δ_s·x_s[p])·B_s[n] for head
+// blockIdx.y and a kTile-row P tile blockIdx.z, over all of N: the weighted x tile staged once,
+// the B tiles of N streamed through two stages (cp.async, the next tile in flight during each
+// product). Both operands token-major ([s][p], [s][n], zeros past the chunk, P and N), the product
+// on the tensor cores: warp w owns rows p0 + 16·(w % 4) … and columns n0 + 32·(w / 4) … of each
+// tile, over the chunk's tokens rounded up to 8; its fragments stored as 8-byte pairs (whole
+// 32-byte sectors) where N is even.
+constexpr int kTileFloats = kQ * kColMajor64;  // one [64][72] tile
+constexpr size_t kStateSmemBytes = sizeof(float) * 3 * kTileFloats;
+
+__global__ void __launch_bounds__(kChunkThreads, 3) chunk_state_kernel(Mamba2Params p) {
+  extern __shared__ __align__(16) float state_smem[];
+  float* xs = state_smem;                 // x_s[p0 + ·]·weight_s
+  float* bs = state_smem + kTileFloats;   // two stages of B_s[n0 + ·]
+  __shared__ float weight[kQ];
   const Dims d = dims_of(p);
   const Mamba2Chunk chunk = p.chunks[blockIdx.x];
   const int h = static_cast<int>(blockIdx.y);
   const int g = h / d.heads_per_group;
   const int P = p.head_dim, N = p.state;
-  const int p_tiles = (P + kTile - 1) / kTile;
-  const int p0 = static_cast<int>(blockIdx.z % p_tiles) * kTile;
-  const int n0 = static_cast<int>(blockIdx.z / p_tiles) * kTile;
+  const int p0 = static_cast<int>(blockIdx.z) * kTile;
   const int length = chunk.end - chunk.begin;
   const int tid = static_cast<int>(threadIdx.x);
+  const int64_t item = int64_t{blockIdx.x} * p.heads + h;
+  const float* rows = p.xbc + int64_t{chunk.begin} * d.conv_dim;
+  const float* B = rows + d.d_ssm + int64_t{g} * N;
+  const int n_tiles = (N + kTile - 1) / kTile;
 
-  chunk_cumsum(p, d, chunk, h, delta, lambda);
-  const float last = lambda[length - 1];  // Λ of the chunk's last token
-  for (int idx = tid; idx < kQ * kTile; idx += kChunkThreads) {
-    const int s = idx / kTile;
-    const int c = idx % kTile;
-    const bool token = s < length;
-    const int64_t row = (chunk.begin + s) * d.conv_dim;
-    xs[s][c] = token && p0 + c < P ? p.xbc[row + int64_t{h} * P + p0 + c] : 0.0f;
-    const float weight = token ? expf(last - lambda[s]) * delta[s] : 0.0f;
-    bs[s][c] = token && n0 + c < N ? p.xbc[row + d.d_ssm + int64_t{g} * N + n0 + c] * weight : 0.0f;
-  }
+  // Commit groups: (x, B tile 0), B tile 1, then B tile i + 2 during tile i (empty past N).
+  copy_tile_async<kTile>(xs, kColMajor64, rows + int64_t{h} * P + p0, d.conv_dim, length, P - p0);
+  copy_tile_async<kTile>(bs, kColMajor64, B, d.conv_dim, length, N);
+  mma::cp_async_commit();
+  if (n_tiles > 1) copy_tile_async<kTile>(bs + kTileFloats, kColMajor64, B + kTile, d.conv_dim, length, N - kTile);
+  mma::cp_async_commit();
+  if (tid < kQ) weight[tid] = p.chunk_cumsum[item * 3 * kQ + 2 * kQ + tid];
+  mma::cp_async_wait<1>();
+  __syncthreads();
+  for (int e = tid; e < kQ * kTile; e += kChunkThreads) xs[(e / kTile) * kColMajor64 + e % kTile] *= weight[e / kTile];
   __syncthreads();
 
   const int warp = tid / 32;
   const int wm = 16 * (warp % 4), wn = 32 * (warp / 4);  // the warp's rows (p) and columns (n) in the tile
-  float acc[4][4] = {};
-  if (p0 + wm < P && n0 + wn < N) {  // warp-uniform; a warp wholly past P or N stores nothing
-    warp_mma_3xtf32<4, 1, kColMajor64, 1, kColMajor64>(acc, &xs[0][wm], &bs[0][wn], (length + 7) / 8);
-  }
-  float* out = p.chunk_states + (int64_t{blockIdx.x} * p.heads + h) * P * N;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = p0 + wm + frag_row(e);
-      const int n = n0 + wn + 8 * j + frag_col(e);
-      if (row < P && n < N) out[int64_t{row} * N + n] = acc[j][e];
+  const int ksteps = (length + 7) / 8;
+  float* out = p.chunk_states + item * P * N;
+  const bool pairs = N % 2 == 0 && (reinterpret_cast<uintptr_t>(p.chunk_states) & 7) == 0;
+  for (int i = 0; i < n_tiles; ++i) {
+    const int n0 = i * kTile;
+    float acc[4][4] = {};
+    if (p0 + wm < P && n0 + wn < N) {  // warp-uniform; a warp wholly past P or N stores nothing
+      warp_mma_3xtf32<4, 1, kColMajor64, 1, kColMajor64>(acc, xs + wm, bs + (i % 2) * kTileFloats + wn, ksteps);
     }
+    __syncthreads();  // stage i % 2 is refilled next
+    if (i + 2 < n_tiles) {
+      copy_tile_async<kTile>(bs + (i % 2) * kTileFloats, kColMajor64, B + n0 + 2 * kTile, d.conv_dim, length,
+                             N - n0 - 2 * kTile);
+    }
+    mma::cp_async_commit();
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {  // (e, e + 1): two adjacent columns of one row
+        const int row = p0 + wm + frag_row(e);
+        const int n = n0 + wn + 8 * j + frag_col(e);
+        if (row >= P || n >= N) continue;
+        float* at = out + int64_t{row} * N + n;
+        if (pairs) {
+          *reinterpret_cast<float2*>(at) = make_float2(acc[j][e], acc[j][e + 1]);
+        } else {
+          at[0] = acc[j][e];
+          if (n + 1 < N) at[1] = acc[j][e + 1];
+        }
+      }
+    }
+    mma::cp_async_wait<1>();  // B tile i + 1 landed
+    __syncthreads();
   }
-  if (blockIdx.z == 0 && tid == 0) p.chunk_decay[int64_t{blockIdx.x} * p.heads + h] = expf(last);
 }
 
 // (2) State passing. Block = (kPassThreads threads over kVec·kPassThreads state elements of head
@@ -447,23 +509,20 @@ void launch_state_passing(const Mamba2Params& p, cudaStream_t stream) {
 }
 
 // (3) Outputs of a chunk for head blockIdx.y and P tile blockIdx.z, every product on the tensor
-// cores: warp w owns rows t = 16·(w % 4) … of the outputs and columns 32·(w / 4) … (of C·Bᵀ: s; of
-// the others: p − p0).
-//   1. over N in steps of kNStep: off[t, p] = Σ_n C_t[n]·H[p, n] and cb[t, s] = Σ_n C_t[n]·B_s[n]
-//      (only the 8-column tiles of cb with an s ≤ the warp's last t: the rest is masked in 2), C,
-//      B and H staged row-major ([t][n], [s][n], [p][n]) by cp.async, two steps in flight;
-//   2. M[t, s] = cb[t, s]·exp(Λ_t − Λ_s)·Δ_s for s ≤ t (else 0) → shared [t][s], the x tile →
-//      shared [s][p] (over the staging space);
+// cores: warp w owns rows t = 16·(w % 4) … of the outputs and columns p − p0 = 32·(w / 4) ….
+//   1. over N in steps of kNStep: off[t, p] = Σ_n C_t[n]·H[p, n], C and H staged row-major ([t][n],
+//      [p][n]) by cp.async, two steps in flight;
+//   2. M[t, s] = cb[t, s]·exp(Λ_t − Λ_s)·Δ_s for s ≤ t (else 0), cb the chunk's and group's C·Bᵀ
+//      (chunk_cb_kernel), → shared [t][s]; the x tile → shared [s][p] (over the staging space);
 //   3. diag[t, p] = Σ_s M[t, s]·x_s[p] over s < 16·(w % 4) + 16 (M is lower triangular);
-//   4. y = diag + exp(Λ_t)·off + D·x_t.
+//   4. y = diag + exp(Λ_t)·off + D·x_t (8-byte pairs where y is float32 and even-aligned).
 // Staged values past the chunk, P or N are zeros.
-constexpr int kStepFloats = kQ * kStepStride;  // one [64][36] staging tile
 constexpr size_t kScanSmemBytes =
-    sizeof(float) * std::max(2 * 3 * kStepFloats, kQ * kRowMajor64 + kQ * kColMajor64);
+    sizeof(float) * std::max(2 * 2 * kStepFloats, kQ * kRowMajor64 + kQ * kColMajor64);
 
-__global__ void __launch_bounds__(kChunkThreads, 2) chunk_scan_kernel(Mamba2Params p) {
+__global__ void __launch_bounds__(kChunkThreads, 3) chunk_scan_kernel(Mamba2Params p) {
   __shared__ float delta[kQ], lambda[kQ];
-  // Step 1: two stages of (C, B, H) tiles; steps 2–4: M and the x tile over them.
+  // Step 1: two stages of (C, H) tiles; steps 2–4: M and the x tile over them.
   extern __shared__ __align__(16) float scan_smem[];
   float* mt = scan_smem;                     // M [t][s]
   float* xs = scan_smem + kQ * kRowMajor64;  // x [s][p − p0]
@@ -478,29 +537,29 @@ __global__ void __launch_bounds__(kChunkThreads, 2) chunk_scan_kernel(Mamba2Para
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
   const int wm = 16 * (warp % 4), wn = 32 * (warp / 4);
-  const bool rows_live = wm < length;  // warp-uniform: a warp wholly past the chunk stores nothing
-  // C·Bᵀ's column tiles with a column s ≤ the warp's last row (the others are masked out of M).
-  const int cb_tiles = wn <= wm + 15 ? min(4, (wm + 15 - wn) / 8 + 1) : 0;
-  const float* H = p.chunk_states + (int64_t{blockIdx.x} * p.heads + h) * P * N;  // the state entering the chunk
-  const float* rows = p.xbc + int64_t{chunk.begin} * d.conv_dim;                  // the chunk's conv rows
-  const float* B = rows + d.d_ssm + int64_t{g} * N;
-  const float* C = B + int64_t{p.groups} * N;
+  // Warp-uniform: a warp wholly past the chunk or P stores nothing.
+  const bool live = wm < length && p0 + wn < P;
+  const int64_t item = int64_t{blockIdx.x} * p.heads + h;
+  const float* H = p.chunk_states + item * P * N;                   // the state entering the chunk
+  const float* rows = p.xbc + int64_t{chunk.begin} * d.conv_dim;  // the chunk's conv rows
+  const float* C = rows + d.d_ssm + (int64_t{p.groups} + g) * N;
   const int steps = (N + kNStep - 1) / kNStep;
 
-  // The C, B and H tiles of N step i into stage i % 2, one commit group.
+  // The C and H tiles of N step i into stage i % 2, one commit group.
   const auto stage = [&](int i) {
-    float* ct = scan_smem + (i % 2) * 3 * kStepFloats;
+    float* ct = scan_smem + (i % 2) * 2 * kStepFloats;
     const int nb = i * kNStep;
     copy_tile_async<kNStep>(ct, kStepStride, C + nb, d.conv_dim, length, N - nb);
-    copy_tile_async<kNStep>(ct + kStepFloats, kStepStride, B + nb, d.conv_dim, length, N - nb);
-    copy_tile_async<kNStep>(ct + 2 * kStepFloats, kStepStride, H + int64_t{p0} * N + nb, N, P - p0, N - nb);
+    copy_tile_async<kNStep>(ct + kStepFloats, kStepStride, H + int64_t{p0} * N + nb, N, P - p0, N - nb);
     mma::cp_async_commit();
   };
   stage(0);
-  chunk_cumsum(p, d, chunk, h, delta, lambda);
+  if (tid < kQ) {
+    delta[tid] = p.chunk_cumsum[item * 3 * kQ + tid];
+    lambda[tid] = p.chunk_cumsum[item * 3 * kQ + kQ + tid];
+  }
 
   float off[4][4] = {};
-  float cb[4][4] = {};
   for (int i = 0; i < steps; ++i) {
     if (i + 1 < steps) {
       stage(i + 1);
@@ -509,11 +568,11 @@ __global__ void __launch_bounds__(kChunkThreads, 2) chunk_scan_kernel(Mamba2Para
       mma::cp_async_wait<0>();
     }
     __syncthreads();
-    const float* ct = scan_smem + (i % 2) * 3 * kStepFloats;
+    const float* ct = scan_smem + (i % 2) * 2 * kStepFloats;
     const int ksteps = (min(kNStep, N - i * kNStep) + 7) / 8;
-    if (rows_live) {
-      warp_mma_3xtf32_pair<4, kStepStride>(cb, off, ct + wm * kStepStride, ct + kStepFloats + wn * kStepStride,
-                                           ct + 2 * kStepFloats + wn * kStepStride, ksteps, cb_tiles);
+    if (live) {
+      warp_mma_3xtf32<4, kStepStride, 1, kStepStride, 1>(off, ct + wm * kStepStride,
+                                                          ct + kStepFloats + wn * kStepStride, ksteps);
     }
     __syncthreads();  // stage i % 2 is refilled next
   }
@@ -521,36 +580,43 @@ __global__ void __launch_bounds__(kChunkThreads, 2) chunk_scan_kernel(Mamba2Para
   // The x tile (cp.async over the consumed stages) while M is formed.
   copy_tile_async<kTile>(xs, kColMajor64, rows + int64_t{h} * P + p0, d.conv_dim, length, P - p0);
   mma::cp_async_commit();
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int t = wm + frag_row(e);
-      const int s = wn + 8 * j + frag_col(e);
-      mt[t * kRowMajor64 + s] = s <= t && t < length ? cb[j][e] * expf(lambda[t] - lambda[s]) * delta[s] : 0.0f;
-    }
+  const float* cb = p.chunk_cb + (int64_t{blockIdx.x} * p.groups + g) * kQ * kQ;
+  for (int e = tid; e < kQ * kQ; e += kChunkThreads) {
+    const int t = e / kQ, s = e % kQ;
+    mt[t * kRowMajor64 + s] = s <= t && t < length ? cb[e] * expf(lambda[t] - lambda[s]) * delta[s] : 0.0f;
   }
   mma::cp_async_wait<0>();
   __syncthreads();
 
   float diag[4][4] = {};
-  if (rows_live) {
+  if (live) {
     warp_mma_3xtf32<4, kRowMajor64, 1, 1, kColMajor64>(diag, mt + wm * kRowMajor64, xs + wn, (wm + 16) / 8);
   }
 
   const float Dh = load_element(p.D.data, h, p.D.kind);
+  const bool pairs = p.y.kind == ElementKind::kFloat32 && p.y.row_stride % 2 == 0 && P % 2 == 0 &&
+                     (reinterpret_cast<uintptr_t>(p.y.data) & 7) == 0;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
+  for (int e = 0; e < 4; e += 2) {  // (e, e + 1): two adjacent columns of one row
     const int t = wm + frag_row(e);
     if (t >= length) continue;
     const float carry_decay = expf(lambda[t]);
+    const int64_t y_row = (chunk.begin + t) * p.y.row_stride + int64_t{h} * P + p0;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int col = wn + 8 * j + frag_col(e);
       if (p0 + col >= P) continue;
-      const float value = fmaf(carry_decay, off[j][e], diag[j][e]);
-      store_element(p.y.data, (chunk.begin + t) * p.y.row_stride + int64_t{h} * P + p0 + col, p.y.kind,
-                    fmaf(Dh, xs[t * kColMajor64 + col], value));
+      float value[2];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        value[k] = fmaf(Dh, xs[t * kColMajor64 + col + k], fmaf(carry_decay, off[j][e + k], diag[j][e + k]));
+      }
+      if (pairs) {
+        *reinterpret_cast<float2*>(static_cast<float*>(p.y.data) + y_row + col) = make_float2(value[0], value[1]);
+      } else {
+        store_element(p.y.data, y_row + col, p.y.kind, value[0]);
+        if (p0 + col + 1 < P) store_element(p.y.data, y_row + col + 1, p.y.kind, value[1]);
+      }
     }
   }
 }
@@ -642,10 +708,17 @@ void launch_mamba2_decode(const Mamba2Params& p, cudaStream_t stream) {
 
 void launch_mamba2_prefill(const Mamba2Params& p, cudaStream_t stream) {
   if (p.num_chunks == 0) return;
+  const unsigned chunks = static_cast<unsigned>(p.num_chunks), heads = static_cast<unsigned>(p.heads);
   const unsigned p_tiles = static_cast<unsigned>((p.head_dim + kTile - 1) / kTile);
-  const unsigned n_tiles = static_cast<unsigned>((p.state + kTile - 1) / kTile);
-  const dim3 chunk_grid(static_cast<unsigned>(p.num_chunks), static_cast<unsigned>(p.heads), p_tiles * n_tiles);
-  chunk_state_kernel<<<chunk_grid, kChunkThreads, 0, stream>>>(p);
+  const int64_t items = int64_t{p.num_chunks} * p.heads;
+  chunk_cumsum_kernel<<<static_cast<unsigned>((items + kCumsumWarps - 1) / kCumsumWarps), 32 * kCumsumWarps, 0,
+                        stream>>>(p);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+  chunk_cb_kernel<<<dim3(chunks, static_cast<unsigned>(p.groups)), kChunkThreads, 0, stream>>>(p);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+  HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(chunk_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(kStateSmemBytes)));
+  chunk_state_kernel<<<dim3(chunks, heads, p_tiles), kChunkThreads, kStateSmemBytes, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   if (int64_t{p.head_dim} * p.state % 4 == 0 && aligned16(p.chunk_states)) {
     launch_state_passing<4, 8>(p, stream);
@@ -655,8 +728,7 @@ void launch_mamba2_prefill(const Mamba2Params& p, cudaStream_t stream) {
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(chunk_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(kScanSmemBytes)));
-  chunk_scan_kernel<<<dim3(static_cast<unsigned>(p.num_chunks), static_cast<unsigned>(p.heads), p_tiles),
-                      kChunkThreads, kScanSmemBytes, stream>>>(p);
+  chunk_scan_kernel<<<dim3(chunks, heads, p_tiles), kChunkThreads, kScanSmemBytes, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 
