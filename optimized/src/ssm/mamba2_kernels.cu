@@ -2,7 +2,7 @@
 // the gated RMSNorm. The math is reference/ssm/mamba2.cpp's, in float32:
 //   Δ_t = softplus(dt_t + dt_bias) (threshold 20),  A = −exp(A_log),  a_t = Δ_t·A  (per head)
 //   S_t = exp(a_t)·S_{t−1} + Δ_t·x_t ⊗ B_t,  y_t = S_t·C_t + D·x_t        (S: [P, N] per head)
-// Prefill, per chunk of ≤ 64 tokens with Λ_t = Σ_{s ≤ t in the chunk} a_s (ssd_minimal's discrete
+// Prefill, per chunk of ≤ kMamba2ChunkTokens tokens with Λ_t = Σ_{s ≤ t in the chunk} a_s (ssd_minimal's discrete
 // form):
 //   Δ, Λ, exp(Λ_last), exp(Λ_last − Λ_s)·Δ_s  per chunk × head, once  chunk_cumsum_kernel
 //   C·Bᵀ                                       per chunk × group, once chunk_cb_kernel
@@ -15,9 +15,10 @@
 // (C·Bᵀ ∘ decay)·x over the chunk's tokens (chunk scan) — run on the tensor cores in
 // 3xTF32 (mma.cuh: each float32 operand split into TF32 hi + lo, three m16n8k8 products with
 // float32 accumulation: float32-level accuracy, the float32 SSM row of the tolerance table holds).
-// There is one path for every size: the operands are staged in shared memory as 64-row tiles with
-// zeros past the chunk's tokens, P and N (the k extent rounded up to 8), so partial tiles and odd P
-// or N (5, 6, …) only cost padded work; 16-byte cp.async where the rows allow it, 4-byte otherwise.
+// There is one path for every size: the operands are staged in shared memory as tiles of 64 rows
+// (of a chunk's tokens, P or N: a chunk is one or more 64-row t tiles) with zeros past the chunk's
+// tokens, P and N (the k extent rounded up to 8), so partial tiles and odd P or N (5, 6, …) only
+// cost padded work; 16-byte cp.async where the rows allow it, 4-byte otherwise.
 // The decays, Δ, Λ, the masks, the state passing and the epilogues stay float32 on the CUDA cores.
 // Chunks never straddle a block boundary (the host ends a chunk after each boundary row), so the
 // state passing stores the boundary states between chunks. Λ is computed once per chunk and head
@@ -51,8 +52,9 @@ using mma::frag_col;
 using mma::frag_row;
 using mma::warp_mma_3xtf32;
 
-constexpr int kQ = kMamba2ChunkTokens;  // tokens per chunk (the chunk kernels' t and s tiles)
-constexpr int kTile = 64;               // P and N tile of the chunk kernels
+constexpr int kQ = kMamba2ChunkTokens;  // tokens per chunk (the chunk kernels' s extent)
+constexpr int kTile = 64;               // P, N and t tile of the chunk kernels
+constexpr int kTBlocks = kQ / kTile;    // t tiles of a chunk
 constexpr int kNStep = 32;              // N values staged per step of the chunk scan
 constexpr int kChunkThreads = 256;      // 8 warps: 4 row blocks of 16 × 2 column blocks of 32
 // Row strides (floats) of the chunk kernels' shared tiles, for conflict-free fragment loads:
@@ -60,10 +62,10 @@ constexpr int kChunkThreads = 256;      // 8 warps: 4 row blocks of 16 × 2 colu
 // (t, g) of a tile read transposed with a stride ≡ 8 (mod 32) in bank 8t + g (g < 8, t < 4: 32
 // distinct banks). Every stride is a multiple of 4 floats: 16-byte cp.async rows.
 constexpr int kStepStride = kNStep + 4;  // 36: the chunk scan's [·][n] staging tiles (row-major)
-constexpr int kRowMajor64 = kTile + 4;   // 68: M [t][s] (row-major)
+constexpr int kRowMajorQ = kQ + 4;      // 68 or 132: M [t][s] (row-major)
 constexpr int kColMajor64 = kTile + 8;   // 72: [s][p] and [s][n] tiles (transposed)
 
-static_assert(kQ == kTile, "the chunk kernels tile a chunk's tokens like P and N");
+static_assert(kQ % kTile == 0 && kQ % 32 == 0 && kQ <= kChunkThreads, "a chunk is whole t tiles, whole lanes' tokens");
 static_assert(kChunkThreads == 256 && kTile == 64, "the warp tiles below cover 64 × 64 with 8 warps");
 
 // The sizes derived from the parameters.
@@ -213,22 +215,22 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(Mamba2Params p) 
 
 // --- prefill: the chunked SSD ---------------------------------------------------------------------
 
-// Shared rows [0, kQ) × columns [0, kWidth) (row stride ds) ← global rows [0, rows) × columns
+// Shared rows [0, kRows) × columns [0, kWidth) (row stride ds) ← global rows [0, rows) × columns
 // [0, cols) (rows gs floats apart), zeros elsewhere, by cp.async of the block's threads: 16 bytes
 // per copy where every copied quad is whole and aligned (gs and cols multiples of 4, src 16-byte
 // aligned), else 4. The caller commits.
-template <int kWidth>
+template <int kWidth, int kRows>
 __device__ __forceinline__ void copy_tile_async(float* dst, int ds, const float* src, int64_t gs, int rows, int cols) {
   const int tid = static_cast<int>(threadIdx.x);
   if (gs % 4 == 0 && cols % 4 == 0 && aligned16(src)) {
     constexpr int kQuads = kWidth / 4;
-    for (int e = tid; e < kQ * kQuads; e += kChunkThreads) {
+    for (int e = tid; e < kRows * kQuads; e += kChunkThreads) {
       const int i = e / kQuads, c = 4 * (e % kQuads);
       const bool ok = i < rows && c < cols;
       mma::cp_async_16(mma::shared_address(dst + i * ds + c), ok ? src + i * gs + c : src, ok);
     }
   } else {
-    for (int e = tid; e < kQ * kWidth; e += kChunkThreads) {
+    for (int e = tid; e < kRows * kWidth; e += kChunkThreads) {
       const int i = e / kWidth, c = e % kWidth;
       const bool ok = i < rows && c < cols;
       mma::cp_async_4(mma::shared_address(dst + i * ds + c), ok ? src + i * gs + c : src, ok);
@@ -239,9 +241,10 @@ __device__ __forceinline__ void copy_tile_async(float* dst, int ds, const float*
 // (0a) Per (chunk, head), once for all the chunk kernels: Δ_s, the inclusive cumulative log decay
 // Λ_s = Σ_{s' ≤ s} Δ_{s'}·A and the chunk-state weight exp(Λ_last − Λ_s)·Δ_s of the chunk's tokens
 // into chunk_cumsum (all three 0 past the chunk's length), the chunk's decay exp(Λ_last) into
-// chunk_decay. One warp per (chunk, head): two tokens per lane, then a Hillis–Steele shuffle scan
-// of the pair sums (a fixed order).
+// chunk_decay. One warp per (chunk, head): kPerLane consecutive tokens per lane summed in order,
+// then a Hillis–Steele shuffle scan of the lanes' sums (a fixed order).
 constexpr int kCumsumWarps = 4;
+constexpr int kPerLane = kQ / 32;
 
 __global__ void __launch_bounds__(32 * kCumsumWarps) chunk_cumsum_kernel(Mamba2Params p) {
   const int64_t item = int64_t{blockIdx.x} * kCumsumWarps + threadIdx.x / 32;  // chunk · Hs + head
@@ -252,33 +255,38 @@ __global__ void __launch_bounds__(32 * kCumsumWarps) chunk_cumsum_kernel(Mamba2P
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int length = chunk.end - chunk.begin;
   const float A = decay_rate(p, h);
-  float dl[2], a[2];
+  float dl[kPerLane], a[kPerLane];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int s = 2 * lane + i;
+  for (int i = 0; i < kPerLane; ++i) {
+    const int s = kPerLane * lane + i;
     dl[i] = s < length ? delta_of(p, d, chunk.begin + s, h) : 0.0f;
     a[i] = dl[i] * A;
   }
-  float inclusive = a[0] + a[1];  // the pair sums' inclusive scan
+  float inclusive = a[0];  // the lanes' sums' inclusive scan
+#pragma unroll
+  for (int i = 1; i < kPerLane; ++i) inclusive += a[i];
 #pragma unroll
   for (int o = 1; o < 32; o *= 2) {
     const float other = __shfl_up_sync(0xffffffffu, inclusive, o);
     if (lane >= o) inclusive += other;
   }
   const float previous = __shfl_up_sync(0xffffffffu, inclusive, 1);
-  const float base = lane == 0 ? 0.0f : previous;  // Σ of the tokens before this lane's pair
-  float lambda[2];
-  lambda[0] = base + a[0];
-  lambda[1] = lambda[0] + a[1];
-  // Λ of the chunk's last token (lane (length − 1) / 2's; past the chunk the scan's sums group
-  // differently, so not lane 31's).
-  const float last_even = __shfl_sync(0xffffffffu, lambda[0], (length - 1) / 2);
-  const float last_odd = __shfl_sync(0xffffffffu, lambda[1], (length - 1) / 2);
-  const float last = (length - 1) % 2 == 0 ? last_even : last_odd;
+  float lambda[kPerLane];
+  lambda[0] = (lane == 0 ? 0.0f : previous) + a[0];  // + Σ of the tokens before this lane's
+#pragma unroll
+  for (int i = 1; i < kPerLane; ++i) lambda[i] = lambda[i - 1] + a[i];
+  // Λ of the chunk's last token, from its lane (past the chunk the scan's sums group differently,
+  // so not lane 31's).
+  float last = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const float v = __shfl_sync(0xffffffffu, lambda[i], (length - 1) / kPerLane);
+    if ((length - 1) % kPerLane == i) last = v;
+  }
   float* out = p.chunk_cumsum + item * 3 * kQ;
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int s = 2 * lane + i;
+  for (int i = 0; i < kPerLane; ++i) {
+    const int s = kPerLane * lane + i;
     const bool token = s < length;
     out[s] = dl[i];
     out[kQ + s] = token ? lambda[i] : 0.0f;
@@ -288,29 +296,39 @@ __global__ void __launch_bounds__(32 * kCumsumWarps) chunk_cumsum_kernel(Mamba2P
 }
 
 // (0b) C·Bᵀ of each chunk and group, once for all the group's heads and P tiles of the chunk scan:
-// chunk_cb[t, s] = Σ_n C_t[n]·B_s[n] (zeros past the chunk; the 8-column tiles wholly above the
-// diagonal are not computed and stored as zeros: the chunk scan masks s > t). Grid (chunks, G).
-// Warp w owns rows t = 16·(w % 4) … and columns s = 32·(w / 4) …; C and B staged row-major
-// ([t][n], [s][n]) by cp.async over N in steps of kNStep, two steps in flight.
-constexpr int kStepFloats = kQ * kStepStride;  // one [64][36] staging tile
+// chunk_cb[t, s] = Σ_n C_t[n]·B_s[n] for s ≤ t < the chunk's length. Grid (chunks, G, the
+// kTBlocks·(kTBlocks + 1) / 2 kTile × kTile blocks (t block, s block ≤ t block)); of a diagonal
+// block the 8-column tiles wholly above the diagonal are stored as zeros, blocks above the diagonal
+// and rows past the chunk are never written (the chunk scan reads s ≤ t < length only). Warp w owns
+// rows 16·(w % 4) … and columns 32·(w / 4) … of the block; C and B staged row-major ([t][n],
+// [s][n]) by cp.async over N in steps of kNStep, two steps in flight.
+constexpr int kStepFloats = kTile * kStepStride;  // one [64][36] staging tile
 
 __global__ void __launch_bounds__(kChunkThreads) chunk_cb_kernel(Mamba2Params p) {
   __shared__ __align__(16) float stages[2][2][kStepFloats];  // [stage][C, B]
   const Dims d = dims_of(p);
   const Mamba2Chunk chunk = p.chunks[blockIdx.x];
   const int g = static_cast<int>(blockIdx.y);
+  int tb = 0;  // blockIdx.z = tb·(tb + 1) / 2 + sb
+  while ((tb + 1) * (tb + 2) / 2 <= static_cast<int>(blockIdx.z)) ++tb;
+  const int sb = static_cast<int>(blockIdx.z) - tb * (tb + 1) / 2;
+  const int t0 = tb * kTile, s0 = sb * kTile;
   const int N = p.state;
   const int length = chunk.end - chunk.begin;
+  if (t0 >= length) return;  // block-uniform: rows wholly past the chunk
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int wm = 16 * (warp % 4), wn = 32 * (warp / 4);
-  const int cb_tiles = wn <= wm + 15 ? min(4, (wm + 15 - wn) / 8 + 1) : 0;  // tiles with an s ≤ the warp's last t
+  // Tiles with an s ≤ the warp's last t (all below the diagonal block).
+  const int cb_tiles = sb < tb ? 4 : wn <= wm + 15 ? min(4, (wm + 15 - wn) / 8 + 1) : 0;
   const float* B = p.xbc + int64_t{chunk.begin} * d.conv_dim + d.d_ssm + int64_t{g} * N;
   const float* C = B + int64_t{p.groups} * N;
   const int steps = (N + kNStep - 1) / kNStep;
   const auto stage = [&](int i) {
     const int nb = i * kNStep;
-    copy_tile_async<kNStep>(stages[i % 2][0], kStepStride, C + nb, d.conv_dim, length, N - nb);
-    copy_tile_async<kNStep>(stages[i % 2][1], kStepStride, B + nb, d.conv_dim, length, N - nb);
+    copy_tile_async<kNStep, kTile>(stages[i % 2][0], kStepStride, C + int64_t{t0} * d.conv_dim + nb, d.conv_dim,
+                                   length - t0, N - nb);
+    copy_tile_async<kNStep, kTile>(stages[i % 2][1], kStepStride, B + int64_t{s0} * d.conv_dim + nb, d.conv_dim,
+                                   length - s0, N - nb);
     mma::cp_async_commit();
   };
   stage(0);
@@ -324,7 +342,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_cb_kernel(Mamba2Params p)
     }
     __syncthreads();
     const int ksteps = (min(kNStep, N - i * kNStep) + 7) / 8;
-    if (cb_tiles > 0 && wm < length) {
+    if (cb_tiles > 0 && t0 + wm < length) {
       warp_mma_3xtf32<4, kStepStride, 1, kStepStride, 1>(cb, stages[i % 2][0] + wm * kStepStride,
                                                           stages[i % 2][1] + wn * kStepStride, ksteps, cb_tiles);
     }
@@ -335,9 +353,9 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_cb_kernel(Mamba2Params p)
   for (int j = 0; j < 4; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {  // (e, e + 1): two adjacent columns of one row
-      const int t = wm + frag_row(e);
-      const int s = wn + 8 * j + frag_col(e);
-      *reinterpret_cast<float2*>(out + t * kQ + s) = make_float2(cb[j][e], cb[j][e + 1]);
+      const int t = t0 + wm + frag_row(e);
+      const int s = s0 + wn + 8 * j + frag_col(e);
+      if (t < length) *reinterpret_cast<float2*>(out + t * kQ + s) = make_float2(cb[j][e], cb[j][e + 1]);
     }
   }
 }
@@ -349,10 +367,11 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_cb_kernel(Mamba2Params p)
 // on the tensor cores: warp w owns rows p0 + 16·(w % 4) … and columns n0 + 32·(w / 4) … of each
 // tile, over the chunk's tokens rounded up to 8; its fragments stored as 8-byte pairs (whole
 // 32-byte sectors) where N is even.
-constexpr int kTileFloats = kQ * kColMajor64;  // one [64][72] tile
+constexpr int kTileFloats = kQ * kColMajor64;  // one [kQ][72] tile
 constexpr size_t kStateSmemBytes = sizeof(float) * 3 * kTileFloats;
+constexpr int kStateBlocksPerSm = kQ == 64 ? 3 : 2;  // within the shared memory of an SM
 
-__global__ void __launch_bounds__(kChunkThreads, 3) chunk_state_kernel(Mamba2Params p) {
+__global__ void __launch_bounds__(kChunkThreads, kStateBlocksPerSm) chunk_state_kernel(Mamba2Params p) {
   extern __shared__ __align__(16) float state_smem[];
   float* xs = state_smem;                 // x_s[p0 + ·]·weight_s
   float* bs = state_smem + kTileFloats;   // two stages of B_s[n0 + ·]
@@ -371,10 +390,10 @@ __global__ void __launch_bounds__(kChunkThreads, 3) chunk_state_kernel(Mamba2Par
   const int n_tiles = (N + kTile - 1) / kTile;
 
   // Commit groups: (x, B tile 0), B tile 1, then B tile i + 2 during tile i (empty past N).
-  copy_tile_async<kTile>(xs, kColMajor64, rows + int64_t{h} * P + p0, d.conv_dim, length, P - p0);
-  copy_tile_async<kTile>(bs, kColMajor64, B, d.conv_dim, length, N);
+  copy_tile_async<kTile, kQ>(xs, kColMajor64, rows + int64_t{h} * P + p0, d.conv_dim, length, P - p0);
+  copy_tile_async<kTile, kQ>(bs, kColMajor64, B, d.conv_dim, length, N);
   mma::cp_async_commit();
-  if (n_tiles > 1) copy_tile_async<kTile>(bs + kTileFloats, kColMajor64, B + kTile, d.conv_dim, length, N - kTile);
+  if (n_tiles > 1) copy_tile_async<kTile, kQ>(bs + kTileFloats, kColMajor64, B + kTile, d.conv_dim, length, N - kTile);
   mma::cp_async_commit();
   if (tid < kQ) weight[tid] = p.chunk_cumsum[item * 3 * kQ + 2 * kQ + tid];
   mma::cp_async_wait<1>();
@@ -395,7 +414,7 @@ __global__ void __launch_bounds__(kChunkThreads, 3) chunk_state_kernel(Mamba2Par
     }
     __syncthreads();  // stage i % 2 is refilled next
     if (i + 2 < n_tiles) {
-      copy_tile_async<kTile>(bs + (i % 2) * kTileFloats, kColMajor64, B + n0 + 2 * kTile, d.conv_dim, length,
+      copy_tile_async<kTile, kQ>(bs + (i % 2) * kTileFloats, kColMajor64, B + n0 + 2 * kTile, d.conv_dim, length,
                              N - n0 - 2 * kTile);
     }
     mma::cp_async_commit();
@@ -508,49 +527,56 @@ void launch_state_passing(const Mamba2Params& p, cudaStream_t stream) {
   state_passing_kernel<kVec, kBatch><<<grid, kPassThreads, 0, stream>>>(p);
 }
 
-// (3) Outputs of a chunk for head blockIdx.y and P tile blockIdx.z, every product on the tensor
-// cores: warp w owns rows t = 16·(w % 4) … of the outputs and columns p − p0 = 32·(w / 4) ….
+// (3) Outputs of kTile rows t0 = kTile·(blockIdx.x % kTBlocks) … of chunk blockIdx.x / kTBlocks for
+// head blockIdx.y and P tile blockIdx.z, every product on the tensor cores: warp w owns rows
+// t = t0 + 16·(w % 4) … of the outputs and columns p − p0 = 32·(w / 4) ….
 //   1. over N in steps of kNStep: off[t, p] = Σ_n C_t[n]·H[p, n], C and H staged row-major ([t][n],
 //      [p][n]) by cp.async, two steps in flight;
 //   2. M[t, s] = cb[t, s]·exp(Λ_t − Λ_s)·Δ_s for s ≤ t (else 0), cb the chunk's and group's C·Bᵀ
-//      (chunk_cb_kernel), → shared [t][s]; the x tile → shared [s][p] (over the staging space);
-//   3. diag[t, p] = Σ_s M[t, s]·x_s[p] over s < 16·(w % 4) + 16 (M is lower triangular);
+//      (chunk_cb_kernel), → shared [t − t0][s]; the x tile of s < t0 + kTile → shared [s][p] (over
+//      the staging space);
+//   3. diag[t, p] = Σ_s M[t, s]·x_s[p] over s < t0 + 16·(w % 4) + 16 (M is lower triangular);
 //   4. y = diag + exp(Λ_t)·off + D·x_t (8-byte pairs where y is float32 and even-aligned).
-// Staged values past the chunk, P or N are zeros.
+// Staged values past the chunk, P or N are zeros. The t blocks of a chunk are neighbours in the
+// grid: the chunk's H tile is read from memory once, then from L2.
+constexpr int kScanBlocksPerSm = 3;
 constexpr size_t kScanSmemBytes =
-    sizeof(float) * std::max(2 * 2 * kStepFloats, kQ * kRowMajor64 + kQ * kColMajor64);
+    sizeof(float) * std::max(2 * 2 * kStepFloats, kTile * kRowMajorQ + kQ * kColMajor64);
 
-__global__ void __launch_bounds__(kChunkThreads, 3) chunk_scan_kernel(Mamba2Params p) {
+__global__ void __launch_bounds__(kChunkThreads, kScanBlocksPerSm) chunk_scan_kernel(Mamba2Params p) {
   __shared__ float delta[kQ], lambda[kQ];
   // Step 1: two stages of (C, H) tiles; steps 2–4: M and the x tile over them.
   extern __shared__ __align__(16) float scan_smem[];
-  float* mt = scan_smem;                     // M [t][s]
-  float* xs = scan_smem + kQ * kRowMajor64;  // x [s][p − p0]
+  float* mt = scan_smem;                        // M [t − t0][s]
+  float* xs = scan_smem + kTile * kRowMajorQ;  // x [s][p − p0]
 
   const Dims d = dims_of(p);
-  const Mamba2Chunk chunk = p.chunks[blockIdx.x];
+  const int c = static_cast<int>(blockIdx.x) / kTBlocks;
+  const int t0 = static_cast<int>(blockIdx.x) % kTBlocks * kTile;
+  const Mamba2Chunk chunk = p.chunks[c];
+  const int length = chunk.end - chunk.begin;
+  if (t0 >= length) return;  // block-uniform: rows wholly past the chunk
   const int h = static_cast<int>(blockIdx.y);
   const int g = h / d.heads_per_group;
   const int P = p.head_dim, N = p.state;
   const int p0 = static_cast<int>(blockIdx.z) * kTile;
-  const int length = chunk.end - chunk.begin;
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
   const int wm = 16 * (warp % 4), wn = 32 * (warp / 4);
   // Warp-uniform: a warp wholly past the chunk or P stores nothing.
-  const bool live = wm < length && p0 + wn < P;
-  const int64_t item = int64_t{blockIdx.x} * p.heads + h;
+  const bool live = t0 + wm < length && p0 + wn < P;
+  const int64_t item = int64_t{c} * p.heads + h;
   const float* H = p.chunk_states + item * P * N;                   // the state entering the chunk
   const float* rows = p.xbc + int64_t{chunk.begin} * d.conv_dim;  // the chunk's conv rows
-  const float* C = rows + d.d_ssm + (int64_t{p.groups} + g) * N;
+  const float* C = rows + int64_t{t0} * d.conv_dim + d.d_ssm + (int64_t{p.groups} + g) * N;
   const int steps = (N + kNStep - 1) / kNStep;
 
   // The C and H tiles of N step i into stage i % 2, one commit group.
   const auto stage = [&](int i) {
     float* ct = scan_smem + (i % 2) * 2 * kStepFloats;
     const int nb = i * kNStep;
-    copy_tile_async<kNStep>(ct, kStepStride, C + nb, d.conv_dim, length, N - nb);
-    copy_tile_async<kNStep>(ct + kStepFloats, kStepStride, H + int64_t{p0} * N + nb, N, P - p0, N - nb);
+    copy_tile_async<kNStep, kTile>(ct, kStepStride, C + nb, d.conv_dim, length - t0, N - nb);
+    copy_tile_async<kNStep, kTile>(ct + kStepFloats, kStepStride, H + int64_t{p0} * N + nb, N, P - p0, N - nb);
     mma::cp_async_commit();
   };
   stage(0);
@@ -578,19 +604,22 @@ __global__ void __launch_bounds__(kChunkThreads, 3) chunk_scan_kernel(Mamba2Para
   }
 
   // The x tile (cp.async over the consumed stages) while M is formed.
-  copy_tile_async<kTile>(xs, kColMajor64, rows + int64_t{h} * P + p0, d.conv_dim, length, P - p0);
+  const int s_end = t0 + kTile;  // s < s_end: the columns of M step 3 reads
+  copy_tile_async<kTile, kQ>(xs, kColMajor64, rows + int64_t{h} * P + p0, d.conv_dim, min(length, s_end), P - p0);
   mma::cp_async_commit();
-  const float* cb = p.chunk_cb + (int64_t{blockIdx.x} * p.groups + g) * kQ * kQ;
-  for (int e = tid; e < kQ * kQ; e += kChunkThreads) {
-    const int t = e / kQ, s = e % kQ;
-    mt[t * kRowMajor64 + s] = s <= t && t < length ? cb[e] * expf(lambda[t] - lambda[s]) * delta[s] : 0.0f;
+  const float* cb = p.chunk_cb + (int64_t{c} * p.groups + g) * kQ * kQ;
+  for (int e = tid; e < kTile * kQ; e += kChunkThreads) {
+    const int t = t0 + e / kQ, s = e % kQ;
+    if (s >= s_end) continue;
+    mt[(t - t0) * kRowMajorQ + s] =
+        s <= t && t < length ? cb[t * kQ + s] * expf(lambda[t] - lambda[s]) * delta[s] : 0.0f;
   }
   mma::cp_async_wait<0>();
   __syncthreads();
 
   float diag[4][4] = {};
   if (live) {
-    warp_mma_3xtf32<4, kRowMajor64, 1, 1, kColMajor64>(diag, mt + wm * kRowMajor64, xs + wn, (wm + 16) / 8);
+    warp_mma_3xtf32<4, kRowMajorQ, 1, 1, kColMajor64>(diag, mt + wm * kRowMajorQ, xs + wn, (t0 + wm + 16) / 8);
   }
 
   const float Dh = load_element(p.D.data, h, p.D.kind);
@@ -598,7 +627,7 @@ __global__ void __launch_bounds__(kChunkThreads, 3) chunk_scan_kernel(Mamba2Para
                      (reinterpret_cast<uintptr_t>(p.y.data) & 7) == 0;
 #pragma unroll
   for (int e = 0; e < 4; e += 2) {  // (e, e + 1): two adjacent columns of one row
-    const int t = wm + frag_row(e);
+    const int t = t0 + wm + frag_row(e);
     if (t >= length) continue;
     const float carry_decay = expf(lambda[t]);
     const int64_t y_row = (chunk.begin + t) * p.y.row_stride + int64_t{h} * P + p0;
@@ -714,7 +743,8 @@ void launch_mamba2_prefill(const Mamba2Params& p, cudaStream_t stream) {
   chunk_cumsum_kernel<<<static_cast<unsigned>((items + kCumsumWarps - 1) / kCumsumWarps), 32 * kCumsumWarps, 0,
                         stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
-  chunk_cb_kernel<<<dim3(chunks, static_cast<unsigned>(p.groups)), kChunkThreads, 0, stream>>>(p);
+  chunk_cb_kernel<<<dim3(chunks, static_cast<unsigned>(p.groups), kTBlocks * (kTBlocks + 1) / 2), kChunkThreads, 0,
+                    stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(chunk_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(kStateSmemBytes)));
@@ -728,7 +758,7 @@ void launch_mamba2_prefill(const Mamba2Params& p, cudaStream_t stream) {
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(chunk_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(kScanSmemBytes)));
-  chunk_scan_kernel<<<dim3(chunks, heads, p_tiles), kChunkThreads, kScanSmemBytes, stream>>>(p);
+  chunk_scan_kernel<<<dim3(chunks * kTBlocks, heads, p_tiles), kChunkThreads, kScanSmemBytes, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 
