@@ -8,9 +8,9 @@
 //             chunked SSD (mamba2_kernels.h) — y [T, d_ssm] with the D skip; ssm_state written
 //   v   = gated RMSNorm(y, z)               per row and group of d_ssm / G (norm_before_gate False)
 //   out = v·out_proj^T                      cuBLAS, [T, H]; + out_proj_bias, stored for active rows
-// Prefill chunks are ≤ 64 tokens cut from each request's first row and also ended after every
-// block-boundary row (mamba_cache_mode all), so the state after a boundary row is a state between
-// chunks; the chunk lists are planned on the host per wave and uploaded. A fixed decode step
+// Prefill chunks are ≤ kMamba2ChunkTokens (128) tokens cut from each request's first row and also
+// ended after every block-boundary row (mamba_cache_mode all), so the state after a boundary row is
+// a state between chunks; the chunk lists are planned on the host per wave and uploaded. A fixed decode step
 // (ssm_gpu_mode.h) runs the same GEMMs over all T padded rows, and for its one wave of R entries the
 // single-token conv update and the decode update straight from the request table: no uploads, grids
 // from the shape only. Every intermediate stays float32 (the reference rounds nothing either).

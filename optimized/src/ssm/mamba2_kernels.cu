@@ -373,8 +373,8 @@ constexpr int kStateBlocksPerSm = kQ == 64 ? 3 : 2;  // within the shared memory
 
 __global__ void __launch_bounds__(kChunkThreads, kStateBlocksPerSm) chunk_state_kernel(Mamba2Params p) {
   extern __shared__ __align__(16) float state_smem[];
-  float* xs = state_smem;                 // x_s[p0 + ·]·weight_s
-  float* bs = state_smem + kTileFloats;   // two stages of B_s[n0 + ·]
+  float* xs = state_smem;                // x_s[p0 + ·]·weight_s
+  float* bs = state_smem + kTileFloats;  // two stages of B_s[n0 + ·]
   __shared__ float weight[kQ];
   const Dims d = dims_of(p);
   const Mamba2Chunk chunk = p.chunks[blockIdx.x];
@@ -415,7 +415,7 @@ __global__ void __launch_bounds__(kChunkThreads, kStateBlocksPerSm) chunk_state_
     __syncthreads();  // stage i % 2 is refilled next
     if (i + 2 < n_tiles) {
       copy_tile_async<kTile, kQ>(bs + (i % 2) * kTileFloats, kColMajor64, B + n0 + 2 * kTile, d.conv_dim, length,
-                             N - n0 - 2 * kTile);
+                                 N - n0 - 2 * kTile);
     }
     mma::cp_async_commit();
 #pragma unroll
@@ -547,7 +547,7 @@ __global__ void __launch_bounds__(kChunkThreads, kScanBlocksPerSm) chunk_scan_ke
   __shared__ float delta[kQ], lambda[kQ];
   // Step 1: two stages of (C, H) tiles; steps 2–4: M and the x tile over them.
   extern __shared__ __align__(16) float scan_smem[];
-  float* mt = scan_smem;                        // M [t − t0][s]
+  float* mt = scan_smem;                       // M [t − t0][s]
   float* xs = scan_smem + kTile * kRowMajorQ;  // x [s][p − p0]
 
   const Dims d = dims_of(p);

@@ -12,7 +12,10 @@
 
 namespace hybridtb::cuda::ssm {
 
-inline constexpr int kMamba2ChunkTokens = 64;  // tokens per SSD chunk (at most; chunks also end at boundaries)
+// Tokens per SSD chunk (at most; chunks also end at boundaries): a multiple of 64 (the chunk
+// kernels' t tile). 128 (Falcon-H1's and vLLM's chunk size for it) halves the chunk states written,
+// passed and read against 64, for twice the intra-chunk product.
+inline constexpr int kMamba2ChunkTokens = 128;
 inline constexpr int kMamba2MaxState = 256;    // state_size ≤ 256 (the decode update: ≤ 2 quads per lane)
 
 // A chunk of the SSD prefill: ≤ kMamba2ChunkTokens consecutive token rows of one prefill request.
