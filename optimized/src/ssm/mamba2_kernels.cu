@@ -439,20 +439,25 @@ __global__ void __launch_bounds__(kChunkThreads, kStateBlocksPerSm) chunk_state_
   }
 }
 
-// (2) State passing. Block = (kPassThreads threads over kVec·kPassThreads state elements of head
-// blockIdx.y, sequence blockIdx.z), thread = kVec consecutive elements: H from the saved state
-// (zeros without one), then chunk by chunk: chunk_states[c] ← H (the state entering chunk c),
-// H ← decay_c·H + S_c, stored to the chunk's boundary slot if it has one; finally to write_slot.
-// The thread reads its elements of the saved state before writing any slot, so read_slot may be a
-// slot it writes. Chunks go kBatch at a time: their decays and boundary slots staged once per block
-// in shared memory (every thread of the grid needs the same few values: read per thread, they would
-// queue on one L2 line), their S_c read by each thread before any is overwritten (one wait for
-// memory per batch, not per chunk). kVec = 4 (16-byte accesses of chunk_states) where the head's
-// P·N is a multiple of 4 and chunk_states 16-byte aligned, else 1.
+// (2) State passing. Block = (kPassThreads threads over kRuns·kVec·kPassThreads state elements of
+// head blockIdx.y, sequence blockIdx.z), thread = kRuns runs of kVec consecutive elements (run r at
+// ((blockIdx.x·kRuns + r)·kPassThreads + thread)·kVec: each run's accesses coalesced over the
+// block): H from the saved state (zeros without one), then chunk by chunk: chunk_states[c] ← H (the
+// state entering chunk c), H ← decay_c·H + S_c, stored to the chunk's boundary slot if it has one;
+// finally to write_slot. The thread reads its elements of the saved state before writing any slot,
+// so read_slot may be a slot it writes. Chunks go kBatch at a time: their decays and boundary slots
+// staged once per block in shared memory (every thread of the grid needs the same few values: read
+// per thread, they would queue on one L2 line), their S_c read by each thread before any is
+// overwritten (one wait for memory per batch, not per chunk). kVec = 4 (16-byte accesses of
+// chunk_states) where the head's P·N is a multiple of 4 and chunk_states 16-byte aligned, else 1.
+// Every thread walks all of its sequence's chunks, so a grid of more blocks than fit at once pays
+// a whole second round for its tail: two runs of 4 per thread, 4 chunks per batch (the same 128
+// bytes in flight per thread as one run of 8 chunks) fit one Falcon-H1 sequence's 24 heads in one
+// wave (384 blocks, ≤ 3 per SM: 396 on 132 SMs).
 constexpr int kPassThreads = 256;
-constexpr int kPassBlocksPerSm = 4;  // ≤ 64 registers: 4 × 256 threads per SM, each with kBatch loads in flight
+constexpr int kPassBlocksPerSm = 3;  // ≤ 85 registers: kRuns·kBatch loads in flight per thread
 
-template <int kVec, int kBatch>
+template <int kVec, int kRuns, int kBatch>
 __global__ void __launch_bounds__(kPassThreads, kPassBlocksPerSm) state_passing_kernel(Mamba2Params p) {
   static_assert(kVec == 1 || kVec == 4, "state passing: float or float4 accesses");
   using Vec = std::conditional_t<kVec == 4, float4, float>;
@@ -462,15 +467,22 @@ __global__ void __launch_bounds__(kPassThreads, kPassBlocksPerSm) state_passing_
   const int h = static_cast<int>(blockIdx.y);
   const int64_t head_size = int64_t{p.head_dim} * p.state;
   const int64_t size = p.heads * head_size;
-  const int64_t i = (int64_t{blockIdx.x} * kPassThreads + threadIdx.x) * kVec;  // first element within the head
-  const bool active = i < head_size;  // kVec divides head_size: all kVec elements or none
-  const int64_t e = int64_t{h} * head_size + i;
-  float H[kVec];
+  constexpr int kRunStride = kPassThreads * kVec;  // elements between a thread's runs
+  const int64_t i0 = (int64_t{blockIdx.x} * kRuns * kPassThreads + threadIdx.x) * kVec;  // run 0, within the head
+  const int64_t e0 = int64_t{h} * head_size + i0;
+  bool active[kRuns];  // kVec divides head_size: all kVec elements of a run or none
+  float H[kRuns][kVec];
 #pragma unroll
-  for (int v = 0; v < kVec; ++v) {
-    H[v] = active && sequence.read_slot >= 0
-               ? load_element(p.ssm_state.data, sequence.read_slot * p.ssm_state.slot_size + e + v, p.ssm_state.kind)
-               : 0.0f;
+  for (int r = 0; r < kRuns; ++r) {
+    active[r] = i0 + r * kRunStride < head_size;
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) {
+      H[r][v] = active[r] && sequence.read_slot >= 0
+                    ? load_element(p.ssm_state.data,
+                                   sequence.read_slot * p.ssm_state.slot_size + e0 + r * kRunStride + v,
+                                   p.ssm_state.kind)
+                    : 0.0f;
+    }
   }
   for (int32_t k0 = 0; k0 < sequence.num_chunks; k0 += kBatch) {
     const int32_t count = min(kBatch, sequence.num_chunks - k0);
@@ -479,52 +491,67 @@ __global__ void __launch_bounds__(kPassThreads, kPassBlocksPerSm) state_passing_
       decay_smem[threadIdx.x] = p.chunk_decay[int64_t{first + threadIdx.x} * p.heads + h];
       slot_smem[threadIdx.x] = p.chunks[first + threadIdx.x].boundary_slot;
     }
-    Vec own[kBatch];
+    float* const states = p.chunk_states + first * size + e0;  // chunk first, run 0
+    Vec own[kBatch][kRuns];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      own[j] = active && j < count ? *reinterpret_cast<const Vec*>(p.chunk_states + (first + j) * size + e) : Vec{};
+#pragma unroll
+      for (int r = 0; r < kRuns; ++r) {
+        own[j][r] = active[r] && j < count ? *reinterpret_cast<const Vec*>(states + j * size + r * kRunStride) : Vec{};
+      }
     }
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      if (!active || j >= count) break;
-      float* entering = p.chunk_states + (first + j) * size + e;
-      float own_j[kVec];
-      if constexpr (kVec == 4) {
-        *reinterpret_cast<float4*>(entering) = make_float4(H[0], H[1], H[2], H[3]);
-        own_j[0] = own[j].x;
-        own_j[1] = own[j].y;
-        own_j[2] = own[j].z;
-        own_j[3] = own[j].w;
-      } else {
-        *entering = H[0];
-        own_j[0] = own[j];
-      }
+      if (j >= count) break;
       const float decay = decay_smem[j];
       const int32_t slot = slot_smem[j];
 #pragma unroll
-      for (int v = 0; v < kVec; ++v) {
-        H[v] = fmaf(decay, H[v], own_j[v]);
-        if (slot >= 0) store_element(p.ssm_state.data, slot * p.ssm_state.slot_size + e + v, p.ssm_state.kind, H[v]);
+      for (int r = 0; r < kRuns; ++r) {
+        if (!active[r]) continue;
+        float* entering = states + j * size + r * kRunStride;
+        float own_j[kVec];
+        if constexpr (kVec == 4) {
+          *reinterpret_cast<float4*>(entering) = make_float4(H[r][0], H[r][1], H[r][2], H[r][3]);
+          own_j[0] = own[j][r].x;
+          own_j[1] = own[j][r].y;
+          own_j[2] = own[j][r].z;
+          own_j[3] = own[j][r].w;
+        } else {
+          *entering = H[r][0];
+          own_j[0] = own[j][r];
+        }
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) {
+          H[r][v] = fmaf(decay, H[r][v], own_j[v]);
+          if (slot >= 0) {
+            store_element(p.ssm_state.data, slot * p.ssm_state.slot_size + e0 + r * kRunStride + v, p.ssm_state.kind,
+                          H[r][v]);
+          }
+        }
       }
     }
     __syncthreads();  // the staged values are rewritten by the next batch
   }
-  if (active) {
+#pragma unroll
+  for (int r = 0; r < kRuns; ++r) {
+    if (!active[r]) continue;
 #pragma unroll
     for (int v = 0; v < kVec; ++v) {
-      store_element(p.ssm_state.data, sequence.write_slot * p.ssm_state.slot_size + e + v, p.ssm_state.kind, H[v]);
+      store_element(p.ssm_state.data, sequence.write_slot * p.ssm_state.slot_size + e0 + r * kRunStride + v,
+                    p.ssm_state.kind, H[r][v]);
     }
   }
 }
 
-// The state passing's launch: kVec elements per thread, kBatch chunks per wait.
-template <int kVec, int kBatch>
+// The state passing's launch: kRuns runs of kVec elements per thread, kBatch chunks per wait.
+template <int kVec, int kRuns, int kBatch>
 void launch_state_passing(const Mamba2Params& p, cudaStream_t stream) {
   const int64_t threads = (int64_t{p.head_dim} * p.state + kVec - 1) / kVec;
-  const dim3 grid(static_cast<unsigned>((threads + kPassThreads - 1) / kPassThreads), static_cast<unsigned>(p.heads),
+  constexpr int64_t kPerBlock = int64_t{kPassThreads} * kRuns;
+  const dim3 grid(static_cast<unsigned>((threads + kPerBlock - 1) / kPerBlock), static_cast<unsigned>(p.heads),
                   static_cast<unsigned>(p.num_sequences));
-  state_passing_kernel<kVec, kBatch><<<grid, kPassThreads, 0, stream>>>(p);
+  state_passing_kernel<kVec, kRuns, kBatch><<<grid, kPassThreads, 0, stream>>>(p);
 }
 
 // (3) Outputs of kTile rows t0 = kTile·(blockIdx.x % kTBlocks) … of chunk blockIdx.x / kTBlocks for
@@ -751,9 +778,9 @@ void launch_mamba2_prefill(const Mamba2Params& p, cudaStream_t stream) {
   chunk_state_kernel<<<dim3(chunks, heads, p_tiles), kChunkThreads, kStateSmemBytes, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   if (int64_t{p.head_dim} * p.state % 4 == 0 && aligned16(p.chunk_states)) {
-    launch_state_passing<4, 8>(p, stream);
+    launch_state_passing<4, 2, 4>(p, stream);
   } else {
-    launch_state_passing<1, 8>(p, stream);
+    launch_state_passing<1, 1, 8>(p, stream);
   }
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(chunk_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
