@@ -10,10 +10,11 @@
 //   out = v·out_proj^T                      cuBLAS, [T, H]; + out_proj_bias, stored for active rows
 // Prefill chunks are ≤ kMamba2ChunkTokens (128) tokens cut from each request's first row and also
 // ended after every block-boundary row (mamba_cache_mode all), so the state after a boundary row is
-// a state between chunks; the chunk lists are planned on the host per wave and uploaded. A fixed decode step
-// (ssm_gpu_mode.h) runs the same GEMMs over all T padded rows, and for its one wave of R entries the
-// single-token conv update and the decode update straight from the request table: no uploads, grids
-// from the shape only. Every intermediate stays float32 (the reference rounds nothing either).
+// a state between chunks; the chunk lists are planned on the host per wave and uploaded. A fixed
+// decode step (ssm_gpu_mode.h) runs the same GEMMs over all T padded rows, and for its one wave of R
+// entries the single-token conv update and the decode update straight from the request table: no
+// uploads, grids from the shape only. Every intermediate stays float32 (the reference rounds
+// nothing either).
 // A Mamba-2 layer of a per-layer model (layer_kind mamba2) runs the core alone on the layer's own
 // xBC and dt (linear_forward).
 #include <algorithm>

@@ -84,9 +84,9 @@ void launch_mamba2_decode(const Mamba2Params& p, cudaStream_t stream);
 
 // The chunked SSD prefill of the wave's sequences: (0) per chunk × head Δ, the cumulative log decay
 // Λ and the chunk's decay, per chunk × group C·Bᵀ, (1) per chunk × head × P tile the chunk's own
-// state sum, (2) per sequence × state element the state passing across its chunks
-// from the saved state (block-boundary and final states stored to the pool), (3) per chunk × head ×
-// P tile the outputs: the intra-chunk term (C·Bᵀ masked by the segment-sum decay) + the
+// state sum, (2) per sequence × state element the state passing across its chunks from the saved
+// state (block-boundary and final states stored to the pool), (3) per 64-token tile of a chunk ×
+// head × P tile the outputs: the intra-chunk term (C·Bᵀ masked by the segment-sum decay) + the
 // inter-chunk term exp(Λ_t)·(H·C_t) + D·x.
 void launch_mamba2_prefill(const Mamba2Params& p, cudaStream_t stream);
 
