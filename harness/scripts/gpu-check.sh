@@ -23,6 +23,7 @@
 # kernels beside ours: peer-linear.json, peer-linear.log) and the suite stage (suite_peer.py --vllm).
 # HYBRIDTB_GIT_COMMIT in the environment names the commit where the
 # tree has no .git (the device machine gets a copy without it).
+# HYBRIDTB_TP_TIMEOUT (seconds, default 180) bounds each `hybridtb tp` run of the tp stage.
 # Exit status: 0 if every stage passed, 1 otherwise (later stages still run).
 # The bench stage also runs the GDN / Mamba-2 benchmark when built: bench-linear.json, bench-linear.log.
 set -uo pipefail
