@@ -238,6 +238,19 @@ __device__ __forceinline__ void copy_tile_async(float* dst, int ds, const float*
   }
 }
 
+// The two-deep cp.async pipeline of the chunk kernels' loops over N: issues step i + 1's copies
+// (stage, one commit group), when there is one, then waits for step i's and for every thread's.
+template <typename Stage>
+__device__ __forceinline__ void advance_step(int i, int steps, Stage&& stage) {
+  if (i + 1 < steps) {
+    stage(i + 1);
+    mma::cp_async_wait<1>();
+  } else {
+    mma::cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+
 // (0a) Per (chunk, head), once for all the chunk kernels: Δ_s, the inclusive cumulative log decay
 // Λ_s = Σ_{s' ≤ s} Δ_{s'}·A and the chunk-state weight exp(Λ_last − Λ_s)·Δ_s of the chunk's tokens
 // into chunk_cumsum (all three 0 past the chunk's length), the chunk's decay exp(Λ_last) into
@@ -334,13 +347,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_cb_kernel(Mamba2Params p)
   stage(0);
   float cb[4][4] = {};
   for (int i = 0; i < steps; ++i) {
-    if (i + 1 < steps) {
-      stage(i + 1);
-      mma::cp_async_wait<1>();
-    } else {
-      mma::cp_async_wait<0>();
-    }
-    __syncthreads();
+    advance_step(i, steps, stage);
     const int ksteps = (min(kNStep, N - i * kNStep) + 7) / 8;
     if (cb_tiles > 0 && t0 + wm < length) {
       warp_mma_3xtf32<4, kStepStride, 1, kStepStride, 1>(cb, stages[i % 2][0] + wm * kStepStride,
@@ -614,13 +621,7 @@ __global__ void __launch_bounds__(kChunkThreads, kScanBlocksPerSm) chunk_scan_ke
 
   float off[4][4] = {};
   for (int i = 0; i < steps; ++i) {
-    if (i + 1 < steps) {
-      stage(i + 1);
-      mma::cp_async_wait<1>();
-    } else {
-      mma::cp_async_wait<0>();
-    }
-    __syncthreads();
+    advance_step(i, steps, stage);
     const float* ct = scan_smem + (i % 2) * 2 * kStepFloats;
     const int ksteps = (min(kNStep, N - i * kNStep) + 7) / 8;
     if (live) {
