@@ -462,10 +462,28 @@ __global__ void __launch_bounds__(kChunkThreads, kStateBlocksPerSm) chunk_state_
 // bytes in flight per thread as one run of 8 chunks) fit one Falcon-H1 sequence's 24 heads in one
 // wave (384 blocks, ≤ 3 per SM: 396 on 132 SMs).
 constexpr int kPassThreads = 256;
-constexpr int kPassBlocksPerSm = 3;  // ≤ 85 registers: kRuns·kBatch loads in flight per thread
+constexpr int kPassBlocksPerSm = 3;  // ≤ 85 registers: runs·batch loads in flight per thread
 
-template <int kVec, int kRuns, int kBatch>
+// The state passing's launch configurations.
+struct PassConfig {
+  int vec;    // consecutive elements per run: 4 (one float4 access) or 1
+  int runs;   // runs per thread
+  int batch;  // chunks per wait for memory
+};
+enum class PassAccess { kFloat4, kScalar };  // 16-byte accesses; P·N no multiple of 4, or unaligned
+__host__ __device__ constexpr PassConfig pass_config(PassAccess access) {
+  PassConfig c{};
+  const bool float4_runs = access == PassAccess::kFloat4;
+  c.vec = float4_runs ? 4 : 1;
+  c.runs = float4_runs ? 2 : 1;
+  c.batch = float4_runs ? 4 : 8;
+  return c;
+}
+
+template <PassAccess kAccess>
 __global__ void __launch_bounds__(kPassThreads, kPassBlocksPerSm) state_passing_kernel(Mamba2Params p) {
+  constexpr PassConfig kConfig = pass_config(kAccess);
+  constexpr int kVec = kConfig.vec, kRuns = kConfig.runs, kBatch = kConfig.batch;
   static_assert(kVec == 1 || kVec == 4, "state passing: float or float4 accesses");
   using Vec = std::conditional_t<kVec == 4, float4, float>;
   __shared__ float decay_smem[kBatch];
@@ -551,14 +569,15 @@ __global__ void __launch_bounds__(kPassThreads, kPassBlocksPerSm) state_passing_
   }
 }
 
-// The state passing's launch: kRuns runs of kVec elements per thread, kBatch chunks per wait.
-template <int kVec, int kRuns, int kBatch>
+// The state passing's launch with accesses kAccess.
+template <PassAccess kAccess>
 void launch_state_passing(const Mamba2Params& p, cudaStream_t stream) {
-  const int64_t threads = (int64_t{p.head_dim} * p.state + kVec - 1) / kVec;
-  constexpr int64_t kPerBlock = int64_t{kPassThreads} * kRuns;
+  constexpr PassConfig kConfig = pass_config(kAccess);
+  const int64_t threads = (int64_t{p.head_dim} * p.state + kConfig.vec - 1) / kConfig.vec;
+  constexpr int64_t kPerBlock = int64_t{kPassThreads} * kConfig.runs;
   const dim3 grid(static_cast<unsigned>((threads + kPerBlock - 1) / kPerBlock), static_cast<unsigned>(p.heads),
                   static_cast<unsigned>(p.num_sequences));
-  state_passing_kernel<kVec, kRuns, kBatch><<<grid, kPassThreads, 0, stream>>>(p);
+  state_passing_kernel<kAccess><<<grid, kPassThreads, 0, stream>>>(p);
 }
 
 // (3) Outputs of kTile rows t0 = kTile·(blockIdx.x % kTBlocks) … of chunk blockIdx.x / kTBlocks for
@@ -779,9 +798,9 @@ void launch_mamba2_prefill(const Mamba2Params& p, cudaStream_t stream) {
   chunk_state_kernel<<<dim3(chunks, heads, p_tiles), kChunkThreads, kStateSmemBytes, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   if (int64_t{p.head_dim} * p.state % 4 == 0 && aligned16(p.chunk_states)) {
-    launch_state_passing<4, 2, 4>(p, stream);
+    launch_state_passing<PassAccess::kFloat4>(p, stream);
   } else {
-    launch_state_passing<1, 1, 8>(p, stream);
+    launch_state_passing<PassAccess::kScalar>(p, stream);
   }
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(chunk_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
