@@ -9,8 +9,7 @@
 // One CTA = one GenericItem of at most 128 (token, head) rows of one kv head (the GQA packing of
 // prefill_mma_kernel.cuh), two warpgroups of 64 rows each (256 threads). Q is staged once; K/V tiles
 // of 128 keys stream through a kWgmmaStages-deep cp.async ring, each key row addressed through the
-// block table, written in the 128-byte swizzle layout the descriptors read; mbarriers (one "full"
-// and one "empty" per stage, every thread arriving) replace the CTA barrier. Per tile and warpgroup:
+// block table, written in the 128-byte swizzle layout the descriptors read. Per tile and warpgroup:
 //   S [64 × 128] = Q·Kᵀ: 8 wgmma k-steps, A = Q and B = K both K-major from shared memory;
 //   logits, masks and the online softmax on the accumulator registers (the mma.sync C layout, so
 //     the per-element code is that of the mma.sync kernel: attention_logit, key_visible, quad
@@ -18,7 +17,8 @@
 //   O [64 × 128] += P·V: 8 wgmma k-steps, A = P from registers (S n-tiles 2k, 2k + 1 form the A
 //     fragment of k-step k), B = the V tile [key][d] read MN-major (transposed descriptor).
 // Each warpgroup waits for its own MMAs (wait_group 0) before touching the accumulators; the two
-// warpgroups run independently (up to a tile apart), so one's softmax overlaps the other's MMAs. Keys nobody in the CTA sees are never read (cp.async zero-fill); padding rows read
+// warpgroups run independently between the per-tile barriers, so one's softmax overlaps the
+// other's MMAs. Keys nobody in the CTA sees are never read (cp.async zero-fill); padding rows read
 // zeros and are never stored; no atomics, fixed reduction order: bitwise reproducible.
 #pragma once
 
@@ -35,15 +35,14 @@ namespace hybridtb::cuda {
 
 constexpr int kWgmmaWarpgroups = 2;
 constexpr int kWgmmaThreads = 128 * kWgmmaWarpgroups;
-constexpr int kWgmmaStages = 3;  // cp.async ring: two K/V tiles in flight while the third is used
+constexpr int kWgmmaStages = 2;  // cp.async ring: one K/V tile in flight while the other is used
 constexpr int kWgmmaHead = 128;  // the only head size
 
 // Q tile [128 rows][128], then the ring of kWgmmaStages × (K tile, V tile) [128 keys][128], each in
-// the 128-byte swizzle layout, then the ring's mbarriers (full, empty: 8 bytes each per stage);
-// + 1024 bytes to align the dynamic shared memory to a swizzle atom. 225 KiB of the 227 available.
+// the 128-byte swizzle layout; + 1024 bytes to align the dynamic shared memory to a swizzle atom.
 constexpr int64_t prefill_wgmma_smem_bytes() {
   const int64_t tile = static_cast<int64_t>(2) * kWgmmaHead * 128;
-  return tile + 2 * kWgmmaStages * tile + 16 * kWgmmaStages + 1024;
+  return tile + 2 * kWgmmaStages * tile + 1024;
 }
 
 // T: model dtype (also the cache element); Plain: no soft cap and no ALiBi (prefill_mma_body).
@@ -68,10 +67,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
   const uint32_t s_q = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
   const uint32_t s_k = s_q + kRows * D * 2;
   const uint32_t s_v = s_k + kWgmmaStages * kTileBytes;
-  // Ring barriers: full[s] completes when every thread's copies of the stage's tile have landed,
-  // empty[s] when every thread is done reading it (256 arrivals each).
-  const uint32_t s_full = s_v + kWgmmaStages * kTileBytes;
-  const uint32_t s_empty = s_full + 8 * kWgmmaStages;
 
   const GenericItem item = p.prefill_items[blockIdx.x];
   const int tid = static_cast<int>(threadIdx.x);
@@ -88,16 +83,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
   const int pos_lo = context_len + item.token_begin;
   const int pos_hi = pos_lo + item.num_tokens - 1;
 
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int st = 0; st < kWgmmaStages; ++st) {
-      wgmma::mbarrier_init(s_full + 8 * st, kWgmmaThreads);
-      wgmma::mbarrier_init(s_empty + 8 * st, kWgmmaThreads);
-    }
-  }
-  __syncthreads();  // the barriers are initialised before anyone arrives
-
-  // --- Q tile (zeros for padding rows; tracked by the first tile's full barrier) ----------------
+  // --- Q tile (zeros for padding rows) --------------------------------------------------------
   {
     const T* q = static_cast<const T*>(p.query);
     for (int i = tid; i < kRows * kChunks; i += kWgmmaThreads) {
@@ -109,6 +95,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
       cp_async_16(s_q + wgmma::sw128_offset<kRows>(r, c), q + token * p.q_stride_token + head * p.q_stride_head + c * 8,
                   ok);
     }
+    cp_async_commit();
   }
 
   // --- K/V tile loader: keys [kt, kt + BN) into ring stage `stage` ------------------------------
@@ -162,26 +149,24 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
   for (int n = 0; n < kDt; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
   const int num_tiles = (item.key_end - item.key_begin + BN - 1) / BN;
-  // Tile t goes to stage t % kWgmmaStages once every thread released tile t − kWgmmaStages there
-  // (the (t / kWgmmaStages − 1)-th completion of its empty barrier); its full barrier completes for
-  // the (t / kWgmmaStages)-th time when it has landed. No CTA-wide barrier in the loop: the two
-  // warpgroups drift up to a tile apart, so one's softmax overlaps the other's MMAs.
-  auto produce = [&](int t) {
-    if (t >= num_tiles) return;
-    const int st = t % kWgmmaStages;
-    if (t >= kWgmmaStages) wgmma::mbarrier_wait(s_empty + 8 * st, (t / kWgmmaStages - 1) & 1);
-    load_tile(item.key_begin + t * BN, st);
-    wgmma::mbarrier_arrive_cp_async(s_full + 8 * st);
-  };
-  for (int t = 0; t < kWgmmaStages - 1; ++t) produce(t);
+#pragma unroll
+  for (int st = 0; st < kWgmmaStages - 1; ++st) {
+    if (st < num_tiles) load_tile(item.key_begin + st * BN, st);
+    cp_async_commit();
+  }
 
   // Q of this warpgroup: rows 64·wg …; k-step kk = columns 16·kk … (slab kk / 4, 32 bytes per step).
   const uint32_t q_rows = s_q + static_cast<uint32_t>(wg * 64 * 128);
   for (int it = 0; it < num_tiles; ++it) {
-    const int stage = it % kWgmmaStages;
-    wgmma::mbarrier_wait(s_full + 8 * stage, (it / kWgmmaStages) & 1);
+    cp_async_wait<kWgmmaStages - 2>();
     wgmma::fence_proxy_async();
-    __syncwarp();
+    __syncthreads();  // tile `it` visible to all; both warpgroups are done with tile it − 1's stage
+    {
+      const int next = it + kWgmmaStages - 1;
+      if (next < num_tiles) load_tile(item.key_begin + next * BN, next % kWgmmaStages);
+      cp_async_commit();
+    }
+    const int stage = it % kWgmmaStages;
     const int kt = item.key_begin + it * BN;
     const uint32_t sk = s_k + static_cast<uint32_t>(stage * kTileBytes);
     const uint32_t sv = s_v + static_cast<uint32_t>(stage * kTileBytes);
@@ -198,8 +183,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
       Mmas::ss(s, wgmma::sw128_desc(q_rows + slab_q, 16, 1024), wgmma::sw128_desc(sk + slab_k, 16, 1024), kk > 0);
     }
     wgmma::commit();
-    produce(it + kWgmmaStages - 1);  // while S is computed (its stage held tile it − 1)
-    __syncwarp();
     wgmma::wait<0>();
     wgmma::pin(s);
 
@@ -278,7 +261,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::pin(o);
-    wgmma::mbarrier_arrive(s_empty + 8 * stage);  // this thread is done with the stage
   }
   cp_async_wait<0>();  // no copy may be in flight when the CTA exits
 
