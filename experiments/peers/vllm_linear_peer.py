@@ -84,7 +84,7 @@ FALCON_H1 = (24, 128, 256, 1)  # Mamba-2 (Hs heads of P, state N, G groups): gen
 CONV_KERNEL = 4
 GDN_CHUNK = 64  # ours (kGdnChunk) and FLA's
 # vLLM runs Mamba-2's SSD at the model config's mamba_chunk_size (ModelConfig.get_mamba_chunk_size);
-# Falcon-H1's config.json has 128. Ours uses chunks of 64 (kMamba2ChunkTokens).
+# Falcon-H1's config.json has 128, as ours (kMamba2ChunkTokens).
 DEFAULT_MAMBA_CHUNK = 128
 
 # (name, kind, shape, tokens, in the benchmark): the benchmark's prefill cases, plus Mamba-2 at 32k,

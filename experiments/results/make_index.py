@@ -101,7 +101,7 @@ def headline(path, info):
         return {c["name"]: f"latency eager {r1(c['eager_latency_us'])} us, graph {r1(c['graph_latency_us'])} us; "
                            f"graph GPU {r1(c['graph_gpu_us'])} us = {r1(c['pct_of_bound'])}% of bound"
                 for c in doc["cases"]}
-    if kind == "attention":
+    if kind in ("attention", "attention-mixed"):
         out = {"ceilings": {k: r1(v) for k, v in doc["ceilings"].items()}}
         for c in doc["cases"]:
             if c["kind"] == "prefill":

@@ -37,9 +37,9 @@
 //       beside FlashInfer's SM90 kernel (H100, h_qk 2, h_v 8: 0.114 ms = 37.6 nominal TFLOP/s at
 //       1×8192, 0.399 ms = 86.1 at 1×65536; perf-anchors.md §4.5), copied into the hv8 cases.
 //   mamba2 prefill 8k — one fresh request of 8192 tokens at the Falcon-H1-7B sizes, the chunked SSD
-//       (launch_mamba2_prefill: chunk states, state passing, chunk scan; chunk 64); time and tokens/s,
-//       with perf-anchors.md §6.5's FLOP estimate T·Hs·(2·Q·(N + P) + 4·N·P) (Q = 64) against the
-//       FP32 FMA ceiling as context.
+//       (launch_mamba2_prefill: cumsum, C·Bᵀ, chunk states, state passing, chunk scan; chunk 128); time
+//       and tokens/s, with perf-anchors.md §6.5's FLOP estimate T·Hs·(2·Q·(N + P) + 4·N·P) (Q = 128)
+//       against the FP32 FMA ceiling as context.
 // Inputs are deterministic non-zero values (a hash fill; q and k normalised by one untimed
 // preparation before the decode cases, whose kernel reads them as prepared); every timing is the
 // median of CUDA-event samples after warm-up launches, with the state pool (and, for the GDN
@@ -361,6 +361,8 @@ Mamba2Params make_mamba2(Buffers& b, const Mamba2Shape& s, int requests, int len
     p.num_sequences = static_cast<int32_t>(sequences.size());
     p.chunk_states = b.f32(int64_t{p.num_chunks} * s.Hs * s.P * s.N, 0.0f, 0.0f, 48);
     p.chunk_decay = b.f32(int64_t{p.num_chunks} * s.Hs, 0.0f, 0.0f, 49);
+    p.chunk_cumsum = b.f32(int64_t{p.num_chunks} * s.Hs * 3 * kMamba2ChunkTokens, 0.0f, 0.0f, 50);
+    p.chunk_cb = b.f32(int64_t{p.num_chunks} * s.G * kMamba2ChunkTokens * kMamba2ChunkTokens, 0.0f, 0.0f, 51);
   }
   return p;
 }

@@ -11,7 +11,7 @@
 // Qwen3-Next's head dims (128: prefills over many 64-token WY chunks, CUDA-graph decodes), a
 // square 32 × 32 state (a transposed pool would be caught), dk ≠ dv both ways, odd dims on the
 // scalar paths, 16-bit pools and every cache mode; for mamba2 also grouped B/C (8 heads, 2 groups),
-// Mamba-2's head_dim 64 × state 128 (prefills over many 64-token SSD chunks, chunks cut at block
+// Mamba-2's head_dim 64 × state 128 (prefills over many 128-token SSD chunks, chunks cut at block
 // boundaries, CUDA-graph decodes), two P tiles with a partial N tile, state 256, odd sizes on the
 // scalar paths and 16-bit pools. Decode-only
 // steps padded for a full CUDA graph (FULL_DECODE_ONLY, every mode and cache mode) run as the
@@ -167,7 +167,7 @@ std::vector<CudaCase> cases() {
   // mamba2 at realistic shapes.
   // 8 heads of 16 channels, state 32, 2 groups (heads 0-3 read group 0's B and C, 4-7 group 1's);
   // Mamba-2's own head_dim 64 and state 128 (one group: B and C shared by every head; prefills
-  // crossing many 64-token SSD chunks with mode none, chunks cut at every 16-token block boundary
+  // crossing many 128-token SSD chunks with mode none, chunks cut at every 16-token block boundary
   // with mode all); head_dim 80 and state 96 (two P tiles and a partial N tile of the chunk
   // kernels); state 256 (two state quads per lane in the decode update); odd sizes (head_dim 5,
   // state 6, conv_kernel 3: the scalar state path, partial tiles everywhere).

@@ -8,12 +8,13 @@
 //             chunked SSD (mamba2_kernels.h) — y [T, d_ssm] with the D skip; ssm_state written
 //   v   = gated RMSNorm(y, z)               per row and group of d_ssm / G (norm_before_gate False)
 //   out = v·out_proj^T                      cuBLAS, [T, H]; + out_proj_bias, stored for active rows
-// Prefill chunks are ≤ 64 tokens cut from each request's first row and also ended after every
-// block-boundary row (mamba_cache_mode all), so the state after a boundary row is a state between
-// chunks; the chunk lists are planned on the host per wave and uploaded. A fixed decode step
-// (ssm_gpu_mode.h) runs the same GEMMs over all T padded rows, and for its one wave of R entries the
-// single-token conv update and the decode update straight from the request table: no uploads, grids
-// from the shape only. Every intermediate stays float32 (the reference rounds nothing either).
+// Prefill chunks are ≤ kMamba2ChunkTokens (128) tokens cut from each request's first row and also
+// ended after every block-boundary row (mamba_cache_mode all), so the state after a boundary row is
+// a state between chunks; the chunk lists are planned on the host per wave and uploaded. A fixed
+// decode step (ssm_gpu_mode.h) runs the same GEMMs over all T padded rows, and for its one wave of R
+// entries the single-token conv update and the decode update straight from the request table: no
+// uploads, grids from the shape only. Every intermediate stays float32 (the reference rounds
+// nothing either).
 // A Mamba-2 layer of a per-layer model (layer_kind mamba2) runs the core alone on the layer's own
 // xBC and dt (linear_forward).
 #include <algorithm>
@@ -96,6 +97,8 @@ bool plan_prefill(const GpuStep& step, const GpuWave& wave, const Mamba2Sizes& s
   p.num_sequences = static_cast<int32_t>(sequences.size());
   p.chunk_states = step.scratch_of<float>(p.num_chunks * s.heads * s.head_dim * s.state);
   p.chunk_decay = step.scratch_of<float>(p.num_chunks * s.heads);
+  p.chunk_cumsum = step.scratch_of<float>(p.num_chunks * s.heads * 3 * kMamba2ChunkTokens);
+  p.chunk_cb = step.scratch_of<float>(p.num_chunks * s.groups * kMamba2ChunkTokens * kMamba2ChunkTokens);
   return true;
 }
 

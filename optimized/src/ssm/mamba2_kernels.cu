@@ -2,24 +2,28 @@
 // the gated RMSNorm. The math is reference/ssm/mamba2.cpp's, in float32:
 //   Δ_t = softplus(dt_t + dt_bias) (threshold 20),  A = −exp(A_log),  a_t = Δ_t·A  (per head)
 //   S_t = exp(a_t)·S_{t−1} + Δ_t·x_t ⊗ B_t,  y_t = S_t·C_t + D·x_t        (S: [P, N] per head)
-// Prefill, per chunk of ≤ 64 tokens with Λ_t = Σ_{s ≤ t in the chunk} a_s (ssd_minimal's discrete
+// Prefill, per chunk of ≤ kMamba2ChunkTokens tokens with Λ_t = Σ_{s ≤ t in the chunk} a_s (ssd_minimal's discrete
 // form):
-//   own state sum  S_c   = Σ_s exp(Λ_last − Λ_s)·Δ_s·x_s ⊗ B_s          chunk_state_kernel
+//   Δ, Λ, exp(Λ_last), exp(Λ_last − Λ_s)·Δ_s  per chunk × head, once  chunk_cumsum_kernel
+//   C·Bᵀ                                       per chunk × group, once chunk_cb_kernel
+//   own state sum  S_c   = Σ_s (exp(Λ_last − Λ_s)·Δ_s·x_s) ⊗ B_s       chunk_state_kernel
 //   state passing  H_0 = saved state, H_{c+1} = exp(Λ_last)·H_c + S_c   state_passing_kernel
 //   outputs        y_t = Σ_{s ≤ t} (C_t·B_s)·exp(Λ_t − Λ_s)·Δ_s·x_s + exp(Λ_t)·H_c·C_t + D·x_t
 //                                                                       chunk_scan_kernel
-// The chunk kernels' products — xᵀ·(decay·Δ·B) over the chunk's tokens (chunk state), C·Bᵀ and
-// C·Hᵀ over N, (C·Bᵀ ∘ decay)·x over the chunk's tokens (chunk scan) — run on the tensor cores in
+// The chunk kernels' products — C·Bᵀ over N (once per chunk and group, shared by the group's heads
+// and P tiles), (decay·Δ·x)ᵀ·B over the chunk's tokens (chunk state), C·Hᵀ over N and
+// (C·Bᵀ ∘ decay)·x over the chunk's tokens (chunk scan) — run on the tensor cores in
 // 3xTF32 (mma.cuh: each float32 operand split into TF32 hi + lo, three m16n8k8 products with
 // float32 accumulation: float32-level accuracy, the float32 SSM row of the tolerance table holds).
-// There is one path for every size: the operands are staged in shared memory as 64-row tiles with
-// zeros past the chunk's tokens, P and N (the k extent rounded up to 8), so partial tiles and odd P
-// or N (5, 6, …) only cost padded work; 16-byte cp.async where the rows allow it, 4-byte otherwise.
+// There is one path for every size: the operands are staged in shared memory as tiles of 64 rows
+// (of a chunk's tokens, P or N: a chunk is one or more 64-row t tiles) with zeros past the chunk's
+// tokens, P and N (the k extent rounded up to 8), so partial tiles and odd P or N (5, 6, …) only
+// cost padded work; 16-byte cp.async where the rows allow it, 4-byte otherwise.
 // The decays, Δ, Λ, the masks, the state passing and the epilogues stay float32 on the CUDA cores.
 // Chunks never straddle a block boundary (the host ends a chunk after each boundary row), so the
-// state passing stores the boundary states between chunks. Λ is recomputed by the chunk kernels
-// with one routine (same bits). Every sum runs in a fixed order and no float is accumulated
-// atomically: bitwise reproducible run to run.
+// state passing stores the boundary states between chunks. Λ is computed once per chunk and head
+// (chunk_cumsum) and read by the chunk kernels. Every sum runs in a fixed order and no float is
+// accumulated atomically: bitwise reproducible run to run.
 // The decode update is bound by the state pool's bandwidth: each state row is read and written once
 // in 16-byte runs of the pool's own element, its sums over the row's lanes exchange half of the rows
 // per shuffle level (common/group_sums.cuh), and B, C are read by each lane from global memory (no
@@ -48,8 +52,9 @@ using mma::frag_col;
 using mma::frag_row;
 using mma::warp_mma_3xtf32;
 
-constexpr int kQ = kMamba2ChunkTokens;  // tokens per chunk (the chunk kernels' t and s tiles)
-constexpr int kTile = 64;               // P and N tile of the chunk kernels
+constexpr int kQ = kMamba2ChunkTokens;  // tokens per chunk (the chunk kernels' s extent)
+constexpr int kTile = 64;               // P, N and t tile of the chunk kernels
+constexpr int kTBlocks = kQ / kTile;    // t tiles of a chunk
 constexpr int kNStep = 32;              // N values staged per step of the chunk scan
 constexpr int kChunkThreads = 256;      // 8 warps: 4 row blocks of 16 × 2 column blocks of 32
 // Row strides (floats) of the chunk kernels' shared tiles, for conflict-free fragment loads:
@@ -57,10 +62,10 @@ constexpr int kChunkThreads = 256;      // 8 warps: 4 row blocks of 16 × 2 colu
 // (t, g) of a tile read transposed with a stride ≡ 8 (mod 32) in bank 8t + g (g < 8, t < 4: 32
 // distinct banks). Every stride is a multiple of 4 floats: 16-byte cp.async rows.
 constexpr int kStepStride = kNStep + 4;  // 36: the chunk scan's [·][n] staging tiles (row-major)
-constexpr int kRowMajor64 = kTile + 4;   // 68: M [t][s] (row-major)
+constexpr int kRowMajorQ = kQ + 4;      // 68 or 132: M [t][s] (row-major)
 constexpr int kColMajor64 = kTile + 8;   // 72: [s][p] and [s][n] tiles (transposed)
 
-static_assert(kQ == kTile, "the chunk kernels tile a chunk's tokens like P and N");
+static_assert(kQ % kTile == 0 && kQ % 32 == 0 && kQ <= kChunkThreads, "a chunk is whole t tiles, whole lanes' tokens");
 static_assert(kChunkThreads == 256 && kTile == 64, "the warp tiles below cover 64 × 64 with 8 warps");
 
 // The sizes derived from the parameters.
@@ -210,63 +215,22 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_kernel(Mamba2Params p) 
 
 // --- prefill: the chunked SSD ---------------------------------------------------------------------
 
-// c1 += X·Y1ᵀ over the first `tiles1` (warp-uniform) column tiles and c2 += X·Y2ᵀ over all, as
-// warp_mma_3xtf32 with X, Y1 and Y2 row-major (rows kS floats apart): each X fragment split once
-// for both products.
-template <int kTiles, int kS>
-__device__ __forceinline__ void warp_mma_3xtf32_pair(float (&c1)[kTiles][4], float (&c2)[kTiles][4], const float* x,
-                                                     const float* y1, const float* y2, int ksteps, int tiles1) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int at = (lane / 4) * kS + lane % 4;
-  float small1[kTiles][4] = {}, small2[kTiles][4] = {};
-#pragma unroll 2
-  for (int s = 0; s < ksteps; ++s) {
-    const int k = at + 8 * s;
-    uint32_t a_hi[4], a_lo[4];
-    mma::split_tf32(make_float4(x[k], x[8 * kS + k], x[k + 4], x[8 * kS + k + 4]), a_hi, a_lo);
-#pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
-      uint32_t b_hi0, b_lo0, b_hi1, b_lo1;
-      if (j < tiles1) {
-        mma::split_tf32(y1[8 * j * kS + k], b_hi0, b_lo0);
-        mma::split_tf32(y1[8 * j * kS + k + 4], b_hi1, b_lo1);
-        mma::mma_tf32(small1[j], a_lo, b_hi0, b_hi1);
-        mma::mma_tf32(small1[j], a_hi, b_lo0, b_lo1);
-        mma::mma_tf32(c1[j], a_hi, b_hi0, b_hi1);
-      }
-      mma::split_tf32(y2[8 * j * kS + k], b_hi0, b_lo0);
-      mma::split_tf32(y2[8 * j * kS + k + 4], b_hi1, b_lo1);
-      mma::mma_tf32(small2[j], a_lo, b_hi0, b_hi1);
-      mma::mma_tf32(small2[j], a_hi, b_lo0, b_lo1);
-      mma::mma_tf32(c2[j], a_hi, b_hi0, b_hi1);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kTiles; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      c1[j][e] += small1[j][e];
-      c2[j][e] += small2[j][e];
-    }
-  }
-}
-
-// Shared rows [0, kQ) × columns [0, kWidth) (row stride ds) ← global rows [0, rows) × columns
+// Shared rows [0, kRows) × columns [0, kWidth) (row stride ds) ← global rows [0, rows) × columns
 // [0, cols) (rows gs floats apart), zeros elsewhere, by cp.async of the block's threads: 16 bytes
 // per copy where every copied quad is whole and aligned (gs and cols multiples of 4, src 16-byte
 // aligned), else 4. The caller commits.
-template <int kWidth>
+template <int kWidth, int kRows>
 __device__ __forceinline__ void copy_tile_async(float* dst, int ds, const float* src, int64_t gs, int rows, int cols) {
   const int tid = static_cast<int>(threadIdx.x);
   if (gs % 4 == 0 && cols % 4 == 0 && aligned16(src)) {
     constexpr int kQuads = kWidth / 4;
-    for (int e = tid; e < kQ * kQuads; e += kChunkThreads) {
+    for (int e = tid; e < kRows * kQuads; e += kChunkThreads) {
       const int i = e / kQuads, c = 4 * (e % kQuads);
       const bool ok = i < rows && c < cols;
       mma::cp_async_16(mma::shared_address(dst + i * ds + c), ok ? src + i * gs + c : src, ok);
     }
   } else {
-    for (int e = tid; e < kQ * kWidth; e += kChunkThreads) {
+    for (int e = tid; e < kRows * kWidth; e += kChunkThreads) {
       const int i = e / kWidth, c = e % kWidth;
       const bool ok = i < rows && c < cols;
       mma::cp_async_4(mma::shared_address(dst + i * ds + c), ok ? src + i * gs + c : src, ok);
@@ -274,232 +238,100 @@ __device__ __forceinline__ void copy_tile_async(float* dst, int ds, const float*
   }
 }
 
-// Δ_s and the inclusive cumulative log decay Λ_s = Σ_{s' ≤ s} Δ_{s'}·A of a chunk's tokens, into
-// shared memory (rows past the chunk's length: Δ = 0, Λ unused). Warp 0 scans, two tokens per
-// lane, then a Hillis–Steele shuffle scan of the pair sums: a fixed order. Ends with __syncthreads.
-__device__ __forceinline__ void chunk_cumsum(const Mamba2Params& p, const Dims& d, const Mamba2Chunk& chunk, int h,
-                                             float* delta, float* lambda) {
-  const int tid = static_cast<int>(threadIdx.x);
-  const int length = chunk.end - chunk.begin;
-  if (tid < 32) {
-    const float A = decay_rate(p, h);
-    float dl[2], a[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int s = 2 * tid + i;
-      dl[i] = s < length ? delta_of(p, d, chunk.begin + s, h) : 0.0f;
-      a[i] = dl[i] * A;
-    }
-    float inclusive = a[0] + a[1];  // the pair sums' inclusive scan
-#pragma unroll
-    for (int o = 1; o < 32; o *= 2) {
-      const float other = __shfl_up_sync(0xffffffffu, inclusive, o);
-      if (tid >= o) inclusive += other;
-    }
-    const float previous = __shfl_up_sync(0xffffffffu, inclusive, 1);
-    const float base = tid == 0 ? 0.0f : previous;  // Σ of the tokens before this lane's pair
-    delta[2 * tid] = dl[0];
-    delta[2 * tid + 1] = dl[1];
-    lambda[2 * tid] = base + a[0];
-    lambda[2 * tid + 1] = (base + a[0]) + a[1];
-  }
-  __syncthreads();
-}
+// (0a) Per (chunk, head), once for all the chunk kernels: Δ_s, the inclusive cumulative log decay
+// Λ_s = Σ_{s' ≤ s} Δ_{s'}·A and the chunk-state weight exp(Λ_last − Λ_s)·Δ_s of the chunk's tokens
+// into chunk_cumsum (all three 0 past the chunk's length), the chunk's decay exp(Λ_last) into
+// chunk_decay. One warp per (chunk, head): kPerLane consecutive tokens per lane summed in order,
+// then a Hillis–Steele shuffle scan of the lanes' sums (a fixed order).
+constexpr int kCumsumWarps = 4;
+constexpr int kPerLane = kQ / 32;
 
-// (1) The chunk's own state sum S_c[p, n] = Σ_s x_s[p]·(exp(Λ_last − Λ_s)·Δ_s·B_s[n]) over a
-// kTile × kTile (P, N) tile, and (tile 0) the chunk's decay exp(Λ_last). Grid (chunks, Hs, P tiles ×
-// N tiles). Both operands staged token-major ([s][p], [s][n], zeros past the chunk, P and N), the
-// product on the tensor cores: warp w owns rows p0 + 16·(w % 4) … and columns n0 + 32·(w / 4) … of
-// the tile, over the chunk's tokens rounded up to 8.
-__global__ void __launch_bounds__(kChunkThreads) chunk_state_kernel(Mamba2Params p) {
-  __shared__ float delta[kQ], lambda[kQ];
-  __shared__ __align__(16) float xs[kQ][kColMajor64];  // x_s[p0 + ·]
-  __shared__ __align__(16) float bs[kQ][kColMajor64];  // exp(Λ_last − Λ_s)·Δ_s·B_s[n0 + ·]
+__global__ void __launch_bounds__(32 * kCumsumWarps) chunk_cumsum_kernel(Mamba2Params p) {
+  const int64_t item = int64_t{blockIdx.x} * kCumsumWarps + threadIdx.x / 32;  // chunk · Hs + head
+  if (item >= int64_t{p.num_chunks} * p.heads) return;  // warp-uniform
   const Dims d = dims_of(p);
-  const Mamba2Chunk chunk = p.chunks[blockIdx.x];
-  const int h = static_cast<int>(blockIdx.y);
-  const int g = h / d.heads_per_group;
-  const int P = p.head_dim, N = p.state;
-  const int p_tiles = (P + kTile - 1) / kTile;
-  const int p0 = static_cast<int>(blockIdx.z % p_tiles) * kTile;
-  const int n0 = static_cast<int>(blockIdx.z / p_tiles) * kTile;
+  const Mamba2Chunk chunk = p.chunks[item / p.heads];
+  const int h = static_cast<int>(item % p.heads);
+  const int lane = static_cast<int>(threadIdx.x) % 32;
   const int length = chunk.end - chunk.begin;
-  const int tid = static_cast<int>(threadIdx.x);
-
-  chunk_cumsum(p, d, chunk, h, delta, lambda);
-  const float last = lambda[length - 1];  // Λ of the chunk's last token
-  for (int idx = tid; idx < kQ * kTile; idx += kChunkThreads) {
-    const int s = idx / kTile;
-    const int c = idx % kTile;
+  const float A = decay_rate(p, h);
+  float dl[kPerLane], a[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int s = kPerLane * lane + i;
+    dl[i] = s < length ? delta_of(p, d, chunk.begin + s, h) : 0.0f;
+    a[i] = dl[i] * A;
+  }
+  float inclusive = a[0];  // the lanes' sums' inclusive scan
+#pragma unroll
+  for (int i = 1; i < kPerLane; ++i) inclusive += a[i];
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    const float other = __shfl_up_sync(0xffffffffu, inclusive, o);
+    if (lane >= o) inclusive += other;
+  }
+  const float previous = __shfl_up_sync(0xffffffffu, inclusive, 1);
+  float lambda[kPerLane];
+  lambda[0] = (lane == 0 ? 0.0f : previous) + a[0];  // + Σ of the tokens before this lane's
+#pragma unroll
+  for (int i = 1; i < kPerLane; ++i) lambda[i] = lambda[i - 1] + a[i];
+  // Λ of the chunk's last token, from its lane (past the chunk the scan's sums group differently,
+  // so not lane 31's).
+  float last = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const float v = __shfl_sync(0xffffffffu, lambda[i], (length - 1) / kPerLane);
+    if ((length - 1) % kPerLane == i) last = v;
+  }
+  float* out = p.chunk_cumsum + item * 3 * kQ;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int s = kPerLane * lane + i;
     const bool token = s < length;
-    const int64_t row = (chunk.begin + s) * d.conv_dim;
-    xs[s][c] = token && p0 + c < P ? p.xbc[row + int64_t{h} * P + p0 + c] : 0.0f;
-    const float weight = token ? expf(last - lambda[s]) * delta[s] : 0.0f;
-    bs[s][c] = token && n0 + c < N ? p.xbc[row + d.d_ssm + int64_t{g} * N + n0 + c] * weight : 0.0f;
+    out[s] = dl[i];
+    out[kQ + s] = token ? lambda[i] : 0.0f;
+    out[2 * kQ + s] = token ? expf(last - lambda[i]) * dl[i] : 0.0f;
   }
-  __syncthreads();
-
-  const int warp = tid / 32;
-  const int wm = 16 * (warp % 4), wn = 32 * (warp / 4);  // the warp's rows (p) and columns (n) in the tile
-  float acc[4][4] = {};
-  if (p0 + wm < P && n0 + wn < N) {  // warp-uniform; a warp wholly past P or N stores nothing
-    warp_mma_3xtf32<4, 1, kColMajor64, 1, kColMajor64>(acc, &xs[0][wm], &bs[0][wn], (length + 7) / 8);
-  }
-  float* out = p.chunk_states + (int64_t{blockIdx.x} * p.heads + h) * P * N;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = p0 + wm + frag_row(e);
-      const int n = n0 + wn + 8 * j + frag_col(e);
-      if (row < P && n < N) out[int64_t{row} * N + n] = acc[j][e];
-    }
-  }
-  if (blockIdx.z == 0 && tid == 0) p.chunk_decay[int64_t{blockIdx.x} * p.heads + h] = expf(last);
+  if (lane == 0) p.chunk_decay[item] = expf(last);
 }
 
-// (2) State passing. Block = (kPassThreads threads over kVec·kPassThreads state elements of head
-// blockIdx.y, sequence blockIdx.z), thread = kVec consecutive elements: H from the saved state
-// (zeros without one), then chunk by chunk: chunk_states[c] ← H (the state entering chunk c),
-// H ← decay_c·H + S_c, stored to the chunk's boundary slot if it has one; finally to write_slot.
-// The thread reads its elements of the saved state before writing any slot, so read_slot may be a
-// slot it writes. Chunks go kBatch at a time: their decays and boundary slots staged once per block
-// in shared memory (every thread of the grid needs the same few values: read per thread, they would
-// queue on one L2 line), their S_c read by each thread before any is overwritten (one wait for
-// memory per batch, not per chunk). kVec = 4 (16-byte accesses of chunk_states) where the head's
-// P·N is a multiple of 4 and chunk_states 16-byte aligned, else 1.
-constexpr int kPassThreads = 256;
-constexpr int kPassBlocksPerSm = 4;  // ≤ 64 registers: 4 × 256 threads per SM, each with kBatch loads in flight
+// (0b) C·Bᵀ of each chunk and group, once for all the group's heads and P tiles of the chunk scan:
+// chunk_cb[t, s] = Σ_n C_t[n]·B_s[n] for s ≤ t < the chunk's length. Grid (chunks, G, the
+// kTBlocks·(kTBlocks + 1) / 2 kTile × kTile blocks (t block, s block ≤ t block)); of a diagonal
+// block the 8-column tiles wholly above the diagonal are stored as zeros, blocks above the diagonal
+// and rows past the chunk are never written (the chunk scan reads s ≤ t < length only). Warp w owns
+// rows 16·(w % 4) … and columns 32·(w / 4) … of the block; C and B staged row-major ([t][n],
+// [s][n]) by cp.async over N in steps of kNStep, two steps in flight.
+constexpr int kStepFloats = kTile * kStepStride;  // one [64][36] staging tile
 
-template <int kVec, int kBatch>
-__global__ void __launch_bounds__(kPassThreads, kPassBlocksPerSm) state_passing_kernel(Mamba2Params p) {
-  static_assert(kVec == 1 || kVec == 4, "state passing: float or float4 accesses");
-  using Vec = std::conditional_t<kVec == 4, float4, float>;
-  __shared__ float decay_smem[kBatch];
-  __shared__ int32_t slot_smem[kBatch];
-  const Mamba2Sequence sequence = p.sequences[blockIdx.z];
-  const int h = static_cast<int>(blockIdx.y);
-  const int64_t head_size = int64_t{p.head_dim} * p.state;
-  const int64_t size = p.heads * head_size;
-  const int64_t i = (int64_t{blockIdx.x} * kPassThreads + threadIdx.x) * kVec;  // first element within the head
-  const bool active = i < head_size;  // kVec divides head_size: all kVec elements or none
-  const int64_t e = int64_t{h} * head_size + i;
-  float H[kVec];
-#pragma unroll
-  for (int v = 0; v < kVec; ++v) {
-    H[v] = active && sequence.read_slot >= 0
-               ? load_element(p.ssm_state.data, sequence.read_slot * p.ssm_state.slot_size + e + v, p.ssm_state.kind)
-               : 0.0f;
-  }
-  for (int32_t k0 = 0; k0 < sequence.num_chunks; k0 += kBatch) {
-    const int32_t count = min(kBatch, sequence.num_chunks - k0);
-    const int32_t first = sequence.first_chunk + k0;
-    if (threadIdx.x < count) {
-      decay_smem[threadIdx.x] = p.chunk_decay[int64_t{first + threadIdx.x} * p.heads + h];
-      slot_smem[threadIdx.x] = p.chunks[first + threadIdx.x].boundary_slot;
-    }
-    Vec own[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      own[j] = active && j < count ? *reinterpret_cast<const Vec*>(p.chunk_states + (first + j) * size + e) : Vec{};
-    }
-    __syncthreads();
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      if (!active || j >= count) break;
-      float* entering = p.chunk_states + (first + j) * size + e;
-      float own_j[kVec];
-      if constexpr (kVec == 4) {
-        *reinterpret_cast<float4*>(entering) = make_float4(H[0], H[1], H[2], H[3]);
-        own_j[0] = own[j].x;
-        own_j[1] = own[j].y;
-        own_j[2] = own[j].z;
-        own_j[3] = own[j].w;
-      } else {
-        *entering = H[0];
-        own_j[0] = own[j];
-      }
-      const float decay = decay_smem[j];
-      const int32_t slot = slot_smem[j];
-#pragma unroll
-      for (int v = 0; v < kVec; ++v) {
-        H[v] = fmaf(decay, H[v], own_j[v]);
-        if (slot >= 0) store_element(p.ssm_state.data, slot * p.ssm_state.slot_size + e + v, p.ssm_state.kind, H[v]);
-      }
-    }
-    __syncthreads();  // the staged values are rewritten by the next batch
-  }
-  if (active) {
-#pragma unroll
-    for (int v = 0; v < kVec; ++v) {
-      store_element(p.ssm_state.data, sequence.write_slot * p.ssm_state.slot_size + e + v, p.ssm_state.kind, H[v]);
-    }
-  }
-}
-
-// The state passing's launch: kVec elements per thread, kBatch chunks per wait.
-template <int kVec, int kBatch>
-void launch_state_passing(const Mamba2Params& p, cudaStream_t stream) {
-  const int64_t threads = (int64_t{p.head_dim} * p.state + kVec - 1) / kVec;
-  const dim3 grid(static_cast<unsigned>((threads + kPassThreads - 1) / kPassThreads), static_cast<unsigned>(p.heads),
-                  static_cast<unsigned>(p.num_sequences));
-  state_passing_kernel<kVec, kBatch><<<grid, kPassThreads, 0, stream>>>(p);
-}
-
-// (3) Outputs of a chunk for head blockIdx.y and P tile blockIdx.z, every product on the tensor
-// cores: warp w owns rows t = 16·(w % 4) … of the outputs and columns 32·(w / 4) … (of C·Bᵀ: s; of
-// the others: p − p0).
-//   1. over N in steps of kNStep: off[t, p] = Σ_n C_t[n]·H[p, n] and cb[t, s] = Σ_n C_t[n]·B_s[n]
-//      (only the 8-column tiles of cb with an s ≤ the warp's last t: the rest is masked in 2), C,
-//      B and H staged row-major ([t][n], [s][n], [p][n]) by cp.async, two steps in flight;
-//   2. M[t, s] = cb[t, s]·exp(Λ_t − Λ_s)·Δ_s for s ≤ t (else 0) → shared [t][s], the x tile →
-//      shared [s][p] (over the staging space);
-//   3. diag[t, p] = Σ_s M[t, s]·x_s[p] over s < 16·(w % 4) + 16 (M is lower triangular);
-//   4. y = diag + exp(Λ_t)·off + D·x_t.
-// Staged values past the chunk, P or N are zeros.
-constexpr int kStepFloats = kQ * kStepStride;  // one [64][36] staging tile
-constexpr size_t kScanSmemBytes =
-    sizeof(float) * std::max(2 * 3 * kStepFloats, kQ * kRowMajor64 + kQ * kColMajor64);
-
-__global__ void __launch_bounds__(kChunkThreads, 2) chunk_scan_kernel(Mamba2Params p) {
-  __shared__ float delta[kQ], lambda[kQ];
-  // Step 1: two stages of (C, B, H) tiles; steps 2–4: M and the x tile over them.
-  extern __shared__ __align__(16) float scan_smem[];
-  float* mt = scan_smem;                     // M [t][s]
-  float* xs = scan_smem + kQ * kRowMajor64;  // x [s][p − p0]
-
+__global__ void __launch_bounds__(kChunkThreads) chunk_cb_kernel(Mamba2Params p) {
+  __shared__ __align__(16) float stages[2][2][kStepFloats];  // [stage][C, B]
   const Dims d = dims_of(p);
   const Mamba2Chunk chunk = p.chunks[blockIdx.x];
-  const int h = static_cast<int>(blockIdx.y);
-  const int g = h / d.heads_per_group;
-  const int P = p.head_dim, N = p.state;
-  const int p0 = static_cast<int>(blockIdx.z) * kTile;
+  const int g = static_cast<int>(blockIdx.y);
+  int tb = 0;  // blockIdx.z = tb·(tb + 1) / 2 + sb
+  while ((tb + 1) * (tb + 2) / 2 <= static_cast<int>(blockIdx.z)) ++tb;
+  const int sb = static_cast<int>(blockIdx.z) - tb * (tb + 1) / 2;
+  const int t0 = tb * kTile, s0 = sb * kTile;
+  const int N = p.state;
   const int length = chunk.end - chunk.begin;
-  const int tid = static_cast<int>(threadIdx.x);
-  const int warp = tid / 32;
+  if (t0 >= length) return;  // block-uniform: rows wholly past the chunk
+  const int warp = static_cast<int>(threadIdx.x) / 32;
   const int wm = 16 * (warp % 4), wn = 32 * (warp / 4);
-  const bool rows_live = wm < length;  // warp-uniform: a warp wholly past the chunk stores nothing
-  // C·Bᵀ's column tiles with a column s ≤ the warp's last row (the others are masked out of M).
-  const int cb_tiles = wn <= wm + 15 ? min(4, (wm + 15 - wn) / 8 + 1) : 0;
-  const float* H = p.chunk_states + (int64_t{blockIdx.x} * p.heads + h) * P * N;  // the state entering the chunk
-  const float* rows = p.xbc + int64_t{chunk.begin} * d.conv_dim;                  // the chunk's conv rows
-  const float* B = rows + d.d_ssm + int64_t{g} * N;
+  // Tiles with an s ≤ the warp's last t (all below the diagonal block).
+  const int cb_tiles = sb < tb ? 4 : wn <= wm + 15 ? min(4, (wm + 15 - wn) / 8 + 1) : 0;
+  const float* B = p.xbc + int64_t{chunk.begin} * d.conv_dim + d.d_ssm + int64_t{g} * N;
   const float* C = B + int64_t{p.groups} * N;
   const int steps = (N + kNStep - 1) / kNStep;
-
-  // The C, B and H tiles of N step i into stage i % 2, one commit group.
   const auto stage = [&](int i) {
-    float* ct = scan_smem + (i % 2) * 3 * kStepFloats;
     const int nb = i * kNStep;
-    copy_tile_async<kNStep>(ct, kStepStride, C + nb, d.conv_dim, length, N - nb);
-    copy_tile_async<kNStep>(ct + kStepFloats, kStepStride, B + nb, d.conv_dim, length, N - nb);
-    copy_tile_async<kNStep>(ct + 2 * kStepFloats, kStepStride, H + int64_t{p0} * N + nb, N, P - p0, N - nb);
+    copy_tile_async<kNStep, kTile>(stages[i % 2][0], kStepStride, C + int64_t{t0} * d.conv_dim + nb, d.conv_dim,
+                                   length - t0, N - nb);
+    copy_tile_async<kNStep, kTile>(stages[i % 2][1], kStepStride, B + int64_t{s0} * d.conv_dim + nb, d.conv_dim,
+                                   length - s0, N - nb);
     mma::cp_async_commit();
   };
   stage(0);
-  chunk_cumsum(p, d, chunk, h, delta, lambda);
-
-  float off[4][4] = {};
   float cb[4][4] = {};
   for (int i = 0; i < steps; ++i) {
     if (i + 1 < steps) {
@@ -509,48 +341,338 @@ __global__ void __launch_bounds__(kChunkThreads, 2) chunk_scan_kernel(Mamba2Para
       mma::cp_async_wait<0>();
     }
     __syncthreads();
-    const float* ct = scan_smem + (i % 2) * 3 * kStepFloats;
     const int ksteps = (min(kNStep, N - i * kNStep) + 7) / 8;
-    if (rows_live) {
-      warp_mma_3xtf32_pair<4, kStepStride>(cb, off, ct + wm * kStepStride, ct + kStepFloats + wn * kStepStride,
-                                           ct + 2 * kStepFloats + wn * kStepStride, ksteps, cb_tiles);
+    if (cb_tiles > 0 && t0 + wm < length) {
+      warp_mma_3xtf32<4, kStepStride, 1, kStepStride, 1>(cb, stages[i % 2][0] + wm * kStepStride,
+                                                          stages[i % 2][1] + wn * kStepStride, ksteps, cb_tiles);
+    }
+    __syncthreads();  // stage i % 2 is refilled next
+  }
+  float* out = p.chunk_cb + (int64_t{blockIdx.x} * p.groups + g) * kQ * kQ;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {  // (e, e + 1): two adjacent columns of one row
+      const int t = t0 + wm + frag_row(e);
+      const int s = s0 + wn + 8 * j + frag_col(e);
+      if (t < length) *reinterpret_cast<float2*>(out + t * kQ + s) = make_float2(cb[j][e], cb[j][e + 1]);
+    }
+  }
+}
+
+// (1) The chunk's own state sum S_c[p, n] = Σ_s (exp(Λ_last − Λ_s)·Δ_s·x_s[p])·B_s[n] for head
+// blockIdx.y and a kTile-row P tile blockIdx.z, over all of N: the weighted x tile staged once,
+// the B tiles of N streamed through two stages (cp.async, the next tile in flight during each
+// product). Both operands token-major ([s][p], [s][n], zeros past the chunk, P and N), the product
+// on the tensor cores: warp w owns rows p0 + 16·(w % 4) … and columns n0 + 32·(w / 4) … of each
+// tile, over the chunk's tokens rounded up to 8; its fragments stored as 8-byte pairs (whole
+// 32-byte sectors) where N is even.
+constexpr int kTileFloats = kQ * kColMajor64;  // one [kQ][72] tile
+constexpr size_t kStateSmemBytes = sizeof(float) * 3 * kTileFloats;
+constexpr int kStateBlocksPerSm = kQ == 64 ? 3 : 2;  // within the shared memory of an SM
+
+__global__ void __launch_bounds__(kChunkThreads, kStateBlocksPerSm) chunk_state_kernel(Mamba2Params p) {
+  extern __shared__ __align__(16) float state_smem[];
+  float* xs = state_smem;                // x_s[p0 + ·]·weight_s
+  float* bs = state_smem + kTileFloats;  // two stages of B_s[n0 + ·]
+  __shared__ float weight[kQ];
+  const Dims d = dims_of(p);
+  const Mamba2Chunk chunk = p.chunks[blockIdx.x];
+  const int h = static_cast<int>(blockIdx.y);
+  const int g = h / d.heads_per_group;
+  const int P = p.head_dim, N = p.state;
+  const int p0 = static_cast<int>(blockIdx.z) * kTile;
+  const int length = chunk.end - chunk.begin;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int64_t item = int64_t{blockIdx.x} * p.heads + h;
+  const float* rows = p.xbc + int64_t{chunk.begin} * d.conv_dim;
+  const float* B = rows + d.d_ssm + int64_t{g} * N;
+  const int n_tiles = (N + kTile - 1) / kTile;
+
+  // Commit groups: (x, B tile 0), B tile 1, then B tile i + 2 during tile i (empty past N).
+  copy_tile_async<kTile, kQ>(xs, kColMajor64, rows + int64_t{h} * P + p0, d.conv_dim, length, P - p0);
+  copy_tile_async<kTile, kQ>(bs, kColMajor64, B, d.conv_dim, length, N);
+  mma::cp_async_commit();
+  if (n_tiles > 1) copy_tile_async<kTile, kQ>(bs + kTileFloats, kColMajor64, B + kTile, d.conv_dim, length, N - kTile);
+  mma::cp_async_commit();
+  if (tid < kQ) weight[tid] = p.chunk_cumsum[item * 3 * kQ + 2 * kQ + tid];
+  mma::cp_async_wait<1>();
+  __syncthreads();
+  for (int e = tid; e < kQ * kTile; e += kChunkThreads) xs[(e / kTile) * kColMajor64 + e % kTile] *= weight[e / kTile];
+  __syncthreads();
+
+  const int warp = tid / 32;
+  const int wm = 16 * (warp % 4), wn = 32 * (warp / 4);  // the warp's rows (p) and columns (n) in the tile
+  const int ksteps = (length + 7) / 8;
+  float* out = p.chunk_states + item * P * N;
+  const bool pairs = N % 2 == 0 && (reinterpret_cast<uintptr_t>(p.chunk_states) & 7) == 0;
+  for (int i = 0; i < n_tiles; ++i) {
+    const int n0 = i * kTile;
+    float acc[4][4] = {};
+    if (p0 + wm < P && n0 + wn < N) {  // warp-uniform; a warp wholly past P or N stores nothing
+      warp_mma_3xtf32<4, 1, kColMajor64, 1, kColMajor64>(acc, xs + wm, bs + (i % 2) * kTileFloats + wn, ksteps);
+    }
+    __syncthreads();  // stage i % 2 is refilled next
+    if (i + 2 < n_tiles) {
+      copy_tile_async<kTile, kQ>(bs + (i % 2) * kTileFloats, kColMajor64, B + n0 + 2 * kTile, d.conv_dim, length,
+                                 N - n0 - 2 * kTile);
+    }
+    mma::cp_async_commit();
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {  // (e, e + 1): two adjacent columns of one row
+        const int row = p0 + wm + frag_row(e);
+        const int n = n0 + wn + 8 * j + frag_col(e);
+        if (row >= P || n >= N) continue;
+        float* at = out + int64_t{row} * N + n;
+        if (pairs) {
+          *reinterpret_cast<float2*>(at) = make_float2(acc[j][e], acc[j][e + 1]);
+        } else {
+          at[0] = acc[j][e];
+          if (n + 1 < N) at[1] = acc[j][e + 1];
+        }
+      }
+    }
+    mma::cp_async_wait<1>();  // B tile i + 1 landed
+    __syncthreads();
+  }
+}
+
+// (2) State passing. Block = (kPassThreads threads over kRuns·kVec·kPassThreads state elements of
+// head blockIdx.y, sequence blockIdx.z), thread = kRuns runs of kVec consecutive elements (run r at
+// ((blockIdx.x·kRuns + r)·kPassThreads + thread)·kVec: each run's accesses coalesced over the
+// block): H from the saved state (zeros without one), then chunk by chunk: chunk_states[c] ← H (the
+// state entering chunk c), H ← decay_c·H + S_c, stored to the chunk's boundary slot if it has one;
+// finally to write_slot. The thread reads its elements of the saved state before writing any slot,
+// so read_slot may be a slot it writes. Chunks go kBatch at a time: their decays and boundary slots
+// staged once per block in shared memory (every thread of the grid needs the same few values: read
+// per thread, they would queue on one L2 line), their S_c read by each thread before any is
+// overwritten (one wait for memory per batch, not per chunk). kVec = 4 (16-byte accesses of
+// chunk_states) where the head's P·N is a multiple of 4 and chunk_states 16-byte aligned, else 1.
+// Every thread walks all of its sequence's chunks, so a grid of more blocks than fit at once pays
+// a whole second round for its tail: two runs of 4 per thread, 4 chunks per batch (the same 128
+// bytes in flight per thread as one run of 8 chunks) fit one Falcon-H1 sequence's 24 heads in one
+// wave (384 blocks, ≤ 3 per SM: 396 on 132 SMs).
+constexpr int kPassThreads = 256;
+constexpr int kPassBlocksPerSm = 3;  // ≤ 85 registers: kRuns·kBatch loads in flight per thread
+
+template <int kVec, int kRuns, int kBatch>
+__global__ void __launch_bounds__(kPassThreads, kPassBlocksPerSm) state_passing_kernel(Mamba2Params p) {
+  static_assert(kVec == 1 || kVec == 4, "state passing: float or float4 accesses");
+  using Vec = std::conditional_t<kVec == 4, float4, float>;
+  __shared__ float decay_smem[kBatch];
+  __shared__ int32_t slot_smem[kBatch];
+  const Mamba2Sequence sequence = p.sequences[blockIdx.z];
+  const int h = static_cast<int>(blockIdx.y);
+  const int64_t head_size = int64_t{p.head_dim} * p.state;
+  const int64_t size = p.heads * head_size;
+  constexpr int kRunStride = kPassThreads * kVec;  // elements between a thread's runs
+  const int64_t i0 = (int64_t{blockIdx.x} * kRuns * kPassThreads + threadIdx.x) * kVec;  // run 0, within the head
+  const int64_t e0 = int64_t{h} * head_size + i0;
+  bool active[kRuns];  // kVec divides head_size: all kVec elements of a run or none
+  float H[kRuns][kVec];
+#pragma unroll
+  for (int r = 0; r < kRuns; ++r) {
+    active[r] = i0 + r * kRunStride < head_size;
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) {
+      H[r][v] = active[r] && sequence.read_slot >= 0
+                    ? load_element(p.ssm_state.data,
+                                   sequence.read_slot * p.ssm_state.slot_size + e0 + r * kRunStride + v,
+                                   p.ssm_state.kind)
+                    : 0.0f;
+    }
+  }
+  for (int32_t k0 = 0; k0 < sequence.num_chunks; k0 += kBatch) {
+    const int32_t count = min(kBatch, sequence.num_chunks - k0);
+    const int32_t first = sequence.first_chunk + k0;
+    if (threadIdx.x < count) {
+      decay_smem[threadIdx.x] = p.chunk_decay[int64_t{first + threadIdx.x} * p.heads + h];
+      slot_smem[threadIdx.x] = p.chunks[first + threadIdx.x].boundary_slot;
+    }
+    float* const states = p.chunk_states + first * size + e0;  // chunk first, run 0
+    Vec own[kBatch][kRuns];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+#pragma unroll
+      for (int r = 0; r < kRuns; ++r) {
+        own[j][r] = active[r] && j < count ? *reinterpret_cast<const Vec*>(states + j * size + r * kRunStride) : Vec{};
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      if (j >= count) break;
+      const float decay = decay_smem[j];
+      const int32_t slot = slot_smem[j];
+#pragma unroll
+      for (int r = 0; r < kRuns; ++r) {
+        if (!active[r]) continue;
+        float* entering = states + j * size + r * kRunStride;
+        float own_j[kVec];
+        if constexpr (kVec == 4) {
+          *reinterpret_cast<float4*>(entering) = make_float4(H[r][0], H[r][1], H[r][2], H[r][3]);
+          own_j[0] = own[j][r].x;
+          own_j[1] = own[j][r].y;
+          own_j[2] = own[j][r].z;
+          own_j[3] = own[j][r].w;
+        } else {
+          *entering = H[r][0];
+          own_j[0] = own[j][r];
+        }
+#pragma unroll
+        for (int v = 0; v < kVec; ++v) {
+          H[r][v] = fmaf(decay, H[r][v], own_j[v]);
+          if (slot >= 0) {
+            store_element(p.ssm_state.data, slot * p.ssm_state.slot_size + e0 + r * kRunStride + v, p.ssm_state.kind,
+                          H[r][v]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // the staged values are rewritten by the next batch
+  }
+#pragma unroll
+  for (int r = 0; r < kRuns; ++r) {
+    if (!active[r]) continue;
+#pragma unroll
+    for (int v = 0; v < kVec; ++v) {
+      store_element(p.ssm_state.data, sequence.write_slot * p.ssm_state.slot_size + e0 + r * kRunStride + v,
+                    p.ssm_state.kind, H[r][v]);
+    }
+  }
+}
+
+// The state passing's launch: kRuns runs of kVec elements per thread, kBatch chunks per wait.
+template <int kVec, int kRuns, int kBatch>
+void launch_state_passing(const Mamba2Params& p, cudaStream_t stream) {
+  const int64_t threads = (int64_t{p.head_dim} * p.state + kVec - 1) / kVec;
+  constexpr int64_t kPerBlock = int64_t{kPassThreads} * kRuns;
+  const dim3 grid(static_cast<unsigned>((threads + kPerBlock - 1) / kPerBlock), static_cast<unsigned>(p.heads),
+                  static_cast<unsigned>(p.num_sequences));
+  state_passing_kernel<kVec, kRuns, kBatch><<<grid, kPassThreads, 0, stream>>>(p);
+}
+
+// (3) Outputs of kTile rows t0 = kTile·(blockIdx.x % kTBlocks) … of chunk blockIdx.x / kTBlocks for
+// head blockIdx.y and P tile blockIdx.z, every product on the tensor cores: warp w owns rows
+// t = t0 + 16·(w % 4) … of the outputs and columns p − p0 = 32·(w / 4) ….
+//   1. over N in steps of kNStep: off[t, p] = Σ_n C_t[n]·H[p, n], C and H staged row-major ([t][n],
+//      [p][n]) by cp.async, two steps in flight;
+//   2. M[t, s] = cb[t, s]·exp(Λ_t − Λ_s)·Δ_s for s ≤ t (else 0), cb the chunk's and group's C·Bᵀ
+//      (chunk_cb_kernel), → shared [t − t0][s]; the x tile of s < t0 + kTile → shared [s][p] (over
+//      the staging space);
+//   3. diag[t, p] = Σ_s M[t, s]·x_s[p] over s < t0 + 16·(w % 4) + 16 (M is lower triangular);
+//   4. y = diag + exp(Λ_t)·off + D·x_t (8-byte pairs where y is float32 and even-aligned).
+// Staged values past the chunk, P or N are zeros. The t blocks of a chunk are neighbours in the
+// grid: the chunk's H tile is read from memory once, then from L2.
+constexpr int kScanBlocksPerSm = 3;
+constexpr size_t kScanSmemBytes =
+    sizeof(float) * std::max(2 * 2 * kStepFloats, kTile * kRowMajorQ + kQ * kColMajor64);
+
+__global__ void __launch_bounds__(kChunkThreads, kScanBlocksPerSm) chunk_scan_kernel(Mamba2Params p) {
+  __shared__ float delta[kQ], lambda[kQ];
+  // Step 1: two stages of (C, H) tiles; steps 2–4: M and the x tile over them.
+  extern __shared__ __align__(16) float scan_smem[];
+  float* mt = scan_smem;                       // M [t − t0][s]
+  float* xs = scan_smem + kTile * kRowMajorQ;  // x [s][p − p0]
+
+  const Dims d = dims_of(p);
+  const int c = static_cast<int>(blockIdx.x) / kTBlocks;
+  const int t0 = static_cast<int>(blockIdx.x) % kTBlocks * kTile;
+  const Mamba2Chunk chunk = p.chunks[c];
+  const int length = chunk.end - chunk.begin;
+  if (t0 >= length) return;  // block-uniform: rows wholly past the chunk
+  const int h = static_cast<int>(blockIdx.y);
+  const int g = h / d.heads_per_group;
+  const int P = p.head_dim, N = p.state;
+  const int p0 = static_cast<int>(blockIdx.z) * kTile;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int wm = 16 * (warp % 4), wn = 32 * (warp / 4);
+  // Warp-uniform: a warp wholly past the chunk or P stores nothing.
+  const bool live = t0 + wm < length && p0 + wn < P;
+  const int64_t item = int64_t{c} * p.heads + h;
+  const float* H = p.chunk_states + item * P * N;                   // the state entering the chunk
+  const float* rows = p.xbc + int64_t{chunk.begin} * d.conv_dim;  // the chunk's conv rows
+  const float* C = rows + int64_t{t0} * d.conv_dim + d.d_ssm + (int64_t{p.groups} + g) * N;
+  const int steps = (N + kNStep - 1) / kNStep;
+
+  // The C and H tiles of N step i into stage i % 2, one commit group.
+  const auto stage = [&](int i) {
+    float* ct = scan_smem + (i % 2) * 2 * kStepFloats;
+    const int nb = i * kNStep;
+    copy_tile_async<kNStep, kTile>(ct, kStepStride, C + nb, d.conv_dim, length - t0, N - nb);
+    copy_tile_async<kNStep, kTile>(ct + kStepFloats, kStepStride, H + int64_t{p0} * N + nb, N, P - p0, N - nb);
+    mma::cp_async_commit();
+  };
+  stage(0);
+  if (tid < kQ) {
+    delta[tid] = p.chunk_cumsum[item * 3 * kQ + tid];
+    lambda[tid] = p.chunk_cumsum[item * 3 * kQ + kQ + tid];
+  }
+
+  float off[4][4] = {};
+  for (int i = 0; i < steps; ++i) {
+    if (i + 1 < steps) {
+      stage(i + 1);
+      mma::cp_async_wait<1>();
+    } else {
+      mma::cp_async_wait<0>();
+    }
+    __syncthreads();
+    const float* ct = scan_smem + (i % 2) * 2 * kStepFloats;
+    const int ksteps = (min(kNStep, N - i * kNStep) + 7) / 8;
+    if (live) {
+      warp_mma_3xtf32<4, kStepStride, 1, kStepStride, 1>(off, ct + wm * kStepStride,
+                                                          ct + kStepFloats + wn * kStepStride, ksteps);
     }
     __syncthreads();  // stage i % 2 is refilled next
   }
 
   // The x tile (cp.async over the consumed stages) while M is formed.
-  copy_tile_async<kTile>(xs, kColMajor64, rows + int64_t{h} * P + p0, d.conv_dim, length, P - p0);
+  const int s_end = t0 + kTile;  // s < s_end: the columns of M step 3 reads
+  copy_tile_async<kTile, kQ>(xs, kColMajor64, rows + int64_t{h} * P + p0, d.conv_dim, min(length, s_end), P - p0);
   mma::cp_async_commit();
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int t = wm + frag_row(e);
-      const int s = wn + 8 * j + frag_col(e);
-      mt[t * kRowMajor64 + s] = s <= t && t < length ? cb[j][e] * expf(lambda[t] - lambda[s]) * delta[s] : 0.0f;
-    }
+  const float* cb = p.chunk_cb + (int64_t{c} * p.groups + g) * kQ * kQ;
+  for (int e = tid; e < kTile * kQ; e += kChunkThreads) {
+    const int t = t0 + e / kQ, s = e % kQ;
+    if (s >= s_end) continue;
+    mt[(t - t0) * kRowMajorQ + s] =
+        s <= t && t < length ? cb[t * kQ + s] * expf(lambda[t] - lambda[s]) * delta[s] : 0.0f;
   }
   mma::cp_async_wait<0>();
   __syncthreads();
 
   float diag[4][4] = {};
-  if (rows_live) {
-    warp_mma_3xtf32<4, kRowMajor64, 1, 1, kColMajor64>(diag, mt + wm * kRowMajor64, xs + wn, (wm + 16) / 8);
+  if (live) {
+    warp_mma_3xtf32<4, kRowMajorQ, 1, 1, kColMajor64>(diag, mt + wm * kRowMajorQ, xs + wn, (t0 + wm + 16) / 8);
   }
 
   const float Dh = load_element(p.D.data, h, p.D.kind);
+  const bool pairs = p.y.kind == ElementKind::kFloat32 && p.y.row_stride % 2 == 0 && P % 2 == 0 &&
+                     (reinterpret_cast<uintptr_t>(p.y.data) & 7) == 0;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int t = wm + frag_row(e);
+  for (int e = 0; e < 4; e += 2) {  // (e, e + 1): two adjacent columns of one row
+    const int t = t0 + wm + frag_row(e);
     if (t >= length) continue;
     const float carry_decay = expf(lambda[t]);
+    const int64_t y_row = (chunk.begin + t) * p.y.row_stride + int64_t{h} * P + p0;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int col = wn + 8 * j + frag_col(e);
       if (p0 + col >= P) continue;
-      const float value = fmaf(carry_decay, off[j][e], diag[j][e]);
-      store_element(p.y.data, (chunk.begin + t) * p.y.row_stride + int64_t{h} * P + p0 + col, p.y.kind,
-                    fmaf(Dh, xs[t * kColMajor64 + col], value));
+      float value[2];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        value[k] = fmaf(Dh, xs[t * kColMajor64 + col + k], fmaf(carry_decay, off[j][e + k], diag[j][e + k]));
+      }
+      if (pairs) {
+        *reinterpret_cast<float2*>(static_cast<float*>(p.y.data) + y_row + col) = make_float2(value[0], value[1]);
+      } else {
+        store_element(p.y.data, y_row + col, p.y.kind, value[0]);
+        if (p0 + col + 1 < P) store_element(p.y.data, y_row + col + 1, p.y.kind, value[1]);
+      }
     }
   }
 }
@@ -642,21 +764,28 @@ void launch_mamba2_decode(const Mamba2Params& p, cudaStream_t stream) {
 
 void launch_mamba2_prefill(const Mamba2Params& p, cudaStream_t stream) {
   if (p.num_chunks == 0) return;
+  const unsigned chunks = static_cast<unsigned>(p.num_chunks), heads = static_cast<unsigned>(p.heads);
   const unsigned p_tiles = static_cast<unsigned>((p.head_dim + kTile - 1) / kTile);
-  const unsigned n_tiles = static_cast<unsigned>((p.state + kTile - 1) / kTile);
-  const dim3 chunk_grid(static_cast<unsigned>(p.num_chunks), static_cast<unsigned>(p.heads), p_tiles * n_tiles);
-  chunk_state_kernel<<<chunk_grid, kChunkThreads, 0, stream>>>(p);
+  const int64_t items = int64_t{p.num_chunks} * p.heads;
+  chunk_cumsum_kernel<<<static_cast<unsigned>((items + kCumsumWarps - 1) / kCumsumWarps), 32 * kCumsumWarps, 0,
+                        stream>>>(p);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+  chunk_cb_kernel<<<dim3(chunks, static_cast<unsigned>(p.groups), kTBlocks * (kTBlocks + 1) / 2), kChunkThreads, 0,
+                    stream>>>(p);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+  HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(chunk_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(kStateSmemBytes)));
+  chunk_state_kernel<<<dim3(chunks, heads, p_tiles), kChunkThreads, kStateSmemBytes, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   if (int64_t{p.head_dim} * p.state % 4 == 0 && aligned16(p.chunk_states)) {
-    launch_state_passing<4, 8>(p, stream);
+    launch_state_passing<4, 2, 4>(p, stream);
   } else {
-    launch_state_passing<1, 8>(p, stream);
+    launch_state_passing<1, 1, 8>(p, stream);
   }
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(chunk_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(kScanSmemBytes)));
-  chunk_scan_kernel<<<dim3(static_cast<unsigned>(p.num_chunks), static_cast<unsigned>(p.heads), p_tiles),
-                      kChunkThreads, kScanSmemBytes, stream>>>(p);
+  chunk_scan_kernel<<<dim3(chunks * kTBlocks, heads, p_tiles), kChunkThreads, kScanSmemBytes, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 

@@ -12,7 +12,10 @@
 
 namespace hybridtb::cuda::ssm {
 
-inline constexpr int kMamba2ChunkTokens = 64;  // tokens per SSD chunk (at most; chunks also end at boundaries)
+// Tokens per SSD chunk (at most; chunks also end at boundaries): a multiple of 64 (the chunk
+// kernels' t tile). 128 (Falcon-H1's and vLLM's chunk size for it) halves the chunk states written,
+// passed and read against 64, for twice the intra-chunk product.
+inline constexpr int kMamba2ChunkTokens = 128;
 inline constexpr int kMamba2MaxState = 256;    // state_size ≤ 256 (the decode update: ≤ 2 quads per lane)
 
 // A chunk of the SSD prefill: ≤ kMamba2ChunkTokens consecutive token rows of one prefill request.
@@ -66,6 +69,10 @@ struct Mamba2Params {
   int32_t num_sequences = 0;
   float* chunk_states = nullptr;  // [num_chunks, Hs, P, N]: each chunk's own state sum, then the state entering it
   float* chunk_decay = nullptr;   // [num_chunks, Hs]: exp(Σ_chunk Δ·A), the decay across the whole chunk
+  // [num_chunks, Hs, 3, kMamba2ChunkTokens]: per token s of the chunk Δ_s, Λ_s (the cumulative
+  // Σ Δ·A) and exp(Λ_last − Λ_s)·Δ_s; zeros past the chunk's length.
+  float* chunk_cumsum = nullptr;
+  float* chunk_cb = nullptr;  // [num_chunks, G, kMamba2ChunkTokens, kMamba2ChunkTokens]: C_t·B_s (s ≤ t)
 };
 
 // The single-step update (vLLM's selective_state_update) of the wave's decode entries: per head,
@@ -75,10 +82,11 @@ struct Mamba2Params {
 // per thread. Grid from Hs, P, N and the wave's num_requests only (fixed decode steps).
 void launch_mamba2_decode(const Mamba2Params& p, cudaStream_t stream);
 
-// The chunked SSD prefill of the wave's sequences: (1) per chunk × head × (P, N) tile the chunk's
-// own state sum and decay, (2) per sequence × state element the state passing across its chunks
-// from the saved state (block-boundary and final states stored to the pool), (3) per chunk × head ×
-// P tile the outputs: the intra-chunk term (C·Bᵀ masked by the segment-sum decay) + the
+// The chunked SSD prefill of the wave's sequences: (0) per chunk × head Δ, the cumulative log decay
+// Λ and the chunk's decay, per chunk × group C·Bᵀ, (1) per chunk × head × P tile the chunk's own
+// state sum, (2) per sequence × state element the state passing across its chunks from the saved
+// state (block-boundary and final states stored to the pool), (3) per 64-token tile of a chunk ×
+// head × P tile the outputs: the intra-chunk term (C·Bᵀ masked by the segment-sum decay) + the
 // inter-chunk term exp(Λ_t)·(H·C_t) + D·x.
 void launch_mamba2_prefill(const Mamba2Params& p, cudaStream_t stream);
 
