@@ -12,8 +12,8 @@
 // block table, written in the 128-byte swizzle layout the descriptors read. Per tile and warpgroup:
 //   S [64 × 128] = Q·Kᵀ: 8 wgmma k-steps, A = Q and B = K both K-major from shared memory;
 //   logits, masks and the online softmax on the accumulator registers (the mma.sync C layout, so
-//     the per-element code is that of the mma.sync kernel: attention_logit, key_visible, quad
-//     shuffles for the row max and sum);
+//     the per-element code is the mma.sync kernel's, shared in prefill_common.cuh: item rows, Q and
+//     K/V row addressing, full-tile test, masks, logits, softmax step, epilogue);
 //   O [64 × 128] += P·V: 8 wgmma k-steps, A = P from registers (S n-tiles 2k, 2k + 1 form the A
 //     fragment of k-step k), B = the V tile [key][d] read MN-major (transposed descriptor).
 // Each warpgroup waits for its own MMAs (wait_group 0) before touching the accumulators; the two
@@ -28,6 +28,7 @@
 #include "attention/attention_caps.h"
 #include "attention/attention_common.cuh"
 #include "attention/byte_cache.cuh"
+#include "attention/prefill_common.cuh"
 #include "common/mma.cuh"
 #include "common/wgmma.cuh"
 
@@ -54,12 +55,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
   constexpr int BN = prefill_config(D, kPrefillWgmma).bn;
   constexpr int kRows = prefill_rows(D, kPrefillWgmma);
   static_assert(BN == 128 && kRows == 64 * kWgmmaWarpgroups, "m64n128k16 tiles: S 64 × BN, O 64 × D");
-  constexpr int kChunks = D / 8;  // 16-byte chunks per row
   constexpr int kNt = BN / 8;     // S n-tiles (8 keys)
   constexpr int kDt = D / 8;      // O n-tiles (8 dims)
   constexpr int kTileBytes = BN * D * 2;
   constexpr float kLog2e = 1.4426950408889634f;
-  constexpr float kLn2 = 0.6931471805599453f;
   using Scales = CacheScales<T, T>;
   using Mmas = wgmma::Wgmma<T>;
 
@@ -73,74 +72,34 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
   const int lane = tid % 32;
   const int warp = tid / 32;           // rows 16·warp … + 15
   const int wg = tid / 128;            // rows 64·wg … + 63
-  const int request = item.request;
-  const int seq_len = p.seq_lens[request];
-  const int query_start = p.query_start_loc[request];
-  const int query_len = p.query_start_loc[request + 1] - query_start;
-  const int context_len = seq_len - query_len;
-  const int kv_head = item.head_begin / p.queries_per_kv;
-  const int num_rows = item.num_tokens * item.num_heads;
-  const int pos_lo = context_len + item.token_begin;
-  const int pos_hi = pos_lo + item.num_tokens - 1;
+  const PrefillItem work(p, item);
 
   // --- Q tile (zeros for padding rows) --------------------------------------------------------
-  {
-    const T* q = static_cast<const T*>(p.query);
-    for (int i = tid; i < kRows * kChunks; i += kWgmmaThreads) {
-      const int r = i / kChunks;
-      const int c = i % kChunks;
-      const bool ok = r < num_rows;
-      const int64_t token = query_start + item.token_begin + (ok ? r / item.num_heads : 0);
-      const int64_t head = item.head_begin + (ok ? r % item.num_heads : 0);
-      cp_async_16(s_q + wgmma::sw128_offset<kRows>(r, c), q + token * p.q_stride_token + head * p.q_stride_head + c * 8,
-                  ok);
-    }
-    cp_async_commit();
-  }
+  load_prefill_q<T, D, kRows, kWgmmaThreads>(p, work, s_q, tid,
+                                             [](int r, int c) { return wgmma::sw128_offset<kRows>(r, c); });
 
   // --- K/V tile loader: keys [kt, kt + BN) into ring stage `stage` ------------------------------
-  const T* kbase = static_cast<const T*>(p.encoder ? p.key : p.kv_cache);
-  const T* vbase = static_cast<const T*>(p.encoder ? p.value : p.kv_cache);
+  const PrefillKvLoader<T, D, BN, kWgmmaThreads, kTileBytes> kv_loader(p);
   auto load_tile = [&](int kt, int stage) {
-#pragma unroll
-    for (int i = 0; i < BN * kChunks / kWgmmaThreads; ++i) {
-      const int idx = tid + i * kWgmmaThreads;
-      const int j = idx / kChunks;
-      const int c = idx % kChunks;
-      const int k = kt + j;
-      const bool ok = k < item.key_end &&
-                      key_needed(p, request, seq_len, pos_lo, pos_hi, item.causal_begin, item.causal_end, k);
-      int64_t koff = 0;
-      int64_t voff = 0;
-      if (ok) {
-        if (p.encoder) {
-          koff = (query_start + static_cast<int64_t>(k)) * p.k_stride_token + kv_head * p.k_stride_head;
-          voff = (query_start + static_cast<int64_t>(k)) * p.v_stride_token + kv_head * p.v_stride_head;
-        } else {
-          koff = cache_row_offset(p, request, k, 0, kv_head);
-          voff = koff + p.cache_stride_half;
-        }
-      }
-      const uint32_t so = static_cast<uint32_t>(stage * kTileBytes) + wgmma::sw128_offset<BN>(j, c);
-      cp_async_16(s_k + so, kbase + koff + c * 8, ok);
-      cp_async_16(s_v + so, vbase + voff + c * 8, ok);
-    }
+    kv_loader.load(p, work, tid, kt, s_k, s_v, stage,
+                   [](int j, int c) { return wgmma::sw128_offset<BN>(j, c); });
   };
 
   // --- this thread's rows: g and g + 8 of its warp's 16 ---------------------------------------------
   const int g = lane / 4;
   const int t4 = lane % 4;
-  int row_pos[2];
-  int row_head[2];
-  bool row_valid[2];
+  PrefillRow rows[2];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int r = warp * 16 + g + 8 * i;
-    row_valid[i] = r < num_rows;
-    row_pos[i] = row_valid[i] ? pos_lo + r / item.num_heads : -1;
-    row_head[i] = row_valid[i] ? item.head_begin + r % item.num_heads : item.head_begin;
+  for (int i = 0; i < 2; ++i) work.row(warp * 16 + g, i, rows[i]);
+  // The multiplier of each key's dot products (prefill_logits; the cache is of the model dtype, so
+  // no key has a scale of its own) and each key's v scale (prefill_softmax: 1).
+  float key_mul[kNt][2];
+  float key_v[kNt][2];
+#pragma unroll
+  for (int n = 0; n < kNt; ++n) {
+    key_mul[n][0] = key_mul[n][1] = Plain ? p.scale * kLog2e : 1.0f;
+    key_v[n][0] = key_v[n][1] = 1.0f;
   }
-  const float scale_log2 = p.scale * kLog2e;
 
   float o[kDt][4];
   float row_m[2] = {kNegInf, kNegInf};  // running max of the base-2 logits
@@ -186,71 +145,14 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
     wgmma::wait<0>();
     wgmma::pin(s);
 
-    // --- logits (base 2) and masks (as prefill_mma_body) -----------------------------------------
-    const int w = p.sliding_window;
-    bool full = kt + BN <= item.key_end && kt + BN <= seq_len;
-    if (p.encoder) {
-      full = full && (w == 0 || (kt >= pos_hi - w + 1 && kt + BN - 1 <= pos_lo + w - 1));
-    } else {
-      full = full && kt + BN - 1 <= pos_lo && (w == 0 || kt >= pos_hi - w + 1);
-    }
-#pragma unroll
-    for (int n = 0; n < kNt; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if constexpr (Plain) {
-          s[n][e] *= scale_log2;
-        } else {
-          const int k = kt + 8 * n + 2 * t4 + (e % 2);
-          s[n][e] = attention_logit(p, s[n][e], row_head[e / 2], row_pos[e / 2], k, context_len) * kLog2e;
-        }
-      }
-    }
-    if (!full) {
-#pragma unroll
-      for (int n = 0; n < kNt; ++n) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = e / 2;
-          const int k = kt + 8 * n + 2 * t4 + (e % 2);
-          // Select, never multiply: a masked score is −inf whatever the key held.
-          if (!(row_valid[i] && k < item.key_end && key_visible(p, request, seq_len, row_pos[i], k))) {
-            s[n][e] = kNegInf;
-          }
-        }
-      }
-    }
+    // --- logits (base 2) and masks (only where some key of the tile is hidden from some row) ------
+    const bool full = work.tile_full<BN>(p, it);
+    prefill_logits<Plain>(p, work, s, key_mul, rows, kt, t4);
+    if (!full) prefill_mask(p, work, s, rows, kt, t4);
 
     // --- online softmax (rows g, g + 8; a quad of lanes shares a row) --------------------------------
     uint32_t pa[BN / 16][4];  // P as the register A operand of P·V, rounded to T
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float mx = kNegInf;
-#pragma unroll
-      for (int n = 0; n < kNt; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * i], s[n][2 * i + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(row_m[i], mx);
-      // Reference point of this tile's P: m − shift (P ≤ 2^shift); 0 while no key is visible.
-      const float m_ref = m_new == kNegInf ? 0.0f : m_new - Scales::kPShift;
-      const float alpha = row_m[i] == kNegInf ? 0.0f : exp2_approx(row_m[i] - m_new);
-      row_m[i] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int n = 0; n < kNt; ++n) {
-        const float p0 = exp2_approx(s[n][2 * i] - m_ref);
-        const float p1 = exp2_approx(s[n][2 * i + 1] - m_ref);
-        sum += p0 + p1;
-        // S n-tile n → A fragment of k-step n / 2: regs 0/1 (rows g / g+8) for even n, 2/3 for odd.
-        pa[n / 2][(n % 2) * 2 + i] = Mma<T>::pack(p0, p1);
-      }
-      row_l[i] = row_l[i] * alpha + sum;
-#pragma unroll
-      for (int n = 0; n < kDt; ++n) {
-        o[n][2 * i] *= alpha;
-        o[n][2 * i + 1] *= alpha;
-      }
-    }
+    prefill_softmax<T, Scales>(s, key_v, row_m, row_l, o, pa);
 
     // --- O += P·V (V [key][d]: B MN-major; k-step kk = keys 16·kk …, 2048 bytes per step) -------------
     wgmma::fence();
@@ -264,25 +166,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
   }
   cp_async_wait<0>();  // no copy may be in flight when the CTA exits
 
-  // --- epilogue (as prefill_mma_body): quad-reduce l (fixed order), sinks, fp8 output, store valid
-  // rows (element pairs, with the optional fused hybrid add: store_output_vec) --------------------
+  // --- epilogue: quad-reduce l (fixed order), sinks, fp8 output, store valid rows -------------------
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    float l = row_l[i];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    if (!row_valid[i]) continue;
-    const float m_nat = row_m[i] == kNegInf ? kNegInf : (row_m[i] - Scales::kPShift) * kLn2;
-    const RowScale f = row_finalize(p, row_head[i], m_nat, l);
-    const int r = warp * 16 + g + 8 * i;
-    const int64_t token = query_start + item.token_begin + r / item.num_heads;
-    const int64_t row = token * p.o_stride_token + static_cast<int64_t>(row_head[i]) * p.o_stride_head;
-#pragma unroll
-    for (int n = 0; n < kDt; ++n) {
-      const float pair[2] = {f.zero != 0.0f ? 0.0f : o[n][2 * i] * f.acc_factor,
-                             f.zero != 0.0f ? 0.0f : o[n][2 * i + 1] * f.acc_factor};
-      store_output_vec<T, 2>(p, row + 8 * n + 2 * t4, pair);
-    }
+    prefill_store_row<T, Scales>(p, work, rows[i], warp * 16 + g + 8 * i, i, row_m[i], row_l[i], 1.0f, o, t4);
   }
 #else
   (void)p;  // no wgmma below sm_90a: never launched (launch_prefill_wgmma checks the device)
