@@ -23,6 +23,7 @@
 # kernels beside ours: peer-linear.json, peer-linear.log) and the suite stage (suite_peer.py --vllm).
 # HYBRIDTB_GIT_COMMIT in the environment names the commit where the
 # tree has no .git (the device machine gets a copy without it).
+# HYBRIDTB_TP_TIMEOUT (seconds, default 180) bounds each `hybridtb tp` run of the tp stage.
 # Exit status: 0 if every stage passed, 1 otherwise (later stages still run).
 # The bench stage also runs the GDN / Mamba-2 benchmark when built: bench-linear.json, bench-linear.log.
 set -uo pipefail
@@ -189,24 +190,34 @@ elif want tp; then
   : >"$OUT/tp.log"
   tp_rc=0 runs=0
   hyb="$BUILD/harness/cli/hybridtb"
+  # Each run under a time limit: a rank that fails must make the others leave their all-reduces, and
+  # if one ever does not, the stage reports the hang instead of holding the machine.
+  tp_limit=${HYBRIDTB_TP_TIMEOUT:-180}
+  tp_run() {  # tp_run REPORT_STEM ARGS...: one `hybridtb tp` run; returns its status, 124 on timeout
+    timeout "$tp_limit" "$hyb" tp "${@:2}" >>"$OUT/tp.log" 2>&1
+    local rc=$?
+    (( rc == 124 )) && echo "tp: $1 timed out after $tp_limit s" >>"$OUT/tp.log"
+    return $rc
+  }
   for mix in d8@512 p1x1k d8@512+c1x256@256+p1x512 p1x8k d64@4k; do
     name=$(echo "$mix" | tr '@+' '__')
     "$hyb" gen --preset mamba-2.8b --mix "$mix" --quiet --out "$OUT/tp/$name.h5" >>"$OUT/tp.log" 2>&1 || tp_rc=1
     for tp in 2 4 8; do
       (( tp <= gpus )) || continue
       if [[ "$mix" == p1x8k || "$mix" == d64@4k ]]; then
-        "$hyb" tp "$OUT/tp/$name.h5" --tp "$tp" --placement devices --backend cuda --against cuda --time 20 --quiet \
-          --no-rationale --report "$OUT/tp/${name}_tp$tp.json" >>"$OUT/tp.log" 2>&1
+        tp_run "${name}_tp$tp" "$OUT/tp/$name.h5" --tp "$tp" --placement devices --backend cuda --against cuda \
+          --time 20 --quiet --no-rationale --report "$OUT/tp/${name}_tp$tp.json"
+        (( $? == 124 )) && tp_rc=1
       else
-        "$hyb" tp "$OUT/tp/$name.h5" --tp "$tp" --placement devices --backend cuda --quiet --no-rationale \
-          --report "$OUT/tp/${name}_tp$tp.json" >>"$OUT/tp.log" 2>&1 || tp_rc=1
+        tp_run "${name}_tp$tp" "$OUT/tp/$name.h5" --tp "$tp" --placement devices --backend cuda --quiet \
+          --no-rationale --report "$OUT/tp/${name}_tp$tp.json" || tp_rc=1
         runs=$(( runs + 1 ))
       fi
     done
     rm -f "$OUT/tp/$name.h5"
   done
   record tp "$([[ $tp_rc -eq 0 ]] && echo ok || echo FAIL)" \
-    "$runs parity runs against the reference on $gpus GPUs; $(grep -c 'step time over' "$OUT/tp.log") timed ($(( $(date +%s) - t0 )) s)"
+    "$runs parity runs against the reference on $gpus GPUs; $(grep -c 'step time over' "$OUT/tp.log") timed; $(grep -c 'timed out after' "$OUT/tp.log") timed out ($(( $(date +%s) - t0 )) s)"
 fi
 
 # --- kernel benchmarks ---------------------------------------------------------------------------
