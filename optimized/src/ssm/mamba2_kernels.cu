@@ -238,6 +238,19 @@ __device__ __forceinline__ void copy_tile_async(float* dst, int ds, const float*
   }
 }
 
+// The two-deep cp.async pipeline of the chunk kernels' loops over N: issues step i + 1's copies
+// (stage, one commit group), when there is one, then waits for step i's and for every thread's.
+template <typename Stage>
+__device__ __forceinline__ void advance_step(int i, int steps, Stage&& stage) {
+  if (i + 1 < steps) {
+    stage(i + 1);
+    mma::cp_async_wait<1>();
+  } else {
+    mma::cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+
 // (0a) Per (chunk, head), once for all the chunk kernels: Δ_s, the inclusive cumulative log decay
 // Λ_s = Σ_{s' ≤ s} Δ_{s'}·A and the chunk-state weight exp(Λ_last − Λ_s)·Δ_s of the chunk's tokens
 // into chunk_cumsum (all three 0 past the chunk's length), the chunk's decay exp(Λ_last) into
@@ -334,13 +347,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_cb_kernel(Mamba2Params p)
   stage(0);
   float cb[4][4] = {};
   for (int i = 0; i < steps; ++i) {
-    if (i + 1 < steps) {
-      stage(i + 1);
-      mma::cp_async_wait<1>();
-    } else {
-      mma::cp_async_wait<0>();
-    }
-    __syncthreads();
+    advance_step(i, steps, stage);
     const int ksteps = (min(kNStep, N - i * kNStep) + 7) / 8;
     if (cb_tiles > 0 && t0 + wm < length) {
       warp_mma_3xtf32<4, kStepStride, 1, kStepStride, 1>(cb, stages[i % 2][0] + wm * kStepStride,
@@ -455,10 +462,28 @@ __global__ void __launch_bounds__(kChunkThreads, kStateBlocksPerSm) chunk_state_
 // bytes in flight per thread as one run of 8 chunks) fit one Falcon-H1 sequence's 24 heads in one
 // wave (384 blocks, ≤ 3 per SM: 396 on 132 SMs).
 constexpr int kPassThreads = 256;
-constexpr int kPassBlocksPerSm = 3;  // ≤ 85 registers: kRuns·kBatch loads in flight per thread
+constexpr int kPassBlocksPerSm = 3;  // ≤ 85 registers: runs·batch loads in flight per thread
 
-template <int kVec, int kRuns, int kBatch>
+// The state passing's launch configurations.
+struct PassConfig {
+  int vec;    // consecutive elements per run: 4 (one float4 access) or 1
+  int runs;   // runs per thread
+  int batch;  // chunks per wait for memory
+};
+enum class PassAccess { kFloat4, kScalar };  // 16-byte accesses; P·N no multiple of 4, or unaligned
+__host__ __device__ constexpr PassConfig pass_config(PassAccess access) {
+  PassConfig c{};
+  const bool float4_runs = access == PassAccess::kFloat4;
+  c.vec = float4_runs ? 4 : 1;
+  c.runs = float4_runs ? 2 : 1;
+  c.batch = float4_runs ? 4 : 8;
+  return c;
+}
+
+template <PassAccess kAccess>
 __global__ void __launch_bounds__(kPassThreads, kPassBlocksPerSm) state_passing_kernel(Mamba2Params p) {
+  constexpr PassConfig kConfig = pass_config(kAccess);
+  constexpr int kVec = kConfig.vec, kRuns = kConfig.runs, kBatch = kConfig.batch;
   static_assert(kVec == 1 || kVec == 4, "state passing: float or float4 accesses");
   using Vec = std::conditional_t<kVec == 4, float4, float>;
   __shared__ float decay_smem[kBatch];
@@ -544,14 +569,15 @@ __global__ void __launch_bounds__(kPassThreads, kPassBlocksPerSm) state_passing_
   }
 }
 
-// The state passing's launch: kRuns runs of kVec elements per thread, kBatch chunks per wait.
-template <int kVec, int kRuns, int kBatch>
+// The state passing's launch with accesses kAccess.
+template <PassAccess kAccess>
 void launch_state_passing(const Mamba2Params& p, cudaStream_t stream) {
-  const int64_t threads = (int64_t{p.head_dim} * p.state + kVec - 1) / kVec;
-  constexpr int64_t kPerBlock = int64_t{kPassThreads} * kRuns;
+  constexpr PassConfig kConfig = pass_config(kAccess);
+  const int64_t threads = (int64_t{p.head_dim} * p.state + kConfig.vec - 1) / kConfig.vec;
+  constexpr int64_t kPerBlock = int64_t{kPassThreads} * kConfig.runs;
   const dim3 grid(static_cast<unsigned>((threads + kPerBlock - 1) / kPerBlock), static_cast<unsigned>(p.heads),
                   static_cast<unsigned>(p.num_sequences));
-  state_passing_kernel<kVec, kRuns, kBatch><<<grid, kPassThreads, 0, stream>>>(p);
+  state_passing_kernel<kAccess><<<grid, kPassThreads, 0, stream>>>(p);
 }
 
 // (3) Outputs of kTile rows t0 = kTile·(blockIdx.x % kTBlocks) … of chunk blockIdx.x / kTBlocks for
@@ -614,13 +640,7 @@ __global__ void __launch_bounds__(kChunkThreads, kScanBlocksPerSm) chunk_scan_ke
 
   float off[4][4] = {};
   for (int i = 0; i < steps; ++i) {
-    if (i + 1 < steps) {
-      stage(i + 1);
-      mma::cp_async_wait<1>();
-    } else {
-      mma::cp_async_wait<0>();
-    }
-    __syncthreads();
+    advance_step(i, steps, stage);
     const float* ct = scan_smem + (i % 2) * 2 * kStepFloats;
     const int ksteps = (min(kNStep, N - i * kNStep) + 7) / 8;
     if (live) {
@@ -778,9 +798,9 @@ void launch_mamba2_prefill(const Mamba2Params& p, cudaStream_t stream) {
   chunk_state_kernel<<<dim3(chunks, heads, p_tiles), kChunkThreads, kStateSmemBytes, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   if (int64_t{p.head_dim} * p.state % 4 == 0 && aligned16(p.chunk_states)) {
-    launch_state_passing<4, 2, 4>(p, stream);
+    launch_state_passing<PassAccess::kFloat4>(p, stream);
   } else {
-    launch_state_passing<1, 1, 8>(p, stream);
+    launch_state_passing<PassAccess::kScalar>(p, stream);
   }
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(chunk_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
