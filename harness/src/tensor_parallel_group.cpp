@@ -28,6 +28,7 @@ class HostThreadGroup::Rank final : public TensorParallelGroup {
   int64_t size() const override { return group_.size(); }
   int64_t rank() const override { return rank_; }
   void all_reduce_sum(const TensorView& values) override { group_.sum_into(rank_, values); }
+  void abort() override { group_.abort(); }
 
  private:
   HostThreadGroup& group_;

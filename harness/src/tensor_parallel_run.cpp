@@ -1,10 +1,14 @@
 // The rank files of one tensor-parallel step, run together (tensor_parallel_run.h).
 #include "hybridtb/tensor_parallel_run.h"
 
+#include <atomic>
 #include <chrono>
 #include <exception>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "hybridtb/error.h"
@@ -28,48 +32,120 @@ void check_group(const std::vector<BatchFile>& ranks) {
   }
 }
 
-// Runs `body(rank, backend, host_group)` on one thread per rank, each with its backend created there
-// (after options.on_rank_thread) with its group. A rank that throws aborts the host group (the others
-// leave their all-reduces and `barrier` waits); the first rank that failed on its own account is
+// What the ranks of one run share about failures: every rank's group handle (as its thread gets
+// it), whether the run was aborted, and the failure that aborted it. The first rank to fail (in
+// time) aborts the host group and every handle; a rank whose handle comes later aborts it itself
+// and does not start. Errors after the abort (TensorParallelAborted, or an NCCL or CUDA error of a
+// collective the abort interrupted) are its consequences and are not kept.
+class RankFailures {
+ public:
+  RankFailures(HostThreadGroup& host_group, int64_t tp) : host_group_(host_group), handles_(static_cast<size_t>(tp)) {}
+
+  // Records rank r's handle; TensorParallelAborted (after aborting it) when the run was aborted.
+  void add_handle(int64_t r, const std::shared_ptr<TensorParallelGroup>& handle) {
+    bool late = false;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      handles_[static_cast<size_t>(r)] = handle;
+      late = aborted_.load(std::memory_order_relaxed);
+    }
+    if (late) {
+      if (handle) handle->abort();
+      throw_aborted();
+    }
+  }
+
+  // TensorParallelAborted when the run was aborted (a rank about to start need not).
+  void check() const {
+    if (aborted_.load(std::memory_order_acquire)) throw_aborted();
+  }
+
+  // Rank r failed with `error`: the first failure aborts the run; later ones are consequences.
+  void fail(int64_t r, std::exception_ptr error) {
+    std::vector<std::shared_ptr<TensorParallelGroup>> to_abort;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (aborted_.load(std::memory_order_relaxed)) return;
+      aborted_.store(true, std::memory_order_release);
+      first_rank_ = r;
+      first_ = std::move(error);
+      for (const auto& handle : handles_) {
+        if (handle) to_abort.push_back(handle);
+      }
+    }
+    // Outside the lock: an abort may take a while (NCCL waits for its kernels to quit).
+    host_group_.abort();
+    for (const auto& handle : to_abort) {
+      try {
+        handle->abort();
+      } catch (...) {  // NOLINT(bugprone-empty-catch): the first failure is the one to report
+      }
+    }
+  }
+
+  // Rethrows the first failure with its rank named (after the threads were joined).
+  void rethrow_first(int64_t tp) const {
+    if (!first_) return;
+    try {
+      std::rethrow_exception(first_);
+    } catch (const NotSupported& e) {
+      throw NotSupported(detail::concat("rank ", first_rank_, " of ", tp, ": ", e.what()));
+    } catch (const std::exception& e) {
+      throw Error(detail::concat("rank ", first_rank_, " of ", tp, ": ", e.what()));
+    } catch (...) {
+      throw Error(detail::concat("rank ", first_rank_, " of ", tp, ": unknown exception"));
+    }
+  }
+
+ private:
+  [[noreturn]] static void throw_aborted() {
+    throw TensorParallelAborted("tensor parallel: another rank of the group failed");
+  }
+
+  HostThreadGroup& host_group_;
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<TensorParallelGroup>> handles_;
+  std::atomic<bool> aborted_{false};
+  int64_t first_rank_ = -1;
+  std::exception_ptr first_;
+};
+
+// Runs `body(rank, backend, host_group)` on one thread per rank, each with its group handle and then
+// its backend created there (after options.on_rank_thread) with the group. A rank that throws aborts
+// the host group and every rank's group handle (RankFailures); the first failure in time is
 // rethrown with the rank named.
 template <typename Body>
 void on_rank_threads(const std::vector<BatchFile>& ranks, const RankRunOptions& options, Body body) {
   const auto tp = static_cast<int64_t>(ranks.size());
   HostThreadGroup host_group(tp);
-  std::vector<std::exception_ptr> failures(static_cast<size_t>(tp));
+  RankFailures failures(host_group, tp);
   std::vector<std::thread> threads;
   for (int64_t r = 0; r < tp; ++r) {
     threads.emplace_back([&, r] {
+      // Outlives the try: a failed rank aborts the others before its backend is destroyed (a GPU
+      // backend's destructor waits for its stream, which may hold a collective of the others).
+      std::unique_ptr<Backend> backend;
       try {
+        // The handle first, so that every rank's group is aborted whichever rank fails, and when.
+        std::shared_ptr<TensorParallelGroup> group =
+            options.group_of_rank ? options.group_of_rank(r) : host_group.rank(r);
+        failures.add_handle(r, group);
         if (options.on_rank_thread) options.on_rank_thread(r);
         const BatchFile& file = ranks[static_cast<size_t>(r)];
         BackendSettings settings;
         settings.attention = file.config;
         settings.builder = file.builder;
-        settings.tp_group = options.group_of_rank ? options.group_of_rank(r) : host_group.rank(r);
-        const std::unique_ptr<Backend> backend = create_backend(options.backend, settings);
+        settings.tp_group = std::move(group);
+        backend = create_backend(options.backend, settings);
+        failures.check();
         body(r, *backend, host_group);
       } catch (...) {
-        failures[static_cast<size_t>(r)] = std::current_exception();
-        host_group.abort();
+        failures.fail(r, std::current_exception());
       }
     });
   }
   for (std::thread& t : threads) t.join();
-  bool aborted_only = false;
-  for (int64_t r = 0; r < tp; ++r) {
-    if (!failures[static_cast<size_t>(r)]) continue;
-    try {
-      std::rethrow_exception(failures[static_cast<size_t>(r)]);
-    } catch (const TensorParallelAborted&) {
-      aborted_only = true;  // stopped because of another rank: report that one
-    } catch (const NotSupported& e) {
-      throw NotSupported(detail::concat("rank ", r, " of ", tp, ": ", e.what()));
-    } catch (const std::exception& e) {
-      throw Error(detail::concat("rank ", r, " of ", tp, ": ", e.what()));
-    }
-  }
-  HYBRIDTB_CHECK(!aborted_only, "tensor parallel: a rank stopped because another rank failed");
+  failures.rethrow_first(tp);
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/attention_caps.h"
 #include "attention/attention_plan.h"
 #include "bench/bench_kernels.h"
 #include "bench/event_timer.h"
@@ -288,6 +289,11 @@ int main(int argc, char** argv) {
         {"prefill 1x4k v0", "prefill", repeat(1, {0, 4096}), 0, false, 0},
         {"prefill 1x4k v2", "prefill", repeat(1, {0, 4096}), 0, false, 2},
         {"prefill 1x8k v0", "prefill", repeat(1, {0, 8192}), 0, false, 0},
+        // 3 = the Hopper wgmma kernel (prefill_wgmma_kernel.cuh: 128 rows × 128 keys, two warpgroups);
+        // left out where the build has no sm_90a code or the device is not compute capability 9.0.
+        {"prefill 1x8k wgmma", "prefill", repeat(1, {0, 8192}), 0, false, kPrefillWgmma},
+        {"prefill 1x8k w4096 wgmma", "prefill", repeat(1, {0, 8192}), 4096, false, kPrefillWgmma},
+        {"prefill 1x32k wgmma", "prefill", repeat(1, {0, 32768}), 0, false, kPrefillWgmma},
         // 1-byte KV caches (per-tensor fp8 scales 0.5 / 0.25; per-token-head scale caches): bytes
         // counted at one per element; compare with the bf16-cache case of the same shape.
         {"prefill 1x4k fp8_e4m3", "prefill", repeat(1, {0, 4096}), 0, false, -1, KvCacheDtype::kFp8E4M3},
@@ -317,6 +323,11 @@ int main(int argc, char** argv) {
       separate.separate_mixed = true;
       cases.push_back(one_grid);
       cases.push_back(separate);
+    }
+    if (!prefill_wgmma_built() || prop.major != 9 || prop.minor != 0) {
+      std::fprintf(stderr, "wgmma rows left out: %s\n",
+                   prefill_wgmma_built() ? "the device is not compute capability 9.0" : "no sm_90a code in this build");
+      std::erase_if(cases, [](const BenchCase& bc) { return bc.variant == kPrefillWgmma; });
     }
     if (!filter.empty()) {
       const std::regex wanted(filter);

@@ -195,6 +195,50 @@ TEST(AttentionPlan, PrefillRowsTakeTheTensorCorePrefillKernel) {
   }));
 }
 
+// The Hopper wgmma variant (3): taken at head size 128 with a 16-bit cache in builds with sm_90a
+// code; other layers run the default variant and the summary says why; refused (naming the field)
+// in builds without it.
+TEST(AttentionPlan, WgmmaPrefillVariantRoutesOrRefuses) {
+  AttentionPathOverrides wgmma;
+  wgmma.prefill_variant = kPrefillWgmma;
+  const AttentionConfig c = llama();
+  const BatchDescription b = batch_of({{4095, 1}, {100, 300}}, c.block_size);
+  if (!prefill_wgmma_built()) {
+    try {
+      plan_for(c, b, wgmma);
+      ADD_FAILURE() << "prefill_variant 3 accepted by a build without sm_90a code";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("prefill_variant 3"), std::string::npos) << e.what();
+    }
+    return;
+  }
+  AttentionPlan plan = plan_for(c, b, wgmma);
+  EXPECT_EQ(plan.prefill_variant, kPrefillWgmma);
+  EXPECT_EQ(plan.prefill_rows_per_item, 128);
+  EXPECT_EQ(plan.requests[1].path, RowPath::kPrefillMma);
+  EXPECT_TRUE(plan.summary.prefill_variant_fallback.empty()) << plan.summary.prefill_variant_fallback;
+  EXPECT_TRUE(plan.mixed.empty());  // the mixed kernel runs the default variant only
+  EXPECT_NE(plan.summary.mixed_fallback.find("prefill variant 3"), std::string::npos) << plan.summary.mixed_fallback;
+  // A 1-byte cache and another head size: the default variant, with the reason.
+  AttentionConfig fp8 = llama();
+  fp8.kv_cache_dtype = KvCacheDtype::kFp8E4M3;
+  plan = plan_for(fp8, b, wgmma);
+  EXPECT_EQ(plan.prefill_variant, 1);
+  EXPECT_NE(plan.summary.prefill_variant_fallback.find("1-byte KV cache"), std::string::npos)
+      << plan.summary.prefill_variant_fallback;
+  EXPECT_NE(plan.summary.describe().find("prefill_variant 3 (wgmma) not taken"), std::string::npos)
+      << plan.summary.describe();
+  AttentionConfig d64 = llama();
+  d64.head_size = 64;
+  plan = plan_for(d64, b, wgmma);
+  EXPECT_EQ(plan.prefill_variant, 0);
+  EXPECT_NE(plan.summary.prefill_variant_fallback.find("head size 64"), std::string::npos)
+      << plan.summary.prefill_variant_fallback;
+  EXPECT_TRUE(prefill_variant_supported(128, kPrefillWgmma, ElementKind::kBFloat16));
+  EXPECT_FALSE(prefill_variant_supported(128, kPrefillWgmma, ElementKind::kFp8E4M3));
+  EXPECT_FALSE(prefill_variant_supported(256, kPrefillWgmma, ElementKind::kFloat16));
+}
+
 TEST(AttentionPlan, OverridesForceTheGenericAndSimtPaths) {
   const AttentionConfig c = llama();
   const BatchDescription b = batch_of({{4095, 1}, {0, 64}}, c.block_size);

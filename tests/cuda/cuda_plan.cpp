@@ -11,7 +11,7 @@
 
 namespace hybridtb::testing {
 
-cuda::AttentionPlanSummary plan_of(const BatchFile& step) {
+cuda::AttentionPlanSummary plan_of(const BatchFile& step, const cuda::AttentionPathOverrides& overrides) {
   const AttentionConfig& c = step.config;
   const int64_t t = step.batch.num_tokens();
   const int64_t hq = c.num_heads;
@@ -47,7 +47,7 @@ cuda::AttentionPlanSummary plan_of(const BatchFile& step) {
   if (step.inputs.output_scale) tensors.output_scale = step.inputs.output_scale;
   int sms = 0;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) != cudaSuccess) sms = 1;
-  cuda::AttentionRunner runner(c, memory, sms);
+  cuda::AttentionRunner runner(c, memory, sms, overrides);
   runner.prepare(step.batch, tensors, output, nullptr);
   if (cudaDeviceSynchronize() != cudaSuccess) throw Error("plan_of: cudaDeviceSynchronize failed");
   return runner.summary();

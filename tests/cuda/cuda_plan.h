@@ -9,6 +9,6 @@ namespace hybridtb::testing {
 
 // AttentionRunner::prepare on device buffers of the step's shapes (metadata upload only, no
 // kernel runs) and its summary.
-cuda::AttentionPlanSummary plan_of(const BatchFile& step);
+cuda::AttentionPlanSummary plan_of(const BatchFile& step, const cuda::AttentionPathOverrides& overrides = {});
 
 }  // namespace hybridtb::testing

@@ -10,7 +10,10 @@
 // the tensor-core path. Each case also asks the planner which path its rows take
 // (AttentionRunner::summary) so that a case meant for the tensor-core path cannot silently pass on
 // the generic one, and the cases meant to fall back (head size 80, float32, a float32 model with an
-// fp8 cache) say so. Skips with the reason on a machine without a CUDA device.
+// fp8 cache) say so. WgmmaMatchesReference runs every case again with the Hopper wgmma variant
+// requested (prefill_variant 3, prefill_wgmma_kernel.cuh; skipped unless the build has sm_90a code
+// and the device is compute capability 9.0): the cases it takes on it, the others on the default
+// variant with the plan saying why. Skips with the reason on a machine without a CUDA device.
 // Run: ctest --test-dir <build> -L cuda  (cases named Small* are the compute-sanitizer subset)
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -19,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/attention_caps.h"
 #include "attention/attention_plan.h"
 #include "common/device_memory.h"
 #include "cuda_cases.h"
@@ -141,8 +145,10 @@ std::vector<PrefillCase> cases() {
 
 class CudaPrefillTest : public CudaParamFixture<PrefillCase> {};
 
-TEST_P(CudaPrefillTest, MatchesReference) {
-  const CudaCase& c = GetParam().batch;
+// One case on the cuda backend with the tensor-core prefill kernel's tile variant `variant` (−1:
+// the default) against the reference.
+void check_case(const PrefillCase& param, int variant) {
+  const CudaCase& c = param.batch;
   const BatchFile step = make_step(c);
   // Which path the non-decode rows take.
   int64_t non_decode_rows = 0;
@@ -150,9 +156,17 @@ TEST_P(CudaPrefillTest, MatchesReference) {
     const int64_t q = step.batch.query_len(r);
     if (q > 1 || (q == 1 && c.encoder)) non_decode_rows += q;
   }
-  const cuda::AttentionPlanSummary plan = plan_of(step);
+  cuda::AttentionPathOverrides overrides;
+  overrides.prefill_variant = variant;
+  const cuda::AttentionPlanSummary plan = plan_of(step, overrides);
   std::cout << "[ PLAN ] " << c.name << ": " << plan.describe() << "\n";
-  if (GetParam().expect == Path::kTensorCore) {
+  if (variant == cuda::kPrefillWgmma) {
+    // The wgmma variant takes head size 128 with a 16-bit cache; any other layer runs the default
+    // variant, and the plan says so.
+    const bool taken = c.head_size == 128 && (c.kv == KvCacheDtype::kAuto || c.encoder);
+    EXPECT_EQ(plan.prefill_variant_fallback.empty(), taken) << plan.describe();
+  }
+  if (param.expect == Path::kTensorCore) {
     EXPECT_EQ(plan.prefill_rows, non_decode_rows) << plan.describe();
     EXPECT_EQ(plan.generic_rows, 0) << plan.describe();
   } else {
@@ -161,7 +175,8 @@ TEST_P(CudaPrefillTest, MatchesReference) {
     EXPECT_FALSE(plan.prefill_fallback.empty()) << "a fallback must say why: " << plan.describe();
   }
 
-  const BackendSettings settings{step.config, step.builder};
+  BackendSettings settings{step.config, step.builder};
+  settings.prefill_variant = variant;
   auto reference = create_backend("reference", settings);
   auto cuda = create_backend("cuda", settings);
   const StepOutputs expected = run_step(*reference, step);
@@ -171,6 +186,23 @@ TEST_P(CudaPrefillTest, MatchesReference) {
   const StepOutputs again = run_step(*cuda, step);
   EXPECT_TRUE(bitwise_equal(actual.attn_output, again.attn_output)) << "attn_output differs between two runs";
   EXPECT_TRUE(bitwise_equal(actual.output, again.output)) << "output differs between two runs";
+}
+
+TEST_P(CudaPrefillTest, MatchesReference) { check_case(GetParam(), -1); }
+
+// Every case again with the Hopper wgmma variant requested (prefill_wgmma_kernel.cuh): the same
+// tolerance rows; the layers it does not take run the default variant (checked above).
+TEST_P(CudaPrefillTest, WgmmaMatchesReference) {
+  if (!cuda::prefill_wgmma_built()) GTEST_SKIP() << "this build has no sm_90a code (the wgmma prefill variant)";
+  int major = 0;
+  int minor = 0;
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), "cudaDeviceGetAttribute");
+  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), "cudaDeviceGetAttribute");
+  if (major != 9 || minor != 0) {
+    GTEST_SKIP() << "the wgmma prefill variant needs a compute capability 9.0 device, this one is " << major << "."
+                 << minor;
+  }
+  check_case(GetParam(), cuda::kPrefillWgmma);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaPrefillTest, ::testing::ValuesIn(cases()), CaseName());

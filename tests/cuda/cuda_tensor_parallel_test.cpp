@@ -5,11 +5,19 @@
 // results joined equal the unsharded step on the reference within the tolerance table: decodes
 // (the fixed-shape decode step), prefills, mixed steps with padding, prefix caching, tp 2 and 4,
 // kv heads replicated. Sharded steps are bitwise reproducible; a rank's mamba1 branch is refused
-// alone and refused for CUDA-graph capture with a group that sums through host memory.
+// alone and refused for CUDA-graph capture with a group that sums through host memory; one rank per
+// GPU, a rank that fails aborts the others' NCCL collectives (the run returns with its error).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cuda_cases.h"
@@ -156,6 +164,56 @@ TEST_F(CudaTensorParallelRefusals, AMamba1RankAloneOrInAGraphWithAHostGroupIsRef
   const HybridMetadata metadata = backend->build_metadata(ranks[1].batch);
   EXPECT_THAT([&] { (void)backend->capture_decode_step(metadata, ranks[1].batch, layer.views(), layer.outputs()); },
               ::testing::ThrowsMessage<NotSupported>(HasSubstr("which a CUDA graph cannot capture")));
+}
+
+// Runs `run` on its own thread; if it has not returned after `limit`, the test process exits with a
+// failure rather than wait for it forever (a hung collective cannot be interrupted from here).
+void returns_within(std::chrono::seconds limit, const std::function<void()>& run) {
+  std::promise<void> done;
+  std::future<void> finished = done.get_future();
+  std::thread([&run, done = std::move(done)]() mutable {
+    try {
+      run();
+      done.set_value();
+    } catch (...) {
+      done.set_exception(std::current_exception());
+    }
+  }).detach();
+  if (finished.wait_for(limit) != std::future_status::ready) {
+    std::fprintf(stderr, "FAILED: the tensor-parallel run did not return within %llds: a rank is hung\n",
+                 static_cast<long long>(limit.count()));
+    std::_Exit(1);
+  }
+  finished.get();
+}
+
+class CudaTensorParallelFailure : public CudaFixture<> {};
+
+// One rank per GPU over NCCL: a rank whose file is broken fails before its first all-reduce while
+// the other waits in it (in ncclAllReduce, or on the device behind it). The failure aborts every
+// rank's communicator, the run returns, and the error is the failed rank's whichever rank it is.
+TEST_F(CudaTensorParallelFailure, OneRankPerGpuARankThatFailsReleasesTheOthers) {
+  register_builtin_backends();
+  const BatchFile file = make_step(mamba1_case("SmallFailure", {{9, 1}, {4, 1}, {0, 12}}));
+  for (int64_t failing : {1, 0}) {
+    SCOPED_TRACE(::testing::Message() << "failing rank " << failing);
+    RankRunOptions options;
+    options.backend = "cuda";
+    try {
+      const BackendRegistry::RankPlacement placed = BackendRegistry::instance().place_ranks("cuda", 2);
+      options.group_of_rank = [groups = placed.groups](int64_t r) { return groups[static_cast<size_t>(r)]; };
+      options.on_rank_thread = placed.on_rank_thread;
+    } catch (const NotSupported& e) {
+      GTEST_SKIP() << e.what();
+    }
+    std::vector<BatchFile> ranks = shard_all(file, 2);
+    ranks[static_cast<size_t>(failing)].inputs.ssm_hidden = Tensor();
+    const std::string expected = "rank " + std::to_string(failing) + " of 2: missing /inputs/ssm_hidden";
+    returns_within(std::chrono::seconds(120), [&] {
+      EXPECT_THAT([&] { (void)run_rank_steps(ranks, options); },
+                  ::testing::ThrowsMessage<Error>(HasSubstr(expected)));
+    });
+  }
 }
 
 }  // namespace

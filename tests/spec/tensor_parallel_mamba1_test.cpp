@@ -11,13 +11,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -312,6 +316,151 @@ TEST(TensorParallelMamba1AllReduce, ARankAloneOrInTheWrongGroupIsRefused) {
   broken[1].inputs.ssm_hidden = Tensor();
   EXPECT_THAT([&] { (void)run_rank_steps(broken); },
               ::testing::ThrowsMessage<Error>(HasSubstr("rank 1 of 2: missing /inputs/ssm_hidden")));
+}
+
+// --- a rank that fails -----------------------------------------------------------------------------
+
+// A rank's group whose all-reduce never completes on its own, like an NCCL collective whose peer
+// never arrives: it waits for abort() and then throws, TensorParallelAborted or (`fails_after_abort`)
+// a plain Error, as an NCCL or CUDA call interrupted by the abort does. The wait gives up after a
+// generous time with an error saying so, so that a run that never aborts fails instead of hanging.
+class WaitsForAbortGroup final : public TensorParallelGroup {
+ public:
+  static constexpr std::chrono::seconds kPatience{30};
+
+  WaitsForAbortGroup(int64_t size, int64_t rank, bool fails_after_abort = false)
+      : size_(size), rank_(rank), fails_after_abort_(fails_after_abort) {}
+  int64_t size() const override { return size_; }
+  int64_t rank() const override { return rank_; }
+  void all_reduce_sum(const TensorView& /*values*/) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    ++collectives_;
+    if (!aborted_.wait_for(lock, kPatience, [&] { return aborts_ > 0; })) {
+      throw Error("waits-for-abort group: no abort() came: the run would hang");
+    }
+    ++released_;
+    if (fails_after_abort_) throw Error(detail::concat("waits-for-abort group of rank ", rank_, ": interrupted"));
+    throw TensorParallelAborted("waits-for-abort group: aborted");
+  }
+  void abort() override {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    ++aborts_;
+    aborted_.notify_all();
+  }
+  // Until the first abort() (for another thread), or kPatience.
+  bool wait_for_abort() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return aborted_.wait_for(lock, kPatience, [&] { return aborts_ > 0; });
+  }
+
+  int aborts() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return aborts_;
+  }
+  int collectives() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return collectives_;
+  }
+  int released() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return released_;
+  }
+
+ private:
+  const int64_t size_, rank_;
+  const bool fails_after_abort_;
+  std::mutex mutex_;
+  std::condition_variable aborted_;
+  int aborts_ = 0, collectives_ = 0, released_ = 0;
+};
+
+std::vector<std::shared_ptr<WaitsForAbortGroup>> waits_for_abort_groups(int64_t tp, bool fails_after_abort = false) {
+  std::vector<std::shared_ptr<WaitsForAbortGroup>> groups;
+  for (int64_t r = 0; r < tp; ++r) groups.push_back(std::make_shared<WaitsForAbortGroup>(tp, r, fails_after_abort));
+  return groups;
+}
+
+RankRunOptions options_with(const std::vector<std::shared_ptr<WaitsForAbortGroup>>& groups) {
+  RankRunOptions options;
+  options.group_of_rank = [groups](int64_t r) -> std::shared_ptr<TensorParallelGroup> {
+    return groups[static_cast<size_t>(r)];
+  };
+  return options;
+}
+
+// One rank fails before its first all-reduce; the others wait in theirs for a peer that never comes.
+// Every rank's group sees abort() once (the failed rank's too), the waiting ranks are released by it
+// (not by their patience running out), and the run returns with the failed rank's error.
+TEST(TensorParallelRankFailure, ARankThatFailsAbortsEveryRanksGroup) {
+  const BatchFile file = mamba1_step(mamba1_layer(8, 2), {{5, 1}, {0, 3}}, {.seed = 21});
+  const int64_t tp = 4;
+  std::vector<BatchFile> ranks = shard_all(file, tp);
+  ranks[2].inputs.ssm_hidden = Tensor();
+  const auto groups = waits_for_abort_groups(tp);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT([&] { (void)run_rank_steps(ranks, options_with(groups)); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("rank 2 of 4: missing /inputs/ssm_hidden")));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, WaitsForAbortGroup::kPatience);
+  for (int64_t r = 0; r < tp; ++r) {
+    SCOPED_TRACE(::testing::Message() << "rank " << r);
+    WaitsForAbortGroup& g = *groups[static_cast<size_t>(r)];
+    EXPECT_EQ(g.aborts(), 1);
+    EXPECT_EQ(g.released(), g.collectives());
+    EXPECT_EQ(g.collectives(), r == 2 ? 0 : 1);
+  }
+}
+
+// The ranks released by the abort fail too, with errors of their own kind (not TensorParallelAborted:
+// an interrupted NCCL or CUDA call), and rank 0 is among them; the error reported is still the one
+// that came first in time, rank 1's.
+TEST(TensorParallelRankFailure, TheFirstFailureInTimeIsReportedNotTheLowestRank) {
+  const BatchFile file = mamba1_step(mamba1_layer(8, 2), {{5, 1}, {0, 3}}, {.seed = 22});
+  std::vector<BatchFile> ranks = shard_all(file, 2);
+  ranks[1].inputs.ssm_hidden = Tensor();
+  const auto groups = waits_for_abort_groups(2, /*fails_after_abort=*/true);
+  EXPECT_THAT([&] { (void)run_rank_steps(ranks, options_with(groups)); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("rank 1 of 2: missing /inputs/ssm_hidden")));
+  EXPECT_EQ(groups[0]->released(), 1) << "rank 0 failed after the abort";
+  // time_rank_steps the same way (its ranks also meet at host barriers).
+  const auto timed_groups = waits_for_abort_groups(2, /*fails_after_abort=*/true);
+  EXPECT_THAT([&] { (void)time_rank_steps(ranks, 2, options_with(timed_groups)); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("rank 1 of 2: missing /inputs/ssm_hidden")));
+  EXPECT_EQ(timed_groups[0]->aborts(), 1);
+  EXPECT_EQ(timed_groups[1]->aborts(), 1);
+}
+
+// A rank whose thread gets its group only after another rank failed: its group is aborted too, and
+// the rank does not start its step (no collective on it); the run reports the failed rank.
+TEST(TensorParallelRankFailure, ARankThatGetsItsGroupAfterTheAbortDoesNotStart) {
+  const BatchFile file = mamba1_step(mamba1_layer(8, 2), {{5, 1}}, {.seed = 23});
+  std::vector<BatchFile> ranks = shard_all(file, 2);
+  ranks[0].inputs.ssm_hidden = Tensor();
+  const auto groups = waits_for_abort_groups(2);
+  RankRunOptions options;
+  options.group_of_rank = [&](int64_t r) -> std::shared_ptr<TensorParallelGroup> {
+    if (r == 1 && !groups[0]->wait_for_abort()) throw Error("rank 0 was never aborted");
+    return groups[static_cast<size_t>(r)];
+  };
+  EXPECT_THAT([&] { (void)run_rank_steps(ranks, options); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("rank 0 of 2: missing /inputs/ssm_hidden")));
+  EXPECT_EQ(groups[0]->aborts(), 1);
+  EXPECT_EQ(groups[1]->aborts(), 1);
+  EXPECT_EQ(groups[1]->collectives(), 0);
+}
+
+// A HostThreadGroup rank handle's abort() aborts the group: a rank waiting in an all-reduce leaves
+// it with TensorParallelAborted, and later all-reduces throw at once.
+TEST(TensorParallelRankFailure, AHostGroupHandlesAbortReleasesTheOtherRanks) {
+  HostThreadGroup host(2);
+  const std::shared_ptr<TensorParallelGroup> rank0 = host.rank(0), rank1 = host.rank(1);
+  double value = 1;
+  std::thread waiting([&] {
+    EXPECT_THROW(rank0->all_reduce_sum(TensorView(&value, DType::kFloat64, {1})), TensorParallelAborted);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // most likely inside the wait by now
+  rank1->abort();
+  waiting.join();
+  EXPECT_THROW(rank1->all_reduce_sum(TensorView(&value, DType::kFloat64, {1})), TensorParallelAborted);
 }
 
 // --- the metamorphic relation ---------------------------------------------------------------------

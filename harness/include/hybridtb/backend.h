@@ -168,6 +168,10 @@ struct BackendSettings {
   // applies; false: in separate launches (AttentionPathOverrides::separate_mixed, for comparing the
   // two). Both give the same bits. The reference ignores it.
   bool mixed_grid = true;
+  // cuda: the tile variant of the tensor-core prefill kernel (AttentionPathOverrides::prefill_variant:
+  // −1 the head size's default, 3 the Hopper wgmma kernel, …; for comparing them). The reference
+  // ignores it.
+  int prefill_variant = -1;
 };
 
 // Backends by name ("reference", later "cuda"). Registration is explicit (see

@@ -34,10 +34,17 @@ class TensorParallelGroup {
   // As all_reduce_sum for contiguous device tensors, enqueued on `stream` (the backend's
   // cudaStream_t), without waiting; capturable in a CUDA graph. Default: Error (no device sums).
   virtual void all_reduce_sum_on_stream(const TensorView& values, void* stream);
+  // Makes this rank's pending and later collectives give up because another rank failed: a rank
+  // waiting in one (or in a stream synchronize behind one) is released, and a later one throws
+  // TensorParallelAborted instead of waiting for ranks that will never arrive. Called once, from
+  // the thread of the rank that failed (another rank's thread, while this rank may be inside a
+  // collective); the results of the collectives it interrupts are undefined. Default: nothing (a
+  // group whose collectives cannot wait forever).
+  virtual void abort() {}
 };
 
-// What a rank's all-reduce throws when another rank of its HostThreadGroup failed (abort()): the
-// rank stops because of the other, whose own error is the one to report.
+// What a rank's all-reduce throws when another rank of its group failed (abort()): the rank stops
+// because of the other, whose own error is the one to report.
 class TensorParallelAborted : public Error {
  public:
   using Error::Error;
@@ -50,8 +57,9 @@ TensorParallelGroup& rank_group_of(const AttentionConfig& config, TensorParallel
 
 // The ranks of one process, one thread each, summing contiguous host float32/float64 tensors.
 // The sum is formed in rank order ((v0 + v1) + v2) + …, in the tensor's dtype, by every rank alike,
-// so every rank gets the same bits and a rerun the same result. A rank that fails calls abort():
-// the others then leave their all-reduce with Error instead of waiting for it forever.
+// so every rank gets the same bits and a rerun the same result. A rank that fails calls abort() (or
+// any rank handle's abort()): the others then leave their all-reduce with TensorParallelAborted
+// instead of waiting for it forever.
 class HostThreadGroup {
  public:
   explicit HostThreadGroup(int64_t size);

@@ -19,7 +19,7 @@ namespace hybridtb {
 // create_backend and the ranks share one HostThreadGroup (host memory: the reference).
 struct RankRunOptions {
   std::string backend = "reference";
-  // Rank r's group handle; empty: a HostThreadGroup of the ranks.
+  // Rank r's group handle, asked for first on rank r's thread; empty: a HostThreadGroup of the ranks.
   std::function<std::shared_ptr<TensorParallelGroup>(int64_t rank)> group_of_rank;
   // Called on rank r's thread before its backend is created (a GPU launcher selects r's device).
   std::function<void(int64_t rank)> on_rank_thread;
@@ -27,8 +27,9 @@ struct RankRunOptions {
 
 // The outputs of every rank (rank order) of one step. `ranks` must be a whole group: ranks[r] has
 // /config tp_rank r and tp_size ranks.size(), and every rank the same batch. Error naming the rank
-// otherwise. A rank that fails makes the others leave their all-reduces; the first failure (by rank)
-// is rethrown here, with the rank named.
+// otherwise. A rank that fails aborts every rank's group (TensorParallelGroup::abort: the others
+// leave their all-reduces, and a rank not started yet does not start); the first failure in time is
+// rethrown here, with the rank named (the other ranks' errors after it are its consequences).
 std::vector<StepOutputs> run_rank_steps(const std::vector<BatchFile>& ranks, const RankRunOptions& options = {});
 
 // Wall-clock seconds of `repetitions` runs of the step (after one untimed warm-up), one entry per

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "hybridtb/spec/host_device.h"
 #include "kv_cache_write/kv_cache_write_params.h"  // ElementKind
@@ -70,15 +71,27 @@ HYBRIDTB_HOST_DEVICE constexpr PrefillConfig prefill_three_ctas_config() {
   c.min_blocks = 3;
   return c;
 }
+// Variant 3, Hopper warpgroup MMAs (prefill_wgmma_kernel.cuh): 128 rows (two warpgroups of 64;
+// mt counts 16-row m-tiles per warp of 4 as for the others) × 128 keys, 256 threads, 1 CTA per SM.
+// D 128 with a 16-bit cache of the model dtype, sm_90a builds on compute capability 9.0 devices only.
+HYBRIDTB_HOST_DEVICE constexpr PrefillConfig prefill_wgmma_config() {
+  PrefillConfig c{};
+  c.mt = 2;
+  c.bn = 128;
+  c.min_blocks = 1;
+  return c;
+}
 // The variants by number: the template argument V of prefill_mma_kernel and
 // AttentionPathOverrides::prefill_variant.
 constexpr int kPrefillOneMTile = 0;
 constexpr int kPrefillTwoMTiles = 1;
 constexpr int kPrefillThreeCtas = 2;
-constexpr int kPrefillVariants = 3;
+constexpr int kPrefillWgmma = 3;
+constexpr int kPrefillVariants = 4;
 HYBRIDTB_HOST_DEVICE constexpr PrefillConfig prefill_config(int d, int variant) {
   if (variant == kPrefillTwoMTiles) return prefill_two_mtile_config();
   if (variant == kPrefillThreeCtas) return prefill_three_ctas_config();
+  if (variant == kPrefillWgmma) return prefill_wgmma_config();
   return prefill_one_mtile_config(d);
 }
 HYBRIDTB_HOST_DEVICE constexpr int prefill_rows(int d, int variant) { return 64 * prefill_config(d, variant).mt; }
@@ -90,10 +103,14 @@ HYBRIDTB_HOST_DEVICE constexpr int prefill_default_variant(int64_t head_size) {
   return head_size == 128 ? kPrefillTwoMTiles : kPrefillOneMTile;
 }
 // How many variants exist, whether one is instantiated for a head size and cache element (16-bit
-// caches: variants 1 and 2 at D 128 only; 1-byte caches: the default only), its (token, head) rows
-// per item.
+// caches: variants 1 and 2 at D 128 only, variant 3 at D 128 in sm_90a builds; 1-byte caches: the
+// default only), its (token, head) rows per item.
 int prefill_num_variants();
 bool prefill_variant_supported(int64_t head_size, int variant, ElementKind kv_kind);
+// Whether this build has the wgmma variant's sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90).
+bool prefill_wgmma_built();
+// Why the wgmma variant does not take a layer of this head size and cache element ("" if it does).
+std::string prefill_wgmma_unsupported(int64_t head_size, ElementKind kv_kind);
 int64_t prefill_rows_per_item(int64_t head_size, int variant);
 
 }  // namespace hybridtb::cuda

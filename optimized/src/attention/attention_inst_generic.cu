@@ -1,11 +1,10 @@
 // Instantiations of the generic attention kernel (one per cache element kind) and the
 // decode-combine kernel.
-#include <mutex>
-
 #include "attention/attention_launch.h"
 #include "attention/decode_combine_kernel.cuh"
 #include "attention/generic_kernel.cuh"
 #include "common/cuda_check.h"
+#include "common/kernel_attributes.h"
 
 namespace hybridtb::cuda {
 
@@ -13,12 +12,8 @@ namespace {
 
 template <ElementKind KV>
 void launch_generic_kind(const AttentionParams& params, int64_t num_items, cudaStream_t stream) {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(generic_attention_kernel<KV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(generic_smem_bytes(kGenericMaxHeadSize))));
-  });
   const auto smem = static_cast<size_t>(generic_smem_bytes(params.head_size));
+  allow_dynamic_smem(generic_attention_kernel<KV>, smem);
   generic_attention_kernel<KV><<<static_cast<unsigned>(num_items), kGenericThreads, smem, stream>>>(params);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }

@@ -3,22 +3,17 @@
 // (attention_caps.h mixed_supported): head sizes 64 and 128, a cache of the model dtype.
 #pragma once
 
-#include <mutex>
-
 #include "attention/attention_launch.h"
 #include "attention/mixed_kernel.cuh"
 #include "common/cuda_check.h"
+#include "common/kernel_attributes.h"
 
 namespace hybridtb::cuda {
 
 template <typename T, int D, bool Plain>
 void launch_mixed_instance(const AttentionParams& params, int64_t num_ctas, int block_shift, cudaStream_t stream) {
   constexpr int kSmem = mixed_smem_bytes(D);
-  static std::once_flag once;
-  std::call_once(once, [] {
-    HYBRIDTB_CUDA_CHECK(
-        cudaFuncSetAttribute(mixed_kernel<T, D, Plain>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  });
+  allow_dynamic_smem(mixed_kernel<T, D, Plain>, kSmem);
   mixed_kernel<T, D, Plain><<<static_cast<unsigned>(num_ctas), kPrefillThreads, kSmem, stream>>>(params, block_shift);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }

@@ -6,23 +6,19 @@
 // head size's default variant.
 #pragma once
 
-#include <mutex>
 #include <type_traits>
 
 #include "attention/attention_launch.h"
 #include "attention/prefill_mma_kernel.cuh"
 #include "common/cuda_check.h"
+#include "common/kernel_attributes.h"
 
 namespace hybridtb::cuda {
 
 template <typename T, int D, bool Plain, int V, typename Cache>
 void launch_prefill_instance(const AttentionParams& params, int64_t num_items, cudaStream_t stream) {
   constexpr auto kSmem = static_cast<int>(prefill_smem_bytes(D, V, kIsByteCache<Cache>));
-  static std::once_flag once;
-  std::call_once(once, [] {
-    HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(prefill_mma_kernel<T, D, Plain, V, Cache>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  });
+  allow_dynamic_smem(prefill_mma_kernel<T, D, Plain, V, Cache>, kSmem);
   prefill_mma_kernel<T, D, Plain, V, Cache>
       <<<static_cast<unsigned>(num_items), kPrefillThreads, kSmem, stream>>>(params);
   HYBRIDTB_CUDA_CHECK_LAUNCH();

@@ -52,6 +52,10 @@ void launch_prefill_f16_fp8(const AttentionParams& params, int64_t num_items, in
 void launch_prefill_bf16_fp8(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
 void launch_prefill_f16_pth(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
 void launch_prefill_bf16_pth(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
+// The wgmma variant (kPrefillWgmma, prefill_wgmma_kernel.cuh; sm_90a builds only): float16 /
+// bfloat16 with a cache of the model dtype, head size 128. Throws Error on a device other than
+// compute capability 9.0, or for another dtype or head size.
+void launch_prefill_wgmma(const AttentionParams& params, int64_t num_items, cudaStream_t stream);
 // The mixed kernel (mixed_kernel.cuh) over `num_ctas` MixedItems (params.mixed_items; decode CTAs
 // index params.decode_items, the tensor-core decode list, prefill CTAs params.prefill_items).
 void launch_mixed(const AttentionParams& params, int64_t num_ctas, int block_shift, cudaStream_t stream);

@@ -331,6 +331,13 @@ void AttentionRunner::launch_with(const AttentionParams& params, cudaStream_t st
 
 void launch_prefill_attention(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream) {
   if (num_items == 0) return;
+  if (variant == kPrefillWgmma) {
+#if defined(HYBRIDTB_PREFILL_WGMMA)
+    return launch_prefill_wgmma(params, num_items, stream);
+#else
+    throw Error("prefill attention: prefill_variant 3 (wgmma) is not in this build (no sm_90a code)");
+#endif
+  }
   const bool byte_cache = !params.encoder && is_byte_element(params.kv_kind);
   const bool per_token = params.kv_scale_mode == KvScaleMode::kPerTokenHead;
   switch (params.q_kind) {

@@ -359,6 +359,17 @@ void choose_prefill_variant(const AttentionPlanInput& in, AttentionPlan& plan) {
   const ElementKind kv_kind = c.attn_type == AttnType::kEncoderOnly
                                   ? element_kind(c.dtype)
                                   : element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype));
+  if (variant == kPrefillWgmma) {
+    HYBRIDTB_CHECK(prefill_wgmma_built(), "prefill_variant 3 (wgmma) is not available: this build has no sm_90a code "
+                   "(configure with 90 in CMAKE_CUDA_ARCHITECTURES)");
+    // A layer the wgmma kernel does not take runs the default variant, and the summary says why.
+    const std::string why = prefill_wgmma_unsupported(d, kv_kind);
+    if (!why.empty()) {
+      plan.prefill_variant = prefill_default_variant(d);
+      plan.summary.prefill_variant_fallback = detail::concat("prefill_variant 3 (wgmma) not taken: ", why,
+                                                             "; variant ", plan.prefill_variant, " instead");
+    }
+  }
   HYBRIDTB_CHECK(!in.routes.prefill_why.empty() || prefill_variant_supported(d, plan.prefill_variant, kv_kind),
                  "prefill_variant ", plan.prefill_variant, " is not instantiated for head size ", d,
                  " with kv_cache_dtype ", to_string(c.kv_cache_dtype));
@@ -422,7 +433,20 @@ bool mixed_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_size,
 int prefill_num_variants() { return kPrefillVariants; }
 bool prefill_variant_supported(int64_t head_size, int variant, ElementKind kv_kind) {
   if (is_byte_element(kv_kind)) return variant == prefill_default_variant(head_size);
+  if (variant == kPrefillWgmma) return prefill_wgmma_built() && prefill_wgmma_unsupported(head_size, kv_kind).empty();
   return variant == kPrefillOneMTile || (head_size == 128 && variant >= 0 && variant < kPrefillVariants);
+}
+bool prefill_wgmma_built() {
+#if defined(HYBRIDTB_PREFILL_WGMMA)
+  return true;
+#else
+  return false;
+#endif
+}
+std::string prefill_wgmma_unsupported(int64_t head_size, ElementKind kv_kind) {
+  if (head_size != 128) return detail::concat("head size ", head_size, " (it takes 128)");
+  if (is_byte_element(kv_kind)) return "a 1-byte KV cache (it takes a 16-bit cache of the model dtype)";
+  return "";
 }
 int64_t prefill_rows_per_item(int64_t head_size, int variant) {
   return prefill_rows(static_cast<int>(head_size), variant);
@@ -656,6 +680,7 @@ std::string AttentionPlanSummary::describe() const {
       << "); tensor-core prefill path: " << prefill_rows << " rows in " << prefill_items
       << " CTAs; generic path: " << generic_rows << " rows in " << generic_items << " CTAs";
   if (!prefill_fallback.empty()) out << " (not on the tensor-core path: " << prefill_fallback << ")";
+  if (!prefill_variant_fallback.empty()) out << " [" << prefill_variant_fallback << "]";
   if (mixed()) {
     out << "; mixed grid: " << mixed_prefill_ctas + mixed_decode_ctas << " CTAs (" << mixed_prefill_ctas
         << " prefill, " << mixed_decode_ctas << " decode)";
@@ -714,7 +739,8 @@ void describe_kernels(std::ostream& out, const AttentionPlan& plan, const Attent
       << (s.decode_fallback.empty() ? "" : " [" + s.decode_fallback + "]") << "\n";
   out << "  combine: " << s.split_rows << " split rows, grid " << plan.combine_grid_ctas << " CTAs\n";
   out << "  tensor-core prefill: " << s.prefill_rows << " rows, variant " << plan.prefill_variant << " ("
-      << plan.prefill_rows_per_item << " rows per CTA), grid " << plan.prefill.size() << " CTAs\n";
+      << plan.prefill_rows_per_item << " rows per CTA), grid " << plan.prefill.size() << " CTAs"
+      << (s.prefill_variant_fallback.empty() ? "" : " [" + s.prefill_variant_fallback + "]") << "\n";
   if (s.mixed()) {
     out << "  mixed (the tensor-core prefill and decode CTAs above in one grid, interleaved): grid "
         << plan.mixed.size() << " CTAs (" << s.mixed_prefill_ctas << " prefill, " << s.mixed_decode_ctas

@@ -63,9 +63,11 @@ struct AttentionPathOverrides {
   // Non-decode rows on the generic SIMT kernel instead of the tensor-core prefill kernel (the
   // benchmark's "prefill 1x4k generic" row).
   bool generic_prefill = false;
-  // Tile variant of the tensor-core prefill kernel (prefill_config in attention_tiles.h); −1: the
-  // default for the head size. The other variants exist for head size 128 (the benchmark's "v0"
-  // and "v2" rows).
+  // Tile variant of the tensor-core prefill kernel (prefill_config in attention_caps.h); −1: the
+  // default for the head size. The other variants exist for head size 128 (the benchmark's "v0",
+  // "v2" and "wgmma" rows). Variant 3 (wgmma, Hopper) needs an sm_90a build (an error otherwise)
+  // and runs layers of head size 128 with a 16-bit cache of the model dtype; any other layer runs
+  // the default variant, and the plan summary says why (prefill_variant_fallback).
   int prefill_variant = -1;
   // Key split of the tensor-core decode kernel in place of kMmaDecodeSplit (the benchmark's
   // --mma-decode-split, for tuning the policy); fixed-shape capacities follow it too.
@@ -117,6 +119,9 @@ struct AttentionPlanSummary {
   int64_t prefill_rows = 0;    // query rows (tokens) on the tensor-core prefill path
   int64_t prefill_items = 0;   // CTAs of the prefill kernel
   std::string prefill_fallback;  // why non-decode rows took the generic path ("" if none did)
+  // Why the requested prefill_variant was not taken and the head size's default ran instead ("" if
+  // it was): the wgmma variant's head size and cache limits (prefill_wgmma_unsupported).
+  std::string prefill_variant_fallback;
   int64_t generic_items = 0;   // CTAs of the generic kernel
   int64_t generic_rows = 0;    // query rows on the generic path
   int64_t mixed_prefill_ctas = 0;  // CTAs of the mixed kernel that run prefill items (0: no mixed grid)

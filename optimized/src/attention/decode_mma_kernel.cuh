@@ -61,6 +61,7 @@
 #include "attention/attention_launch.h"
 #include "attention/byte_cache.cuh"
 #include "common/cuda_check.h"
+#include "common/kernel_attributes.h"
 #include "common/mma.cuh"
 #include "common/pdl.cuh"
 
@@ -580,12 +581,7 @@ void launch_decode_mma_instance(const AttentionParams& params, int64_t num_items
                                 cudaStream_t stream) {
   constexpr int kSmem = decode_mma_smem_bytes(D, kIsByteCache<Cache>);
   constexpr int kThreads = 32 * decode_mma_config(D, kIsByteCache<Cache>, NT).warps;
-  static const bool configured = [] {
-    HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(decode_mma_kernel<T, D, NT, Plain, Cache>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    return true;
-  }();
-  (void)configured;
+  allow_dynamic_smem(decode_mma_kernel<T, D, NT, Plain, Cache>, kSmem);
   const int passes = (params.queries_per_kv + 8 * NT - 1) / (8 * NT);
   const dim3 grid(static_cast<unsigned>(num_items), static_cast<unsigned>(params.num_kv_heads),
                   static_cast<unsigned>(passes));

@@ -21,7 +21,9 @@
 // seq_len, outside the mm ranges) are never read: cp.async zero-fills them without touching global
 // memory (null-block safety). Padding rows (beyond the item's rows) read zeros and are never
 // stored. No atomics, fixed reduction order: bitwise reproducible. Checked against the reference by
-// tests/cuda/cuda_prefill_test.cpp.
+// tests/cuda/cuda_prefill_test.cpp. The per-element code (item rows, Q and K/V row addressing,
+// full-tile test, masks, logits, softmax step, epilogue) is prefill_common.cuh, shared with the
+// wgmma variant (prefill_wgmma_kernel.cuh).
 //
 // 1-byte caches (Cache = PerTensorBytes / PerTokenHeadBytes) keep the tensor cores: the ring holds the raw K/V bytes (half the
 // bytes of a 16-bit tile, and their per-token-head scales), and once per tile the CTA casts the
@@ -42,6 +44,7 @@
 #include "attention/attention_caps.h"
 #include "attention/attention_common.cuh"
 #include "attention/byte_cache.cuh"
+#include "attention/prefill_common.cuh"
 #include "common/mma.cuh"
 
 namespace hybridtb::cuda {
@@ -92,7 +95,6 @@ __device__ __forceinline__ void prefill_mma_body(const AttentionParams& p, int i
   constexpr int kDt = D / 8;                    // O n-tiles (8 dims)
   constexpr int kTileBytes = BN * D * 2;
   constexpr float kLog2e = 1.4426950408889634f;
-  constexpr float kLn2 = 0.6931471805599453f;
   constexpr int kByteChunks = D / 16;            // 16-byte chunks per row of a 1-byte cache
   constexpr int kByteStage = static_cast<int>(prefill_byte_stage_bytes(D, V));
   static_assert(D % 16 == 0 && BN % 16 == 0, "mma tiles");
@@ -114,57 +116,16 @@ __device__ __forceinline__ void prefill_mma_body(const AttentionParams& p, int i
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32;
   const int warp = tid / 32;
-  const int request = item.request;
-  const int seq_len = p.seq_lens[request];
-  const int query_start = p.query_start_loc[request];
-  const int query_len = p.query_start_loc[request + 1] - query_start;
-  const int context_len = seq_len - query_len;
-  const int kv_head = item.head_begin / p.queries_per_kv;
-  const int num_rows = item.num_tokens * item.num_heads;
-  const int pos_lo = context_len + item.token_begin;
-  const int pos_hi = pos_lo + item.num_tokens - 1;
+  const PrefillItem work(p, item);
+  const auto swizzle_d = [](int row, int chunk) { return swizzle<D>(row, chunk); };
 
   // --- Q tile (zeros for padding rows) --------------------------------------------------------
-  {
-    const T* q = static_cast<const T*>(p.query);
-    for (int i = tid; i < kRows * kChunks; i += kPrefillThreads) {
-      const int r = i / kChunks;
-      const int c = i % kChunks;
-      const bool ok = r < num_rows;
-      const int64_t token = query_start + item.token_begin + (ok ? r / item.num_heads : 0);
-      const int64_t head = item.head_begin + (ok ? r % item.num_heads : 0);
-      cp_async_16(s_q + swizzle<D>(r, c), q + token * p.q_stride_token + head * p.q_stride_head + c * 8, ok);
-    }
-    cp_async_commit();
-  }
+  load_prefill_q<T, D, kRows, kPrefillThreads>(p, work, s_q, tid, swizzle_d);
 
   // --- K/V tile loader: keys [kt, kt + BN) into ring stage `stage` ------------------------------
-  const T* kbase = static_cast<const T*>(p.encoder ? p.key : p.kv_cache);
-  const T* vbase = static_cast<const T*>(p.encoder ? p.value : p.kv_cache);
+  const PrefillKvLoader<T, D, BN, kPrefillThreads, kTileBytes> kv_loader(p);
   auto load_tile = [&](int kt, int stage) {
-#pragma unroll
-    for (int i = 0; i < BN * kChunks / kPrefillThreads; ++i) {
-      const int idx = tid + i * kPrefillThreads;
-      const int j = idx / kChunks;
-      const int c = idx % kChunks;
-      const int k = kt + j;
-      const bool ok = k < item.key_end &&
-                      key_needed(p, request, seq_len, pos_lo, pos_hi, item.causal_begin, item.causal_end, k);
-      int64_t koff = 0;
-      int64_t voff = 0;
-      if (ok) {
-        if (p.encoder) {
-          koff = (query_start + static_cast<int64_t>(k)) * p.k_stride_token + kv_head * p.k_stride_head;
-          voff = (query_start + static_cast<int64_t>(k)) * p.v_stride_token + kv_head * p.v_stride_head;
-        } else {
-          koff = cache_row_offset(p, request, k, 0, kv_head);
-          voff = koff + p.cache_stride_half;
-        }
-      }
-      const uint32_t so = static_cast<uint32_t>(stage * kTileBytes) + swizzle<D>(j, c);
-      cp_async_16(s_k + so, kbase + koff + c * 8, ok);
-      cp_async_16(s_v + so, vbase + voff + c * 8, ok);
-    }
+    kv_loader.load(p, work, tid, kt, s_k, s_v, stage, swizzle_d);
   };
   // 1-byte caches: the raw K/V rows (row-major, 16-byte chunks) and, per token-head, their scales.
   const auto* cache_bytes = static_cast<const uint8_t*>(p.kv_cache);
@@ -177,9 +138,8 @@ __device__ __forceinline__ void prefill_mma_body(const AttentionParams& p, int i
       const int j = idx / kByteChunks;
       const int c = idx % kByteChunks;
       const int k = kt + j;
-      const bool ok = k < item.key_end &&
-                      key_needed(p, request, seq_len, pos_lo, pos_hi, item.causal_begin, item.causal_end, k);
-      const int64_t koff = ok ? cache_row_offset(p, request, k, 0, kv_head) : 0;
+      const bool ok = work.key_read(p, kt, j);
+      const int64_t koff = ok ? cache_row_offset(p, work.request, k, 0, work.kv_head) : 0;
       const uint32_t so = static_cast<uint32_t>(j * D + c * 16);
       cp_async_16(base + so, cache_bytes + koff + c * 16, ok);
       cp_async_16(base + BN * D + so, cache_bytes + koff + p.cache_stride_half + c * 16, ok);
@@ -188,11 +148,10 @@ __device__ __forceinline__ void prefill_mma_body(const AttentionParams& p, int i
       const int j = tid % BN;
       const int half = tid / BN;  // 0: k scale, 1: v scale
       const int k = kt + j;
-      const bool ok = k < item.key_end &&
-                      key_needed(p, request, seq_len, pos_lo, pos_hi, item.causal_begin, item.causal_end, k);
+      const bool ok = work.key_read(p, kt, j);
       const float* cache = half == 0 ? p.k_scale_cache : p.v_scale_cache;
       cp_async_4(base + 2 * BN * D + static_cast<uint32_t>(4 * (half * BN + prefill_scale_slot(j, BN))),
-                 cache + (ok ? scale_index(p, request, k, kv_head) : 0), ok);
+                 cache + (ok ? scale_index(p, work.request, k, work.kv_head) : 0), ok);
     }
   };
   // The byte stage `stage` → the K and V tiles of T (keys never loaded are zeros); the stored kind
@@ -227,18 +186,11 @@ __device__ __forceinline__ void prefill_mma_body(const AttentionParams& p, int i
   // --- this thread's rows: g and g + 8 of each of the warp's m-tiles --------------------------------
   const int g = lane / 4;
   const int t4 = lane % 4;
-  int row_pos[MT][2];
-  int row_head[MT][2];
-  bool row_valid[MT][2];
+  PrefillRow rows[MT][2];
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int r = (warp * MT + m) * 16 + g + 8 * i;
-      row_valid[m][i] = r < num_rows;
-      row_pos[m][i] = row_valid[m][i] ? pos_lo + r / item.num_heads : -1;
-      row_head[m][i] = row_valid[m][i] ? item.head_begin + r % item.num_heads : item.head_begin;
-    }
+    for (int i = 0; i < 2; ++i) work.row((warp * MT + m) * 16 + g, i, rows[m][i]);
   }
   const float scale_log2 = p.scale * kLog2e * scales.k;
 
@@ -306,16 +258,8 @@ __device__ __forceinline__ void prefill_mma_body(const AttentionParams& p, int i
       }
     }
 
-    // --- logits (base 2) and masks ---------------------------------------------------------------
-    // A tile is full when every key in it is visible to every row of the CTA (mm ranges only add
-    // visibility, so the causal/window test decides).
-    const int w = p.sliding_window;
-    bool full = kt + BN <= item.key_end && kt + BN <= seq_len;
-    if (p.encoder) {
-      full = full && (w == 0 || (kt >= pos_hi - w + 1 && kt + BN - 1 <= pos_lo + w - 1));
-    } else {
-      full = full && kt + BN - 1 <= pos_lo && (w == 0 || kt >= pos_hi - w + 1);
-    }
+    // --- logits (base 2) and masks (only where some key of the tile is hidden from some row) ------
+    const bool full = work.tile_full<BN>(p, it);
     // Per-token-head caches: the k (half 0) or v (half 1) scales of this thread's keys
     // 8n + 2·t4 + {0, 1} of the tile, n = 0 … kNt − 1 (prefill_scale_slot: 16-byte loads).
     const int scale_base = static_cast<int>(s_bytes - s_q) + stage * kByteStage + 2 * BN * D;
@@ -345,39 +289,11 @@ __device__ __forceinline__ void prefill_mma_body(const AttentionParams& p, int i
         for (int e = 0; e < 2; ++e) key_mul[n][e] *= Plain ? scale_log2 : scales.k;
       }
 #pragma unroll
-      for (int m = 0; m < MT; ++m) {
-#pragma unroll
-        for (int n = 0; n < kNt; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            if constexpr (Plain) {
-              s[m][n][e] *= key_mul[n][e % 2];
-            } else {
-              const int k = kt + 8 * n + 2 * t4 + (e % 2);
-              s[m][n][e] = attention_logit(p, s[m][n][e] * key_mul[n][e % 2], row_head[m][e / 2], row_pos[m][e / 2],
-                                           k, context_len) *
-                           kLog2e;
-            }
-          }
-        }
-      }
+      for (int m = 0; m < MT; ++m) prefill_logits<Plain>(p, work, s[m], key_mul, rows[m], kt, t4);
     }
     if (!full) {
 #pragma unroll
-      for (int m = 0; m < MT; ++m) {
-#pragma unroll
-        for (int n = 0; n < kNt; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int i = e / 2;
-            const int k = kt + 8 * n + 2 * t4 + (e % 2);
-            // Select, never multiply: a masked score is −inf whatever the key held.
-            if (!(row_valid[m][i] && k < item.key_end && key_visible(p, request, seq_len, row_pos[m][i], k))) {
-              s[m][n][e] = kNegInf;
-            }
-          }
-        }
-      }
+      for (int m = 0; m < MT; ++m) prefill_mask(p, work, s[m], rows[m], kt, t4);
     }
 
     // --- online softmax (rows g, g + 8 of each m-tile; a quad of lanes shares a row) ----------------
@@ -385,37 +301,7 @@ __device__ __forceinline__ void prefill_mma_body(const AttentionParams& p, int i
     float key_v[kNt][2];          // per-token-head v scales (1 otherwise)
     key_scales(1, key_v);
 #pragma unroll
-    for (int m = 0; m < MT; ++m) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        float mx = kNegInf;
-#pragma unroll
-        for (int n = 0; n < kNt; ++n) mx = fmaxf(mx, fmaxf(s[m][n][2 * i], s[m][n][2 * i + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(row_m[m][i], mx);
-        // Reference point of this tile's P: m − shift (P ≤ 2^shift); 0 while no key is visible.
-        const float m_ref = m_new == kNegInf ? 0.0f : m_new - Scales::kPShift;
-        const float alpha = row_m[m][i] == kNegInf ? 0.0f : exp2_approx(row_m[m][i] - m_new);
-        row_m[m][i] = m_new;
-        float sum = 0.0f;
-#pragma unroll
-        for (int n = 0; n < kNt; ++n) {
-          const float p0 = exp2_approx(s[m][n][2 * i] - m_ref);
-          const float p1 = exp2_approx(s[m][n][2 * i + 1] - m_ref);
-          sum += p0 + p1;
-          // S n-tile n → A fragment (k-step n / 2): regs 0/1 (rows g / g+8) for even n, 2/3 for odd;
-          // with per-token-head v scales, p·v_scale (Σp above stays unscaled).
-          pa[m][n / 2][(n % 2) * 2 + i] = Mma<T>::pack(p0 * key_v[n][0], p1 * key_v[n][1]);
-        }
-        row_l[m][i] = row_l[m][i] * alpha + sum;
-#pragma unroll
-        for (int n = 0; n < kDt; ++n) {
-          o[m][n][2 * i] *= alpha;
-          o[m][n][2 * i + 1] *= alpha;
-        }
-      }
-    }
+    for (int m = 0; m < MT; ++m) prefill_softmax<T, Scales>(s[m], key_v, row_m[m], row_l[m], o[m], pa[m]);
 
     // --- O += P·V (each V fragment serves the warp's MT m-tiles) --------------------------------------
 #pragma unroll
@@ -440,24 +326,9 @@ __device__ __forceinline__ void prefill_mma_body(const AttentionParams& p, int i
   for (int m = 0; m < MT; ++m) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      float l = row_l[m][i];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      if (!row_valid[m][i]) continue;
-      // l = Σ 2^{t − m_ref}: natural-log reference point m_ref·ln 2 for row_finalize.
-      const float m_nat = row_m[m][i] == kNegInf ? kNegInf : (row_m[m][i] - Scales::kPShift) * kLn2;
-      RowScale f = row_finalize(p, row_head[m][i], m_nat, l);
-      f.acc_factor *= scales.v;  // per-tensor v scale (1 otherwise)
-      const int r = (warp * MT + m) * 16 + g + 8 * i;
-      const int64_t token = query_start + item.token_begin + r / item.num_heads;
-      const int64_t row = token * p.o_stride_token + static_cast<int64_t>(row_head[m][i]) * p.o_stride_head;
-#pragma unroll
-      for (int n = 0; n < kDt; ++n) {
-        // A row without keys stores 0 (= output_value(0): output_scale > 0).
-        const float pair[2] = {f.zero != 0.0f ? 0.0f : o[m][n][2 * i] * f.acc_factor,
-                               f.zero != 0.0f ? 0.0f : o[m][n][2 * i + 1] * f.acc_factor};
-        store_output_vec<T, 2>(p, row + 8 * n + 2 * t4, pair);
-      }
+      // scales.v: the per-tensor v scale (1 otherwise).
+      prefill_store_row<T, Scales>(p, work, rows[m][i], (warp * MT + m) * 16 + g + 8 * i, i, row_m[m][i], row_l[m][i],
+                                   scales.v, o[m], t4);
     }
   }
 }

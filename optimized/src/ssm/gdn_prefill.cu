@@ -53,6 +53,7 @@
 
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
+#include "common/kernel_attributes.h"
 #include "common/mma.cuh"
 #include "common/warp_mma_3xtf32.cuh"
 #include "common/tma.cuh"
@@ -953,20 +954,11 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) chunk_output_kernel(GdnPar
   }
 }
 
-// Dynamic shared memory above the default 48 KiB needs an opt-in per kernel.
-template <typename Kernel>
-void allow_smem(Kernel kernel, size_t bytes) {
-  if (bytes > 48 * 1024) {
-    HYBRIDTB_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  }
-}
-
 // Launches the state pass with blocks of 8·kGroups rows of M.
 template <int kGroups>
 void launch_state_pass(const GdnParams& p, cudaStream_t stream) {
   const size_t smem = state_smem_bytes<kGroups>();
-  allow_smem(chunk_state_kernel<kGroups>, smem);
+  allow_dynamic_smem(chunk_state_kernel<kGroups>, smem);
   const int tiles = (p.dv + kStateRows * kGroups - 1) / (kStateRows * kGroups);
   chunk_state_kernel<kGroups><<<dim3(static_cast<unsigned>(tiles * p.Hv), static_cast<unsigned>(p.num_prefills)),
                                 kStateThreads, smem, stream>>>(p, tiles);
@@ -978,7 +970,7 @@ void launch_state_pass(const GdnParams& p, cudaStream_t stream) {
 void launch_gdn_prefill(const GdnParams& p, cudaStream_t stream) {
   if (p.num_prefills == 0 || p.num_chunks == 0) return;
   const size_t intra_smem = intra_smem_bytes();
-  allow_smem(chunk_intra_kernel, intra_smem);
+  allow_dynamic_smem(chunk_intra_kernel, intra_smem);
   chunk_intra_kernel<<<static_cast<unsigned>(int64_t{p.num_chunks} * p.Hv), kPrefillThreads, intra_smem, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   // 8-row blocks where they fit on the SMs at once (the most SMs on the chains), else 16-row ones
@@ -993,7 +985,7 @@ void launch_gdn_prefill(const GdnParams& p, cudaStream_t stream) {
     launch_state_pass<2>(p, stream);
   }
   const size_t output_smem = output_smem_bytes();
-  allow_smem(chunk_output_kernel, output_smem);
+  allow_dynamic_smem(chunk_output_kernel, output_smem);
   chunk_output_kernel<<<static_cast<unsigned>(int64_t{p.num_chunks} * p.Hv), kPrefillThreads, output_smem, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }

@@ -31,6 +31,7 @@
 
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
+#include "common/kernel_attributes.h"
 #include "common/mma.cuh"
 #include "common/tma.cuh"
 #include "ssm/mamba1_common.cuh"
@@ -63,20 +64,6 @@ bool encode_scan_maps(const Mamba1Params& p, int box_rows, int box_cols, CUtenso
          tma::encode_tile_map(&maps->c, p.c, p.num_tokens, I, I, box_rows, box_cols, raw_swizzle) &&
          tma::encode_tile_map(&maps->z, p.xz + I, p.num_tokens, I, 2 * I, box_rows, box_cols, raw_swizzle) &&
          tma::encode_tile_map(&maps->bc, p.dbc + p.R, p.num_tokens, 2 * p.N, p.R + 2 * p.N, box_rows, 2 * p.N);
-}
-
-// Raises kKernel's dynamic shared-memory limit to kBytes once per process (hybridtb drives one
-// device), where it needs more than the default 48 KB.
-template <auto kKernel, size_t kBytes>
-void allow_dynamic_smem() {
-  if constexpr (kBytes > 48 * 1024) {
-    static const bool raised = [] {
-      HYBRIDTB_CUDA_CHECK(
-          cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes)));
-      return true;
-    }();
-    (void)raised;
-  }
 }
 
 // The tile scan (prefills, channel tiles): block = kSegs time segments × (kCh channels × kLanes
@@ -933,7 +920,7 @@ bool launch_seq_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream) 
   maps.valid = encode_scan_maps(p, S::kTok, S::kCh, kSwizzle, &maps);
   if (!maps.valid) return false;
   constexpr auto kernel = scan_seq_kernel<S>;
-  allow_dynamic_smem<kernel, S::kSmemBytes>();
+  allow_dynamic_smem(kernel, S::kSmemBytes);
   kernel<<<dim3((p.I + S::kCh - 1) / S::kCh, count), S::kThreads, S::kSmemBytes, stream>>>(p, maps);
   return true;
 }
@@ -1010,12 +997,12 @@ struct TileScanN64 : TileScanDefaults {
 
 // The tile scan of a wave's prefills: grid = (channel tiles, prefill requests), Cfg::min_blocks_per_sm
 // resident blocks per SM (the register budget). The dynamic shared memory limit is raised once per
-// kernel (per process: hybridtb drives one device) where a tile needs more than the default 48 KB.
+// kernel and device (allow_dynamic_smem) where a tile needs more than the default 48 KB.
 template <class Cfg>
 void launch_tile_scan(const Mamba1Params& p, int32_t count, cudaStream_t stream) {
   using S = TileScan<Cfg>;
   constexpr auto kernel = scan_tile_kernel<Cfg>;
-  allow_dynamic_smem<kernel, S::kSmemBytes>();
+  allow_dynamic_smem(kernel, S::kSmemBytes);
   // TMA boxes of the chunk's rows where the tensors allow them and B/C fill whole quads (N = 4·lanes,
   // so that global and shared rows have the same layout); otherwise per-thread cp.async copies.
   ScanMaps maps;

@@ -37,6 +37,7 @@
 #include "common/cuda_check.h"
 #include "common/elements.cuh"
 #include "common/group_sums.cuh"
+#include "common/kernel_attributes.h"
 #include "common/mma.cuh"
 #include "common/warp_mma_3xtf32.cuh"
 #include "common/pdl.cuh"
@@ -793,8 +794,7 @@ void launch_mamba2_prefill(const Mamba2Params& p, cudaStream_t stream) {
   chunk_cb_kernel<<<dim3(chunks, static_cast<unsigned>(p.groups), kTBlocks * (kTBlocks + 1) / 2), kChunkThreads, 0,
                     stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
-  HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(chunk_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(kStateSmemBytes)));
+  allow_dynamic_smem(chunk_state_kernel, kStateSmemBytes);
   chunk_state_kernel<<<dim3(chunks, heads, p_tiles), kChunkThreads, kStateSmemBytes, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   if (int64_t{p.head_dim} * p.state % 4 == 0 && aligned16(p.chunk_states)) {
@@ -803,8 +803,7 @@ void launch_mamba2_prefill(const Mamba2Params& p, cudaStream_t stream) {
     launch_state_passing<PassAccess::kScalar>(p, stream);
   }
   HYBRIDTB_CUDA_CHECK_LAUNCH();
-  HYBRIDTB_CUDA_CHECK(cudaFuncSetAttribute(chunk_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(kScanSmemBytes)));
+  allow_dynamic_smem(chunk_scan_kernel, kScanSmemBytes);
   chunk_scan_kernel<<<dim3(chunks * kTBlocks, heads, p_tiles), kChunkThreads, kScanSmemBytes, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }

@@ -1,0 +1,256 @@
+// The per-element code of the tensor-core prefill kernels (prefill_mma_kernel.cuh on mma.sync,
+// prefill_wgmma_kernel.cuh on wgmma), one copy for both: the item's rows and positions, Q and K/V
+// row addressing (block table or encoder K/V) for the shared-memory loaders, the full-tile test
+// and the per-element masks, the logits, one tile's online-softmax step and the epilogue of a row.
+//
+// Every function works on the register layout both kernels share: the mma.sync m16n8 C fragment
+// (a wgmma m64nN accumulator is that fragment tiled along N, common/wgmma.cuh). Per m-tile of 16
+// rows, thread (g = lane / 4, t4 = lane % 4) holds rows g and g + 8 (i = 0, 1) and, of S n-tile n
+// (8 keys), keys 8n + 2·t4 + {0, 1}: element e of s[n] is row e / 2, key 8n + 2·t4 + e % 2. A quad
+// of lanes shares a row, so row reductions are two xor shuffles, always in the same order.
+#pragma once
+
+#include <cstdint>
+
+#include "attention/attention_common.cuh"
+#include "common/mma.cuh"
+
+namespace hybridtb::cuda {
+
+// One query row of an item: (token, head) row r of the GQA packing, token token_begin +
+// r / num_heads, head head_begin + r % num_heads. Padding rows (r ≥ num_rows) are not valid: their
+// position is −1 (no key visible) and their head the item's first (a harmless ALiBi slope).
+struct PrefillRow {
+  bool valid;
+  int pos;
+  int head;
+};
+
+// One prefill item (an entry of p.prefill_items) with what the kernels derive from it once.
+struct PrefillItem {
+  GenericItem item;
+  int request;
+  int seq_len;
+  int query_start;  // the request's first token in the batch
+  int context_len;  // keys before the request's first query token
+  int kv_head;
+  int num_rows;  // (token, head) rows: num_tokens · num_heads
+  int pos_lo;    // positions of the item's first and last token
+  int pos_hi;
+
+  __device__ __forceinline__ PrefillItem(const AttentionParams& p, const GenericItem& work) : item(work) {
+    request = item.request;
+    seq_len = p.seq_lens[request];
+    query_start = p.query_start_loc[request];
+    const int query_len = p.query_start_loc[request + 1] - query_start;
+    context_len = seq_len - query_len;
+    kv_head = item.head_begin / p.queries_per_kv;
+    num_rows = item.num_tokens * item.num_heads;
+    pos_lo = context_len + item.token_begin;
+    pos_hi = pos_lo + item.num_tokens - 1;
+  }
+
+  // Row r = base + 8·i (the rows g and g + 8 of an m-tile whose row g is base), into out.
+  __device__ __forceinline__ void row(int base, int i, PrefillRow& out) const {
+    const int r = base + 8 * i;
+    out.valid = r < num_rows;
+    out.pos = out.valid ? pos_lo + r / item.num_heads : -1;
+    out.head = out.valid ? item.head_begin + r % item.num_heads : item.head_begin;
+  }
+
+  // Whether key k = kt + j is read at all: inside the item's key range and visible to some row of
+  // it (key_needed). Keys not read are zero-filled without touching global memory.
+  __device__ __forceinline__ bool key_read(const AttentionParams& p, int kt, int j) const {
+    const int k = kt + j;
+    return k < item.key_end &&
+           key_needed(p, request, seq_len, pos_lo, pos_hi, item.causal_begin, item.causal_end, k);
+  }
+
+  // Whether every key of tile `tile` of BN keys (keys kt = key_begin + tile·BN …) is visible to
+  // every row of the item, so that the tile needs no mask (mm ranges only add visibility, so the
+  // causal/window test decides).
+  template <int BN>
+  __device__ __forceinline__ bool tile_full(const AttentionParams& p, int tile) const {
+    const int kt = item.key_begin + tile * BN;
+    const int w = p.sliding_window;
+    bool full = kt + BN <= item.key_end && kt + BN <= seq_len;
+    if (p.encoder) {
+      full = full && (w == 0 || (kt >= pos_hi - w + 1 && kt + BN - 1 <= pos_lo + w - 1));
+    } else {
+      full = full && kt + BN - 1 <= pos_lo && (w == 0 || kt >= pos_hi - w + 1);
+    }
+    return full;
+  }
+};
+
+// Stages the item's Q rows [kRows][D] (T elements) in shared memory as one cp.async group: 16-byte
+// chunk c of row r at s_q + swz(r, c) (the kernel's swizzle); padding rows are zero-filled.
+template <typename T, int D, int kRows, int kThreads, typename Swizzle>
+__device__ __forceinline__ void load_prefill_q(const AttentionParams& p, const PrefillItem& it, uint32_t s_q, int tid,
+                                               Swizzle swz) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  const T* q = static_cast<const T*>(p.query);
+  for (int i = tid; i < kRows * kChunks; i += kThreads) {
+    const int r = i / kChunks;
+    const int c = i % kChunks;
+    const bool ok = r < it.num_rows;
+    const int64_t token = it.query_start + it.item.token_begin + (ok ? r / it.item.num_heads : 0);
+    const int64_t head = it.item.head_begin + (ok ? r % it.item.num_heads : 0);
+    mma::cp_async_16(s_q + swz(r, c), q + token * p.q_stride_token + head * p.q_stride_head + c * 8, ok);
+  }
+  mma::cp_async_commit();
+}
+
+// The K/V tile loader of a cache of the model dtype T (or the encoder's K/V): load() issues the
+// cp.async copies of the K and V rows of keys [kt, kt + BN) into ring stage `stage` (kStageBytes
+// apart), chunk c of key j at s_k / s_v + stage·kStageBytes + swz(j, c). Cache rows are addressed
+// through the block table; keys not read are zero-filled. kThreads threads take part.
+template <typename T, int D, int BN, int kThreads, int kStageBytes>
+struct PrefillKvLoader {
+  static constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  static_assert((BN * kChunks) % kThreads == 0, "loader");
+  const T* kbase;
+  const T* vbase;
+
+  __device__ __forceinline__ explicit PrefillKvLoader(const AttentionParams& p)
+      : kbase(static_cast<const T*>(p.encoder ? p.key : p.kv_cache)),
+        vbase(static_cast<const T*>(p.encoder ? p.value : p.kv_cache)) {}
+
+  template <typename Swizzle>
+  __device__ __forceinline__ void load(const AttentionParams& p, const PrefillItem& it, int tid, int kt, uint32_t s_k,
+                                       uint32_t s_v, int stage, Swizzle swz) const {
+#pragma unroll
+    for (int i = 0; i < BN * kChunks / kThreads; ++i) {
+      const int idx = tid + i * kThreads;
+      const int j = idx / kChunks;
+      const int c = idx % kChunks;
+      const int k = kt + j;
+      const bool ok = it.key_read(p, kt, j);
+      int64_t koff = 0;
+      int64_t voff = 0;
+      if (ok) {
+        if (p.encoder) {
+          koff = (it.query_start + static_cast<int64_t>(k)) * p.k_stride_token + it.kv_head * p.k_stride_head;
+          voff = (it.query_start + static_cast<int64_t>(k)) * p.v_stride_token + it.kv_head * p.v_stride_head;
+        } else {
+          koff = cache_row_offset(p, it.request, k, 0, it.kv_head);
+          voff = koff + p.cache_stride_half;
+        }
+      }
+      const uint32_t so = static_cast<uint32_t>(stage * kStageBytes) + swz(j, c);
+      mma::cp_async_16(s_k + so, kbase + koff + c * 8, ok);
+      mma::cp_async_16(s_v + so, vbase + voff + c * 8, ok);
+    }
+  }
+};
+
+// Scores → base-2 logits for one m-tile of a tile starting at key kt. key_mul is each key's
+// multiplier of its dot products: scale·log2e·(k scale) on the plain path (no soft cap, no ALiBi:
+// one multiply), the k scale on the featured path (attention_logit, then ·log2e).
+template <bool Plain, int kNt>
+__device__ __forceinline__ void prefill_logits(const AttentionParams& p, const PrefillItem& it, float (&s)[kNt][4],
+                                               const float (&key_mul)[kNt][2], const PrefillRow (&rows)[2], int kt,
+                                               int t4) {
+  constexpr float kLog2e = 1.4426950408889634f;
+#pragma unroll
+  for (int n = 0; n < kNt; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if constexpr (Plain) {
+        s[n][e] *= key_mul[n][e % 2];
+      } else {
+        const int k = kt + 8 * n + 2 * t4 + (e % 2);
+        s[n][e] = attention_logit(p, s[n][e] * key_mul[n][e % 2], rows[e / 2].head, rows[e / 2].pos, k,
+                                  it.context_len) *
+                  kLog2e;
+      }
+    }
+  }
+}
+
+// The mask of one m-tile of a tile that is not full: a score whose key the row does not see
+// (key_visible = spec::key_visible), beyond the item's keys, or of a padding row becomes −inf.
+template <int kNt>
+__device__ __forceinline__ void prefill_mask(const AttentionParams& p, const PrefillItem& it, float (&s)[kNt][4],
+                                             const PrefillRow (&rows)[2], int kt, int t4) {
+#pragma unroll
+  for (int n = 0; n < kNt; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = e / 2;
+      const int k = kt + 8 * n + 2 * t4 + (e % 2);
+      // Select, never multiply: a masked score is −inf whatever the key held.
+      if (!(rows[i].valid && k < it.item.key_end && key_visible(p, it.request, it.seq_len, rows[i].pos, k))) {
+        s[n][e] = kNegInf;
+      }
+    }
+  }
+}
+
+// One tile's online-softmax step for one m-tile (rows g, g + 8): the row max over the tile, the
+// rescale of l and O by 2^{m_old − m_new}, P = 2^{s − (m − shift)} (P ≤ 2^shift, shift = Scales::kPShift; the reference
+// point is 0 while no key is visible) rounded to T as the A operand of P·V — S n-tile n is k-step
+// n / 2, regs 0/1 (rows g / g + 8) for even n, 2/3 for odd — and l += ΣP. key_v: each key's v scale,
+// folded into P (per-token-head caches; 1 otherwise); ΣP stays unscaled.
+// row_m: the running max of the base-2 logits; row_l: this thread's part of Σ 2^{t − (m − shift)}.
+template <typename T, typename Scales, int kNt, int kDt>
+__device__ __forceinline__ void prefill_softmax(const float (&s)[kNt][4], const float (&key_v)[kNt][2],
+                                                float (&row_m)[2], float (&row_l)[2], float (&o)[kDt][4],
+                                                uint32_t (&pa)[kNt / 2][4]) {
+  using mma::exp2_approx;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float mx = kNegInf;
+#pragma unroll
+    for (int n = 0; n < kNt; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * i], s[n][2 * i + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(row_m[i], mx);
+    const float m_ref = m_new == kNegInf ? 0.0f : m_new - Scales::kPShift;
+    const float alpha = row_m[i] == kNegInf ? 0.0f : exp2_approx(row_m[i] - m_new);
+    row_m[i] = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < kNt; ++n) {
+      const float p0 = exp2_approx(s[n][2 * i] - m_ref);
+      const float p1 = exp2_approx(s[n][2 * i + 1] - m_ref);
+      sum += p0 + p1;
+      pa[n / 2][(n % 2) * 2 + i] = mma::Mma<T>::pack(p0 * key_v[n][0], p1 * key_v[n][1]);
+    }
+    row_l[i] = row_l[i] * alpha + sum;
+#pragma unroll
+    for (int n = 0; n < kDt; ++n) {
+      o[n][2 * i] *= alpha;
+      o[n][2 * i + 1] *= alpha;
+    }
+  }
+}
+
+// The end of row i (g or g + 8) of one m-tile whose first row is r0: the quad's sum of l (fixed
+// order; every lane takes part), then for a valid row the normalisation (sinks, output scale:
+// row_finalize, times v_scale, the per-tensor v scale or 1) and the store of this thread's kDt
+// element pairs (with the optional fused hybrid add: store_output_vec). A row without keys stores
+// 0 (= output_value(0): output_scale > 0).
+template <typename T, typename Scales, int kDt>
+__device__ __forceinline__ void prefill_store_row(const AttentionParams& p, const PrefillItem& it,
+                                                  const PrefillRow& row, int r, int i, float m, float l,
+                                                  float v_scale, const float (&o)[kDt][4], int t4) {
+  constexpr float kLn2 = 0.6931471805599453f;
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  if (!row.valid) return;
+  // l = Σ 2^{t − m_ref}: natural-log reference point m_ref·ln 2 for row_finalize.
+  const float m_nat = m == kNegInf ? kNegInf : (m - Scales::kPShift) * kLn2;
+  RowScale f = row_finalize(p, row.head, m_nat, l);
+  f.acc_factor *= v_scale;
+  const int64_t token = it.query_start + it.item.token_begin + r / it.item.num_heads;
+  const int64_t out_row = token * p.o_stride_token + static_cast<int64_t>(row.head) * p.o_stride_head;
+#pragma unroll
+  for (int n = 0; n < kDt; ++n) {
+    const float pair[2] = {f.zero != 0.0f ? 0.0f : o[n][2 * i] * f.acc_factor,
+                           f.zero != 0.0f ? 0.0f : o[n][2 * i + 1] * f.acc_factor};
+    store_output_vec<T, 2>(p, out_row + 8 * n + 2 * t4, pair);
+  }
+}
+
+}  // namespace hybridtb::cuda
