@@ -187,16 +187,16 @@ __device__ __forceinline__ void prefill_mask(const AttentionParams& p, const Pre
   }
 }
 
-// One tile's online-softmax step for one m-tile (rows g, g + 8): the row max over the tile, the
-// rescale of l and O by 2^{m_old − m_new}, P = 2^{s − (m − shift)} (P ≤ 2^shift, shift = Scales::kPShift; the reference
-// point is 0 while no key is visible) rounded to T as the A operand of P·V — S n-tile n is k-step
-// n / 2, regs 0/1 (rows g / g + 8) for even n, 2/3 for odd — and l += ΣP. key_v: each key's v scale,
-// folded into P (per-token-head caches; 1 otherwise); ΣP stays unscaled.
+// One tile's online-softmax step for one m-tile (rows g, g + 8), in place and without O: the row
+// max over the tile, alpha = 2^{m_old − m_new} (0 while no key was visible), s ← P =
+// 2^{s − (m − shift)} in float32 (P ≤ 2^shift, shift = Scales::kPShift; the reference point is 0
+// while no key is visible), and l ← alpha·l + ΣP. O must still be multiplied by alpha
+// (prefill_rescale) and P rounded to the A operand of P·V (prefill_pack_p) before this tile's P·V
+// is added; the wgmma kernel does both once the previous tile's P·V has landed.
 // row_m: the running max of the base-2 logits; row_l: this thread's part of Σ 2^{t − (m − shift)}.
-template <typename T, typename Scales, int kNt, int kDt>
-__device__ __forceinline__ void prefill_softmax(const float (&s)[kNt][4], const float (&key_v)[kNt][2],
-                                                float (&row_m)[2], float (&row_l)[2], float (&o)[kDt][4],
-                                                uint32_t (&pa)[kNt / 2][4]) {
+template <typename Scales, int kNt>
+__device__ __forceinline__ void prefill_softmax_p(float (&s)[kNt][4], float (&row_m)[2], float (&row_l)[2],
+                                                  float (&alpha)[2]) {
   using mma::exp2_approx;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -207,23 +207,55 @@ __device__ __forceinline__ void prefill_softmax(const float (&s)[kNt][4], const 
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(row_m[i], mx);
     const float m_ref = m_new == kNegInf ? 0.0f : m_new - Scales::kPShift;
-    const float alpha = row_m[i] == kNegInf ? 0.0f : exp2_approx(row_m[i] - m_new);
+    alpha[i] = row_m[i] == kNegInf ? 0.0f : exp2_approx(row_m[i] - m_new);
     row_m[i] = m_new;
     float sum = 0.0f;
 #pragma unroll
     for (int n = 0; n < kNt; ++n) {
-      const float p0 = exp2_approx(s[n][2 * i] - m_ref);
-      const float p1 = exp2_approx(s[n][2 * i + 1] - m_ref);
-      sum += p0 + p1;
-      pa[n / 2][(n % 2) * 2 + i] = mma::Mma<T>::pack(p0 * key_v[n][0], p1 * key_v[n][1]);
+      s[n][2 * i] = exp2_approx(s[n][2 * i] - m_ref);
+      s[n][2 * i + 1] = exp2_approx(s[n][2 * i + 1] - m_ref);
+      sum += s[n][2 * i] + s[n][2 * i + 1];
     }
-    row_l[i] = row_l[i] * alpha + sum;
+    row_l[i] = row_l[i] * alpha[i] + sum;
+  }
+}
+
+// P (prefill_softmax_p) times each key's v scale (key_v: per-token-head caches; 1 otherwise; ΣP
+// stays unscaled) rounded to T as the A operand of P·V: S n-tile n is k-step n / 2, regs 0/1
+// (rows g / g + 8) for even n, 2/3 for odd.
+template <typename T, int kNt>
+__device__ __forceinline__ void prefill_pack_p(const float (&s)[kNt][4], const float (&key_v)[kNt][2],
+                                               uint32_t (&pa)[kNt / 2][4]) {
 #pragma unroll
-    for (int n = 0; n < kDt; ++n) {
-      o[n][2 * i] *= alpha;
-      o[n][2 * i + 1] *= alpha;
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int n = 0; n < kNt; ++n) {
+      pa[n / 2][(n % 2) * 2 + i] = mma::Mma<T>::pack(s[n][2 * i] * key_v[n][0], s[n][2 * i + 1] * key_v[n][1]);
     }
   }
+}
+
+// O's rows g (alpha[0]) and g + 8 (alpha[1]) moved to the new running max.
+template <int kDt>
+__device__ __forceinline__ void prefill_rescale(float (&o)[kDt][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int n = 0; n < kDt; ++n) {
+    o[n][0] *= alpha[0];
+    o[n][1] *= alpha[0];
+    o[n][2] *= alpha[1];
+    o[n][3] *= alpha[1];
+  }
+}
+
+// The whole online-softmax step of one m-tile: prefill_softmax_p (s becomes P), P packed into the
+// A operand, O rescaled.
+template <typename T, typename Scales, int kNt, int kDt>
+__device__ __forceinline__ void prefill_softmax(float (&s)[kNt][4], const float (&key_v)[kNt][2], float (&row_m)[2],
+                                                float (&row_l)[2], float (&o)[kDt][4], uint32_t (&pa)[kNt / 2][4]) {
+  float alpha[2];
+  prefill_softmax_p<Scales>(s, row_m, row_l, alpha);
+  prefill_pack_p<T>(s, key_v, pa);
+  prefill_rescale(o, alpha);
 }
 
 // The end of row i (g or g + 8) of one m-tile whose first row is r0: the quad's sum of l (fixed
