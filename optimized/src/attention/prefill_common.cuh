@@ -66,6 +66,13 @@ struct PrefillItem {
            key_needed(p, request, seq_len, pos_lo, pos_hi, item.causal_begin, item.causal_end, k);
   }
 
+  // Whether every key of [kt, kt + n) is read (key_read): inside the item's key range and the causal
+  // range every row sees. Most tiles of a long prefill are; their loads skip the per-key test.
+  __device__ __forceinline__ bool keys_all_read(int kt, int n) const {
+    return kt >= 0 && kt >= item.causal_begin && kt + n <= item.causal_end && kt + n <= item.key_end &&
+           kt + n <= seq_len;
+  }
+
   // Whether every key of tile `tile` of BN keys (keys kt = key_begin + tile·BN …) is visible to
   // every row of the item, so that the tile needs no mask (mm ranges only add visibility, so the
   // causal/window test decides).
@@ -104,11 +111,18 @@ __device__ __forceinline__ void load_prefill_q(const AttentionParams& p, const P
 // The K/V tile loader of a cache of the model dtype T (or the encoder's K/V): load() issues the
 // cp.async copies of the K and V rows of keys [kt, kt + BN) into ring stage `stage` (kStageBytes
 // apart), chunk c of key j at s_k / s_v + stage·kStageBytes + swz(j, c). Cache rows are addressed
-// through the block table; keys not read are zero-filled. kThreads threads take part.
+// through the block table; keys not read are zero-filled. kThreads threads take part: thread tid
+// copies chunk tid % kChunks of rows tid / kChunks + kRowsPerPass·i.
+//
+// A tile whose keys are all read (keys_all_read: most tiles of a long prefill) takes the fast path:
+// no per-key visibility test, and one division by the block size per thread and tile, the block
+// and slot of the following rows stepped from it. Other tiles test every key (key_read).
 template <typename T, int D, int BN, int kThreads, int kStageBytes>
 struct PrefillKvLoader {
   static constexpr int kChunks = D / 8;  // 16-byte chunks per row
-  static_assert((BN * kChunks) % kThreads == 0, "loader");
+  static constexpr int kRowsPerPass = kThreads / kChunks;
+  static constexpr int kPasses = BN / kRowsPerPass;
+  static_assert(kThreads % kChunks == 0 && BN % kRowsPerPass == 0, "loader: whole rows per pass");
   const T* kbase;
   const T* vbase;
 
@@ -119,11 +133,31 @@ struct PrefillKvLoader {
   template <typename Swizzle>
   __device__ __forceinline__ void load(const AttentionParams& p, const PrefillItem& it, int tid, int kt, uint32_t s_k,
                                        uint32_t s_v, int stage, Swizzle swz) const {
+    const int c = tid % kChunks;
+    const int j0 = tid / kChunks;
+    const uint32_t s_stage = static_cast<uint32_t>(stage * kStageBytes);
+    if (!p.encoder && it.keys_all_read(kt, BN)) {
+      const int32_t* table = p.block_table + static_cast<int64_t>(it.request) * p.block_table_stride;
+      const int64_t head_off = static_cast<int64_t>(it.kv_head) * p.cache_stride_head + c * 8;
+      int block = (kt + j0) / p.block_size;
+      int slot = kt + j0 - block * p.block_size;
 #pragma unroll
-    for (int i = 0; i < BN * kChunks / kThreads; ++i) {
-      const int idx = tid + i * kThreads;
-      const int j = idx / kChunks;
-      const int c = idx % kChunks;
+      for (int i = 0; i < kPasses; ++i) {
+        const int j = j0 + i * kRowsPerPass;
+        const int64_t koff = table[block] * p.cache_stride_block + slot * p.cache_stride_slot + head_off;
+        mma::cp_async_16(s_k + s_stage + swz(j, c), kbase + koff, true);
+        mma::cp_async_16(s_v + s_stage + swz(j, c), vbase + koff + p.cache_stride_half, true);
+        slot += kRowsPerPass;
+        while (slot >= p.block_size) {
+          slot -= p.block_size;
+          ++block;
+        }
+      }
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int j = j0 + i * kRowsPerPass;
       const int k = kt + j;
       const bool ok = it.key_read(p, kt, j);
       int64_t koff = 0;
@@ -137,9 +171,8 @@ struct PrefillKvLoader {
           voff = koff + p.cache_stride_half;
         }
       }
-      const uint32_t so = static_cast<uint32_t>(stage * kStageBytes) + swz(j, c);
-      mma::cp_async_16(s_k + so, kbase + koff + c * 8, ok);
-      mma::cp_async_16(s_v + so, vbase + voff + c * 8, ok);
+      mma::cp_async_16(s_k + s_stage + swz(j, c), kbase + koff + c * 8, ok);
+      mma::cp_async_16(s_v + s_stage + swz(j, c), vbase + voff + c * 8, ok);
     }
   }
 };
