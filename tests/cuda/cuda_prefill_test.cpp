@@ -82,12 +82,16 @@ std::vector<PrefillCase> cases() {
   add({.name = "Gqa12Window", .num_heads = 24, .num_kv_heads = 2, .head_size = 64, .requests = kWindowed,
        .window = 33});
   // Mixed batches with decodes (decodes on the decode path, the rest on the tensor cores), windows
-  // of 1 and 4096, block sizes 32/48, NaN in freed blocks (compact paging), aliased/shared blocks.
+  // of 1 and 4096, block sizes 32/48/80, NaN in freed blocks (compact paging), aliased/shared blocks.
   add({.name = "MixedBf16", .requests = kMixed});
   add({.name = "MixedFp16Head256Gqa8", .num_heads = 8, .num_kv_heads = 1, .head_size = 256, .block_size = 32,
        .dtype = DType::kFloat16, .requests = kMixed});
   add({.name = "MixedWindow1", .requests = kMixed, .window = 1});
   add({.name = "MixedBlock48Window64", .block_size = 48, .requests = kMixed, .window = 64});
+  // The K/V loaders step block and slot from one division per tile: blocks of a size that is no
+  // power of two, crossing tile boundaries.
+  add({.name = "ChunksBlock80", .block_size = 80, .requests = kChunks});
+  add({.name = "ChunksBlock80Head64", .head_size = 64, .block_size = 80, .requests = kChunks});
   add({.name = "FreedBlocksNaNCompact", .requests = {{3000, 1}, {2500, 200}, {900, 64}}, .window = 256,
        .compact = true});
   add({.name = "LongChunkWindow4096", .num_heads = 8, .num_kv_heads = 2, .requests = {{6000, 512}, {0, 700}},

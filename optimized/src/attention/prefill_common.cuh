@@ -66,6 +66,13 @@ struct PrefillItem {
            key_needed(p, request, seq_len, pos_lo, pos_hi, item.causal_begin, item.causal_end, k);
   }
 
+  // Whether every key of [kt, kt + n) is read (key_read): inside the item's key range and the causal
+  // range every row sees. Most tiles of a long prefill are; their loads skip the per-key test.
+  __device__ __forceinline__ bool keys_all_read(int kt, int n) const {
+    return kt >= 0 && kt >= item.causal_begin && kt + n <= item.causal_end && kt + n <= item.key_end &&
+           kt + n <= seq_len;
+  }
+
   // Whether every key of tile `tile` of BN keys (keys kt = key_begin + tile·BN …) is visible to
   // every row of the item, so that the tile needs no mask (mm ranges only add visibility, so the
   // causal/window test decides).
@@ -104,11 +111,18 @@ __device__ __forceinline__ void load_prefill_q(const AttentionParams& p, const P
 // The K/V tile loader of a cache of the model dtype T (or the encoder's K/V): load() issues the
 // cp.async copies of the K and V rows of keys [kt, kt + BN) into ring stage `stage` (kStageBytes
 // apart), chunk c of key j at s_k / s_v + stage·kStageBytes + swz(j, c). Cache rows are addressed
-// through the block table; keys not read are zero-filled. kThreads threads take part.
+// through the block table; keys not read are zero-filled. kThreads threads take part: thread tid
+// copies chunk tid % kChunks of rows tid / kChunks + kRowsPerPass·i.
+//
+// A tile whose keys are all read (keys_all_read: most tiles of a long prefill) takes the fast path:
+// no per-key visibility test, and one division by the block size per thread and tile, the block
+// and slot of the following rows stepped from it. Other tiles test every key (key_read).
 template <typename T, int D, int BN, int kThreads, int kStageBytes>
 struct PrefillKvLoader {
   static constexpr int kChunks = D / 8;  // 16-byte chunks per row
-  static_assert((BN * kChunks) % kThreads == 0, "loader");
+  static constexpr int kRowsPerPass = kThreads / kChunks;
+  static constexpr int kPasses = BN / kRowsPerPass;
+  static_assert(kThreads % kChunks == 0 && BN % kRowsPerPass == 0, "loader: whole rows per pass");
   const T* kbase;
   const T* vbase;
 
@@ -119,11 +133,31 @@ struct PrefillKvLoader {
   template <typename Swizzle>
   __device__ __forceinline__ void load(const AttentionParams& p, const PrefillItem& it, int tid, int kt, uint32_t s_k,
                                        uint32_t s_v, int stage, Swizzle swz) const {
+    const int c = tid % kChunks;
+    const int j0 = tid / kChunks;
+    const uint32_t s_stage = static_cast<uint32_t>(stage * kStageBytes);
+    if (!p.encoder && it.keys_all_read(kt, BN)) {
+      const int32_t* table = p.block_table + static_cast<int64_t>(it.request) * p.block_table_stride;
+      const int64_t head_off = static_cast<int64_t>(it.kv_head) * p.cache_stride_head + c * 8;
+      int block = (kt + j0) / p.block_size;
+      int slot = kt + j0 - block * p.block_size;
 #pragma unroll
-    for (int i = 0; i < BN * kChunks / kThreads; ++i) {
-      const int idx = tid + i * kThreads;
-      const int j = idx / kChunks;
-      const int c = idx % kChunks;
+      for (int i = 0; i < kPasses; ++i) {
+        const int j = j0 + i * kRowsPerPass;
+        const int64_t koff = table[block] * p.cache_stride_block + slot * p.cache_stride_slot + head_off;
+        mma::cp_async_16(s_k + s_stage + swz(j, c), kbase + koff, true);
+        mma::cp_async_16(s_v + s_stage + swz(j, c), vbase + koff + p.cache_stride_half, true);
+        slot += kRowsPerPass;
+        while (slot >= p.block_size) {
+          slot -= p.block_size;
+          ++block;
+        }
+      }
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < kPasses; ++i) {
+      const int j = j0 + i * kRowsPerPass;
       const int k = kt + j;
       const bool ok = it.key_read(p, kt, j);
       int64_t koff = 0;
@@ -137,9 +171,8 @@ struct PrefillKvLoader {
           voff = koff + p.cache_stride_half;
         }
       }
-      const uint32_t so = static_cast<uint32_t>(stage * kStageBytes) + swz(j, c);
-      mma::cp_async_16(s_k + so, kbase + koff + c * 8, ok);
-      mma::cp_async_16(s_v + so, vbase + voff + c * 8, ok);
+      mma::cp_async_16(s_k + s_stage + swz(j, c), kbase + koff + c * 8, ok);
+      mma::cp_async_16(s_v + s_stage + swz(j, c), vbase + voff + c * 8, ok);
     }
   }
 };
@@ -187,16 +220,16 @@ __device__ __forceinline__ void prefill_mask(const AttentionParams& p, const Pre
   }
 }
 
-// One tile's online-softmax step for one m-tile (rows g, g + 8): the row max over the tile, the
-// rescale of l and O by 2^{m_old − m_new}, P = 2^{s − (m − shift)} (P ≤ 2^shift, shift = Scales::kPShift; the reference
-// point is 0 while no key is visible) rounded to T as the A operand of P·V — S n-tile n is k-step
-// n / 2, regs 0/1 (rows g / g + 8) for even n, 2/3 for odd — and l += ΣP. key_v: each key's v scale,
-// folded into P (per-token-head caches; 1 otherwise); ΣP stays unscaled.
+// One tile's online-softmax step for one m-tile (rows g, g + 8), in place and without O: the row
+// max over the tile, alpha = 2^{m_old − m_new} (0 while no key was visible), s ← P =
+// 2^{s − (m − shift)} in float32 (P ≤ 2^shift, shift = Scales::kPShift; the reference point is 0
+// while no key is visible), and l ← alpha·l + ΣP. O must still be multiplied by alpha
+// (prefill_rescale) and P rounded to the A operand of P·V (prefill_pack_p) before this tile's P·V
+// is added; the wgmma kernel does both once the previous tile's P·V has landed.
 // row_m: the running max of the base-2 logits; row_l: this thread's part of Σ 2^{t − (m − shift)}.
-template <typename T, typename Scales, int kNt, int kDt>
-__device__ __forceinline__ void prefill_softmax(const float (&s)[kNt][4], const float (&key_v)[kNt][2],
-                                                float (&row_m)[2], float (&row_l)[2], float (&o)[kDt][4],
-                                                uint32_t (&pa)[kNt / 2][4]) {
+template <typename Scales, int kNt>
+__device__ __forceinline__ void prefill_softmax_p(float (&s)[kNt][4], float (&row_m)[2], float (&row_l)[2],
+                                                  float (&alpha)[2]) {
   using mma::exp2_approx;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -207,23 +240,55 @@ __device__ __forceinline__ void prefill_softmax(const float (&s)[kNt][4], const 
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(row_m[i], mx);
     const float m_ref = m_new == kNegInf ? 0.0f : m_new - Scales::kPShift;
-    const float alpha = row_m[i] == kNegInf ? 0.0f : exp2_approx(row_m[i] - m_new);
+    alpha[i] = row_m[i] == kNegInf ? 0.0f : exp2_approx(row_m[i] - m_new);
     row_m[i] = m_new;
     float sum = 0.0f;
 #pragma unroll
     for (int n = 0; n < kNt; ++n) {
-      const float p0 = exp2_approx(s[n][2 * i] - m_ref);
-      const float p1 = exp2_approx(s[n][2 * i + 1] - m_ref);
-      sum += p0 + p1;
-      pa[n / 2][(n % 2) * 2 + i] = mma::Mma<T>::pack(p0 * key_v[n][0], p1 * key_v[n][1]);
+      s[n][2 * i] = exp2_approx(s[n][2 * i] - m_ref);
+      s[n][2 * i + 1] = exp2_approx(s[n][2 * i + 1] - m_ref);
+      sum += s[n][2 * i] + s[n][2 * i + 1];
     }
-    row_l[i] = row_l[i] * alpha + sum;
+    row_l[i] = row_l[i] * alpha[i] + sum;
+  }
+}
+
+// P (prefill_softmax_p) times each key's v scale (key_v: per-token-head caches; 1 otherwise; ΣP
+// stays unscaled) rounded to T as the A operand of P·V: S n-tile n is k-step n / 2, regs 0/1
+// (rows g / g + 8) for even n, 2/3 for odd.
+template <typename T, int kNt>
+__device__ __forceinline__ void prefill_pack_p(const float (&s)[kNt][4], const float (&key_v)[kNt][2],
+                                               uint32_t (&pa)[kNt / 2][4]) {
 #pragma unroll
-    for (int n = 0; n < kDt; ++n) {
-      o[n][2 * i] *= alpha;
-      o[n][2 * i + 1] *= alpha;
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int n = 0; n < kNt; ++n) {
+      pa[n / 2][(n % 2) * 2 + i] = mma::Mma<T>::pack(s[n][2 * i] * key_v[n][0], s[n][2 * i + 1] * key_v[n][1]);
     }
   }
+}
+
+// O's rows g (alpha[0]) and g + 8 (alpha[1]) moved to the new running max.
+template <int kDt>
+__device__ __forceinline__ void prefill_rescale(float (&o)[kDt][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int n = 0; n < kDt; ++n) {
+    o[n][0] *= alpha[0];
+    o[n][1] *= alpha[0];
+    o[n][2] *= alpha[1];
+    o[n][3] *= alpha[1];
+  }
+}
+
+// The whole online-softmax step of one m-tile: prefill_softmax_p (s becomes P), P packed into the
+// A operand, O rescaled.
+template <typename T, typename Scales, int kNt, int kDt>
+__device__ __forceinline__ void prefill_softmax(float (&s)[kNt][4], const float (&key_v)[kNt][2], float (&row_m)[2],
+                                                float (&row_l)[2], float (&o)[kDt][4], uint32_t (&pa)[kNt / 2][4]) {
+  float alpha[2];
+  prefill_softmax_p<Scales>(s, row_m, row_l, alpha);
+  prefill_pack_p<T>(s, key_v, pa);
+  prefill_rescale(o, alpha);
 }
 
 // The end of row i (g or g + 8) of one m-tile whose first row is r0: the quad's sum of l (fixed

@@ -9,17 +9,21 @@
 // One CTA = one GenericItem of at most 128 (token, head) rows of one kv head (the GQA packing of
 // prefill_mma_kernel.cuh), two warpgroups of 64 rows each (256 threads). Q is staged once; K/V tiles
 // of 128 keys stream through a kWgmmaStages-deep cp.async ring, each key row addressed through the
-// block table, written in the 128-byte swizzle layout the descriptors read. Per tile and warpgroup:
-//   S [64 × 128] = Q·Kᵀ: 8 wgmma k-steps, A = Q and B = K both K-major from shared memory;
-//   logits, masks and the online softmax on the accumulator registers (the mma.sync C layout, so
-//     the per-element code is the mma.sync kernel's, shared in prefill_common.cuh: item rows, Q and
-//     K/V row addressing, full-tile test, masks, logits, softmax step, epilogue);
-//   O [64 × 128] += P·V: 8 wgmma k-steps, A = P from registers (S n-tiles 2k, 2k + 1 form the A
-//     fragment of k-step k), B = the V tile [key][d] read MN-major (transposed descriptor).
-// Each warpgroup waits for its own MMAs (wait_group 0) before touching the accumulators; the two
-// warpgroups run independently between the per-tile barriers, so one's softmax overlaps the
-// other's MMAs. Keys nobody in the CTA sees are never read (cp.async zero-fill); padding rows read
-// zeros and are never stored; no atomics, fixed reduction order: bitwise reproducible.
+// block table, written in the 128-byte swizzle layout the descriptors read. Per tile t and warpgroup:
+//   S [64 × 128] = Q·K_tᵀ: 8 wgmma k-steps, A = Q and B = K both K-major from shared memory;
+//   O [64 × 128] += P_{t−1}·V_{t−1}: 8 wgmma k-steps issued right behind S, A = the previous tile's
+//     P from registers (S n-tiles 2k, 2k + 1 form the A fragment of k-step k), B = its V tile
+//     [key][d] read MN-major (transposed descriptor);
+//   once S has landed (wait_group 1): logits, masks and the online softmax of tile t on the
+//     accumulator registers while the P·V still runs (the mma.sync C layout, so the per-element
+//     code is the mma.sync kernel's, shared in prefill_common.cuh: item rows, Q and K/V row
+//     addressing, full-tile test, masks, logits, softmax step, epilogue);
+//   once the P·V has landed (wait_group 0): O rescaled to tile t's running max.
+// The last tile's P·V follows the loop. The ring holds three tiles: K of t and V of t − 1 are read
+// while t + 1 loads. The two warpgroups run independently between the per-tile barriers, so one's
+// softmax also overlaps the other's MMAs. Keys nobody in the CTA sees are never read (cp.async
+// zero-fill); padding rows read zeros and are never stored; no atomics, fixed reduction order:
+// bitwise reproducible.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -36,7 +40,7 @@ namespace hybridtb::cuda {
 
 constexpr int kWgmmaWarpgroups = 2;
 constexpr int kWgmmaThreads = 128 * kWgmmaWarpgroups;
-constexpr int kWgmmaStages = 2;  // cp.async ring: one K/V tile in flight while the other is used
+constexpr int kWgmmaStages = 3;  // cp.async ring: tile t + 1 loads while K of t and V of t − 1 are read
 constexpr int kWgmmaHead = 128;  // the only head size
 
 // Q tile [128 rows][128], then the ring of kWgmmaStages × (K tile, V tile) [128 keys][128], each in
@@ -107,60 +111,87 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
 #pragma unroll
   for (int n = 0; n < kDt; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
-  const int num_tiles = (item.key_end - item.key_begin + BN - 1) / BN;
+  // O += P·V for one tile (V [key][d]: B MN-major; k-step kk = keys 16·kk …, 2048 bytes per step),
+  // issued and committed, not awaited. The caller's wgmma::fence() must precede it.
+  auto add_pv = [](float (&acc)[kDt][4], const uint32_t (&pv)[BN / 16][4], uint32_t sv) {
 #pragma unroll
-  for (int st = 0; st < kWgmmaStages - 1; ++st) {
-    if (st < num_tiles) load_tile(item.key_begin + st * BN, st);
-    cp_async_commit();
-  }
-
-  // Q of this warpgroup: rows 64·wg …; k-step kk = columns 16·kk … (slab kk / 4, 32 bytes per step).
-  const uint32_t q_rows = s_q + static_cast<uint32_t>(wg * 64 * 128);
-  for (int it = 0; it < num_tiles; ++it) {
-    cp_async_wait<kWgmmaStages - 2>();
-    wgmma::fence_proxy_async();
-    __syncthreads();  // tile `it` visible to all; both warpgroups are done with tile it − 1's stage
-    {
-      const int next = it + kWgmmaStages - 1;
-      if (next < num_tiles) load_tile(item.key_begin + next * BN, next % kWgmmaStages);
-      cp_async_commit();
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      Mmas::rs(acc, pv[kk], wgmma::sw128_desc(sv + static_cast<uint32_t>(kk * 16 * 128), BN * 128, 1024));
     }
-    const int stage = it % kWgmmaStages;
-    const int kt = item.key_begin + it * BN;
-    const uint32_t sk = s_k + static_cast<uint32_t>(stage * kTileBytes);
-    const uint32_t sv = s_v + static_cast<uint32_t>(stage * kTileBytes);
+    wgmma::commit();
+  };
 
-    // --- S = Q·Kᵀ ------------------------------------------------------------------------------------
-    float s[kNt][4];
+  const int num_tiles = (item.key_end - item.key_begin + BN - 1) / BN;
+  if (num_tiles > 0) load_tile(item.key_begin, 0);
+  cp_async_commit();
+  auto stage_of = [](int tile) { return static_cast<uint32_t>((tile % kWgmmaStages) * kTileBytes); };
+
+  // Tile `it` landed and visible to all; every warpgroup's P·V of tile it − 2 (issued in iteration
+  // it − 1 and awaited there) is done, so its stage may take tile it + 1, which starts loading.
+  auto arrive_at_tile = [&](int it) {
+    cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    __syncthreads();
+    if (it + 1 < num_tiles) load_tile(item.key_begin + (it + 1) * BN, (it + 1) % kWgmmaStages);
+    cp_async_commit();
+  };
+  // S = Q·K_itᵀ issued and committed, not awaited. Q of this warpgroup: rows 64·wg …; k-step kk =
+  // columns 16·kk … (slab kk / 4, 32 bytes per step).
+  const uint32_t q_rows = s_q + static_cast<uint32_t>(wg * 64 * 128);
+  auto issue_s = [&](float (&acc)[kNt][4], int it) {
 #pragma unroll
-    for (int n = 0; n < kNt; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;  // overwritten (k-step 0)
+    for (int n = 0; n < kNt; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;  // overwritten (k-step 0)
+    wgmma::pin(acc);  // defined before the fence, not between it and the MMAs
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t slab_q = static_cast<uint32_t>((kk / 4) * kRows * 128 + (kk % 4) * 32);
       const uint32_t slab_k = static_cast<uint32_t>((kk / 4) * BN * 128 + (kk % 4) * 32);
-      Mmas::ss(s, wgmma::sw128_desc(q_rows + slab_q, 16, 1024), wgmma::sw128_desc(sk + slab_k, 16, 1024), kk > 0);
+      Mmas::ss(acc, wgmma::sw128_desc(q_rows + slab_q, 16, 1024),
+               wgmma::sw128_desc(s_k + stage_of(it) + slab_k, 16, 1024), kk > 0);
     }
     wgmma::commit();
+  };
+  // Logits (base 2), masks (only where some key of the tile is hidden from some row) and the online
+  // softmax of tile `it` (rows g, g + 8; a quad of lanes shares a row): acc becomes P in float32.
+  auto softmax_tile = [&](float (&acc)[kNt][4], int it, float (&alpha)[2]) {
+    const int kt = item.key_begin + it * BN;
+    const bool full = work.tile_full<BN>(p, it);
+    prefill_logits<Plain>(p, work, acc, key_mul, rows, kt, t4);
+    if (!full) prefill_mask(p, work, acc, rows, kt, t4);
+    prefill_softmax_p<Scales>(acc, row_m, row_l, alpha);
+  };
+
+  // P of the latest tile whose softmax is done: the A operand of its P·V.
+  uint32_t pa[BN / 16][4];
+  if (num_tiles > 0) {  // tile 0: nothing to overlap yet; O is 0, so no rescale
+    arrive_at_tile(0);
+    float s[kNt][4];
+    issue_s(s, 0);
     wgmma::wait<0>();
     wgmma::pin(s);
-
-    // --- logits (base 2) and masks (only where some key of the tile is hidden from some row) ------
-    const bool full = work.tile_full<BN>(p, it);
-    prefill_logits<Plain>(p, work, s, key_mul, rows, kt, t4);
-    if (!full) prefill_mask(p, work, s, rows, kt, t4);
-
-    // --- online softmax (rows g, g + 8; a quad of lanes shares a row) --------------------------------
-    uint32_t pa[BN / 16][4];  // P as the register A operand of P·V, rounded to T
-    prefill_softmax<T, Scales>(s, key_v, row_m, row_l, o, pa);
-
-    // --- O += P·V (V [key][d]: B MN-major; k-step kk = keys 16·kk …, 2048 bytes per step) -------------
+    float alpha[2];
+    softmax_tile(s, 0, alpha);
+    prefill_pack_p<T>(s, key_v, pa);
+  }
+  for (int it = 1; it < num_tiles; ++it) {
+    arrive_at_tile(it);
+    float s[kNt][4];
+    issue_s(s, it);
+    add_pv(o, pa, s_v + stage_of(it - 1));  // behind S, under the same fence
+    wgmma::wait<1>();                       // S has landed; the P·V may still run
+    wgmma::pin(s);
+    float alpha[2];
+    softmax_tile(s, it, alpha);
+    wgmma::wait<0>();  // the P·V has landed: O and the A operand are free
+    wgmma::pin(o);
+    wgmma::pin(pa);
+    prefill_rescale(o, alpha);
+    prefill_pack_p<T>(s, key_v, pa);
+  }
+  if (num_tiles > 0) {  // the last tile's P·V
     wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      Mmas::rs(o, pa[kk], wgmma::sw128_desc(sv + static_cast<uint32_t>(kk * 16 * 128), BN * 128, 1024));
-    }
-    wgmma::commit();
+    add_pv(o, pa, s_v + stage_of(num_tiles - 1));
     wgmma::wait<0>();
     wgmma::pin(o);
   }

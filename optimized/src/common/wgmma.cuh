@@ -60,6 +60,16 @@ __device__ __forceinline__ void pin(float (&d)[16][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[n][e])::"memory");
   }
 }
+// The same for register A operands (P fragments of P·V): a write of them may not move above the
+// wait that ends the MMAs reading them.
+template <int K>
+__device__ __forceinline__ void pin(uint32_t (&a)[K][4]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[k][e])::"memory");
+  }
+}
 // Makes this thread's generic-proxy writes of shared memory (cp.async copies, stores) visible to
 // the async proxy that wgmma reads its shared operands through; then a barrier.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
