@@ -48,10 +48,15 @@ struct Options {
   std::string placement = "auto";  // tp: auto | host | devices
   int64_t time_runs = 0;           // tp: > 0 times the sharded and the unsharded step this many runs
   bool rank_files = false;         // tp: read the ranks from gen --tp's files beside each file
+  // parity / replay: BackendSettings::ssm_prefill_operands of the backends run ("float32" | "model").
+  std::string ssm_prefill_operands = "float32";
 };
 
-StepOutputs run_backend(const std::string& name, const BatchFile& file) {
-  auto backend = create_backend(name, BackendSettings{file.config, file.builder});
+StepOutputs run_backend(const std::string& name, const BatchFile& file,
+                        SsmPrefillOperands operands = SsmPrefillOperands::kFloat32) {
+  BackendSettings settings{file.config, file.builder};
+  settings.ssm_prefill_operands = operands;
+  auto backend = create_backend(name, settings);
   return run_step(*backend, file);
 }
 
@@ -178,9 +183,17 @@ int compare_files(const Options& opt, bool replay) {
       try {
         const std::vector<BatchFile> ranks =
             placed ? rank_files(path, file, opt.tp, opt.rank_files) : std::vector<BatchFile>{};
-        const StepOutputs candidate = placed ? run_sharded(file, ranks, *placed) : run_backend(opt.backend, file);
-        const StepOutputs expected = replay ? *file.expected : run_backend(opt.against, file);
+        const SsmPrefillOperands operands = parse_ssm_prefill_operands(opt.ssm_prefill_operands);
+        const StepOutputs candidate =
+            placed ? run_sharded(file, ranks, *placed) : run_backend(opt.backend, file, operands);
+        const StepOutputs expected = replay ? *file.expected : run_backend(opt.against, file, operands);
         CompareOptions options;
+        // 16-bit product operands (a 16-bit model with --ssm-prefill-operands model): the table's
+        // 16-bit-operand SSM row.
+        const DType model = file.config.dtype;
+        if (operands == SsmPrefillOperands::kModel && (model == DType::kFloat16 || model == DType::kBFloat16)) {
+          options.ssm_operand_dtype = model;
+        }
         options.check_expected_padding = !replay;
         // parity: both backends use the shared builders; tp: the ranks' metadata is theirs (their kv heads).
         options.compare_metadata = replay;
@@ -236,6 +249,15 @@ void add_common_options(CLI::App* cmd, Options& opt) {
   cmd->add_flag("--no-rationale", opt.no_rationale, "Omit the tolerance derivations after the table");
 }
 
+// parity and replay: BackendSettings::ssm_prefill_operands of the backends they run.
+void add_ssm_prefill_operands_option(CLI::App* cmd, Options& opt) {
+  cmd->add_option("--ssm-prefill-operands", opt.ssm_prefill_operands,
+                  "Operands of the SSM chunked-prefill products (cuda: Mamba-2): float32 (float32-accurate) or "
+                  "model (rounded to a 16-bit model dtype; compared with the tolerance table's 16-bit-operand row)")
+      ->check(CLI::IsMember({"float32", "model"}))
+      ->capture_default_str();
+}
+
 }  // namespace
 
 Command add_parity_command(CLI::App& app) {
@@ -243,6 +265,7 @@ Command add_parity_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "parity", "Run two backends on batch files and compare (exit 0 pass, 1 mismatch, 2 bad input)");
   add_common_options(cmd, *opt);
+  add_ssm_prefill_operands_option(cmd, *opt);
   cmd->add_option("--against", opt->against, "Backend giving the expected results")->capture_default_str();
   return {cmd, [opt] { return compare_files(*opt, false); }};
 }
@@ -252,6 +275,7 @@ Command add_replay_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "replay", "Run a backend on batch files and compare with their /expected (exit 0 pass, 1 mismatch, 2 bad input)");
   add_common_options(cmd, *opt);
+  add_ssm_prefill_operands_option(cmd, *opt);
   return {cmd, [opt] { return compare_files(*opt, true); }};
 }
 

@@ -5,6 +5,16 @@
 
 namespace hybridtb {
 
+std::string_view to_string(SsmPrefillOperands operands) {
+  return operands == SsmPrefillOperands::kModel ? "model" : "float32";
+}
+
+SsmPrefillOperands parse_ssm_prefill_operands(std::string_view text) {
+  if (text == "float32") return SsmPrefillOperands::kFloat32;
+  if (text == "model") return SsmPrefillOperands::kModel;
+  throw Error(detail::concat("ssm_prefill_operands '", text, "': expected float32 or model"));
+}
+
 std::unique_ptr<StepGraph> Backend::capture_decode_step(const HybridMetadata& /*metadata*/,
                                                         const BatchDescription& /*batch*/,
                                                         const StepTensors& /*tensors*/,

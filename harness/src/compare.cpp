@@ -318,6 +318,7 @@ ComparisonReport compare_step(const BatchFile& file, const StepOutputs& candidat
     // reference); its pools are still stored in their own dtype.
     const Tensor& probe = linear ? candidate.output : candidate.attn_output;
     key.compute_dtype = probe.empty() || probe.dtype() == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+    key.ssm_operand_dtype = options.ssm_operand_dtype;
     return key;
   };
   auto token_major = [&](const std::string& name, Quantity q, const TensorView& a, const TensorView& b,

@@ -166,10 +166,24 @@ Tolerance ssm_tolerance(const ParityKey& key, DType stored) {
   const double factor = kSsmChainRatio + kSsmMaxAbsInput * static_cast<double>(key.history_length);
   const double bound = gamma_n(DType::kFloat32, key.reduction_length + key.inner_length) * factor;
   const double u_store = unit_roundoff(stored);
-  return Tolerance{bound, bound + u_store,
-                   detail::concat("float32 SSM kernel vs float64: atol γ_{n+m}(float32)·(64 + 8N) = ", bound,
-                                  " [n=", key.reduction_length, " tokens, m=", key.inner_length, ", N=",
-                                  key.history_length, "], rtol += u(", to_string(stored), ") for the store")};
+  Tolerance t{bound, bound + u_store,
+              detail::concat("float32 SSM kernel vs float64: atol γ_{n+m}(float32)·(64 + 8N) = ", bound, " [n=",
+                             key.reduction_length, " tokens, m=", key.inner_length, ", N=", key.history_length,
+                             "], rtol += u(", to_string(stored), ") for the store")};
+  if (is_16bit_float(key.ssm_operand_dtype)) {
+    // 16-bit product operands (tolerance.h): ≤ 4 (states: 2) independent relative roundings of
+    // u_m per term, λ·u_m·2·‖terms‖₂ with ‖terms‖₂ ≤ √m (states: 2).
+    const double u_m = unit_roundoff(key.ssm_operand_dtype);
+    const bool state = key.quantity == Quantity::kSsmState;
+    const double e16 = state ? 2.0 * std::sqrt(2.0) * kParityLambda * u_m
+                             : 2.0 * kParityLambda * u_m * std::sqrt(static_cast<double>(key.inner_length));
+    t.atol += e16;
+    t.rationale += state ? detail::concat(" + e16 = 2√2·6·u_m = ", e16, " [state; product operands rounded to ",
+                                          to_string(key.ssm_operand_dtype), "]")
+                         : detail::concat(" + e16 = 2·6·u_m·√m = ", e16, " [product operands rounded to ",
+                                          to_string(key.ssm_operand_dtype), ", m=", key.inner_length, "]");
+  }
+  return t;
 }
 
 }  // namespace

@@ -39,7 +39,11 @@
 //   mamba2 prefill 8k — one fresh request of 8192 tokens at the Falcon-H1-7B sizes, the chunked SSD
 //       (launch_mamba2_prefill: cumsum, C·Bᵀ, chunk states, state passing, chunk scan; chunk 128); time
 //       and tokens/s, with perf-anchors.md §6.5's FLOP estimate T·Hs·(2·Q·(N + P) + 4·N·P) (Q = 128)
-//       against the FP32 FMA ceiling as context.
+//       against the FP32 FMA ceiling as context. Products in float32 (3xTF32, the default).
+//   mamba2 prefill 8k bf16 operands — the same with the chunk kernels' product operands rounded
+//       to bfloat16 (Mamba2Params::product_operands; BackendSettings::ssm_prefill_operands model
+//       with a bfloat16 model): one m16n8k16 per product with float32 accumulation, as vLLM's
+//       Triton SSD kernels.
 // Inputs are deterministic non-zero values (a hash fill; q and k normalised by one untimed
 // preparation before the decode cases, whose kernel reads them as prepared); every timing is the
 // median of CUDA-event samples after warm-up launches, with the state pool (and, for the GDN
@@ -518,21 +522,26 @@ int run(int argc, char** argv) {
     add_case(o);
   }
 
-  // --- Mamba-2 chunked prefill (one fresh request of 8k tokens; fp32 pool) ---
-  {
+  // --- Mamba-2 chunked prefill (one fresh request of 8k tokens; fp32 pool), with the products'
+  // operands in float32 (3xTF32, the default) and in bfloat16 (ssm_prefill_operands model with a
+  // bfloat16 model: Mamba2Params::product_operands) ---
+  for (const ElementKind operands : {ElementKind::kFloat32, ElementKind::kBFloat16}) {
     Buffers b;
     const Mamba2Shape s = kFalconH1;
     const int T = 8192;
     Mamba2Params p = make_mamba2(b, s, 1, T, ElementKind::kFloat32);
+    p.product_operands = operands;
+    const bool float32 = operands == ElementKind::kFloat32;
     const size_t pool_bytes = 2 * static_cast<size_t>(p.ssm_state.slot_size) * sizeof(float);
     const std::vector<Restore> restores{{p.ssm_state.data, b.saved(p.ssm_state.data, pool_bytes), pool_bytes}};
     const double ms = median_ms(10, 2, stream, restores, flush, [&] { launch_mamba2_prefill(p, stream); });
     const double flops = static_cast<double>(T) * s.Hs *
                          (2.0 * kMamba2ChunkTokens * (s.N + s.P) + 4.0 * s.N * s.P);
     Obj o;
-    o.str("name", "mamba2 prefill 8k")
+    o.str("name", float32 ? "mamba2 prefill 8k" : "mamba2 prefill 8k bf16 operands")
         .str("case", "mamba2_prefill")
         .str("shape", "Falcon-H1-7B: Hs 24, P 128, N 256, G 1")
+        .str("product_operands", float32 ? "float32 (3xTF32)" : "bf16 (m16n8k16, float32 accumulation)")
         .num("tokens", T)
         .num("chunk", kMamba2ChunkTokens)
         .num("median_us", ms * 1e3)

@@ -457,7 +457,8 @@ class CudaBackend final : public Backend {
     if (DecodeShapePlan* plan = graph_plan(batch)) return plan->ssm_forward(tensors, contribution);
     HYBRIDTB_CHECK(metadata.mamba.has_value(), "ssm_mode ", config.ssm_mode,
                    " needs the Mamba metadata, which encoder-only layers do not have");
-    ssm::ssm_forward(config, *metadata.mamba, batch, tensors, contribution, *device_->ssm);
+    ssm::ssm_forward(config, *metadata.mamba, batch, tensors, contribution, *device_->ssm,
+                     settings_.ssm_prefill_operands);
   }
 
   // HybridAttentionImpl.forward: the SSM branch first (so an unsupported or invalid SSM step is
@@ -508,7 +509,8 @@ class CudaBackend final : public Backend {
     if (DecodeShapePlan* plan = graph_plan(batch)) return plan->ssm_forward(tensors, output);
     HYBRIDTB_CHECK(metadata.mamba.has_value(), "layer_kind ", to_string(config.layer_kind),
                    " needs the Mamba metadata (its state slots)");
-    ssm::linear_attention_forward(config, *metadata.mamba, batch, tensors, output, *device_->ssm);
+    ssm::linear_attention_forward(config, *metadata.mamba, batch, tensors, output, *device_->ssm,
+                                  settings_.ssm_prefill_operands);
   }
 
   void* native_stream() override { return device_->stream; }

@@ -87,6 +87,25 @@ TEST(CompareCli, ParityOfTheReferenceAgainstItselfPasses) {
   EXPECT_THAT(out, HasSubstr("\n2 passed, 0 failed\n"));
 }
 
+// --ssm-prefill-operands takes float32 or model (BackendSettings::ssm_prefill_operands); the
+// reference ignores it (float64 everywhere, the float64 rows), anything else is a usage error.
+TEST(CompareCli, SsmPrefillOperandsIsASettingOfTheBackends) {
+  std::string out;
+  ASSERT_EQ(run_command(cli() + " parity --quiet --backend reference --ssm-prefill-operands model " +
+                            example("linear_mamba2_all_fp32.h5").string() + " " +
+                            example("hybrid_mamba1_bf16.h5").string(),
+                        &out),
+            0)
+      << out;
+  EXPECT_THAT(out, HasSubstr("\n2 passed, 0 failed\n"));
+  EXPECT_EQ(run_command(cli() + " parity --quiet --backend reference --ssm-prefill-operands bfloat16 " +
+                            example("linear_mamba2_all_fp32.h5").string(),
+                        &out),
+            2)
+      << out;
+  EXPECT_THAT(out, HasSubstr("--ssm-prefill-operands"));
+}
+
 TEST(CompareCli, TamperedExpectedFailsWithTheLocation) {
   if (testing::python_with_h5py().empty()) GTEST_SKIP() << "no python3 with h5py found at configure time";
   const fs::path dir = testing::scratch_dir();

@@ -127,6 +127,57 @@ TEST(ParityTolerance, TensorCorePrefillTermsIn16BitRows) {
   EXPECT_EQ(f32.rationale.find("e_P"), std::string::npos) << f32.rationale;
 }
 
+// The SSM row of a Mamba-2 prefill with 16-bit product operands (tolerance.h): the float32 row plus
+// e16 = 2·6·u_m·√m for the contribution, 2√2·6·u_m for the states; the float32-operand keys and
+// float64 candidates are unchanged; the added term is meaningful (well below O(1) values) where the
+// float32 row's chain factor at u_m would not be.
+TEST(ParityTolerance, SsmSixteenBitOperandRow) {
+  const int64_t n = 700;
+  const int64_t m = 128;
+  for (const DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+    SCOPED_TRACE(to_string(dtype));
+    const double u_m = unit_roundoff(dtype);
+    for (const Quantity q : {Quantity::kSsmOutput, Quantity::kSsmState}) {
+      SCOPED_TRACE(to_string(q));
+      const ParityKey f32 = key(q, dtype, KvCacheDtype::kAuto, n, m);
+      ParityKey f16 = f32;
+      f16.ssm_operand_dtype = dtype;
+      const Tolerance base = parity_tolerance(f32);
+      const Tolerance t = parity_tolerance(f16);
+      const double e16 = q == Quantity::kSsmState ? 2.0 * std::sqrt(2.0) * 6.0 * u_m
+                                                  : 2.0 * 6.0 * u_m * std::sqrt(static_cast<double>(m));
+      EXPECT_NEAR(t.atol, base.atol + e16, 1e-15);
+      EXPECT_DOUBLE_EQ(t.rtol, base.rtol);
+      EXPECT_NE(t.rationale.find("e16"), std::string::npos) << t.rationale;
+      EXPECT_EQ(base.rationale.find("e16"), std::string::npos) << base.rationale;
+      // float32 operands named explicitly: the float32 row.
+      ParityKey explicit32 = f32;
+      explicit32.ssm_operand_dtype = DType::kFloat32;
+      EXPECT_DOUBLE_EQ(parity_tolerance(explicit32).atol, base.atol);
+      // A float64 candidate keeps the float64 rows whatever the operand setting says.
+      ParityKey f64 = key(q, DType::kFloat64, KvCacheDtype::kAuto, n, m);
+      const double f64_atol = parity_tolerance(f64).atol;
+      f64.ssm_operand_dtype = dtype;
+      EXPECT_DOUBLE_EQ(parity_tolerance(f64).atol, f64_atol);
+      // Meaningful: the added term is bfloat16 0.53 and float16 0.066 for the contribution at
+      // m = 128 (O(1) data), where the float32 row's magnitude factor 64 + 8N times u_m exceeds 1.
+      EXPECT_LT(t.atol - base.atol, dtype == DType::kBFloat16 ? 0.6 : 0.075);
+      EXPECT_GT(u_m * (64.0 + 8.0 * static_cast<double>(n)), 1.0);
+    }
+    // Monotone in m for the contribution; the states' term does not depend on it.
+    ParityKey small = key(Quantity::kSsmOutput, dtype, KvCacheDtype::kAuto, n, 32);
+    ParityKey large = key(Quantity::kSsmOutput, dtype, KvCacheDtype::kAuto, n, 512);
+    small.ssm_operand_dtype = large.ssm_operand_dtype = dtype;
+    EXPECT_LT(parity_tolerance(small).atol, parity_tolerance(large).atol);
+  }
+  // bfloat16's row is looser than float16's (u 2^-8 against 2^-11).
+  ParityKey bf = key(Quantity::kSsmOutput, DType::kBFloat16, KvCacheDtype::kAuto, n, m);
+  ParityKey fp = key(Quantity::kSsmOutput, DType::kFloat16, KvCacheDtype::kAuto, n, m);
+  bf.ssm_operand_dtype = DType::kBFloat16;
+  fp.ssm_operand_dtype = DType::kFloat16;
+  EXPECT_GT(parity_tolerance(bf).atol, parity_tolerance(fp).atol);
+}
+
 TEST(ParityTolerance, KvCacheIsExact) {
   for (const DType dtype : kDtypesByRoundoff) {
     const Tolerance t = parity_tolerance(key(Quantity::kKvCache, dtype, KvCacheDtype::kFp8E4M3, 100));

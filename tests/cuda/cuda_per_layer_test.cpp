@@ -160,6 +160,47 @@ TEST_P(CudaLinearLayer, MatchesTheReferenceAndRepeatsBitForBit) {
 std::string linear_case_name(const ::testing::TestParamInfo<LinearCase>& param) { return param.param.name; }
 INSTANTIATE_TEST_SUITE_P(Cases, CudaLinearLayer, ::testing::ValuesIn(linear_cases()), linear_case_name);
 
+// Mamba-2 linear layers with a prefill, run with BackendSettings::ssm_prefill_operands model: the
+// layer's output is the SSD core's y itself (no norm or out_proj after it), within the tolerance
+// table's 16-bit-operand SSM row (the model dtype's; a float32 model keeps the float32 row and the
+// default setting's bits), and bitwise reproducible.
+std::vector<LinearCase> mamba2_prefill_cases() {
+  std::vector<LinearCase> selected;
+  for (const LinearCase& c : linear_cases()) {
+    if (c.kind == LayerKind::kMamba2 && !c.graph) selected.push_back(c);
+  }
+  return selected;
+}
+
+class CudaLinearMamba2ModelOperands : public CudaParamFixture<LinearCase> {};
+
+TEST_P(CudaLinearMamba2ModelOperands, MatchesTheReferenceWithinThe16BitRow) {
+  const LinearCase& c = GetParam();
+  const AttentionConfig config = linear_config(c.kind, c.cache, c.dtype, c.big);
+  SyntheticOptions options{.seed = c.seed, .padding_tokens = c.padding, .padding_requests = c.padding};
+  const BatchFile file = layer_file(config, BuilderConfig{}, c.requests, options, 0, c.seed + 100);
+  BackendSettings settings{file.config, file.builder};
+  settings.ssm_prefill_operands = SsmPrefillOperands::kModel;
+  auto backend = create_backend("cuda", settings);
+  const StepOutputs cuda = run_step(*backend, file);
+  const StepOutputs reference = run_on("reference", file);
+  const bool model16 = c.dtype == DType::kFloat16 || c.dtype == DType::kBFloat16;
+  CompareOptions compare;
+  compare.ssm_operand_dtype = model16 ? c.dtype : DType::kFloat32;
+  const ComparisonReport report = compare_step(file, cuda, reference, compare);
+  EXPECT_TRUE(report.passed()) << format_report_table({report});
+  const StepOutputs again = run_step(*backend, file);
+  EXPECT_TRUE(bitwise_equal(again.output, cuda.output)) << "a second run differs";
+  for (const auto& [name, pool] : cuda.ssm_state) EXPECT_TRUE(bitwise_equal(again.ssm_state.at(name), pool)) << name;
+  if (!model16) {
+    EXPECT_TRUE(bitwise_equal(run_on("cuda", file).output, cuda.output))
+        << "a float32 model's ssm_prefill_operands model differs from float32";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaLinearMamba2ModelOperands, ::testing::ValuesIn(mamba2_prefill_cases()),
+                         linear_case_name);
+
 // Mixed batch == each request alone, bit for bit: a request's output rows and state depend on nothing
 // else in the batch — whichever path runs it (in the mixed batch the eager wave driver; alone, a
 // decode takes the fixed decode step: the same sums in the same order).

@@ -321,6 +321,72 @@ TEST_P(CudaSsmTest, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaSsmTest, ::testing::ValuesIn(cases()), CaseName());
 
+// --- mamba2's chunked prefill with 16-bit product operands ---------------------------------------
+
+// The mamba2 cases of this file with a prefill (fresh, continued and long prefills, varlen batches,
+// initial states from the pools, block-boundary states of mamba_cache_mode all and align, grouped
+// B/C, partial and odd tiles): the CUDA-graph decode-only ones have no prefill to run. Three of
+// them also with a float16 model (float16 operands; the others are bfloat16 or float32 models).
+std::vector<CudaCase> mamba2_prefill_cases() {
+  std::vector<CudaCase> selected;
+  for (const CudaCase& c : cases()) {
+    if (c.ssm_mode != "mamba2" || c.decode_graph) continue;
+    selected.push_back(c);
+    if (c.name == "Mamba2Heads8MixedAllBf16" || c.name == "Mamba2Head64State128LongAllBf16Pools" ||
+        c.name == "Mamba2State256MixedAllBf16") {
+      CudaCase fp16 = c;
+      fp16.name += "Fp16Model";
+      fp16.dtype = DType::kFloat16;
+      selected.push_back(fp16);
+    }
+  }
+  return selected;
+}
+
+// The product operands the backend runs with ssm_prefill_operands model: the model dtype when it is
+// 16-bit, else float32 (mamba2.cpp).
+DType model_operands(const AttentionConfig& config) {
+  return config.dtype == DType::kFloat16 || config.dtype == DType::kBFloat16 ? config.dtype : DType::kFloat32;
+}
+
+class CudaSsmModelOperands : public CudaParamFixture<CudaCase> {};
+
+// BackendSettings::ssm_prefill_operands model against the reference, within the table's
+// 16-bit-operand SSM row (contribution, fused output, every pool), padding and untouched slots
+// as the float32 path, bitwise reproducible; a float32 model runs the float32 products (the same
+// bits as the default setting).
+TEST_P(CudaSsmModelOperands, MatchesReferenceWithinThe16BitRow) {
+  const BatchFile step = make_step(GetParam());
+  BackendSettings settings{step.config, step.builder};
+  auto reference = create_backend("reference", settings);
+  settings.ssm_prefill_operands = SsmPrefillOperands::kModel;
+  auto cuda = create_backend("cuda", settings);
+  const StepOutputs expected = run_step(*reference, step);
+  const StepOutputs actual = run_step(*cuda, step);
+  CompareOptions options;
+  options.ssm_operand_dtype = model_operands(step.config);
+  const ComparisonReport report = compare_step(step, actual, expected, options);
+  EXPECT_TRUE(report.passed()) << report_text(report);
+  for (const QuantityReport& q : report.quantities) {
+    EXPECT_EQ(q.padding_written, 0) << q.name << ": padding rows written";
+    EXPECT_EQ(q.untouched_written, 0) << q.name << ": a slot no request names was written";
+  }
+  expect_untouched_slots(step.inputs.ssm_state, expected.ssm_state, actual.ssm_state);
+  const StepOutputs again = run_step(*cuda, step);
+  EXPECT_TRUE(bitwise_equal(actual.ssm_output, again.ssm_output)) << "ssm_output differs between two runs";
+  for (const auto& [name, pool] : actual.ssm_state) {
+    EXPECT_TRUE(bitwise_equal(pool, again.ssm_state.at(name))) << "pool " << name << " differs between two runs";
+  }
+  if (model_operands(step.config) == DType::kFloat32) {
+    auto default_cuda = create_backend("cuda", BackendSettings{step.config, step.builder});
+    const StepOutputs float32 = run_step(*default_cuda, step);
+    EXPECT_TRUE(bitwise_equal(actual.ssm_output, float32.ssm_output))
+        << "a float32 model's ssm_prefill_operands model differs from float32";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Mamba2, CudaSsmModelOperands, ::testing::ValuesIn(mamba2_prefill_cases()), CaseName());
+
 // --- chunked prefill == one-shot prefill, on the GPU ---------------------------------------------
 
 // Rows [begin, end) of a [T, Hq, D] tensor.
@@ -333,10 +399,13 @@ Tensor rows_of(const Tensor& t, int64_t begin, int64_t end) {
 
 // One request of L tokens as one fresh prefill, and as a fresh chunk of `split` tokens followed by
 // a continued chunk of the rest (same query rows, same slot, the second step starting from the
-// pools the first left). The contributions and the final state agree within twice the float32
-// row of the tolerance table (each run is within that row of the exact value).
-void expect_chunked_equals_one_shot(const std::string& mode, int64_t length, int64_t split, MambaCacheMode cache) {
-  CudaCase c = ssm_case({.name = "chunked", .ssm_mode = mode, .cache = cache, .dtype = DType::kFloat32});
+// pools the first left). The contributions and the final state agree within twice the row of the
+// tolerance table (each run is within that row of the exact value): the float32 row, or for
+// ssm_prefill_operands model with a 16-bit model dtype the 16-bit-operand row.
+void expect_chunked_equals_one_shot(const std::string& mode, int64_t length, int64_t split, MambaCacheMode cache,
+                                    DType dtype = DType::kFloat32,
+                                    SsmPrefillOperands operands = SsmPrefillOperands::kFloat32) {
+  CudaCase c = ssm_case({.name = "chunked", .ssm_mode = mode, .cache = cache, .dtype = dtype});
   if (mode == "mamba1") c.ssm_params = kMamba1Big;
   const AttentionConfig config = make_config(c);
   SyntheticOptions options;
@@ -355,7 +424,9 @@ void expect_chunked_equals_one_shot(const std::string& mode, int64_t length, int
   whole.inputs.weights = tensors.weights;
   first.inputs.ssm_state = tensors.ssm_state;
   first.inputs.weights = tensors.weights;
-  auto cuda = create_backend("cuda", {config, {}});
+  BackendSettings settings{config, {}};
+  settings.ssm_prefill_operands = operands;
+  auto cuda = create_backend("cuda", settings);
   const StepOutputs one_shot = run_step(*cuda, whole);
   const StepOutputs a = run_step(*cuda, first);
   second.inputs.ssm_state = a.ssm_state;
@@ -363,9 +434,15 @@ void expect_chunked_equals_one_shot(const std::string& mode, int64_t length, int
   const StepOutputs b = run_step(*cuda, second);
 
   const auto twice = [](Tolerance t) {
-    return Tolerance{2 * t.atol, 2 * t.rtol, "2 × (" + t.rationale + "): two float32 runs, each within the row"};
+    return Tolerance{2 * t.atol, 2 * t.rtol, "2 × (" + t.rationale + "): two runs, each within the row"};
   };
-  const Tolerance out_tol = twice(parity_tolerance(parity_key(whole, Quantity::kSsmOutput, DType::kFloat32)));
+  const DType operand_dtype = operands == SsmPrefillOperands::kModel ? model_operands(config) : DType::kFloat32;
+  const auto row_tolerance = [&](Quantity q, DType stored) {
+    ParityKey key = parity_key(whole, q, stored);
+    key.ssm_operand_dtype = operand_dtype;
+    return twice(parity_tolerance(key));
+  };
+  const Tolerance out_tol = row_tolerance(Quantity::kSsmOutput, one_shot.ssm_output.dtype());
   const int64_t width = config.num_heads * config.head_size;
   for (int64_t t = 0; t < length; ++t) {
     const Tensor& part = t < split ? a.ssm_output : b.ssm_output;
@@ -378,7 +455,7 @@ void expect_chunked_equals_one_shot(const std::string& mode, int64_t length, int
     }
   }
   for (const auto& [name, pool] : one_shot.ssm_state) {
-    const Tolerance tol = twice(parity_tolerance(parity_key(whole, Quantity::kSsmState, pool.dtype())));
+    const Tolerance tol = row_tolerance(Quantity::kSsmState, pool.dtype());
     const Tensor& chunked = b.ssm_state.at(name);
     for (int64_t i = 0; i < pool.numel(); ++i) {
       const double x = load_as_double(chunked.data(), chunked.dtype(), i);
@@ -397,6 +474,20 @@ TEST(CudaSsm, ChunkedPrefillEqualsOneShot) {
       expect_chunked_equals_one_shot(mode, 400, 1, cache);
       expect_chunked_equals_one_shot(mode, 400, 37, cache);
       expect_chunked_equals_one_shot(mode, 400, 256, cache);
+    }
+  }
+}
+
+// The same with mamba2's 16-bit product operands (ssm_prefill_operands model), bfloat16 and float16
+// models: splits inside a chunk, at a chunk's end and across several.
+TEST(CudaSsm, ChunkedPrefillEqualsOneShotWith16BitOperands) {
+  HYBRIDTB_SKIP_WITHOUT_CUDA();
+  for (const DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (const MambaCacheMode cache : {MambaCacheMode::kNone, MambaCacheMode::kAll}) {
+      SCOPED_TRACE(std::string(to_string(dtype)) + " cache " + std::string(to_string(cache)));
+      for (const int64_t split : {1, 37, 128, 256}) {
+        expect_chunked_equals_one_shot("mamba2", 400, split, cache, dtype, SsmPrefillOperands::kModel);
+      }
     }
   }
 }

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hybridtb/batch.h"
@@ -154,6 +155,16 @@ class Backend {
   virtual void init_replay_metadata(const HybridMetadata& metadata, const BatchDescription& batch);
 };
 
+// The operands of the SSM branch's chunked-prefill products (BackendSettings::ssm_prefill_operands).
+enum class SsmPrefillOperands : uint8_t {
+  kFloat32,  // float32 operands, float32-accurate products (the cuda backend: 3xTF32 on the tensor cores)
+  kModel,    // operands rounded to the model dtype (float16 / bfloat16), one 16-bit product, float32 sums
+};
+// "float32" / "model".
+std::string_view to_string(SsmPrefillOperands operands);
+// Parses "float32" / "model"; throws Error naming the setting and the accepted values otherwise.
+SsmPrefillOperands parse_ssm_prefill_operands(std::string_view text);
+
 struct BackendSettings {
   AttentionConfig attention;
   BuilderConfig builder;
@@ -172,6 +183,14 @@ struct BackendSettings {
   // −1 the head size's default, 3 the Hopper wgmma kernel, …; for comparing them). The reference
   // ignores it.
   int prefill_variant = -1;
+  // cuda: the operands of Mamba-2's chunked SSD prefill products (C·Bᵀ, chunk states, chunk scan).
+  // kFloat32 (the default): float32 operands in 3xTF32, float32-accurate (the float32 SSM row of the
+  // tolerance table). kModel: operands rounded to the model dtype and multiplied once in 16 bits with
+  // float32 accumulation, as vLLM's Triton SSD kernels (about a third of the tensor-core work); its
+  // results are within the table's 16-bit-operand SSM row (ParityKey::ssm_operand_dtype), not the
+  // float32 one. A float32 model keeps float32 operands either way. Other SSM modes and the
+  // reference ignore it.
+  SsmPrefillOperands ssm_prefill_operands = SsmPrefillOperands::kFloat32;
 };
 
 // Backends by name ("reference", later "cuda"). Registration is explicit (see

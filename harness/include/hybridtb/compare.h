@@ -90,6 +90,11 @@ struct CompareOptions {
   // semantics by tests/builders), so two backends run here agree by construction and the row says
   // "shared". On for replay, against the metadata a file recorded.
   bool compare_metadata = true;
+  // The dtype the candidate's SSM prefill product operands were rounded to (ParityKey::
+  // ssm_operand_dtype): float32, or the model dtype for a cuda backend run with
+  // BackendSettings::ssm_prefill_operands model (the SSM quantities then take the table's
+  // 16-bit-operand row).
+  DType ssm_operand_dtype = DType::kFloat32;
 };
 
 // The reduction lengths the tolerance rows need, from the batch (tolerance.h, ParityKey).

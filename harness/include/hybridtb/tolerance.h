@@ -131,6 +131,40 @@ Tolerance tolerance_for(ToleranceCase which, int64_t reduction_length, int64_t i
 // specs' initialisation) and 8·N the magnitude of a running-sum state after N = max seq_len tokens
 // of |x| < 8; rtol adds u_out (contribution stored in the output dtype) or u_pool (state stored in
 // the pool's dtype). A mode with a larger magnitude ratio needs its own row.
+// SSM contribution and pools of a Mamba-2 chunked prefill with 16-bit operands (the cuda backend's
+// BackendSettings::ssm_prefill_operands model; ParityKey::ssm_operand_dtype = the model dtype, u_m
+// its unit roundoff): the float32 row above (the float32 sums, decays and chain are unchanged) plus
+//   e16 = 2λ·u_m·√m        (contribution: a linear layer's y, or the branch's after norm and out_proj)
+//   e16 = 2√2·λ·u_m        (states)
+// with λ = 6 (the probabilistic model of Higham & Mary 2019, as e_KV). Each product's operands are
+// rounded once to the model dtype before a float32-accumulated product (x, B, C; the decayed
+// weights M = C·Bᵀ∘exp(Λ_t − Λ_s)·Δ_s, the weighted x of the chunk states, the state entering a
+// chunk), so each term of an output's expansion
+//   y_t[p] = Σ_{n, s ≤ t} C_t[n]·B_s[n]·w_ts·x_s[p] + Σ_n C_t[n]·e^{Λ_t}·H[p, n],  w_ts = e^{Λ_t − Λ_s}·Δ_s
+// carries ≤ 4 relative roundings of ≤ u_m (C and B in C·Bᵀ, M, x; or w·x and B in the chunk state,
+// the entering state and C in C·H), and each term w_ts·x_s[p]·B_s[n] of a state ≤ 2. Modelled as
+// independent and mean zero, the roundings' effect is, with probability ≥ 1 − 2e^{−λ²/2}
+// (Hoeffding), ≤ λ·u_m·‖coefficients‖₂ ≤ λ·u_m·√4·‖terms‖₂: relative per term, not growing with
+// the reduction length (≤ L = 128 tokens of a chunk, N or P: the sums themselves are float32, their
+// error is the float32 row's), and an error made in a chunk's state is passed on by decays ≤ 1,
+// never amplified. Magnitudes: grouped by rounded value (C_t[n] is shared by all s, its coefficient
+// is C_t[n] times the state's element), ‖terms of y_t[p]‖₂ = √N·rms_n(C_t[n]·S[p, n]) (S: the
+// state, its x·B part and the entering one). We assume rms_n(C_t[n]·S[p, n]) ≤ r_C·r_S ≤ 1 (r_C,
+// r_S: the rms of a row of C and of a state row, independent data) and N ≤ m (m = the key's inner
+// length, the largest dimension, ≥ the state size). The generated data satisfy it: C = silu(conv)
+// of unit-variance conv outputs has rms ≈ 0.6; the initial states are standard normal (rms 1,
+// decayed by ≤ 1); the x·B part of a state is a decay-weighted sum of rms(x·B) ≈ 0.36 terms with
+// Σ_s w_ts ≤ 1/|A| + max Δ (w_ts ≤ (1 + |A|·Δ_s)·∫ over Δ_s of e^{−|A|τ}) ≤ 3 (A ≤ −1 as A_log ≥ 0;
+// Δ = softplus(dt + dt_bias) < 2 for dt_bias < −2.25 and |dt| < 4), so its rms is
+// ≤ 0.36·√(max w·Σ_s w) ≤ 0.9 and r_C·r_S ≤ 0.6·√(1 + 0.9²) ≈ 0.8. The branch's gated RMSNorm
+// divides each group by its rms, so y's error enters relative to y's rms (2λ·u_m·√N·r_C·r_S over
+// y's rms √N·r_C·r_S), and out_proj's rows have unit norm (normal(0, 1/√d_ssm)), which keeps that
+// relative error on an O(1) contribution: within the same 2λ·u_m·√m. A state element is a sum
+// over s alone: ‖(w_ts·x_s[p]·B_s[n])_s‖₂ ≤ 0.36·√(max w·Σ_s w) ≤ 1, taken as 2 for the peaks of
+// single tokens: 2·√2·λ·u_m. (A deterministic worst case, 4u_m·Σ|terms| with Σ|terms| ≈
+// N·E|C|·E|state| ≈ N/2, would be ≈ 1 for bfloat16 at N = 128, and the float32 row's magnitude
+// factor (64 + 8N) times u_m is ≥ 1 for any N at u_m = 2^-8: both vacuous.)
+// rtol as the float32 row (the store).
 // Fused output: attention row + SSM row (o = a + s, then one store: rtol = u_out + SSM rtol).
 // KV cache and per-token-head scale caches: bit-exact (tolerance 0): the write is a deterministic
 // quantisation (reshape_and_cache_flash) that every correct backend reproduces exactly.
@@ -154,6 +188,10 @@ struct ParityKey {
   int64_t reduction_length = 1;  // attention: max seq_len + 1 (a sink); SSM: max query_len (tokens scanned)
   int64_t inner_length = 1;      // attention: head size; SSM: m = largest dimension of H, pools, weights
   int64_t history_length = 0;    // SSM: max seq_len (tokens summarised by a state)
+  // SSM: the dtype the chunked prefill's product operands are rounded to: float32 (float32-accurate
+  // products, the float32 row) or the 16-bit model dtype (ssm_prefill_operands model: the
+  // 16-bit-operand row above). Ignored for float64 candidates and for attention quantities.
+  DType ssm_operand_dtype = DType::kFloat32;
 };
 Tolerance parity_tolerance(const ParityKey& key);
 // The fused output of a layer with an SSM branch: the attention row plus the SSM row (atol and rtol

@@ -1,9 +1,13 @@
-// One warp's float32-accurate product on the tensor cores, for the SSM prefills (GDN, Mamba-2) whose
-// tolerances assume float32 products: 3xTF32 (mma.cuh: each float32 operand split into TF32 hi + lo,
-// the products lo·hi + hi·lo + hi·hi, float32 accumulation), with both operands in shared memory.
+// One warp's product on the tensor cores for the SSM prefills (GDN, Mamba-2), both operands float32
+// in shared memory: float32-accurate in 3xTF32 (mma.cuh: each float32 operand split into TF32 hi +
+// lo, the products lo·hi + hi·lo + hi·hi, float32 accumulation), for the tolerances that assume
+// float32 products; or with the operands rounded to float16 / bfloat16 and one m16n8k16 product per
+// 16 of k (float32 accumulation), as vLLM's Triton SSD kernels multiply model-dtype operands.
+// warp_mma<T> picks one by the operand type, so one kernel body serves both.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/mma.cuh"
 
@@ -45,6 +49,53 @@ __device__ __forceinline__ void warp_mma_3xtf32(float (&c)[kTiles][4], const flo
   for (int j = 0; j < kTiles; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) c[j][e] += small[j][e];
+  }
+}
+
+// C[16, 8·kTiles] += X·Yᵀ as warp_mma_3xtf32 (same operands, strides and ksteps in units of 8 of
+// k), with X and Y rounded to T (__half or __nv_bfloat16, round to nearest even) as they are read
+// and one mma.sync m16n8k16 per 16 of k (float32 accumulation). k runs to 8·ksteps rounded up to
+// 16: both operands must read as zeros in [8·ksteps, 16·⌈ksteps/2⌉) (the SSM tiles are zero past
+// their k extent up to a multiple of 16). The mma's k slots are a permutation of the staged k, the
+// same for X and Y (a sum over k does not depend on which slot a product takes): lane t's slot
+// pairs (2t, 2t + 1) and (2t + 8, 2t + 9) hold k = (t, t + 4) and (t + 8, t + 12) of the 16, so a
+// lane reads exactly the elements (and shared-memory banks) of two 3xTF32 k-steps: the strides
+// chosen conflict-free for those stay conflict-free.
+template <typename T, int kTiles, int kXm, int kXk, int kYn, int kYk>
+__device__ __forceinline__ void warp_mma_16bit(float (&c)[kTiles][4], const float* x, const float* y, int ksteps,
+                                               int tiles = kTiles) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const float* xg = x + (lane / 4) * kXm + (lane % 4) * kXk;
+  const float* yg = y + (lane / 4) * kYn + (lane % 4) * kYk;
+  const int steps16 = (ksteps + 1) / 2;
+#pragma unroll 2
+  for (int s = 0; s < steps16; ++s) {
+    const int k = 16 * s;
+    uint32_t a[4];
+    a[0] = Mma<T>::pack(xg[k * kXk], xg[(k + 4) * kXk]);
+    a[1] = Mma<T>::pack(xg[8 * kXm + k * kXk], xg[8 * kXm + (k + 4) * kXk]);
+    a[2] = Mma<T>::pack(xg[(k + 8) * kXk], xg[(k + 12) * kXk]);
+    a[3] = Mma<T>::pack(xg[8 * kXm + (k + 8) * kXk], xg[8 * kXm + (k + 12) * kXk]);
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      if (j >= tiles) continue;
+      const float* yj = yg + 8 * j * kYn;
+      const uint32_t b0 = Mma<T>::pack(yj[k * kYk], yj[(k + 4) * kYk]);
+      const uint32_t b1 = Mma<T>::pack(yj[(k + 8) * kYk], yj[(k + 12) * kYk]);
+      Mma<T>::run(c[j], a, b0, b1);
+    }
+  }
+}
+
+// The product with operands of type T: float → 3xTF32 (float32-accurate), __half / __nv_bfloat16 →
+// rounded to T, one m16n8k16 per 16 of k (warp_mma_16bit's zero padding of k applies).
+template <typename T, int kTiles, int kXm, int kXk, int kYn, int kYk>
+__device__ __forceinline__ void warp_mma(float (&c)[kTiles][4], const float* x, const float* y, int ksteps,
+                                         int tiles = kTiles) {
+  if constexpr (std::is_same_v<T, float>) {
+    warp_mma_3xtf32<kTiles, kXm, kXk, kYn, kYk>(c, x, y, ksteps, tiles);
+  } else {
+    warp_mma_16bit<T, kTiles, kXm, kXk, kYn, kYk>(c, x, y, ksteps, tiles);
   }
 }
 

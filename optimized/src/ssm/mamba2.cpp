@@ -14,7 +14,8 @@
 // decode step (ssm_gpu_mode.h) runs the same GEMMs over all T padded rows, and for its one wave of R
 // entries the single-token conv update and the decode update straight from the request table: no
 // uploads, grids from the shape only. Every intermediate stays float32 (the reference rounds
-// nothing either).
+// nothing either); with BackendSettings::ssm_prefill_operands model and a 16-bit model, the chunked
+// prefill's product operands are rounded to the model dtype (mamba2_kernels.h, product_operands).
 // A Mamba-2 layer of a per-layer model (layer_kind mamba2) runs the core alone on the layer's own
 // xBC and dt (linear_forward).
 #include <algorithm>
@@ -202,6 +203,12 @@ class Mamba2GpuMode final : public GpuMode {
     base.A_log = step.weight_ref("A_log");
     base.D = step.weight_ref("D");
     base.ssm_state = step.pools.at("ssm_state");
+    // ssm_prefill_operands model: the chunk kernels' operands in the model dtype when it is 16-bit
+    // (a float32 model's operands are float32 already: 3xTF32).
+    if (step.prefill_operands == SsmPrefillOperands::kModel) {
+      if (step.config->dtype == DType::kFloat16) base.product_operands = ElementKind::kFloat16;
+      if (step.config->dtype == DType::kBFloat16) base.product_operands = ElementKind::kBFloat16;
+    }
 
     if (step.fixed) {
       // One wave of R entries, each empty or one decode token: both updates read and write the

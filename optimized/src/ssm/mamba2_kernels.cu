@@ -12,13 +12,23 @@
 //                                                                       chunk_scan_kernel
 // The chunk kernels' products — C·Bᵀ over N (once per chunk and group, shared by the group's heads
 // and P tiles), (decay·Δ·x)ᵀ·B over the chunk's tokens (chunk state), C·Hᵀ over N and
-// (C·Bᵀ ∘ decay)·x over the chunk's tokens (chunk scan) — run on the tensor cores in
-// 3xTF32 (mma.cuh: each float32 operand split into TF32 hi + lo, three m16n8k8 products with
-// float32 accumulation: float32-level accuracy, the float32 SSM row of the tolerance table holds).
+// (C·Bᵀ ∘ decay)·x over the chunk's tokens (chunk scan) — run on the tensor cores with operands of
+// one of two kinds (Mamba2Params::product_operands, a template parameter of the three kernels: one
+// body each, common/warp_mma_3xtf32.cuh's warp_mma picks the product):
+//  - float32 (the default): 3xTF32 (mma.cuh: each float32 operand split into TF32 hi + lo, three
+//    m16n8k8 products with float32 accumulation): float32-level accuracy, the float32 SSM row of
+//    the tolerance table holds;
+//  - the model dtype (float16 / bfloat16), as vLLM's Triton SSD kernels: each operand rounded once
+//    (x, B, C as the model's activations are; the float32 intermediates — the decayed C·Bᵀ weights
+//    M, the weighted x of the chunk states, the state entering a chunk — rounded before the
+//    product, as vLLM casts them), one m16n8k16 product per 16 of k with float32 accumulation: a
+//    third of the tensor-core work and no hi/lo split; the 16-bit-operand SSM row of the tolerance
+//    table holds. The staging, the decays and every sum stay float32.
 // There is one path for every size: the operands are staged in shared memory as tiles of 64 rows
 // (of a chunk's tokens, P or N: a chunk is one or more 64-row t tiles) with zeros past the chunk's
-// tokens, P and N (the k extent rounded up to 8), so partial tiles and odd P or N (5, 6, …) only
-// cost padded work; 16-byte cp.async where the rows allow it, 4-byte otherwise.
+// tokens, P and N (the k extent rounded up to 8, to 16 for 16-bit operands: every staged k extent
+// is a multiple of 16), so partial tiles and odd P or N (5, 6, …) only cost padded work; 16-byte
+// cp.async where the rows allow it, 4-byte otherwise.
 // The decays, Δ, Λ, the masks, the state passing and the epilogues stay float32 on the CUDA cores.
 // Chunks never straddle a block boundary (the host ends a chunk after each boundary row), so the
 // state passing stores the boundary states between chunks. Λ is computed once per chunk and head
@@ -51,7 +61,7 @@ namespace {
 
 using mma::frag_col;
 using mma::frag_row;
-using mma::warp_mma_3xtf32;
+using mma::warp_mma;
 
 constexpr int kQ = kMamba2ChunkTokens;  // tokens per chunk (the chunk kernels' s extent)
 constexpr int kTile = 64;               // P, N and t tile of the chunk kernels
@@ -68,6 +78,25 @@ constexpr int kColMajor64 = kTile + 8;   // 72: [s][p] and [s][n] tiles (transpo
 
 static_assert(kQ % kTile == 0 && kQ % 32 == 0 && kQ <= kChunkThreads, "a chunk is whole t tiles, whole lanes' tokens");
 static_assert(kChunkThreads == 256 && kTile == 64, "the warp tiles below cover 64 × 64 with 8 warps");
+static_assert(kNStep % 16 == 0 && kTile % 16 == 0, "16-bit products read k in whole 16s of zero-padded tiles");
+
+// The chunk kernels' launch configuration for product operands T (float: 3xTF32; __half,
+// __nv_bfloat16: the model dtype, Mamba2Params::product_operands). Both stage float32 tiles (the
+// 16-bit operands are rounded as the fragments are read), so shared memory bounds the blocks per SM
+// alike, and both fit the same register bounds (sm_90: no spills in the 16-bit kernels).
+struct ChunkConfig {
+  int state_blocks_per_sm;  // the chunk states' blocks per SM (__launch_bounds__)
+  int scan_blocks_per_sm;   // the chunk scan's
+};
+template <typename T>
+__host__ __device__ constexpr ChunkConfig chunk_config() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>,
+                "product operands: float (3xTF32), __half or __nv_bfloat16");
+  ChunkConfig c{};
+  c.state_blocks_per_sm = kQ == 64 ? 3 : 2;  // 3 [kQ][72] float tiles each
+  c.scan_blocks_per_sm = 3;
+  return c;
+}
 
 // The sizes derived from the parameters.
 struct Dims {
@@ -318,6 +347,7 @@ __global__ void __launch_bounds__(32 * kCumsumWarps) chunk_cumsum_kernel(Mamba2P
 // [s][n]) by cp.async over N in steps of kNStep, two steps in flight.
 constexpr int kStepFloats = kTile * kStepStride;  // one [64][36] staging tile
 
+template <typename T>
 __global__ void __launch_bounds__(kChunkThreads) chunk_cb_kernel(Mamba2Params p) {
   __shared__ __align__(16) float stages[2][2][kStepFloats];  // [stage][C, B]
   const Dims d = dims_of(p);
@@ -351,8 +381,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_cb_kernel(Mamba2Params p)
     advance_step(i, steps, stage);
     const int ksteps = (min(kNStep, N - i * kNStep) + 7) / 8;
     if (cb_tiles > 0 && t0 + wm < length) {
-      warp_mma_3xtf32<4, kStepStride, 1, kStepStride, 1>(cb, stages[i % 2][0] + wm * kStepStride,
-                                                          stages[i % 2][1] + wn * kStepStride, ksteps, cb_tiles);
+      warp_mma<T, 4, kStepStride, 1, kStepStride, 1>(cb, stages[i % 2][0] + wm * kStepStride,
+                                                      stages[i % 2][1] + wn * kStepStride, ksteps, cb_tiles);
     }
     __syncthreads();  // stage i % 2 is refilled next
   }
@@ -377,9 +407,10 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_cb_kernel(Mamba2Params p)
 // 32-byte sectors) where N is even.
 constexpr int kTileFloats = kQ * kColMajor64;  // one [kQ][72] tile
 constexpr size_t kStateSmemBytes = sizeof(float) * 3 * kTileFloats;
-constexpr int kStateBlocksPerSm = kQ == 64 ? 3 : 2;  // within the shared memory of an SM
 
-__global__ void __launch_bounds__(kChunkThreads, kStateBlocksPerSm) chunk_state_kernel(Mamba2Params p) {
+template <typename T>
+__global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().state_blocks_per_sm)
+    chunk_state_kernel(Mamba2Params p) {
   extern __shared__ __align__(16) float state_smem[];
   float* xs = state_smem;                // x_s[p0 + ·]·weight_s
   float* bs = state_smem + kTileFloats;  // two stages of B_s[n0 + ·]
@@ -418,7 +449,7 @@ __global__ void __launch_bounds__(kChunkThreads, kStateBlocksPerSm) chunk_state_
     const int n0 = i * kTile;
     float acc[4][4] = {};
     if (p0 + wm < P && n0 + wn < N) {  // warp-uniform; a warp wholly past P or N stores nothing
-      warp_mma_3xtf32<4, 1, kColMajor64, 1, kColMajor64>(acc, xs + wm, bs + (i % 2) * kTileFloats + wn, ksteps);
+      warp_mma<T, 4, 1, kColMajor64, 1, kColMajor64>(acc, xs + wm, bs + (i % 2) * kTileFloats + wn, ksteps);
     }
     __syncthreads();  // stage i % 2 is refilled next
     if (i + 2 < n_tiles) {
@@ -593,11 +624,12 @@ void launch_state_passing(const Mamba2Params& p, cudaStream_t stream) {
 //   4. y = diag + exp(Λ_t)·off + D·x_t (8-byte pairs where y is float32 and even-aligned).
 // Staged values past the chunk, P or N are zeros. The t blocks of a chunk are neighbours in the
 // grid: the chunk's H tile is read from memory once, then from L2.
-constexpr int kScanBlocksPerSm = 3;
 constexpr size_t kScanSmemBytes =
     sizeof(float) * std::max(2 * 2 * kStepFloats, kTile * kRowMajorQ + kQ * kColMajor64);
 
-__global__ void __launch_bounds__(kChunkThreads, kScanBlocksPerSm) chunk_scan_kernel(Mamba2Params p) {
+template <typename T>
+__global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().scan_blocks_per_sm)
+    chunk_scan_kernel(Mamba2Params p) {
   __shared__ float delta[kQ], lambda[kQ];
   // Step 1: two stages of (C, H) tiles; steps 2–4: M and the x tile over them.
   extern __shared__ __align__(16) float scan_smem[];
@@ -645,8 +677,8 @@ __global__ void __launch_bounds__(kChunkThreads, kScanBlocksPerSm) chunk_scan_ke
     const float* ct = scan_smem + (i % 2) * 2 * kStepFloats;
     const int ksteps = (min(kNStep, N - i * kNStep) + 7) / 8;
     if (live) {
-      warp_mma_3xtf32<4, kStepStride, 1, kStepStride, 1>(off, ct + wm * kStepStride,
-                                                          ct + kStepFloats + wn * kStepStride, ksteps);
+      warp_mma<T, 4, kStepStride, 1, kStepStride, 1>(off, ct + wm * kStepStride, ct + kStepFloats + wn * kStepStride,
+                                                      ksteps);
     }
     __syncthreads();  // stage i % 2 is refilled next
   }
@@ -667,7 +699,7 @@ __global__ void __launch_bounds__(kChunkThreads, kScanBlocksPerSm) chunk_scan_ke
 
   float diag[4][4] = {};
   if (live) {
-    warp_mma_3xtf32<4, kRowMajorQ, 1, 1, kColMajor64>(diag, mt + wm * kRowMajorQ, xs + wn, (t0 + wm + 16) / 8);
+    warp_mma<T, 4, kRowMajorQ, 1, 1, kColMajor64>(diag, mt + wm * kRowMajorQ, xs + wn, (t0 + wm + 16) / 8);
   }
 
   const float Dh = load_element(p.D.data, h, p.D.kind);
@@ -771,6 +803,28 @@ void launch_decode_of(const Mamba2Params& p, cudaStream_t stream) {
   else if constexpr (kVec * 32 < kMamba2MaxState) launch_decode<T, 32, 2>(p, stream);  // float32, N > 128
 }
 
+// The chunk kernels with product operands T, around the state passing (which stays float32).
+template <typename T>
+void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
+  const unsigned chunks = static_cast<unsigned>(p.num_chunks), heads = static_cast<unsigned>(p.heads);
+  const unsigned p_tiles = static_cast<unsigned>((p.head_dim + kTile - 1) / kTile);
+  chunk_cb_kernel<T><<<dim3(chunks, static_cast<unsigned>(p.groups), kTBlocks * (kTBlocks + 1) / 2), kChunkThreads, 0,
+                       stream>>>(p);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+  allow_dynamic_smem(chunk_state_kernel<T>, kStateSmemBytes);
+  chunk_state_kernel<T><<<dim3(chunks, heads, p_tiles), kChunkThreads, kStateSmemBytes, stream>>>(p);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+  if (int64_t{p.head_dim} * p.state % 4 == 0 && aligned16(p.chunk_states)) {
+    launch_state_passing<PassAccess::kFloat4>(p, stream);
+  } else {
+    launch_state_passing<PassAccess::kScalar>(p, stream);
+  }
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+  allow_dynamic_smem(chunk_scan_kernel<T>, kScanSmemBytes);
+  chunk_scan_kernel<T><<<dim3(chunks * kTBlocks, heads, p_tiles), kChunkThreads, kScanSmemBytes, stream>>>(p);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void launch_mamba2_decode(const Mamba2Params& p, cudaStream_t stream) {
@@ -785,27 +839,18 @@ void launch_mamba2_decode(const Mamba2Params& p, cudaStream_t stream) {
 
 void launch_mamba2_prefill(const Mamba2Params& p, cudaStream_t stream) {
   if (p.num_chunks == 0) return;
-  const unsigned chunks = static_cast<unsigned>(p.num_chunks), heads = static_cast<unsigned>(p.heads);
-  const unsigned p_tiles = static_cast<unsigned>((p.head_dim + kTile - 1) / kTile);
   const int64_t items = int64_t{p.num_chunks} * p.heads;
   chunk_cumsum_kernel<<<static_cast<unsigned>((items + kCumsumWarps - 1) / kCumsumWarps), 32 * kCumsumWarps, 0,
                         stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
-  chunk_cb_kernel<<<dim3(chunks, static_cast<unsigned>(p.groups), kTBlocks * (kTBlocks + 1) / 2), kChunkThreads, 0,
-                    stream>>>(p);
-  HYBRIDTB_CUDA_CHECK_LAUNCH();
-  allow_dynamic_smem(chunk_state_kernel, kStateSmemBytes);
-  chunk_state_kernel<<<dim3(chunks, heads, p_tiles), kChunkThreads, kStateSmemBytes, stream>>>(p);
-  HYBRIDTB_CUDA_CHECK_LAUNCH();
-  if (int64_t{p.head_dim} * p.state % 4 == 0 && aligned16(p.chunk_states)) {
-    launch_state_passing<PassAccess::kFloat4>(p, stream);
-  } else {
-    launch_state_passing<PassAccess::kScalar>(p, stream);
+  switch (p.product_operands) {
+    case ElementKind::kFloat32: launch_chunk_kernels<float>(p, stream); break;
+    case ElementKind::kFloat16: launch_chunk_kernels<__half>(p, stream); break;
+    case ElementKind::kBFloat16: launch_chunk_kernels<__nv_bfloat16>(p, stream); break;
+    default:
+      throw Error(detail::concat("mamba2 prefill: product operands of kind ", static_cast<int>(p.product_operands),
+                                 " (float32, float16 or bfloat16 only)"));
   }
-  HYBRIDTB_CUDA_CHECK_LAUNCH();
-  allow_dynamic_smem(chunk_scan_kernel, kScanSmemBytes);
-  chunk_scan_kernel<<<dim3(chunks * kTBlocks, heads, p_tiles), kChunkThreads, kScanSmemBytes, stream>>>(p);
-  HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 
 void launch_mamba2_gated_norm(const Mamba2NormParams& p, cudaStream_t stream) {

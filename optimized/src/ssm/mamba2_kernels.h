@@ -73,6 +73,12 @@ struct Mamba2Params {
   // Σ Δ·A) and exp(Λ_last − Λ_s)·Δ_s; zeros past the chunk's length.
   float* chunk_cumsum = nullptr;
   float* chunk_cb = nullptr;  // [num_chunks, G, kMamba2ChunkTokens, kMamba2ChunkTokens]: C_t·B_s (s ≤ t)
+  // The operands of the chunk kernels' products (C·Bᵀ, chunk states, chunk scan): kFloat32 = float32
+  // operands in 3xTF32 (float32-accurate); kFloat16 / kBFloat16 = operands rounded to that dtype (the
+  // model's: x, B, C, and the float32 decayed C·Bᵀ weights, weighted x and entering states rounded
+  // before the product), one m16n8k16 product per 16 of k with float32 accumulation, as vLLM's
+  // Triton SSD kernels. Everything else stays float32 either way.
+  ElementKind product_operands = ElementKind::kFloat32;
 };
 
 // The single-step update (vLLM's selective_state_update) of the wave's decode entries: per head,

@@ -510,8 +510,10 @@ void run_waves(PlannedStep& planned) {
 // The eager step: bound, planned and checked before anything runs; decode-only steps take the
 // fixed step's launches (the ones a replayed CUDA graph runs: the same bits eager or replayed).
 void run_ssm_step(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
-                  const StepTensors& tensors, const TensorView& output, SsmContext& context) {
+                  const StepTensors& tensors, const TensorView& output, SsmContext& context,
+                  SsmPrefillOperands prefill_operands) {
   PlannedStep planned = bind_tensors(config, tensors, output, context);
+  planned.step.prefill_operands = prefill_operands;
   plan_requests(planned, config, metadata, batch);
   check_rows(planned, planned.step.num_tokens);
   check_slots(planned);
@@ -530,18 +532,19 @@ void run_ssm_step(const AttentionConfig& config, const MambaAttentionMetadata& m
 }
 
 void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
-                 const StepTensors& tensors, const TensorView& contribution, SsmContext& context) {
+                 const StepTensors& tensors, const TensorView& contribution, SsmContext& context,
+                 SsmPrefillOperands prefill_operands) {
   HYBRIDTB_CHECK(!config.is_linear_layer(), "ssm_forward called for a layer_kind ", to_string(config.layer_kind),
                  " layer (run it with linear_attention_forward)");
-  run_ssm_step(config, metadata, batch, tensors, contribution, context);
+  run_ssm_step(config, metadata, batch, tensors, contribution, context, prefill_operands);
 }
 
 void linear_attention_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata,
                               const BatchDescription& batch, const StepTensors& tensors, const TensorView& output,
-                              SsmContext& context) {
+                              SsmContext& context, SsmPrefillOperands prefill_operands) {
   HYBRIDTB_CHECK(config.is_linear_layer(), "linear_attention_forward called for a full_attention layer (ssm_mode ",
                  config.ssm_mode, "): run it with hybrid_forward");
-  run_ssm_step(config, metadata, batch, tensors, output, context);
+  run_ssm_step(config, metadata, batch, tensors, output, context, prefill_operands);
 }
 
 // --- the fixed-shape decode step ---------------------------------------------------------------------

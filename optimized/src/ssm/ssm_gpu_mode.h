@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "common/device_memory.h"
+#include "hybridtb/backend.h"
 #include "hybridtb/batch.h"
 #include "hybridtb/config.h"
 #include "hybridtb/metadata.h"
@@ -165,6 +166,9 @@ struct GpuStep {
   std::vector<GpuBoundary> boundaries;     // host: every block-boundary write (mode all), by request
   std::vector<GpuWave> waves;
   ScratchBlocks* fixed_scratch = nullptr;  // fixed: where scratch() comes from
+  // The operands of the chunked-prefill products (BackendSettings::ssm_prefill_operands; mamba2's
+  // SSD prefill reads it, the other modes ignore it). A fixed decode step has no prefill.
+  SsmPrefillOperands prefill_operands = SsmPrefillOperands::kFloat32;
 
   const GpuWeight* weight(const std::string& name) const {
     const auto it = weights.find(name);
@@ -234,8 +238,10 @@ ElementKind gpu_element_kind(DType dtype, const std::string& what);
 // runs through a temporary FixedDecodeStep (prepare + launch: the launches a replayed CUDA graph
 // runs, so the same bits), unless two of its requests share a state slot or the query has fewer
 // rows than the batch's padded token count (then the wave driver runs it, as every other step).
+// prefill_operands: the operands of the chunked-prefill products (BackendSettings::ssm_prefill_operands).
 void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
-                 const StepTensors& tensors, const TensorView& contribution, SsmContext& context);
+                 const StepTensors& tensors, const TensorView& contribution, SsmContext& context,
+                 SsmPrefillOperands prefill_operands = SsmPrefillOperands::kFloat32);
 
 // A linear-attention layer (config.layer_kind gdn or mamba2; Backend::linear_attention_forward) on
 // the GPU: the mode's core over tensors.linear_inputs ([T, width] each, any float dtype), its state
@@ -245,7 +251,7 @@ void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& me
 // checks, errors and fixed decode steps as ssm_forward.
 void linear_attention_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata,
                               const BatchDescription& batch, const StepTensors& tensors, const TensorView& output,
-                              SsmContext& context);
+                              SsmContext& context, SsmPrefillOperands prefill_operands = SsmPrefillOperands::kFloat32);
 
 // True if this step runs as a fixed-shape decode step: config.ssm_mode has a GPU mode, the
 // metadata has no prefills, and no speculative decoding (num_speculative_tokens == 0). Every request
@@ -318,7 +324,7 @@ class FixedDecodeStep {
   // The eager driver (ssm_driver.cpp: ssm_forward and linear_attention_forward) hands a step it has
   // already checked and planned straight to these.
   friend void run_ssm_step(const AttentionConfig&, const MambaAttentionMetadata&, const BatchDescription&,
-                           const StepTensors&, const TensorView&, SsmContext&);
+                           const StepTensors&, const TensorView&, SsmContext&, SsmPrefillOperands);
   void upload_plan(const PlannedStep& planned, const MambaAttentionMetadata& metadata, const BatchDescription& batch);
   // Launches the mode on `bound`; then the zero pass over the rows flagged kRowSkipped. A step that
   // may be captured into a graph always has the pass (a replay may bring skipped rows); the eager
