@@ -1374,6 +1374,8 @@ def run_case(torch, case, peers, ours, args, workdir, flush):
     dev = DEVICE
     entries = []
     mine = (ours or {}).get(name)
+    # The benchmark's row of the same case with 16-bit product operands (ssm_prefill_operands model).
+    mine_16bit = (ours or {}).get(f"{name} bf16 operands")
     ours_check = None
     if args.hybridtb and args.check_tokens != 0:
         check_tokens = min(tokens, args.check_tokens) if args.check_tokens else tokens
@@ -1424,6 +1426,10 @@ def run_case(torch, case, peers, ours, args, workdir, flush):
                 entry["ours_prefill_us"] = mine["prefill_us"]
             if "median_us" in entry:
                 entry["ratio"] = entry["median_us"] / mine["median_us"]
+        if mine_16bit is not None and "median_us" in mine_16bit:
+            entry["ours_bf16_operands_us"] = mine_16bit["median_us"]
+            if "median_us" in entry:
+                entry["ratio_bf16_operands"] = entry["median_us"] / mine_16bit["median_us"]
         rels = [c.get("max_rel") for c in entry["checks"] if "error" not in c]
         entry["max_error"] = None if not rels or None in rels else max(rels)
         if "error" in entry or any("error" in c for c in entry["checks"]):
@@ -1456,6 +1462,8 @@ def summary_line(entry):
     text = f"{head} {entry['median_us']:>10.1f} us"
     text += f"  ours {entry['ours_us']:>9.1f} us  ratio {entry['ratio']:5.2f}" if "ratio" in entry else \
         f"  ours {'-':>9}     ratio {'-':>5}"
+    if "ratio_bf16_operands" in entry:
+        text += f"  (bf16 operands {entry['ours_bf16_operands_us']:.1f} us, ratio {entry['ratio_bf16_operands']:.2f})"
     checks = ", ".join(("failed" if "error" in c else "nan" if c["max_rel"] is None else f"{c['max_rel']:.1e}")
                        + f" ({'ours' if c['against'].startswith('hybridtb') else 'f64'})" for c in entry["checks"])
     return f"{text}  err {checks or '-'}  {entry['verdict']}"
