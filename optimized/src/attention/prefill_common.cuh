@@ -108,6 +108,36 @@ __device__ __forceinline__ void load_prefill_q(const AttentionParams& p, const P
   mma::cp_async_commit();
 }
 
+// Cache rows k0, k0 + step, … of one request and kv head (K half; + cache_stride_half for V),
+// addressed without a division per row: the block and slot of k0 from one division by the block
+// size, each next row's stepped from the last.
+struct PagedRowWalk {
+  const int32_t* table;  // the request's block table row
+  int64_t head_offset;   // the kv head's offset within a slot
+  int block_size;
+  int block;  // logical block and slot of the current row
+  int slot;
+
+  __device__ __forceinline__ PagedRowWalk(const AttentionParams& p, const PrefillItem& it, int k0)
+      : table(p.block_table + static_cast<int64_t>(it.request) * p.block_table_stride),
+        head_offset(static_cast<int64_t>(it.kv_head) * p.cache_stride_head),
+        block_size(p.block_size),
+        block(k0 / p.block_size),
+        slot(k0 - block * p.block_size) {}
+
+  // Element (or byte) offset of the current row in the cache: cache_row_offset(…, k, 0, kv_head).
+  __device__ __forceinline__ int64_t offset(const AttentionParams& p) const {
+    return table[block] * p.cache_stride_block + slot * p.cache_stride_slot + head_offset;
+  }
+  __device__ __forceinline__ void advance(int step) {
+    slot += step;
+    while (slot >= block_size) {
+      slot -= block_size;
+      ++block;
+    }
+  }
+};
+
 // The K/V tile loader of a cache of the model dtype T (or the encoder's K/V): load() issues the
 // cp.async copies of the K and V rows of keys [kt, kt + BN) into ring stage `stage` (kStageBytes
 // apart), chunk c of key j at s_k / s_v + stage·kStageBytes + swz(j, c). Cache rows are addressed
@@ -137,21 +167,14 @@ struct PrefillKvLoader {
     const int j0 = tid / kChunks;
     const uint32_t s_stage = static_cast<uint32_t>(stage * kStageBytes);
     if (!p.encoder && it.keys_all_read(kt, BN)) {
-      const int32_t* table = p.block_table + static_cast<int64_t>(it.request) * p.block_table_stride;
-      const int64_t head_off = static_cast<int64_t>(it.kv_head) * p.cache_stride_head + c * 8;
-      int block = (kt + j0) / p.block_size;
-      int slot = kt + j0 - block * p.block_size;
+      PagedRowWalk walk(p, it, kt + j0);
 #pragma unroll
       for (int i = 0; i < kPasses; ++i) {
         const int j = j0 + i * kRowsPerPass;
-        const int64_t koff = table[block] * p.cache_stride_block + slot * p.cache_stride_slot + head_off;
+        const int64_t koff = walk.offset(p) + c * 8;
         mma::cp_async_16(s_k + s_stage + swz(j, c), kbase + koff, true);
         mma::cp_async_16(s_v + s_stage + swz(j, c), vbase + koff + p.cache_stride_half, true);
-        slot += kRowsPerPass;
-        while (slot >= p.block_size) {
-          slot -= p.block_size;
-          ++block;
-        }
+        walk.advance(kRowsPerPass);
       }
       return;
     }

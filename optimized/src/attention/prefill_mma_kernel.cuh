@@ -132,17 +132,24 @@ __device__ __forceinline__ void prefill_mma_body(const AttentionParams& p, int i
   const Scales scales(p);
   auto load_byte_tile = [&](int kt, int stage) {
     const uint32_t base = s_bytes + static_cast<uint32_t>(stage * kByteStage);
+    // Thread tid copies chunk tid % kByteChunks of rows tid / kByteChunks + kByteRowsPerPass·i; a
+    // tile whose keys are all read walks its rows from one division (PrefillKvLoader's fast path).
+    constexpr int kByteRowsPerPass = kPrefillThreads / kByteChunks;
+    static_assert(kPrefillThreads % kByteChunks == 0 && BN % kByteRowsPerPass == 0, "whole rows per pass");
+    const int c = tid % kByteChunks;
+    const int j0 = tid / kByteChunks;
+    const bool all_read = work.keys_all_read(kt, BN);
+    PagedRowWalk walk(p, work, kt + j0);
 #pragma unroll
-    for (int i = 0; i < BN * kByteChunks / kPrefillThreads; ++i) {
-      const int idx = tid + i * kPrefillThreads;
-      const int j = idx / kByteChunks;
-      const int c = idx % kByteChunks;
-      const int k = kt + j;
-      const bool ok = work.key_read(p, kt, j);
-      const int64_t koff = ok ? cache_row_offset(p, work.request, k, 0, work.kv_head) : 0;
+    for (int i = 0; i < BN / kByteRowsPerPass; ++i) {
+      const int j = j0 + i * kByteRowsPerPass;
+      const bool ok = all_read || work.key_read(p, kt, j);
+      const int64_t koff =
+          all_read ? walk.offset(p) : ok ? cache_row_offset(p, work.request, kt + j, 0, work.kv_head) : 0;
       const uint32_t so = static_cast<uint32_t>(j * D + c * 16);
       cp_async_16(base + so, cache_bytes + koff + c * 16, ok);
       cp_async_16(base + BN * D + so, cache_bytes + koff + p.cache_stride_half + c * 16, ok);
+      if (all_read) walk.advance(kByteRowsPerPass);
     }
     if (Scales::kPerToken && tid < 2 * BN) {
       const int j = tid % BN;
