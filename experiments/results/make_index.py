@@ -30,6 +30,8 @@ NAME = re.compile(r"^(\d{4}-\d\d-\d\d)_([a-z0-9]+)_([0-9a-f]{7,40})_([a-z0-9-]+)
 COMMANDS = {
     "gpu-check": "bash harness/scripts/gpu-check.sh OUT [STAGES] (OUT/summary.txt)",
     "attention": "build/optimized/hybridtb_bench_attention --out F (gpu-check.sh stage bench: OUT/bench.json)",
+    "attention-prefill": "build/optimized/hybridtb_bench_attention --filter '^prefill 1x(4k|8k|32k)( w4096)?"
+                         "( fp8_e4m3| fp8_e5m2| int8_pth| fp8_pth)?$' --out F",
     "ssm": "build/optimized/hybridtb_bench_ssm --out F (gpu-check.sh stage bench: OUT/bench-ssm.json)",
     "ssm-lengths": "build/optimized/hybridtb_bench_ssm --prefill-tokens 1024,2048,4096,8192,16384,32768 --out F",
     "linear-bench": "build/optimized/hybridtb_bench_linear --out F (gpu-check.sh stage bench: OUT/bench-linear.json)",
@@ -101,7 +103,7 @@ def headline(path, info):
         return {c["name"]: f"latency eager {r1(c['eager_latency_us'])} us, graph {r1(c['graph_latency_us'])} us; "
                            f"graph GPU {r1(c['graph_gpu_us'])} us = {r1(c['pct_of_bound'])}% of bound"
                 for c in doc["cases"]}
-    if kind in ("attention", "attention-mixed"):
+    if kind in ("attention", "attention-prefill"):
         out = {"ceilings": {k: r1(v) for k, v in doc["ceilings"].items()}}
         for c in doc["cases"]:
             if c["kind"] == "prefill":
