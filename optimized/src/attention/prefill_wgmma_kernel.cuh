@@ -1,29 +1,32 @@
 // The Hopper variant of the tensor-core prefill path (tile variant kPrefillWgmma, attention_caps.h):
 // the algorithm of prefill_mma_kernel.cuh (FlashAttention-2 style paged attention, online softmax
 // in base 2, P rounded to the model dtype ×2^15, every logit feature) with both products on
-// warpgroup MMAs (wgmma.mma_async m64n128k16, common/wgmma.cuh) instead of mma.sync. Head size 128,
-// float16 / bfloat16 with a cache of the model dtype (kv cache dtype auto, or encoder_only); sm_90a
-// only (the including translation unit is compiled for compute_90a; elsewhere the kernel body is
-// empty and the launcher refuses the variant).
+// warpgroup MMAs (wgmma.mma_async m64n128k16, common/wgmma.cuh) instead of mma.sync, and
+// FlashAttention-3's warp specialisation. Head size 128, float16 / bfloat16 with a cache of the
+// model dtype (kv cache dtype auto, or encoder_only); sm_90a only (the including translation unit
+// is compiled for compute_90a; elsewhere the kernel body is empty and the launcher refuses the
+// variant).
 //
 // One CTA = one GenericItem of at most 128 (token, head) rows of one kv head (the GQA packing of
-// prefill_mma_kernel.cuh), two warpgroups of 64 rows each (256 threads). Q is staged once; K/V tiles
-// of 128 keys stream through a kWgmmaStages-deep cp.async ring, each key row addressed through the
-// block table, written in the 128-byte swizzle layout the descriptors read. Per tile t and warpgroup:
-//   S [64 × 128] = Q·K_tᵀ: 8 wgmma k-steps, A = Q and B = K both K-major from shared memory;
-//   O [64 × 128] += P_{t−1}·V_{t−1}: 8 wgmma k-steps issued right behind S, A = the previous tile's
-//     P from registers (S n-tiles 2k, 2k + 1 form the A fragment of k-step k), B = its V tile
-//     [key][d] read MN-major (transposed descriptor);
-//   once S has landed (wait_group 1): logits, masks and the online softmax of tile t on the
-//     accumulator registers while the P·V still runs (the mma.sync C layout, so the per-element
-//     code is the mma.sync kernel's, shared in prefill_common.cuh: item rows, Q and K/V row
-//     addressing, full-tile test, masks, logits, softmax step, epilogue);
-//   once the P·V has landed (wait_group 0): O rescaled to tile t's running max.
-// The last tile's P·V follows the loop. The ring holds three tiles: K of t and V of t − 1 are read
-// while t + 1 loads. The two warpgroups run independently between the per-tile barriers, so one's
-// softmax also overlaps the other's MMAs. Keys nobody in the CTA sees are never read (cp.async
-// zero-fill); padding rows read zeros and are never stored; no atomics, fixed reduction order:
-// bitwise reproducible.
+// prefill_mma_kernel.cuh), three warpgroups (384 threads):
+//   warpgroup 0, the producer (setmaxnreg down to kProducerRegisters): stages Q once, then streams
+//     the K/V tiles of 128 keys through a kWgmmaStages-deep ring in shared memory with cp.async,
+//     each key row addressed through the block table (PrefillKvLoader), written in the 128-byte
+//     swizzle layout the descriptors read. It waits for a tile's copies, makes them visible to the
+//     async proxy and arrives on the stage's `full` mbarrier; it refills a stage once both
+//     consumers have arrived on its `empty` mbarrier;
+//   warpgroups 1 and 2, the consumers (setmaxnreg up to kConsumerRegisters), 64 rows each. Per
+//     tile t: S [64 × 128] = Q·K_tᵀ (8 wgmma k-steps, A = Q and B = K both K-major from shared
+//     memory) and O [64 × 128] += P_{t−1}·V_{t−1} (8 k-steps, A = the previous tile's P from
+//     registers, B = its V tile read MN-major through a transposed descriptor) issued together;
+//     once S has landed (wait_group 1) the logits, masks and online softmax of tile t run while
+//     the P·V does (the per-element code is the mma.sync kernel's, shared in prefill_common.cuh);
+//     once the P·V has landed (wait_group 0) O is rescaled, P packed, and tile t − 1's stage
+//     handed back. The last tile's P·V follows the loop.
+// No CTA-wide barrier after the start: the consumers never wait for each other, and neither spends
+// issue slots on address arithmetic or copies. Keys nobody in the CTA sees are never read
+// (cp.async zero-fill); padding rows read zeros and are never stored; no atomics, fixed reduction
+// order: bitwise reproducible.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -34,21 +37,37 @@
 #include "attention/byte_cache.cuh"
 #include "attention/prefill_common.cuh"
 #include "common/mma.cuh"
+#include "common/tma.cuh"
 #include "common/wgmma.cuh"
 
 namespace hybridtb::cuda {
 
-constexpr int kWgmmaWarpgroups = 2;
-constexpr int kWgmmaThreads = 128 * kWgmmaWarpgroups;
-constexpr int kWgmmaStages = 3;  // cp.async ring: tile t + 1 loads while K of t and V of t − 1 are read
+constexpr int kWgmmaConsumers = 2;                     // consumer warpgroups of 64 rows
+constexpr int kWgmmaThreads = 128 * (1 + kWgmmaConsumers);  // + the producer warpgroup
+constexpr int kWgmmaStages = 3;  // K/V ring; at least 3 (the producer hands tile t − 1 over after issuing t)
 constexpr int kWgmmaHead = 128;  // the only head size
+// setmaxnreg: 384 threads start at 65536 / 384 → 168 registers each; the producer gives part of
+// its share to the consumers (56 · 128 + 224 · 256 = 64512 ≤ 65536). Without spills on either side
+// (-Xptxas -v): the loader's unrolled rows need 56, the consumer's S, O and P 224.
+constexpr int kProducerRegisters = 56;
+constexpr int kConsumerRegisters = 224;
 
 // Q tile [128 rows][128], then the ring of kWgmmaStages × (K tile, V tile) [128 keys][128], each in
-// the 128-byte swizzle layout; + 1024 bytes to align the dynamic shared memory to a swizzle atom.
+// the 128-byte swizzle layout, then the mbarriers (q full, then per stage full and empty); + 1024
+// bytes to align the dynamic shared memory to a swizzle atom.
 constexpr int64_t prefill_wgmma_smem_bytes() {
   const int64_t tile = static_cast<int64_t>(2) * kWgmmaHead * 128;
-  return tile + 2 * kWgmmaStages * tile + 1024;
+  return tile + 2 * kWgmmaStages * tile + 8 * (1 + 2 * kWgmmaStages) + 1024;
 }
+
+namespace wgmma_ws {
+__device__ __forceinline__ void producer_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
+}
+__device__ __forceinline__ void consumer_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
+}
+}  // namespace wgmma_ws
 
 // T: model dtype (also the cache element); Plain: no soft cap and no ALiBi (prefill_mma_body).
 template <typename T, bool Plain>
@@ -58,7 +77,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
   constexpr int D = kWgmmaHead;
   constexpr int BN = prefill_config(D, kPrefillWgmma).bn;
   constexpr int kRows = prefill_rows(D, kPrefillWgmma);
-  static_assert(BN == 128 && kRows == 64 * kWgmmaWarpgroups, "m64n128k16 tiles: S 64 × BN, O 64 × D");
+  static_assert(BN == 128 && kRows == 64 * kWgmmaConsumers, "m64n128k16 tiles: S 64 × BN, O 64 × D");
+  static_assert(kWgmmaStages >= 3, "the producer waits for tile t − 3's stage before handing t − 1 over");
   constexpr int kNt = BN / 8;     // S n-tiles (8 keys)
   constexpr int kDt = D / 8;      // O n-tiles (8 dims)
   constexpr int kTileBytes = BN * D * 2;
@@ -67,36 +87,69 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
   using Mmas = wgmma::Wgmma<T>;
 
   extern __shared__ unsigned char smem_raw[];
-  const uint32_t s_q = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  unsigned char* smem_aligned = smem_raw + ((1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u);
+  const uint32_t s_q = static_cast<uint32_t>(__cvta_generic_to_shared(smem_aligned));
   const uint32_t s_k = s_q + kRows * D * 2;
   const uint32_t s_v = s_k + kWgmmaStages * kTileBytes;
+  auto* bars = reinterpret_cast<uint64_t*>(smem_aligned + kRows * D * 2 + 2 * kWgmmaStages * kTileBytes);
+  uint64_t* q_full = bars;                      // Q staged (the producer's 128 threads arrive)
+  uint64_t* full = bars + 1;                    // [stage]: the tile in it landed (128 arrivals)
+  uint64_t* empty = bars + 1 + kWgmmaStages;    // [stage]: both consumers are done with it (256)
 
   const GenericItem item = p.prefill_items[blockIdx.x];
   const int tid = static_cast<int>(threadIdx.x);
-  const int lane = tid % 32;
-  const int warp = tid / 32;           // rows 16·warp … + 15
-  const int wg = tid / 128;            // rows 64·wg … + 63
+  const int wg = tid / 128;  // 0: producer; 1, 2: consumers
   const PrefillItem work(p, item);
+  const int num_tiles = (item.key_end - item.key_begin + BN - 1) / BN;
+  auto stage_of = [](int tile) { return static_cast<uint32_t>((tile % kWgmmaStages) * kTileBytes); };
 
-  // --- Q tile (zeros for padding rows) --------------------------------------------------------
-  load_prefill_q<T, D, kRows, kWgmmaThreads>(p, work, s_q, tid,
-                                             [](int r, int c) { return wgmma::sw128_offset<kRows>(r, c); });
+  if (tid == 0) {
+    tma::mbarrier_init(q_full, 128);
+    for (int st = 0; st < kWgmmaStages; ++st) {
+      tma::mbarrier_init(full + st, 128);
+      tma::mbarrier_init(empty + st, 128 * kWgmmaConsumers);
+    }
+  }
+  __syncthreads();
 
-  // --- K/V tile loader: keys [kt, kt + BN) into ring stage `stage` ------------------------------
-  const PrefillKvLoader<T, D, BN, kWgmmaThreads, kTileBytes> kv_loader(p);
-  auto load_tile = [&](int kt, int stage) {
-    kv_loader.load(p, work, tid, kt, s_k, s_v, stage,
-                   [](int j, int c) { return wgmma::sw128_offset<BN>(j, c); });
-  };
+  if (wg == 0) {
+    // --- producer: Q, then the K/V tiles; a stage's `full` phase completes when all 128 threads'
+    // copies of it have landed and been fenced for the async proxy ------------------------------------
+    wgmma_ws::producer_registers();
+    load_prefill_q<T, D, kRows, 128>(p, work, s_q, tid,
+                                     [](int r, int c) { return wgmma::sw128_offset<kRows>(r, c); });
+    const PrefillKvLoader<T, D, BN, 128, kTileBytes> kv_loader(p);
+    for (int t = 0; t < num_tiles; ++t) {
+      const int stage = t % kWgmmaStages;
+      // The stage's previous tile (t − kWgmmaStages) was handed back in its (t / stages)-th phase.
+      if (t >= kWgmmaStages) tma::mbarrier_wait(empty + stage, static_cast<uint32_t>((t / kWgmmaStages - 1) & 1));
+      kv_loader.load(p, work, tid, item.key_begin + t * BN, s_k, s_v, stage,
+                     [](int j, int c) { return wgmma::sw128_offset<BN>(j, c); });
+      cp_async_commit();
+      cp_async_wait<1>();  // the group before this one: Q (t = 0) or tile t − 1
+      wgmma::fence_proxy_async();
+      tma::mbarrier_arrive(t == 0 ? q_full : full + (t - 1) % kWgmmaStages);
+    }
+    cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    tma::mbarrier_arrive(num_tiles == 0 ? q_full : full + (num_tiles - 1) % kWgmmaStages);
+    return;
+  }
 
-  // --- this thread's rows: g and g + 8 of its warp's 16 ---------------------------------------------
+  // --- consumers ------------------------------------------------------------------------------------
+  wgmma_ws::consumer_registers();
+  const int ctid = tid - 128;  // thread of the consumers' 256
+  const int lane = ctid % 32;
+  const int warp = ctid / 32;  // rows 16·warp … + 15
+  const int cwg = ctid / 128;  // rows 64·cwg … + 63
+  // This thread's rows: g and g + 8 of its warp's 16.
   const int g = lane / 4;
   const int t4 = lane % 4;
   PrefillRow rows[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) work.row(warp * 16 + g, i, rows[i]);
   // The multiplier of each key's dot products (prefill_logits; the cache is of the model dtype, so
-  // no key has a scale of its own) and each key's v scale (prefill_softmax: 1).
+  // no key has a scale of its own) and each key's v scale (prefill_pack_p: 1).
   float key_mul[kNt][2];
   float key_v[kNt][2];
 #pragma unroll
@@ -120,24 +173,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
     }
     wgmma::commit();
   };
-
-  const int num_tiles = (item.key_end - item.key_begin + BN - 1) / BN;
-  if (num_tiles > 0) load_tile(item.key_begin, 0);
-  cp_async_commit();
-  auto stage_of = [](int tile) { return static_cast<uint32_t>((tile % kWgmmaStages) * kTileBytes); };
-
-  // Tile `it` landed and visible to all; every warpgroup's P·V of tile it − 2 (issued in iteration
-  // it − 1 and awaited there) is done, so its stage may take tile it + 1, which starts loading.
-  auto arrive_at_tile = [&](int it) {
-    cp_async_wait<0>();
-    wgmma::fence_proxy_async();
-    __syncthreads();
-    if (it + 1 < num_tiles) load_tile(item.key_begin + (it + 1) * BN, (it + 1) % kWgmmaStages);
-    cp_async_commit();
+  // Tile `it` landed (its `full` phase) and is visible to the async proxy.
+  auto wait_tile = [&](int it) {
+    tma::mbarrier_wait(full + it % kWgmmaStages, static_cast<uint32_t>((it / kWgmmaStages) & 1));
   };
-  // S = Q·K_itᵀ issued and committed, not awaited. Q of this warpgroup: rows 64·wg …; k-step kk =
+  // S = Q·K_itᵀ issued and committed, not awaited. Q of this warpgroup: rows 64·cwg …; k-step kk =
   // columns 16·kk … (slab kk / 4, 32 bytes per step).
-  const uint32_t q_rows = s_q + static_cast<uint32_t>(wg * 64 * 128);
+  const uint32_t q_rows = s_q + static_cast<uint32_t>(cwg * 64 * 128);
   auto issue_s = [&](float (&acc)[kNt][4], int it) {
 #pragma unroll
     for (int n = 0; n < kNt; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;  // overwritten (k-step 0)
@@ -156,16 +198,17 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
   // softmax of tile `it` (rows g, g + 8; a quad of lanes shares a row): acc becomes P in float32.
   auto softmax_tile = [&](float (&acc)[kNt][4], int it, float (&alpha)[2]) {
     const int kt = item.key_begin + it * BN;
-    const bool full = work.tile_full<BN>(p, it);
+    const bool full_tile = work.tile_full<BN>(p, it);
     prefill_logits<Plain>(p, work, acc, key_mul, rows, kt, t4);
-    if (!full) prefill_mask(p, work, acc, rows, kt, t4);
+    if (!full_tile) prefill_mask(p, work, acc, rows, kt, t4);
     prefill_softmax_p<Scales>(acc, row_m, row_l, alpha);
   };
 
+  tma::mbarrier_wait(q_full, 0);
   // P of the latest tile whose softmax is done: the A operand of its P·V.
   uint32_t pa[BN / 16][4];
   if (num_tiles > 0) {  // tile 0: nothing to overlap yet; O is 0, so no rescale
-    arrive_at_tile(0);
+    wait_tile(0);
     float s[kNt][4];
     issue_s(s, 0);
     wgmma::wait<0>();
@@ -175,7 +218,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
     prefill_pack_p<T>(s, key_v, pa);
   }
   for (int it = 1; it < num_tiles; ++it) {
-    arrive_at_tile(it);
+    wait_tile(it);
     float s[kNt][4];
     issue_s(s, it);
     add_pv(o, pa, s_v + stage_of(it - 1));  // behind S, under the same fence
@@ -183,9 +226,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
     wgmma::pin(s);
     float alpha[2];
     softmax_tile(s, it, alpha);
-    wgmma::wait<0>();  // the P·V has landed: O and the A operand are free
+    wgmma::wait<0>();  // the P·V has landed: O, the A operand and tile it − 1's stage are free
     wgmma::pin(o);
     wgmma::pin(pa);
+    tma::mbarrier_arrive(empty + (it - 1) % kWgmmaStages);
     prefill_rescale(o, alpha);
     prefill_pack_p<T>(s, key_v, pa);
   }
@@ -195,7 +239,6 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
     wgmma::wait<0>();
     wgmma::pin(o);
   }
-  cp_async_wait<0>();  // no copy may be in flight when the CTA exits
 
   // --- epilogue: quad-reduce l (fixed order), sinks, fp8 output, store valid rows -------------------
 #pragma unroll
