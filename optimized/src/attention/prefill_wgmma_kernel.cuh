@@ -61,6 +61,16 @@ constexpr int64_t prefill_wgmma_smem_bytes() {
 }
 
 namespace wgmma_ws {
+// Ping-pong of the two consumer warpgroups (FlashAttention-3): each issues its MMAs only after the
+// other has issued its own (named barrier 1 + w, both warpgroups' 256 threads), so that one's
+// softmax runs while the other's MMAs occupy the tensor cores. The barrier id is a register, so
+// ptxas reserves all 16 named barriers (one CTA per SM in any case).
+__device__ __forceinline__ void wait_for_turn(int consumer) {
+  asm volatile("bar.sync %0, 256;\n" ::"r"(1 + consumer) : "memory");
+}
+__device__ __forceinline__ void pass_turn(int consumer) {
+  asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + (1 - consumer)) : "memory");
+}
 __device__ __forceinline__ void producer_registers() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
 }
@@ -205,12 +215,21 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
   };
 
   tma::mbarrier_wait(q_full, 0);
+  // The turns: consumer 0 issues first. There are num_tiles + 1 issue points (tile 0's S, then S
+  // and the previous P·V per tile, then the last P·V); consumer 1 passes its last turn to nobody,
+  // so that every wait_for_turn has exactly one pass_turn.
+  if (cwg == 1 && num_tiles > 0) wgmma_ws::pass_turn(cwg);
+  auto end_turn = [&](int point) {
+    if (cwg == 0 || point < num_tiles) wgmma_ws::pass_turn(cwg);
+  };
   // P of the latest tile whose softmax is done: the A operand of its P·V.
   uint32_t pa[BN / 16][4];
   if (num_tiles > 0) {  // tile 0: nothing to overlap yet; O is 0, so no rescale
     wait_tile(0);
     float s[kNt][4];
+    wgmma_ws::wait_for_turn(cwg);
     issue_s(s, 0);
+    end_turn(0);
     wgmma::wait<0>();
     wgmma::pin(s);
     float alpha[2];
@@ -220,8 +239,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
   for (int it = 1; it < num_tiles; ++it) {
     wait_tile(it);
     float s[kNt][4];
+    wgmma_ws::wait_for_turn(cwg);
     issue_s(s, it);
     add_pv(o, pa, s_v + stage_of(it - 1));  // behind S, under the same fence
+    end_turn(it);
     wgmma::wait<1>();                       // S has landed; the P·V may still run
     wgmma::pin(s);
     float alpha[2];
@@ -235,7 +256,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
   }
   if (num_tiles > 0) {  // the last tile's P·V
     wgmma::fence();
+    wgmma_ws::wait_for_turn(cwg);
     add_pv(o, pa, s_v + stage_of(num_tiles - 1));
+    end_turn(num_tiles);
     wgmma::wait<0>();
     wgmma::pin(o);
   }
