@@ -195,6 +195,64 @@ TEST(AttentionPlan, PrefillRowsTakeTheTensorCorePrefillKernel) {
   }));
 }
 
+// On a compute capability 9.0 device (hopper_wgmma) the wgmma variant is the default of the layers it
+// takes, except in a step whose tensor-core prefill and decode items share the mixed grid (whose
+// prefill body is the mma.sync kernel's); an explicit variant wins; other layers keep the head
+// size's mma.sync default without a fallback note (nothing was asked for).
+TEST(AttentionPlan, HopperDefaultsToTheWgmmaPrefillWhereItApplies) {
+  if (!prefill_wgmma_built()) GTEST_SKIP() << "this build has no sm_90a code (the wgmma prefill variant)";
+  const auto hopper_plan = [](const AttentionConfig& c, const BatchDescription& b, const AttentionPathOverrides& o) {
+    AttentionPlanInput in;
+    in.config = &c;
+    in.batch = &b;
+    in.num_sms = kSms;
+    in.hopper_wgmma = true;
+    in.overrides = o;
+    in.routes = route_layer(c, o, TensorLayoutFacts{});
+    return plan_attention(in);
+  };
+  const AttentionConfig c = llama();
+  const BatchDescription prefill_only = batch_of({{0, 300}}, c.block_size);
+  const BatchDescription mixed = batch_of({{4095, 1}, {100, 300}}, c.block_size);
+
+  AttentionPlan plan = hopper_plan(c, prefill_only, {});
+  EXPECT_EQ(plan.prefill_variant, kPrefillWgmma);
+  EXPECT_EQ(plan.prefill_rows_per_item, 128);
+  EXPECT_TRUE(plan.summary.prefill_variant_fallback.empty()) << plan.summary.prefill_variant_fallback;
+  EXPECT_EQ(plan_for(c, prefill_only).prefill_variant, kPrefillTwoMTiles);  // another GPU
+
+  // Prefill and tensor-core decodes in one step: one mixed grid on the mma.sync default, with the
+  // same items as the wgmma variant would have taken.
+  plan = hopper_plan(c, mixed, {});
+  EXPECT_FALSE(plan.mixed.empty());
+  EXPECT_TRUE(plan.summary.mixed_fallback.empty()) << plan.summary.mixed_fallback;
+  EXPECT_EQ(plan.prefill_variant, kPrefillTwoMTiles);
+  const size_t mixed_items = plan.prefill.size();
+  AttentionPathOverrides separate;
+  separate.separate_mixed = true;
+  plan = hopper_plan(c, mixed, separate);
+  EXPECT_TRUE(plan.mixed.empty());
+  EXPECT_EQ(plan.prefill_variant, kPrefillWgmma);
+  EXPECT_EQ(plan.prefill.size(), mixed_items);
+
+  // An explicit variant wins.
+  AttentionPathOverrides two_m_tiles;
+  two_m_tiles.prefill_variant = kPrefillTwoMTiles;
+  EXPECT_EQ(hopper_plan(c, prefill_only, two_m_tiles).prefill_variant, kPrefillTwoMTiles);
+
+  // Layers the wgmma kernel does not take: their default, silently.
+  AttentionConfig fp8 = llama();
+  fp8.kv_cache_dtype = KvCacheDtype::kFp8E4M3;
+  plan = hopper_plan(fp8, prefill_only, {});
+  EXPECT_EQ(plan.prefill_variant, kPrefillTwoMTiles);
+  EXPECT_TRUE(plan.summary.prefill_variant_fallback.empty()) << plan.summary.prefill_variant_fallback;
+  AttentionConfig d64 = llama();
+  d64.head_size = 64;
+  plan = hopper_plan(d64, prefill_only, {});
+  EXPECT_EQ(plan.prefill_variant, kPrefillOneMTile);
+  EXPECT_TRUE(plan.summary.prefill_variant_fallback.empty()) << plan.summary.prefill_variant_fallback;
+}
+
 // The Hopper wgmma variant (3): taken at head size 128 with a 16-bit cache in builds with sm_90a
 // code; other layers run the default variant and the summary says why; refused (naming the field)
 // in builds without it.

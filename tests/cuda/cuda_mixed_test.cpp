@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/attention_caps.h"
 #include "attention/attention_plan.h"
 #include "attention/attention_work_plan.h"
 #include "cuda_cases.h"
@@ -168,8 +169,11 @@ TEST_P(CudaMixedTest, OneGridEqualsSeparateLaunchesAndReference) {
     EXPECT_LT(plan.decode_mma_rows, plan.decode_rows) << plan.describe();
   }
 
+  // Both on the head size's mma.sync variant: the mixed grid runs that body, and on a Hopper GPU
+  // separate launches would otherwise take the wgmma variant (another summation order).
   BackendSettings one_grid{step.config, step.builder};
-  BackendSettings separate_launches{step.config, step.builder};
+  one_grid.prefill_variant = cuda::prefill_default_variant(step.config.head_size);
+  BackendSettings separate_launches = one_grid;
   separate_launches.mixed_grid = false;
   auto mixed_backend = create_backend("cuda", one_grid);
   auto separate_backend = create_backend("cuda", separate_launches);

@@ -180,8 +180,9 @@ struct BackendSettings {
   // two). Both give the same bits. The reference ignores it.
   bool mixed_grid = true;
   // cuda: the tile variant of the tensor-core prefill kernel (AttentionPathOverrides::prefill_variant:
-  // −1 the head size's default, 3 the Hopper wgmma kernel, …; for comparing them). The reference
-  // ignores it.
+  // −1 the default — the Hopper wgmma kernel on a compute capability 9.0 GPU where it applies,
+  // else the head size's mma.sync variant —, 3 the wgmma kernel, …; for comparing them). The
+  // reference ignores it.
   int prefill_variant = -1;
   // cuda: the operands of Mamba-2's chunked SSD prefill products (C·Bᵀ, chunk states, chunk scan).
   // kFloat32 (the default): float32 operands in 3xTF32, float32-accurate (the float32 SSM row of the

@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 
+#include "attention/attention_caps.h"
 #include "attention/attention_plan.h"
 #include "attention/attention_work_plan.h"
 #include "hybridtb/backend.h"
@@ -14,20 +15,33 @@ namespace hybridtb::cuda {
 
 namespace {
 
-// The split sizes depend on the SM count: this machine's GPU's, else an H100 SXM's.
+// The split sizes depend on the SM count, the prefill variant on the compute capability: this
+// machine's GPU's, else an H100 SXM's.
 constexpr int kAssumedSms = 132;
 
-int sm_count(std::string& source) {
+struct DeviceFacts {
+  int sms = kAssumedSms;
+  bool hopper = true;  // compute capability 9.0
+  std::string source = "assumed, an H100 SXM: no CUDA device here";
+};
+
+DeviceFacts device_facts() {
+  DeviceFacts facts;
   int count = 0;
   int sms = 0;
+  int major = 0;
+  int minor = 0;
   if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0 &&
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess && sms > 0) {
-    source = "this machine's GPU 0";
-    return sms;
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess && sms > 0 &&
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess) {
+    facts.sms = sms;
+    facts.hopper = major == 9 && minor == 0;
+    facts.source = "this machine's GPU 0";
+    return facts;
   }
   cudaGetLastError();  // clear the sticky "no device" error
-  source = "assumed, an H100 SXM: no CUDA device here";
-  return kAssumedSms;
+  return facts;
 }
 
 }  // namespace
@@ -41,17 +55,19 @@ std::string explain_attention_step(const BackendSettings& settings, const BatchD
         << ": no attention to plan (the linear-attention core takes every row the same way)\n";
     return out.str();
   }
-  std::string sms_source;
+  const DeviceFacts device = device_facts();
   AttentionPlanInput in;
   in.config = &c;
   in.batch = &batch;
-  in.num_sms = sm_count(sms_source);
+  in.num_sms = device.sms;
+  in.hopper_wgmma = device.hopper && prefill_wgmma_built();
   in.routes = route_layer(c, AttentionPathOverrides{}, TensorLayoutFacts{});
   in.engine = &metadata.attention;
   check_attention_batch(c, batch, nullptr);
   if (c.attn_type != AttnType::kEncoderOnly) referenced_blocks(c, batch, std::numeric_limits<int64_t>::max());
   const AttentionPlan plan = plan_attention(in);
-  out << "SMs: " << in.num_sms << " (" << sms_source << ")\n"
+  out << "SMs: " << in.num_sms << ", compute capability " << (device.hopper ? "9.0" : "other than 9.0") << " ("
+      << device.source << ")\n"
       << "tensors: contiguous and 16-byte aligned, as the backend allocates them\n"
       << describe_plan(plan, c);
   return out.str();

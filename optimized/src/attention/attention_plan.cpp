@@ -29,11 +29,28 @@ void check_view(const TensorView& view, const char* name, const Shape& expected,
                  shape_to_string(view.strides()));
 }
 
+// Compute capability 9.0 (the sm_90a code of the wgmma prefill variant runs there only).
+bool current_device_is_hopper() {
+  int device = 0;
+  int major = 0;
+  int minor = 0;
+  HYBRIDTB_CUDA_CHECK(cudaGetDevice(&device));
+  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0;
+}
+
 }  // namespace
 
 AttentionRunner::AttentionRunner(const AttentionConfig& config, DeviceMemory& memory, int num_sms,
                                  const AttentionPathOverrides& overrides)
-    : config_(config), memory_(memory), num_sms_(num_sms), overrides_(overrides), meta_(memory), partials_(memory) {
+    : config_(config),
+      memory_(memory),
+      num_sms_(num_sms),
+      hopper_wgmma_(prefill_wgmma_built() && current_device_is_hopper()),
+      overrides_(overrides),
+      meta_(memory),
+      partials_(memory) {
   const int64_t hq = config.num_heads;
   if (config.alibi_slopes) {
     alibi_ = memory_.allocate(static_cast<size_t>(hq) * sizeof(float));
@@ -182,6 +199,7 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
   input.config = &config_;
   input.batch = &batch;
   input.num_sms = num_sms_;
+  input.hopper_wgmma = hopper_wgmma_;
   input.overrides = overrides_;
   input.routes = route_layer(config_, overrides_, facts);
   input.fixed = fixed;
@@ -203,6 +221,7 @@ void AttentionRunner::prepare_plan(const BatchDescription& batch, cudaStream_t s
   input.config = &config_;
   input.batch = &batch;
   input.num_sms = num_sms_;
+  input.hopper_wgmma = hopper_wgmma_;
   input.overrides = overrides_;
   input.routes = route_graph_step(config_, overrides_);
   input.fixed = &*fixed_;

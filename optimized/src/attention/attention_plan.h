@@ -84,6 +84,7 @@ class AttentionRunner {
   AttentionConfig config_;
   DeviceMemory& memory_;
   int num_sms_;
+  bool hopper_wgmma_;  // the current device runs the wgmma prefill variant (AttentionPlanInput)
   AttentionPathOverrides overrides_;
   Workspace meta_;
   Workspace partials_;

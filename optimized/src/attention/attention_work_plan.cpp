@@ -359,6 +359,10 @@ void choose_prefill_variant(const AttentionPlanInput& in, AttentionPlan& plan) {
   const ElementKind kv_kind = c.attn_type == AttnType::kEncoderOnly
                                   ? element_kind(c.dtype)
                                   : element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype));
+  if (variant < 0 && in.hopper_wgmma && prefill_wgmma_built() && in.routes.prefill_why.empty() &&
+      prefill_wgmma_unsupported(d, kv_kind).empty()) {
+    plan.prefill_variant = kPrefillWgmma;  // the Hopper default (plan_attention: unless a mixed grid runs)
+  }
   if (variant == kPrefillWgmma) {
     HYBRIDTB_CHECK(prefill_wgmma_built(), "prefill_variant 3 (wgmma) is not available: this build has no sm_90a code "
                    "(configure with 90 in CMAKE_CUDA_ARCHITECTURES)");
@@ -622,8 +626,19 @@ AttentionPlan plan_attention(const AttentionPlanInput& in) {
   // Both tensor-core kinds in one step (never in fixed-shape mode, whose steps have no prefill rows):
   // one grid of the mixed kernel where it applies.
   if (!plan.prefill.empty() && !plan.decode_mma.empty()) {
+    // The mixed kernel runs the mma.sync prefill body: the wgmma variant, where it is only the
+    // Hopper default, yields to one grid (its items stand: both variants take 128 rows per item).
+    static_assert(prefill_rows(128, kPrefillWgmma) == prefill_rows(128, prefill_default_variant(128)),
+                  "the Hopper default and the mma.sync default cut the same items");
+    const int chosen = plan.prefill_variant;
+    const bool hopper_default = in.overrides.prefill_variant < 0 && chosen == kPrefillWgmma;
+    if (hopper_default) plan.prefill_variant = prefill_default_variant(c.head_size);
     plan.summary.mixed_fallback = mixed_reason(in, plan);
-    if (plan.summary.mixed_fallback.empty()) plan_mixed_order(plan, c.num_kv_heads, mma_passes);
+    if (plan.summary.mixed_fallback.empty()) {
+      plan_mixed_order(plan, c.num_kv_heads, mma_passes);
+    } else {
+      plan.prefill_variant = chosen;
+    }
   }
   lay_out_staging(in, plan);
   return plan;

@@ -64,8 +64,10 @@ struct AttentionPathOverrides {
   // benchmark's "prefill 1x4k generic" row).
   bool generic_prefill = false;
   // Tile variant of the tensor-core prefill kernel (prefill_config in attention_caps.h); −1: the
-  // default for the head size. The other variants exist for head size 128 (the benchmark's "v0",
-  // "v2" and "wgmma" rows). Variant 3 (wgmma, Hopper) needs an sm_90a build (an error otherwise)
+  // default (on a device that runs the wgmma variant, AttentionPlanInput::hopper_wgmma, that
+  // variant where it applies and the step runs no mixed grid; else the head size's mma.sync
+  // default). The other variants exist for head size 128 (the benchmark's "v0", "v2" and "mma.sync"
+  // rows). Variant 3 (wgmma, Hopper) needs an sm_90a build (an error otherwise)
   // and runs layers of head size 128 with a 16-bit cache of the model dtype; any other layer runs
   // the default variant, and the plan summary says why (prefill_variant_fallback).
   int prefill_variant = -1;
@@ -199,6 +201,9 @@ struct AttentionPlanInput {
   const AttentionConfig* config = nullptr;
   const BatchDescription* batch = nullptr;
   int num_sms = 1;
+  // The device runs the Hopper wgmma prefill variant (compute capability 9.0 and a build with sm_90a
+  // code): it is then the default for the layers it takes (choose_prefill_variant).
+  bool hopper_wgmma = false;
   AttentionPathOverrides overrides;
   LayerRoutes routes;
   const FixedShapeCapacity* fixed = nullptr;         // fixed-shape mode, else nullptr
