@@ -29,16 +29,11 @@ void launch_wgmma_typed(const AttentionParams& params, int64_t num_items, cudaSt
 }  // namespace
 
 void launch_prefill_wgmma(const AttentionParams& params, int64_t num_items, cudaStream_t stream) {
-  int device = 0;
-  int major = 0;
-  int minor = 0;
-  HYBRIDTB_CUDA_CHECK(cudaGetDevice(&device));
-  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major != 9 || minor != 0) {
+  const ComputeCapability cc = current_compute_capability();
+  if (!cc.is_hopper()) {
     throw Error(detail::concat("prefill attention: prefill_variant 3 (wgmma) needs a compute capability 9.0 device "
-                               "(sm_90a code); device ",
-                               device, " is ", major, ".", minor, ": use prefill_variant -1"));
+                               "(sm_90a code); the current device is ",
+                               cc.major, ".", cc.minor, ": use prefill_variant -1"));
   }
   if (params.head_size != kWgmmaHead || (!params.encoder && params.kv_kind != params.q_kind)) {
     throw Error(detail::concat("prefill attention: prefill_variant 3 (wgmma) takes head size 128 with a cache of "

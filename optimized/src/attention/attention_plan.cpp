@@ -10,6 +10,7 @@
 #include "attention/attention_launch.h"
 #include "common/cuda_check.h"
 #include "common/debug_slowdown.h"
+#include "common/kernel_attributes.h"
 #include "hybridtb/error.h"
 #include "hybridtb/spec/kv_cache.h"
 
@@ -29,17 +30,6 @@ void check_view(const TensorView& view, const char* name, const Shape& expected,
                  shape_to_string(view.strides()));
 }
 
-// Compute capability 9.0 (the sm_90a code of the wgmma prefill variant runs there only).
-bool current_device_is_hopper() {
-  int device = 0;
-  int major = 0;
-  int minor = 0;
-  HYBRIDTB_CUDA_CHECK(cudaGetDevice(&device));
-  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0;
-}
-
 }  // namespace
 
 AttentionRunner::AttentionRunner(const AttentionConfig& config, DeviceMemory& memory, int num_sms,
@@ -47,7 +37,7 @@ AttentionRunner::AttentionRunner(const AttentionConfig& config, DeviceMemory& me
     : config_(config),
       memory_(memory),
       num_sms_(num_sms),
-      hopper_wgmma_(prefill_wgmma_built() && current_device_is_hopper()),
+      hopper_wgmma_(prefill_wgmma_built() && current_compute_capability().is_hopper()),
       overrides_(overrides),
       meta_(memory),
       partials_(memory) {

@@ -8,6 +8,8 @@
 //                                      (kernel_attributes_cuda.cpp, in the cuda backend)
 //   DynamicSmemOptIns                  its bookkeeping, host-only (kernel_attributes.cpp): which
 //                                      (kernel, device) pairs still need raising to `bytes`
+//   current_compute_capability()       the current device's, which decides the code it can run
+//                                      (the wgmma prefill's sm_90a code: 9.0 only)
 #pragma once
 
 #include <array>
@@ -31,6 +33,14 @@ template <typename... Args>
 void allow_dynamic_smem(void (*kernel)(Args...), size_t bytes) {
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), bytes);
 }
+
+// The compute capability of the calling thread's current device (kernel_attributes_cuda.cpp).
+struct ComputeCapability {
+  int major = 0;
+  int minor = 0;
+  bool is_hopper() const { return major == 9 && minor == 0; }  // sm_90a code runs here only
+};
+ComputeCapability current_compute_capability();
 
 // Which (kernel, device) pairs have had their limit raised, and to how much; calls `raise` for a
 // pair whose recorded limit is below the size asked for, then records the new size. The limit is

@@ -18,4 +18,13 @@ void allow_dynamic_smem(const void* kernel, size_t bytes) {
   opt_ins.allow(kernel, device, bytes);
 }
 
+ComputeCapability current_compute_capability() {
+  int device = 0;
+  ComputeCapability cc;
+  HYBRIDTB_CUDA_CHECK(cudaGetDevice(&device));
+  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&cc.major, cudaDevAttrComputeCapabilityMajor, device));
+  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&cc.minor, cudaDevAttrComputeCapabilityMinor, device));
+  return cc;
+}
+
 }  // namespace hybridtb::cuda
