@@ -63,11 +63,12 @@ BatchDescription batch_of(const std::vector<Req>& reqs, int64_t block_size, int6
 }
 
 AttentionPlan plan_for(const AttentionConfig& c, const BatchDescription& b, const AttentionPathOverrides& o = {},
-                       const FixedShapeCapacity* fixed = nullptr) {
+                       const FixedShapeCapacity* fixed = nullptr, bool hopper_wgmma = false) {
   AttentionPlanInput in;
   in.config = &c;
   in.batch = &b;
   in.num_sms = kSms;
+  in.hopper_wgmma = hopper_wgmma;
   in.overrides = o;
   in.routes = fixed ? route_graph_step(c, o) : route_layer(c, o, TensorLayoutFacts{});
   in.fixed = fixed;
@@ -202,14 +203,7 @@ TEST(AttentionPlan, PrefillRowsTakeTheTensorCorePrefillKernel) {
 TEST(AttentionPlan, HopperDefaultsToTheWgmmaPrefillWhereItApplies) {
   if (!prefill_wgmma_built()) GTEST_SKIP() << "this build has no sm_90a code (the wgmma prefill variant)";
   const auto hopper_plan = [](const AttentionConfig& c, const BatchDescription& b, const AttentionPathOverrides& o) {
-    AttentionPlanInput in;
-    in.config = &c;
-    in.batch = &b;
-    in.num_sms = kSms;
-    in.hopper_wgmma = true;
-    in.overrides = o;
-    in.routes = route_layer(c, o, TensorLayoutFacts{});
-    return plan_attention(in);
+    return plan_for(c, b, o, nullptr, /*hopper_wgmma=*/true);
   };
   const AttentionConfig c = llama();
   const BatchDescription prefill_only = batch_of({{0, 300}}, c.block_size);
