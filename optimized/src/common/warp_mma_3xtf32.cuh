@@ -3,7 +3,8 @@
 // lo, the products lo·hi + hi·lo + hi·hi, float32 accumulation), for the tolerances that assume
 // float32 products; or with the operands rounded to float16 / bfloat16 and one m16n8k16 product per
 // 16 of k (float32 accumulation), as vLLM's Triton SSD kernels multiply model-dtype operands.
-// warp_mma<T> picks one by the operand type, so one kernel body serves both.
+// warp_mma<T> picks one by the operand type, so one kernel body serves both. warp_mma_smem16 is the
+// 16-bit product from tiles staged in the operand type (ldmatrix fragments).
 #pragma once
 
 #include <cstdint>
@@ -96,6 +97,58 @@ __device__ __forceinline__ void warp_mma(float (&c)[kTiles][4], const float* x, 
     warp_mma_3xtf32<kTiles, kXm, kXk, kYn, kYk>(c, x, y, ksteps, tiles);
   } else {
     warp_mma_16bit<T, kTiles, kXm, kXk, kYn, kYk>(c, x, y, ksteps, tiles);
+  }
+}
+
+// C[16, 8·kTiles] += X·Yᵀ over k ∈ [0, 16·steps16) with X and Y tiles of T (__half or
+// __nv_bfloat16: already rounded when staged) in shared memory, one m16n8k16 per 16 of k (float32
+// accumulation), the fragments read by ldmatrix.x4 (4 8×8 matrices per instruction, kTiles even:
+// one x4 serves two column tiles of Y):
+//   X(m, k) = x[m·xs + k] (kXKMajor, ldmatrix) or x[k·xs + m] (MN-major, ldmatrix.trans),
+//   Y(n, k) = y[n·ys + k] (kYKMajor, ldmatrix) or y[k·ys + n] (MN-major, ldmatrix.trans),
+// for the warp's 16 rows and 8·kTiles columns; strides in elements, multiples of 8 (16-byte rows
+// for ldmatrix), the tiles 16-byte aligned. ldmatrix reads 8 rows of 16 bytes per matrix: a row
+// stride of an odd number of 16-byte units (padded tiles, e.g. 40 or 72 elements) puts them in 8
+// distinct 16-byte bank groups, conflict-free.
+template <typename T, int kTiles, bool kXKMajor, bool kYKMajor>
+__device__ __forceinline__ void warp_mma_smem16(float (&c)[kTiles][4], const T* x, int xs, const T* y, int ys,
+                                                int steps16) {
+  static_assert(sizeof(T) == 2 && kTiles % 2 == 0, "16-bit tiles, column tiles in pairs");
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int r8 = lane % 8, q = lane / 8;  // this lane's row within matrix q of an x4
+  // X: matrices (m 0–7, k 0–7), (m 8–15, k 0–7), (m 0–7, k 8–15), (m 8–15, k 8–15) = a0 … a3.
+  const int xm = kXKMajor ? r8 + 8 * (q % 2) : 8 * (q % 2);
+  const int xk = kXKMajor ? 8 * (q / 2) : r8 + 8 * (q / 2);
+  // Y, per pair of column tiles (j, j + 1): (n j, k 0–7), (n j, k 8–15), (n j + 1, k 0–7), (n j + 1,
+  // k 8–15) = b0, b1 of tile j, b0, b1 of tile j + 1.
+  const int yn = kYKMajor ? r8 + 8 * (q / 2) : 8 * (q / 2);
+  const int yk = kYKMajor ? 8 * (q % 2) : r8 + 8 * (q % 2);
+  const uint32_t xa = shared_address(kXKMajor ? x + xm * xs + xk : x + xk * xs + xm);
+  const uint32_t ya = shared_address(kYKMajor ? y + yn * ys + yk : y + yk * ys + yn);
+  const uint32_t x_step = 2u * 16u * (kXKMajor ? 1u : static_cast<uint32_t>(xs));  // bytes per 16 of k
+  const uint32_t y_step = 2u * 16u * (kYKMajor ? 1u : static_cast<uint32_t>(ys));
+  const uint32_t y_pair = 2u * 16u * (kYKMajor ? static_cast<uint32_t>(ys) : 1u);  // bytes per 16 of n
+  // Not unrolled: two steps' fragments live at once spill the chunk scan at its register bound
+  // (80 at 3 blocks per SM, beside its two 16×32 accumulators); the other warps hide the latency.
+#pragma unroll 1
+  for (int s = 0; s < steps16; ++s) {
+    uint32_t a[4];
+    if constexpr (kXKMajor) {
+      ldmatrix_x4(a, xa + s * x_step);
+    } else {
+      ldmatrix_x4_trans(a, xa + s * x_step);
+    }
+#pragma unroll
+    for (int j = 0; j < kTiles; j += 2) {
+      uint32_t b[4];
+      if constexpr (kYKMajor) {
+        ldmatrix_x4(b, ya + s * y_step + (j / 2) * y_pair);
+      } else {
+        ldmatrix_x4_trans(b, ya + s * y_step + (j / 2) * y_pair);
+      }
+      Mma<T>::run(c[j], a, b[0], b[1]);
+      Mma<T>::run(c[j + 1], a, b[2], b[3]);
+    }
   }
 }
 

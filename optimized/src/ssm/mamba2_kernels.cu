@@ -28,7 +28,9 @@
 // (of a chunk's tokens, P or N: a chunk is one or more 64-row t tiles) with zeros past the chunk's
 // tokens, P and N (the k extent rounded up to 8, to 16 for 16-bit operands: every staged k extent
 // is a multiple of 16), so partial tiles and odd P or N (5, 6, …) only cost padded work; 16-byte
-// cp.async where the rows allow it, 4-byte otherwise.
+// copies where the rows allow it, 4-byte otherwise. float32 operands (and C·Bᵀ's 16-bit ones) are
+// staged as float32 tiles by cp.async; the chunk scan's and chunk states' 16-bit operands as tiles
+// of the model dtype, rounded as they are staged (TileRegs16) and read by ldmatrix.
 // The decays, Δ, Λ, the masks, the state passing and the epilogues stay float32 on the CUDA cores.
 // Chunks never straddle a block boundary (the host ends a chunk after each boundary row), so the
 // state passing stores the boundary states between chunks. Λ is computed once per chunk and head
@@ -81,9 +83,11 @@ static_assert(kChunkThreads == 256 && kTile == 64, "the warp tiles below cover 6
 static_assert(kNStep % 16 == 0 && kTile % 16 == 0, "16-bit products read k in whole 16s of zero-padded tiles");
 
 // The chunk kernels' launch configuration for product operands T (float: 3xTF32; __half,
-// __nv_bfloat16: the model dtype, Mamba2Params::product_operands). Both stage float32 tiles (the
-// 16-bit operands are rounded as the fragments are read), so shared memory bounds the blocks per SM
-// alike, and both fit the same register bounds (sm_90: no spills in the 16-bit kernels).
+// __nv_bfloat16: the model dtype, Mamba2Params::product_operands). The chunk scan and the chunk
+// states stage 16-bit operands as tiles of T (ScanLayout, StateLayout: half the float32 tiles'
+// shared memory and traffic), but keep the float32 path's blocks per SM: the registers bound them
+// (sm_90, no spills: the 16-bit chunk scan uses all 80 at 3 blocks; the 16-bit chunk states 119 of
+// 128 at 2, with a B tile's loads in flight over the product — at 3 blocks, 80 registers, it spills).
 struct ChunkConfig {
   int state_blocks_per_sm;  // the chunk states' blocks per SM (__launch_bounds__)
   int scan_blocks_per_sm;   // the chunk scan's
@@ -93,7 +97,7 @@ __host__ __device__ constexpr ChunkConfig chunk_config() {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>,
                 "product operands: float (3xTF32), __half or __nv_bfloat16");
   ChunkConfig c{};
-  c.state_blocks_per_sm = kQ == 64 ? 3 : 2;  // 3 [kQ][72] float tiles each
+  c.state_blocks_per_sm = kQ == 64 ? 3 : 2;  // 3 [kQ][72] tiles each (float: 110.6 KB at kQ 128; T: 55.3 KB)
   c.scan_blocks_per_sm = 3;
   return c;
 }
@@ -268,6 +272,75 @@ __device__ __forceinline__ void copy_tile_async(float* dst, int ds, const float*
   }
 }
 
+// A row stride of an odd number of 16-byte units puts 8 consecutive rows in 8 distinct 16-byte bank
+// groups (an odd multiple of 1 … 7 is no multiple of 8): ldmatrix conflict-free.
+// (Row strides in 16-bit elements.)
+constexpr bool odd_units(int elements16) { return elements16 * 2 % 16 == 0 && elements16 * 2 / 16 % 2 == 1; }
+
+// The 16-bit operands' staging (product operands T = __half / __nv_bfloat16): a tile of shared
+// rows [0, kRows) × columns [0, kWidth) of T ← global float32 rows [0, rows) × columns [0, cols)
+// (rows gs floats apart), zeros elsewhere, each element multiplied by scale(row) (the identity for
+// x, B, C and the entering state) and rounded once to T (RNE: the value the fragments of the
+// float32 staging rounded to). Through registers, in two halves so that a step's loads are in
+// flight during the previous step's product: load() issues the thread's 16-byte global loads,
+// store() scales, rounds and writes them (8 bytes per quad). Where the quads are not whole and
+// aligned (gs or cols no multiple of 4, src not 16-byte aligned: odd sizes), load() only notes the
+// source (an int stride: the launcher checks kRows·gs < 2^31) and store() loads element by element
+// as it writes (4 bytes per element, not in flight over the product: the 4 bounds tests per quad
+// held that long would spill).
+// Quad e = thread + kChunkThreads·k covers row e / (kWidth / 4): a warp's loads are whole rows.
+template <typename T, int kWidth, int kRows>
+struct TileRegs16 {
+  static constexpr int kQuadsPerRow = kWidth / 4;
+  static constexpr int kQuads = kRows * kQuadsPerRow / kChunkThreads;  // per thread
+  static_assert(kWidth % 4 == 0 && kRows * kQuadsPerRow % kChunkThreads == 0, "whole quads per thread");
+  float4 v[kQuads];
+  const float* src;  // the element path's source and bounds (rows gs floats apart)
+  int gs, rows, cols;
+  bool quads;
+
+  __device__ __forceinline__ void load(const float* from, int64_t stride, int nrows, int ncols) {
+    const int tid = static_cast<int>(threadIdx.x);
+    src = from;
+    gs = static_cast<int>(stride);
+    rows = nrows;
+    cols = ncols;
+    quads = stride % 4 == 0 && ncols % 4 == 0 && aligned16(from);
+    if (!quads) return;
+#pragma unroll
+    for (int k = 0; k < kQuads; ++k) {
+      const int e = tid + kChunkThreads * k;
+      const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
+      v[k] = i < nrows && c < ncols ? *reinterpret_cast<const float4*>(from + i * stride + c)
+                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+  template <typename Scale>
+  __device__ __forceinline__ void store(T* dst, int ds, Scale&& scale) {
+    const int tid = static_cast<int>(threadIdx.x);
+#pragma unroll
+    for (int k = 0; k < kQuads; ++k) {
+      const int e = tid + kChunkThreads * k;
+      const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
+      if (!quads) {
+        const float* at = src + i * gs + c;  // i·gs < kRows·gs < 2^31 (launch_chunk_kernels)
+        const bool row = i < rows;
+        v[k].x = row && c < cols ? at[0] : 0.0f;
+        v[k].y = row && c + 1 < cols ? at[1] : 0.0f;
+        v[k].z = row && c + 2 < cols ? at[2] : 0.0f;
+        v[k].w = row && c + 3 < cols ? at[3] : 0.0f;
+      }
+      const float w = scale(i);
+      const uint2 packed =
+          make_uint2(mma::Mma<T>::pack(v[k].x * w, v[k].y * w), mma::Mma<T>::pack(v[k].z * w, v[k].w * w));
+      *reinterpret_cast<uint2*>(dst + i * ds + c) = packed;
+    }
+  }
+  __device__ __forceinline__ void store(T* dst, int ds) {
+    store(dst, ds, [](int) { return 1.0f; });
+  }
+};
+
 // The two-deep cp.async pipeline of the chunk kernels' loops over N: issues step i + 1's copies
 // (stage, one commit group), when there is one, then waits for step i's and for every thread's.
 template <typename Stage>
@@ -400,17 +473,34 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_cb_kernel(Mamba2Params p)
 
 // (1) The chunk's own state sum S_c[p, n] = Σ_s (exp(Λ_last − Λ_s)·Δ_s·x_s[p])·B_s[n] for head
 // blockIdx.y and a kTile-row P tile blockIdx.z, over all of N: the weighted x tile staged once,
-// the B tiles of N streamed through two stages (cp.async, the next tile in flight during each
-// product). Both operands token-major ([s][p], [s][n], zeros past the chunk, P and N), the product
-// on the tensor cores: warp w owns rows p0 + 16·(w % 4) … and columns n0 + 32·(w / 4) … of each
-// tile, over the chunk's tokens rounded up to 8; its fragments stored as 8-byte pairs (whole
-// 32-byte sectors) where N is even.
+// the B tiles of N streamed through two stages (the next tile in flight during each product). Both
+// operands token-major ([s][p], [s][n], zeros past the chunk, P and N), the product on the tensor
+// cores: warp w owns rows p0 + 16·(w % 4) … and columns n0 + 32·(w / 4) … of each tile, over the
+// chunk's tokens rounded up to 8 (16 for 16-bit operands); its fragments stored as 8-byte pairs
+// (whole 32-byte sectors) where N is even.
+// Staging by operand type (StateLayout):
+//  - float (3xTF32): float32 tiles by cp.async (B tile i + 2 in flight during tile i), the weights
+//    applied in shared memory, fragments read element by element;
+//  - __half / __nv_bfloat16: tiles of T through registers (TileRegs16: B tile i + 1's loads in
+//    flight during tile i's product), x·weight formed in float32 and rounded once as it is staged,
+//    B rounded as staged (the values the float32 staging rounded to as its fragments were read);
+//    both operands MN-major, fragments by ldmatrix.trans; rows padded to 72 elements (9 16-byte
+//    units: ldmatrix conflict-free). Half the shared memory (55.3 KB at kQ 128); the registers
+//    keep it at 2 blocks per SM (ChunkConfig).
 constexpr int kTileFloats = kQ * kColMajor64;  // one [kQ][72] tile
-constexpr size_t kStateSmemBytes = sizeof(float) * 3 * kTileFloats;
+template <typename T>
+struct StateLayout {
+  static constexpr bool kFloat = std::is_same_v<T, float>;
+  static constexpr int kStride = kTile + 8;  // 72: [s][p] and [s][n] tiles of T
+  static constexpr int kTileElems = kQ * kStride;
+  static constexpr size_t kSmemBytes = kFloat ? sizeof(float) * 3 * kTileFloats : sizeof(T) * 3 * kTileElems;
+};
+static_assert(odd_units(StateLayout<__half>::kStride), "16-bit tile rows of an odd number of 16-byte units");
 
 template <typename T>
 __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().state_blocks_per_sm)
     chunk_state_kernel(Mamba2Params p) {
+  using Layout = StateLayout<T>;
   extern __shared__ __align__(16) float state_smem[];
   float* xs = state_smem;                // x_s[p0 + ·]·weight_s
   float* bs = state_smem + kTileFloats;  // two stages of B_s[n0 + ·]
@@ -428,53 +518,102 @@ __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().state_blocks_
   const float* B = rows + d.d_ssm + int64_t{g} * N;
   const int n_tiles = (N + kTile - 1) / kTile;
 
-  // Commit groups: (x, B tile 0), B tile 1, then B tile i + 2 during tile i (empty past N).
-  copy_tile_async<kTile, kQ>(xs, kColMajor64, rows + int64_t{h} * P + p0, d.conv_dim, length, P - p0);
-  copy_tile_async<kTile, kQ>(bs, kColMajor64, B, d.conv_dim, length, N);
-  mma::cp_async_commit();
-  if (n_tiles > 1) copy_tile_async<kTile, kQ>(bs + kTileFloats, kColMajor64, B + kTile, d.conv_dim, length, N - kTile);
-  mma::cp_async_commit();
-  if (tid < kQ) weight[tid] = p.chunk_cumsum[item * 3 * kQ + 2 * kQ + tid];
-  mma::cp_async_wait<1>();
-  __syncthreads();
-  for (int e = tid; e < kQ * kTile; e += kChunkThreads) xs[(e / kTile) * kColMajor64 + e % kTile] *= weight[e / kTile];
-  __syncthreads();
-
-  const int warp = tid / 32;
-  const int wm = 16 * (warp % 4), wn = 32 * (warp / 4);  // the warp's rows (p) and columns (n) in the tile
-  const int ksteps = (length + 7) / 8;
-  float* out = p.chunk_states + item * P * N;
-  const bool pairs = N % 2 == 0 && (reinterpret_cast<uintptr_t>(p.chunk_states) & 7) == 0;
-  for (int i = 0; i < n_tiles; ++i) {
-    const int n0 = i * kTile;
-    float acc[4][4] = {};
-    if (p0 + wm < P && n0 + wn < N) {  // warp-uniform; a warp wholly past P or N stores nothing
-      warp_mma<T, 4, 1, kColMajor64, 1, kColMajor64>(acc, xs + wm, bs + (i % 2) * kTileFloats + wn, ksteps);
-    }
-    __syncthreads();  // stage i % 2 is refilled next
-    if (i + 2 < n_tiles) {
-      copy_tile_async<kTile, kQ>(bs + (i % 2) * kTileFloats, kColMajor64, B + n0 + 2 * kTile, d.conv_dim, length,
-                                 N - n0 - 2 * kTile);
+  if constexpr (Layout::kFloat) {
+    // Commit groups: (x, B tile 0), B tile 1, then B tile i + 2 during tile i (empty past N).
+    copy_tile_async<kTile, kQ>(xs, kColMajor64, rows + int64_t{h} * P + p0, d.conv_dim, length, P - p0);
+    copy_tile_async<kTile, kQ>(bs, kColMajor64, B, d.conv_dim, length, N);
+    mma::cp_async_commit();
+    if (n_tiles > 1) {
+      copy_tile_async<kTile, kQ>(bs + kTileFloats, kColMajor64, B + kTile, d.conv_dim, length, N - kTile);
     }
     mma::cp_async_commit();
+    if (tid < kQ) weight[tid] = p.chunk_cumsum[item * 3 * kQ + 2 * kQ + tid];
+    mma::cp_async_wait<1>();
+    __syncthreads();
+    for (int e = tid; e < kQ * kTile; e += kChunkThreads) {
+      xs[(e / kTile) * kColMajor64 + e % kTile] *= weight[e / kTile];
+    }
+    __syncthreads();
+
+    const int warp = tid / 32;
+    const int wm = 16 * (warp % 4), wn = 32 * (warp / 4);  // the warp's rows (p) and columns (n) in the tile
+    const int ksteps = (length + 7) / 8;
+    float* out = p.chunk_states + item * P * N;
+    const bool pairs = N % 2 == 0 && (reinterpret_cast<uintptr_t>(p.chunk_states) & 7) == 0;
+    for (int i = 0; i < n_tiles; ++i) {
+      const int n0 = i * kTile;
+      float acc[4][4] = {};
+      if (p0 + wm < P && n0 + wn < N) {  // warp-uniform; a warp wholly past P or N stores nothing
+        warp_mma<T, 4, 1, kColMajor64, 1, kColMajor64>(acc, xs + wm, bs + (i % 2) * kTileFloats + wn, ksteps);
+      }
+      __syncthreads();  // stage i % 2 is refilled next
+      if (i + 2 < n_tiles) {
+        copy_tile_async<kTile, kQ>(bs + (i % 2) * kTileFloats, kColMajor64, B + n0 + 2 * kTile, d.conv_dim, length,
+                                   N - n0 - 2 * kTile);
+      }
+      mma::cp_async_commit();
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < 4; ++j) {
 #pragma unroll
-      for (int e = 0; e < 4; e += 2) {  // (e, e + 1): two adjacent columns of one row
-        const int row = p0 + wm + frag_row(e);
-        const int n = n0 + wn + 8 * j + frag_col(e);
-        if (row >= P || n >= N) continue;
-        float* at = out + int64_t{row} * N + n;
-        if (pairs) {
-          *reinterpret_cast<float2*>(at) = make_float2(acc[j][e], acc[j][e + 1]);
-        } else {
-          at[0] = acc[j][e];
-          if (n + 1 < N) at[1] = acc[j][e + 1];
+        for (int e = 0; e < 4; e += 2) {  // (e, e + 1): two adjacent columns of one row
+          const int row = p0 + wm + frag_row(e);
+          const int n = n0 + wn + 8 * j + frag_col(e);
+          if (row >= P || n >= N) continue;
+          float* at = out + int64_t{row} * N + n;
+          if (pairs) {
+            *reinterpret_cast<float2*>(at) = make_float2(acc[j][e], acc[j][e + 1]);
+          } else {
+            at[0] = acc[j][e];
+            if (n + 1 < N) at[1] = acc[j][e + 1];
+          }
+        }
+      }
+      mma::cp_async_wait<1>();  // B tile i + 1 landed
+      __syncthreads();
+    }
+  } else {
+    T* const xs16 = reinterpret_cast<T*>(state_smem);  // x_s[p0 + ·]·weight_s, then two B stages
+    const auto b_stage = [&](int i) { return xs16 + (1 + i % 2) * Layout::kTileElems; };
+    TileRegs16<T, kTile, kQ> regs;  // the x tile, then B tile after B tile
+    regs.load(rows + int64_t{h} * P + p0, d.conv_dim, length, P - p0);
+    if (tid < kQ) weight[tid] = p.chunk_cumsum[item * 3 * kQ + 2 * kQ + tid];
+    __syncthreads();  // the weights
+    regs.store(xs16, Layout::kStride, [&](int s) { return weight[s]; });
+    regs.load(B, d.conv_dim, length, N);
+    regs.store(b_stage(0), Layout::kStride);
+
+    const int warp = tid / 32;
+    const int wm = 16 * (warp % 4), wn = 32 * (warp / 4);  // the warp's rows (p) and columns (n) in the tile
+    const int steps16 = (length + 15) / 16;
+    float* out = p.chunk_states + item * P * N;
+    const bool pairs = N % 2 == 0 && (reinterpret_cast<uintptr_t>(p.chunk_states) & 7) == 0;
+    for (int i = 0; i < n_tiles; ++i) {
+      const int n0 = i * kTile;
+      if (i + 1 < n_tiles) regs.load(B + n0 + kTile, d.conv_dim, length, N - n0 - kTile);  // during tile i
+      __syncthreads();  // stage i % 2 written; stage (i + 1) % 2 read by every warp
+      float acc[4][4] = {};
+      if (p0 + wm < P && n0 + wn < N) {  // warp-uniform; a warp wholly past P or N stores nothing
+        mma::warp_mma_smem16<T, 4, false, false>(acc, xs16 + wm, Layout::kStride, b_stage(i) + wn, Layout::kStride,
+                                                 steps16);
+      }
+      if (i + 1 < n_tiles) regs.store(b_stage(i + 1), Layout::kStride);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {  // (e, e + 1): two adjacent columns of one row
+          const int row = p0 + wm + frag_row(e);
+          const int n = n0 + wn + 8 * j + frag_col(e);
+          if (row >= P || n >= N) continue;
+          float* at = out + int64_t{row} * N + n;
+          if (pairs) {
+            *reinterpret_cast<float2*>(at) = make_float2(acc[j][e], acc[j][e + 1]);
+          } else {
+            at[0] = acc[j][e];
+            if (n + 1 < N) at[1] = acc[j][e + 1];
+          }
         }
       }
     }
-    mma::cp_async_wait<1>();  // B tile i + 1 landed
-    __syncthreads();
   }
 }
 
@@ -616,7 +755,7 @@ void launch_state_passing(const Mamba2Params& p, cudaStream_t stream) {
 // head blockIdx.y and P tile blockIdx.z, every product on the tensor cores: warp w owns rows
 // t = t0 + 16·(w % 4) … of the outputs and columns p − p0 = 32·(w / 4) ….
 //   1. over N in steps of kNStep: off[t, p] = Σ_n C_t[n]·H[p, n], C and H staged row-major ([t][n],
-//      [p][n]) by cp.async, two steps in flight;
+//      [p][n]), two steps in flight;
 //   2. M[t, s] = cb[t, s]·exp(Λ_t − Λ_s)·Δ_s for s ≤ t (else 0), cb the chunk's and group's C·Bᵀ
 //      (chunk_cb_kernel), → shared [t − t0][s]; the x tile of s < t0 + kTile → shared [s][p] (over
 //      the staging space);
@@ -624,12 +763,36 @@ void launch_state_passing(const Mamba2Params& p, cudaStream_t stream) {
 //   4. y = diag + exp(Λ_t)·off + D·x_t (8-byte pairs where y is float32 and even-aligned).
 // Staged values past the chunk, P or N are zeros. The t blocks of a chunk are neighbours in the
 // grid: the chunk's H tile is read from memory once, then from L2.
-constexpr size_t kScanSmemBytes =
-    sizeof(float) * std::max(2 * 2 * kStepFloats, kTile * kRowMajorQ + kQ * kColMajor64);
+// Staging by operand type (ScanLayout):
+//  - float (3xTF32): float32 tiles by cp.async, fragments read element by element (the strides
+//    above: conflict-free);
+//  - __half / __nv_bfloat16: tiles of T, each element rounded once as it is staged (C, H, x as
+//    loaded, M as formed: the values the float32 staging rounded to as its fragments were read),
+//    half the shared memory and traffic; C, H, x through registers (TileRegs16: step i + 1's loads
+//    in flight during step i's product), fragments by ldmatrix (C, H, M: K-major) and
+//    ldmatrix.trans (x: [s][p], MN-major). Rows padded by 8 elements (16 bytes: strides of 40, kQ + 8
+//    and 72 elements, 5, 17 (9 for kQ 64) and 9 16-byte units), so the 8 rows an ldmatrix matrix
+//    reads fall in 8 distinct bank groups: conflict-free. D·x_t reads x in float32 from global memory (the staged
+//    x is rounded).
+template <typename T>
+struct ScanLayout {
+  static constexpr bool kFloat = std::is_same_v<T, float>;
+  static constexpr int kStep = kNStep + 8;  // 40: [t][n] and [p][n] stage tiles of T
+  static constexpr int kM = kQ + 8;         // 72 or 136: M [t − t0][s] of T
+  static constexpr int kX = kTile + 8;      // 72: x [s][p − p0] of T
+  static constexpr int kStageElems = kTile * kStep;
+  static constexpr size_t kSmemBytes =
+      kFloat ? sizeof(float) * std::max(2 * 2 * kStepFloats, kTile * kRowMajorQ + kQ * kColMajor64)
+             : sizeof(T) * std::max(2 * 2 * kStageElems, kTile * kM + kQ * kX);
+};
+static_assert(odd_units(ScanLayout<__half>::kStep) && odd_units(ScanLayout<__half>::kM) &&
+                  odd_units(ScanLayout<__half>::kX),
+              "16-bit tile rows of an odd number of 16-byte units");
 
 template <typename T>
 __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().scan_blocks_per_sm)
     chunk_scan_kernel(Mamba2Params p) {
+  using Layout = ScanLayout<T>;
   __shared__ float delta[kQ], lambda[kQ];
   // Step 1: two stages of (C, H) tiles; steps 2–4: M and the x tile over them.
   extern __shared__ __align__(16) float scan_smem[];
@@ -657,49 +820,113 @@ __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().scan_blocks_p
   const float* C = rows + int64_t{t0} * d.conv_dim + d.d_ssm + (int64_t{p.groups} + g) * N;
   const int steps = (N + kNStep - 1) / kNStep;
 
-  // The C and H tiles of N step i into stage i % 2, one commit group.
-  const auto stage = [&](int i) {
-    float* ct = scan_smem + (i % 2) * 2 * kStepFloats;
-    const int nb = i * kNStep;
-    copy_tile_async<kNStep, kTile>(ct, kStepStride, C + nb, d.conv_dim, length - t0, N - nb);
-    copy_tile_async<kNStep, kTile>(ct + kStepFloats, kStepStride, H + int64_t{p0} * N + nb, N, P - p0, N - nb);
-    mma::cp_async_commit();
-  };
-  stage(0);
-  if (tid < kQ) {
-    delta[tid] = p.chunk_cumsum[item * 3 * kQ + tid];
-    lambda[tid] = p.chunk_cumsum[item * 3 * kQ + kQ + tid];
-  }
-
   float off[4][4] = {};
-  for (int i = 0; i < steps; ++i) {
-    advance_step(i, steps, stage);
-    const float* ct = scan_smem + (i % 2) * 2 * kStepFloats;
-    const int ksteps = (min(kNStep, N - i * kNStep) + 7) / 8;
-    if (live) {
-      warp_mma<T, 4, kStepStride, 1, kStepStride, 1>(off, ct + wm * kStepStride, ct + kStepFloats + wn * kStepStride,
-                                                      ksteps);
-    }
-    __syncthreads();  // stage i % 2 is refilled next
-  }
-
-  // The x tile (cp.async over the consumed stages) while M is formed.
-  const int s_end = t0 + kTile;  // s < s_end: the columns of M step 3 reads
-  copy_tile_async<kTile, kQ>(xs, kColMajor64, rows + int64_t{h} * P + p0, d.conv_dim, min(length, s_end), P - p0);
-  mma::cp_async_commit();
-  const float* cb = p.chunk_cb + (int64_t{c} * p.groups + g) * kQ * kQ;
-  for (int e = tid; e < kTile * kQ; e += kChunkThreads) {
-    const int t = t0 + e / kQ, s = e % kQ;
-    if (s >= s_end) continue;
-    mt[(t - t0) * kRowMajorQ + s] =
-        s <= t && t < length ? cb[t * kQ + s] * expf(lambda[t] - lambda[s]) * delta[s] : 0.0f;
-  }
-  mma::cp_async_wait<0>();
-  __syncthreads();
-
   float diag[4][4] = {};
-  if (live) {
-    warp_mma<T, 4, kRowMajorQ, 1, 1, kColMajor64>(diag, mt + wm * kRowMajorQ, xs + wn, (t0 + wm + 16) / 8);
+  if constexpr (Layout::kFloat) {
+    // The C and H tiles of N step i into stage i % 2, one commit group.
+    const auto stage = [&](int i) {
+      float* ct = scan_smem + (i % 2) * 2 * kStepFloats;
+      const int nb = i * kNStep;
+      copy_tile_async<kNStep, kTile>(ct, kStepStride, C + nb, d.conv_dim, length - t0, N - nb);
+      copy_tile_async<kNStep, kTile>(ct + kStepFloats, kStepStride, H + int64_t{p0} * N + nb, N, P - p0, N - nb);
+      mma::cp_async_commit();
+    };
+    stage(0);
+    if (tid < kQ) {
+      delta[tid] = p.chunk_cumsum[item * 3 * kQ + tid];
+      lambda[tid] = p.chunk_cumsum[item * 3 * kQ + kQ + tid];
+    }
+
+    for (int i = 0; i < steps; ++i) {
+      advance_step(i, steps, stage);
+      const float* ct = scan_smem + (i % 2) * 2 * kStepFloats;
+      const int ksteps = (min(kNStep, N - i * kNStep) + 7) / 8;
+      if (live) {
+        warp_mma<T, 4, kStepStride, 1, kStepStride, 1>(off, ct + wm * kStepStride,
+                                                        ct + kStepFloats + wn * kStepStride, ksteps);
+      }
+      __syncthreads();  // stage i % 2 is refilled next
+    }
+
+    // The x tile (cp.async over the consumed stages) while M is formed.
+    const int s_end = t0 + kTile;  // s < s_end: the columns of M step 3 reads
+    copy_tile_async<kTile, kQ>(xs, kColMajor64, rows + int64_t{h} * P + p0, d.conv_dim, min(length, s_end), P - p0);
+    mma::cp_async_commit();
+    const float* cb = p.chunk_cb + (int64_t{c} * p.groups + g) * kQ * kQ;
+    for (int e = tid; e < kTile * kQ; e += kChunkThreads) {
+      const int t = t0 + e / kQ, s = e % kQ;
+      if (s >= s_end) continue;
+      mt[(t - t0) * kRowMajorQ + s] =
+          s <= t && t < length ? cb[t * kQ + s] * expf(lambda[t] - lambda[s]) * delta[s] : 0.0f;
+    }
+    mma::cp_async_wait<0>();
+    __syncthreads();
+
+    if (live) {
+      warp_mma<T, 4, kRowMajorQ, 1, 1, kColMajor64>(diag, mt + wm * kRowMajorQ, xs + wn, (t0 + wm + 16) / 8);
+    }
+  } else {
+    T* const tiles = reinterpret_cast<T*>(scan_smem);
+    const auto c_tile = [&](int i) { return tiles + (i % 2) * 2 * Layout::kStageElems; };  // [t][n], then [p][n]
+    TileRegs16<T, kNStep, kTile> c_regs, h_regs;
+    const auto load = [&](int i) {
+      const int nb = i * kNStep;
+      c_regs.load(C + nb, d.conv_dim, length - t0, N - nb);
+      h_regs.load(H + int64_t{p0} * N + nb, N, P - p0, N - nb);
+    };
+    const auto store = [&](int i) {
+      c_regs.store(c_tile(i), Layout::kStep);
+      h_regs.store(c_tile(i) + Layout::kStageElems, Layout::kStep);
+    };
+    load(0);
+    if (tid < kQ) {
+      delta[tid] = p.chunk_cumsum[item * 3 * kQ + tid];
+      lambda[tid] = p.chunk_cumsum[item * 3 * kQ + kQ + tid];
+    }
+    store(0);
+    for (int i = 0; i < steps; ++i) {
+      if (i + 1 < steps) load(i + 1);  // in flight during step i's product
+      __syncthreads();                 // stage i % 2 written; stage (i + 1) % 2 read by every warp
+      if (live) {
+        const int steps16 = (min(kNStep, N - i * kNStep) + 15) / 16;
+        mma::warp_mma_smem16<T, 4, true, true>(off, c_tile(i) + wm * Layout::kStep, Layout::kStep,
+                                               c_tile(i) + Layout::kStageElems + wn * Layout::kStep, Layout::kStep,
+                                               steps16);
+      }
+      if (i + 1 < steps) store(i + 1);
+    }
+
+    T* const mt16 = tiles;                       // M [t − t0][s]
+    T* const xs16 = tiles + kTile * Layout::kM;  // x [s][p − p0]
+    const int s_end = t0 + kTile;  // s < s_end: the columns of M step 3 reads
+    const float* cb = p.chunk_cb + (int64_t{c} * p.groups + g) * kQ * kQ;
+    // The x tile in 64-row blocks, block b's loads in flight while rows part b of M are formed
+    // (half the registers of the whole tile in flight); rows s ≥ s_end are never read.
+    const float* x_rows = rows + int64_t{h} * P + p0;
+    constexpr int kMRows = kTile / kTBlocks;  // rows of M per x block
+    TileRegs16<T, kTile, kTile> x_regs;
+    __syncthreads();  // every warp's last step-1 product has read the stages M and x overwrite
+    for (int b = 0; b < kTBlocks; ++b) {
+      const int sb = b * kTile;
+      if (sb < s_end) x_regs.load(x_rows + int64_t{sb} * d.conv_dim, d.conv_dim, min(length, s_end) - sb, P - p0);
+      for (int e = tid; e < kMRows * kQ / 2; e += kChunkThreads) {  // pairs (s, s + 1) of one row
+        const int t = t0 + b * kMRows + e / (kQ / 2), s = 2 * (e % (kQ / 2));
+        if (s >= s_end) continue;
+        float m[2];
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          m[k] = s + k <= t && t < length ? cb[t * kQ + s + k] * expf(lambda[t] - lambda[s + k]) * delta[s + k] : 0.0f;
+        }
+        *reinterpret_cast<uint32_t*>(mt16 + (t - t0) * Layout::kM + s) = mma::Mma<T>::pack(m[0], m[1]);
+      }
+      if (sb < s_end) x_regs.store(xs16 + sb * Layout::kX, Layout::kX);
+    }
+    __syncthreads();
+
+    if (live) {
+      mma::warp_mma_smem16<T, 4, true, false>(diag, mt16 + wm * Layout::kM, Layout::kM, xs16 + wn, Layout::kX,
+                                              (t0 + wm + 16) / 16);
+    }
   }
 
   const float Dh = load_element(p.D.data, h, p.D.kind);
@@ -718,7 +945,13 @@ __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().scan_blocks_p
       float value[2];
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
-        value[k] = fmaf(Dh, xs[t * kColMajor64 + col + k], fmaf(carry_decay, off[j][e + k], diag[j][e + k]));
+        float x;
+        if constexpr (Layout::kFloat) {
+          x = xs[t * kColMajor64 + col + k];
+        } else {
+          x = p0 + col + k < P ? rows[int64_t{t} * d.conv_dim + int64_t{h} * P + p0 + col + k] : 0.0f;
+        }
+        value[k] = fmaf(Dh, x, fmaf(carry_decay, off[j][e + k], diag[j][e + k]));
       }
       if (pairs) {
         *reinterpret_cast<float2*>(static_cast<float*>(p.y.data) + y_row + col) = make_float2(value[0], value[1]);
@@ -806,13 +1039,21 @@ void launch_decode_of(const Mamba2Params& p, cudaStream_t stream) {
 // The chunk kernels with product operands T, around the state passing (which stays float32).
 template <typename T>
 void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
+  if constexpr (!std::is_same_v<T, float>) {  // TileRegs16's element path indexes rows in int
+    const int64_t conv_dim = int64_t{p.heads} * p.head_dim + 2 * int64_t{p.groups} * p.state;
+    if (std::max<int64_t>(conv_dim, p.state) * kQ >= (int64_t{1} << 31)) {
+      throw Error(detail::concat("mamba2 prefill: 16-bit operands with conv rows of ", conv_dim,
+                                 " floats (at most 2^31 / ", kQ, ")"));
+    }
+  }
   const unsigned chunks = static_cast<unsigned>(p.num_chunks), heads = static_cast<unsigned>(p.heads);
   const unsigned p_tiles = static_cast<unsigned>((p.head_dim + kTile - 1) / kTile);
   chunk_cb_kernel<T><<<dim3(chunks, static_cast<unsigned>(p.groups), kTBlocks * (kTBlocks + 1) / 2), kChunkThreads, 0,
                        stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
-  allow_dynamic_smem(chunk_state_kernel<T>, kStateSmemBytes);
-  chunk_state_kernel<T><<<dim3(chunks, heads, p_tiles), kChunkThreads, kStateSmemBytes, stream>>>(p);
+  constexpr size_t kStateSmem = StateLayout<T>::kSmemBytes;
+  allow_dynamic_smem(chunk_state_kernel<T>, kStateSmem);
+  chunk_state_kernel<T><<<dim3(chunks, heads, p_tiles), kChunkThreads, kStateSmem, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   if (int64_t{p.head_dim} * p.state % 4 == 0 && aligned16(p.chunk_states)) {
     launch_state_passing<PassAccess::kFloat4>(p, stream);
@@ -820,8 +1061,9 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
     launch_state_passing<PassAccess::kScalar>(p, stream);
   }
   HYBRIDTB_CUDA_CHECK_LAUNCH();
-  allow_dynamic_smem(chunk_scan_kernel<T>, kScanSmemBytes);
-  chunk_scan_kernel<T><<<dim3(chunks * kTBlocks, heads, p_tiles), kChunkThreads, kScanSmemBytes, stream>>>(p);
+  constexpr size_t kScanSmem = ScanLayout<T>::kSmemBytes;
+  allow_dynamic_smem(chunk_scan_kernel<T>, kScanSmem);
+  chunk_scan_kernel<T><<<dim3(chunks * kTBlocks, heads, p_tiles), kChunkThreads, kScanSmem, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 
