@@ -99,6 +99,21 @@ __device__ __forceinline__ void warp_mma(float (&c)[kTiles][4], const float* x, 
   }
 }
 
+// c += A·B for one 16×8 tile and 16 of k with the operands rounded to T (__half or __nv_bfloat16)
+// and one m16n8k16 product, from float32 operands held in the fragment layout of two consecutive
+// TF32 k-steps (mma_tf32): a0, a1 the lane's A fragments {(g, t), (g + 8, t), (g, t + 4),
+// (g + 8, t + 4)} of k-steps 0 and 1; b0 = {B(t, g), B(t + 4, g)} of k-step 0, b1 the same of k-step 1
+// (g = lane / 4, t = lane % 4). The k slots are warp_mma_16bit's permutation (slots 2t, 2t + 1 ← k t,
+// t + 4 of step 0; 2t + 8, 2t + 9 ← the same of step 1), so a kernel that stages its fragments for
+// the TF32 products feeds the 16-bit product from the same loads.
+template <typename T>
+__device__ __forceinline__ void mma_16bit_ksteps(float (&c)[4], const float4& a0, const float4& a1, float2 b0,
+                                                 float2 b1) {
+  const uint32_t a[4] = {Mma<T>::pack(a0.x, a0.z), Mma<T>::pack(a0.y, a0.w), Mma<T>::pack(a1.x, a1.z),
+                         Mma<T>::pack(a1.y, a1.w)};
+  Mma<T>::run(c, a, Mma<T>::pack(b0.x, b0.y), Mma<T>::pack(b1.x, b1.y));
+}
+
 // Row and column of element e < 4 of this lane's 16×8 C fragment (mma.cuh's layout).
 __device__ __forceinline__ int frag_row(int e) { return static_cast<int>(threadIdx.x) % 32 / 4 + 8 * (e / 2); }
 __device__ __forceinline__ int frag_col(int e) { return 2 * (static_cast<int>(threadIdx.x) % 4) + e % 2; }
