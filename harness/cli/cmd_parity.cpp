@@ -252,8 +252,9 @@ void add_common_options(CLI::App* cmd, Options& opt) {
 // parity and replay: BackendSettings::ssm_prefill_operands of the backends they run.
 void add_ssm_prefill_operands_option(CLI::App* cmd, Options& opt) {
   cmd->add_option("--ssm-prefill-operands", opt.ssm_prefill_operands,
-                  "Operands of the SSM chunked-prefill products (cuda: Mamba-2): float32 (float32-accurate) or "
-                  "model (rounded to a 16-bit model dtype; compared with the tolerance table's 16-bit-operand row)")
+                  "Operands of the SSM chunked-prefill products (cuda: Mamba-2, GDN): float32 (float32-accurate) "
+                  "or model (rounded to a 16-bit model dtype; compared with the tolerance table's 16-bit-operand "
+                  "row)")
       ->check(CLI::IsMember({"float32", "model"}))
       ->capture_default_str();
 }

@@ -281,6 +281,7 @@ ParityKey parity_key(const BatchFile& file, Quantity quantity, DType candidate_d
     for (const auto& [name, weight] : file.inputs.weights) m = std::max(m, max_dim(weight.shape(), 0));
     key.inner_length = m;
     key.history_length = batch.max_seq_len();
+    key.ssm_mode = file.config.ssm_mode;
   } else {
     key.reduction_length = batch.max_seq_len() + 1;  // + 1: a sink term in the denominator
     key.inner_length = file.config.head_size;

@@ -2,6 +2,7 @@
 #include "hybridtb/tolerance.h"
 
 #include <cmath>
+#include <string_view>
 #include <utility>
 
 #include "hybridtb/error.h"
@@ -171,17 +172,29 @@ Tolerance ssm_tolerance(const ParityKey& key, DType stored) {
                              key.reduction_length, " tokens, m=", key.inner_length, ", N=", key.history_length,
                              "], rtol += u(", to_string(stored), ") for the store")};
   if (is_16bit_float(key.ssm_operand_dtype)) {
-    // 16-bit product operands (tolerance.h): ≤ 4 (states: 2) independent relative roundings of
-    // u_m per term, λ·u_m·2·‖terms‖₂ with ‖terms‖₂ ≤ √m (states: 2).
+    // 16-bit product operands (tolerance.h): Mamba-2 ≤ 4 (states: 2) independent relative roundings
+    // of u_m per term, λ·u_m·2·‖terms‖₂ with ‖terms‖₂ ≤ √m (states: 2); Gated DeltaNet ≤ 6 (states:
+    // 4), λ·u_m·√6·‖terms‖₂ with ‖terms‖₂ ≤ √m (states: λ·u_m·2·‖terms‖₂ with ‖terms‖₂ ≤ 12).
     const double u_m = unit_roundoff(key.ssm_operand_dtype);
     const bool state = key.quantity == Quantity::kSsmState;
-    const double e16 = state ? 2.0 * std::sqrt(2.0) * kParityLambda * u_m
-                             : 2.0 * kParityLambda * u_m * std::sqrt(static_cast<double>(key.inner_length));
-    t.atol += e16;
-    t.rationale += state ? detail::concat(" + e16 = 2√2·6·u_m = ", e16, " [state; product operands rounded to ",
-                                          to_string(key.ssm_operand_dtype), "]")
-                         : detail::concat(" + e16 = 2·6·u_m·√m = ", e16, " [product operands rounded to ",
-                                          to_string(key.ssm_operand_dtype), ", m=", key.inner_length, "]");
+    const double sqrt_m = std::sqrt(static_cast<double>(key.inner_length));
+    const std::string_view operands = to_string(key.ssm_operand_dtype);
+    if (key.ssm_mode == "gdn") {
+      const double e16 = state ? 2.0 * 12.0 * kParityLambda * u_m : std::sqrt(6.0) * kParityLambda * u_m * sqrt_m;
+      t.atol += e16;
+      t.rationale += state ? detail::concat(" + e16 = 2·6·12·u_m = ", e16, " [gdn state; product operands rounded to ",
+                                            operands, "]")
+                           : detail::concat(" + e16 = √6·6·u_m·√m = ", e16, " [gdn; product operands rounded to ",
+                                            operands, ", m=", key.inner_length, "]");
+    } else {
+      const double e16 =
+          state ? 2.0 * std::sqrt(2.0) * kParityLambda * u_m : 2.0 * kParityLambda * u_m * sqrt_m;
+      t.atol += e16;
+      t.rationale += state ? detail::concat(" + e16 = 2√2·6·u_m = ", e16, " [state; product operands rounded to ",
+                                            operands, "]")
+                           : detail::concat(" + e16 = 2·6·u_m·√m = ", e16, " [product operands rounded to ",
+                                            operands, ", m=", key.inner_length, "]");
+    }
   }
   return t;
 }

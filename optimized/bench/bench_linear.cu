@@ -36,6 +36,11 @@
 //       (bench_gdn_prefill.py, perf-anchors.md §4.5/§6.6), and "TFLOPs_nominal": the figure to set
 //       beside FlashInfer's SM90 kernel (H100, h_qk 2, h_v 8: 0.114 ms = 37.6 nominal TFLOP/s at
 //       1×8192, 0.399 ms = 86.1 at 1×65536; perf-anchors.md §4.5), copied into the hv8 cases.
+//       Products in float32 (3xTF32, the default).
+//   gdn prefill {8k qwen3-next, 64k hv8} bf16 operands — the same with the prefill kernels' product
+//       operands rounded to bfloat16 (GdnParams::product_operands; BackendSettings::
+//       ssm_prefill_operands model with a bfloat16 model): one m16n8k16 per product with float32
+//       accumulation, as fla's Triton kernels (the block triangular solve stays 3xTF32).
 //   mamba2 prefill 8k — one fresh request of 8192 tokens at the Falcon-H1-7B sizes, the chunked SSD
 //       (launch_mamba2_prefill: cumsum, C·Bᵀ, chunk states, state passing, chunk scan; chunk 128); time
 //       and tokens/s, with perf-anchors.md §6.5's FLOP estimate T·Hs·(2·Q·(N + P) + 4·N·P) (Q = 128)
@@ -475,17 +480,23 @@ int run(int argc, char** argv) {
     GdnShape s;
     int tokens;
     double flashinfer_ms;  // FlashInfer SM90, H100, h_qk 2, h_v 8 (perf-anchors.md §4.5); 0: no figure
+    ElementKind operands;  // GdnParams::product_operands: float32 (3xTF32) or bfloat16
   };
+  const char* const qwen3_next = "Qwen3-Next: Hk 16, Hv 32, dk 128, dv 128";
+  const char* const hv8 = "FlashInfer's: Hk 4 (FlashInfer 2), Hv 8, dk 128, dv 128";
   const GdnPrefillCase gdn_prefills[] = {
-      {"gdn prefill 8k qwen3-next", "Qwen3-Next: Hk 16, Hv 32, dk 128, dv 128", kQwen3Next, 8192, 0.0},
-      {"gdn prefill 8k hv8", "FlashInfer's: Hk 4 (FlashInfer 2), Hv 8, dk 128, dv 128", kGdnHv8, 8192, 0.114},
-      {"gdn prefill 64k hv8", "FlashInfer's: Hk 4 (FlashInfer 2), Hv 8, dk 128, dv 128", kGdnHv8, 65536, 0.399},
+      {"gdn prefill 8k qwen3-next", qwen3_next, kQwen3Next, 8192, 0.0, ElementKind::kFloat32},
+      {"gdn prefill 8k qwen3-next bf16 operands", qwen3_next, kQwen3Next, 8192, 0.0, ElementKind::kBFloat16},
+      {"gdn prefill 8k hv8", hv8, kGdnHv8, 8192, 0.114, ElementKind::kFloat32},
+      {"gdn prefill 64k hv8", hv8, kGdnHv8, 65536, 0.399, ElementKind::kFloat32},
+      {"gdn prefill 64k hv8 bf16 operands", hv8, kGdnHv8, 65536, 0.399, ElementKind::kBFloat16},
   };
   for (const GdnPrefillCase& c : gdn_prefills) {
     Buffers b;
     const GdnShape& s = c.s;
     const int T = c.tokens;
     GdnParams p = make_gdn(b, s, 1, T, ElementKind::kFloat32);
+    p.product_operands = c.operands;
     const size_t qkv_bytes = static_cast<size_t>(T) * s.conv_dim() * sizeof(float);
     const size_t pool_bytes = 2 * static_cast<size_t>(p.recurrent_state.slot_size) * sizeof(float);
     const std::vector<Restore> restores{{p.qkv, b.saved(p.qkv, qkv_bytes), qkv_bytes},
@@ -501,6 +512,8 @@ int run(int argc, char** argv) {
     o.str("name", c.name)
         .str("case", "gdn_prefill")
         .str("shape", c.shape)
+        .str("product_operands", c.operands == ElementKind::kFloat32 ? "float32 (3xTF32)"
+                                                                     : "bf16 (m16n8k16, float32 accumulation)")
         .num("tokens", T)
         .num("chunk", kGdnChunk)
         .num("median_us", ms[2] * 1e3)

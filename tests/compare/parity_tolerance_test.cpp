@@ -178,6 +178,63 @@ TEST(ParityTolerance, SsmSixteenBitOperandRow) {
   EXPECT_GT(parity_tolerance(bf).atol, parity_tolerance(fp).atol);
 }
 
+// The Gated DeltaNet terms of the 16-bit-operand SSM row (tolerance.h): ParityKey::ssm_mode gdn adds
+// e16 = √6·6·u_m·√m to the contribution and 2·6·12·u_m to the states; other modes keep the Mamba-2
+// terms; float32 operands and float64 candidates keep their rows whatever the mode.
+TEST(ParityTolerance, SsmSixteenBitOperandGdnTerms) {
+  const int64_t n = 1001;
+  for (const int64_t m : {int64_t{64}, int64_t{128}, int64_t{640}}) {
+    for (const DType dtype : {DType::kFloat16, DType::kBFloat16}) {
+      SCOPED_TRACE(std::string(to_string(dtype)) + " m " + std::to_string(m));
+      const double u_m = unit_roundoff(dtype);
+      for (const Quantity q : {Quantity::kSsmOutput, Quantity::kSsmState}) {
+        SCOPED_TRACE(to_string(q));
+        ParityKey f32 = key(q, dtype, KvCacheDtype::kAuto, n, m);
+        f32.ssm_mode = "gdn";
+        ParityKey gdn = f32;
+        gdn.ssm_operand_dtype = dtype;
+        ParityKey mamba2 = gdn;
+        mamba2.ssm_mode = "mamba2";
+        const Tolerance base = parity_tolerance(f32);
+        const Tolerance t = parity_tolerance(gdn);
+        const bool state = q == Quantity::kSsmState;
+        const double e16 =
+            state ? 2.0 * 6.0 * 12.0 * u_m : std::sqrt(6.0) * 6.0 * u_m * std::sqrt(static_cast<double>(m));
+        EXPECT_NEAR(t.atol, base.atol + e16, 1e-15);
+        EXPECT_DOUBLE_EQ(t.rtol, base.rtol);
+        EXPECT_NE(t.rationale.find("gdn"), std::string::npos) << t.rationale;
+        EXPECT_EQ(base.rationale.find("e16"), std::string::npos) << base.rationale;
+        // The Mamba-2 terms for any other mode: 6 roundings against 4 (√6 against 2), states 2·12
+        // against 2√2.
+        const double mamba2_e16 = parity_tolerance(mamba2).atol - base.atol;
+        EXPECT_EQ(parity_tolerance(mamba2).rationale.find("gdn"), std::string::npos);
+        EXPECT_NEAR(mamba2_e16, state ? 2.0 * std::sqrt(2.0) * 6.0 * u_m
+                                      : 2.0 * 6.0 * u_m * std::sqrt(static_cast<double>(m)),
+                    1e-15);
+        EXPECT_GT(t.atol - base.atol, mamba2_e16);
+        // A float64 candidate keeps its row.
+        ParityKey f64 = key(q, DType::kFloat64, KvCacheDtype::kAuto, n, m);
+        const double f64_atol = parity_tolerance(f64).atol;
+        f64.ssm_mode = "gdn";
+        f64.ssm_operand_dtype = dtype;
+        EXPECT_DOUBLE_EQ(parity_tolerance(f64).atol, f64_atol);
+      }
+    }
+  }
+  // Sizes: the contribution's term at m = 128 is bfloat16 0.65, float16 0.081; the states' 0.56
+  // and 0.070 — below O(1) values, where the float32 row's magnitude factor times u_m is not.
+  ParityKey out = key(Quantity::kSsmOutput, DType::kBFloat16, KvCacheDtype::kAuto, n, 128);
+  out.ssm_mode = "gdn";
+  const double out_base = parity_tolerance(out).atol;
+  out.ssm_operand_dtype = DType::kBFloat16;
+  EXPECT_LT(parity_tolerance(out).atol - out_base, 0.66);
+  ParityKey st = key(Quantity::kSsmState, DType::kFloat16, KvCacheDtype::kAuto, n, 128);
+  st.ssm_mode = "gdn";
+  const double st_base = parity_tolerance(st).atol;
+  st.ssm_operand_dtype = DType::kFloat16;
+  EXPECT_LT(parity_tolerance(st).atol - st_base, 0.071);
+}
+
 TEST(ParityTolerance, KvCacheIsExact) {
   for (const DType dtype : kDtypesByRoundoff) {
     const Tolerance t = parity_tolerance(key(Quantity::kKvCache, dtype, KvCacheDtype::kFp8E4M3, 100));

@@ -160,22 +160,19 @@ TEST_P(CudaLinearLayer, MatchesTheReferenceAndRepeatsBitForBit) {
 std::string linear_case_name(const ::testing::TestParamInfo<LinearCase>& param) { return param.param.name; }
 INSTANTIATE_TEST_SUITE_P(Cases, CudaLinearLayer, ::testing::ValuesIn(linear_cases()), linear_case_name);
 
-// Mamba-2 linear layers with a prefill, run with BackendSettings::ssm_prefill_operands model: the
-// layer's output is the SSD core's y itself (no norm or out_proj after it), within the tolerance
-// table's 16-bit-operand SSM row (the model dtype's; a float32 model keeps the float32 row and the
-// default setting's bits), and bitwise reproducible.
-std::vector<LinearCase> mamba2_prefill_cases() {
+// Linear layers with a prefill, run with BackendSettings::ssm_prefill_operands model: the layer's
+// output is the core's read-out itself (Mamba-2's SSD y, GDN's delta-rule o: no norm or out_proj
+// after it), within the tolerance table's 16-bit-operand SSM row (the model dtype's; a float32 model
+// keeps the float32 row and the default setting's bits), and bitwise reproducible.
+std::vector<LinearCase> prefill_cases_of(LayerKind kind) {
   std::vector<LinearCase> selected;
   for (const LinearCase& c : linear_cases()) {
-    if (c.kind == LayerKind::kMamba2 && !c.graph) selected.push_back(c);
+    if (c.kind == kind && !c.graph) selected.push_back(c);
   }
   return selected;
 }
 
-class CudaLinearMamba2ModelOperands : public CudaParamFixture<LinearCase> {};
-
-TEST_P(CudaLinearMamba2ModelOperands, MatchesTheReferenceWithinThe16BitRow) {
-  const LinearCase& c = GetParam();
+void expect_model_operands_within_the_16bit_row(const LinearCase& c) {
   const AttentionConfig config = linear_config(c.kind, c.cache, c.dtype, c.big);
   SyntheticOptions options{.seed = c.seed, .padding_tokens = c.padding, .padding_requests = c.padding};
   const BatchFile file = layer_file(config, BuilderConfig{}, c.requests, options, 0, c.seed + 100);
@@ -198,7 +195,22 @@ TEST_P(CudaLinearMamba2ModelOperands, MatchesTheReferenceWithinThe16BitRow) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, CudaLinearMamba2ModelOperands, ::testing::ValuesIn(mamba2_prefill_cases()),
+class CudaLinearMamba2ModelOperands : public CudaParamFixture<LinearCase> {};
+
+TEST_P(CudaLinearMamba2ModelOperands, MatchesTheReferenceWithinThe16BitRow) {
+  expect_model_operands_within_the_16bit_row(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaLinearMamba2ModelOperands,
+                         ::testing::ValuesIn(prefill_cases_of(LayerKind::kMamba2)), linear_case_name);
+
+class CudaLinearGdnModelOperands : public CudaParamFixture<LinearCase> {};
+
+TEST_P(CudaLinearGdnModelOperands, MatchesTheReferenceWithinThe16BitRow) {
+  expect_model_operands_within_the_16bit_row(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaLinearGdnModelOperands, ::testing::ValuesIn(prefill_cases_of(LayerKind::kGdn)),
                          linear_case_name);
 
 // Mixed batch == each request alone, bit for bit: a request's output rows and state depend on nothing

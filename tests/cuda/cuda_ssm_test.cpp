@@ -321,7 +321,7 @@ TEST_P(CudaSsmTest, MatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaSsmTest, ::testing::ValuesIn(cases()), CaseName());
 
-// --- mamba2's chunked prefill with 16-bit product operands ---------------------------------------
+// --- the chunked prefills with 16-bit product operands (mamba2, gdn) -------------------------------
 
 // The mamba2 cases of this file with a prefill (fresh, continued and long prefills, varlen batches,
 // initial states from the pools, block-boundary states of mamba_cache_mode all and align, grouped
@@ -343,8 +343,28 @@ std::vector<CudaCase> mamba2_prefill_cases() {
   return selected;
 }
 
+// The gdn cases of this file with a prefill (fresh, continued and long prefills over many 64-token
+// chunks, varlen batches, initial states from the pools, block-boundary states of mamba_cache_mode
+// all and align, head dims 128/128, 32/32, 64/32, 16/48 and the odd 6/10): the CUDA-graph
+// decode-only ones have no prefill to run. Two of them also with a float16 model (float16 operands;
+// the others are bfloat16 or float32 models).
+std::vector<CudaCase> gdn_prefill_cases() {
+  std::vector<CudaCase> selected;
+  for (const CudaCase& c : cases()) {
+    if (c.ssm_mode != "gdn" || c.decode_graph) continue;
+    selected.push_back(c);
+    if (c.name == "GdnHeads32MixedAllBf16" || c.name == "GdnHeads128LongAllBf16Pools") {
+      CudaCase fp16 = c;
+      fp16.name += "Fp16Model";
+      fp16.dtype = DType::kFloat16;
+      selected.push_back(fp16);
+    }
+  }
+  return selected;
+}
+
 // The product operands the backend runs with ssm_prefill_operands model: the model dtype when it is
-// 16-bit, else float32 (mamba2.cpp).
+// 16-bit, else float32 (mamba2.cpp, gdn.cpp).
 DType model_operands(const AttentionConfig& config) {
   return config.dtype == DType::kFloat16 || config.dtype == DType::kBFloat16 ? config.dtype : DType::kFloat32;
 }
@@ -386,6 +406,7 @@ TEST_P(CudaSsmModelOperands, MatchesReferenceWithinThe16BitRow) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Mamba2, CudaSsmModelOperands, ::testing::ValuesIn(mamba2_prefill_cases()), CaseName());
+INSTANTIATE_TEST_SUITE_P(Gdn, CudaSsmModelOperands, ::testing::ValuesIn(gdn_prefill_cases()), CaseName());
 
 // --- chunked prefill == one-shot prefill, on the GPU ---------------------------------------------
 
@@ -487,6 +508,21 @@ TEST(CudaSsm, ChunkedPrefillEqualsOneShotWith16BitOperands) {
       SCOPED_TRACE(std::string(to_string(dtype)) + " cache " + std::string(to_string(cache)));
       for (const int64_t split : {1, 37, 128, 256}) {
         expect_chunked_equals_one_shot("mamba2", 400, split, cache, dtype, SsmPrefillOperands::kModel);
+      }
+    }
+  }
+}
+
+// The same with gdn's 16-bit product operands, bfloat16 and float16 models: splits inside the first
+// 64-token chunk, at its end and across several (the second step's chunks then start off the
+// first's grid and from the state it left).
+TEST(CudaSsm, GdnChunkedPrefillEqualsOneShotWith16BitOperands) {
+  HYBRIDTB_SKIP_WITHOUT_CUDA();
+  for (const DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    for (const MambaCacheMode cache : {MambaCacheMode::kNone, MambaCacheMode::kAll}) {
+      SCOPED_TRACE(std::string(to_string(dtype)) + " cache " + std::string(to_string(cache)));
+      for (const int64_t split : {1, 37, 64, 200}) {
+        expect_chunked_equals_one_shot("gdn", 400, split, cache, dtype, SsmPrefillOperands::kModel);
       }
     }
   }

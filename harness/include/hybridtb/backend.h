@@ -184,13 +184,15 @@ struct BackendSettings {
   // else the head size's mma.sync variant —, 3 the wgmma kernel, …; for comparing them). The
   // reference ignores it.
   int prefill_variant = -1;
-  // cuda: the operands of Mamba-2's chunked SSD prefill products (C·Bᵀ, chunk states, chunk scan).
+  // cuda: the operands of the chunked prefill products of Mamba-2 (the SSD: C·Bᵀ, chunk states,
+  // chunk scan) and Gated DeltaNet (the WY form: k̂·k̂ᵀ and q̂·k̂ᵀ, the state pass's W·Mᵀ and state
+  // update, the output pass's q̂·h_cᵀ and P·V_new; its block triangular solve stays float32).
   // kFloat32 (the default): float32 operands in 3xTF32, float32-accurate (the float32 SSM row of the
   // tolerance table). kModel: operands rounded to the model dtype and multiplied once in 16 bits with
-  // float32 accumulation, as vLLM's Triton SSD kernels (about a third of the tensor-core work); its
-  // results are within the table's 16-bit-operand SSM row (ParityKey::ssm_operand_dtype), not the
-  // float32 one. A float32 model keeps float32 operands either way. Other SSM modes and the
-  // reference ignore it.
+  // float32 accumulation, as vLLM's Triton SSD and fla kernels (about a third of the tensor-core
+  // work); its results are within the table's 16-bit-operand SSM row (ParityKey::ssm_operand_dtype),
+  // not the float32 one. A float32 model keeps float32 operands either way. Other SSM modes, decode
+  // updates and the reference ignore it.
   SsmPrefillOperands ssm_prefill_operands = SsmPrefillOperands::kFloat32;
 };
 

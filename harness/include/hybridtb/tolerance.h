@@ -165,6 +165,48 @@ Tolerance tolerance_for(ToleranceCase which, int64_t reduction_length, int64_t i
 // N·E|C|·E|state| ≈ N/2, would be ≈ 1 for bfloat16 at N = 128, and the float32 row's magnitude
 // factor (64 + 8N) times u_m is ≥ 1 for any N at u_m = 2^-8: both vacuous.)
 // rtol as the float32 row (the store).
+// The same for a Gated DeltaNet chunked prefill (ParityKey::ssm_mode gdn; chunk C = 64 tokens, head
+// dims dk, dv ≤ 128): the float32 row plus
+//   e16 = √6·λ·u_m·√m      (contribution: a linear layer's o, or the branch's after norm and out_proj)
+//   e16 = 2·λ·u_m·12       (states)
+// Rounded operands (gdn_prefill.cu): q̂ and k̂ (in k̂·k̂ᵀ, q̂·k̂ᵀ, the state update, the read-out), P,
+// W, the entering state M (in W·Mᵀ and, as h_c, in the read-out), V_new (in P·V_new) and V_new·decay
+// (in the state update); the block triangular solve for W and U, the gates and decays, the state
+// carried across chunks and every sum stay float32. In a chunk's read-out
+//   o_t[v] = Σ_{j ≤ t, c} Γ_tj·q̂_t[c]·k̂_j[c]·V_new_j[v] + e^{G_t}·Σ_c q̂_t[c]·M[v, c],
+//   V_new_j[v] = U_j[v] − Σ_c W_j[c]·M[v, c],
+// a term carries ≤ 6 roundings of ≤ u_m (q̂, k̂, P, V_new, and W, M inside V_new; U and W come from
+// the float32 solve with the exact A of the rounded keys, which counts as those terms' k̂
+// rounding), a read-out term 2; a state element's terms k̂_j[c]·(V_new_j·e^{G_n − G_j})[v] carry ≤ 4
+// (k̂, V_new·decay, and W, M inside V_new). With the probabilistic model above the effect is
+// ≤ λ·u_m·√6·‖terms‖₂ (states ≤ λ·u_m·2·‖terms‖₂), relative per term and not growing with the
+// reduction lengths (the chunk's 64 tokens, dk, dv: the sums themselves are float32, the float32
+// row). Errors carried through the chunk-state recurrence are not amplified: per token the state is
+// multiplied by α·(I − β·k̂·k̂ᵀ), α = e^g ≤ 1, whose norm is ≤ 1 when β ∈ [0, 2] and ‖k̂‖ = 1 (its
+// eigenvalues are α·(1 − β) along k̂ and α across it); the generated data have β = sigmoid(b) ∈
+// (0, 1) and L2-normalised k̂ (‖k̂‖ ≤ 1 with fla's 1e-6), so every chunk's transition Φ_c (their
+// product) has norm ≤ 1. The entering state's re-rounding in W·Mᵀ acts only through the removal
+// part e^{G_n}·I − Φ_c (norm ≤ 2), and what it adds is then passed on by the later Φ's: the errors
+// of successive chunks add (in quadrature, independent), each decayed, none amplified.
+// Magnitudes, for independent directions (|k̂_j[c]| ≈ dk^-1/2) and r_S, r_V the rms of a state row
+// and of V_new_j = β_j·(v_j − M·k̂_j): GDN's L2-normalised q̂ (‖q̂‖₂ = dk^-1/2: normalised, times
+// dk^-1/2) and k̂ (‖k̂‖₂ = 1) keep the coefficients small — |P_tj| ≤ dk^-1/2, ‖W_j‖ ≤ β_j ≤ 1 (W's
+// rows are the in-chunk delta rule applied to β·e^G·k̂: (I − S⁽⁰⁾)·k̂ with ‖I − S⁽⁰⁾‖ ≤ 1). A state
+// element's chunk terms and the V_new errors they carry give √(C/dk)·√(r_V² + r_S²), and the decays
+// of the generated data (A_log ∈ [0, log 16), dt_bias ≥ −6.9: per chunk e^{G_n} ≤ e^{−0.1} for the
+// slowest head) sum the chunks' errors in quadrature to ≤ √(1/(1 − e^{−0.2})) ≈ 2.3 of one chunk's:
+//   states:  ‖terms‖₂ ≲ 2.3·√(C/dk)·√(r_V² + r_S²) ≤ 12 at dk ≥ 6 (7.4 at dk ≥ 16);
+//   o_t[v]:  ‖terms‖₂ ≲ dk^-1/2·√(r_S² + C·(r_V² + r_S²)/dk + c²), c the state's (12 at dk = 6),
+// with r_S ≤ 1 (standard-normal initial states; the delta rule moves a row's component along k̂
+// toward v and α ≤ 1 shrinks it) and r_V ≤ √(0.6² + 1) ≈ 1.2 (v = silu of unit-variance conv
+// outputs, rms ≈ 0.6; β < 1). That is ≤ 5.4 at dk = 6 and ≤ 2.1 at dk ≥ 16: ≤ √m, as every GDN
+// layer has m ≥ conv_dim = 2·Hk·dk + Hv·dv ≥ 64. The branch's gated RMSNorm divides by o's rms
+// (≈ r_S·dk^-1/2 per head), leaving √(r_S² + C·(r_V² + r_S²)/dk + c²)/r_S ≤ 8.1 at dk ≥ 16 on
+// out_proj's unit-norm rows: ≤ √m for m ≥ 66 (the hybrid layers' in_proj_qkvz alone has
+// conv_dim + Hv·dv rows). At dk = 6 (the odd-size cases) it is ≈ 13 against √m = √128 ≈ 11.3:
+// the normalised contribution exceeds the assumption by ≈ 1.2×, inside the λ = 6 tail's margin
+// but not covered by this argument. These are estimates for independent directions, not worst
+// cases (keys all on one axis would give √C for √(C/dk)); no GDN simulation backs them yet.
 // Fused output: attention row + SSM row (o = a + s, then one store: rtol = u_out + SSM rtol).
 // KV cache and per-token-head scale caches: bit-exact (tolerance 0): the write is a deterministic
 // quantisation (reshape_and_cache_flash) that every correct backend reproduces exactly.
@@ -192,6 +234,9 @@ struct ParityKey {
   // products, the float32 row) or the 16-bit model dtype (ssm_prefill_operands model: the
   // 16-bit-operand row above). Ignored for float64 candidates and for attention quantities.
   DType ssm_operand_dtype = DType::kFloat32;
+  // SSM: the layer's ssm_mode (AttentionConfig::ssm_mode); "gdn" takes the Gated DeltaNet terms of
+  // the 16-bit-operand row, any other mode the Mamba-2 ones.
+  std::string ssm_mode;
 };
 Tolerance parity_tolerance(const ParityKey& key);
 // The fused output of a layer with an SSM branch: the attention row plus the SSM row (atol and rtol

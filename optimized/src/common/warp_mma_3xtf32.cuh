@@ -4,7 +4,8 @@
 // float32 products; or with the operands rounded to float16 / bfloat16 and one m16n8k16 product per
 // 16 of k (float32 accumulation), as vLLM's Triton SSD kernels multiply model-dtype operands.
 // warp_mma<T> picks one by the operand type, so one kernel body serves both. warp_mma_smem16 is the
-// 16-bit product from tiles staged in the operand type (ldmatrix fragments).
+// 16-bit product from tiles staged in the operand type (ldmatrix fragments); mma_16bit_ksteps the
+// 16-bit product from float32 fragments loaded for two TF32 k-steps (GDN's state and output passes).
 #pragma once
 
 #include <cstdint>
@@ -150,6 +151,21 @@ __device__ __forceinline__ void warp_mma_smem16(float (&c)[kTiles][4], const T* 
       Mma<T>::run(c[j + 1], a, b[2], b[3]);
     }
   }
+}
+
+// c += A·B for one 16×8 tile and 16 of k with the operands rounded to T (__half or __nv_bfloat16)
+// and one m16n8k16 product, from float32 operands held in the fragment layout of two consecutive
+// TF32 k-steps (mma_tf32): a0, a1 the lane's A fragments {(g, t), (g + 8, t), (g, t + 4),
+// (g + 8, t + 4)} of k-steps 0 and 1; b0 = {B(t, g), B(t + 4, g)} of k-step 0, b1 the same of k-step 1
+// (g = lane / 4, t = lane % 4). The k slots are warp_mma_16bit's permutation (slots 2t, 2t + 1 ← k t,
+// t + 4 of step 0; 2t + 8, 2t + 9 ← the same of step 1), so a kernel that stages its fragments for
+// the TF32 products feeds the 16-bit product from the same loads.
+template <typename T>
+__device__ __forceinline__ void mma_16bit_ksteps(float (&c)[4], const float4& a0, const float4& a1, float2 b0,
+                                                 float2 b1) {
+  const uint32_t a[4] = {Mma<T>::pack(a0.x, a0.z), Mma<T>::pack(a0.y, a0.w), Mma<T>::pack(a1.x, a1.z),
+                         Mma<T>::pack(a1.y, a1.w)};
+  Mma<T>::run(c, a, Mma<T>::pack(b0.x, b0.y), Mma<T>::pack(b1.x, b1.y));
 }
 
 // Row and column of element e < 4 of this lane's 16×8 C fragment (mma.cuh's layout).

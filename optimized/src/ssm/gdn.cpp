@@ -10,9 +10,12 @@
 // conv-state stash and final/block-boundary writes; the per-token preparation (L2-normalised q and k,
 // q·dk^-1/2, g, β); then the decodes' single-step update (one bandwidth-bound launch) and the
 // prefills' chunked WY form (chunks of 64 cut after block-boundary tokens: the host plans them and
-// uploads the list per wave). A fixed decode step (ssm_gpu_mode.h) runs the same GEMMs over all T
-// padded rows and, for its one wave of R entries, the single-token conv, the preparation and the
-// decode update straight from the request table: no host-side lists, no uploads.
+// uploads the list per wave). Every intermediate stays float32; with BackendSettings::
+// ssm_prefill_operands model and a 16-bit model, the chunked prefill's product operands are rounded
+// to the model dtype (gdn_kernels.h, product_operands). A fixed decode step (ssm_gpu_mode.h) runs
+// the same GEMMs over all T padded rows and, for its one wave of R entries, the single-token conv,
+// the preparation and the decode update straight from the request table: no host-side lists, no
+// uploads.
 // A GDN layer of a per-layer model (layer_kind gdn) runs the core alone on the layer's own inputs,
 // read where they lie in their own element type, o written straight to the layer's output
 // (linear_forward): a decode step is three launches, conv, preparation and decode update (the
@@ -128,6 +131,12 @@ void launch_gdn_core(const GpuStep& step, const GdnCoreIo& io) {
   base.A_log = step.weight_ref("A_log");
   base.dt_bias = step.weight_ref("dt_bias");
   base.recurrent_state = step.pools.at("recurrent_state");
+  // ssm_prefill_operands model: the chunked prefill's product operands in the model dtype when it is
+  // 16-bit (a float32 model's operands are float32 already: 3xTF32). Decodes have no products.
+  if (step.prefill_operands == SsmPrefillOperands::kModel) {
+    if (step.config->dtype == DType::kFloat16) base.product_operands = ElementKind::kFloat16;
+    if (step.config->dtype == DType::kBFloat16) base.product_operands = ElementKind::kBFloat16;
+  }
   const CausalConvParams conv = mode_causal_conv(step, s.conv_dim(), io.mixed_qkv, base.qkv);
 
   if (step.fixed) {

@@ -108,6 +108,13 @@ struct GdnParams {
   // Weights and the state pool.
   WeightRef A_log, dt_bias;
   PoolRef recurrent_state;
+  // The operands of the prefill kernels' products: kFloat32 = float32 operands in 3xTF32
+  // (float32-accurate); kFloat16 / kBFloat16 = operands rounded to that dtype (the model's: q̂, k̂,
+  // and the float32 intermediates W, V_new·decay, P, the entry states rounded as they enter a
+  // product), one m16n8k16 product per 16 of k with float32 accumulation, as vLLM's / fla's Triton
+  // kernels. The block triangular solve for W and U, the decays, the gates and the state carried
+  // across chunks stay float32 either way (gdn_prefill.cu).
+  ElementKind product_operands = ElementKind::kFloat32;
 };
 
 // Columns of mixed_qkv and of the conv output qkv: q_all | k_all | v_all.
@@ -122,7 +129,8 @@ void launch_gdn_prepare(const GdnParams& p, cudaStream_t stream);
 // [dv, dk] state read and written once, row by row — decay, predict, correct, read (the reference's
 // delta_rule_step) — in 16-byte accesses where the pool allows. Grid from Hv, dv and decode_end only.
 void launch_gdn_decode(const GdnParams& p, cudaStream_t stream);
-// Prefills (chunked WY form, 3xTF32 tensor-core products): the intra-chunk kernel (per chunk × value
+// Prefills (chunked WY form, tensor-core products with p.product_operands: 3xTF32, or 16-bit
+// operands with float32 accumulation): the intra-chunk kernel (per chunk × value
 // head: A, the triangular solve, W and k̂ in the state pass's fragment order, U, the masked decayed
 // q·k), the state pass (per prefill × value head × tile of 8 or 16 state rows: sequential over the
 // request's chunks, writing V_new over U, each chunk's entry state to h, the block-boundary states and

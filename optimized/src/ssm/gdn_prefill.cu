@@ -38,9 +38,20 @@
 // Hv·dv·dk float32 per chunk (64 KiB per value head at 128/128: 512 MiB at 64k tokens × 8 heads);
 // w_frag and k_frag 32 KiB per chunk and value head / key head (at 64k tokens, 8 value and 4 key
 // heads: 256 + 128 MiB, written once by (1), read by (2); the token-major W they replace was 256 MiB).
-// Every product runs on the tensor cores in 3xTF32 (mma.cuh: each float32 operand split into TF32
-// hi + lo, three m16n8k8 products with float32 accumulation: float32-level accuracy, the parity
-// tests unchanged); the diagonal blocks' inverses, decays and gates stay float32 on the CUDA cores.
+// Every product runs on the tensor cores with operands of one of two kinds (GdnParams::
+// product_operands, a template parameter of the three kernels: one body each; the products go
+// through common/warp_mma_3xtf32.cuh's warp_mma and its fragment-level 16-bit product):
+//  - float32 (the default): 3xTF32 (mma.cuh: each float32 operand split into TF32 hi + lo, three
+//    m16n8k8 products with float32 accumulation): float32-level accuracy, the float32 SSM row of the
+//    tolerance table holds;
+//  - the model dtype (float16 / bfloat16), as vLLM's / fla's Triton kernels multiply bfloat16 q, k,
+//    w, u, v_new and states: each operand rounded once to it as its fragment is read, one m16n8k16
+//    product per 16 of k with float32 accumulation — k̂·k̂ᵀ and q̂·k̂ᵀ in (1) (q̂, k̂), W·Mᵀ and the
+//    state update in (2) (W, the entry state M, k̂, V_new·decay), q̂·h_cᵀ and P·V_new in (3) (q̂, h_c,
+//    P, V_new); checked against the 16-bit-operand SSM row of the tolerance table (its GDN terms).
+//    The block triangular solve of (1) keeps float32 operands (3xTF32) with either kind: see there.
+// The tiles are staged in float32 either way; the diagonal blocks' inverses, decays and gates stay
+// float32 on the CUDA cores, the state M float32 in registers, every accumulation float32.
 // Fixed summation orders, no atomics: bitwise reproducible.
 // The state pass is the sequential part and the wall of the prefill: its blocks are few (one per
 // value head and tile of M's rows), so each chunk's work per thread is kept small — one bulk copy
@@ -65,6 +76,8 @@ namespace {
 
 using mma::frag_col;
 using mma::frag_row;
+using mma::Mma;
+using mma::warp_mma;
 using mma::warp_mma_3xtf32;
 
 // --- (3) prefills: the chunked WY form --------------------------------------------------------------
@@ -81,6 +94,26 @@ constexpr int kRowMajor64 = kC + 4;               // 68
 constexpr int kColMajor128 = kGdnMaxHeadDim + 8;  // 136: [·][dk or dv] read transposed
 
 __host__ __device__ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+// The prefill kernels' launch configuration for product operands T (float: 3xTF32; __half,
+// __nv_bfloat16: the model dtype, GdnParams::product_operands). Both kinds stage the same float32
+// tiles (a 16-bit operand is rounded as its fragment is read), so shared memory bounds the blocks
+// per SM alike.
+struct GdnPrefillConfig {
+  int intra_blocks_per_sm;   // chunk_intra_kernel's __launch_bounds__ (two [C][136] tiles + A)
+  int state_blocks_per_sm;   // chunk_state_kernel's (112 or 127 KiB, and the registers)
+  int output_blocks_per_sm;  // chunk_output_kernel's (q̂ and P tiles)
+};
+template <typename T>
+__host__ __device__ constexpr GdnPrefillConfig gdn_prefill_config() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>,
+                "product operands: float (3xTF32), __half or __nv_bfloat16");
+  GdnPrefillConfig c{};
+  c.intra_blocks_per_sm = 2;
+  c.state_blocks_per_sm = 1;
+  c.output_blocks_per_sm = 2;
+  return c;
+}
 
 // Shared rows [0, kC) × columns [0, width) (row stride `ss`, width a multiple of 4) ← global rows
 // [0, n) × columns [0, cols) (rows `gs` floats apart), zeros elsewhere, by cp.async: 16 bytes per
@@ -152,6 +185,20 @@ __device__ __forceinline__ void warp_mma_3xtf32_pair(float (&c1)[kTiles][4], flo
   }
 }
 
+// c1 += X1·Yᵀ and c2 += X2·Yᵀ with operands T: float → warp_mma_3xtf32_pair (each Y fragment split
+// once for both); 16-bit → two warp_mma products (each operand rounded as read; k past 8·ksteps up
+// to 16 must read as zeros).
+template <typename T, int kTiles, int kS>
+__device__ __forceinline__ void warp_mma_pair(float (&c1)[kTiles][4], float (&c2)[kTiles][4], const float* x1,
+                                              const float* x2, const float* y, int ksteps, int tiles) {
+  if constexpr (std::is_same_v<T, float>) {
+    warp_mma_3xtf32_pair<kTiles, kS>(c1, c2, x1, x2, y, ksteps, tiles);
+  } else {
+    warp_mma<T, kTiles, kS, 1, kS, 1>(c1, x1, y, ksteps, tiles);
+    warp_mma<T, kTiles, kS, 1, kS, 1>(c2, x2, y, ksteps, tiles);
+  }
+}
+
 // Shared memory of chunk_intra_kernel (floats): two [C][136] tiles (q̂ and k̂ at row stride 132, then
 // v and k̂ at 136: the right-hand sides, overwritten by U and W), −A with its diagonal blocks replaced
 // by their inverses [C][68], G, β, β·e^G [C].
@@ -159,7 +206,10 @@ size_t intra_smem_bytes() { return sizeof(float) * (2 * kC * kColMajor128 + kC *
 
 // Block = chunk blockIdx.x / Hv × value head blockIdx.x % Hv (the value heads of a chunk are
 // consecutive blocks: their q̂, k̂ shared through L2); two blocks per SM (the shared memory).
-__global__ void __launch_bounds__(kPrefillThreads, 2) chunk_intra_kernel(GdnParams p) {
+// T: the operands of k̂·k̂ᵀ and q̂·k̂ᵀ (float: 3xTF32; 16-bit: rounded q̂, k̂).
+template <typename T>
+__global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra_blocks_per_sm)
+    chunk_intra_kernel(GdnParams p) {
   static_assert(kC == 64 && kPrefillThreads == 256, "the warp roles below are written for 64 tokens and 8 warps");
   const int ci = static_cast<int>(blockIdx.x) / p.Hv;
   const int h = static_cast<int>(blockIdx.x) % p.Hv;
@@ -224,13 +274,14 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) chunk_intra_kernel(GdnPara
 
   // −A (strictly lower) and P (lower with the diagonal; rows of the chunk, zeros above) from k̂·k̂ᵀ
   // and q̂·k̂ᵀ on the tensor cores, one pass over both: warp w takes rows 16·(w mod 4) … and columns
-  // 32·(w / 4) …, only its 8-column tiles that reach the diagonal (the others are zeros).
+  // 32·(w / 4) …, only its 8-column tiles that reach the diagonal (the others are zeros). With 16-bit
+  // operands k runs to dk rounded up to 16: the tiles are zeros there.
   {
     const int m0 = 16 * (warp % 4), n0 = 32 * (warp / 4);
     const int tiles = min(4, max(0, (m0 + 16 - n0) / 8));
     float kk[4][4] = {}, qk[4][4] = {};
     if (tiles > 0) {
-      warp_mma_3xtf32_pair<4, ks>(kk, qk, K + m0 * ks, Q + m0 * ks, K + n0 * ks, round_up(dk, 8) / 8, tiles);
+      warp_mma_pair<T, 4, ks>(kk, qk, K + m0 * ks, Q + m0 * ks, K + n0 * ks, round_up(dk, 8) / 8, tiles);
     }
 #pragma unroll
     for (int jt = 0; jt < 4; ++jt) {
@@ -310,6 +361,11 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) chunk_intra_kernel(GdnPara
   // they come out exact zeros. Then block b leaves: W in the fragment order of the state pass's first
   // product (quad 32·(16·b + cb) + lane holds lane's A fragment of tokens 16·b … and columns 8·cb …),
   // 16 bytes per store; U row-major for the chunk's rows.
+  // The solve's products keep float32 operands (3xTF32) whatever T is: X_b enters the right-hand
+  // side of every later block, so a rounding of X_k or of A_bk to 16 bits would be carried through
+  // the remaining blocks and multiplied by each T_bb, whose entries (those of a unit lower triangular
+  // inverse) are not bounded by 1; fla solves in float32 too and rounds only the finished inverse.
+  // W and U are rounded once, as operands of the state and output passes (as fla's w and u).
   {
     const bool w_part = warp < 4;
     float* const X = w_part ? K : Q;
@@ -448,8 +504,14 @@ __device__ __forceinline__ void load_floats(const float* p, float (&x)[kN]) {
 // tokens are zeros, so every product runs over all 64 tokens (no branches in the unrolled loops)
 // and those tokens contribute exact zeros. Each thread loads, updates and stores the same elements
 // of M, so read_slot == write_slot is safe.
-template <int kGroups>
-__global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams p, int tiles) {
+// T: the operands of W·Mᵀ and of the state update (float: 3xTF32 as above; 16-bit: W, M's copy in
+// the warp's tile, k̂ and V_new·decay rounded as their fragments are read, the fragments of two
+// consecutive k-steps feeding one m16n8k16; V_new·decay is then kept in shared memory as float32
+// instead of its TF32 hi and lo). M itself stays float32 in the registers either way.
+template <typename T, int kGroups>
+__global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_blocks_per_sm)
+    chunk_state_kernel(GdnParams p, int tiles) {
+  constexpr bool kTf32 = std::is_same_v<T, float>;
   constexpr int kRows = kStateRows * kGroups;
   constexpr int kPerThread = kRows * kC / kStateThreads;  // V_new elements per thread in (d): 2 or 4
   static_assert(kPerThread == 2 || kPerThread == 4);
@@ -609,30 +671,51 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
       }
       // The warp's partial V_new[i][v] = Σ_{c its columns} W[i][c]·M[v][c]: W as A (tokens × columns),
       // M as B (k = columns t, t + 4 of each 8, n = row g).
-      uint32_t b_hi[kGroups][2][2], b_lo[kGroups][2][2];
-#pragma unroll
-      for (int q = 0; q < kGroups; ++q) {
-#pragma unroll
-        for (int s = 0; s < 2; ++s) {
-          mma::split_tf32(held[(8 * q + g) * hs + 8 * s + t], b_hi[q][s][0], b_lo[q][s][0]);
-          mma::split_tf32(held[(8 * q + g) * hs + 8 * s + t + 4], b_hi[q][s][1], b_lo[q][s][1]);
-        }
-      }
-      __syncwarp();  // the tile is read before the next chunk rewrites it
       float big[kC / 16][kGroups][4] = {}, small[kC / 16][kGroups][4] = {};
+      if constexpr (!kTf32) {
+        // 16-bit: the warp's 16 columns are one m16n8k16 k extent (W's fragments of column blocks 2w
+        // and 2w + 1 are its two k-steps); one product per 16 tokens and group, into big.
+        float2 b16[kGroups][2];
 #pragma unroll
-      for (int mt = 0; mt < kC / 16; ++mt) {
+        for (int q = 0; q < kGroups; ++q) {
 #pragma unroll
-        for (int s = 0; s < 2; ++s) {
-          const int quad = 32 * (16 * mt + 2 * warp + s) + lane;
-          const float4 a = W[quad];
-          uint32_t a_hi[4], a_lo[4];
-          mma::split_tf32(a, a_hi, a_lo);
+          for (int s = 0; s < 2; ++s) {
+            b16[q][s] = make_float2(held[(8 * q + g) * hs + 8 * s + t], held[(8 * q + g) * hs + 8 * s + t + 4]);
+          }
+        }
+        __syncwarp();  // the tile is read before the next chunk rewrites it
 #pragma unroll
-          for (int q = 0; q < kGroups; ++q) {
-            mma::mma_tf32(small[mt][q], a_lo, b_hi[q][s][0], b_hi[q][s][1]);
-            mma::mma_tf32(small[mt][q], a_hi, b_lo[q][s][0], b_lo[q][s][1]);
-            mma::mma_tf32(big[mt][q], a_hi, b_hi[q][s][0], b_hi[q][s][1]);
+        for (int mt = 0; mt < kC / 16; ++mt) {
+          const float4 a0 = W[32 * (16 * mt + 2 * warp) + lane];
+          const float4 a1 = W[32 * (16 * mt + 2 * warp + 1) + lane];
+#pragma unroll
+          for (int q = 0; q < kGroups; ++q) mma::mma_16bit_ksteps<T>(big[mt][q], a0, a1, b16[q][0], b16[q][1]);
+        }
+      } else {
+        uint32_t b_hi[kGroups][2][2], b_lo[kGroups][2][2];
+#pragma unroll
+        for (int q = 0; q < kGroups; ++q) {
+#pragma unroll
+          for (int s = 0; s < 2; ++s) {
+            mma::split_tf32(held[(8 * q + g) * hs + 8 * s + t], b_hi[q][s][0], b_lo[q][s][0]);
+            mma::split_tf32(held[(8 * q + g) * hs + 8 * s + t + 4], b_hi[q][s][1], b_lo[q][s][1]);
+          }
+        }
+        __syncwarp();  // the tile is read before the next chunk rewrites it
+#pragma unroll
+        for (int mt = 0; mt < kC / 16; ++mt) {
+#pragma unroll
+          for (int s = 0; s < 2; ++s) {
+            const int quad = 32 * (16 * mt + 2 * warp + s) + lane;
+            const float4 a = W[quad];
+            uint32_t a_hi[4], a_lo[4];
+            mma::split_tf32(a, a_hi, a_lo);
+#pragma unroll
+            for (int q = 0; q < kGroups; ++q) {
+              mma::mma_tf32(small[mt][q], a_lo, b_hi[q][s][0], b_hi[q][s][1]);
+              mma::mma_tf32(small[mt][q], a_hi, b_lo[q][s][0], b_lo[q][s][1]);
+              mma::mma_tf32(big[mt][q], a_hi, b_hi[q][s][0], b_hi[q][s][1]);
+            }
           }
         }
       }
@@ -675,7 +758,11 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
       for (int k = 0; k < kPerThread; ++k) {
         const float v_new = u[k] - sum[k];
         if (i < n && v + k < rows) u_out[k] = v_new;
-        mma::split_tf32(v_new * decay, vd_hi[(v + k) * ts + i], vd_lo[(v + k) * ts + i]);
+        if constexpr (kTf32) {
+          mma::split_tf32(v_new * decay, vd_hi[(v + k) * ts + i], vd_lo[(v + k) * ts + i]);
+        } else {
+          vd_hi[(v + k) * ts + i] = __float_as_uint(v_new * decay);  // rounded as the fragments are read
+        }
       }
     }
     mma::cp_async_wait<1>();          // U and G of ci + 1 (issued a chunk ago) have landed
@@ -695,19 +782,36 @@ __global__ void __launch_bounds__(kStateThreads, 1) chunk_state_kernel(GdnParams
 #pragma unroll
         for (int e = 0; e < 4; ++e) m[q][e] *= exit_decay;
       }
+      if constexpr (!kTf32) {
+        // 16-bit: token k-steps 2s2 and 2s2 + 1 feed one m16n8k16; even and odd s2 into m and odd.
+        const float* const vd = reinterpret_cast<const float*>(vd_hi);
 #pragma unroll
-      for (int s = 0; s < kC / 8; ++s) {
-        const int quad = 32 * (kStateWarps * s + warp) + lane;
-        const float4 a = K[quad];
-        uint32_t a_hi[4], a_lo[4];
-        mma::split_tf32(a, a_hi, a_lo);
+        for (int s2 = 0; s2 < kC / 16; ++s2) {
+          const float4 a0 = K[32 * (kStateWarps * (2 * s2) + warp) + lane];
+          const float4 a1 = K[32 * (kStateWarps * (2 * s2 + 1) + warp) + lane];
 #pragma unroll
-        for (int q = 0; q < kGroups; ++q) {
-          const int at = (8 * q + g) * ts + 8 * s + t;
-          float(&big)[4] = s % 2 == 0 ? m[q] : odd[q];
-          mma::mma_tf32(lo_hi[q][s % 2], a_lo, vd_hi[at], vd_hi[at + 4]);
-          mma::mma_tf32(hi_lo[q][s % 2], a_hi, vd_lo[at], vd_lo[at + 4]);
-          mma::mma_tf32(big, a_hi, vd_hi[at], vd_hi[at + 4]);
+          for (int q = 0; q < kGroups; ++q) {
+            const int at = (8 * q + g) * ts + 16 * s2 + t;
+            float(&acc)[4] = s2 % 2 == 0 ? m[q] : odd[q];
+            mma::mma_16bit_ksteps<T>(acc, a0, a1, make_float2(vd[at], vd[at + 4]),
+                                     make_float2(vd[at + 8], vd[at + 12]));
+          }
+        }
+      } else {
+#pragma unroll
+        for (int s = 0; s < kC / 8; ++s) {
+          const int quad = 32 * (kStateWarps * s + warp) + lane;
+          const float4 a = K[quad];
+          uint32_t a_hi[4], a_lo[4];
+          mma::split_tf32(a, a_hi, a_lo);
+#pragma unroll
+          for (int q = 0; q < kGroups; ++q) {
+            const int at = (8 * q + g) * ts + 8 * s + t;
+            float(&big)[4] = s % 2 == 0 ? m[q] : odd[q];
+            mma::mma_tf32(lo_hi[q][s % 2], a_lo, vd_hi[at], vd_hi[at + 4]);
+            mma::mma_tf32(hi_lo[q][s % 2], a_hi, vd_lo[at], vd_lo[at + 4]);
+            mma::mma_tf32(big, a_hi, vd_hi[at], vd_hi[at + 4]);
+          }
         }
       }
       const int32_t boundary = *reinterpret_cast<const int32_t*>(G + kC);
@@ -776,32 +880,54 @@ __device__ void split_tile_tf32(uint32_t* hi, uint32_t* lo, int ss, int width) {
   }
 }
 
-// acc[mt][nt] += X[16·mt …][16-column slice]·Y[slice][8·nt …] in 3xTF32 (lo·hi, hi·lo, hi·hi, each
-// k-step in that order) for the m tiles mt ≥ mt_first, with the permuted k of a slice: x_hi, x_lo
-// at the lane's (row g, column 4·t) of the slice (pre-split, rows kS words apart); y[nt] the lane's
-// Y(columns 4·t … 4·t + 3 of the slice, column g of tile nt), split here.
-template <int kS>
-__device__ __forceinline__ void mma_slice_3xtf32(float (&acc)[4][2][4], const uint32_t* x_hi, const uint32_t* x_lo,
-                                                 const float4 (&y)[2], int mt_first) {
-  uint32_t y_hi[2][4], y_lo[2][4];
+// acc[mt][nt] += X[16·mt …][16-column slice]·Y[slice][8·nt …] with operands T for the m tiles
+// mt ≥ mt_first, with the permuted k of a slice: x_hi, x_lo at the lane's (row g, column 4·t) of
+// the slice (rows kS words apart); y[nt] the lane's Y(columns 4·t … 4·t + 3 of the slice, column g
+// of tile nt). float: 3xTF32 (lo·hi, hi·lo, hi·hi, each k-step in that order) from X pre-split into
+// x_hi, x_lo, Y split here. 16-bit: x_hi holds X in float32 (x_lo unused); X and Y rounded to T and
+// one m16n8k16 per tile, its k slots 2t, 2t + 1 taking columns 4·t, 4·t + 1 and slots 2t + 8, 2t + 9
+// columns 4·t + 2, 4·t + 3 (the same permutation for both operands).
+template <typename T, int kS>
+__device__ __forceinline__ void mma_slice(float (&acc)[4][2][4], const uint32_t* x_hi, const uint32_t* x_lo,
+                                          const float4 (&y)[2], int mt_first) {
+  if constexpr (!std::is_same_v<T, float>) {
+    uint32_t b[2][2];
 #pragma unroll
-  for (int nt = 0; nt < 2; ++nt) mma::split_tf32(y[nt], y_hi[nt], y_lo[nt]);
+    for (int nt = 0; nt < 2; ++nt) {
+      b[nt][0] = Mma<T>::pack(y[nt].x, y[nt].y);
+      b[nt][1] = Mma<T>::pack(y[nt].z, y[nt].w);
+    }
 #pragma unroll
-  for (int mt = 0; mt < 4; ++mt) {
-    if (mt < mt_first) continue;
-    const uint4 h0 = *reinterpret_cast<const uint4*>(x_hi + 16 * mt * kS);
-    const uint4 h1 = *reinterpret_cast<const uint4*>(x_hi + (16 * mt + 8) * kS);
-    const uint4 l0 = *reinterpret_cast<const uint4*>(x_lo + 16 * mt * kS);
-    const uint4 l1 = *reinterpret_cast<const uint4*>(x_lo + (16 * mt + 8) * kS);
-    const uint32_t a_hi[2][4] = {{h0.x, h1.x, h0.y, h1.y}, {h0.z, h1.z, h0.w, h1.w}};
-    const uint32_t a_lo[2][4] = {{l0.x, l1.x, l0.y, l1.y}, {l0.z, l1.z, l0.w, l1.w}};
+    for (int mt = 0; mt < 4; ++mt) {
+      if (mt < mt_first) continue;
+      const float4 r0 = *reinterpret_cast<const float4*>(x_hi + 16 * mt * kS);
+      const float4 r1 = *reinterpret_cast<const float4*>(x_hi + (16 * mt + 8) * kS);
+      const uint32_t a[4] = {Mma<T>::pack(r0.x, r0.y), Mma<T>::pack(r1.x, r1.y), Mma<T>::pack(r0.z, r0.w),
+                             Mma<T>::pack(r1.z, r1.w)};
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {
+      for (int nt = 0; nt < 2; ++nt) Mma<T>::run(acc[mt][nt], a, b[nt][0], b[nt][1]);
+    }
+  } else {
+    uint32_t y_hi[2][4], y_lo[2][4];
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        mma::mma_tf32(acc[mt][nt], a_lo[s], y_hi[nt][2 * s], y_hi[nt][2 * s + 1]);
-        mma::mma_tf32(acc[mt][nt], a_hi[s], y_lo[nt][2 * s], y_lo[nt][2 * s + 1]);
-        mma::mma_tf32(acc[mt][nt], a_hi[s], y_hi[nt][2 * s], y_hi[nt][2 * s + 1]);
+    for (int nt = 0; nt < 2; ++nt) mma::split_tf32(y[nt], y_hi[nt], y_lo[nt]);
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {
+      if (mt < mt_first) continue;
+      const uint4 h0 = *reinterpret_cast<const uint4*>(x_hi + 16 * mt * kS);
+      const uint4 h1 = *reinterpret_cast<const uint4*>(x_hi + (16 * mt + 8) * kS);
+      const uint4 l0 = *reinterpret_cast<const uint4*>(x_lo + 16 * mt * kS);
+      const uint4 l1 = *reinterpret_cast<const uint4*>(x_lo + (16 * mt + 8) * kS);
+      const uint32_t a_hi[2][4] = {{h0.x, h1.x, h0.y, h1.y}, {h0.z, h1.z, h0.w, h1.w}};
+      const uint32_t a_lo[2][4] = {{l0.x, l1.x, l0.y, l1.y}, {l0.z, l1.z, l0.w, l1.w}};
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          mma::mma_tf32(acc[mt][nt], a_lo[s], y_hi[nt][2 * s], y_hi[nt][2 * s + 1]);
+          mma::mma_tf32(acc[mt][nt], a_hi[s], y_lo[nt][2 * s], y_lo[nt][2 * s + 1]);
+          mma::mma_tf32(acc[mt][nt], a_hi[s], y_hi[nt][2 * s], y_hi[nt][2 * s + 1]);
+        }
       }
     }
   }
@@ -810,8 +936,12 @@ __device__ __forceinline__ void mma_slice_3xtf32(float (&acc)[4][2][4], const ui
 // Block = chunk blockIdx.x / Hv × value head blockIdx.x % Hv, 8 warps: O = diag(e^G)·Q·Mᵀ + P·V_new
 // with M the chunk's entry state (h) and V_new from the state pass; warp w takes channels 16·w …
 // (if below dv) of every token. P's zeros above the diagonal let the second product skip, for m
-// tile mt, the k slices past it. Two blocks per SM (the shared memory).
-__global__ void __launch_bounds__(kPrefillThreads, 2) chunk_output_kernel(GdnParams p) {
+// tile mt, the k slices past it. Two blocks per SM (the shared memory). T: the products' operands
+// (float: 3xTF32 from the split tiles; 16-bit: q̂, P, h_c and V_new rounded as read, the tiles left
+// in float32 and their lo halves unused).
+template <typename T>
+__global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().output_blocks_per_sm)
+    chunk_output_kernel(GdnParams p) {
   const int dk = p.dk, dv = p.dv, Hv = p.Hv;
   const int ci = static_cast<int>(blockIdx.x) / Hv;
   const int h = static_cast<int>(blockIdx.x) % Hv;
@@ -881,9 +1011,11 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) chunk_output_kernel(GdnPar
   }
   mma::cp_async_wait<0>();
   __syncthreads();
-  split_tile_tf32(Q_hi, Q_lo, qs, dk16);
-  split_tile_tf32(P_hi, P_lo, ps, kC);
-  __syncthreads();
+  if constexpr (std::is_same_v<T, float>) {
+    split_tile_tf32(Q_hi, Q_lo, qs, dk16);
+    split_tile_tf32(P_hi, P_lo, ps, kC);
+    __syncthreads();
+  }
   if (!active) return;
 
   float acc[4][2][4] = {};
@@ -892,7 +1024,7 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) chunk_output_kernel(GdnPar
   for (int s = 0; s < kOutSteps; ++s) {
     if (s >= steps) break;
     if (s + kOutAhead < steps) load_h(s + kOutAhead, h_ring[(s + kOutAhead) % (kOutAhead + 1)]);
-    mma_slice_3xtf32<qs>(acc, Q_hi + lane_at_q + 16 * s, Q_lo + lane_at_q + 16 * s, h_ring[s % (kOutAhead + 1)], 0);
+    mma_slice<T, qs>(acc, Q_hi + lane_at_q + 16 * s, Q_lo + lane_at_q + 16 * s, h_ring[s % (kOutAhead + 1)], 0);
   }
 #pragma unroll
   for (int mt = 0; mt < 4; ++mt) {
@@ -911,31 +1043,31 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) chunk_output_kernel(GdnPar
 #pragma unroll
   for (int s = 0; s < kC / 16; ++s) {
     if (s + 1 < kC / 16) load_v(s + 1, v_ring[(s + 1) % 2]);
-    mma_slice_3xtf32<ps>(acc, P_hi + lane_at_p + 16 * s, P_lo + lane_at_p + 16 * s, v_ring[s % 2], s);
+    mma_slice<T, ps>(acc, P_hi + lane_at_p + 16 * s, P_lo + lane_at_p + 16 * s, v_ring[s % 2], s);
   }
   // o in its element type T (fp32, fp16 or bf16, as store_element): the lane's adjacent channels v,
   // v + 1 of row i in one access where every such pair starts at an even element of an aligned o
   // (then v < dv, v even, dv even: both in range), else one by one.
   const auto store_o = [&](auto* o) {
-    using T = std::remove_pointer_t<decltype(o)>;
+    using O = std::remove_pointer_t<decltype(o)>;
     const bool o_pairs =
-        dv % 2 == 0 && p.o.row_stride % 2 == 0 && reinterpret_cast<uintptr_t>(o) % (2 * sizeof(T)) == 0;
+        dv % 2 == 0 && p.o.row_stride % 2 == 0 && reinterpret_cast<uintptr_t>(o) % (2 * sizeof(O)) == 0;
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int i = 16 * mt + g + 8 * half;
         if (i >= n) continue;
-        T* const row = o + int64_t{chunk.begin + i} * p.o.row_stride + int64_t{h} * dv;
+        O* const row = o + int64_t{chunk.begin + i} * p.o.row_stride + int64_t{h} * dv;
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
           const int v = c0 + 8 * nt + 2 * t;
           const float x[2] = {acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]};
           if (o_pairs) {
-            if (v < dv) *reinterpret_cast<ElementVec<T, 2>*>(row + v) = pack_elements<T, 2>(x);
+            if (v < dv) *reinterpret_cast<ElementVec<O, 2>*>(row + v) = pack_elements<O, 2>(x);
           } else {
-            if (v < dv) row[v] = float_to_element<T>(x[0]);
-            if (v + 1 < dv) row[v + 1] = float_to_element<T>(x[1]);
+            if (v < dv) row[v] = float_to_element<O>(x[0]);
+            if (v + 1 < dv) row[v + 1] = float_to_element<O>(x[1]);
           }
         }
       }
@@ -954,24 +1086,24 @@ __global__ void __launch_bounds__(kPrefillThreads, 2) chunk_output_kernel(GdnPar
   }
 }
 
-// Launches the state pass with blocks of 8·kGroups rows of M.
-template <int kGroups>
+// Launches the state pass with blocks of 8·kGroups rows of M and product operands T.
+template <typename T, int kGroups>
 void launch_state_pass(const GdnParams& p, cudaStream_t stream) {
   const size_t smem = state_smem_bytes<kGroups>();
-  allow_dynamic_smem(chunk_state_kernel<kGroups>, smem);
+  allow_dynamic_smem(chunk_state_kernel<T, kGroups>, smem);
   const int tiles = (p.dv + kStateRows * kGroups - 1) / (kStateRows * kGroups);
-  chunk_state_kernel<kGroups><<<dim3(static_cast<unsigned>(tiles * p.Hv), static_cast<unsigned>(p.num_prefills)),
-                                kStateThreads, smem, stream>>>(p, tiles);
+  chunk_state_kernel<T, kGroups><<<dim3(static_cast<unsigned>(tiles * p.Hv), static_cast<unsigned>(p.num_prefills)),
+                                   kStateThreads, smem, stream>>>(p, tiles);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 
-}  // namespace
-
-void launch_gdn_prefill(const GdnParams& p, cudaStream_t stream) {
-  if (p.num_prefills == 0 || p.num_chunks == 0) return;
+// The three prefill kernels with product operands T.
+template <typename T>
+void launch_prefill_kernels(const GdnParams& p, cudaStream_t stream) {
   const size_t intra_smem = intra_smem_bytes();
-  allow_dynamic_smem(chunk_intra_kernel, intra_smem);
-  chunk_intra_kernel<<<static_cast<unsigned>(int64_t{p.num_chunks} * p.Hv), kPrefillThreads, intra_smem, stream>>>(p);
+  allow_dynamic_smem(chunk_intra_kernel<T>, intra_smem);
+  chunk_intra_kernel<T>
+      <<<static_cast<unsigned>(int64_t{p.num_chunks} * p.Hv), kPrefillThreads, intra_smem, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   // 8-row blocks where they fit on the SMs at once (the most SMs on the chains), else 16-row ones
   // (fewer waves of chains, each cheaper per row).
@@ -980,14 +1112,35 @@ void launch_gdn_prefill(const GdnParams& p, cudaStream_t stream) {
   HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int narrow_blocks = (p.dv + kStateRows - 1) / kStateRows * p.Hv * p.num_prefills;
   if (narrow_blocks <= sms) {
-    launch_state_pass<1>(p, stream);
+    launch_state_pass<T, 1>(p, stream);
   } else {
-    launch_state_pass<2>(p, stream);
+    launch_state_pass<T, 2>(p, stream);
   }
   const size_t output_smem = output_smem_bytes();
-  allow_dynamic_smem(chunk_output_kernel, output_smem);
-  chunk_output_kernel<<<static_cast<unsigned>(int64_t{p.num_chunks} * p.Hv), kPrefillThreads, output_smem, stream>>>(p);
+  allow_dynamic_smem(chunk_output_kernel<T>, output_smem);
+  chunk_output_kernel<T>
+      <<<static_cast<unsigned>(int64_t{p.num_chunks} * p.Hv), kPrefillThreads, output_smem, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_gdn_prefill(const GdnParams& p, cudaStream_t stream) {
+  if (p.num_prefills == 0 || p.num_chunks == 0) return;
+  switch (p.product_operands) {
+    case ElementKind::kFloat32:
+      launch_prefill_kernels<float>(p, stream);
+      break;
+    case ElementKind::kFloat16:
+      launch_prefill_kernels<__half>(p, stream);
+      break;
+    case ElementKind::kBFloat16:
+      launch_prefill_kernels<__nv_bfloat16>(p, stream);
+      break;
+    default:
+      throw Error(detail::concat("gdn prefill: product operands of kind ", static_cast<int>(p.product_operands),
+                                 " (float32, float16 or bfloat16 only)"));
+  }
 }
 
 }  // namespace hybridtb::cuda::ssm

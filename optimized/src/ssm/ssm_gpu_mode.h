@@ -167,7 +167,8 @@ struct GpuStep {
   std::vector<GpuWave> waves;
   ScratchBlocks* fixed_scratch = nullptr;  // fixed: where scratch() comes from
   // The operands of the chunked-prefill products (BackendSettings::ssm_prefill_operands; mamba2's
-  // SSD prefill reads it, the other modes ignore it). A fixed decode step has no prefill.
+  // SSD prefill and gdn's chunked WY prefill read it, the other modes ignore it). A fixed decode
+  // step has no prefill.
   SsmPrefillOperands prefill_operands = SsmPrefillOperands::kFloat32;
 
   const GpuWeight* weight(const std::string& name) const {
