@@ -29,6 +29,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <iostream>
 #include <map>
 #include <ostream>
@@ -499,33 +500,30 @@ TEST(CudaSsm, ChunkedPrefillEqualsOneShot) {
   }
 }
 
-// The same with mamba2's 16-bit product operands (ssm_prefill_operands model), bfloat16 and float16
-// models: splits inside a chunk, at a chunk's end and across several.
-TEST(CudaSsm, ChunkedPrefillEqualsOneShotWith16BitOperands) {
-  HYBRIDTB_SKIP_WITHOUT_CUDA();
+// Chunked == one-shot for `mode` with its 16-bit product operands (ssm_prefill_operands model),
+// bfloat16 and float16 models, each of `splits` as the first step's length.
+void expect_chunked_equals_one_shot_16bit(const std::string& mode, std::initializer_list<int64_t> splits) {
   for (const DType dtype : {DType::kBFloat16, DType::kFloat16}) {
     for (const MambaCacheMode cache : {MambaCacheMode::kNone, MambaCacheMode::kAll}) {
       SCOPED_TRACE(std::string(to_string(dtype)) + " cache " + std::string(to_string(cache)));
-      for (const int64_t split : {1, 37, 128, 256}) {
-        expect_chunked_equals_one_shot("mamba2", 400, split, cache, dtype, SsmPrefillOperands::kModel);
+      for (const int64_t split : splits) {
+        expect_chunked_equals_one_shot(mode, 400, split, cache, dtype, SsmPrefillOperands::kModel);
       }
     }
   }
 }
 
-// The same with gdn's 16-bit product operands, bfloat16 and float16 models: splits inside the first
-// 64-token chunk, at its end and across several (the second step's chunks then start off the
-// first's grid and from the state it left).
+// mamba2: splits inside a chunk, at a chunk's end and across several.
+TEST(CudaSsm, ChunkedPrefillEqualsOneShotWith16BitOperands) {
+  HYBRIDTB_SKIP_WITHOUT_CUDA();
+  expect_chunked_equals_one_shot_16bit("mamba2", {1, 37, 128, 256});
+}
+
+// gdn: splits inside the first 64-token chunk, at its end and across several (the second step's
+// chunks then start off the first's grid and from the state it left).
 TEST(CudaSsm, GdnChunkedPrefillEqualsOneShotWith16BitOperands) {
   HYBRIDTB_SKIP_WITHOUT_CUDA();
-  for (const DType dtype : {DType::kBFloat16, DType::kFloat16}) {
-    for (const MambaCacheMode cache : {MambaCacheMode::kNone, MambaCacheMode::kAll}) {
-      SCOPED_TRACE(std::string(to_string(dtype)) + " cache " + std::string(to_string(cache)));
-      for (const int64_t split : {1, 37, 64, 200}) {
-        expect_chunked_equals_one_shot("gdn", 400, split, cache, dtype, SsmPrefillOperands::kModel);
-      }
-    }
-  }
+  expect_chunked_equals_one_shot_16bit("gdn", {1, 37, 64, 200});
 }
 
 // A mode (descriptor + reference math) without a GPU implementation is refused by name, never run

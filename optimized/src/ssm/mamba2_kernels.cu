@@ -497,6 +497,28 @@ struct StateLayout {
 };
 static_assert(odd_units(StateLayout<__half>::kStride), "16-bit tile rows of an odd number of 16-byte units");
 
+// A warp's 16 × 32 block of chunk states (rows row0 …, columns col0 …, four 16×8 fragments) into
+// out [P][N], float2 stores where `pairs` (N even, 8-byte aligned); nothing past P or N.
+__device__ __forceinline__ void store_state_tile(const float (&acc)[4][4], float* out, int row0, int col0, int P,
+                                                 int N, bool pairs) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {  // (e, e + 1): two adjacent columns of one row
+      const int row = row0 + frag_row(e);
+      const int n = col0 + 8 * j + frag_col(e);
+      if (row >= P || n >= N) continue;
+      float* at = out + int64_t{row} * N + n;
+      if (pairs) {
+        *reinterpret_cast<float2*>(at) = make_float2(acc[j][e], acc[j][e + 1]);
+      } else {
+        at[0] = acc[j][e];
+        if (n + 1 < N) at[1] = acc[j][e + 1];
+      }
+    }
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().state_blocks_per_sm)
     chunk_state_kernel(Mamba2Params p) {
@@ -552,22 +574,7 @@ __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().state_blocks_
                                    N - n0 - 2 * kTile);
       }
       mma::cp_async_commit();
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; e += 2) {  // (e, e + 1): two adjacent columns of one row
-          const int row = p0 + wm + frag_row(e);
-          const int n = n0 + wn + 8 * j + frag_col(e);
-          if (row >= P || n >= N) continue;
-          float* at = out + int64_t{row} * N + n;
-          if (pairs) {
-            *reinterpret_cast<float2*>(at) = make_float2(acc[j][e], acc[j][e + 1]);
-          } else {
-            at[0] = acc[j][e];
-            if (n + 1 < N) at[1] = acc[j][e + 1];
-          }
-        }
-      }
+      store_state_tile(acc, out, p0 + wm, n0 + wn, P, N, pairs);
       mma::cp_async_wait<1>();  // B tile i + 1 landed
       __syncthreads();
     }
@@ -597,22 +604,7 @@ __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().state_blocks_
                                                  steps16);
       }
       if (i + 1 < n_tiles) regs.store(b_stage(i + 1), Layout::kStride);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; e += 2) {  // (e, e + 1): two adjacent columns of one row
-          const int row = p0 + wm + frag_row(e);
-          const int n = n0 + wn + 8 * j + frag_col(e);
-          if (row >= P || n >= N) continue;
-          float* at = out + int64_t{row} * N + n;
-          if (pairs) {
-            *reinterpret_cast<float2*>(at) = make_float2(acc[j][e], acc[j][e + 1]);
-          } else {
-            at[0] = acc[j][e];
-            if (n + 1 < N) at[1] = acc[j][e + 1];
-          }
-        }
-      }
+      store_state_tile(acc, out, p0 + wm, n0 + wn, P, N, pairs);
     }
   }
 }
