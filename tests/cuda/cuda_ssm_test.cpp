@@ -294,6 +294,33 @@ void expect_untouched_slots(const std::map<std::string, Tensor>& before, const s
 
 class CudaSsmTest : public CudaParamFixture<CudaCase> {};
 
+// Parity within `options`' tolerance rows (contribution, fused output, every pool, attention,
+// metadata), no padding row or unnamed slot written, and every pool the reference leaves unchanged
+// (slots of padding requests, spare slots) keeping its bytes.
+void expect_matches_reference(const BatchFile& step, const StepOutputs& actual, const StepOutputs& expected,
+                              const CompareOptions& options) {
+  const ComparisonReport report = compare_step(step, actual, expected, options);
+  EXPECT_TRUE(report.passed()) << report_text(report);
+  for (const QuantityReport& q : report.quantities) {
+    EXPECT_EQ(q.padding_written, 0) << q.name << ": padding rows written";
+    EXPECT_EQ(q.untouched_written, 0) << q.name << ": a slot no request names was written";
+  }
+  expect_untouched_slots(step.inputs.ssm_state, expected.ssm_state, actual.ssm_state);
+}
+
+// Bitwise reproducible from run to run (fixed orders, no atomics, cuBLAS on one stream + workspace):
+// the contribution and every pool (and the fused output where `with_output`).
+void expect_repeats_bit_for_bit(Backend& cuda, const BatchFile& step, const StepOutputs& actual, bool with_output) {
+  const StepOutputs again = run_step(cuda, step);
+  EXPECT_TRUE(bitwise_equal(actual.ssm_output, again.ssm_output)) << "ssm_output differs between two runs";
+  if (with_output) {
+    EXPECT_TRUE(bitwise_equal(actual.output, again.output)) << "output differs between two runs";
+  }
+  for (const auto& [name, pool] : actual.ssm_state) {
+    EXPECT_TRUE(bitwise_equal(pool, again.ssm_state.at(name))) << "pool " << name << " differs between two runs";
+  }
+}
+
 // Parity (contribution, fused output, every pool, attention, metadata, padding, untouched slots)
 // and bitwise reproducibility.
 TEST_P(CudaSsmTest, MatchesReference) {
@@ -303,21 +330,8 @@ TEST_P(CudaSsmTest, MatchesReference) {
   auto cuda = create_backend("cuda", settings);
   const StepOutputs expected = run_step(*reference, step);
   const StepOutputs actual = run_step(*cuda, step);
-  const ComparisonReport report = compare_step(step, actual, expected, {});
-  EXPECT_TRUE(report.passed()) << report_text(report);
-  for (const QuantityReport& q : report.quantities) {
-    EXPECT_EQ(q.padding_written, 0) << q.name << ": padding rows written";
-    EXPECT_EQ(q.untouched_written, 0) << q.name << ": a slot no request names was written";
-  }
-  // Every pool the reference leaves unchanged (slots of padding requests, spare slots) keeps its bytes.
-  expect_untouched_slots(step.inputs.ssm_state, expected.ssm_state, actual.ssm_state);
-  // Bitwise reproducible from run to run (fixed orders, no atomics, cuBLAS on one stream + workspace).
-  const StepOutputs again = run_step(*cuda, step);
-  EXPECT_TRUE(bitwise_equal(actual.ssm_output, again.ssm_output)) << "ssm_output differs between two runs";
-  EXPECT_TRUE(bitwise_equal(actual.output, again.output)) << "output differs between two runs";
-  for (const auto& [name, pool] : actual.ssm_state) {
-    EXPECT_TRUE(bitwise_equal(pool, again.ssm_state.at(name))) << "pool " << name << " differs between two runs";
-  }
+  expect_matches_reference(step, actual, expected, {});
+  expect_repeats_bit_for_bit(*cuda, step, actual, /*with_output=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaSsmTest, ::testing::ValuesIn(cases()), CaseName());
@@ -386,18 +400,8 @@ TEST_P(CudaSsmModelOperands, MatchesReferenceWithinThe16BitRow) {
   const StepOutputs actual = run_step(*cuda, step);
   CompareOptions options;
   options.ssm_operand_dtype = model_operands(step.config);
-  const ComparisonReport report = compare_step(step, actual, expected, options);
-  EXPECT_TRUE(report.passed()) << report_text(report);
-  for (const QuantityReport& q : report.quantities) {
-    EXPECT_EQ(q.padding_written, 0) << q.name << ": padding rows written";
-    EXPECT_EQ(q.untouched_written, 0) << q.name << ": a slot no request names was written";
-  }
-  expect_untouched_slots(step.inputs.ssm_state, expected.ssm_state, actual.ssm_state);
-  const StepOutputs again = run_step(*cuda, step);
-  EXPECT_TRUE(bitwise_equal(actual.ssm_output, again.ssm_output)) << "ssm_output differs between two runs";
-  for (const auto& [name, pool] : actual.ssm_state) {
-    EXPECT_TRUE(bitwise_equal(pool, again.ssm_state.at(name))) << "pool " << name << " differs between two runs";
-  }
+  expect_matches_reference(step, actual, expected, options);
+  expect_repeats_bit_for_bit(*cuda, step, actual, /*with_output=*/false);
   if (model_operands(step.config) == DType::kFloat32) {
     auto default_cuda = create_backend("cuda", BackendSettings{step.config, step.builder});
     const StepOutputs float32 = run_step(*default_cuda, step);

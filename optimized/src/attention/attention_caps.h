@@ -71,8 +71,9 @@ HYBRIDTB_HOST_DEVICE constexpr PrefillConfig prefill_three_ctas_config() {
   c.min_blocks = 3;
   return c;
 }
-// Variant 3, Hopper warpgroup MMAs (prefill_wgmma_kernel.cuh): 128 rows (two warpgroups of 64;
-// mt counts 16-row m-tiles per warp of 4 as for the others) × 128 keys, 256 threads, 1 CTA per SM.
+// Variant 3, Hopper warpgroup MMAs (prefill_wgmma_kernel.cuh): 128 rows (two consumer warpgroups of
+// 64; mt counts 16-row m-tiles per warp of 4 as for the others) × 128 keys, 384 threads with the
+// producer warpgroup, 1 CTA per SM.
 // D 128 with a 16-bit cache of the model dtype, sm_90a builds on compute capability 9.0 devices only.
 HYBRIDTB_HOST_DEVICE constexpr PrefillConfig prefill_wgmma_config() {
   PrefillConfig c{};
