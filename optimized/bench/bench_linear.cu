@@ -1,4 +1,4 @@
-// hybridtb_bench_linear [--out FILE.json]: the GDN (gdn_kernels.h) and Mamba-2 (mamba2_kernels.h)
+// hybridtb_bench_linear [--out FILE.json] [--filter REGEX]: the GDN (gdn_kernels.h) and Mamba-2 (mamba2_kernels.h)
 // kernels of the cuda backend's linear-attention modes on one GPU, called through their launchers
 // with hand-built params, against ceilings measured in the same run:
 //   copy bandwidth   cudaMemcpyAsync device-to-device of 1 GiB, read + write counted, the best of
@@ -61,9 +61,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
+#include <iostream>
 #include <exception>
 #include <functional>
+#include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -380,9 +382,29 @@ Mamba2Params make_mamba2(Buffers& b, const Mamba2Shape& s, int requests, int len
 
 int run(int argc, char** argv) {
   std::string out_path;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--out") == 0) out_path = argv[i + 1];
+  std::optional<std::regex> filter;  // --filter: only the cases whose name it matches (std::regex_search)
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if ((arg == "--out" || arg == "--filter") && i + 1 < argc) {
+      const std::string value = argv[++i];
+      if (arg == "--out") {
+        out_path = value;
+      } else {
+        try {
+          filter.emplace(value);
+        } catch (const std::regex_error& e) {
+          std::cerr << "hybridtb_bench_linear: --filter '" << value << "' is not a regular expression: " << e.what()
+                    << "\n";
+          return 2;
+        }
+      }
+    } else {
+      std::cerr << "hybridtb_bench_linear: unknown or incomplete argument '" << arg
+                << "'\nusage: hybridtb_bench_linear [--out FILE.json] [--filter REGEX]\n";
+      return 2;
+    }
   }
+  auto wanted = [&](const std::string& name) { return !filter || std::regex_search(name, *filter); };
   cudaStream_t stream = nullptr;
   HYBRIDTB_CUDA_CHECK(cudaStreamCreate(&stream));
   cudaDeviceProp prop{};
@@ -431,6 +453,8 @@ int run(int argc, char** argv) {
   // --- GDN decode ---
   for (const ElementKind kind : {ElementKind::kFloat32, ElementKind::kBFloat16}) {
     for (const int seqs : {64, 256}) {
+      const std::string name = std::string("gdn decode ") + std::to_string(seqs) + " seqs " + pool_name(kind);
+      if (!wanted(name)) continue;
       Buffers b;
       const GdnShape s = kQwen3Next;
       GdnParams p = make_gdn(b, s, seqs, 1, kind);
@@ -442,7 +466,7 @@ int run(int argc, char** argv) {
       const double token_bytes = 4.0 * (2.0 * s.Hk * s.dk + s.Hv * s.dv + 2.0 * s.Hv + s.Hv * s.dv);
       const double bytes = state_bytes + seqs * token_bytes;
       Obj o;
-      o.str("name", std::string("gdn decode ") + std::to_string(seqs) + " seqs " + pool_name(kind))
+      o.str("name", name)
           .str("case", "gdn_decode")
           .str("shape", "Qwen3-Next: Hk 16, Hv 32, dk 128, dv 128")
           .num("seqs", seqs)
@@ -454,6 +478,8 @@ int run(int argc, char** argv) {
   // --- Mamba-2 decode ---
   for (const ElementKind kind : {ElementKind::kFloat32, ElementKind::kBFloat16}) {
     for (const int seqs : {64, 256}) {
+      const std::string name = std::string("mamba2 decode ") + std::to_string(seqs) + " seqs " + pool_name(kind);
+      if (!wanted(name)) continue;
       Buffers b;
       const Mamba2Shape s = kFalconH1;
       Mamba2Params p = make_mamba2(b, s, seqs, 1, kind);
@@ -464,7 +490,7 @@ int run(int argc, char** argv) {
       const double token_bytes = 4.0 * (2.0 * s.d_ssm() + 2.0 * s.G * s.N + s.Hs);
       const double bytes = state_bytes + seqs * token_bytes;
       Obj o;
-      o.str("name", std::string("mamba2 decode ") + std::to_string(seqs) + " seqs " + pool_name(kind))
+      o.str("name", name)
           .str("case", "mamba2_decode")
           .str("shape", "Falcon-H1-7B: Hs 24, P 128, N 256, G 1")
           .num("seqs", seqs)
@@ -492,6 +518,7 @@ int run(int argc, char** argv) {
       {"gdn prefill 64k hv8 bf16 operands", hv8, kGdnHv8, 65536, 0.399, ElementKind::kBFloat16},
   };
   for (const GdnPrefillCase& c : gdn_prefills) {
+    if (!wanted(c.name)) continue;
     Buffers b;
     const GdnShape& s = c.s;
     const int T = c.tokens;
@@ -539,19 +566,21 @@ int run(int argc, char** argv) {
   // operands in float32 (3xTF32, the default) and in bfloat16 (ssm_prefill_operands model with a
   // bfloat16 model: Mamba2Params::product_operands) ---
   for (const ElementKind operands : {ElementKind::kFloat32, ElementKind::kBFloat16}) {
+    const bool float32 = operands == ElementKind::kFloat32;
+    const std::string name = float32 ? "mamba2 prefill 8k" : "mamba2 prefill 8k bf16 operands";
+    if (!wanted(name)) continue;
     Buffers b;
     const Mamba2Shape s = kFalconH1;
     const int T = 8192;
     Mamba2Params p = make_mamba2(b, s, 1, T, ElementKind::kFloat32);
     p.product_operands = operands;
-    const bool float32 = operands == ElementKind::kFloat32;
     const size_t pool_bytes = 2 * static_cast<size_t>(p.ssm_state.slot_size) * sizeof(float);
     const std::vector<Restore> restores{{p.ssm_state.data, b.saved(p.ssm_state.data, pool_bytes), pool_bytes}};
     const double ms = median_ms(10, 2, stream, restores, flush, [&] { launch_mamba2_prefill(p, stream); });
     const double flops = static_cast<double>(T) * s.Hs *
                          (2.0 * kMamba2ChunkTokens * (s.N + s.P) + 4.0 * s.N * s.P);
     Obj o;
-    o.str("name", float32 ? "mamba2 prefill 8k" : "mamba2 prefill 8k bf16 operands")
+    o.str("name", name)
         .str("case", "mamba2_prefill")
         .str("shape", "Falcon-H1-7B: Hs 24, P 128, N 256, G 1")
         .str("product_operands", float32 ? "float32 (3xTF32)" : "bf16 (m16n8k16, float32 accumulation)")
