@@ -7,8 +7,10 @@
 // Prefill cases: 1×2k/4k/8k/32k tokens, no window and window 4096, on the tensor-core
 // path, plus 1×4k on the generic SIMT kernel for comparison; 1-byte KV caches (fp8 e4m3/e5m2 per
 // tensor, int8/fp8 per token-head) for prefill and decode, their bytes counted at one per element; the mixed steps (2048 fresh
-// tokens or a 2048-token chunk at context 4096, each beside 64 decodes at 4k) run in one grid and, in
-// their "separate" rows, as separate launches; the first is also reported as a ratio to the sum of
+// tokens or a 2048-token chunk at context 4096, each beside 64 decodes at 4k) run as planned (one grid,
+// or on Hopper the wgmma prefill and the decode apart where the prefill outweighs the decodes), in
+// their "separate" rows as separate launches, and in their "mma.sync" rows (Hopper) in one grid on the
+// pinned mma.sync prefill body; the first is also reported as a ratio to the sum of
 // its parts (decode 64×4k + prefill 1×2k), each as a ratio to its separate launches. --filter runs only the cases whose name
 // matches REGEX (ECMAScript, anywhere in the name; the ceilings are measured all the same).
 // --mma-decode-split replaces the tensor-core decode kernel's key-split policy (about C CTAs per SM,
@@ -213,6 +215,7 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
   j["flops"] = flops;
   j["TFLOPs"] = flops / (ms * 1e-3) / 1e12;
   j["plan"] = runner.summary().describe();
+  j["mixed_grid"] = runner.summary().mixed();
   return j;
 }
 
@@ -310,8 +313,10 @@ int main(int argc, char** argv) {
         {"decode 64x4k fp8_pth", "decode", repeat(64, {4095, 1}), 0, false, -1, KvCacheDtype::kFp8PerTokenHead},
         {"decode 8x32k fp8_e4m3", "decode", repeat(8, {32767, 1}), 0, false, -1, KvCacheDtype::kFp8E4M3},
     };
-    // Mixed steps in one grid of the mixed kernel, and the same steps with the prefill and decode
-    // kernels launched one after the other ("separate"), for the gain in one run.
+    // Mixed steps as the planner runs them (one grid of the mixed kernel, or on Hopper, where the
+    // prefill outweighs the decodes, the wgmma prefill and the decode apart: kMixedGridMaxFlopsPerByte),
+    // the same steps with the prefill and decode kernels launched one after the other ("separate"),
+    // and on Hopper with the mma.sync prefill variant pinned, which always takes the one grid.
     std::vector<Request> mixed = repeat(64, {4095, 1});
     mixed.push_back({0, 2048});
     std::vector<Request> chunk = repeat(64, {4095, 1});
@@ -322,8 +327,12 @@ int main(int argc, char** argv) {
       BenchCase separate = one_grid;
       separate.name += " separate";
       separate.separate_mixed = true;
+      BenchCase mma_sync = one_grid;
+      mma_sync.name += " mma.sync";
+      mma_sync.variant = kPrefillTwoMTiles;
       cases.push_back(one_grid);
       cases.push_back(separate);
+      cases.push_back(mma_sync);
     }
     if (!prefill_wgmma_built() || prop.major != 9 || prop.minor != 0) {
       std::fprintf(stderr, "mma.sync rows left out (the default rows run that kernel): %s\n",
@@ -360,15 +369,18 @@ int main(int argc, char** argv) {
       std::printf("mixed step %.1f us = %.2fx (decode 64x4k %.1f + prefill 1x2k %.1f)\n", mixed_us,
                   mixed_us / (decode_us + prefill_us), decode_us, prefill_us);
     }
+    // Each mixed row (as planned, and with mma.sync pinned) over its step's separate launches.
     nlohmann::json over_separate = nlohmann::json::object();
     for (const nlohmann::json& j : results) {
-      if (j["kind"] != "mixed" || j["name"].get<std::string>().ends_with(" separate")) continue;
+      const std::string name = j["name"].get<std::string>();
+      if (j["kind"] != "mixed" || name.ends_with(" separate")) continue;
+      const std::string step = name.ends_with(" mma.sync") ? name.substr(0, name.size() - 9) : name;
       for (const nlohmann::json& k : results) {
-        if (k["name"] != j["name"].get<std::string>() + " separate") continue;
+        if (k["name"] != step + " separate") continue;
         const double ratio = j["median_us"].get<double>() / k["median_us"].get<double>();
-        over_separate[j["name"].get<std::string>()] = ratio;
-        std::printf("%s: one grid %.1f us = %.2fx separate launches %.1f us\n", j["name"].get<std::string>().c_str(),
-                    j["median_us"].get<double>(), ratio, k["median_us"].get<double>());
+        over_separate[name] = ratio;
+        std::printf("%s: %.1f us = %.2fx separate launches %.1f us (%s)\n", name.c_str(), j["median_us"].get<double>(),
+                    ratio, k["median_us"].get<double>(), j["mixed_grid"].get<bool>() ? "one grid" : "apart");
       }
     }
     if (!over_separate.empty()) report["mixed_over_separate"] = over_separate;

@@ -198,7 +198,7 @@ TEST(AttentionPlan, PrefillRowsTakeTheTensorCorePrefillKernel) {
 
 // On a compute capability 9.0 device (hopper_wgmma) the wgmma variant is the default of the layers it
 // takes, except in a step whose tensor-core prefill and decode items share the mixed grid (whose
-// prefill body is the mma.sync kernel's); an explicit variant wins; other layers keep the head
+// prefill body is the mma.sync kernel's; the test below says when they do); an explicit variant wins; other layers keep the head
 // size's mma.sync default without a fallback note (nothing was asked for).
 TEST(AttentionPlan, HopperDefaultsToTheWgmmaPrefillWhereItApplies) {
   if (!prefill_wgmma_built()) GTEST_SKIP() << "this build has no sm_90a code (the wgmma prefill variant)";
@@ -245,6 +245,46 @@ TEST(AttentionPlan, HopperDefaultsToTheWgmmaPrefillWhereItApplies) {
   plan = hopper_plan(d64, prefill_only, {});
   EXPECT_EQ(plan.prefill_variant, kPrefillOneMTile);
   EXPECT_TRUE(plan.summary.prefill_variant_fallback.empty()) << plan.summary.prefill_variant_fallback;
+}
+
+// On Hopper, a step whose prefill outweighs its decodes runs the wgmma prefill and the decode apart
+// (kMixedGridMaxFlopsPerByte). A 2048-token chunk at context 4096 beside 64 decodes at 4k keys: its
+// items are 32 tokens × the 4 query heads of one kv head, so the prefill is 4·128 · (32·4) · 8 kv
+// heads · Σ_{j<64}(4096 + 32·(j + 1)) = 1.72e11 FLOP over 64·4096 keys · 8 kv heads · 2·128·2 bytes
+// = 1.07e9 decode bytes: 160 per byte. A fresh 2048-token prompt beside the same decodes is 32 per
+// byte, and the small step of the test above (below kMixedGridSeparateMinFlops): both keep the one
+// grid. Elsewhere, or with the variant chosen explicitly, the one grid stands whatever the balance.
+TEST(AttentionPlan, HopperRunsAPrefillThatOutweighsTheDecodesApart) {
+  if (!prefill_wgmma_built()) GTEST_SKIP() << "this build has no sm_90a code (the wgmma prefill variant)";
+  const AttentionConfig c = llama();
+  std::vector<Req> decodes(64, Req{4095, 1});
+  std::vector<Req> chunk_reqs = decodes;
+  chunk_reqs.push_back({4096, 2048});
+  std::vector<Req> fresh_reqs = decodes;
+  fresh_reqs.push_back({0, 2048});
+  const BatchDescription chunk = batch_of(chunk_reqs, c.block_size);
+  const BatchDescription fresh = batch_of(fresh_reqs, c.block_size);
+
+  AttentionPlan plan = plan_for(c, chunk, {}, nullptr, /*hopper_wgmma=*/true);
+  EXPECT_TRUE(plan.mixed.empty());
+  EXPECT_EQ(plan.prefill_variant, kPrefillWgmma);
+  EXPECT_NE(plan.summary.mixed_fallback.find("the prefill outweighs the decode (160 prefill FLOP per decode byte"),
+            std::string::npos)
+      << plan.summary.mixed_fallback;
+  EXPECT_EQ(plan.summary.decode_mma_rows, 64);
+
+  plan = plan_for(c, fresh, {}, nullptr, /*hopper_wgmma=*/true);
+  EXPECT_FALSE(plan.mixed.empty());
+  EXPECT_TRUE(plan.summary.mixed_fallback.empty()) << plan.summary.mixed_fallback;
+  EXPECT_EQ(plan.prefill_variant, kPrefillTwoMTiles);
+
+  // Another GPU, or the mma.sync variant asked for: one grid for the chunk too.
+  EXPECT_FALSE(plan_for(c, chunk).mixed.empty());
+  AttentionPathOverrides two_m_tiles;
+  two_m_tiles.prefill_variant = kPrefillTwoMTiles;
+  plan = plan_for(c, chunk, two_m_tiles, nullptr, /*hopper_wgmma=*/true);
+  EXPECT_FALSE(plan.mixed.empty());
+  EXPECT_EQ(plan.prefill_variant, kPrefillTwoMTiles);
 }
 
 // The Hopper wgmma variant (3): taken at head size 128 with a 16-bit cache in builds with sm_90a

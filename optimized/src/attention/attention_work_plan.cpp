@@ -228,6 +228,28 @@ std::string mixed_reason(const AttentionPlanInput& in, const AttentionPlan& plan
                         "CTA, the default variant)");
 }
 
+// A step's tensor-core prefill work and its tensor-core decode reads: the prefill items' FLOPs (tokens
+// × heads × key span × 4·D: Q·Kᵀ and P·V, the causal triangle of each item counted whole) and the
+// bytes of K and V the decode CTAs read (keys × kv heads × 2·D × the cache element's bytes).
+struct PrefillDecodeBalance {
+  double prefill_flops = 0.0;
+  double decode_bytes = 0.0;
+  double flops_per_byte() const { return decode_bytes > 0.0 ? prefill_flops / decode_bytes : 0.0; }
+};
+PrefillDecodeBalance prefill_decode_balance(const AttentionPlan& plan, const AttentionConfig& c) {
+  PrefillDecodeBalance b;
+  const double d = static_cast<double>(c.head_size);
+  for (const GenericItem& g : plan.prefill) {
+    b.prefill_flops += 4.0 * d * g.num_tokens * g.num_heads * (g.key_end - g.key_begin);
+  }
+  const ElementKind kv_kind = element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype));
+  const double key_bytes = 2.0 * d * (is_byte_element(kv_kind) ? 1.0 : 2.0) * static_cast<double>(c.num_kv_heads);
+  for (const DecodeItem& item : plan.decode_mma) {
+    if (item.request >= 0) b.decode_bytes += key_bytes * (item.key_end - item.key_begin);
+  }
+  return b;
+}
+
 // The mixed kernel's CTA order. Each kind longest first: the prefill items in their order (sorted
 // by key span), the tensor-core decode grid's CTAs (items × kv heads × head passes, in the decode
 // kernel's block order: item fastest) stably sorted by key span. The two are merged so that both
@@ -632,12 +654,21 @@ AttentionPlan plan_attention(const AttentionPlanInput& in) {
                   "the Hopper default and the mma.sync default cut the same items");
     const int chosen = plan.prefill_variant;
     const bool hopper_default = in.overrides.prefill_variant < 0 && chosen == kPrefillWgmma;
-    if (hopper_default) plan.prefill_variant = prefill_default_variant(c.head_size);
-    plan.summary.mixed_fallback = mixed_reason(in, plan);
-    if (plan.summary.mixed_fallback.empty()) {
-      plan_mixed_order(plan, c.num_kv_heads, mma_passes);
+    const PrefillDecodeBalance balance = prefill_decode_balance(plan, c);
+    if (hopper_default && balance.prefill_flops >= kMixedGridSeparateMinFlops &&
+        balance.flops_per_byte() > kMixedGridMaxFlopsPerByte) {
+      plan.summary.mixed_fallback =
+          detail::concat("the prefill outweighs the decode (", static_cast<int64_t>(balance.flops_per_byte()),
+                         " prefill FLOP per decode byte > ", static_cast<int64_t>(kMixedGridMaxFlopsPerByte),
+                         "): the wgmma prefill and the decode launched separately");
     } else {
-      plan.prefill_variant = chosen;
+      if (hopper_default) plan.prefill_variant = prefill_default_variant(c.head_size);
+      plan.summary.mixed_fallback = mixed_reason(in, plan);
+      if (plan.summary.mixed_fallback.empty()) {
+        plan_mixed_order(plan, c.num_kv_heads, mma_passes);
+      } else {
+        plan.prefill_variant = chosen;
+      }
     }
   }
   lay_out_staging(in, plan);

@@ -53,6 +53,21 @@ inline constexpr DecodeSplitPolicy kSimtDecodeSplit{16, 256, 8192};
 // sweep on an H200 across its decode cases (experiments/results/README.md).
 inline constexpr DecodeSplitPolicy kMmaDecodeSplit{4, 1024, 4096};
 
+// A step with both tensor-core prefill items and tensor-core decode CTAs runs them in one grid of
+// the mixed kernel, whose prefill body is the mma.sync one. Where the wgmma prefill is the default
+// (Hopper), a step whose prefill has at least kMixedGridSeparateMinFlops takes that grid only while
+// the prefill's FLOPs per byte of the decode's K/V reads stay at or below kMixedGridMaxFlopsPerByte;
+// above it the prefill's time dominates the step, and the faster wgmma kernel launched on its own
+// beats hiding the decode's reads under a slower prefill. Smaller steps keep the one grid, which
+// saves a launch and the tail between two kernels (that side of the rule is not measured). Measured
+// on an H200 (experiments/results/README.md): a fresh 2048-token prompt beside 64 decodes at 4k
+// keys (32 FLOP per byte) runs faster in one grid (0.86× the separate launches), a 2048-token chunk
+// at context 4096 beside the same decodes (160 FLOP per byte) faster apart (one grid 1.20×);
+// the threshold sits between the two, near their geometric mean; where exactly the two cross was
+// not measured.
+inline constexpr double kMixedGridMaxFlopsPerByte = 80.0;
+inline constexpr double kMixedGridSeparateMinFlops = 16e9;  // about 60 µs of the wgmma prefill on an H200
+
 // Debugging and comparison switches: force rows onto a path other than the one the planner would
 // choose. Production code passes the defaults; benchmarks and tests pass what they compare.
 struct AttentionPathOverrides {
