@@ -295,6 +295,8 @@ int main(int argc, char** argv) {
         // On a compute capability 9.0 device the default is the Hopper wgmma kernel (variant 3,
         // prefill_wgmma_kernel.cuh); these rows time the mma.sync default (1) beside it. Left out
         // where the default is the mma.sync kernel already.
+        {"prefill 1x2k mma.sync", "prefill", repeat(1, {0, 2048}), 0, false, kPrefillTwoMTiles},
+        {"prefill 1x4k mma.sync", "prefill", repeat(1, {0, 4096}), 0, false, kPrefillTwoMTiles},
         {"prefill 1x8k mma.sync", "prefill", repeat(1, {0, 8192}), 0, false, kPrefillTwoMTiles},
         {"prefill 1x8k w4096 mma.sync", "prefill", repeat(1, {0, 8192}), 4096, false, kPrefillTwoMTiles},
         {"prefill 1x32k mma.sync", "prefill", repeat(1, {0, 32768}), 0, false, kPrefillTwoMTiles},
