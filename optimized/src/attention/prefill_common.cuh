@@ -168,6 +168,26 @@ struct PrefillKvLoader {
     const uint32_t s_stage = static_cast<uint32_t>(stage * kStageBytes);
     if (!p.encoder && it.keys_all_read(kt, BN)) {
       PagedRowWalk walk(p, it, kt + j0);
+      // The tile's block-table entries, one per lane, in one load per thread: each row then takes
+      // its page from a lane. Loaded row by row instead, every entry's load would wait for the
+      // copies before it (a cp.async is an asm with a memory clobber). kt and the block size are
+      // the warp's alike, so the choice is uniform; blocks under BN / 31 keys take the row loads.
+      const int first_block = kt / p.block_size;
+      const int tile_blocks = (kt + BN - 1) / p.block_size - first_block + 1;
+      if (tile_blocks <= 32) {
+        const int lane = tid % 32;
+        const int32_t lane_page = lane < tile_blocks ? walk.table[first_block + lane] : 0;
+#pragma unroll
+        for (int i = 0; i < kPasses; ++i) {
+          const int j = j0 + i * kRowsPerPass;
+          const int32_t page = __shfl_sync(0xffffffffu, lane_page, walk.block - first_block);
+          const int64_t koff = page * p.cache_stride_block + walk.slot * p.cache_stride_slot + walk.head_offset + c * 8;
+          mma::cp_async_16(s_k + s_stage + swz(j, c), kbase + koff, true);
+          mma::cp_async_16(s_v + s_stage + swz(j, c), vbase + koff + p.cache_stride_half, true);
+          walk.advance(kRowsPerPass);
+        }
+        return;
+      }
 #pragma unroll
       for (int i = 0; i < kPasses; ++i) {
         const int j = j0 + i * kRowsPerPass;
