@@ -8,7 +8,8 @@
 // bitwise run-to-run reproducibility; for mamba1 also decode-only steps (the scan's single decode
 // launch), long single requests of a length no chunk size divides, 16-bit pools on the vector
 // state path and odd sizes (partial channel tiles and state quads) on the scalar one; for gdn also
-// Qwen3-Next's head dims (128: prefills over many 64-token WY chunks, CUDA-graph decodes), a
+// Qwen3-Next's head dims (128: prefills over many 64-token WY chunks, CUDA-graph decodes) and its 32
+// value heads over 16 key heads (the prefill state pass's 32-row tiles, full and partial), a
 // square 32 × 32 state (a transposed pool would be caught), dk ≠ dv both ways, odd dims on the
 // scalar paths, 16-bit pools and every cache mode; for mamba2 also grouped B/C (8 heads, 2 groups),
 // Mamba-2's head_dim 64 × state 128 (prefills over many 128-token SSD chunks, chunks cut at block
@@ -264,6 +265,27 @@ std::vector<CudaCase> cases() {
   add({.name = "GdnOddMixedAlignFp16Pools", .ssm_mode = "gdn", .cache = MambaCacheMode::kAlign,
        .ssm_params = gdn(6, 10, 3), .pool_dtype = DType::kFloat16, .requests = kMixed, .padding_tokens = 2,
        .padding_requests = 1, .seed = 83});
+  // Qwen3-Next's 32 value heads over 16 key heads: the prefill state pass takes the fewest of 8, 16
+  // or 32 rows of M per block whose grid fits on the SMs at once, else 32 (gdn_prefill.cu). On a
+  // 132-SM H200 (and any GPU of fewer than 160 SMs) each of these runs its 32-row blocks: dv 128
+  // with one prefill, 4 tiles × 32 heads = 128 blocks (16-row blocks: 256); dv 70 with one prefill,
+  // 3 tiles (32, 32 and 6 rows: a partial group, U loaded a float at a time) × 32 = 96 blocks
+  // (16-row: 160); dv 72 with three prefills (continued and fresh), 3 tiles (32, 32, 8) × 32 × 3 =
+  // 288 blocks, more than fit, so the widest. dk 64 leaves half the warps without columns of M.
+  const auto gdn32 = [](int64_t dk, int64_t dv) {
+    return std::map<std::string, int64_t>{{"num_k_heads", 16},
+                                          {"num_v_heads", 32},
+                                          {"head_k_dim", dk},
+                                          {"head_v_dim", dv},
+                                          {"conv_kernel", 4}};
+  };
+  add({.name = "GdnValueHeads32LongAllBf16", .ssm_mode = "gdn", .cache = MambaCacheMode::kAll,
+       .ssm_params = gdn32(128, 128), .requests = kLong, .seed = 85});
+  add({.name = "GdnValueHeads32Dv70LongSingleNone", .ssm_mode = "gdn", .ssm_params = gdn32(128, 70),
+       .requests = kLongSingle, .seed = 87});
+  add({.name = "GdnValueHeads32Dk64Dv72MixedAlignFp32", .ssm_mode = "gdn", .cache = MambaCacheMode::kAlign,
+       .ssm_params = gdn32(64, 72), .dtype = DType::kFloat32, .requests = kMixed, .padding_tokens = 2,
+       .padding_requests = 1, .seed = 89});
   return all;
 }
 
@@ -360,15 +382,16 @@ std::vector<CudaCase> mamba2_prefill_cases() {
 
 // The gdn cases of this file with a prefill (fresh, continued and long prefills over many 64-token
 // chunks, varlen batches, initial states from the pools, block-boundary states of mamba_cache_mode
-// all and align, head dims 128/128, 32/32, 64/32, 16/48 and the odd 6/10): the CUDA-graph
-// decode-only ones have no prefill to run. Two of them also with a float16 model (float16 operands;
-// the others are bfloat16 or float32 models).
+// all and align, head dims 128/128, 32/32, 64/32, 16/48 and the odd 6/10, 32 value heads with
+// 128/128, 128/70 and 64/72): the CUDA-graph decode-only ones have no prefill to run. Three of them
+// also with a float16 model (float16 operands; the others are bfloat16 or float32 models).
 std::vector<CudaCase> gdn_prefill_cases() {
   std::vector<CudaCase> selected;
   for (const CudaCase& c : cases()) {
     if (c.ssm_mode != "gdn" || c.decode_graph) continue;
     selected.push_back(c);
-    if (c.name == "GdnHeads32MixedAllBf16" || c.name == "GdnHeads128LongAllBf16Pools") {
+    if (c.name == "GdnHeads32MixedAllBf16" || c.name == "GdnHeads128LongAllBf16Pools" ||
+        c.name == "GdnValueHeads32LongAllBf16") {
       CudaCase fp16 = c;
       fp16.name += "Fp16Model";
       fp16.dtype = DType::kFloat16;

@@ -14,17 +14,18 @@
 //         warp owning 32 columns of W or U through the four blocks (only warp-level synchronisation);
 //         G by a warp scan; W (per value head) and k̂ (per key head, by its first value head) leave in
 //         the state pass's mma fragment order (w_frag, k_frag: one 32 KiB tile per chunk and head);
-//   (2) chunk_state_kernel, per prefill × value head × tile of 8 rows of M (16 where the 8-row
-//       grid would not fit on the SMs at once), sequential over the request's chunks — only the
-//       chain that must be sequential. The products run transposed, M's rows on the mma's n = 8
-//       side: warp w keeps Mᵀ's columns 16·w … of the tile in registers for the whole request, in
+//   (2) chunk_state_kernel, per prefill × value head × tile of 8, 16 or 32 rows of M (the fewest
+//       rows whose grid fits on the SMs at once, else 32), sequential over the request's chunks —
+//       only the chain that must be sequential. The products run transposed, M's rows on the mma's
+//       n = 8 side: warp w keeps Mᵀ's columns 16·w … of the tile in registers for the whole request, in
 //       the mma accumulator layout of the state update; per chunk it passes them through a small
 //       shared tile to get the operand layout of V_new = U − W·Mᵀ. The W and k̂ tiles arrive whole
 //       by bulk copies (one instruction of one thread per tile, on an mbarrier per slot) through a
 //       ring of three slots, each tile a chunk or more ahead; U, G by a cp.async ring. Each A
 //       fragment is one 16-byte shared load, split into TF32 hi + lo in registers.
-//       Per chunk, three barriers: each warp's partial W·Mᵀ over its 16 columns (written over the
-//       W fragments only it read), a fixed-order sum of the partials with V_new = U − Σ, then
+//       Per chunk, three barriers: each warp's partial W·Mᵀ over its 16 columns (rows 0 … 15 of the
+//       tile written over the W fragments only it read, rows 16 … 31 of a 32-row tile into a spare
+//       tile of the same layout), a fixed-order sum of the partials with V_new = U − Σ, then
 //         h_c = M (the entry state, stored),  V_new = U − W·Mᵀ (stored over U),
 //         M ← e^(G_n)·M + V_newᵀ·diag(e^(G_n − G_j))·K   (V_new·decay split into TF32 once);
 //       the exit state of a chunk ending at a boundary row goes to its slot, the last to write_slot;
@@ -101,7 +102,7 @@ __host__ __device__ constexpr int round_up(int x, int m) { return (x + m - 1) / 
 // per SM alike.
 struct GdnPrefillConfig {
   int intra_blocks_per_sm;   // chunk_intra_kernel's __launch_bounds__ (two [C][136] tiles + A)
-  int state_blocks_per_sm;   // chunk_state_kernel's (112 or 127 KiB, and the registers)
+  int state_blocks_per_sm;   // chunk_state_kernel's (112, 127 or 190 KiB, and the registers)
   int output_blocks_per_sm;  // chunk_output_kernel's (q̂ and P tiles)
 };
 template <typename T>
@@ -438,34 +439,45 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
   }
 }
 
-// The state pass. A block takes kGroups groups of 8 rows of M (value channels): 8-row blocks, (dv/8)·Hv
-// per prefill, when they fit on the SMs at once (128 of 132 at 8 heads of 128), else 16-row blocks
-// (half the blocks, so fewer waves of the long sequential chains: Qwen3-Next's 32 heads). W and k̂
-// arrive in the fragment order of the products (the intra kernel's w_frag, k_frag), one 32 KiB bulk
-// copy per tile, through a ring of three tile slots in the order W(c), K(c), W(c + 1), K(c + 1), …,
-// each slot's copy completing on its own mbarrier. Shared memory: the three slots; the small
-// per-chunk tiles (U [C][rows], G [C], the boundary slot) in three, by cp.async; V_new·diag(e^(G_n −
-// G_j)) split into TF32 hi and lo, [2][rows][68] (split once, read by every warp); each warp's M tile
-// [rows][20] (the transpose between its accumulator and operand layouts); the three mbarriers:
-// 112 KiB (8 rows) or 127 KiB (16), one block per SM (the registers).
-// The warps' partial V_new go into the W slot itself, each warp over fragments only it read.
+// The state pass. A block takes kGroups groups of 8 rows of M (value channels), kGroups 1, 2 or 4:
+// the launcher takes the fewest rows per block whose grid, (dv/rows)·Hv blocks per prefill, fits on
+// the SMs at once, else 32 (the fewest waves of the long sequential chains). 8 heads of 128 take 128
+// blocks of 8 rows (one wave on 132 SMs); Qwen3-Next's 32 heads of 128 take 128 blocks of 32 rows
+// (one wave, where 16-row blocks would need two). W and k̂ arrive in the fragment order of the
+// products (the intra kernel's w_frag, k_frag), one 32 KiB bulk copy per tile, through a ring of
+// three tile slots in the order W(c), K(c), W(c + 1), K(c + 1), …, each slot's copy completing on its
+// own mbarrier. Shared memory: the three slots; the small per-chunk tiles (U [C][rows], G [C], the
+// boundary slot) in three, by cp.async; V_new·diag(e^(G_n − G_j)) split into TF32 hi and lo,
+// [2][rows][68] (split once, read by every warp); each warp's M tile [rows][20] (the transpose
+// between its accumulator and operand layouts); for 32 rows a spare partial tile (below); the three
+// mbarriers: 112 KiB (8 rows), 127 KiB (16) or 190 KiB (32), one block per SM (the registers).
+// The warps' partial V_new go into the W slot itself, each warp over fragments only it read: its two
+// fragments of 16 tokens (16 × 16 floats) take its partial of those tokens for 16 rows of the tile;
+// a 32-row tile's rows 16 … 31 go, in the same layout, to the spare tile.
 constexpr int kStateWarps = 8;  // warp w holds columns 16·w … 16·w + 15 of the block's rows of M
 constexpr int kStateThreads = 32 * kStateWarps;
 constexpr int kTileSlots = 3;
 constexpr int kTokenStride = kC + 4;  // V_new·decay [rows][68], read as (v g, token t): bank 4g + t
 constexpr int kHeldStride = 20;       // a warp's M tile [rows][20]: written (v 2t, c g), read (v g, c t)
+constexpr int kPartialRows = 16;      // rows of a partial tile: [tokens][16] over the warps' W fragments
 static_assert(16 * kStateWarps == kGdnMaxHeadDim, "the warps cover M's columns");
 template <int kGroups>
 constexpr int small_floats() {  // U [C][rows], G [C], the boundary slot, padding
   return kC * kStateRows * kGroups + kC + 4;
 }
 template <int kGroups>
-size_t state_smem_bytes() {
+constexpr int partial_tiles() {  // partial tiles of kPartialRows rows: the W slot, then the spares
+  return (kStateRows * kGroups + kPartialRows - 1) / kPartialRows;
+}
+template <int kGroups>
+constexpr size_t state_smem_bytes() {
   constexpr int rows = kStateRows * kGroups;
-  return sizeof(float) * (kTileSlots * size_t{kGdnFragTileFloats} + 3 * small_floats<kGroups>() +
-                          2 * rows * kTokenStride + kStateWarps * rows * kHeldStride) +
+  return sizeof(float) * ((kTileSlots + partial_tiles<kGroups>() - 1) * size_t{kGdnFragTileFloats} +
+                          3 * small_floats<kGroups>() + 2 * rows * kTokenStride + kStateWarps * rows * kHeldStride) +
          sizeof(uint64_t) * kTileSlots;
 }
+constexpr size_t kMaxBlockSmemBytes = 227 * 1024;  // sm_90's opt-in limit of shared memory per block
+static_assert(state_smem_bytes<4>() <= kMaxBlockSmemBytes, "the 32-row state pass fits in shared memory");
 
 // x[0 … kN) ← kN consecutive floats of shared memory, one access (p aligned to 4·kN bytes).
 template <int kN>
@@ -490,11 +502,11 @@ __device__ __forceinline__ void load_floats(const float* p, float (&x)[kN]) {
 //       product needs row g, columns t and t + 4): h_c ← M from it in 16-byte stores, and the warp's
 //       partial V_new = W[:, cols]·M[:, cols]ᵀ (64 tokens × rows: four 16-token tiles, independent
 //       mma chains; each W fragment one 16-byte load, split into TF32 hi + lo) over its own W
-//       fragments;
+//       fragments (and the spare tile);
 //   barrier; U, G of chunk c + 2 are issued;
-//   (d) thread (token i, rows v … v + rows/4 − 1) sums the partials in warp order: V_new = U − Σ,
-//       stored over U (the output pass reads it) and, times e^(G_n − G_i) and split into TF32 hi + lo,
-//       to shared memory;
+//   (d) thread (token i, rows/4 rows: v … v + rows/4 − 1, or for 32 rows the quads v … and
+//       v + 16 …) sums the partials in warp order: V_new = U − Σ, stored over U (the output pass
+//       reads it) and, times e^(G_n − G_i) and split into TF32 hi + lo, to shared memory;
 //   barrier (after waiting for U, G of chunk c + 1); K(c + 1) is issued into W(c)'s slot;
 //   (f) Mᵀ ← e^(G_n)·Mᵀ + K[:, cols]ᵀ·diag(e^(G_n − G_j))·V_new (per group six accumulators: the hi·hi,
 //       lo·hi and hi·lo products of even and odd k-steps, chains of four), the boundary state from
@@ -513,8 +525,8 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
     chunk_state_kernel(GdnParams p, int tiles) {
   constexpr bool kTf32 = std::is_same_v<T, float>;
   constexpr int kRows = kStateRows * kGroups;
-  constexpr int kPerThread = kRows * kC / kStateThreads;  // V_new elements per thread in (d): 2 or 4
-  static_assert(kPerThread == 2 || kPerThread == 4);
+  constexpr int kPerThread = kRows * kC / kStateThreads;  // V_new elements per thread in (d): 2, 4 or 8
+  static_assert(kPerThread == 2 || kPerThread == 4 || kPerThread == 8);
   const GdnPrefill prefill = p.prefills[blockIdx.y];
   const GpuRequest r = p.wave.requests[prefill.request];
   const int h = static_cast<int>(blockIdx.x) / tiles;
@@ -527,7 +539,7 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
   const int col_groups = round_up(dk, 16) / 16;  // groups of 16 columns of M
   const bool owns = warp < col_groups;
   const int c0 = 16 * warp;
-  constexpr int ts = kTokenStride, hs = kHeldStride, us = kRows;
+  constexpr int ts = kTokenStride, hs = kHeldStride, us = kRows, ps = kRows < kPartialRows ? kRows : kPartialRows;
   constexpr int kSmallFloats = small_floats<kGroups>();
   extern __shared__ __align__(16) float state_smem[];
   float* const tile_slots = state_smem;
@@ -536,7 +548,9 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
   uint32_t* const vd_lo = vd_hi + kRows * ts;
   float* const held_tiles = reinterpret_cast<float*>(vd_lo + kRows * ts);
   float* const held = held_tiles + warp * kRows * hs;
-  uint64_t* const slot_ready = reinterpret_cast<uint64_t*>(held_tiles + kStateWarps * kRows * hs);
+  float* const spare_partials = held_tiles + kStateWarps * kRows * hs;  // partial tiles 1 …
+  uint64_t* const slot_ready =
+      reinterpret_cast<uint64_t*>(spare_partials + (partial_tiles<kGroups>() - 1) * kGdnFragTileFloats);
 
   const int first = prefill.first_chunk, end_chunk = first + prefill.num_chunks;
   const auto chunk_at = [&](int ci) { return ci < end_chunk ? p.chunks[ci] : GdnChunk{}; };
@@ -553,12 +567,19 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
     float* s = small_buf + slot * kSmallFloats;
     const int n = c.end - c.begin;
     const float* u_rows = p.u + (int64_t{c.begin} * Hv + h) * dv + v0;
-    if (u_vec) {  // one quad per thread (a loop here cost more than the copies)
-      static_assert(kC * kRows / 4 <= kStateThreads);
-      const int i = tid / (kRows / 4), v = 4 * (tid % (kRows / 4));
-      const bool ok = i < n && v < rows;
-      if (i < kC) {
-        mma::cp_async_16(mma::shared_address(s + i * us + v), ok ? u_rows + int64_t{i} * Hv * dv + v : p.u, ok);
+    // U: with whole quads one 16-byte copy per thread, two at 32 rows (a fixed count, unrolled: a
+    // strided loop here cost more than the copies); else a float per copy.
+    if (u_vec) {
+      constexpr int kQuadsPerToken = kRows / 4;
+      constexpr int kRounds = (kC * kQuadsPerToken + kStateThreads - 1) / kStateThreads;
+#pragma unroll
+      for (int round = 0; round < kRounds; ++round) {
+        const int e = tid + round * kStateThreads;
+        const int i = e / kQuadsPerToken, v = 4 * (e % kQuadsPerToken);
+        const bool ok = i < n && v < rows;
+        if (i < kC) {
+          mma::cp_async_16(mma::shared_address(s + i * us + v), ok ? u_rows + int64_t{i} * Hv * dv + v : p.u, ok);
+        }
       }
     } else {
       for (int e = tid; e < kC * kRows; e += kStateThreads) {
@@ -634,10 +655,15 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
     const int k_slot = (w_slot + 1) % kTileSlots;
     const float4* const W = reinterpret_cast<const float4*>(tile_slots + w_slot * kGdnFragTileFloats);
     const float4* const K = reinterpret_cast<const float4*>(tile_slots + k_slot * kGdnFragTileFloats);
-    // Warp w's partial V_new for tokens 16·mt … : 16 × kRows floats over W's fragments of column
-    // blocks 2w and 2w + 1 of those tokens (read by warp w alone).
+    // Warp w's partial V_new for tokens 16·mt … and rows 16·b … of the tile (b < partial_tiles):
+    // 16 × min(kRows, 16) floats at the place of W's fragments of column blocks 2w and 2w + 1 of
+    // those tokens (read by warp w alone) in partial tile b: the W slot itself for b = 0, else spare
+    // tile b − 1. partial_at(w, i, b): token i's row of it.
     float* const partials = tile_slots + w_slot * kGdnFragTileFloats;
-    const auto partial_at = [&](int w, int i) { return partials + 4 * 32 * (16 * (i / 16) + 2 * w) + (i % 16) * us; };
+    const auto partial_at = [&](int w, int i, int b) {
+      float* const tile = b == 0 ? partials : spare_partials + (b - 1) * kGdnFragTileFloats;
+      return tile + 4 * 32 * (16 * (i / 16) + 2 * w) + (i % 16) * ps;
+    };
     const float* U = small_buf + (j % 3) * kSmallFloats;
     const float* G = U + kC * us;
     const GdnChunk ahead = chunk_at(ci + 3);
@@ -722,12 +748,13 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
       __syncwarp();  // every lane's W fragments are read before the partials overwrite them
 #pragma unroll
       for (int mt = 0; mt < kC / 16; ++mt) {
-        float* const my_partial = partial_at(warp, 16 * mt);
 #pragma unroll
         for (int q = 0; q < kGroups; ++q) {
-          *reinterpret_cast<float2*>(my_partial + g * us + 8 * q + 2 * t) =
+          // group q's rows 8q … are rows 8·(q mod 2) … of partial tile q / 2
+          float* const my_partial = partial_at(warp, 16 * mt, q / 2) + 8 * (q % 2) + 2 * t;
+          *reinterpret_cast<float2*>(my_partial + g * ps) =
               make_float2(big[mt][q][0] + small[mt][q][0], big[mt][q][1] + small[mt][q][1]);
-          *reinterpret_cast<float2*>(my_partial + (g + 8) * us + 8 * q + 2 * t) =
+          *reinterpret_cast<float2*>(my_partial + (g + 8) * ps) =
               make_float2(big[mt][q][2] + small[mt][q][2], big[mt][q][3] + small[mt][q][3]);
         }
       }
@@ -737,31 +764,44 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
     if (ci + 2 < end_chunk) load_small(after_next, (j + 2) % 3);
     mma::cp_async_commit();
 
-    // (d) V_new = U − Σ_w partial_w (warps in order) for token i, rows v … v + kPerThread − 1.
+    // (d) V_new = U − Σ_w partial_w (warps in order) for token i, kPerThread of its rows: kParts runs
+    // of kRun consecutive rows v … v + kRun − 1 (one shared access each), the thread's runs 4·kRun
+    // rows apart (the four threads of a token interleaved: for 32 rows, the quads v and v + 16 of
+    // partial tiles 0 and 1).
     {
       constexpr int kThreadsPerToken = kStateThreads / kC;
-      const int i = tid / kThreadsPerToken, v = kPerThread * (tid % kThreadsPerToken);
-      float sum[kPerThread], x[kPerThread], u[kPerThread];
-      load_floats(partial_at(0, i) + v, sum);
-#pragma unroll
-      for (int w = 1; w < kStateWarps; ++w) {
-        if (w < col_groups) {
-          load_floats(partial_at(w, i) + v, x);
-#pragma unroll
-          for (int k = 0; k < kPerThread; ++k) sum[k] += x[k];
-        }
-      }
-      load_floats(U + i * us + v, u);
+      constexpr int kRun = kPerThread < 4 ? kPerThread : 4;
+      constexpr int kParts = kPerThread / kRun;
+      constexpr int kPartStride = kRun * kThreadsPerToken;  // rows from one run of a thread to its next
+      static_assert(kPartialRows % kPartStride == 0, "a thread's run stays within one partial tile");
+      const int i = tid / kThreadsPerToken;
       const float decay = expf(G[n - 1] - G[i]);
-      float* u_out = p.u + (int64_t{chunk.begin + i} * Hv + h) * dv + v0 + v;
 #pragma unroll
-      for (int k = 0; k < kPerThread; ++k) {
-        const float v_new = u[k] - sum[k];
-        if (i < n && v + k < rows) u_out[k] = v_new;
-        if constexpr (kTf32) {
-          mma::split_tf32(v_new * decay, vd_hi[(v + k) * ts + i], vd_lo[(v + k) * ts + i]);
-        } else {
-          vd_hi[(v + k) * ts + i] = __float_as_uint(v_new * decay);  // rounded as the fragments are read
+      for (int part = 0; part < kParts; ++part) {
+        const int v = kRun * (tid % kThreadsPerToken) + kPartStride * part;
+        const int b = kPartStride * part / kPartialRows;  // the run's partial tile, its rows vb …
+        const int vb = v - kPartialRows * b;
+        float sum[kRun], x[kRun], u[kRun];
+        load_floats(partial_at(0, i, b) + vb, sum);
+#pragma unroll
+        for (int w = 1; w < kStateWarps; ++w) {
+          if (w < col_groups) {
+            load_floats(partial_at(w, i, b) + vb, x);
+#pragma unroll
+            for (int k = 0; k < kRun; ++k) sum[k] += x[k];
+          }
+        }
+        load_floats(U + i * us + v, u);
+        float* u_out = p.u + (int64_t{chunk.begin + i} * Hv + h) * dv + v0 + v;
+#pragma unroll
+        for (int k = 0; k < kRun; ++k) {
+          const float v_new = u[k] - sum[k];
+          if (i < n && v + k < rows) u_out[k] = v_new;
+          if constexpr (kTf32) {
+            mma::split_tf32(v_new * decay, vd_hi[(v + k) * ts + i], vd_lo[(v + k) * ts + i]);
+          } else {
+            vd_hi[(v + k) * ts + i] = __float_as_uint(v_new * decay);  // rounded as the fragments are read
+          }
         }
       }
     }
@@ -1105,16 +1145,22 @@ void launch_prefill_kernels(const GdnParams& p, cudaStream_t stream) {
   chunk_intra_kernel<T>
       <<<static_cast<unsigned>(int64_t{p.num_chunks} * p.Hv), kPrefillThreads, intra_smem, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
-  // 8-row blocks where they fit on the SMs at once (the most SMs on the chains), else 16-row ones
-  // (fewer waves of chains, each cheaper per row).
+  // The state pass in blocks of 8, 16 or 32 rows of M: the fewest rows whose grid fits on the SMs at
+  // once (one wave: the most SMs on the sequential chains), else 32 rows (the fewest waves of chains;
+  // each block's W and k̂ tiles serve the most rows).
   int device = 0, sms = 0;
   HYBRIDTB_CUDA_CHECK(cudaGetDevice(&device));
   HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int narrow_blocks = (p.dv + kStateRows - 1) / kStateRows * p.Hv * p.num_prefills;
-  if (narrow_blocks <= sms) {
+  const int64_t resident = int64_t{sms} * gdn_prefill_config<T>().state_blocks_per_sm;
+  const auto fits_in_one_wave = [&](int rows) {
+    return int64_t{(p.dv + rows - 1) / rows} * p.Hv * p.num_prefills <= resident;
+  };
+  if (fits_in_one_wave(kStateRows)) {
     launch_state_pass<T, 1>(p, stream);
-  } else {
+  } else if (fits_in_one_wave(2 * kStateRows)) {
     launch_state_pass<T, 2>(p, stream);
+  } else {
+    launch_state_pass<T, 4>(p, stream);
   }
   const size_t output_smem = output_smem_bytes();
   allow_dynamic_smem(chunk_output_kernel<T>, output_smem);
