@@ -197,42 +197,60 @@ TEST(AttentionPlan, PrefillRowsTakeTheTensorCorePrefillKernel) {
 }
 
 // On a compute capability 9.0 device (hopper_wgmma) the wgmma variant is the default of the layers it
-// takes, except in a step whose tensor-core prefill and decode items share the mixed grid (whose
-// prefill body is the mma.sync kernel's; the test below says when they do); an explicit variant wins; other layers keep the head
-// size's mma.sync default without a fallback note (nothing was asked for).
+// takes, for prefills of at least kWgmmaPrefillMinFlops: a fresh 4096-token prompt is
+// 4·128 · (32 tokens · 4 heads) · 8 kv heads · Σ_{j<128} 32·(j + 1) = 1.39e11 FLOP by the plan's count
+// (items of 32 tokens × the 4 query heads of one kv head, each key span counted whole), a 2048-token
+// one 3.49e10 and stays on mma.sync. In a step whose tensor-core prefill and decode items share the
+// mixed grid (whose prefill body is the mma.sync kernel's; the next test says when they do) the
+// mma.sync default runs; an explicit variant wins; other layers keep the head size's mma.sync default
+// without a fallback note (nothing was asked for).
 TEST(AttentionPlan, HopperDefaultsToTheWgmmaPrefillWhereItApplies) {
   if (!prefill_wgmma_built()) GTEST_SKIP() << "this build has no sm_90a code (the wgmma prefill variant)";
   const auto hopper_plan = [](const AttentionConfig& c, const BatchDescription& b, const AttentionPathOverrides& o) {
     return plan_for(c, b, o, nullptr, /*hopper_wgmma=*/true);
   };
   const AttentionConfig c = llama();
-  const BatchDescription prefill_only = batch_of({{0, 300}}, c.block_size);
-  const BatchDescription mixed = batch_of({{4095, 1}, {100, 300}}, c.block_size);
+  const BatchDescription prefill_only = batch_of({{0, 4096}}, c.block_size);
+  const BatchDescription short_prefill = batch_of({{0, 2048}}, c.block_size);
+  const BatchDescription mixed = batch_of({{4095, 1}, {0, 4096}}, c.block_size);
 
   AttentionPlan plan = hopper_plan(c, prefill_only, {});
   EXPECT_EQ(plan.prefill_variant, kPrefillWgmma);
   EXPECT_EQ(plan.prefill_rows_per_item, 128);
   EXPECT_TRUE(plan.summary.prefill_variant_fallback.empty()) << plan.summary.prefill_variant_fallback;
   EXPECT_EQ(plan_for(c, prefill_only).prefill_variant, kPrefillTwoMTiles);  // another GPU
+  EXPECT_EQ(hopper_plan(c, short_prefill, {}).prefill_variant, kPrefillTwoMTiles);
 
-  // Prefill and tensor-core decodes in one step: one mixed grid on the mma.sync default, with the
-  // same items as the wgmma variant would have taken.
-  plan = hopper_plan(c, mixed, {});
+  // Prefill and tensor-core decodes in one step, the prefill not outweighing the decode (4096
+  // tokens beside one decode of 4096 keys would: 1.39e11 FLOP over 16.8e6 bytes): one decode per
+  // 8 prefill tokens keeps it under kMixedGridMaxFlopsPerByte. One mixed grid on the mma.sync
+  // default, with the same items as the wgmma variant takes apart.
+  std::vector<Req> balanced(512, Req{4095, 1});
+  balanced.push_back({0, 4096});
+  const BatchDescription balanced_step = batch_of(balanced, c.block_size);
+  plan = hopper_plan(c, balanced_step, {});
   EXPECT_FALSE(plan.mixed.empty());
   EXPECT_TRUE(plan.summary.mixed_fallback.empty()) << plan.summary.mixed_fallback;
   EXPECT_EQ(plan.prefill_variant, kPrefillTwoMTiles);
   const size_t mixed_items = plan.prefill.size();
   AttentionPathOverrides separate;
   separate.separate_mixed = true;
-  plan = hopper_plan(c, mixed, separate);
+  plan = hopper_plan(c, balanced_step, separate);
   EXPECT_TRUE(plan.mixed.empty());
   EXPECT_EQ(plan.prefill_variant, kPrefillWgmma);
   EXPECT_EQ(plan.prefill.size(), mixed_items);
+  // The prefill outweighing its one decode: apart, on wgmma.
+  plan = hopper_plan(c, mixed, {});
+  EXPECT_TRUE(plan.mixed.empty());
+  EXPECT_EQ(plan.prefill_variant, kPrefillWgmma);
 
   // An explicit variant wins.
   AttentionPathOverrides two_m_tiles;
   two_m_tiles.prefill_variant = kPrefillTwoMTiles;
   EXPECT_EQ(hopper_plan(c, prefill_only, two_m_tiles).prefill_variant, kPrefillTwoMTiles);
+  AttentionPathOverrides wgmma;
+  wgmma.prefill_variant = kPrefillWgmma;
+  EXPECT_EQ(hopper_plan(c, short_prefill, wgmma).prefill_variant, kPrefillWgmma);
 
   // Layers the wgmma kernel does not take: their default, silently.
   AttentionConfig fp8 = llama();
@@ -248,12 +266,11 @@ TEST(AttentionPlan, HopperDefaultsToTheWgmmaPrefillWhereItApplies) {
 }
 
 // On Hopper, a step whose prefill outweighs its decodes runs the wgmma prefill and the decode apart
-// (kMixedGridMaxFlopsPerByte). A 2048-token chunk at context 4096 beside 64 decodes at 4k keys: its
-// items are 32 tokens × the 4 query heads of one kv head, so the prefill is 4·128 · (32·4) · 8 kv
-// heads · Σ_{j<64}(4096 + 32·(j + 1)) = 1.72e11 FLOP over 64·4096 keys · 8 kv heads · 2·128·2 bytes
-// = 1.07e9 decode bytes: 160 per byte. A fresh 2048-token prompt beside the same decodes is 32 per
-// byte, and the small step of the test above (below kMixedGridSeparateMinFlops): both keep the one
-// grid. Elsewhere, or with the variant chosen explicitly, the one grid stands whatever the balance.
+// (kMixedGridMaxFlopsPerByte). A 2048-token chunk at context 4096 beside 64 decodes at 4k keys: the
+// prefill is 4·128 · (32·4) · 8 kv heads · Σ_{j<64}(4096 + 32·(j + 1)) = 1.72e11 FLOP over
+// 64·4096 keys · 8 kv heads · 2·128·2 bytes = 1.07e9 decode bytes: 160 per byte. A fresh 2048-token
+// prompt beside the same decodes (32 per byte, and a prefill below kWgmmaPrefillMinFlops) keeps the
+// one grid. Elsewhere, or with the variant chosen explicitly, the one grid stands whatever the balance.
 TEST(AttentionPlan, HopperRunsAPrefillThatOutweighsTheDecodesApart) {
   if (!prefill_wgmma_built()) GTEST_SKIP() << "this build has no sm_90a code (the wgmma prefill variant)";
   const AttentionConfig c = llama();

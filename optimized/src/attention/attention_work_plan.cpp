@@ -645,18 +645,24 @@ AttentionPlan plan_attention(const AttentionPlanInput& in) {
   plan.decode_grid_ctas = static_cast<int64_t>(plan.decode.size()) * c.num_kv_heads * passes;
   plan.decode_mma_grid_ctas = static_cast<int64_t>(plan.decode_mma.size()) * c.num_kv_heads * mma_passes;
   plan.combine_grid_ctas = static_cast<int64_t>(plan.combine.size()) * c.num_heads;
+  // Where the wgmma variant is only the Hopper default, the items stand whichever body runs them:
+  // both variants take 128 rows per item.
+  static_assert(prefill_rows(128, kPrefillWgmma) == prefill_rows(128, prefill_default_variant(128)),
+                "the Hopper default and the mma.sync default cut the same items");
+  const PrefillDecodeBalance balance = prefill_decode_balance(plan, c);
+  // A small prefill runs faster on the mma.sync kernel (kWgmmaPrefillMinFlops).
+  if (in.overrides.prefill_variant < 0 && plan.prefill_variant == kPrefillWgmma &&
+      balance.prefill_flops < kWgmmaPrefillMinFlops) {
+    plan.prefill_variant = prefill_default_variant(c.head_size);
+  }
   // Both tensor-core kinds in one step (never in fixed-shape mode, whose steps have no prefill rows):
   // one grid of the mixed kernel where it applies.
   if (!plan.prefill.empty() && !plan.decode_mma.empty()) {
-    // The mixed kernel runs the mma.sync prefill body: the wgmma variant, where it is only the
-    // Hopper default, yields to one grid (its items stand: both variants take 128 rows per item).
-    static_assert(prefill_rows(128, kPrefillWgmma) == prefill_rows(128, prefill_default_variant(128)),
-                  "the Hopper default and the mma.sync default cut the same items");
+    // The mixed kernel runs the mma.sync prefill body: the Hopper default yields to one grid unless
+    // the prefill outweighs the decodes (kMixedGridMaxFlopsPerByte).
     const int chosen = plan.prefill_variant;
     const bool hopper_default = in.overrides.prefill_variant < 0 && chosen == kPrefillWgmma;
-    const PrefillDecodeBalance balance = prefill_decode_balance(plan, c);
-    if (hopper_default && balance.prefill_flops >= kMixedGridSeparateMinFlops &&
-        balance.flops_per_byte() > kMixedGridMaxFlopsPerByte) {
+    if (hopper_default && balance.flops_per_byte() > kMixedGridMaxFlopsPerByte) {
       plan.summary.mixed_fallback =
           detail::concat("the prefill outweighs the decode (", static_cast<int64_t>(balance.flops_per_byte()),
                          " prefill FLOP per decode byte > ", static_cast<int64_t>(kMixedGridMaxFlopsPerByte),

@@ -53,20 +53,26 @@ inline constexpr DecodeSplitPolicy kSimtDecodeSplit{16, 256, 8192};
 // sweep on an H200 across its decode cases (experiments/results/README.md).
 inline constexpr DecodeSplitPolicy kMmaDecodeSplit{4, 1024, 4096};
 
+// Where the wgmma prefill is the default (Hopper), a step whose tensor-core prefill items hold fewer
+// FLOPs than this (tokens × heads × key span × 4·D, summed over the items) runs the mma.sync kernel
+// instead: at one CTA of 384 threads per SM (230 KiB of shared memory) the wgmma kernel's start and
+// its waves cost more than its faster MMAs gain on short items. Measured on an H200
+// (experiments/results/README.md): a fresh 2048-token prompt (35 GFLOP by this count) took 190.1 µs
+// on mma.sync and 216.8 on wgmma, a 4096-token one (138 GFLOP) 643.2 and 590.1 µs; the threshold
+// sits between the two (where they cross was not measured).
+inline constexpr double kWgmmaPrefillMinFlops = 64e9;
+
 // A step with both tensor-core prefill items and tensor-core decode CTAs runs them in one grid of
 // the mixed kernel, whose prefill body is the mma.sync one. Where the wgmma prefill is the default
-// (Hopper), a step whose prefill has at least kMixedGridSeparateMinFlops takes that grid only while
-// the prefill's FLOPs per byte of the decode's K/V reads stay at or below kMixedGridMaxFlopsPerByte;
-// above it the prefill's time dominates the step, and the faster wgmma kernel launched on its own
-// beats hiding the decode's reads under a slower prefill. Smaller steps keep the one grid, which
-// saves a launch and the tail between two kernels (that side of the rule is not measured). Measured
-// on an H200 (experiments/results/README.md): a fresh 2048-token prompt beside 64 decodes at 4k
-// keys (32 FLOP per byte) runs faster in one grid (0.86× the separate launches), a 2048-token chunk
-// at context 4096 beside the same decodes (160 FLOP per byte) faster apart (one grid 1.20×);
-// the threshold sits between the two, near their geometric mean; where exactly the two cross was
-// not measured.
+// (Hopper) and the step's prefill takes it (kWgmmaPrefillMinFlops), the step takes that grid only
+// while the prefill's FLOPs per byte of the decode's K/V reads stay at or below this; above it the
+// prefill's time dominates the step, and the faster wgmma kernel launched on its own beats hiding
+// the decode's reads under a slower prefill. Measured on an H200 (experiments/results/README.md):
+// a 2048-token chunk at context 4096 beside 64 decodes at 4k keys (160 FLOP per byte) took 1044.4
+// µs in one grid and 865.1 apart; a fresh 2048-token prompt beside the same decodes (32 FLOP per
+// byte, and below kWgmmaPrefillMinFlops) 410.9 µs in one grid and 488.0 apart (the prefill on
+// wgmma). The threshold sits between the two; where exactly they cross was not measured.
 inline constexpr double kMixedGridMaxFlopsPerByte = 80.0;
-inline constexpr double kMixedGridSeparateMinFlops = 16e9;  // about 60 µs of the wgmma prefill on an H200
 
 // Debugging and comparison switches: force rows onto a path other than the one the planner would
 // choose. Production code passes the defaults; benchmarks and tests pass what they compare.
@@ -80,7 +86,8 @@ struct AttentionPathOverrides {
   bool generic_prefill = false;
   // Tile variant of the tensor-core prefill kernel (prefill_config in attention_caps.h); −1: the
   // default (on a device that runs the wgmma variant, AttentionPlanInput::hopper_wgmma, that
-  // variant where it applies and the step runs no mixed grid; else the head size's mma.sync
+  // variant where it applies, the step's prefill has at least kWgmmaPrefillMinFlops and the step
+  // runs no mixed grid; else the head size's mma.sync
   // default). The other variants exist for head size 128 (the benchmark's "v0", "v2" and "mma.sync"
   // rows). Variant 3 (wgmma, Hopper) needs an sm_90a build (an error otherwise)
   // and runs layers of head size 128 with a 16-bit cache of the model dtype; any other layer runs
