@@ -30,11 +30,12 @@ NAME = re.compile(r"^(\d{4}-\d\d-\d\d)_([a-z0-9]+)_([0-9a-f]{7,40})_([a-z0-9-]+)
 COMMANDS = {
     "gpu-check": "bash harness/scripts/gpu-check.sh OUT [STAGES] (OUT/summary.txt)",
     "attention": "build/optimized/hybridtb_bench_attention --out F (gpu-check.sh stage bench: OUT/bench.json)",
-    "attention-prefill": "build/optimized/hybridtb_bench_attention --filter '^prefill 1x(4k|8k|32k)( w4096)?"
-                         "( fp8_e4m3| fp8_e5m2| int8_pth| fp8_pth)?$' --out F",
+    "attention-prefill": "build/optimized/hybridtb_bench_attention --filter '^(prefill 1x(2k|4k|8k|32k)( w4096)?"
+                         "( mma.sync)?|prefill 1x4k (fp8_e4m3|int8_pth)|mixed .*)$' --out F",
     "ssm": "build/optimized/hybridtb_bench_ssm --out F (gpu-check.sh stage bench: OUT/bench-ssm.json)",
     "ssm-lengths": "build/optimized/hybridtb_bench_ssm --prefill-tokens 1024,2048,4096,8192,16384,32768 --out F",
     "linear-bench": "build/optimized/hybridtb_bench_linear --out F (gpu-check.sh stage bench: OUT/bench-linear.json)",
+    "linear-prefill": "build/optimized/hybridtb_bench_linear --filter prefill --out F",
     "per-layer": "build/optimized/hybridtb_bench_per_layer --out F",
     "peer-attention-ratio": "python3 experiments/peers/peer_ratio.py bench.json peer.json [peer-vllm.json] --out F "
                             "(gpu-check.sh stage peer: OUT/peer-ratio.json)",
@@ -111,7 +112,7 @@ def headline(path, info):
             else:
                 out[c["name"]] = f"{r1(c['median_us'])} us, {r1(c['pct_of_read_ceiling'])}% of read"
         return out
-    if kind in ("ssm", "ssm-lengths", "linear-bench"):
+    if kind in ("ssm", "ssm-lengths", "linear-bench", "linear-prefill"):
         out = {}
         for c in doc["cases"]:
             if "pct_of_copy_bw" in c:
