@@ -360,17 +360,15 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaSsmTest, ::testing::ValuesIn(cases()), CaseN
 
 // --- the chunked prefills with 16-bit product operands (mamba2, gdn) -------------------------------
 
-// The mamba2 cases of this file with a prefill (fresh, continued and long prefills, varlen batches,
-// initial states from the pools, block-boundary states of mamba_cache_mode all and align, grouped
-// B/C, partial and odd tiles): the CUDA-graph decode-only ones have no prefill to run. Three of
-// them also with a float16 model (float16 operands; the others are bfloat16 or float32 models).
-std::vector<CudaCase> mamba2_prefill_cases() {
+// The cases of this file in `mode` with a prefill (the CUDA-graph decode-only ones have none to
+// run), and the named ones again with a float16 model (float16 operands; the others are bfloat16
+// or float32 models).
+std::vector<CudaCase> prefill_cases(const std::string& mode, const std::vector<std::string>& with_fp16_model) {
   std::vector<CudaCase> selected;
   for (const CudaCase& c : cases()) {
-    if (c.ssm_mode != "mamba2" || c.decode_graph) continue;
+    if (c.ssm_mode != mode || c.decode_graph) continue;
     selected.push_back(c);
-    if (c.name == "Mamba2Heads8MixedAllBf16" || c.name == "Mamba2Head64State128LongAllBf16Pools" ||
-        c.name == "Mamba2State256MixedAllBf16") {
+    if (std::find(with_fp16_model.begin(), with_fp16_model.end(), c.name) != with_fp16_model.end()) {
       CudaCase fp16 = c;
       fp16.name += "Fp16Model";
       fp16.dtype = DType::kFloat16;
@@ -379,26 +377,17 @@ std::vector<CudaCase> mamba2_prefill_cases() {
   }
   return selected;
 }
-
-// The gdn cases of this file with a prefill (fresh, continued and long prefills over many 64-token
-// chunks, varlen batches, initial states from the pools, block-boundary states of mamba_cache_mode
-// all and align, head dims 128/128, 32/32, 64/32, 16/48 and the odd 6/10, 32 value heads with
-// 128/128, 128/70 and 64/72): the CUDA-graph decode-only ones have no prefill to run. Three of them
-// also with a float16 model (float16 operands; the others are bfloat16 or float32 models).
+// mamba2: fresh, continued and long prefills, varlen batches, initial states from the pools,
+// block-boundary states of mamba_cache_mode all and align, grouped B/C, partial and odd tiles.
+std::vector<CudaCase> mamba2_prefill_cases() {
+  return prefill_cases("mamba2", {"Mamba2Heads8MixedAllBf16", "Mamba2Head64State128LongAllBf16Pools",
+                                  "Mamba2State256MixedAllBf16"});
+}
+// gdn: fresh, continued and long prefills over many 64-token chunks, varlen batches, initial states
+// from the pools, block-boundary states of mamba_cache_mode all and align, head dims 128/128,
+// 32/32, 64/32, 16/48 and the odd 6/10, 32 value heads with 128/128, 128/70 and 64/72.
 std::vector<CudaCase> gdn_prefill_cases() {
-  std::vector<CudaCase> selected;
-  for (const CudaCase& c : cases()) {
-    if (c.ssm_mode != "gdn" || c.decode_graph) continue;
-    selected.push_back(c);
-    if (c.name == "GdnHeads32MixedAllBf16" || c.name == "GdnHeads128LongAllBf16Pools" ||
-        c.name == "GdnValueHeads32LongAllBf16") {
-      CudaCase fp16 = c;
-      fp16.name += "Fp16Model";
-      fp16.dtype = DType::kFloat16;
-      selected.push_back(fp16);
-    }
-  }
-  return selected;
+  return prefill_cases("gdn", {"GdnHeads32MixedAllBf16", "GdnHeads128LongAllBf16Pools", "GdnValueHeads32LongAllBf16"});
 }
 
 // The product operands the backend runs with ssm_prefill_operands model: the model dtype when it is
