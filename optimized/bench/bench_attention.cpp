@@ -366,7 +366,7 @@ int main(int argc, char** argv) {
       if (j["name"] == "decode 64x4k") decode_us = j["median_us"].get<double>();
       if (j["name"] == "prefill 1x2k") prefill_us = j["median_us"].get<double>();
     }
-    if (decode_us + prefill_us > 0) {
+    if (mixed_us > 0 && decode_us > 0 && prefill_us > 0) {  // all three rows ran (--filter may leave some out)
       report["mixed_over_parts"] = mixed_us / (decode_us + prefill_us);
       std::printf("mixed step %.1f us = %.2fx (decode 64x4k %.1f + prefill 1x2k %.1f)\n", mixed_us,
                   mixed_us / (decode_us + prefill_us), decode_us, prefill_us);
