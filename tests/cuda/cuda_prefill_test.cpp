@@ -13,7 +13,10 @@
 // fp8 cache) say so. WgmmaMatchesReference runs every case again with the Hopper wgmma variant
 // requested (prefill_variant 3, prefill_wgmma_kernel.cuh; skipped unless the build has sm_90a code
 // and the device is compute capability 9.0): the cases it takes on it, the others on the default
-// variant with the plan saying why. Skips with the reason on a machine without a CUDA device.
+// variant with the plan saying why; on it, K/V tiles of whole pages go by TMA and the others by
+// cp.async in one ring wherever the block size allows TMA (a multiple of 8 dividing 128), and the
+// plan says whether it does (the Tma* cases mix both kinds of tile in one prefill). Skips with the
+// reason on a machine without a CUDA device.
 // Run: ctest --test-dir <build> -L cuda  (cases named Small* are the compute-sanitizer subset)
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -92,6 +95,22 @@ std::vector<PrefillCase> cases() {
   // power of two, crossing tile boundaries.
   add({.name = "ChunksBlock80", .block_size = 80, .requests = kChunks});
   add({.name = "ChunksBlock80Head64", .head_size = 64, .block_size = 80, .requests = kChunks});
+  // The wgmma kernel's K/V tiles: by TMA where a tile starts on a page and reads every key (block
+  // sizes 16–128), by cp.async elsewhere — tiles at the diagonal, windows whose items start mid-page
+  // (window 1000 with 32 tokens per item: keys from 32·i − 999), block sizes that do not divide 128
+  // (48: cp.async only), tiles before the window that an mm_prefix range reaches back to (cp.async
+  // tiles, then TMA tiles in one item) — both kinds through one ring; fresh 1000+-token prompts,
+  // chunks with context, more kv heads (the map's head coordinate), shuffled pages.
+  add({.name = "TmaPagesBlock16Prompt1500", .requests = {{0, 1500}, {0, 1030}}});
+  add({.name = "TmaPagesBlock32Fp16", .block_size = 32, .dtype = DType::kFloat16, .requests = {{0, 1200}, {700, 900}}});
+  add({.name = "TmaPagesBlock64Kv8", .num_heads = 16, .num_kv_heads = 8, .block_size = 64,
+       .requests = {{0, 1100}, {300, 600}}});
+  add({.name = "TmaPagesBlock128Mha", .num_heads = 4, .num_kv_heads = 4, .block_size = 128,
+       .requests = {{0, 1000}, {2000, 260}}});
+  add({.name = "TmaWindowMidPageBlock32", .block_size = 32, .requests = {{0, 2000}}, .window = 1000});
+  add({.name = "TmaWindowOnPageBlock32", .block_size = 32, .requests = {{0, 2000}}, .window = 1025});
+  add({.name = "TmaCpAsyncOnlyBlock48", .block_size = 48, .requests = {{0, 1500}}});
+  add({.name = "TmaMmPrefixWindow300", .requests = {{0, 700, {{0, 650}}}}, .window = 300});
   add({.name = "FreedBlocksNaNCompact", .requests = {{3000, 1}, {2500, 200}, {900, 64}}, .window = 256,
        .compact = true});
   add({.name = "LongChunkWindow4096", .num_heads = 8, .num_kv_heads = 2, .requests = {{6000, 512}, {0, 700}},
@@ -169,6 +188,14 @@ void check_case(const PrefillCase& param, int variant) {
     // variant, and the plan says so.
     const bool taken = c.head_size == 128 && (c.kv == KvCacheDtype::kAuto || c.encoder);
     EXPECT_EQ(plan.prefill_variant_fallback.empty(), taken) << plan.describe();
+    // On it, the K/V tiles of whole pages go by TMA wherever the cache has that form: a decoder
+    // cache (the backend's own: contiguous, aligned) whose block size is a multiple of 8 dividing
+    // 128. The runner says whether they do, and why not.
+    if (taken && plan.prefill_items > 0) {
+      const bool whole_pages = !c.encoder && c.block_size % 8 == 0 && 128 % c.block_size == 0;
+      EXPECT_EQ(plan.prefill_kv_tma, whole_pages) << plan.describe();
+      EXPECT_EQ(plan.prefill_kv_tma_fallback.empty(), whole_pages) << plan.describe();
+    }
   }
   if (param.expect == Path::kTensorCore) {
     EXPECT_EQ(plan.prefill_rows, non_decode_rows) << plan.describe();

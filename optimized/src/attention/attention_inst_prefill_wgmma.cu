@@ -1,7 +1,12 @@
 // Instantiations of the wgmma prefill kernel (prefill_wgmma_kernel.cuh): float16 and bfloat16 with a
-// cache of the model dtype, head size 128, plain/featured logits. Compiled for sm_90a only
-// (optimized/CMakeLists.txt); the launcher checks that the device is compute capability 9.0.
+// cache of the model dtype, head size 128, plain/featured logits; and the host encoder of its K/V
+// tensor map. Compiled for sm_90a only (optimized/CMakeLists.txt); the launcher checks that the
+// device is compute capability 9.0.
+#include <cuda.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
 
 #include "attention/attention_launch.h"
 #include "attention/prefill_wgmma_kernel.cuh"
@@ -12,23 +17,90 @@ namespace hybridtb::cuda {
 namespace {
 
 template <typename T, bool Plain>
-void launch_wgmma_instance(const AttentionParams& params, int64_t num_items, cudaStream_t stream) {
+void launch_wgmma_instance(const AttentionParams& params, const CUtensorMap& kv_map, int64_t num_items,
+                           cudaStream_t stream) {
   constexpr auto kSmem = static_cast<int>(prefill_wgmma_smem_bytes());
   allow_dynamic_smem(prefill_wgmma_kernel<T, Plain>, kSmem);
-  prefill_wgmma_kernel<T, Plain><<<static_cast<unsigned>(num_items), kWgmmaThreads, kSmem, stream>>>(params);
+  prefill_wgmma_kernel<T, Plain><<<static_cast<unsigned>(num_items), kWgmmaThreads, kSmem, stream>>>(params, kv_map);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>
-void launch_wgmma_typed(const AttentionParams& params, int64_t num_items, cudaStream_t stream) {
+void launch_wgmma_typed(const AttentionParams& params, const CUtensorMap& kv_map, int64_t num_items,
+                        cudaStream_t stream) {
   const bool plain = !(params.soft_cap > 0.0f) && params.alibi_slopes == nullptr;
-  if (plain) return launch_wgmma_instance<T, true>(params, num_items, stream);
-  return launch_wgmma_instance<T, false>(params, num_items, stream);
+  if (plain) return launch_wgmma_instance<T, true>(params, kv_map, num_items, stream);
+  return launch_wgmma_instance<T, false>(params, kv_map, num_items, stream);
+}
+
+// Why the cache `p` names has no exact TMA form for the kernel's K/V tiles ("" if it has): the map
+// must describe every byte a cp.async tile would read, in whole boxes of the swizzle layout.
+std::string kv_map_unsupported(const AttentionParams& p, int64_t num_blocks) {
+  if (p.encoder) return "encoder_only (keys and values from the key/value tensors)";
+  if (p.head_size != kWgmmaHead || p.kv_kind != p.q_kind ||
+      (p.kv_kind != ElementKind::kFloat16 && p.kv_kind != ElementKind::kBFloat16)) {
+    return detail::concat("not a 16-bit cache of the model dtype at head size ", kWgmmaHead);
+  }
+  if (!wgmma_kv_tma_block(p.block_size)) {
+    return detail::concat("block size ", p.block_size, " is not a multiple of ", kSwizzleAtomRows, " dividing ",
+                          prefill_wgmma_config().bn, " (whole swizzle atoms per page, whole pages per tile)");
+  }
+  constexpr int64_t kStrideLimit = int64_t{1} << 40;  // cuTensorMapEncodeTiled: strides below 2^40 bytes
+  constexpr int64_t kAlign = 16;                      // base and strides in multiples of 16 bytes
+  constexpr int64_t kElementBytes = 2;
+  for (const int64_t stride : {p.cache_stride_head, p.cache_stride_slot, p.cache_stride_half, p.cache_stride_block}) {
+    if (stride <= 0 || (stride * kElementBytes) % kAlign != 0 || stride * kElementBytes >= kStrideLimit) {
+      return detail::concat("cache stride ", stride, " (elements) is not a positive multiple of 16 bytes below 2^40");
+    }
+  }
+  if (reinterpret_cast<uintptr_t>(p.kv_cache) % kAlign != 0) return "the cache's base is not 16-byte aligned";
+  if (num_blocks <= 0) return "the cache has no block";
+  if (p.num_kv_heads <= 0) return "no kv head";
+  return "";
 }
 
 }  // namespace
 
-void launch_prefill_wgmma(const AttentionParams& params, int64_t num_items, cudaStream_t stream) {
+PrefillKvMap encode_prefill_kv_map(const AttentionParams& params, int64_t num_blocks) {
+  PrefillKvMap m;
+  m.layout = PrefillKvLayout::of(params, num_blocks);
+  m.why = kv_map_unsupported(params, num_blocks);
+  if (!m.why.empty()) return m;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tma::tiled_map_encoder();
+  if (encode == nullptr) {
+    m.why = "the driver has no cuTensorMapEncodeTiled";
+    return m;
+  }
+  // The 5-D view of prefill_wgmma_kernel.cuh, innermost first: (head dim, kv head, slot, K/V half,
+  // block); strides in bytes of the four outer dimensions; one box = kKvBoxDims dims of one page's
+  // slots of one head and half.
+  constexpr int kRank = 5;
+  constexpr uint64_t kElementBytes = 2;
+  const cuuint64_t dims[kRank] = {static_cast<cuuint64_t>(kWgmmaHead), static_cast<cuuint64_t>(params.num_kv_heads),
+                                  static_cast<cuuint64_t>(params.block_size), 2, static_cast<cuuint64_t>(num_blocks)};
+  const cuuint64_t strides[kRank - 1] = {static_cast<cuuint64_t>(params.cache_stride_head) * kElementBytes,
+                                         static_cast<cuuint64_t>(params.cache_stride_slot) * kElementBytes,
+                                         static_cast<cuuint64_t>(params.cache_stride_half) * kElementBytes,
+                                         static_cast<cuuint64_t>(params.cache_stride_block) * kElementBytes};
+  const cuuint32_t box[kRank] = {kKvBoxDims, 1, static_cast<cuuint32_t>(params.block_size), 1, 1};
+  const cuuint32_t element_strides[kRank] = {1, 1, 1, 1, 1};
+  const CUtensorMapDataType type =
+      params.kv_kind == ElementKind::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  // L2 promotion to 256 bytes: a key row of one head (both 64-dim boxes) in one fetch.
+  const CUresult status = encode(&m.map, type, kRank, const_cast<void*>(params.kv_cache), dims, strides, box,
+                                 element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (status != CUDA_SUCCESS) {
+    m.why = detail::concat("cuTensorMapEncodeTiled refused the cache's layout (CUresult ", static_cast<int>(status),
+                           ")");
+    return m;
+  }
+  m.ok = true;
+  return m;
+}
+
+void launch_prefill_wgmma(const AttentionParams& params, int64_t num_items, const PrefillKvMap* kv_map,
+                          cudaStream_t stream) {
   const ComputeCapability cc = current_compute_capability();
   if (!cc.is_hopper()) {
     throw Error(detail::concat("prefill attention: prefill_variant 3 (wgmma) needs a compute capability 9.0 device "
@@ -40,11 +112,16 @@ void launch_prefill_wgmma(const AttentionParams& params, int64_t num_items, cuda
                                "the model dtype, not head size ",
                                params.head_size, " with cache element kind ", static_cast<int>(params.kv_kind)));
   }
+  // The kernel reads the map only where kv_tma is set, so a zero map stands in for a missing one.
+  AttentionParams p = params;
+  const bool tma = kv_map != nullptr && kv_map->usable_for(params);
+  p.kv_tma = tma ? 1 : 0;
+  const CUtensorMap map = tma ? kv_map->map : CUtensorMap{};
   switch (params.q_kind) {
     case ElementKind::kFloat16:
-      return launch_wgmma_typed<__half>(params, num_items, stream);
+      return launch_wgmma_typed<__half>(p, map, num_items, stream);
     case ElementKind::kBFloat16:
-      return launch_wgmma_typed<__nv_bfloat16>(params, num_items, stream);
+      return launch_wgmma_typed<__nv_bfloat16>(p, map, num_items, stream);
     default:
       throw Error("prefill attention: prefill_variant 3 (wgmma) takes float16/bfloat16 only");
   }

@@ -80,6 +80,10 @@ struct AttentionParams {
   int64_t cache_stride_half;
   int64_t cache_stride_slot;
   int64_t cache_stride_head;
+  // 1: the wgmma prefill may copy K/V tiles of whole pages by TMA through the tensor map passed
+  // beside these params (launch_prefill_wgmma sets it from the map it is given, PrefillKvMap in
+  // attention_launch.h); 0: cp.async for every tile, and every other kernel ignores it.
+  int32_t kv_tma;
   const void* key;             // [T, Hkv, D] (encoder_only: keys/values come from here)
   const void* value;
   int64_t k_stride_token;

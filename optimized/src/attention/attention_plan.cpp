@@ -196,9 +196,25 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
   HYBRIDTB_CHECK(!fixed_ || input.routes.decode_ok, "CUDA graph: the KV cache ", tensors.kv_cache.describe(),
                  " is not 16-byte aligned, which the decode kernels need");
   plan_ = plan_attention(input);
+  if (plan_.prefill_variant == kPrefillWgmma && plan_.mixed.empty() && !plan_.prefill.empty()) {
+    bind_kv_map(p, config_.attn_type == AttnType::kEncoderOnly ? 0 : tensors.kv_cache.size(0));
+  }
   upload(batch, p, stream);
   params_ = p;
   if (fixed_) check_fixed_params();
+}
+
+// The wgmma prefill's tensor map of the bound cache (encode_prefill_kv_map): encoded where the
+// cache's layout differs from the last one's, so once per layer and cache while they stay; the
+// summary says whether the kernel's K/V tiles of whole pages go by TMA, or why not.
+void AttentionRunner::bind_kv_map([[maybe_unused]] const AttentionParams& p, [[maybe_unused]] int64_t num_blocks) {
+#if defined(HYBRIDTB_PREFILL_WGMMA)
+  if (!kv_map_ || !kv_map_->layout.same(PrefillKvLayout::of(p, num_blocks))) {
+    kv_map_ = encode_prefill_kv_map(p, num_blocks);
+  }
+  plan_.summary.prefill_kv_tma = kv_map_->ok;
+  plan_.summary.prefill_kv_tma_fallback = kv_map_->why;
+#endif
 }
 
 void AttentionRunner::prepare_plan(const BatchDescription& batch, cudaStream_t stream) {
@@ -331,18 +347,20 @@ void AttentionRunner::launch_with(const AttentionParams& params, cudaStream_t st
   }
   launch_decode_combine(params, static_cast<int64_t>(plan.combine.size()), stream);
   if (!mixed) {
-    launch_prefill_attention(params, static_cast<int64_t>(plan.prefill.size()), plan.prefill_variant, stream);
+    launch_prefill_attention(params, static_cast<int64_t>(plan.prefill.size()), plan.prefill_variant,
+                             kv_map_ ? &*kv_map_ : nullptr, stream);
   }
   launch_generic_attention(params, params.encoder ? params.q_kind : params.kv_kind,
                            static_cast<int64_t>(plan.generic.size()), stream);
   debug_slowdown(stream);  // a no-op unless configured with -DHYBRIDTB_DEBUG_SLOWDOWN_US=N
 }
 
-void launch_prefill_attention(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream) {
+void launch_prefill_attention(const AttentionParams& params, int64_t num_items, int variant,
+                              [[maybe_unused]] const PrefillKvMap* kv_map, cudaStream_t stream) {
   if (num_items == 0) return;
   if (variant == kPrefillWgmma) {
 #if defined(HYBRIDTB_PREFILL_WGMMA)
-    return launch_prefill_wgmma(params, num_items, stream);
+    return launch_prefill_wgmma(params, num_items, kv_map, stream);
 #else
     throw Error("prefill attention: prefill_variant 3 (wgmma) is not in this build (no sm_90a code)");
 #endif

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/attention_launch.h"
 #include "attention/attention_params.h"
 #include "attention/attention_work_plan.h"
 #include "common/device_memory.h"
@@ -78,6 +79,7 @@ class AttentionRunner {
                        TensorLayoutFacts& facts) const;
   void bind_cache(const StepTensors& tensors, AttentionParams& p, TensorLayoutFacts& facts) const;
   void upload(const BatchDescription& batch, AttentionParams& p, cudaStream_t stream);
+  void bind_kv_map(const AttentionParams& p, int64_t num_blocks);
   void launch_with(const AttentionParams& params, cudaStream_t stream) const;
   void check_fixed_params();
 
@@ -102,6 +104,7 @@ class AttentionRunner {
   int64_t plan_tokens_ = 0;     // token rows of the planned batch
   std::optional<FixedShapeCapacity> fixed_;
   std::optional<AttentionParams> first_params_;  // fixed shape: the first prepare()'s (the captured ones)
+  std::optional<PrefillKvMap> kv_map_;  // the wgmma prefill's K/V tensor map of the last cache it ran on
 };
 
 // The plan of `batch` as the cuda backend would run it eagerly, as text (describe_plan), with the SM

@@ -733,6 +733,11 @@ std::string AttentionPlanSummary::describe() const {
       << " CTAs; generic path: " << generic_rows << " rows in " << generic_items << " CTAs";
   if (!prefill_fallback.empty()) out << " (not on the tensor-core path: " << prefill_fallback << ")";
   if (!prefill_variant_fallback.empty()) out << " [" << prefill_variant_fallback << "]";
+  if (prefill_kv_tma) {
+    out << "; wgmma K/V pages by TMA";
+  } else if (!prefill_kv_tma_fallback.empty()) {
+    out << "; wgmma K/V by cp.async: " << prefill_kv_tma_fallback;
+  }
   if (mixed()) {
     out << "; mixed grid: " << mixed_prefill_ctas + mixed_decode_ctas << " CTAs (" << mixed_prefill_ctas
         << " prefill, " << mixed_decode_ctas << " decode)";

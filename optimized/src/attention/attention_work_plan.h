@@ -146,6 +146,11 @@ struct AttentionPlanSummary {
   // Why the requested prefill_variant was not taken and the head size's default ran instead ("" if
   // it was): the wgmma variant's head size and cache limits (prefill_wgmma_unsupported).
   std::string prefill_variant_fallback;
+  // The wgmma prefill's K/V tiles of whole pages by TMA (prefill_wgmma_kernel.cuh): set by the
+  // runner that launches it once it holds the cache's tensor map; otherwise why every tile takes
+  // cp.async (empty where the runner did not say: plan_attention leaves both unset).
+  bool prefill_kv_tma = false;
+  std::string prefill_kv_tma_fallback;
   int64_t generic_items = 0;   // CTAs of the generic kernel
   int64_t generic_rows = 0;    // query rows on the generic path
   int64_t mixed_prefill_ctas = 0;  // CTAs of the mixed kernel that run prefill items (0: no mixed grid)

@@ -10,11 +10,16 @@
 // One CTA = one GenericItem of at most 128 (token, head) rows of one kv head (the GQA packing of
 // prefill_mma_kernel.cuh), three warpgroups (384 threads):
 //   warpgroup 0, the producer (setmaxnreg down to kProducerRegisters): stages Q once, then streams
-//     the K/V tiles of 128 keys through a kWgmmaStages-deep ring in shared memory with cp.async,
-//     each key row addressed through the block table (PrefillKvLoader), written in the 128-byte
-//     swizzle layout the descriptors read. It waits for a tile's copies, makes them visible to the
-//     async proxy and arrives on the stage's `full` mbarrier; it refills a stage once both
-//     consumers have arrived on its `empty` mbarrier;
+//     the K/V tiles of 128 keys through a kWgmmaStages-deep ring in shared memory, written in the
+//     128-byte swizzle layout the descriptors read, and refills a stage once both consumers have
+//     arrived on its `empty` mbarrier. A tile of whole pages whose keys are all read goes by TMA
+//     (AttentionParams::kv_tma; the map: PrefillKvMap, attention_launch.h): one elected thread
+//     issues a box copy per page, 64-dim half and K/V, the bytes complete the stage's `full`
+//     mbarrier, and the producer moves on to the next stage at once (up to the ring's depth ahead).
+//     Any other tile (windows starting mid-page, partial tiles, small or odd block sizes, no map)
+//     takes cp.async, each key row addressed through the block table (PrefillKvLoader); the
+//     producer then waits for the tile's copies, makes them visible to the async proxy and arrives
+//     on `full`, one tile behind its issue. Both kinds of tile share the ring and its barriers;
 //   warpgroups 1 and 2, the consumers (setmaxnreg up to kConsumerRegisters), 64 rows each. Per
 //     tile t: S [64 × 128] = Q·K_tᵀ (8 wgmma k-steps, A = Q and B = K both K-major from shared
 //     memory) and O [64 × 128] += P_{t−1}·V_{t−1} (8 k-steps, A = the previous tile's P from
@@ -52,6 +57,30 @@ constexpr int kWgmmaHead = 128;  // the only head size
 constexpr int kProducerRegisters = 56;
 constexpr int kConsumerRegisters = 224;
 
+// K/V tiles by TMA: the map (PrefillKvMap, encoded on the host by encode_prefill_kv_map) views the
+// paged cache as the 5-D tensor, innermost dimension first,
+//   (head dim < 128, kv head < num_kv_heads, slot < block_size, half: 0 K / 1 V, block < num_blocks)
+// with the cache's strides (in bytes: cache_stride_head, _slot, _half, _block · 2), and copies boxes
+// of kKvBoxDims dims × 1 head × block_size slots × 1 × 1 with CU_TENSOR_MAP_SWIZZLE_128B. The
+// coordinates of cp.async.bulk.tensor.5d go in the same order (innermost first): {d0, kv head, 0,
+// half, page}. A box is one page's rows of one kv head and one 64-column slab: block_size rows of
+// 128 bytes. A page is whole 1024-byte swizzle atoms (block_size a multiple of kSwizzleAtomRows)
+// and a tile whole pages (block_size divides the tile's BN = 128 keys): wgmma_kv_tma_block.
+//
+// Why a box lands where the descriptors read (wgmma::sw128_offset): the TMA unit writes the box's
+// rows one after another, row r at dst + 128·r, and SWIZZLE_128B moves 16-byte chunk c of each row
+// to chunk c ^ (bits 7–9 of its shared-memory address) — byte-address bits 4–6 XOR bits 7–9, the
+// same function a descriptor of layout type 1 (128-byte swizzle) reads through, since both act on
+// the address. The box of page g (tile rows j0 = g·block_size …) goes to its slab's base + 128·j0;
+// slab bases, stages and the ring are 1024-byte aligned and 128·j0 is a multiple of 1024 (j0 a
+// multiple of 8), so bits 7–9 of row r's address are (j0 + r) % 8 = j % 8 for tile row j = j0 + r:
+// chunk c of key j lands at slab + 128·j + ((c ^ j % 8) << 4) = sw128_offset<BN>(j, c + 8·slab).
+constexpr int kKvBoxDims = 64;        // head dims per box: one 128-byte swizzle row, SWIZZLE_128B's limit
+constexpr int kSwizzleAtomRows = 8;   // rows of 128 bytes per 1024-byte swizzle atom
+__host__ __device__ constexpr bool wgmma_kv_tma_block(int block_size) {
+  return block_size > 0 && block_size % kSwizzleAtomRows == 0 && prefill_wgmma_config().bn % block_size == 0;
+}
+
 // Q tile [128 rows][128], then the ring of kWgmmaStages × (K tile, V tile) [128 keys][128], each in
 // the 128-byte swizzle layout, then the mbarriers (q full, then per stage full and empty); + 1024
 // bytes to align the dynamic shared memory to a swizzle atom.
@@ -80,8 +109,10 @@ __device__ __forceinline__ void consumer_registers() {
 }  // namespace wgmma_ws
 
 // T: model dtype (also the cache element); Plain: no soft cap and no ALiBi (prefill_mma_body).
+// kv_map: the cache's tensor map where p.kv_tma (launch_prefill_wgmma), unread otherwise.
 template <typename T, bool Plain>
-__global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const __grid_constant__ AttentionParams p) {
+__global__ void __launch_bounds__(kWgmmaThreads, 1)
+    prefill_wgmma_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ CUtensorMap kv_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace mma;
   constexpr int D = kWgmmaHead;
@@ -89,9 +120,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
   constexpr int kRows = prefill_rows(D, kPrefillWgmma);
   static_assert(BN == 128 && kRows == 64 * kWgmmaConsumers, "m64n128k16 tiles: S 64 × BN, O 64 × D");
   static_assert(kWgmmaStages >= 3, "the producer waits for tile t − 3's stage before handing t − 1 over");
+  static_assert(D % kKvBoxDims == 0 && BN / kSwizzleAtomRows <= 32,
+                "TMA tiles: a box per 64-column slab, at most one page per lane of a warp");
   constexpr int kNt = BN / 8;     // S n-tiles (8 keys)
   constexpr int kDt = D / 8;      // O n-tiles (8 dims)
   constexpr int kTileBytes = BN * D * 2;
+  static_assert((kRows * D * 2) % 1024 == 0 && kTileBytes % 1024 == 0 && (BN * 128) % 1024 == 0,
+                "Q, stages and slabs start on 1024-byte swizzle atoms (the TMA boxes' placement)");
   constexpr float kLog2e = 1.4426950408889634f;
   using Scales = CacheScales<T, T>;
   using Mmas = wgmma::Wgmma<T>;
@@ -103,7 +138,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
   const uint32_t s_v = s_k + kWgmmaStages * kTileBytes;
   auto* bars = reinterpret_cast<uint64_t*>(smem_aligned + kRows * D * 2 + 2 * kWgmmaStages * kTileBytes);
   uint64_t* q_full = bars;                      // Q staged (the producer's 128 threads arrive)
-  uint64_t* full = bars + 1;                    // [stage]: the tile in it landed (128 arrivals)
+  uint64_t* full = bars + 1;                    // [stage]: the tile in it landed (128 arrivals + its TMA bytes)
   uint64_t* empty = bars + 1 + kWgmmaStages;    // [stage]: both consumers are done with it (256)
 
   const GenericItem item = p.prefill_items[blockIdx.x];
@@ -119,30 +154,99 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
       tma::mbarrier_init(full + st, 128);
       tma::mbarrier_init(empty + st, 128 * kWgmmaConsumers);
     }
+    tma::fence_barrier_init();  // `full` also counts the TMA unit's bytes
   }
   __syncthreads();
 
   if (wg == 0) {
-    // --- producer: Q, then the K/V tiles; a stage's `full` phase completes when all 128 threads'
-    // copies of it have landed and been fenced for the async proxy ------------------------------------
+    // --- producer: Q, then the K/V tiles. Every producer thread arrives once on each phase of a
+    // stage's `full` barrier: on a TMA tile at once (the elected thread with the tile's bytes, which
+    // then complete the phase), on a cp.async tile once its own copies have landed and been fenced
+    // for the async proxy. So the two kinds of tile share the ring and its barriers. -------------------
     wgmma_ws::producer_registers();
+    if (p.kv_tma && tid == 0) tma::prefetch_map(&kv_map);
     load_prefill_q<T, D, kRows, 128>(p, work, s_q, tid,
                                      [](int r, int c) { return wgmma::sw128_offset<kRows>(r, c); });
     const PrefillKvLoader<T, D, BN, 128, kTileBytes> kv_loader(p);
+    // The barrier (index into bars) whose arrival waits for this thread's latest cp.async group: Q's,
+    // then a cp.async tile's; kNoneDue once it has arrived. Every thread takes the same branches (they
+    // depend on the tile only), so it is the warpgroup's alike.
+    constexpr int kNoneDue = -1;
+    int due = static_cast<int>(q_full - bars);
     for (int t = 0; t < num_tiles; ++t) {
       const int stage = t % kWgmmaStages;
-      // The stage's previous tile (t − kWgmmaStages) was handed back in its (t / stages)-th phase.
+      // The stage's previous tile (t − kWgmmaStages) was handed back in its (t / stages)-th phase. The
+      // consumers hand it back after waiting for tile t − kWgmmaStages + 1, whose arrivals this thread
+      // has made (only the latest tile's can be pending), so this wait cannot hold up its own arrival.
       if (t >= kWgmmaStages) tma::mbarrier_wait(empty + stage, static_cast<uint32_t>((t / kWgmmaStages - 1) & 1));
-      kv_loader.load(p, work, tid, item.key_begin + t * BN, s_k, s_v, stage,
-                     [](int j, int c) { return wgmma::sw128_offset<BN>(j, c); });
-      cp_async_commit();
-      cp_async_wait<1>();  // the group before this one: Q (t = 0) or tile t − 1
-      wgmma::fence_proxy_async();
-      tma::mbarrier_arrive(t == 0 ? q_full : full + (t - 1) % kWgmmaStages);
+      const int kt = item.key_begin + t * BN;
+      // TMA only where it copies exactly what cp.async would: whole pages (kv_tma: the map exists, so
+      // the block size is wgmma_kv_tma_block's; the tile starts on a page) and every key read (no
+      // zero-filled row; every page of the tile is in the request's block table).
+      if (p.kv_tma && kt % p.block_size == 0 && work.keys_all_read(kt, BN)) {
+        uint64_t* bar = full + stage;
+        if (tid < 32) {
+          // Warp 0: the tile's block-table entries, one per lane, then the elected lane announces
+          // the tile's bytes and issues per page, slab and K/V one box into the stage.
+          const int pages = BN / p.block_size;
+          const int first_block = kt / p.block_size;
+          const int32_t lane_page =
+              tid < pages ? p.block_table[static_cast<int64_t>(work.request) * p.block_table_stride + first_block + tid]
+                          : 0;
+          const bool elected = tma::elect_one();
+          if (elected) {
+            tma::mbarrier_arrive_expect_tx(bar, 2 * kTileBytes);
+          } else {
+            tma::mbarrier_arrive(bar);
+          }
+          const uint32_t page_bytes = static_cast<uint32_t>(p.block_size * 128);
+#pragma unroll 1
+          for (int g = 0; g < pages; ++g) {
+            const int32_t page = __shfl_sync(0xffffffffu, lane_page, g);
+            if (elected) {
+              // Page g: tile rows g·block_size …, in each 64-column slab (sw128_offset's layout).
+              const uint32_t rows = stage_of(t) + static_cast<uint32_t>(g) * page_bytes;
+#pragma unroll
+              for (int slab = 0; slab < D / kKvBoxDims; ++slab) {
+                const uint32_t dst = rows + static_cast<uint32_t>(slab * BN * 128);
+                tma::load_tile_5d(s_k + dst, &kv_map, slab * kKvBoxDims, work.kv_head, 0, 0, page, bar);
+                tma::load_tile_5d(s_v + dst, &kv_map, slab * kKvBoxDims, work.kv_head, 0, 1, page, bar);
+              }
+            }
+          }
+        } else {
+          tma::mbarrier_arrive(bar);
+        }
+        // The consumers need the due cp.async group's tile before this one (and the next `empty`
+        // wait may depend on it): complete it now, with this tile's copies in flight.
+        if (due != kNoneDue) {
+          cp_async_wait<0>();
+          wgmma::fence_proxy_async();
+          tma::mbarrier_arrive(bars + due);
+          due = kNoneDue;
+        }
+      } else {
+        // The thread index hidden from the compiler per tile: the rows' swizzled offsets, all of them
+        // derived from it, are then computed per tile instead of held across the loop, which would
+        // not fit kProducerRegisters beside the TMA branch (a few integer operations per row).
+        int loader_tid = tid;
+        asm volatile("" : "+r"(loader_tid));
+        kv_loader.load(p, work, loader_tid, kt, s_k, s_v, stage,
+                       [](int j, int c) { return wgmma::sw128_offset<BN>(j, c); });
+        cp_async_commit();
+        if (due != kNoneDue) {
+          cp_async_wait<1>();  // the group before this one: Q or the previous cp.async tile
+          wgmma::fence_proxy_async();
+          tma::mbarrier_arrive(bars + due);
+        }
+        due = static_cast<int>(full - bars) + stage;
+      }
     }
-    cp_async_wait<0>();
-    wgmma::fence_proxy_async();
-    tma::mbarrier_arrive(num_tiles == 0 ? q_full : full + (num_tiles - 1) % kWgmmaStages);
+    if (due != kNoneDue) {
+      cp_async_wait<0>();
+      wgmma::fence_proxy_async();
+      tma::mbarrier_arrive(bars + due);
+    }
     return;
   }
 
@@ -270,6 +374,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1) prefill_wgmma_kernel(const _
   }
 #else
   (void)p;  // no wgmma below sm_90a: never launched (launch_prefill_wgmma checks the device)
+  (void)kv_map;
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 

@@ -1,10 +1,11 @@
-// Tensor-memory-accelerator (TMA) copies on sm_90: a contiguous block (bulk copy) or a 2-D tile of a
-// row-major float32 tensor copied from global to shared memory by one instruction of one thread, its
-// completion counted in bytes on a shared-memory mbarrier that every consumer waits on. Used where
-// many threads would otherwise spend issue slots and shared-memory wavefronts on per-thread cp.async
-// copies (the mamba1 scan's token chunks, the GDN prefill's W and K tiles). The host side encodes a
-// CUtensorMap through the runtime's driver entry point (no link against libcuda); the map travels
-// as a __grid_constant__ kernel parameter.
+// Tensor-memory-accelerator (TMA) copies on sm_90: a contiguous block (bulk copy), a 2-D tile of a
+// row-major float32 tensor or a box of a tensor of up to 5 dimensions copied from global to shared
+// memory by one instruction of one thread, its completion counted in bytes on a shared-memory
+// mbarrier that every consumer waits on. Used where many threads would otherwise spend issue slots
+// and shared-memory wavefronts on per-thread cp.async copies (the mamba1 scan's token chunks, the GDN
+// prefill's W and K tiles, the wgmma prefill's K/V pages). The host side encodes a CUtensorMap
+// through the runtime's driver entry point (no link against libcuda); the map travels as a
+// __grid_constant__ kernel parameter.
 #pragma once
 
 #include <cuda.h>
@@ -86,18 +87,29 @@ __device__ __forceinline__ void load_tile_2d(void* dst, const CUtensorMap* map, 
       : "memory");
 }
 
+// The box of `map` whose first element has coordinates c0 … c4 (innermost dimension first, the
+// order of the map's dimensions) → shared-memory address `dst` (the .shared window, as
+// mma::shared_address gives it; 128-byte aligned, and aligned to the swizzle's repeat where the map
+// swizzles), completing on `bar`. Elements outside the tensor arrive as zeros.
+__device__ __forceinline__ void load_tile_5d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                             int c4, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], "
+      "[%2];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(mma::shared_address(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+      : "memory");
+}
+// Fetches `map` (a __grid_constant__ kernel parameter) into the TMA unit's descriptor cache ahead of
+// its first copy.
+__device__ __forceinline__ void prefetch_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
 // --- host ---------------------------------------------------------------------------------------
 
-// A map of the row-major float32 tensor [rows, cols] at `base` (rows `row_stride` floats apart),
-// copied in boxes of box_rows × box_cols. False (and the map unusable) where the TMA's rules are not
-// met: base 16-byte aligned, row stride a multiple of 16 bytes, box_cols·4 a multiple of 16, boxes of
-// at most 256 rows and columns — or where the driver has no tensor-map support. `swizzle` permutes the
-// 16-byte pieces of each box row in shared memory by the row's address bits (CUTLASS's Swizzle<b,4,3>:
-// 32B: byte-address bit 4 ^= bit 7; 64B: bits 4-5 ^= bits 7-8), so that a column read across rows
-// spreads over the banks; the box row must then fit the swizzle's span.
-inline bool encode_tile_map(CUtensorMap* map, const float* base, int64_t rows, int64_t cols, int64_t row_stride,
-                            int box_rows, int box_cols,
-                            CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
+// cuTensorMapEncodeTiled through the runtime's driver entry point, looked up once; nullptr where the
+// driver has no tensor-map support.
+inline PFN_cuTensorMapEncodeTiled_v12000 tiled_map_encoder() {
   static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found{};
@@ -112,6 +124,20 @@ inline bool encode_tile_map(CUtensorMap* map, const float* base, int64_t rows, i
     }
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
   }();
+  return encode;
+}
+
+// A map of the row-major float32 tensor [rows, cols] at `base` (rows `row_stride` floats apart),
+// copied in boxes of box_rows × box_cols. False (and the map unusable) where the TMA's rules are not
+// met: base 16-byte aligned, row stride a multiple of 16 bytes, box_cols·4 a multiple of 16, boxes of
+// at most 256 rows and columns — or where the driver has no tensor-map support. `swizzle` permutes the
+// 16-byte pieces of each box row in shared memory by the row's address bits (CUTLASS's Swizzle<b,4,3>:
+// 32B: byte-address bit 4 ^= bit 7; 64B: bits 4-5 ^= bits 7-8), so that a column read across rows
+// spreads over the banks; the box row must then fit the swizzle's span.
+inline bool encode_tile_map(CUtensorMap* map, const float* base, int64_t rows, int64_t cols, int64_t row_stride,
+                            int box_rows, int box_cols,
+                            CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tiled_map_encoder();
   if (encode == nullptr || rows <= 0 || cols <= 0 || reinterpret_cast<uintptr_t>(base) % 16 != 0 ||
       (row_stride * 4) % 16 != 0 || (box_cols * 4) % 16 != 0 || box_rows > 256 || box_cols > 256) {
     return false;
