@@ -293,8 +293,10 @@ int main(int argc, char** argv) {
         {"prefill 1x4k v2", "prefill", repeat(1, {0, 4096}), 0, false, 2},
         {"prefill 1x8k v0", "prefill", repeat(1, {0, 8192}), 0, false, 0},
         // On a compute capability 9.0 device the default is the Hopper wgmma kernel (variant 3,
-        // prefill_wgmma_kernel.cuh); these rows time the mma.sync default (1) beside it. Left out
-        // where the default is the mma.sync kernel already.
+        // prefill_wgmma_kernel.cuh) above kWgmmaPrefillMinFlops; these rows time the mma.sync
+        // default (1) beside it, and the wgmma kernel pinned where the planner picks mma.sync, the
+        // two points the threshold sits between. Left out where wgmma is not built or not Hopper.
+        {"prefill 1x2k wgmma", "prefill", repeat(1, {0, 2048}), 0, false, kPrefillWgmma},
         {"prefill 1x2k mma.sync", "prefill", repeat(1, {0, 2048}), 0, false, kPrefillTwoMTiles},
         {"prefill 1x4k mma.sync", "prefill", repeat(1, {0, 4096}), 0, false, kPrefillTwoMTiles},
         {"prefill 1x8k mma.sync", "prefill", repeat(1, {0, 8192}), 0, false, kPrefillTwoMTiles},
@@ -337,9 +339,11 @@ int main(int argc, char** argv) {
       cases.push_back(mma_sync);
     }
     if (!prefill_wgmma_built() || prop.major != 9 || prop.minor != 0) {
-      std::fprintf(stderr, "mma.sync rows left out (the default rows run that kernel): %s\n",
+      std::fprintf(stderr, "mma.sync and wgmma rows left out (the default rows run mma.sync): %s\n",
                    prefill_wgmma_built() ? "the device is not compute capability 9.0" : "no sm_90a code in this build");
-      std::erase_if(cases, [](const BenchCase& bc) { return bc.name.ends_with(" mma.sync"); });
+      std::erase_if(cases, [](const BenchCase& bc) {
+        return bc.name.ends_with(" mma.sync") || bc.name.ends_with(" wgmma");
+      });
     }
     if (!filter.empty()) {
       const std::regex wanted(filter);

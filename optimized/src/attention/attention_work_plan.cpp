@@ -383,7 +383,9 @@ void choose_prefill_variant(const AttentionPlanInput& in, AttentionPlan& plan) {
                                   : element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype));
   if (variant < 0 && in.hopper_wgmma && prefill_wgmma_built() && in.routes.prefill_why.empty() &&
       prefill_wgmma_unsupported(d, kv_kind).empty()) {
-    plan.prefill_variant = kPrefillWgmma;  // the Hopper default (plan_attention: unless a mixed grid runs)
+    // The Hopper default; plan_attention returns a small prefill (kWgmmaPrefillMinFlops) and one
+    // that joins a mixed grid (kMixedGridMaxFlopsPerByte) to the mma.sync kernel.
+    plan.prefill_variant = kPrefillWgmma;
   }
   if (variant == kPrefillWgmma) {
     HYBRIDTB_CHECK(prefill_wgmma_built(), "prefill_variant 3 (wgmma) is not available: this build has no sm_90a code "
