@@ -56,10 +56,10 @@ inline constexpr DecodeSplitPolicy kMmaDecodeSplit{4, 1024, 4096};
 // Where the wgmma prefill is the default (Hopper), a step whose tensor-core prefill items hold fewer
 // FLOPs than this (tokens × heads × key span × 4·D, summed over the items) runs the mma.sync kernel
 // instead: at one CTA of 384 threads per SM (230 KiB of shared memory) the wgmma kernel's start and
-// its waves cost more than its faster MMAs gain on short items. Measured on an H200
-// (experiments/results/README.md): a fresh 2048-token prompt (35 GFLOP by this count) took 190.1 µs
-// on mma.sync and 216.8 on wgmma, a 4096-token one (138 GFLOP) 643.2 and 590.1 µs; the threshold
-// sits between the two (where they cross was not measured).
+// its waves cost as much as its faster MMAs gain on short items. Measured on an H200
+// (experiments/results/README.md): a fresh 2048-token prompt (35 GFLOP by this count) took 191.5 µs
+// on mma.sync and 190.5 on wgmma (a tie), a 4096-token one (138 GFLOP) 642.8 and 498.8 µs; the
+// threshold sits between the two (where they cross was not measured).
 inline constexpr double kWgmmaPrefillMinFlops = 64e9;
 
 // A step with both tensor-core prefill items and tensor-core decode CTAs runs them in one grid of
@@ -68,10 +68,10 @@ inline constexpr double kWgmmaPrefillMinFlops = 64e9;
 // while the prefill's FLOPs per byte of the decode's K/V reads stay at or below this; above it the
 // prefill's time dominates the step, and the faster wgmma kernel launched on its own beats hiding
 // the decode's reads under a slower prefill. Measured on an H200 (experiments/results/README.md):
-// a 2048-token chunk at context 4096 beside 64 decodes at 4k keys (160 FLOP per byte) took 1044.4
-// µs in one grid and 865.1 apart; a fresh 2048-token prompt beside the same decodes (32 FLOP per
-// byte, and below kWgmmaPrefillMinFlops) 410.9 µs in one grid and 488.0 apart (the prefill on
-// wgmma). The threshold sits between the two; where exactly they cross was not measured.
+// a 2048-token chunk at context 4096 beside 64 decodes at 4k keys (160 FLOP per byte) took 1049.1
+// µs in one grid and 744.4 apart; a fresh 2048-token prompt beside the same decodes (32 FLOP per
+// byte, and below kWgmmaPrefillMinFlops) 411.6 µs in one grid and 477.2 apart. The threshold sits
+// between the two; where exactly they cross was not measured.
 inline constexpr double kMixedGridMaxFlopsPerByte = 80.0;
 
 // Debugging and comparison switches: force rows onto a path other than the one the planner would
