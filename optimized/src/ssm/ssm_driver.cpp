@@ -262,8 +262,9 @@ void bind_branch_rows(PlannedStep& planned, const AttentionConfig& config, const
     const TensorView& hidden = tensors.ssm_hidden;
     HYBRIDTB_CHECK(hidden.device() == Device::kCuda && hidden.shape() == Shape({query.size(0), hidden_size}) &&
                        hidden.is_contiguous(),
-                   "/inputs/ssm_hidden must be a contiguous CUDA tensor [T, tp_size * num_heads * head_size] = [",
-                   query.size(0), ", ", hidden_size, "], got ", hidden.empty() ? std::string("nothing") : hidden.describe());
+                   hidden.empty() ? "missing /inputs/ssm_hidden" : "/inputs/ssm_hidden must be a contiguous CUDA tensor",
+                   " (a tensor-parallel rank's SSM input: [T, tp_size * num_heads * head_size] = [", query.size(0), ", ",
+                   hidden_size, "]), got ", hidden.empty() ? std::string("nothing") : hidden.describe());
     step.hidden = RowsRef{hidden.data(), gpu_element_kind(hidden.dtype(), "/inputs/ssm_hidden"), hidden_size};
   } else {
     step.hidden = RowsRef{query.data(), gpu_element_kind(query.dtype(), "/inputs/query"), query.stride(0)};
