@@ -311,9 +311,11 @@ GdnParams make_gdn(Buffers& b, const GdnShape& s, int requests, int length, Elem
   p.u = b.f32(T * s.Hv * s.dv, 0.0f, 0.0f, 31);
   p.attn = b.f32(T * s.Hv * kGdnChunk, 0.0f, 0.0f, 32);
   p.gcum = b.f32(T * s.Hv, 0.0f, 0.0f, 33);
+  // h, w_frag, k_frag sized for float32 elements: enough for either kind of product operands (16-bit
+  // operands use the first half; gdn_scratch_element_bytes).
   p.h = b.f32(int64_t{p.num_chunks} * s.Hv * s.dv * s.dk, 0.0f, 0.0f, 34);
-  p.w_frag = static_cast<float*>(b.alloc(sizeof(float) * p.num_chunks * s.Hv * size_t{kGdnFragTileFloats}));
-  p.k_frag = static_cast<float*>(b.alloc(sizeof(float) * p.num_chunks * s.Hk * size_t{kGdnFragTileFloats}));
+  p.w_frag = b.alloc(sizeof(float) * p.num_chunks * s.Hv * size_t{kGdnFragTileElements});
+  p.k_frag = b.alloc(sizeof(float) * p.num_chunks * s.Hk * size_t{kGdnFragTileElements});
   return p;
 }
 

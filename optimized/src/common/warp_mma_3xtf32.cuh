@@ -5,7 +5,8 @@
 // 16 of k (float32 accumulation), as vLLM's Triton SSD kernels multiply model-dtype operands.
 // warp_mma<T> picks one by the operand type, so one kernel body serves both. warp_mma_smem16 is the
 // 16-bit product from tiles staged in the operand type (ldmatrix fragments); mma_16bit_ksteps the
-// 16-bit product from float32 fragments loaded for two TF32 k-steps (GDN's state and output passes).
+// 16-bit product from float32 fragments loaded for two TF32 k-steps (GDN's state and output passes),
+// or from such a fragment pair stored already rounded and packed (pack_16bit_ksteps: GDN's W, k̂).
 #pragma once
 
 #include <cstdint>
@@ -166,6 +167,22 @@ __device__ __forceinline__ void mma_16bit_ksteps(float (&c)[4], const float4& a0
   const uint32_t a[4] = {Mma<T>::pack(a0.x, a0.z), Mma<T>::pack(a0.y, a0.w), Mma<T>::pack(a1.x, a1.z),
                          Mma<T>::pack(a1.y, a1.w)};
   Mma<T>::run(c, a, Mma<T>::pack(b0.x, b0.y), Mma<T>::pack(b1.x, b1.y));
+}
+
+// mma_16bit_ksteps's A operand stored ahead: the four 32-bit registers it packs from a0, a1 (each
+// element rounded to T to nearest even, Mma<T>::pack), so a kernel can keep a fragment pair in 16 bytes
+// of 16-bit elements and feed it to the overload below with the same bits.
+template <typename T>
+__device__ __forceinline__ uint4 pack_16bit_ksteps(const float4& a0, const float4& a1) {
+  return make_uint4(Mma<T>::pack(a0.x, a0.z), Mma<T>::pack(a0.y, a0.w), Mma<T>::pack(a1.x, a1.z),
+                    Mma<T>::pack(a1.y, a1.w));
+}
+
+// mma_16bit_ksteps with its A fragments already packed (pack_16bit_ksteps): the same product.
+template <typename T>
+__device__ __forceinline__ void mma_16bit_ksteps(float (&c)[4], const uint4& a, float2 b0, float2 b1) {
+  const uint32_t a_regs[4] = {a.x, a.y, a.z, a.w};
+  Mma<T>::run(c, a_regs, Mma<T>::pack(b0.x, b0.y), Mma<T>::pack(b1.x, b1.y));
 }
 
 // Row and column of element e < 4 of this lane's 16×8 C fragment (mma.cuh's layout).

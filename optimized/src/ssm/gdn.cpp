@@ -86,13 +86,17 @@ void plan_wave(const GpuStep& step, const GpuWave& wave, GdnParams& p) {
   p.num_prefills = static_cast<int32_t>(prefills.size());
   p.chunks = step.context->upload(chunks);
   p.num_chunks = static_cast<int32_t>(chunks.size());
-  // Each chunk's entry state (float32, Hv·dv·dk per chunk: 2 MiB at Qwen3-Next's sizes, about 32 KiB
-  // per prefill token), for the prefill's output pass.
-  p.h = chunks.empty() ? nullptr : step.scratch_of<float>(int64_t{p.num_chunks} * p.Hv * p.dv * p.dk);
-  // Each chunk's W (per value head) and k̂ (per key head) in the state pass's fragment order: 32 KiB
-  // per chunk and head.
-  p.w_frag = chunks.empty() ? nullptr : step.scratch_of<float>(int64_t{p.num_chunks} * p.Hv * kGdnFragTileFloats);
-  p.k_frag = chunks.empty() ? nullptr : step.scratch_of<float>(int64_t{p.num_chunks} * p.Hk * kGdnFragTileFloats);
+  // Each chunk's entry state (Hv·dv·dk per chunk: 2 MiB float32 at Qwen3-Next's sizes, about 32 KiB
+  // per prefill token; half that with 16-bit operands), for the prefill's output pass; each chunk's W
+  // (per value head) and k̂ (per key head) in the state pass's fragment order: 32 KiB per chunk and
+  // head float32, 16 KiB 16-bit. Elements of gdn_scratch_element_bytes.
+  const size_t element = gdn_scratch_element_bytes(p.product_operands);
+  const auto scratch_elements = [&](int64_t count) {
+    return chunks.empty() ? nullptr : step.scratch(static_cast<size_t>(count) * element);
+  };
+  p.h = scratch_elements(int64_t{p.num_chunks} * p.Hv * p.dv * p.dk);
+  p.w_frag = scratch_elements(int64_t{p.num_chunks} * p.Hv * kGdnFragTileElements);
+  p.k_frag = scratch_elements(int64_t{p.num_chunks} * p.Hk * kGdnFragTileElements);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "ssm/ssm_params.h"
@@ -50,9 +51,17 @@ void check_gdn_supported(const GpuStep& step);
 
 inline constexpr int kGdnMaxHeadDim = 128;  // head_k_dim, head_v_dim ≤ 128 (Qwen3-Next: 128)
 inline constexpr int kGdnChunk = 64;        // tokens per chunk of the WY prefill (fla's chunk size)
-// Floats of one chunk's W or k̂ tile in the prefill state pass's fragment order (GdnParams::w_frag):
-// kGdnChunk × kGdnMaxHeadDim (32 KiB, whatever dk).
-inline constexpr int kGdnFragTileFloats = kGdnChunk * kGdnMaxHeadDim;
+// Elements of one chunk's W or k̂ tile in the prefill state pass's fragment order (GdnParams::w_frag):
+// kGdnChunk × kGdnMaxHeadDim whatever dk, each gdn_scratch_element_bytes (32 KiB float32, 16 KiB
+// 16-bit).
+inline constexpr int kGdnFragTileElements = kGdnChunk * kGdnMaxHeadDim;
+// Bytes of one element of the prefill's W, k̂ and entry-state scratch (GdnParams::w_frag, k_frag, h)
+// for product operands `product_operands` (GdnParams::product_operands): float32 (4) with float32
+// operands; with 16-bit operands the operand dtype's 2, the values stored already rounded to it (their
+// only readers are the products, which round them to it anyway).
+inline constexpr size_t gdn_scratch_element_bytes(ElementKind product_operands) {
+  return product_operands == ElementKind::kFloat32 ? sizeof(float) : 2;
+}
 
 // --- the kernels ------------------------------------------------------------------------------------
 
@@ -97,14 +106,16 @@ struct GdnParams {
   float* u = nullptr;      // [T, Hv, dv] U = (I + A)^-1·diag(β)·V, replaced by V_new = U − W·Mᵀ (state pass)
   float* attn = nullptr;   // [T, Hv, kGdnChunk] row i of the chunk: (q̂_i·k̂_j)·e^(G_i − G_j), j ≤ i (else 0)
   float* gcum = nullptr;   // [T, Hv] G_i: the in-chunk inclusive cumsum of g
-  // [num_chunks, Hv, dv, dk] each chunk's entry state M (float32, V-major; 64 KiB per chunk and value
-  // head at dk = dv = 128): written by the state pass, read by the output pass.
-  float* h = nullptr;
-  // Per chunk (the index in `chunks`), kGdnFragTileFloats each: W = (I + A)^-1·diag(β·e^G)·K of each
+  // The elements of h, w_frag and k_frag are gdn_scratch_element_bytes(product_operands) wide: float32
+  // with float32 operands, else the operand dtype (float16 / bfloat16, rounded to nearest even).
+  // [num_chunks, Hv, dv, dk] each chunk's entry state M (V-major; 64 KiB float32 or 32 KiB 16-bit per
+  // chunk and value head at dk = dv = 128): written by the state pass, read by the output pass.
+  void* h = nullptr;
+  // Per chunk (the index in `chunks`), kGdnFragTileElements each: W = (I + A)^-1·diag(β·e^G)·K of each
   // value head, [num_chunks, Hv], and k̂ of each key head, [num_chunks, Hk], in the state pass's mma
   // fragment order (written by the intra kernel; the state pass copies each tile whole).
-  float* w_frag = nullptr;
-  float* k_frag = nullptr;
+  void* w_frag = nullptr;
+  void* k_frag = nullptr;
   // Weights and the state pool.
   WeightRef A_log, dt_bias;
   PoolRef recurrent_state;

@@ -13,7 +13,9 @@
 //         (a column per thread), then X_b = T_bb·(R_b − Σ_{k<b} A_bk·X_k) on the tensor cores, each
 //         warp owning 32 columns of W or U through the four blocks (only warp-level synchronisation);
 //         G by a warp scan; W (per value head) and k̂ (per key head, by its first value head) leave in
-//         the state pass's mma fragment order (w_frag, k_frag: one 32 KiB tile per chunk and head);
+//         the state pass's mma fragment order (w_frag, k_frag: one tile per chunk and head, 32 KiB of
+//         float32 fragments, or with 16-bit operands 16 KiB of fragment pairs already rounded to the
+//         operand dtype and packed as the m16n8k16 reads them);
 //   (2) chunk_state_kernel, per prefill × value head × tile of 8, 16 or 32 rows of M (the fewest
 //       rows whose grid fits on the SMs at once, else 32), sequential over the request's chunks —
 //       only the chain that must be sequential. The products run transposed, M's rows on the mma's
@@ -22,11 +24,13 @@
 //       shared tile to get the operand layout of V_new = U − W·Mᵀ. The W and k̂ tiles arrive whole
 //       by bulk copies (one instruction of one thread per tile, on an mbarrier per slot) through a
 //       ring of three slots, each tile a chunk or more ahead; U, G by a cp.async ring. Each A
-//       fragment is one 16-byte shared load, split into TF32 hi + lo in registers.
+//       fragment is one 16-byte shared load, split into TF32 hi + lo in registers (16-bit: one
+//       16-byte load is a packed pair of k-steps, the m16n8k16's whole A operand).
 //       Per chunk, three barriers: each warp's partial W·Mᵀ over its 16 columns (rows 0 … 15 of the
 //       tile written over the W fragments only it read, rows 16 … 31 of a 32-row tile into a spare
 //       tile of the same layout), a fixed-order sum of the partials with V_new = U − Σ, then
-//         h_c = M (the entry state, stored),  V_new = U − W·Mᵀ (stored over U),
+//         h_c = M (the entry state, stored: float32, or rounded to the 16-bit operand dtype),
+//         V_new = U − W·Mᵀ (stored over U, float32),
 //         M ← e^(G_n)·M + V_newᵀ·diag(e^(G_n − G_j))·K   (V_new·decay split into TF32 once);
 //       the exit state of a chunk ending at a boundary row goes to its slot, the last to write_slot;
 //   (3) chunk_output_kernel, per chunk × value head, parallel:
@@ -39,6 +43,11 @@
 // Hv·dv·dk float32 per chunk (64 KiB per value head at 128/128: 512 MiB at 64k tokens × 8 heads);
 // w_frag and k_frag 32 KiB per chunk and value head / key head (at 64k tokens, 8 value and 4 key
 // heads: 256 + 128 MiB, written once by (1), read by (2); the token-major W they replace was 256 MiB).
+// With 16-bit operands all three hold 16-bit elements (gdn_scratch_element_bytes): h_c 32 KiB,
+// w_frag and k_frag 16 KiB per chunk and head, half the bytes written and read. Each is stored
+// rounded to nearest even by Mma<T>::pack (float_to_element where h_c's rows are not whole quads,
+// the same rounding) from the float32 value its reader rounded the same way before (the state pass's
+// W and k̂ fragments, the output pass's h_c B fragments), so the products see the same bits.
 // Every product runs on the tensor cores with operands of one of two kinds (GdnParams::
 // product_operands, a template parameter of the three kernels: one body each; the products go
 // through common/warp_mma_3xtf32.cuh's warp_mma and its fragment-level 16-bit product):
@@ -51,8 +60,9 @@
 //    state update in (2) (W, the entry state M, k̂, V_new·decay), q̂·h_cᵀ and P·V_new in (3) (q̂, h_c,
 //    P, V_new); checked against the 16-bit-operand SSM row of the tolerance table (its GDN terms).
 //    The block triangular solve of (1) keeps float32 operands (3xTF32) with either kind: see there.
-// The tiles are staged in float32 either way; the diagonal blocks' inverses, decays and gates stay
-// float32 on the CUDA cores, the state M float32 in registers, every accumulation float32.
+// The shared tiles are staged in float32 either way (but the state pass's W and k̂ slots, 16-bit with
+// 16-bit operands); the diagonal blocks' inverses, decays and gates stay float32 on the CUDA cores,
+// the state M float32 in registers, U, V_new and every accumulation float32.
 // Fixed summation orders, no atomics: bitwise reproducible.
 // The state pass is the sequential part and the wall of the prefill: its blocks are few (one per
 // value head and tile of M's rows), so each chunk's work per thread is kept small — one bulk copy
@@ -96,13 +106,22 @@ constexpr int kColMajor128 = kGdnMaxHeadDim + 8;  // 136: [·][dk or dv] read tr
 
 __host__ __device__ constexpr int round_up(int x, int m) { return (x + m - 1) / m * m; }
 
+// A 16-byte item of the W and k̂ tiles (gdn_kernels.h: w_frag, k_frag) for product operands T: four
+// float32 elements (one TF32 A fragment), or eight 16-bit ones (a fragment pair of two k-steps rounded
+// and packed, pack_16bit_ksteps); items per tile of kGdnFragTileElements.
+template <typename T>
+using FragItem = std::conditional_t<std::is_same_v<T, float>, float4, uint4>;
+template <typename T>
+constexpr int kFragTileItems = kGdnFragTileElements * (std::is_same_v<T, float> ? 4 : 2) / 16;
+
 // The prefill kernels' launch configuration for product operands T (float: 3xTF32; __half,
-// __nv_bfloat16: the model dtype, GdnParams::product_operands). Both kinds stage the same float32
-// tiles (a 16-bit operand is rounded as its fragment is read), so shared memory bounds the blocks
-// per SM alike.
+// __nv_bfloat16: the model dtype, GdnParams::product_operands). The intra and output kernels stage
+// the same float32 tiles with either kind (a 16-bit operand is rounded as its fragment is read); the
+// state pass's W and k̂ slots are half the size with 16-bit operands, but its registers keep it at one
+// block per SM.
 struct GdnPrefillConfig {
   int intra_blocks_per_sm;   // chunk_intra_kernel's __launch_bounds__ (two [C][136] tiles + A)
-  int state_blocks_per_sm;   // chunk_state_kernel's (112, 127 or 190 KiB, and the registers)
+  int state_blocks_per_sm;   // chunk_state_kernel's (112, 127 or 190 KiB; 16-bit 64, 95 or 158; registers)
   int output_blocks_per_sm;  // chunk_output_kernel's (q̂ and P tiles)
 };
 template <typename T>
@@ -260,16 +279,30 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
   __syncthreads();
   if (tid < kC) BE[tid] = B[tid] * expf(G[tid]);
   for (int i = tid; i < n; i += kPrefillThreads) p.gcum[int64_t{chunk.begin + i} * Hv + h] = G[i];
-  // k̂ of the chunk in the fragment order of the state pass's second product (quad 32·(8·s + w) + lane
-  // holds lane's A fragment of token step s over columns 16·w …), by the first value head of each
-  // key head, 16 bytes per store.
+  // k̂ of the chunk in the fragment order of the state pass's second product, by the first value head
+  // of each key head, 16 bytes per store. float32: quad 32·(8·s + w) + lane holds lane's A fragment
+  // of token step s over columns 16·w …; 16-bit: 16-byte item 32·(8·s2 + w) + lane holds the
+  // fragments of token steps 2·s2 and 2·s2 + 1 rounded to T and packed as the product reads them
+  // (pack_16bit_ksteps: the bits the state pass's rounding of the float32 fragments gave).
   if (h % (Hv / p.Hk) == 0) {
-    float4* out = reinterpret_cast<float4*>(p.k_frag + (int64_t{ci} * p.Hk + hk) * kGdnFragTileFloats);
-    for (int q = tid; q < kGdnFragTileFloats / 4; q += kPrefillThreads) {
-      const int quad_lane = q % 32, col_group = q / 32 % 8, s = q / 256;
-      if (16 * col_group >= dk16) continue;  // columns the state pass does not read
-      const float* kg = K + (8 * s + quad_lane % 4) * ks + 16 * col_group + quad_lane / 4;
-      out[q] = make_float4(kg[0], kg[8], kg[4 * ks], kg[4 * ks + 8]);
+    FragItem<T>* out =
+        reinterpret_cast<FragItem<T>*>(static_cast<float*>(p.k_frag) + (int64_t{ci} * p.Hk + hk) * (4 * kFragTileItems<T>));
+    if constexpr (std::is_same_v<T, float>) {
+      for (int q = tid; q < kFragTileItems<T>; q += kPrefillThreads) {
+        const int quad_lane = q % 32, col_group = q / 32 % 8, s = q / 256;
+        if (16 * col_group >= dk16) continue;  // columns the state pass does not read
+        const float* kg = K + (8 * s + quad_lane % 4) * ks + 16 * col_group + quad_lane / 4;
+        out[q] = make_float4(kg[0], kg[8], kg[4 * ks], kg[4 * ks + 8]);
+      }
+    } else {
+      for (int q = tid; q < kFragTileItems<T>; q += kPrefillThreads) {
+        const int item_lane = q % 32, col_group = q / 32 % 8, s2 = q / 256;
+        if (16 * col_group >= dk16) continue;  // columns the state pass does not read
+        const float* kg = K + (16 * s2 + item_lane % 4) * ks + 16 * col_group + item_lane / 4;
+        const float* kg1 = kg + 8 * ks;  // token step 2·s2 + 1
+        out[q] = mma::pack_16bit_ksteps<T>(make_float4(kg[0], kg[8], kg[4 * ks], kg[4 * ks + 8]),
+                                           make_float4(kg1[0], kg1[8], kg1[4 * ks], kg1[4 * ks + 8]));
+      }
     }
   }
 
@@ -374,7 +407,8 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
     const int c0 = 32 * (warp % 4);
     const int tiles = min(4, max(0, ((w_part ? dk16 : dv) - c0 + 7) / 8));
     const int g = lane / 4, t = lane % 4;
-    float4* const w_out = reinterpret_cast<float4*>(p.w_frag + (int64_t{ci} * Hv + h) * kGdnFragTileFloats);
+    FragItem<T>* const w_out = reinterpret_cast<FragItem<T>*>(static_cast<float*>(p.w_frag) +
+                                                              (int64_t{ci} * Hv + h) * (4 * kFragTileItems<T>));
     float* const u_out = p.u + (int64_t{chunk.begin} * Hv + h) * dv;
     const int64_t u_stride = int64_t{Hv} * dv;
     const bool u_vec = dv % 4 == 0 && aligned16(p.u);
@@ -413,11 +447,24 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
         store_block(r0, x);
         __syncwarp();
         if (w_part) {
+          if constexpr (std::is_same_v<T, float>) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            if (j >= tiles) continue;
-            const float* const xg = X + (r0 + g) * xs + c0 + 8 * j + t;
-            w_out[32 * (16 * b + c0 / 8 + j) + lane] = make_float4(xg[0], xg[8 * xs], xg[4], xg[8 * xs + 4]);
+            for (int j = 0; j < 4; ++j) {
+              if (j >= tiles) continue;
+              const float* const xg = X + (r0 + g) * xs + c0 + 8 * j + t;
+              w_out[32 * (16 * b + c0 / 8 + j) + lane] = make_float4(xg[0], xg[8 * xs], xg[4], xg[8 * xs + 4]);
+            }
+          } else {
+            // The fragments of column blocks 2·cg and 2·cg + 1 (cg = c0 / 16 + jj: tiles is even, c0
+            // and dk16 multiples of 16) as one packed pair, item 32·(8·b + cg) + lane.
+#pragma unroll
+            for (int jj = 0; jj < 2; ++jj) {
+              if (2 * jj >= tiles) continue;
+              const float* const xg = X + (r0 + g) * xs + c0 + 16 * jj + t;
+              w_out[32 * (8 * b + c0 / 16 + jj) + lane] = mma::pack_16bit_ksteps<T>(
+                  make_float4(xg[0], xg[8 * xs], xg[4], xg[8 * xs + 4]),
+                  make_float4(xg[8], xg[8 * xs + 8], xg[12], xg[8 * xs + 12]));
+            }
           }
         } else if (u_vec) {
 #pragma unroll
@@ -444,40 +491,67 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
 // the SMs at once, else 32 (the fewest waves of the long sequential chains). 8 heads of 128 take 128
 // blocks of 8 rows (one wave on 132 SMs); Qwen3-Next's 32 heads of 128 take 128 blocks of 32 rows
 // (one wave, where 16-row blocks would need two). W and k̂ arrive in the fragment order of the
-// products (the intra kernel's w_frag, k_frag), one 32 KiB bulk copy per tile, through a ring of
-// three tile slots in the order W(c), K(c), W(c + 1), K(c + 1), …, each slot's copy completing on its
-// own mbarrier. Shared memory: the three slots; the small per-chunk tiles (U [C][rows], G [C], the
-// boundary slot) in three, by cp.async; V_new·diag(e^(G_n − G_j)) split into TF32 hi and lo,
-// [2][rows][68] (split once, read by every warp); each warp's M tile [rows][20] (the transpose
-// between its accumulator and operand layouts); for 32 rows a spare partial tile (below); the three
-// mbarriers: 112 KiB (8 rows), 127 KiB (16) or 190 KiB (32), one block per SM (the registers).
-// The warps' partial V_new go into the W slot itself, each warp over fragments only it read: its two
-// fragments of 16 tokens (16 × 16 floats) take its partial of those tokens for 16 rows of the tile;
-// a 32-row tile's rows 16 … 31 go, in the same layout, to the spare tile.
+// products (the intra kernel's w_frag, k_frag), one bulk copy per tile (32 KiB float32, 16 KiB with
+// 16-bit operands: the tiles hold the rounded, packed fragments), through a ring of three tile slots
+// in the order W(c), K(c), W(c + 1), K(c + 1), …, each slot's copy completing on its own mbarrier
+// (the 16-bit tiles keep the same depth in half the shared memory). Shared memory: the three slots;
+// the small per-chunk tiles (U [C][rows], G [C], the boundary slot) in three, by cp.async;
+// V_new·diag(e^(G_n − G_j)) split into TF32 hi and lo, [2][rows][68] (split once, read by every warp;
+// 16-bit: float32 in the hi half); each warp's M tile [rows][20] (the transpose between its
+// accumulator and operand layouts); the spare partial tiles (below); the three mbarriers. float32:
+// 112 KiB (8 rows), 127 KiB (16) or 190 KiB (32); 16-bit: 64, 95 or 158 KiB; one block per SM (the
+// registers).
+// The warps' partial V_new (float32) go into the W slot itself, each warp over fragments only it
+// read: its fragments of 16 tokens (float32: two, 16 × 16 floats; 16-bit: one packed pair, 16 × 8
+// floats) take its partial of those tokens for partial_rows (16 or 8) rows of the tile; the tile's
+// further rows go, in the same layout, to spare tiles of a slot's size (float32: one for 32 rows;
+// 16-bit: one for 16 rows, three for 32).
 constexpr int kStateWarps = 8;  // warp w holds columns 16·w … 16·w + 15 of the block's rows of M
 constexpr int kStateThreads = 32 * kStateWarps;
 constexpr int kTileSlots = 3;
 constexpr int kTokenStride = kC + 4;  // V_new·decay [rows][68], read as (v g, token t): bank 4g + t
 constexpr int kHeldStride = 20;       // a warp's M tile [rows][20]: written (v 2t, c g), read (v g, c t)
-constexpr int kPartialRows = 16;      // rows of a partial tile: [tokens][16] over the warps' W fragments
 static_assert(16 * kStateWarps == kGdnMaxHeadDim, "the warps cover M's columns");
+// Floats of a tile slot (a W or k̂ tile of operands T; a partial tile): 8192 (32 KiB) or 4096.
+template <typename T>
+constexpr int slot_floats() {
+  return kFragTileItems<T> * 4;
+}
+// Rows of a partial tile [tokens][rows] over the warps' W fragments: a warp's fragments of 16 tokens
+// are 16 · 16 floats (float32) or 16 · 8 (16-bit).
+template <typename T>
+constexpr int partial_rows() {
+  return std::is_same_v<T, float> ? 16 : 8;
+}
+// Floats each spare partial tile is shifted by beyond the one before (16-bit: (d) reads two 8-row
+// tiles in one access, 16 floats apart in the banks); their start is then a multiple of 32 floats.
+template <typename T>
+constexpr int spare_shift() {
+  return std::is_same_v<T, float> ? 0 : 16;
+}
 template <int kGroups>
 constexpr int small_floats() {  // U [C][rows], G [C], the boundary slot, padding
   return kC * kStateRows * kGroups + kC + 4;
 }
-template <int kGroups>
-constexpr int partial_tiles() {  // partial tiles of kPartialRows rows: the W slot, then the spares
-  return (kStateRows * kGroups + kPartialRows - 1) / kPartialRows;
+template <typename T, int kGroups>
+constexpr int partial_tiles() {  // partial tiles of partial_rows rows: the W slot, then the spares
+  return (kStateRows * kGroups + partial_rows<T>() - 1) / partial_rows<T>();
 }
-template <int kGroups>
-constexpr size_t state_smem_bytes() {
-  constexpr int rows = kStateRows * kGroups;
-  return sizeof(float) * ((kTileSlots + partial_tiles<kGroups>() - 1) * size_t{kGdnFragTileFloats} +
-                          3 * small_floats<kGroups>() + 2 * rows * kTokenStride + kStateWarps * rows * kHeldStride) +
-         sizeof(uint64_t) * kTileSlots;
-}
+// Offsets (floats) of chunk_state_kernel's shared regions, in this order: the tile slots, the small
+// tiles, V_new·decay hi and lo, the warps' M tiles, the spare partial tiles, the mbarriers.
+template <typename T, int kGroups>
+struct StateSmem {
+  static constexpr int kRows = kStateRows * kGroups;
+  static constexpr int kSmall = kTileSlots * slot_floats<T>();
+  static constexpr int kDecayed = kSmall + 3 * small_floats<kGroups>();
+  static constexpr int kHeld = kDecayed + 2 * kRows * kTokenStride;
+  static constexpr int kSpare = round_up(kHeld + kStateWarps * kRows * kHeldStride, spare_shift<T>() > 0 ? 32 : 1);
+  static constexpr int kBarriers = kSpare + (partial_tiles<T, kGroups>() - 1) * (slot_floats<T>() + spare_shift<T>());
+  static constexpr size_t kBytes = sizeof(float) * size_t{kBarriers} + sizeof(uint64_t) * kTileSlots;
+  static_assert(kBarriers % 2 == 0, "the mbarriers are 8-byte aligned");
+};
 constexpr size_t kMaxBlockSmemBytes = 227 * 1024;  // sm_90's opt-in limit of shared memory per block
-static_assert(state_smem_bytes<4>() <= kMaxBlockSmemBytes, "the 32-row state pass fits in shared memory");
+static_assert(StateSmem<float, 4>::kBytes <= kMaxBlockSmemBytes, "the 32-row state pass fits in shared memory");
 
 // x[0 … kN) ← kN consecutive floats of shared memory, one access (p aligned to 4·kN bytes).
 template <int kN>
@@ -499,10 +573,11 @@ __device__ __forceinline__ void load_floats(const float* p, float (&x)[kN]) {
 // (element e: column c0 + g + 8·(e/2), row 8q + 2t + e%2, g = lane / 4, t = lane % 4). Per chunk c,
 // three barriers:
 //   (a) the fragments go through the warp's M tile in shared memory (the B operand of the first
-//       product needs row g, columns t and t + 4): h_c ← M from it in 16-byte stores, and the warp's
-//       partial V_new = W[:, cols]·M[:, cols]ᵀ (64 tokens × rows: four 16-token tiles, independent
-//       mma chains; each W fragment one 16-byte load, split into TF32 hi + lo) over its own W
-//       fragments (and the spare tile);
+//       product needs row g, columns t and t + 4): h_c ← M from it in 16-byte stores (16-bit: 8-byte
+//       stores of the rounded quads), and the warp's partial V_new = W[:, cols]·M[:, cols]ᵀ (64
+//       tokens × rows: four 16-token tiles, independent mma chains; each W fragment one 16-byte load,
+//       split into TF32 hi + lo; 16-bit: one 16-byte load per 16-token tile, the packed pair) over
+//       its own W fragments (and the spare tiles);
 //   barrier; U, G of chunk c + 2 are issued;
 //   (d) thread (token i, rows/4 rows: v … v + rows/4 − 1, or for 32 rows the quads v … and
 //       v + 16 …) sums the partials in warp order: V_new = U − Σ, stored over U (the output pass
@@ -516,14 +591,16 @@ __device__ __forceinline__ void load_floats(const float* p, float (&x)[kN]) {
 // tokens are zeros, so every product runs over all 64 tokens (no branches in the unrolled loops)
 // and those tokens contribute exact zeros. Each thread loads, updates and stores the same elements
 // of M, so read_slot == write_slot is safe.
-// T: the operands of W·Mᵀ and of the state update (float: 3xTF32 as above; 16-bit: W, M's copy in
-// the warp's tile, k̂ and V_new·decay rounded as their fragments are read, the fragments of two
-// consecutive k-steps feeding one m16n8k16; V_new·decay is then kept in shared memory as float32
-// instead of its TF32 hi and lo). M itself stays float32 in the registers either way.
+// T: the operands of W·Mᵀ and of the state update (float: 3xTF32 as above; 16-bit: M's copy in the
+// warp's tile and V_new·decay rounded as their fragments are read, W and k̂ arriving rounded and
+// packed from the intra kernel, the fragments of two consecutive k-steps feeding one m16n8k16;
+// V_new·decay is then kept in shared memory as float32 instead of its TF32 hi and lo). M itself
+// stays float32 in the registers either way; h_c is stored in T.
 template <typename T, int kGroups>
 __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_blocks_per_sm)
     chunk_state_kernel(GdnParams p, int tiles) {
   constexpr bool kTf32 = std::is_same_v<T, float>;
+  using H = std::conditional_t<kTf32, float, T>;  // h_c's elements (gdn_scratch_element_bytes)
   constexpr int kRows = kStateRows * kGroups;
   constexpr int kPerThread = kRows * kC / kStateThreads;  // V_new elements per thread in (d): 2, 4 or 8
   static_assert(kPerThread == 2 || kPerThread == 4 || kPerThread == 8);
@@ -539,29 +616,33 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
   const int col_groups = round_up(dk, 16) / 16;  // groups of 16 columns of M
   const bool owns = warp < col_groups;
   const int c0 = 16 * warp;
+  constexpr int kPartialRows = partial_rows<T>();
   constexpr int ts = kTokenStride, hs = kHeldStride, us = kRows, ps = kRows < kPartialRows ? kRows : kPartialRows;
   constexpr int kSmallFloats = small_floats<kGroups>();
+  constexpr int kSlotFloats = slot_floats<T>();
+  using Smem = StateSmem<T, kGroups>;
   extern __shared__ __align__(16) float state_smem[];
   float* const tile_slots = state_smem;
-  float* const small_buf = tile_slots + kTileSlots * kGdnFragTileFloats;
-  uint32_t* const vd_hi = reinterpret_cast<uint32_t*>(small_buf + 3 * kSmallFloats);
+  float* const small_buf = state_smem + Smem::kSmall;
+  uint32_t* const vd_hi = reinterpret_cast<uint32_t*>(state_smem + Smem::kDecayed);
   uint32_t* const vd_lo = vd_hi + kRows * ts;
-  float* const held_tiles = reinterpret_cast<float*>(vd_lo + kRows * ts);
+  float* const held_tiles = state_smem + Smem::kHeld;
   float* const held = held_tiles + warp * kRows * hs;
-  float* const spare_partials = held_tiles + kStateWarps * kRows * hs;  // partial tiles 1 …
-  uint64_t* const slot_ready =
-      reinterpret_cast<uint64_t*>(spare_partials + (partial_tiles<kGroups>() - 1) * kGdnFragTileFloats);
+  float* const spare_partials = state_smem + Smem::kSpare;  // partial tiles 1 …
+  uint64_t* const slot_ready = reinterpret_cast<uint64_t*>(state_smem + Smem::kBarriers);
 
   const int first = prefill.first_chunk, end_chunk = first + prefill.num_chunks;
   const auto chunk_at = [&](int ci) { return ci < end_chunk ? p.chunks[ci] : GdnChunk{}; };
   const bool u_vec = dv % 4 == 0 && aligned16(p.u);  // then rows is a multiple of 4: whole quads
   // W(ci) or K(ci) into slot s (one thread).
   const auto issue_tile = [&](const float* tile, int s) {
-    tma::mbarrier_arrive_expect_tx(slot_ready + s, sizeof(float) * kGdnFragTileFloats);
-    tma::load_bulk(tile_slots + s * kGdnFragTileFloats, tile, sizeof(float) * kGdnFragTileFloats, slot_ready + s);
+    tma::mbarrier_arrive_expect_tx(slot_ready + s, sizeof(float) * kSlotFloats);
+    tma::load_bulk(tile_slots + s * kSlotFloats, tile, sizeof(float) * kSlotFloats, slot_ready + s);
   };
-  const auto w_tile = [&](int ci) { return p.w_frag + (int64_t{ci} * Hv + h) * kGdnFragTileFloats; };
-  const auto k_tile = [&](int ci) { return p.k_frag + (int64_t{ci} * p.Hk + hk) * kGdnFragTileFloats; };
+  const auto w_tile = [&](int ci) { return static_cast<const float*>(p.w_frag) + (int64_t{ci} * Hv + h) * kSlotFloats; };
+  const auto k_tile = [&](int ci) {
+    return static_cast<const float*>(p.k_frag) + (int64_t{ci} * p.Hk + hk) * kSlotFloats;
+  };
   // U's rows of the block per token, G and the boundary slot.
   const auto load_small = [&](const GdnChunk& c, int slot) {
     float* s = small_buf + slot * kSmallFloats;
@@ -647,22 +728,24 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
     tma::mbarrier_wait(slot_ready + s, (phases >> s) & 1u);
     phases ^= 1u << s;
   };
-  const bool h_quads = dk % 4 == 0 && aligned16(p.h);
+  // h_c's rows in whole quads of columns: 16 bytes (float32) or 8 (16-bit) per store.
+  const bool h_quads = dk % 4 == 0 && reinterpret_cast<uintptr_t>(p.h) % (4 * sizeof(H)) == 0;
   int w_slot = 0;  // W(ci)'s slot; K(ci) is in the next one, W(ci + 1) in the one after
   for (int ci = first; ci < end_chunk; ++ci) {
     const int j = ci - first;
     const int n = chunk.end - chunk.begin;
     const int k_slot = (w_slot + 1) % kTileSlots;
-    const float4* const W = reinterpret_cast<const float4*>(tile_slots + w_slot * kGdnFragTileFloats);
-    const float4* const K = reinterpret_cast<const float4*>(tile_slots + k_slot * kGdnFragTileFloats);
-    // Warp w's partial V_new for tokens 16·mt … and rows 16·b … of the tile (b < partial_tiles):
-    // 16 × min(kRows, 16) floats at the place of W's fragments of column blocks 2w and 2w + 1 of
-    // those tokens (read by warp w alone) in partial tile b: the W slot itself for b = 0, else spare
-    // tile b − 1. partial_at(w, i, b): token i's row of it.
-    float* const partials = tile_slots + w_slot * kGdnFragTileFloats;
+    const FragItem<T>* const W = reinterpret_cast<const FragItem<T>*>(tile_slots + w_slot * kSlotFloats);
+    const FragItem<T>* const K = reinterpret_cast<const FragItem<T>*>(tile_slots + k_slot * kSlotFloats);
+    // Warp w's partial V_new for tokens 16·mt … and rows kPartialRows·b … of the tile (b <
+    // partial_tiles): 16 × min(kRows, kPartialRows) floats at the place of W's fragments of column
+    // blocks 2w and 2w + 1 of those tokens (read by warp w alone) in partial tile b: the W slot itself
+    // for b = 0, else spare tile b − 1. partial_at(w, i, b): token i's row of it.
+    float* const partials = tile_slots + w_slot * kSlotFloats;
     const auto partial_at = [&](int w, int i, int b) {
-      float* const tile = b == 0 ? partials : spare_partials + (b - 1) * kGdnFragTileFloats;
-      return tile + 4 * 32 * (16 * (i / 16) + 2 * w) + (i % 16) * ps;
+      float* const tile =
+          b == 0 ? partials : spare_partials + (b - 1) * (kSlotFloats + spare_shift<T>()) + spare_shift<T>();
+      return tile + 8 * kPartialRows * (16 * (i / 16) + 2 * w) + (i % 16) * ps;
     };
     const float* U = small_buf + (j % 3) * kSmallFloats;
     const float* G = U + kC * us;
@@ -682,15 +765,19 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
       for (int q = 0; q < kGroups; ++q) {
         const int v = 8 * q + lane / 4, c_in = 4 * (lane % 4), c = c0 + c_in;
         const float4 x = *reinterpret_cast<const float4*>(held + v * hs + c_in);
-        float* h_row = p.h + ((int64_t{ci} * Hv + h) * dv + v0 + v) * dk + c;
+        H* h_row = static_cast<H*>(p.h) + ((int64_t{ci} * Hv + h) * dv + v0 + v) * dk + c;
         if (v < rows && c < dk) {
           if (h_quads) {
-            *reinterpret_cast<float4*>(h_row) = x;
+            if constexpr (kTf32) {
+              *reinterpret_cast<float4*>(h_row) = x;
+            } else {  // rounded as the output pass's Mma<T>::pack of the float32 quad rounded it
+              *reinterpret_cast<uint2*>(h_row) = make_uint2(Mma<T>::pack(x.x, x.y), Mma<T>::pack(x.z, x.w));
+            }
           } else {
             const float xs[4] = {x.x, x.y, x.z, x.w};
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
-              if (c + k < dk) h_row[k] = xs[k];
+              if (c + k < dk) h_row[k] = float_to_element<H>(xs[k]);
             }
           }
         }
@@ -712,10 +799,9 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
         __syncwarp();  // the tile is read before the next chunk rewrites it
 #pragma unroll
         for (int mt = 0; mt < kC / 16; ++mt) {
-          const float4 a0 = W[32 * (16 * mt + 2 * warp) + lane];
-          const float4 a1 = W[32 * (16 * mt + 2 * warp + 1) + lane];
+          const uint4 a = W[32 * (8 * mt + warp) + lane];  // the packed fragment pair: one 16-byte load
 #pragma unroll
-          for (int q = 0; q < kGroups; ++q) mma::mma_16bit_ksteps<T>(big[mt][q], a0, a1, b16[q][0], b16[q][1]);
+          for (int q = 0; q < kGroups; ++q) mma::mma_16bit_ksteps<T>(big[mt][q], a, b16[q][0], b16[q][1]);
         }
       } else {
         uint32_t b_hi[kGroups][2][2], b_lo[kGroups][2][2];
@@ -750,8 +836,8 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
       for (int mt = 0; mt < kC / 16; ++mt) {
 #pragma unroll
         for (int q = 0; q < kGroups; ++q) {
-          // group q's rows 8q … are rows 8·(q mod 2) … of partial tile q / 2
-          float* const my_partial = partial_at(warp, 16 * mt, q / 2) + 8 * (q % 2) + 2 * t;
+          // group q's rows 8q … are rows 8q mod kPartialRows … of partial tile 8q / kPartialRows
+          float* const my_partial = partial_at(warp, 16 * mt, 8 * q / kPartialRows) + 8 * q % kPartialRows + 2 * t;
           *reinterpret_cast<float2*>(my_partial + g * ps) =
               make_float2(big[mt][q][0] + small[mt][q][0], big[mt][q][1] + small[mt][q][1]);
           *reinterpret_cast<float2*>(my_partial + (g + 8) * ps) =
@@ -773,13 +859,16 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
       constexpr int kRun = kPerThread < 4 ? kPerThread : 4;
       constexpr int kParts = kPerThread / kRun;
       constexpr int kPartStride = kRun * kThreadsPerToken;  // rows from one run of a thread to its next
-      static_assert(kPartialRows % kPartStride == 0, "a thread's run stays within one partial tile");
+      static_assert(kPartialRows % kRun == 0 && (kPartialRows % kPartStride == 0 || kPartStride % kPartialRows == 0),
+                    "a thread's run stays within one partial tile");
       const int i = tid / kThreadsPerToken;
       const float decay = expf(G[n - 1] - G[i]);
 #pragma unroll
       for (int part = 0; part < kParts; ++part) {
-        const int v = kRun * (tid % kThreadsPerToken) + kPartStride * part;
-        const int b = kPartStride * part / kPartialRows;  // the run's partial tile, its rows vb …
+        const int run_v = kRun * (tid % kThreadsPerToken);  // < kPartStride
+        const int v = run_v + kPartStride * part;
+        // the run's partial tile, its rows vb … (16-bit: 8-row tiles, a part spans two)
+        const int b = kPartStride * part / kPartialRows + (kPartStride > kPartialRows ? run_v / kPartialRows : 0);
         const int vb = v - kPartialRows * b;
         float sum[kRun], x[kRun], u[kRun];
         load_floats(partial_at(0, i, b) + vb, sum);
@@ -827,14 +916,12 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
         const float* const vd = reinterpret_cast<const float*>(vd_hi);
 #pragma unroll
         for (int s2 = 0; s2 < kC / 16; ++s2) {
-          const float4 a0 = K[32 * (kStateWarps * (2 * s2) + warp) + lane];
-          const float4 a1 = K[32 * (kStateWarps * (2 * s2 + 1) + warp) + lane];
+          const uint4 a = K[32 * (kStateWarps * s2 + warp) + lane];  // the packed fragment pair
 #pragma unroll
           for (int q = 0; q < kGroups; ++q) {
             const int at = (8 * q + g) * ts + 16 * s2 + t;
             float(&acc)[4] = s2 % 2 == 0 ? m[q] : odd[q];
-            mma::mma_16bit_ksteps<T>(acc, a0, a1, make_float2(vd[at], vd[at + 4]),
-                                     make_float2(vd[at + 8], vd[at + 12]));
+            mma::mma_16bit_ksteps<T>(acc, a, make_float2(vd[at], vd[at + 4]), make_float2(vd[at + 8], vd[at + 12]));
           }
         }
       } else {
@@ -896,7 +983,7 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
 // sum is the same): a lane's k-step pair takes its four consecutive k columns 4·t … 4·t + 3, columns
 // 4·t, 4·t + 1 as (t, t + 4) of the first k-step and 4·t + 2, 4·t + 3 of the second. An A fragment
 // pair is then one 16-byte shared load per row (hi and lo), an h_c fragment pair one 16-byte global
-// load. Row strides ≡ 16 (mod 32) floats: 16-byte loads of rows g, g + 1 (a quarter warp) in
+// load (16-bit operands: 8 bytes of h_c stored already rounded, the B registers as loaded). Row strides ≡ 16 (mod 32) floats: 16-byte loads of rows g, g + 1 (a quarter warp) in
 // distinct banks.
 constexpr int kQSplitStride = kGdnMaxHeadDim + 16;  // 144: q̂ hi, lo [C][144]
 constexpr int kPSplitStride = kC + 16;              // 80: P hi, lo [C][80]
@@ -920,22 +1007,36 @@ __device__ void split_tile_tf32(uint32_t* hi, uint32_t* lo, int ss, int width) {
   }
 }
 
+// The lane's B registers of a 16-wide slice with 16-bit operands T (k slots 2t, 2t + 1 and 2t + 8,
+// 2t + 9) from its four consecutive k values: float32 (float4) rounded to T here by Mma<T>::pack, or
+// already rounded 16-bit elements (uint2: the four in memory order, as Mma<T>::pack lays out a pair).
+template <typename T>
+__device__ __forceinline__ uint2 slice_b_pair(const float4& y) {
+  return make_uint2(Mma<T>::pack(y.x, y.y), Mma<T>::pack(y.z, y.w));
+}
+template <typename T>
+__device__ __forceinline__ uint2 slice_b_pair(const uint2& y) {
+  return y;
+}
+
 // acc[mt][nt] += X[16·mt …][16-column slice]·Y[slice][8·nt …] with operands T for the m tiles
 // mt ≥ mt_first, with the permuted k of a slice: x_hi, x_lo at the lane's (row g, column 4·t) of
 // the slice (rows kS words apart); y[nt] the lane's Y(columns 4·t … 4·t + 3 of the slice, column g
-// of tile nt). float: 3xTF32 (lo·hi, hi·lo, hi·hi, each k-step in that order) from X pre-split into
-// x_hi, x_lo, Y split here. 16-bit: x_hi holds X in float32 (x_lo unused); X and Y rounded to T and
+// of tile nt: float4, or with 16-bit T a uint2 of elements already rounded to T). float: 3xTF32 (lo·hi,
+// hi·lo, hi·hi, each k-step in that order) from X pre-split into x_hi, x_lo, Y split here. 16-bit:
+// x_hi holds X in float32 (x_lo unused); X and Y rounded to T (Y unless already 16-bit) and
 // one m16n8k16 per tile, its k slots 2t, 2t + 1 taking columns 4·t, 4·t + 1 and slots 2t + 8, 2t + 9
 // columns 4·t + 2, 4·t + 3 (the same permutation for both operands).
-template <typename T, int kS>
+template <typename T, int kS, typename Y>
 __device__ __forceinline__ void mma_slice(float (&acc)[4][2][4], const uint32_t* x_hi, const uint32_t* x_lo,
-                                          const float4 (&y)[2], int mt_first) {
+                                          const Y (&y)[2], int mt_first) {
   if constexpr (!std::is_same_v<T, float>) {
     uint32_t b[2][2];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      b[nt][0] = Mma<T>::pack(y[nt].x, y[nt].y);
-      b[nt][1] = Mma<T>::pack(y[nt].z, y[nt].w);
+      const uint2 pair = slice_b_pair<T>(y[nt]);
+      b[nt][0] = pair.x;
+      b[nt][1] = pair.y;
     }
 #pragma unroll
     for (int mt = 0; mt < 4; ++mt) {
@@ -977,8 +1078,8 @@ __device__ __forceinline__ void mma_slice(float (&acc)[4][2][4], const uint32_t*
 // with M the chunk's entry state (h) and V_new from the state pass; warp w takes channels 16·w …
 // (if below dv) of every token. P's zeros above the diagonal let the second product skip, for m
 // tile mt, the k slices past it. Two blocks per SM (the shared memory). T: the products' operands
-// (float: 3xTF32 from the split tiles; 16-bit: q̂, P, h_c and V_new rounded as read, the tiles left
-// in float32 and their lo halves unused).
+// (float: 3xTF32 from the split tiles; 16-bit: q̂, P and V_new rounded as read, the tiles left in
+// float32 and their lo halves unused; h_c read as the state pass stored it, rounded).
 template <typename T>
 __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().output_blocks_per_sm)
     chunk_output_kernel(GdnParams p) {
@@ -1011,20 +1112,28 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().outpu
   // slice s), V_new's column c0 + 8·nt + g (tokens 16·s + 4·t …).
   const int c0 = 16 * warp;
   const bool active = c0 < dv;
-  const float* const h_rows = p.h + (int64_t{ci} * Hv + h) * dv * dk;
-  const bool h_vec = dk % 4 == 0 && aligned16(p.h);
-  const auto load_h = [&](int s, float4(&y)[2]) {
+  // h_c: float32, or with 16-bit operands stored rounded to T by the state pass (exactly as
+  // slice_b_pair would round the float32 value), its quads read as uint2 straight into B registers.
+  constexpr bool kTf32 = std::is_same_v<T, float>;
+  using H = std::conditional_t<kTf32, float, uint16_t>;  // h_c's elements (16-bit: their bits)
+  using HQuad = std::conditional_t<kTf32, float4, uint2>;
+  const H* const h_rows = static_cast<const H*>(p.h) + (int64_t{ci} * Hv + h) * dv * dk;
+  const bool h_vec = dk % 4 == 0 && reinterpret_cast<uintptr_t>(p.h) % sizeof(HQuad) == 0;
+  const auto load_h = [&](int s, HQuad(&y)[2]) {
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       const int v = c0 + 8 * nt + g, k = 16 * s + 4 * t;
-      y[nt] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      y[nt] = HQuad{};
       if (v < dv && k < dk) {
-        const float* const src = h_rows + v * dk + k;
+        const H* const src = h_rows + v * dk + k;
         if (h_vec) {
-          y[nt] = *reinterpret_cast<const float4*>(src);
-        } else {
+          y[nt] = *reinterpret_cast<const HQuad*>(src);
+        } else if constexpr (kTf32) {
           y[nt] =
               make_float4(src[0], k + 1 < dk ? src[1] : 0.0f, k + 2 < dk ? src[2] : 0.0f, k + 3 < dk ? src[3] : 0.0f);
+        } else {  // element k in the low half of a pair; zero bits (+0) past dk
+          const uint32_t e[4] = {src[0], k + 1 < dk ? src[1] : 0u, k + 2 < dk ? src[2] : 0u, k + 3 < dk ? src[3] : 0u};
+          y[nt] = make_uint2(e[0] | e[1] << 16, e[2] | e[3] << 16);
         }
       }
     }
@@ -1042,7 +1151,8 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().outpu
     }
   };
   const int steps = dk16 / 16;
-  float4 h_ring[kOutAhead + 1][2], v_ring[2][2];
+  HQuad h_ring[kOutAhead + 1][2];
+  float4 v_ring[2][2];
   if (active) {
 #pragma unroll
     for (int s = 0; s < kOutAhead; ++s) {
@@ -1129,7 +1239,7 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().outpu
 // Launches the state pass with blocks of 8·kGroups rows of M and product operands T.
 template <typename T, int kGroups>
 void launch_state_pass(const GdnParams& p, cudaStream_t stream) {
-  const size_t smem = state_smem_bytes<kGroups>();
+  const size_t smem = StateSmem<T, kGroups>::kBytes;
   allow_dynamic_smem(chunk_state_kernel<T, kGroups>, smem);
   const int tiles = (p.dv + kStateRows * kGroups - 1) / (kStateRows * kGroups);
   chunk_state_kernel<T, kGroups><<<dim3(static_cast<unsigned>(tiles * p.Hv), static_cast<unsigned>(p.num_prefills)),
