@@ -30,7 +30,8 @@
 // is a multiple of 16), so partial tiles and odd P or N (5, 6, …) only cost padded work; 16-byte
 // copies where the rows allow it, 4-byte otherwise. float32 operands (and C·Bᵀ's 16-bit ones) are
 // staged as float32 tiles by cp.async; the chunk scan's and chunk states' 16-bit operands as tiles
-// of the model dtype, rounded as they are staged (TileRegs16) and read by ldmatrix.
+// of the model dtype, rounded as they are staged (TileRegs16) and read by ldmatrix; the chunk scan's
+// float32 C·Bᵀ and output x rows by cp.async, in flight over its products.
 // The decays, Δ, Λ, the masks, the state passing and the epilogues stay float32 on the CUDA cores.
 // Chunks never straddle a block boundary (the host ends a chunk after each boundary row), so the
 // state passing stores the boundary states between chunks. Λ is computed once per chunk and head
@@ -85,7 +86,8 @@ static_assert(kNStep % 16 == 0 && kTile % 16 == 0, "16-bit products read k in wh
 // The chunk kernels' launch configuration for product operands T (float: 3xTF32; __half,
 // __nv_bfloat16: the model dtype, Mamba2Params::product_operands). The chunk scan and the chunk
 // states stage 16-bit operands as tiles of T (ScanLayout, StateLayout: half the float32 tiles'
-// shared memory and traffic), but keep the float32 path's blocks per SM: the registers bound them
+// shared memory and traffic; the chunk scan adds float32 C·Bᵀ rows, 68 KB in all at kQ 128), but
+// keep the float32 path's blocks per SM: the registers bound them
 // (sm_90, no spills: the 16-bit chunk scan uses all 80 at 3 blocks; the 16-bit chunk states 119 of
 // 128 at 2, with a B tile's loads in flight over the product — at 3 blocks, 80 registers, it spills).
 struct ChunkConfig {
@@ -764,18 +766,33 @@ void launch_state_passing(const Mamba2Params& p, cudaStream_t stream) {
 //    in flight during step i's product), fragments by ldmatrix (C, H, M: K-major) and
 //    ldmatrix.trans (x: [s][p], MN-major). Rows padded by 8 elements (16 bytes: strides of 40, kQ + 8
 //    and 72 elements, 5, 17 (9 for kQ 64) and 9 16-byte units), so the 8 rows an ldmatrix matrix
-//    reads fall in 8 distinct bank groups: conflict-free. D·x_t reads x in float32 from global memory (the staged
-//    x is rounded).
+//    reads fall in 8 distinct bank groups: conflict-free. No global load sits on the block's critical
+//    path outside the staging: the tile's C·Bᵀ rows (s ≤ t < length only) are copied as float32 by
+//    cp.async at the block's start, in flight during step 1, and step 2 reads them from shared
+//    memory (no L2 latency between its exps); D·x_t's x rows
+//    (float32: the staged x is rounded) are copied by cp.async over the consumed C·Bᵀ rows during
+//    step 3's product, and the epilogue reads them from shared memory (68 KB at kQ 128: still 3
+//    blocks per SM).
 template <typename T>
 struct ScanLayout {
   static constexpr bool kFloat = std::is_same_v<T, float>;
-  static constexpr int kStep = kNStep + 8;  // 40: [t][n] and [p][n] stage tiles of T
+  // N per step of step 1. 16-bit: 32, not 64 (half the barriers, but 32 registers of loads in
+  // flight spill at the 80-register bound).
+  static constexpr int kStepN = kNStep;
+  static constexpr int kStep = kStepN + 8;  // 40: [t][n] and [p][n] stage tiles of T
   static constexpr int kM = kQ + 8;         // 72 or 136: M [t − t0][s] of T
   static constexpr int kX = kTile + 8;      // 72: x [s][p − p0] of T
   static constexpr int kStageElems = kTile * kStep;
+  static constexpr size_t kTileBytes = sizeof(T) * std::max(2 * 2 * kStageElems, kTile * kM + kQ * kX);
+  // 16-bit operands: float32 C·Bᵀ rows [t − t0][s] past the T tiles (cp.async, in flight over step 1).
+  static constexpr int kCbStride = kQ + 4;  // floats: 16-byte rows; a warp reads one row's pairs
+  // Then over them the float32 x_t [t − t0][p − p0] of the outputs (D·x_t).
+  static constexpr int kXOutStride = kTile + 8;  // floats, ≡ 8 (mod 32): the epilogue's reads conflict-free
+  static constexpr size_t kCbOffset = (kTileBytes + 15) / 16 * 16;
   static constexpr size_t kSmemBytes =
       kFloat ? sizeof(float) * std::max(2 * 2 * kStepFloats, kTile * kRowMajorQ + kQ * kColMajor64)
-             : sizeof(T) * std::max(2 * 2 * kStageElems, kTile * kM + kQ * kX);
+             : kCbOffset + sizeof(float) * kTile * kCbStride;
+  static_assert(kStepN % 16 == 0 && kXOutStride <= kCbStride, "whole 16s of N; the x_t rows fit over C·Bᵀ's");
 };
 static_assert(odd_units(ScanLayout<__half>::kStep) && odd_units(ScanLayout<__half>::kM) &&
                   odd_units(ScanLayout<__half>::kX),
@@ -810,7 +827,7 @@ __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().scan_blocks_p
   const float* H = p.chunk_states + item * P * N;                   // the state entering the chunk
   const float* rows = p.xbc + int64_t{chunk.begin} * d.conv_dim;  // the chunk's conv rows
   const float* C = rows + int64_t{t0} * d.conv_dim + d.d_ssm + (int64_t{p.groups} + g) * N;
-  const int steps = (N + kNStep - 1) / kNStep;
+  const int steps = (N + Layout::kStepN - 1) / Layout::kStepN;
 
   float off[4][4] = {};
   float diag[4][4] = {};
@@ -859,10 +876,33 @@ __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().scan_blocks_p
     }
   } else {
     T* const tiles = reinterpret_cast<T*>(scan_smem);
+    float* const cbs = scan_smem + Layout::kCbOffset / sizeof(float);  // C·Bᵀ [t − t0][s], float32
+    const int s_end = t0 + kTile;  // s < s_end: the columns of M step 3 reads
+    const float* cb = p.chunk_cb + (int64_t{c} * p.groups + g) * kQ * kQ;
+    // The tile's C·Bᵀ values (rows t < length, quads of s ≤ t: s < s_end) by cp.async, one commit
+    // group in flight over step 1; the rest of the rows is never read.
+    {
+      constexpr int kQuadsPerRow = kQ / 4;
+      const bool quads = aligned16(cb);
+      for (int e = tid; e < kTile * kQuadsPerRow; e += kChunkThreads) {
+        const int i = e / kQuadsPerRow, s = 4 * (e % kQuadsPerRow);
+        const int t = t0 + i;
+        if (t >= length || s > t) continue;
+        const float* from = cb + t * kQ + s;
+        const uint32_t to = mma::shared_address(cbs + i * Layout::kCbStride + s);
+        if (quads) {
+          mma::cp_async_16(to, from, true);
+        } else {
+#pragma unroll
+          for (int k = 0; k < 4; ++k) mma::cp_async_4(to + 4u * k, from + k, true);
+        }
+      }
+      mma::cp_async_commit();
+    }
     const auto c_tile = [&](int i) { return tiles + (i % 2) * 2 * Layout::kStageElems; };  // [t][n], then [p][n]
-    TileRegs16<T, kNStep, kTile> c_regs, h_regs;
+    TileRegs16<T, Layout::kStepN, kTile> c_regs, h_regs;
     const auto load = [&](int i) {
-      const int nb = i * kNStep;
+      const int nb = i * Layout::kStepN;
       c_regs.load(C + nb, d.conv_dim, length - t0, N - nb);
       h_regs.load(H + int64_t{p0} * N + nb, N, P - p0, N - nb);
     };
@@ -880,7 +920,7 @@ __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().scan_blocks_p
       if (i + 1 < steps) load(i + 1);  // in flight during step i's product
       __syncthreads();                 // stage i % 2 written; stage (i + 1) % 2 read by every warp
       if (live) {
-        const int steps16 = (min(kNStep, N - i * kNStep) + 15) / 16;
+        const int steps16 = (min(Layout::kStepN, N - i * Layout::kStepN) + 15) / 16;
         mma::warp_mma_smem16<T, 4, true, true>(off, c_tile(i) + wm * Layout::kStep, Layout::kStep,
                                                c_tile(i) + Layout::kStageElems + wn * Layout::kStep, Layout::kStep,
                                                steps16);
@@ -890,35 +930,42 @@ __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().scan_blocks_p
 
     T* const mt16 = tiles;                       // M [t − t0][s]
     T* const xs16 = tiles + kTile * Layout::kM;  // x [s][p − p0]
-    const int s_end = t0 + kTile;  // s < s_end: the columns of M step 3 reads
-    const float* cb = p.chunk_cb + (int64_t{c} * p.groups + g) * kQ * kQ;
     // The x tile in 64-row blocks, block b's loads in flight while rows part b of M are formed
     // (half the registers of the whole tile in flight); rows s ≥ s_end are never read.
     const float* x_rows = rows + int64_t{h} * P + p0;
     constexpr int kMRows = kTile / kTBlocks;  // rows of M per x block
     TileRegs16<T, kTile, kTile> x_regs;
-    __syncthreads();  // every warp's last step-1 product has read the stages M and x overwrite
+    mma::cp_async_wait<0>();
+    __syncthreads();  // every warp's last step-1 product has read the stages M and x overwrite; C·Bᵀ staged
     for (int b = 0; b < kTBlocks; ++b) {
       const int sb = b * kTile;
       if (sb < s_end) x_regs.load(x_rows + int64_t{sb} * d.conv_dim, d.conv_dim, min(length, s_end) - sb, P - p0);
       for (int e = tid; e < kMRows * kQ / 2; e += kChunkThreads) {  // pairs (s, s + 1) of one row
         const int t = t0 + b * kMRows + e / (kQ / 2), s = 2 * (e % (kQ / 2));
         if (s >= s_end) continue;
+        const float* cb_row = cbs + (t - t0) * Layout::kCbStride;
         float m[2];
 #pragma unroll
         for (int k = 0; k < 2; ++k) {
-          m[k] = s + k <= t && t < length ? cb[t * kQ + s + k] * expf(lambda[t] - lambda[s + k]) * delta[s + k] : 0.0f;
+          m[k] = s + k <= t && t < length ? cb_row[s + k] * expf(lambda[t] - lambda[s + k]) * delta[s + k] : 0.0f;
         }
         *reinterpret_cast<uint32_t*>(mt16 + (t - t0) * Layout::kM + s) = mma::Mma<T>::pack(m[0], m[1]);
       }
       if (sb < s_end) x_regs.store(xs16 + sb * Layout::kX, Layout::kX);
     }
-    __syncthreads();
+    __syncthreads();  // M and x staged; every thread's C·Bᵀ reads done
+    // The outputs' x_t in float32 (the staged x is rounded) over the C·Bᵀ rows by cp.async, in
+    // flight during the product.
+    copy_tile_async<kTile, kTile>(cbs, Layout::kXOutStride, x_rows + int64_t{t0} * d.conv_dim, d.conv_dim,
+                                  length - t0, P - p0);
+    mma::cp_async_commit();
 
     if (live) {
       mma::warp_mma_smem16<T, 4, true, false>(diag, mt16 + wm * Layout::kM, Layout::kM, xs16 + wn, Layout::kX,
                                               (t0 + wm + 16) / 16);
     }
+    mma::cp_async_wait<0>();
+    __syncthreads();
   }
 
   const float Dh = load_element(p.D.data, h, p.D.kind);
@@ -935,13 +982,18 @@ __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().scan_blocks_p
       const int col = wn + 8 * j + frag_col(e);
       if (p0 + col >= P) continue;
       float value[2];
+      float2 x16 = make_float2(0.0f, 0.0f);  // 16-bit operands: x_t of both columns (zeros past P)
+      if constexpr (!Layout::kFloat) {
+        x16 = *reinterpret_cast<const float2*>(scan_smem + Layout::kCbOffset / sizeof(float) +
+                                               (t - t0) * Layout::kXOutStride + col);
+      }
 #pragma unroll
       for (int k = 0; k < 2; ++k) {
         float x;
         if constexpr (Layout::kFloat) {
           x = xs[t * kColMajor64 + col + k];
         } else {
-          x = p0 + col + k < P ? rows[int64_t{t} * d.conv_dim + int64_t{h} * P + p0 + col + k] : 0.0f;
+          x = k == 0 ? x16.x : x16.y;
         }
         value[k] = fmaf(Dh, x, fmaf(carry_decay, off[j][e + k], diag[j][e + k]));
       }
