@@ -41,11 +41,12 @@
 //       operands rounded to bfloat16 (GdnParams::product_operands; BackendSettings::
 //       ssm_prefill_operands model with a bfloat16 model): one m16n8k16 per product with float32
 //       accumulation, as fla's Triton kernels (the block triangular solve stays 3xTF32).
-//   mamba2 prefill 8k — one fresh request of 8192 tokens at the Falcon-H1-7B sizes, the chunked SSD
-//       (launch_mamba2_prefill: cumsum, C·Bᵀ, chunk states, state passing, chunk scan; chunk 128); time
+//   mamba2 prefill {8k, 32k} — one fresh request of 8192 / 32768 tokens at the Falcon-H1-7B sizes,
+//       the chunked SSD (launch_mamba2_prefill: cumsum, C·Bᵀ, chunk states, state passing, chunk
+//       scan; chunk 128); time
 //       and tokens/s, with perf-anchors.md §6.5's FLOP estimate T·Hs·(2·Q·(N + P) + 4·N·P) (Q = 128)
 //       against the FP32 FMA ceiling as context. Products in float32 (3xTF32, the default).
-//   mamba2 prefill 8k bf16 operands — the same with the chunk kernels' product operands rounded
+//   mamba2 prefill {8k, 32k} bf16 operands — the same with the chunk kernels' product operands rounded
 //       to bfloat16 (Mamba2Params::product_operands; BackendSettings::ssm_prefill_operands model
 //       with a bfloat16 model): one m16n8k16 per product with float32 accumulation, as vLLM's
 //       Triton SSD kernels.
@@ -564,16 +565,16 @@ int run(int argc, char** argv) {
     add_case(o);
   }
 
-  // --- Mamba-2 chunked prefill (one fresh request of 8k tokens; fp32 pool), with the products'
-  // operands in float32 (3xTF32, the default) and in bfloat16 (ssm_prefill_operands model with a
-  // bfloat16 model: Mamba2Params::product_operands) ---
+  // --- Mamba-2 chunked prefill (one fresh request of 8k or 32k tokens; fp32 pool), with the
+  // products' operands in float32 (3xTF32, the default) and in bfloat16 (ssm_prefill_operands model
+  // with a bfloat16 model: Mamba2Params::product_operands) ---
+  for (const int T : {8192, 32768})
   for (const ElementKind operands : {ElementKind::kFloat32, ElementKind::kBFloat16}) {
     const bool float32 = operands == ElementKind::kFloat32;
-    const std::string name = float32 ? "mamba2 prefill 8k" : "mamba2 prefill 8k bf16 operands";
+    const std::string name = "mamba2 prefill " + std::to_string(T / 1024) + "k" + (float32 ? "" : " bf16 operands");
     if (!wanted(name)) continue;
     Buffers b;
     const Mamba2Shape s = kFalconH1;
-    const int T = 8192;
     Mamba2Params p = make_mamba2(b, s, 1, T, ElementKind::kFloat32);
     p.product_operands = operands;
     const size_t pool_bytes = 2 * static_cast<size_t>(p.ssm_state.slot_size) * sizeof(float);
