@@ -303,12 +303,18 @@ int main(int argc, char** argv) {
         {"prefill 1x8k w4096 mma.sync", "prefill", repeat(1, {0, 8192}), 4096, false, kPrefillTwoMTiles},
         {"prefill 1x32k mma.sync", "prefill", repeat(1, {0, 32768}), 0, false, kPrefillTwoMTiles},
         // 1-byte KV caches (per-tensor fp8 scales 0.5 / 0.25; per-token-head scale caches): bytes
-        // counted at one per element; compare with the bf16-cache case of the same shape.
+        // counted at one per element; compare with the bf16-cache case of the same shape. On a
+        // compute capability 9.0 device they run the wgmma kernel (its producer casts the bytes); the
+        // "mma.sync" rows pin the mma.sync kernel's per-tile cast beside them.
         {"prefill 1x4k fp8_e4m3", "prefill", repeat(1, {0, 4096}), 0, false, -1, KvCacheDtype::kFp8E4M3},
         {"prefill 1x4k fp8_e5m2", "prefill", repeat(1, {0, 4096}), 0, false, -1, KvCacheDtype::kFp8E5M2},
         {"prefill 1x4k int8_pth", "prefill", repeat(1, {0, 4096}), 0, false, -1, KvCacheDtype::kInt8PerTokenHead},
         {"prefill 1x4k fp8_pth", "prefill", repeat(1, {0, 4096}), 0, false, -1, KvCacheDtype::kFp8PerTokenHead},
         {"prefill 1x8k fp8_e4m3", "prefill", repeat(1, {0, 8192}), 0, false, -1, KvCacheDtype::kFp8E4M3},
+        {"prefill 1x8k fp8_e4m3 mma.sync", "prefill", repeat(1, {0, 8192}), 0, false, kPrefillTwoMTiles,
+         KvCacheDtype::kFp8E4M3},
+        {"prefill 1x4k int8_pth mma.sync", "prefill", repeat(1, {0, 4096}), 0, false, kPrefillTwoMTiles,
+         KvCacheDtype::kInt8PerTokenHead},
         {"prefill 1x32k fp8_e4m3", "prefill", repeat(1, {0, 32768}), 0, false, -1, KvCacheDtype::kFp8E4M3},
         {"prefill 1x32k w4096 fp8_e4m3", "prefill", repeat(1, {0, 32768}), 4096, false, -1, KvCacheDtype::kFp8E4M3},
         {"decode 64x4k fp8_e4m3", "decode", repeat(64, {4095, 1}), 0, false, -1, KvCacheDtype::kFp8E4M3},

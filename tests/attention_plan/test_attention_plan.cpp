@@ -252,12 +252,18 @@ TEST(AttentionPlan, HopperDefaultsToTheWgmmaPrefillWhereItApplies) {
   wgmma.prefill_variant = kPrefillWgmma;
   EXPECT_EQ(hopper_plan(c, short_prefill, wgmma).prefill_variant, kPrefillWgmma);
 
+  // 1-byte caches too (the producer casts them).
+  for (const KvCacheDtype kv : {KvCacheDtype::kFp8E4M3, KvCacheDtype::kFp8E5M2, KvCacheDtype::kInt8PerTokenHead,
+                                KvCacheDtype::kFp8PerTokenHead}) {
+    AttentionConfig bytes = llama();
+    bytes.kv_cache_dtype = kv;
+    plan = hopper_plan(bytes, prefill_only, {});
+    EXPECT_EQ(plan.prefill_variant, kPrefillWgmma) << to_string(kv);
+    EXPECT_EQ(plan.summary.prefill_variant, kPrefillWgmma) << to_string(kv);
+    EXPECT_TRUE(plan.summary.prefill_variant_fallback.empty()) << plan.summary.prefill_variant_fallback;
+    EXPECT_EQ(hopper_plan(bytes, short_prefill, {}).prefill_variant, kPrefillTwoMTiles) << to_string(kv);
+  }
   // Layers the wgmma kernel does not take: their default, silently.
-  AttentionConfig fp8 = llama();
-  fp8.kv_cache_dtype = KvCacheDtype::kFp8E4M3;
-  plan = hopper_plan(fp8, prefill_only, {});
-  EXPECT_EQ(plan.prefill_variant, kPrefillTwoMTiles);
-  EXPECT_TRUE(plan.summary.prefill_variant_fallback.empty()) << plan.summary.prefill_variant_fallback;
   AttentionConfig d64 = llama();
   d64.head_size = 64;
   plan = hopper_plan(d64, prefill_only, {});
@@ -304,7 +310,7 @@ TEST(AttentionPlan, HopperRunsAPrefillThatOutweighsTheDecodesApart) {
   EXPECT_EQ(plan.prefill_variant, kPrefillTwoMTiles);
 }
 
-// The Hopper wgmma variant (3): taken at head size 128 with a 16-bit cache in builds with sm_90a
+// The Hopper wgmma variant (3): taken at head size 128 with a 16-bit or 1-byte cache in builds with sm_90a
 // code; other layers run the default variant and the summary says why; refused (naming the field)
 // in builds without it.
 TEST(AttentionPlan, WgmmaPrefillVariantRoutesOrRefuses) {
@@ -328,23 +334,26 @@ TEST(AttentionPlan, WgmmaPrefillVariantRoutesOrRefuses) {
   EXPECT_TRUE(plan.summary.prefill_variant_fallback.empty()) << plan.summary.prefill_variant_fallback;
   EXPECT_TRUE(plan.mixed.empty());  // the mixed kernel runs the default variant only
   EXPECT_NE(plan.summary.mixed_fallback.find("prefill variant 3"), std::string::npos) << plan.summary.mixed_fallback;
-  // A 1-byte cache and another head size: the default variant, with the reason.
+  // A 1-byte cache: taken (the mixed kernel takes no 1-byte cache, so no mixed grid either way).
   AttentionConfig fp8 = llama();
   fp8.kv_cache_dtype = KvCacheDtype::kFp8E4M3;
   plan = plan_for(fp8, b, wgmma);
-  EXPECT_EQ(plan.prefill_variant, 1);
-  EXPECT_NE(plan.summary.prefill_variant_fallback.find("1-byte KV cache"), std::string::npos)
-      << plan.summary.prefill_variant_fallback;
-  EXPECT_NE(plan.summary.describe().find("prefill_variant 3 (wgmma) not taken"), std::string::npos)
-      << plan.summary.describe();
+  EXPECT_EQ(plan.prefill_variant, kPrefillWgmma);
+  EXPECT_EQ(plan.summary.prefill_variant, kPrefillWgmma);
+  EXPECT_TRUE(plan.summary.prefill_variant_fallback.empty()) << plan.summary.prefill_variant_fallback;
+  // Another head size: the default variant, with the reason.
   AttentionConfig d64 = llama();
   d64.head_size = 64;
   plan = plan_for(d64, b, wgmma);
   EXPECT_EQ(plan.prefill_variant, 0);
+  EXPECT_NE(plan.summary.describe().find("prefill_variant 3 (wgmma) not taken"), std::string::npos)
+      << plan.summary.describe();
   EXPECT_NE(plan.summary.prefill_variant_fallback.find("head size 64"), std::string::npos)
       << plan.summary.prefill_variant_fallback;
   EXPECT_TRUE(prefill_variant_supported(128, kPrefillWgmma, ElementKind::kBFloat16));
-  EXPECT_FALSE(prefill_variant_supported(128, kPrefillWgmma, ElementKind::kFp8E4M3));
+  EXPECT_TRUE(prefill_variant_supported(128, kPrefillWgmma, ElementKind::kFp8E4M3));
+  EXPECT_TRUE(prefill_variant_supported(128, kPrefillWgmma, ElementKind::kInt8));
+  EXPECT_FALSE(prefill_variant_supported(64, kPrefillWgmma, ElementKind::kFp8E4M3));
   EXPECT_FALSE(prefill_variant_supported(256, kPrefillWgmma, ElementKind::kFloat16));
 }
 

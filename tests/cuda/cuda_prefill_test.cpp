@@ -12,8 +12,8 @@
 // the generic one, and the cases meant to fall back (head size 80, float32, a float32 model with an
 // fp8 cache) say so. WgmmaMatchesReference runs every case again with the Hopper wgmma variant
 // requested (prefill_variant 3, prefill_wgmma_kernel.cuh; skipped unless the build has sm_90a code
-// and the device is compute capability 9.0): the cases it takes on it, the others on the default
-// variant with the plan saying why; on it, K/V tiles of whole pages go by TMA and the others by
+// and the device is compute capability 9.0): the cases it takes on it (head size 128, 16-bit or
+// 1-byte caches; the ByteKvWgmma* cases), the others on the default variant with the plan saying why; on it, K/V tiles of whole pages go by TMA and the others by
 // cp.async in one ring wherever the block size allows TMA (a multiple of 8 dividing 128), and the
 // plan says whether it does (the Tma* cases mix both kinds of tile in one prefill). Skips with the
 // reason on a machine without a CUDA device.
@@ -155,6 +155,18 @@ std::vector<PrefillCase> cases() {
   add({.name = "ByteKvSoftCapAlibiFp16", .dtype = DType::kFloat16, .requests = kMixed, .kv = KvCacheDtype::kFp8E4M3,
        .soft_cap = 5.0, .alibi = Alibi::kLinear, .k_scale = 2.0f, .v_scale = 0.5f});
   add({.name = "ByteKvFp8Output", .requests = kMixed, .kv = KvCacheDtype::kFp8PerTokenHead, .output_scale = 0.5f});
+  // 1-byte caches at head size 128 on the wgmma variant (its producer casts them): block sizes 16 and
+  // 32, fresh 1000+-token prompts and chunks with context (whole and partial tiles, every unit of the
+  // raw ring), a window starting mid-page, soft cap with per-tensor scales.
+  for (const auto& [kv, kv_label] : kByteKvDtypes) {
+    const std::string kv_name = kv_label;
+    add({.name = "ByteKvWgmmaBlock16" + kv_name, .requests = {{0, 1500}, {700, 900}}, .kv = kv, .k_scale = 0.5f,
+         .v_scale = 0.25f});
+    add({.name = "ByteKvWgmmaWindowBlock32" + kv_name, .block_size = 32, .dtype = DType::kFloat16,
+         .requests = {{0, 2000}, {300, 260}}, .kv = kv, .window = 1000});
+    add({.name = "ByteKvWgmmaSoftCapBlock32" + kv_name, .block_size = 32, .requests = {{0, 1200}, {513, 700}},
+         .kv = kv, .soft_cap = 5.0, .k_scale = 2.0f, .v_scale = 0.5f});
+  }
   // Not on the tensor-core path: routed to the generic kernel (and said so by the planner).
   add({.name = "FallbackFp8KvFp32", .num_heads = 4, .num_kv_heads = 4, .dtype = DType::kFloat32, .requests = kChunks,
        .kv = KvCacheDtype::kFp8E4M3, .k_scale = 0.5f, .v_scale = 0.25f},
@@ -184,15 +196,20 @@ void check_case(const PrefillCase& param, int variant) {
   const cuda::AttentionPlanSummary plan = plan_of(step, overrides);
   std::cout << "[ PLAN ] " << c.name << ": " << plan.describe() << "\n";
   if (variant == cuda::kPrefillWgmma) {
-    // The wgmma variant takes head size 128 with a 16-bit cache; any other layer runs the default
-    // variant, and the plan says so.
-    const bool taken = c.head_size == 128 && (c.kv == KvCacheDtype::kAuto || c.encoder);
+    // The wgmma variant takes head size 128 with a 16-bit or a 1-byte cache; any other layer runs the
+    // default variant, and the plan says so.
+    const bool taken = c.head_size == 128;
     EXPECT_EQ(plan.prefill_variant_fallback.empty(), taken) << plan.describe();
+    if (taken && param.expect == Path::kTensorCore && plan.prefill_items > 0) {
+      EXPECT_EQ(plan.prefill_variant, cuda::kPrefillWgmma) << plan.describe();
+    }
     // On it, the K/V tiles of whole pages go by TMA wherever the cache has that form: a decoder
     // cache (the backend's own: contiguous, aligned) whose block size is a multiple of 8 dividing
     // 128. The runner says whether they do, and why not.
     if (taken && plan.prefill_items > 0) {
-      const bool whole_pages = !c.encoder && c.block_size % 8 == 0 && 128 % c.block_size == 0;
+      // A 1-byte cache's tiles always take cp.async (the producer casts them).
+      const bool whole_pages =
+          !c.encoder && c.kv == KvCacheDtype::kAuto && c.block_size % 8 == 0 && 128 % c.block_size == 0;
       EXPECT_EQ(plan.prefill_kv_tma, whole_pages) << plan.describe();
       EXPECT_EQ(plan.prefill_kv_tma_fallback.empty(), whole_pages) << plan.describe();
     }

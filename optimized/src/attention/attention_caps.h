@@ -74,7 +74,8 @@ HYBRIDTB_HOST_DEVICE constexpr PrefillConfig prefill_three_ctas_config() {
 // Variant 3, Hopper warpgroup MMAs (prefill_wgmma_kernel.cuh): 128 rows (two consumer warpgroups of
 // 64; mt counts 16-row m-tiles per warp of 4 as for the others) × 128 keys, 384 threads with the
 // producer warpgroup, 1 CTA per SM.
-// D 128 with a 16-bit cache of the model dtype, sm_90a builds on compute capability 9.0 devices only.
+// D 128 with a 16-bit cache of the model dtype or a 1-byte cache (cast by the producer warpgroup),
+// sm_90a builds on compute capability 9.0 devices only.
 HYBRIDTB_HOST_DEVICE constexpr PrefillConfig prefill_wgmma_config() {
   PrefillConfig c{};
   c.mt = 2;
@@ -104,8 +105,8 @@ HYBRIDTB_HOST_DEVICE constexpr int prefill_default_variant(int64_t head_size) {
   return head_size == 128 ? kPrefillTwoMTiles : kPrefillOneMTile;
 }
 // How many variants exist, whether one is instantiated for a head size and cache element (16-bit
-// caches: variants 1 and 2 at D 128 only, variant 3 at D 128 in sm_90a builds; 1-byte caches: the
-// default only), its (token, head) rows per item.
+// caches: variants 1 and 2 at D 128 only; 1-byte caches: the default only; both: variant 3 at D 128
+// in sm_90a builds), its (token, head) rows per item.
 int prefill_num_variants();
 bool prefill_variant_supported(int64_t head_size, int variant, ElementKind kv_kind);
 // Whether this build has the wgmma variant's sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90).

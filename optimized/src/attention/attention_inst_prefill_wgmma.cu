@@ -1,37 +1,18 @@
 // Instantiations of the wgmma prefill kernel (prefill_wgmma_kernel.cuh): float16 and bfloat16 with a
-// cache of the model dtype, head size 128, plain/featured logits; and the host encoder of its K/V
-// tensor map. Compiled for sm_90a only (optimized/CMakeLists.txt); the launcher checks that the
-// device is compute capability 9.0.
+// cache of the model dtype, head size 128, plain/featured logits; the launcher of every cache kind
+// (the 1-byte caches' instances: attention_inst_prefill_wgmma_fp8.cu / _pth.cu); and the host
+// encoder of its K/V tensor map. Compiled for sm_90a only (optimized/CMakeLists.txt); the launcher
+// checks that the device is compute capability 9.0.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <string>
 
-#include "attention/attention_launch.h"
-#include "attention/prefill_wgmma_kernel.cuh"
-#include "common/cuda_check.h"
-#include "common/kernel_attributes.h"
+#include "attention/attention_inst_prefill_wgmma.cuh"
 
 namespace hybridtb::cuda {
 namespace {
-
-template <typename T, bool Plain>
-void launch_wgmma_instance(const AttentionParams& params, const CUtensorMap& kv_map, int64_t num_items,
-                           cudaStream_t stream) {
-  constexpr auto kSmem = static_cast<int>(prefill_wgmma_smem_bytes());
-  allow_dynamic_smem(prefill_wgmma_kernel<T, Plain>, kSmem);
-  prefill_wgmma_kernel<T, Plain><<<static_cast<unsigned>(num_items), kWgmmaThreads, kSmem, stream>>>(params, kv_map);
-  HYBRIDTB_CUDA_CHECK_LAUNCH();
-}
-
-template <typename T>
-void launch_wgmma_typed(const AttentionParams& params, const CUtensorMap& kv_map, int64_t num_items,
-                        cudaStream_t stream) {
-  const bool plain = !(params.soft_cap > 0.0f) && params.alibi_slopes == nullptr;
-  if (plain) return launch_wgmma_instance<T, true>(params, kv_map, num_items, stream);
-  return launch_wgmma_instance<T, false>(params, kv_map, num_items, stream);
-}
 
 // Why the cache `p` names has no exact TMA form for the kernel's K/V tiles ("" if it has): the map
 // must describe every byte a cp.async tile would read, in whole boxes of the swizzle layout.
@@ -107,9 +88,10 @@ void launch_prefill_wgmma(const AttentionParams& params, int64_t num_items, cons
                                "(sm_90a code); the current device is ",
                                cc.major, ".", cc.minor, ": use prefill_variant -1"));
   }
-  if (params.head_size != kWgmmaHead || (!params.encoder && params.kv_kind != params.q_kind)) {
+  const bool byte_cache = !params.encoder && is_byte_element(params.kv_kind);
+  if (params.head_size != kWgmmaHead || (!params.encoder && !byte_cache && params.kv_kind != params.q_kind)) {
     throw Error(detail::concat("prefill attention: prefill_variant 3 (wgmma) takes head size 128 with a cache of "
-                               "the model dtype, not head size ",
+                               "the model dtype or a 1-byte cache, not head size ",
                                params.head_size, " with cache element kind ", static_cast<int>(params.kv_kind)));
   }
   // The kernel reads the map only where kv_tma is set, so a zero map stands in for a missing one.
@@ -117,11 +99,15 @@ void launch_prefill_wgmma(const AttentionParams& params, int64_t num_items, cons
   const bool tma = kv_map != nullptr && kv_map->usable_for(params);
   p.kv_tma = tma ? 1 : 0;
   const CUtensorMap map = tma ? kv_map->map : CUtensorMap{};
+  if (byte_cache) {
+    if (params.kv_scale_mode == KvScaleMode::kPerTokenHead) return launch_prefill_wgmma_pth(p, num_items, stream);
+    return launch_prefill_wgmma_fp8(p, num_items, stream);
+  }
   switch (params.q_kind) {
     case ElementKind::kFloat16:
-      return launch_wgmma_typed<__half>(p, map, num_items, stream);
+      return launch_wgmma_typed<__half, __half>(p, map, num_items, stream);
     case ElementKind::kBFloat16:
-      return launch_wgmma_typed<__nv_bfloat16>(p, map, num_items, stream);
+      return launch_wgmma_typed<__nv_bfloat16, __nv_bfloat16>(p, map, num_items, stream);
     default:
       throw Error("prefill attention: prefill_variant 3 (wgmma) takes float16/bfloat16 only");
   }

@@ -118,12 +118,15 @@ void launch_prefill_bf16_fp8(const AttentionParams& params, int64_t num_items, i
 void launch_prefill_f16_pth(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
 void launch_prefill_bf16_pth(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
 // The wgmma variant (kPrefillWgmma, prefill_wgmma_kernel.cuh; sm_90a builds only): float16 /
-// bfloat16 with a cache of the model dtype, head size 128. Throws Error on a device other than
-// compute capability 9.0, or for another dtype or head size. K/V tiles of whole pages go by TMA
-// where `kv_map` (nullptr: none) is usable for `params` (it sets params.kv_tma accordingly); all
-// tiles take cp.async otherwise.
+// bfloat16 with a cache of the model dtype or a 1-byte cache, head size 128. Throws Error on a
+// device other than compute capability 9.0, or for another dtype or head size. K/V tiles of whole
+// pages of a 16-bit cache go by TMA where `kv_map` (nullptr: none) is usable for `params` (it sets
+// params.kv_tma accordingly); all tiles take cp.async otherwise (a 1-byte cache's always).
 void launch_prefill_wgmma(const AttentionParams& params, int64_t num_items, const PrefillKvMap* kv_map,
                           cudaStream_t stream);
+// Its 1-byte caches: per-tensor fp8 (attention_inst_prefill_wgmma_fp8.cu), per token-head (_pth.cu).
+void launch_prefill_wgmma_fp8(const AttentionParams& params, int64_t num_items, cudaStream_t stream);
+void launch_prefill_wgmma_pth(const AttentionParams& params, int64_t num_items, cudaStream_t stream);
 // The mixed kernel (mixed_kernel.cuh) over `num_ctas` MixedItems (params.mixed_items; decode CTAs
 // index params.decode_items, the tensor-core decode list, prefill CTAs params.prefill_items).
 void launch_mixed(const AttentionParams& params, int64_t num_ctas, int block_shift, cudaStream_t stream);

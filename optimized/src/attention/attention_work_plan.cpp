@@ -460,8 +460,8 @@ bool mixed_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_size,
 
 int prefill_num_variants() { return kPrefillVariants; }
 bool prefill_variant_supported(int64_t head_size, int variant, ElementKind kv_kind) {
-  if (is_byte_element(kv_kind)) return variant == prefill_default_variant(head_size);
   if (variant == kPrefillWgmma) return prefill_wgmma_built() && prefill_wgmma_unsupported(head_size, kv_kind).empty();
+  if (is_byte_element(kv_kind)) return variant == prefill_default_variant(head_size);
   return variant == kPrefillOneMTile || (head_size == 128 && variant >= 0 && variant < kPrefillVariants);
 }
 bool prefill_wgmma_built() {
@@ -472,8 +472,10 @@ bool prefill_wgmma_built() {
 #endif
 }
 std::string prefill_wgmma_unsupported(int64_t head_size, ElementKind kv_kind) {
+  // Every cache the tensor-core prefill takes at head size 128: 16-bit of the model dtype, or 1-byte
+  // (fp8 e4m3 / e5m2 per tensor, int8 / fp8 per token-head), cast by the kernel's producer warpgroup.
+  (void)kv_kind;
   if (head_size != 128) return detail::concat("head size ", head_size, " (it takes 128)");
-  if (is_byte_element(kv_kind)) return "a 1-byte KV cache (it takes a 16-bit cache of the model dtype)";
   return "";
 }
 int64_t prefill_rows_per_item(int64_t head_size, int variant) {
@@ -679,6 +681,7 @@ AttentionPlan plan_attention(const AttentionPlanInput& in) {
       }
     }
   }
+  plan.summary.prefill_variant = plan.prefill_variant;
   lay_out_staging(in, plan);
   return plan;
 }

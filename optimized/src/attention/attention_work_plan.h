@@ -90,8 +90,9 @@ struct AttentionPathOverrides {
   // runs no mixed grid; else the head size's mma.sync
   // default). The other variants exist for head size 128 (the benchmark's "v0", "v2" and "mma.sync"
   // rows). Variant 3 (wgmma, Hopper) needs an sm_90a build (an error otherwise)
-  // and runs layers of head size 128 with a 16-bit cache of the model dtype; any other layer runs
-  // the default variant, and the plan summary says why (prefill_variant_fallback).
+  // and runs layers of head size 128 with a 16-bit cache of the model dtype or a 1-byte cache (fp8
+  // e4m3 / e5m2 per tensor, int8 / fp8 per token-head); any other layer runs the default variant,
+  // and the plan summary says why (prefill_variant_fallback).
   int prefill_variant = -1;
   // Key split of the tensor-core decode kernel in place of kMmaDecodeSplit (the benchmark's
   // --mma-decode-split, for tuning the policy); fixed-shape capacities follow it too.
@@ -143,8 +144,11 @@ struct AttentionPlanSummary {
   int64_t prefill_rows = 0;    // query rows (tokens) on the tensor-core prefill path
   int64_t prefill_items = 0;   // CTAs of the prefill kernel
   std::string prefill_fallback;  // why non-decode rows took the generic path ("" if none did)
+  // The tile variant of the tensor-core prefill (AttentionPlan::prefill_variant; the mixed grid's
+  // prefill CTAs run the head size's mma.sync default).
+  int prefill_variant = -1;
   // Why the requested prefill_variant was not taken and the head size's default ran instead ("" if
-  // it was): the wgmma variant's head size and cache limits (prefill_wgmma_unsupported).
+  // it was): the wgmma variant's head size limit (prefill_wgmma_unsupported).
   std::string prefill_variant_fallback;
   // The wgmma prefill's K/V tiles of whole pages by TMA (prefill_wgmma_kernel.cuh): set by the
   // runner that launches it once it holds the cache's tensor map; otherwise why every tile takes

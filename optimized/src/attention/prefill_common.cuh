@@ -17,6 +17,13 @@
 
 namespace hybridtb::cuda {
 
+// Where key j of a tile (j = 8n + 2t + e: S n-tile n, quad lane t, element e) puts its per-token-head
+// scale among the tile's BN in shared memory: lane t's 2·BN/8 scales contiguous, in (n, e) order, so
+// that each thread takes its keys' scales with a few 16-byte loads.
+__host__ __device__ constexpr int prefill_scale_slot(int j, int bn) {
+  return ((j % 8) / 2) * (bn / 4) + 2 * (j / 8) + j % 2;
+}
+
 // One query row of an item: (token, head) row r of the GQA packing, token token_begin +
 // r / num_heads, head head_begin + r % num_heads. Padding rows (r ≥ num_rows) are not valid: their
 // position is −1 (no key visible) and their head the item's first (a harmless ALiBi slope).

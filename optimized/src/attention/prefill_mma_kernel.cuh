@@ -59,11 +59,6 @@ constexpr int kPrefillStages = 3;    // cp.async ring: kPrefillStages − 1 K/V 
 __host__ __device__ constexpr int64_t prefill_byte_stage_bytes(int d, int variant) {
   return static_cast<int64_t>(2) * prefill_config(d, variant).bn * (d + 4);
 }
-// Where key j of a tile (j = 8n + 2t + e: S n-tile n, quad lane t, element e) puts its scale among
-// the tile's BN: lane t's 2·BN/8 scales contiguous, in (n, e) order.
-__host__ __device__ constexpr int prefill_scale_slot(int j, int bn) {
-  return ((j % 8) / 2) * (bn / 4) + 2 * (j / 8) + j % 2;
-}
 // Q tile, then the ring: 16-bit caches kPrefillStages × (K tile, V tile); 1-byte caches
 // kPrefillStages byte stages, then the dequantised K and V tiles.
 __host__ __device__ constexpr int64_t prefill_smem_bytes(int d, int variant, bool byte_cache) {

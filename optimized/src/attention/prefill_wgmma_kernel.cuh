@@ -3,7 +3,7 @@
 // in base 2, P rounded to the model dtype ×2^15, every logit feature) with both products on
 // warpgroup MMAs (wgmma.mma_async m64n128k16, common/wgmma.cuh) instead of mma.sync, and
 // FlashAttention-3's warp specialisation. Head size 128, float16 / bfloat16 with a cache of the
-// model dtype (kv cache dtype auto, or encoder_only); sm_90a only (the including translation unit
+// model dtype (kv cache dtype auto, or encoder_only) or a 1-byte cache (below); sm_90a only (the including translation unit
 // is compiled for compute_90a; elsewhere the kernel body is empty and the launcher refuses the
 // variant).
 //
@@ -28,6 +28,20 @@
 //     the P·V does (the per-element code is the mma.sync kernel's, shared in prefill_common.cuh);
 //     once the P·V has landed (wait_group 0) O is rescaled, P packed, and tile t − 1's stage
 //     handed back. The last tile's P·V follows the loop.
+// 1-byte caches (Cache = PerTensorBytes / PerTokenHeadBytes: fp8 e4m3 / e5m2 per tensor, int8 / fp8
+// per token-head; WgmmaLayout): the producer alone casts, so the consumers' loop is the 16-bit one.
+// It streams the tile's raw K and V tiles (each 128 keys × 128 bytes, plus the keys' per-token-head
+// scales) by cp.async through the block table into a ring of kWgmmaRawSlots raw slots, K and V of a
+// tile in turn, up to two slots ahead of its casts; then each thread casts exactly the chunks it
+// copied itself (cast_16, byte_cache.cuh: exact; so no barrier among the producer's threads) into
+// the 16-bit stage in the 128-byte swizzle layout, copies its key's scale beside the stage
+// (prefill_scale_slot order), makes its writes visible to the async proxy and arrives on `full`.
+// The 16-bit ring is two stages deep (shared memory), so its K and V tiles are handed back apart:
+// the consumers arrive on the stage's `k_empty` once tile t's S has landed and its logits have read
+// the k scales, on `empty` once its P·V has landed, and the producer casts K of tile t + 2 while the
+// consumers still run P_t·V_t. The scales act in float32 as in prefill_mma_kernel.cuh (CacheScales):
+// per tensor k on the logit scale and v on the output; per token-head each key's k scale on its dot
+// products (key_mul) and its v scale on its probability before P is rounded (key_v).
 // No CTA-wide barrier after the start: the consumers never wait for each other, and neither spends
 // issue slots on address arithmetic or copies. Keys nobody in the CTA sees are never read
 // (cp.async zero-fill); padding rows read zeros and are never stored; no atomics, fixed reduction
@@ -36,6 +50,8 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <type_traits>
 
 #include "attention/attention_caps.h"
 #include "attention/attention_common.cuh"
@@ -81,13 +97,43 @@ __host__ __device__ constexpr bool wgmma_kv_tma_block(int block_size) {
   return block_size > 0 && block_size % kSwizzleAtomRows == 0 && prefill_wgmma_config().bn % block_size == 0;
 }
 
-// Q tile [128 rows][128], then the ring of kWgmmaStages × (K tile, V tile) [128 keys][128], each in
-// the 128-byte swizzle layout, then the mbarriers (q full, then per stage full and empty); + 1024
-// bytes to align the dynamic shared memory to a swizzle atom.
+// 1-byte caches: the 16-bit ring's depth and the raw staging ring's slots (one raw K or V tile each).
+// Q (32 KiB) + 2 × 64 KiB + 3 × 16.5 KiB + the scales fit the 227 KiB of an SM; a third 16-bit stage
+// does not.
+constexpr int kWgmmaByteStages = 2;
+constexpr int kWgmmaRawSlots = 3;
+
+// The shared memory of one instantiation (Cache: T, PerTensorBytes or PerTokenHeadBytes), offsets
+// from the 1024-byte aligned base: the Q tile [128 rows][128], then the ring of kStages × (K tile,
+// V tile) [128 keys][128] of T, each in the 128-byte swizzle layout; for a 1-byte cache then the raw
+// slots (the raw tile [128 keys][128 bytes], its keys' scales [128] in float32) and per stage the
+// tile's k and v scales [2][128] (prefill_scale_slot order); then the mbarriers (q full, per stage
+// full and empty, and for a 1-byte cache k_empty); + 1024 bytes to align the dynamic shared memory
+// to a swizzle atom.
+template <typename Cache>
+struct WgmmaLayout {
+  static constexpr bool kBytes = kIsByteCache<Cache>;
+  static constexpr int kBn = prefill_wgmma_config().bn;
+  static constexpr int kStages = kBytes ? kWgmmaByteStages : kWgmmaStages;
+  static constexpr int kRawSlots = kBytes ? kWgmmaRawSlots : 0;
+  static constexpr int kTileBytes = 2 * kWgmmaHead * kBn;  // a K or V tile of T
+  static constexpr int kQBytes = 2 * kWgmmaHead * 128;     // the Q tile: 128 rows
+  static constexpr int kRawBytes = kWgmmaHead * kBn;       // a raw K or V tile
+  static constexpr int kRawSlotBytes = kRawBytes + 4 * kBn;
+  static constexpr int kScaleBytes = kBytes ? 2 * 4 * kBn : 0;  // per stage
+  static constexpr int kBarriers = 1 + (kBytes ? 3 : 2) * kStages;
+  static constexpr int kK = kQBytes;
+  static constexpr int kV = kK + kStages * kTileBytes;
+  static constexpr int kRaw = kV + kStages * kTileBytes;
+  static constexpr int kScales = kRaw + kRawSlots * kRawSlotBytes;
+  static constexpr int kBars = kScales + kStages * kScaleBytes;
+  static constexpr int64_t kSmemBytes = static_cast<int64_t>(kBars) + 8 * kBarriers + 1024;
+};
+template <typename Cache>
 constexpr int64_t prefill_wgmma_smem_bytes() {
-  const int64_t tile = static_cast<int64_t>(2) * kWgmmaHead * 128;
-  return tile + 2 * kWgmmaStages * tile + 8 * (1 + 2 * kWgmmaStages) + 1024;
+  return WgmmaLayout<Cache>::kSmemBytes;
 }
+static_assert(prefill_wgmma_smem_bytes<PerTokenHeadBytes>() <= 227 * 1024, "1-byte cache layout: one SM's shared memory");
 
 namespace wgmma_ws {
 // Ping-pong of the two consumer warpgroups (FlashAttention-3): each issues its MMAs only after the
@@ -108,9 +154,124 @@ __device__ __forceinline__ void consumer_registers() {
 }
 }  // namespace wgmma_ws
 
-// T: model dtype (also the cache element); Plain: no soft cap and no ALiBi (prefill_mma_body).
+// The producer warpgroup's K/V tiles for a 1-byte cache (the header's "1-byte caches"): raw K and V
+// tiles ("units": unit 2t K of tile t, 2t + 1 its V) by cp.async into raw slot u % kRawSlots, one
+// cp.async group per unit, kRawSlots units ahead; each cast into its 16-bit stage once the stage's
+// previous tile handed that half back. Thread tid copies and casts the same chunks: pass i of a unit,
+// row j = 32·(i / 2) + 8·warp + lane / 4 and 16-byte chunk c = lane % 4 + 4·(i % 2) (elements
+// 16c …), kept in the slot at 16·(128·i + tid) (conflict-free either way), cast into the 16-bit
+// chunks 2c and 2c + 1 of row j (sw128_offset; a quarter warp's rows j, j ^ 1 fill distinct banks).
+// The per-token-head scale of key tid rides in its unit's slot. Q's cp.async group (committed before)
+// completes q_full.
+template <typename T, typename Cache>
+__device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParams& p, const PrefillItem& work,
+                                                            int num_tiles, unsigned char* smem, uint64_t* q_full,
+                                                            uint64_t* full, uint64_t* empty, uint64_t* k_empty,
+                                                            int tid) {
+  using Layout = WgmmaLayout<Cache>;
+  constexpr int D = kWgmmaHead;
+  constexpr int BN = Layout::kBn;
+  constexpr int kStages = Layout::kStages;
+  constexpr int kSlots = Layout::kRawSlots;
+  constexpr int kPasses = BN * D / 16 / 128;  // 16-byte chunks per thread and unit
+  constexpr bool kPerToken = kIsPerTokenHeadCache<Cache>;
+  static_assert(kPasses % 2 == 0 && BN == 32 * (kPasses / 2) && D == 16 * 8, "pass i: rows 32·(i / 2) …, chunks");
+  static_assert(BN == 128, "one per-token-head scale per producer thread and unit");
+  static_assert(kSlots >= 2, "the next unit's copies in flight while one is cast");
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int j0 = 8 * warp + lane / 4;
+  const auto* cache = static_cast<const uint8_t*>(p.kv_cache);
+  const uint32_t s_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  auto slot_of = [](int u) { return static_cast<uint32_t>(Layout::kRaw + (u % kSlots) * Layout::kRawSlotBytes); };
+
+  // Unit u's copies (none past the last tile), committed as one group.
+  auto issue = [&](int u) {
+    if (u < 2 * num_tiles) {
+      const int half = u % 2;  // 0: K, 1: V
+      const int kt = work.item.key_begin + (u / 2) * BN;
+      const uint32_t slot = s_base + slot_of(u);
+      const int64_t half_offset = half == 0 ? 0 : p.cache_stride_half;
+      const bool all_read = work.keys_all_read(kt, BN);
+      PagedRowWalk walk(p, work, kt + j0);
+#pragma unroll
+      for (int r = 0; r < kPasses / 2; ++r) {
+        const int j = j0 + 32 * r;
+        const bool ok = all_read || work.key_read(p, kt, j);
+        const int64_t row =
+            (all_read ? walk.offset(p) : ok ? cache_row_offset(p, work.request, kt + j, 0, work.kv_head) : 0) +
+            half_offset;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          mma::cp_async_16(slot + static_cast<uint32_t>(16 * (128 * (2 * r + h) + tid)),
+                           cache + row + 16 * (lane % 4 + 4 * h), ok);
+        }
+        if (all_read) walk.advance(32);
+      }
+      if constexpr (kPerToken) {
+        const bool ok = work.key_read(p, kt, tid);
+        const float* scales = half == 0 ? p.k_scale_cache : p.v_scale_cache;
+        mma::cp_async_4(slot + static_cast<uint32_t>(Layout::kRawBytes + 4 * tid),
+                        scales + (ok ? scale_index(p, work.request, kt + tid, work.kv_head) : 0), ok);
+      }
+    }
+    mma::cp_async_commit();
+  };
+  // Unit u (landed) → half u % 2 of 16-bit stage `stage`, and its scales beside the stage.
+  auto cast = [&](int u, int stage) {
+    const int half = u % 2;
+    const unsigned char* raw = smem + slot_of(u);
+    unsigned char* tile = smem + (half == 0 ? Layout::kK : Layout::kV) + stage * Layout::kTileBytes;
+    with_byte_kind<Cache>(p.kv_kind, [&](auto kind) {
+      // In slices of two chunks: the producer's registers (kProducerRegisters) hold no more.
+#pragma unroll 2
+      for (int i = 0; i < kPasses; ++i) {
+        const int j = 32 * (i / 2) + j0;
+        const int c = lane % 4 + 4 * (i % 2);
+        const uint4 bytes = *reinterpret_cast<const uint4*>(raw + 16 * (128 * i + tid));
+        uint4 out[2];
+        cast_16<T, decltype(kind)::value>(bytes, out);
+        *reinterpret_cast<uint4*>(tile + wgmma::sw128_offset<BN>(j, 2 * c)) = out[0];
+        *reinterpret_cast<uint4*>(tile + wgmma::sw128_offset<BN>(j, 2 * c + 1)) = out[1];
+      }
+    });
+    if constexpr (kPerToken) {
+      auto* scales = reinterpret_cast<float*>(smem + Layout::kScales + stage * Layout::kScaleBytes);
+      scales[half * BN + prefill_scale_slot(tid, BN)] = *reinterpret_cast<const float*>(raw + Layout::kRawBytes + 4 * tid);
+    }
+  };
+
+#pragma unroll 1
+  for (int u = 0; u < kSlots; ++u) issue(u);
+  mma::cp_async_wait<kSlots>();  // Q's group
+  wgmma::fence_proxy_async();
+  tma::mbarrier_arrive(q_full);
+  for (int t = 0; t < num_tiles; ++t) {
+    const int stage = t % kStages;
+#pragma unroll 1
+    for (int half = 0; half < 2; ++half) {
+      const int u = 2 * t + half;
+      // The stage's previous tile (t − kStages) handed this half back in the (t / kStages)-th phase
+      // of k_empty / empty; the consumers do so only after waiting for tiles this thread has
+      // completed (t − kStages, and for V t − kStages + 1), so the wait cannot hold up its own arrivals.
+      if (t >= kStages) {
+        tma::mbarrier_wait((half == 0 ? k_empty : empty) + stage, static_cast<uint32_t>((t / kStages - 1) & 1));
+      }
+      mma::cp_async_wait<kSlots - 1>();  // unit u's group: this thread's chunks of it landed
+      cast(u, stage);
+      issue(u + kSlots);  // into the slot just cast: its reads were consumed by the casts' stores
+    }
+    // This thread's part of tile t, written by the generic proxy, visible to the consumers' wgmma.
+    wgmma::fence_proxy_async();
+    tma::mbarrier_arrive(full + stage);
+  }
+  mma::cp_async_wait<0>();  // no copy in flight at exit (the groups past the last unit are empty)
+}
+
+// T: model dtype; Plain: no soft cap and no ALiBi (prefill_mma_body); Cache: the stored K/V element,
+// T (kv_cache_dtype auto, encoder_only), PerTensorBytes or PerTokenHeadBytes (a 1-byte cache).
 // kv_map: the cache's tensor map where p.kv_tma (launch_prefill_wgmma), unread otherwise.
-template <typename T, bool Plain>
+template <typename T, bool Plain, typename Cache>
 __global__ void __launch_bounds__(kWgmmaThreads, 1)
     prefill_wgmma_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ CUtensorMap kv_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -119,7 +280,14 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   constexpr int BN = prefill_config(D, kPrefillWgmma).bn;
   constexpr int kRows = prefill_rows(D, kPrefillWgmma);
   static_assert(BN == 128 && kRows == 64 * kWgmmaConsumers, "m64n128k16 tiles: S 64 × BN, O 64 × D");
-  static_assert(kWgmmaStages >= 3, "the producer waits for tile t − 3's stage before handing t − 1 over");
+  constexpr bool kByteCache = kIsByteCache<Cache>;
+  constexpr bool kPerToken = kIsPerTokenHeadCache<Cache>;
+  static_assert(kByteCache || std::is_same_v<Cache, T>, "the cache element is T or one byte");
+  using Layout = WgmmaLayout<Cache>;
+  constexpr int kStages = Layout::kStages;
+  static_assert(kStages >= (kByteCache ? 2 : 3),
+                "16-bit caches: the producer waits for tile t − 3's stage before handing t − 1 over; 1-byte "
+                "caches: it hands tile t over before casting t + 1");
   static_assert(D % kKvBoxDims == 0 && BN / kSwizzleAtomRows <= 32,
                 "TMA tiles: a box per 64-column slab, at most one page per lane of a warp");
   constexpr int kNt = BN / 8;     // S n-tiles (8 keys)
@@ -128,31 +296,34 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   static_assert((kRows * D * 2) % 1024 == 0 && kTileBytes % 1024 == 0 && (BN * 128) % 1024 == 0,
                 "Q, stages and slabs start on 1024-byte swizzle atoms (the TMA boxes' placement)");
   constexpr float kLog2e = 1.4426950408889634f;
-  using Scales = CacheScales<T, T>;
+  using Scales = CacheScales<T, Cache>;
   using Mmas = wgmma::Wgmma<T>;
 
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem_aligned = smem_raw + ((1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u);
   const uint32_t s_q = static_cast<uint32_t>(__cvta_generic_to_shared(smem_aligned));
-  const uint32_t s_k = s_q + kRows * D * 2;
-  const uint32_t s_v = s_k + kWgmmaStages * kTileBytes;
-  auto* bars = reinterpret_cast<uint64_t*>(smem_aligned + kRows * D * 2 + 2 * kWgmmaStages * kTileBytes);
-  uint64_t* q_full = bars;                      // Q staged (the producer's 128 threads arrive)
-  uint64_t* full = bars + 1;                    // [stage]: the tile in it landed (128 arrivals + its TMA bytes)
-  uint64_t* empty = bars + 1 + kWgmmaStages;    // [stage]: both consumers are done with it (256)
+  static_assert(Layout::kQBytes == kRows * D * 2 && Layout::kTileBytes == kTileBytes, "WgmmaLayout's tiles");
+  const uint32_t s_k = s_q + Layout::kK;
+  const uint32_t s_v = s_q + Layout::kV;
+  auto* bars = reinterpret_cast<uint64_t*>(smem_aligned + Layout::kBars);
+  uint64_t* q_full = bars;                 // Q staged (the producer's 128 threads arrive)
+  uint64_t* full = bars + 1;               // [stage]: the tile in it landed (128 arrivals + its TMA bytes)
+  uint64_t* empty = bars + 1 + kStages;    // [stage]: both consumers are done with it (1-byte: with its V) (256)
+  uint64_t* k_empty = bars + 1 + 2 * kStages;  // 1-byte caches, [stage]: both consumers are done with its K
 
   const GenericItem item = p.prefill_items[blockIdx.x];
   const int tid = static_cast<int>(threadIdx.x);
   const int wg = tid / 128;  // 0: producer; 1, 2: consumers
   const PrefillItem work(p, item);
   const int num_tiles = (item.key_end - item.key_begin + BN - 1) / BN;
-  auto stage_of = [](int tile) { return static_cast<uint32_t>((tile % kWgmmaStages) * kTileBytes); };
+  auto stage_of = [](int tile) { return static_cast<uint32_t>((tile % kStages) * kTileBytes); };
 
   if (tid == 0) {
     tma::mbarrier_init(q_full, 128);
-    for (int st = 0; st < kWgmmaStages; ++st) {
+    for (int st = 0; st < kStages; ++st) {
       tma::mbarrier_init(full + st, 128);
       tma::mbarrier_init(empty + st, 128 * kWgmmaConsumers);
+      if constexpr (kByteCache) tma::mbarrier_init(k_empty + st, 128 * kWgmmaConsumers);
     }
     tma::fence_barrier_init();  // `full` also counts the TMA unit's bytes
   }
@@ -164,88 +335,94 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     // then complete the phase), on a cp.async tile once its own copies have landed and been fenced
     // for the async proxy. So the two kinds of tile share the ring and its barriers. -------------------
     wgmma_ws::producer_registers();
-    if (p.kv_tma && tid == 0) tma::prefetch_map(&kv_map);
-    load_prefill_q<T, D, kRows, 128>(p, work, s_q, tid,
-                                     [](int r, int c) { return wgmma::sw128_offset<kRows>(r, c); });
-    const PrefillKvLoader<T, D, BN, 128, kTileBytes> kv_loader(p);
-    // The barrier (index into bars) whose arrival waits for this thread's latest cp.async group: Q's,
-    // then a cp.async tile's; kNoneDue once it has arrived. Every thread takes the same branches (they
-    // depend on the tile only), so it is the warpgroup's alike.
-    constexpr int kNoneDue = -1;
-    int due = static_cast<int>(q_full - bars);
-    for (int t = 0; t < num_tiles; ++t) {
-      const int stage = t % kWgmmaStages;
-      // The stage's previous tile (t − kWgmmaStages) was handed back in its (t / stages)-th phase. The
-      // consumers hand it back after waiting for tile t − kWgmmaStages + 1, whose arrivals this thread
-      // has made (only the latest tile's can be pending), so this wait cannot hold up its own arrival.
-      if (t >= kWgmmaStages) tma::mbarrier_wait(empty + stage, static_cast<uint32_t>((t / kWgmmaStages - 1) & 1));
-      const int kt = item.key_begin + t * BN;
-      // TMA only where it copies exactly what cp.async would: whole pages (kv_tma: the map exists, so
-      // the block size is wgmma_kv_tma_block's; the tile starts on a page) and every key read (no
-      // zero-filled row; every page of the tile is in the request's block table).
-      if (p.kv_tma && kt % p.block_size == 0 && work.keys_all_read(kt, BN)) {
-        uint64_t* bar = full + stage;
-        if (tid < 32) {
-          // Warp 0: the tile's block-table entries, one per lane, then the elected lane announces
-          // the tile's bytes and issues per page, slab and K/V one box into the stage.
-          const int pages = BN / p.block_size;
-          const int first_block = kt / p.block_size;
-          const int32_t lane_page =
-              tid < pages ? p.block_table[static_cast<int64_t>(work.request) * p.block_table_stride + first_block + tid]
-                          : 0;
-          const bool elected = tma::elect_one();
-          if (elected) {
-            tma::mbarrier_arrive_expect_tx(bar, 2 * kTileBytes);
+    if constexpr (kByteCache) {
+      load_prefill_q<T, D, kRows, 128>(p, work, s_q, tid,
+                                       [](int r, int c) { return wgmma::sw128_offset<kRows>(r, c); });
+      prefill_wgmma_byte_producer<T, Cache>(p, work, num_tiles, smem_aligned, q_full, full, empty, k_empty, tid);
+    } else {
+      if (p.kv_tma && tid == 0) tma::prefetch_map(&kv_map);
+      load_prefill_q<T, D, kRows, 128>(p, work, s_q, tid,
+                                       [](int r, int c) { return wgmma::sw128_offset<kRows>(r, c); });
+      const PrefillKvLoader<T, D, BN, 128, kTileBytes> kv_loader(p);
+      // The barrier (index into bars) whose arrival waits for this thread's latest cp.async group: Q's,
+      // then a cp.async tile's; kNoneDue once it has arrived. Every thread takes the same branches (they
+      // depend on the tile only), so it is the warpgroup's alike.
+      constexpr int kNoneDue = -1;
+      int due = static_cast<int>(q_full - bars);
+      for (int t = 0; t < num_tiles; ++t) {
+        const int stage = t % kWgmmaStages;
+        // The stage's previous tile (t − kWgmmaStages) was handed back in its (t / stages)-th phase. The
+        // consumers hand it back after waiting for tile t − kWgmmaStages + 1, whose arrivals this thread
+        // has made (only the latest tile's can be pending), so this wait cannot hold up its own arrival.
+        if (t >= kWgmmaStages) tma::mbarrier_wait(empty + stage, static_cast<uint32_t>((t / kWgmmaStages - 1) & 1));
+        const int kt = item.key_begin + t * BN;
+        // TMA only where it copies exactly what cp.async would: whole pages (kv_tma: the map exists, so
+        // the block size is wgmma_kv_tma_block's; the tile starts on a page) and every key read (no
+        // zero-filled row; every page of the tile is in the request's block table).
+        if (p.kv_tma && kt % p.block_size == 0 && work.keys_all_read(kt, BN)) {
+          uint64_t* bar = full + stage;
+          if (tid < 32) {
+            // Warp 0: the tile's block-table entries, one per lane, then the elected lane announces
+            // the tile's bytes and issues per page, slab and K/V one box into the stage.
+            const int pages = BN / p.block_size;
+            const int first_block = kt / p.block_size;
+            const int32_t lane_page =
+                tid < pages ? p.block_table[static_cast<int64_t>(work.request) * p.block_table_stride + first_block + tid]
+                            : 0;
+            const bool elected = tma::elect_one();
+            if (elected) {
+              tma::mbarrier_arrive_expect_tx(bar, 2 * kTileBytes);
+            } else {
+              tma::mbarrier_arrive(bar);
+            }
+            const uint32_t page_bytes = static_cast<uint32_t>(p.block_size * 128);
+  #pragma unroll 1
+            for (int g = 0; g < pages; ++g) {
+              const int32_t page = __shfl_sync(0xffffffffu, lane_page, g);
+              if (elected) {
+                // Page g: tile rows g·block_size …, in each 64-column slab (sw128_offset's layout).
+                const uint32_t rows = stage_of(t) + static_cast<uint32_t>(g) * page_bytes;
+  #pragma unroll
+                for (int slab = 0; slab < D / kKvBoxDims; ++slab) {
+                  const uint32_t dst = rows + static_cast<uint32_t>(slab * BN * 128);
+                  tma::load_tile_5d(s_k + dst, &kv_map, slab * kKvBoxDims, work.kv_head, 0, 0, page, bar);
+                  tma::load_tile_5d(s_v + dst, &kv_map, slab * kKvBoxDims, work.kv_head, 0, 1, page, bar);
+                }
+              }
+            }
           } else {
             tma::mbarrier_arrive(bar);
           }
-          const uint32_t page_bytes = static_cast<uint32_t>(p.block_size * 128);
-#pragma unroll 1
-          for (int g = 0; g < pages; ++g) {
-            const int32_t page = __shfl_sync(0xffffffffu, lane_page, g);
-            if (elected) {
-              // Page g: tile rows g·block_size …, in each 64-column slab (sw128_offset's layout).
-              const uint32_t rows = stage_of(t) + static_cast<uint32_t>(g) * page_bytes;
-#pragma unroll
-              for (int slab = 0; slab < D / kKvBoxDims; ++slab) {
-                const uint32_t dst = rows + static_cast<uint32_t>(slab * BN * 128);
-                tma::load_tile_5d(s_k + dst, &kv_map, slab * kKvBoxDims, work.kv_head, 0, 0, page, bar);
-                tma::load_tile_5d(s_v + dst, &kv_map, slab * kKvBoxDims, work.kv_head, 0, 1, page, bar);
-              }
-            }
+          // The consumers need the due cp.async group's tile before this one (and the next `empty`
+          // wait may depend on it): complete it now, with this tile's copies in flight.
+          if (due != kNoneDue) {
+            cp_async_wait<0>();
+            wgmma::fence_proxy_async();
+            tma::mbarrier_arrive(bars + due);
+            due = kNoneDue;
           }
         } else {
-          tma::mbarrier_arrive(bar);
+          // The thread index hidden from the compiler per tile: the rows' swizzled offsets, all of them
+          // derived from it, are then computed per tile instead of held across the loop, which would
+          // not fit kProducerRegisters beside the TMA branch (a few integer operations per row).
+          int loader_tid = tid;
+          asm volatile("" : "+r"(loader_tid));
+          kv_loader.load(p, work, loader_tid, kt, s_k, s_v, stage,
+                         [](int j, int c) { return wgmma::sw128_offset<BN>(j, c); });
+          cp_async_commit();
+          if (due != kNoneDue) {
+            cp_async_wait<1>();  // the group before this one: Q or the previous cp.async tile
+            wgmma::fence_proxy_async();
+            tma::mbarrier_arrive(bars + due);
+          }
+          due = static_cast<int>(full - bars) + stage;
         }
-        // The consumers need the due cp.async group's tile before this one (and the next `empty`
-        // wait may depend on it): complete it now, with this tile's copies in flight.
-        if (due != kNoneDue) {
-          cp_async_wait<0>();
-          wgmma::fence_proxy_async();
-          tma::mbarrier_arrive(bars + due);
-          due = kNoneDue;
-        }
-      } else {
-        // The thread index hidden from the compiler per tile: the rows' swizzled offsets, all of them
-        // derived from it, are then computed per tile instead of held across the loop, which would
-        // not fit kProducerRegisters beside the TMA branch (a few integer operations per row).
-        int loader_tid = tid;
-        asm volatile("" : "+r"(loader_tid));
-        kv_loader.load(p, work, loader_tid, kt, s_k, s_v, stage,
-                       [](int j, int c) { return wgmma::sw128_offset<BN>(j, c); });
-        cp_async_commit();
-        if (due != kNoneDue) {
-          cp_async_wait<1>();  // the group before this one: Q or the previous cp.async tile
-          wgmma::fence_proxy_async();
-          tma::mbarrier_arrive(bars + due);
-        }
-        due = static_cast<int>(full - bars) + stage;
       }
-    }
-    if (due != kNoneDue) {
-      cp_async_wait<0>();
-      wgmma::fence_proxy_async();
-      tma::mbarrier_arrive(bars + due);
+      if (due != kNoneDue) {
+        cp_async_wait<0>();
+        wgmma::fence_proxy_async();
+        tma::mbarrier_arrive(bars + due);
+      }
     }
     return;
   }
@@ -262,15 +439,45 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   PrefillRow rows[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) work.row(warp * 16 + g, i, rows[i]);
-  // The multiplier of each key's dot products (prefill_logits; the cache is of the model dtype, so
-  // no key has a scale of its own) and each key's v scale (prefill_pack_p: 1).
+  // The multiplier of each key's dot products (prefill_logits) and each key's v scale
+  // (prefill_pack_p): with a cache of the model dtype scale·log2e (plain) or 1, and 1; per tensor
+  // scale·log2e·k_scale or k_scale, and 1 (prefill_mma_kernel.cuh's, to the bit); per token-head
+  // each tile's staged scales times those, applied to the tile in place (scale_keys), so that
+  // prefill_logits / prefill_pack_p then multiply by ones: (s·m)·1 is the bits of s·m, and no array of
+  // 32 multipliers is live beside S, O and P.
+  const Scales scales(p);
   float key_mul[kNt][2];
   float key_v[kNt][2];
 #pragma unroll
   for (int n = 0; n < kNt; ++n) {
-    key_mul[n][0] = key_mul[n][1] = Plain ? p.scale * kLog2e : 1.0f;
+    if constexpr (kPerToken) {
+      key_mul[n][0] = key_mul[n][1] = 1.0f;  // scale_keys
+    } else if constexpr (kByteCache) {
+      key_mul[n][0] = key_mul[n][1] = Plain ? p.scale * kLog2e * scales.k : scales.k;
+    } else {
+      key_mul[n][0] = key_mul[n][1] = Plain ? p.scale * kLog2e : 1.0f;
+    }
     key_v[n][0] = key_v[n][1] = 1.0f;
   }
+  // Per-token-head caches: acc's scores (or probabilities) of this thread's keys 8n + 2·t4 + {0, 1} of
+  // tile `it` times their k (half 0) or v (half 1) scale times `base` (prefill_scale_slot: 16-byte
+  // loads).
+  [[maybe_unused]] auto scale_keys = [&](float (&acc)[kNt][4], int it, int half, float base) {
+    const auto* staged = reinterpret_cast<const float4*>(smem_aligned + Layout::kScales +
+                                                         (it % kStages) * Layout::kScaleBytes +
+                                                         4 * (half * BN + t4 * 2 * kNt));
+#pragma unroll
+    for (int n = 0; n < kNt; n += 2) {
+      const float4 x = staged[n / 2];
+      const float m[4] = {x.x * base, x.y * base, x.z * base, x.w * base};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc[n][e] *= m[e % 2];
+        acc[n + 1][e] *= m[2 + e % 2];
+      }
+    }
+  };
+  [[maybe_unused]] const float scale_log2 = p.scale * kLog2e * scales.k;
 
   float o[kDt][4];
   float row_m[2] = {kNegInf, kNegInf};  // running max of the base-2 logits
@@ -289,7 +496,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   };
   // Tile `it` landed (its `full` phase) and is visible to the async proxy.
   auto wait_tile = [&](int it) {
-    tma::mbarrier_wait(full + it % kWgmmaStages, static_cast<uint32_t>((it / kWgmmaStages) & 1));
+    tma::mbarrier_wait(full + it % kStages, static_cast<uint32_t>((it / kStages) & 1));
   };
   // S = Q·K_itᵀ issued and committed, not awaited. Q of this warpgroup: rows 64·cwg …; k-step kk =
   // columns 16·kk … (slab kk / 4, 32 bytes per step).
@@ -310,12 +517,20 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   };
   // Logits (base 2), masks (only where some key of the tile is hidden from some row) and the online
   // softmax of tile `it` (rows g, g + 8; a quad of lanes shares a row): acc becomes P in float32.
+  // A 1-byte cache's K tile (and its k scales) is then handed back (k_empty).
   auto softmax_tile = [&](float (&acc)[kNt][4], int it, float (&alpha)[2]) {
     const int kt = item.key_begin + it * BN;
     const bool full_tile = work.tile_full<BN>(p, it);
+    if constexpr (kPerToken) scale_keys(acc, it, 0, Plain ? scale_log2 : scales.k);  // key_mul: ones
     prefill_logits<Plain>(p, work, acc, key_mul, rows, kt, t4);
+    if constexpr (kByteCache) tma::mbarrier_arrive(k_empty + it % kStages);
     if (!full_tile) prefill_mask(p, work, acc, rows, kt, t4);
     prefill_softmax_p<Scales>(acc, row_m, row_l, alpha);
+  };
+  // P of tile `it` times its keys' v scales, rounded to T: the A operand of its P·V.
+  auto pack_tile = [&](float (&acc)[kNt][4], int it, uint32_t (&out)[BN / 16][4]) {
+    if constexpr (kPerToken) scale_keys(acc, it, 1, 1.0f);  // ΣP already taken; key_v: ones
+    prefill_pack_p<T>(acc, key_v, out);
   };
 
   tma::mbarrier_wait(q_full, 0);
@@ -338,7 +553,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     wgmma::pin(s);
     float alpha[2];
     softmax_tile(s, 0, alpha);
-    prefill_pack_p<T>(s, key_v, pa);
+    pack_tile(s, 0, pa);
   }
   for (int it = 1; it < num_tiles; ++it) {
     wait_tile(it);
@@ -354,9 +569,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     wgmma::wait<0>();  // the P·V has landed: O, the A operand and tile it − 1's stage are free
     wgmma::pin(o);
     wgmma::pin(pa);
-    tma::mbarrier_arrive(empty + (it - 1) % kWgmmaStages);
+    tma::mbarrier_arrive(empty + (it - 1) % kStages);
     prefill_rescale(o, alpha);
-    prefill_pack_p<T>(s, key_v, pa);
+    pack_tile(s, it, pa);
   }
   if (num_tiles > 0) {  // the last tile's P·V
     wgmma::fence();
@@ -370,7 +585,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   // --- epilogue: quad-reduce l (fixed order), sinks, fp8 output, store valid rows -------------------
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    prefill_store_row<T, Scales>(p, work, rows[i], warp * 16 + g + 8 * i, i, row_m[i], row_l[i], 1.0f, o, t4);
+    // scales.v: the per-tensor v scale (1 otherwise).
+    prefill_store_row<T, Scales>(p, work, rows[i], warp * 16 + g + 8 * i, i, row_m[i], row_l[i], scales.v, o, t4);
   }
 #else
   (void)p;  // no wgmma below sm_90a: never launched (launch_prefill_wgmma checks the device)
