@@ -227,28 +227,34 @@ struct PrefillKvLoader {
   }
 };
 
-// Scores → base-2 logits for one m-tile of a tile starting at key kt. key_mul is each key's
-// multiplier of its dot products: scale·log2e·(k scale) on the plain path (no soft cap, no ALiBi:
-// one multiply), the k scale on the featured path (attention_logit, then ·log2e).
+// Scores → base-2 logits for S n-tile n (keys kt + 8n + 2·t4 + {0, 1}; rows g, g + 8) of one m-tile
+// of a tile starting at key kt. key_mul is each key's multiplier of its dot products:
+// scale·log2e·(k scale) on the plain path (no soft cap, no ALiBi: one multiply), the k scale on the
+// featured path (attention_logit, then ·log2e).
+template <bool Plain>
+__device__ __forceinline__ void prefill_logit_tile(const AttentionParams& p, const PrefillItem& it, float (&s)[4],
+                                                   const float (&key_mul)[2], const PrefillRow (&rows)[2], int kt,
+                                                   int n, int t4) {
+  constexpr float kLog2e = 1.4426950408889634f;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    if constexpr (Plain) {
+      s[e] *= key_mul[e % 2];
+    } else {
+      const int k = kt + 8 * n + 2 * t4 + (e % 2);
+      s[e] = attention_logit(p, s[e] * key_mul[e % 2], rows[e / 2].head, rows[e / 2].pos, k, it.context_len) *
+             kLog2e;
+    }
+  }
+}
+
+// prefill_logit_tile over every n-tile of one m-tile.
 template <bool Plain, int kNt>
 __device__ __forceinline__ void prefill_logits(const AttentionParams& p, const PrefillItem& it, float (&s)[kNt][4],
                                                const float (&key_mul)[kNt][2], const PrefillRow (&rows)[2], int kt,
                                                int t4) {
-  constexpr float kLog2e = 1.4426950408889634f;
 #pragma unroll
-  for (int n = 0; n < kNt; ++n) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      if constexpr (Plain) {
-        s[n][e] *= key_mul[n][e % 2];
-      } else {
-        const int k = kt + 8 * n + 2 * t4 + (e % 2);
-        s[n][e] = attention_logit(p, s[n][e] * key_mul[n][e % 2], rows[e / 2].head, rows[e / 2].pos, k,
-                                  it.context_len) *
-                  kLog2e;
-      }
-    }
-  }
+  for (int n = 0; n < kNt; ++n) prefill_logit_tile<Plain>(p, it, s[n], key_mul[n], rows, kt, n, t4);
 }
 
 // The mask of one m-tile of a tile that is not full: a score whose key the row does not see

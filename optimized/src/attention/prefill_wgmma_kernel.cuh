@@ -442,9 +442,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   // The multiplier of each key's dot products (prefill_logits) and each key's v scale
   // (prefill_pack_p): with a cache of the model dtype scale·log2e (plain) or 1, and 1; per tensor
   // scale·log2e·k_scale or k_scale, and 1 (prefill_mma_kernel.cuh's, to the bit); per token-head
-  // each tile's staged scales times those, applied to the tile in place (scale_keys), so that
-  // prefill_logits / prefill_pack_p then multiply by ones: (s·m)·1 is the bits of s·m, and no array of
-  // 32 multipliers is live beside S, O and P.
+  // each tile's staged scales times those, applied to the tile in place (scale_keys, scale_key_tile),
+  // so that prefill_logits / prefill_pack_p then multiply by ones: (s·m)·1 is the bits of s·m, and no
+  // array of 32 multipliers is live beside S, O and P.
   const Scales scales(p);
   float key_mul[kNt][2];
   float key_v[kNt][2];
@@ -476,6 +476,23 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         acc[n + 1][e] *= m[2 + e % 2];
       }
     }
+  };
+  // The featured path (soft cap / ALiBi) applies its k scales instead one n-tile at a time, each pair
+  // read from shared memory right before that n-tile's logits (8-byte loads, the same values and
+  // products): loaded ahead, 32 scales are live beside S, O, P and the featured logits' state and
+  // spill at kConsumerRegisters. The lane's offset among them (t4 = %laneid % 4) is read anew at
+  // each load by an asm the compilers neither merge nor hoist: kept in a register across the 16
+  // n-tiles' logits, that one register still spills.
+  [[maybe_unused]] auto scale_key_tile = [&](float (&acc)[kNt][4], int it, float base, int n) {
+    uint32_t lane_id;
+    asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane_id));
+    const auto* staged = reinterpret_cast<const float2*>(smem_aligned + Layout::kScales +
+                                                         (it % kStages) * Layout::kScaleBytes +
+                                                         4 * static_cast<int>(lane_id % 4) * 2 * kNt);
+    const float2 x = staged[n];
+    const float m[2] = {x.x * base, x.y * base};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[n][e] *= m[e % 2];
   };
   [[maybe_unused]] const float scale_log2 = p.scale * kLog2e * scales.k;
 
@@ -521,8 +538,16 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   auto softmax_tile = [&](float (&acc)[kNt][4], int it, float (&alpha)[2]) {
     const int kt = item.key_begin + it * BN;
     const bool full_tile = work.tile_full<BN>(p, it);
-    if constexpr (kPerToken) scale_keys(acc, it, 0, Plain ? scale_log2 : scales.k);  // key_mul: ones
-    prefill_logits<Plain>(p, work, acc, key_mul, rows, kt, t4);
+    if constexpr (kPerToken && !Plain) {  // key_mul: ones
+#pragma unroll
+      for (int n = 0; n < kNt; ++n) {
+        scale_key_tile(acc, it, scales.k, n);
+        prefill_logit_tile<Plain>(p, work, acc[n], key_mul[n], rows, kt, n, t4);
+      }
+    } else {
+      if constexpr (kPerToken) scale_keys(acc, it, 0, scale_log2);  // key_mul: ones
+      prefill_logits<Plain>(p, work, acc, key_mul, rows, kt, t4);
+    }
     if constexpr (kByteCache) tma::mbarrier_arrive(k_empty + it % kStages);
     if (!full_tile) prefill_mask(p, work, acc, rows, kt, t4);
     prefill_softmax_p<Scales>(acc, row_m, row_l, alpha);
