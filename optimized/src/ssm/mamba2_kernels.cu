@@ -32,6 +32,13 @@
 // staged as float32 tiles by cp.async; the chunk scan's and chunk states' 16-bit operands as tiles
 // of the model dtype, rounded as they are staged (TileRegs16) and read by ldmatrix; the chunk scan's
 // float32 C·Bᵀ and output x rows by cp.async, in flight over its products.
+// On a compute capability 9.0 device (where the build has sm_90a code, HYBRIDTB_MAMBA2_WGMMA) the
+// chunk scan with 16-bit operands runs on warpgroup MMAs instead (mamba2_scan_wgmma.cu: blocks of
+// 64 t × 128 P, so that M is formed once per chunk, t tile and head; C·Hᵀ in 64-wide N slabs of
+// m64n64k16 from shared 128-byte-swizzle tiles, M·x likewise): the same values rounded to 16 bits
+// at the same points, float32 accumulation, the slabs in a fixed order; only the order of the
+// products inside one MMA instruction differs from mma.sync's (the 16-bit-operand row of the
+// tolerance table bounds both). Elsewhere chunk_scan_kernel below runs it.
 // The decays, Δ, Λ, the masks, the state passing and the epilogues stay float32 on the CUDA cores.
 // Chunks never straddle a block boundary (the host ends a chunk after each boundary row), so the
 // state passing stores the boundary states between chunks. Λ is computed once per chunk and head
@@ -57,6 +64,7 @@
 #include "ssm/activations.cuh"
 #include "ssm/pool_quads.cuh"
 #include "ssm/mamba2_kernels.h"
+#include "ssm/mamba2_scan_wgmma.h"
 #include "ssm/weight_ref.cuh"
 
 namespace hybridtb::cuda::ssm {
@@ -1105,6 +1113,14 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
     launch_state_passing<PassAccess::kScalar>(p, stream);
   }
   HYBRIDTB_CUDA_CHECK_LAUNCH();
+#if defined(HYBRIDTB_MAMBA2_WGMMA)
+  if constexpr (!std::is_same_v<T, float>) {
+    if (current_compute_capability().is_hopper()) {  // sm_90a code runs there only
+      launch_mamba2_chunk_scan_wgmma(p, stream);
+      return;
+    }
+  }
+#endif
   constexpr size_t kScanSmem = ScanLayout<T>::kSmemBytes;
   allow_dynamic_smem(chunk_scan_kernel<T>, kScanSmem);
   chunk_scan_kernel<T><<<dim3(chunks * kTBlocks, heads, p_tiles), kChunkThreads, kScanSmem, stream>>>(p);
