@@ -458,7 +458,7 @@ class CudaBackend final : public Backend {
     HYBRIDTB_CHECK(metadata.mamba.has_value(), "ssm_mode ", config.ssm_mode,
                    " needs the Mamba metadata, which encoder-only layers do not have");
     ssm::ssm_forward(config, *metadata.mamba, batch, tensors, contribution, *device_->ssm,
-                     settings_.ssm_prefill_operands);
+                     settings_.ssm_prefill_operands, settings_.ssm_prefill_wgmma);
   }
 
   // HybridAttentionImpl.forward: the SSM branch first (so an unsupported or invalid SSM step is
@@ -510,7 +510,7 @@ class CudaBackend final : public Backend {
     HYBRIDTB_CHECK(metadata.mamba.has_value(), "layer_kind ", to_string(config.layer_kind),
                    " needs the Mamba metadata (its state slots)");
     ssm::linear_attention_forward(config, *metadata.mamba, batch, tensors, output, *device_->ssm,
-                                  settings_.ssm_prefill_operands);
+                                  settings_.ssm_prefill_operands, settings_.ssm_prefill_wgmma);
   }
 
   void* native_stream() override { return device_->stream; }

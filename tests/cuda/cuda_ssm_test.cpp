@@ -21,6 +21,9 @@
 // directly (CudaSsmFixedStep): a step re-prepared for batch B gives the bits of a fresh step for B,
 // a captured CUDA graph replayed after prepare(B) too, the eager backend the same bits, skipped
 // requests zeros, shared slots refused (and run in waves eagerly), shape/tensor changes refused.
+// The chunked prefills with 16-bit product operands (mamba2, gdn) against the table's 16-bit row;
+// Mamba-2's also with its chunk scan's mma.sync body asked for (CudaMamba2MmaSyncScan), the body
+// of every GPU but compute capability 9.0, where the default is the wgmma one.
 // Skips with the reason on a machine without a CUDA device.
 // Run: ctest --test-dir <build> -L cuda   (cases named Small* are the compute-sanitizer subset)
 #include <gtest/gtest.h>
@@ -41,6 +44,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/device_memory.h"
+#include "common/kernel_attributes.h"
 #include "cuda_cases.h"
 #include "cuda_compare.h"
 #include "hybridtb/backend.h"
@@ -50,6 +54,7 @@
 #include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/step.h"
 #include "hybridtb/synthetic.h"
+#include "ssm/mamba2_kernels.h"
 #include "ssm/ssm_gpu_mode.h"
 #include "test_paths.h"
 
@@ -396,6 +401,16 @@ DType model_operands(const AttentionConfig& config) {
   return config.dtype == DType::kFloat16 || config.dtype == DType::kBFloat16 ? config.dtype : DType::kFloat32;
 }
 
+// Twice the tolerance row of the SSM quantity q stored as `stored` (with product operands of
+// `operand_dtype`: ParityKey::ssm_operand_dtype) for `file`: two runs of its step, each within the
+// row of the exact value, agree within it.
+Tolerance twice_the_row(const BatchFile& file, Quantity q, DType stored, DType operand_dtype) {
+  ParityKey key = parity_key(file, q, stored);
+  key.ssm_operand_dtype = operand_dtype;
+  const Tolerance t = parity_tolerance(key);
+  return Tolerance{2 * t.atol, 2 * t.rtol, "2 × (" + t.rationale + "): two runs, each within the row"};
+}
+
 class CudaSsmModelOperands : public CudaParamFixture<CudaCase> {};
 
 // BackendSettings::ssm_prefill_operands model against the reference, within the table's
@@ -424,6 +439,85 @@ TEST_P(CudaSsmModelOperands, MatchesReferenceWithinThe16BitRow) {
 
 INSTANTIATE_TEST_SUITE_P(Mamba2, CudaSsmModelOperands, ::testing::ValuesIn(mamba2_prefill_cases()), CaseName());
 INSTANTIATE_TEST_SUITE_P(Gdn, CudaSsmModelOperands, ::testing::ValuesIn(gdn_prefill_cases()), CaseName());
+
+// The Mamba-2 prefill cases of a 16-bit model (ssm_prefill_operands model then rounds the operands
+// to it).
+std::vector<CudaCase> mamba2_16bit_prefill_cases() {
+  std::vector<CudaCase> selected;
+  for (const CudaCase& c : mamba2_prefill_cases()) {
+    if (c.dtype == DType::kFloat16 || c.dtype == DType::kBFloat16) selected.push_back(c);
+  }
+  return selected;
+}
+
+// Whether the backend's Mamba-2 prefill runs its 16-bit chunk scan on wgmma here by default: a
+// build with the sm_90a code on a compute capability 9.0 device (mamba2.cpp).
+bool mamba2_scan_wgmma_runs_here() {
+  return cuda::ssm::mamba2_scan_wgmma_built() && cuda::current_compute_capability().is_hopper();
+}
+
+// Two runs of `step` agree within twice each SSM quantity's 16-bit-operand row: the contribution's
+// rows [0, num_actual_tokens) and every pool, element by element.
+void expect_within_twice_the_row(const BatchFile& step, const StepOutputs& a, const StepOutputs& b,
+                                 DType operand_dtype, const std::string& what) {
+  const Tensor& out = a.ssm_output;
+  const Tolerance out_tol = twice_the_row(step, Quantity::kSsmOutput, out.dtype(), operand_dtype);
+  const int64_t width = out.numel() / out.size(0);
+  for (int64_t i = 0; i < step.batch.num_actual_tokens * width; ++i) {
+    const double x = load_as_double(out.data(), out.dtype(), i);
+    const double y = load_as_double(b.ssm_output.data(), b.ssm_output.dtype(), i);
+    ASSERT_TRUE(out_tol.allows(x, y)) << what << ": ssm_output token " << i / width << " element " << i % width
+                                      << ": " << x << " vs " << y << " (" << out_tol.rationale << ")";
+  }
+  for (const auto& [name, pool] : a.ssm_state) {
+    const Tolerance tol = twice_the_row(step, Quantity::kSsmState, pool.dtype(), operand_dtype);
+    const Tensor& other = b.ssm_state.at(name);
+    for (int64_t i = 0; i < pool.numel(); ++i) {
+      const double x = load_as_double(pool.data(), pool.dtype(), i);
+      const double y = load_as_double(other.data(), other.dtype(), i);
+      ASSERT_TRUE(tol.allows(x, y)) << what << ": pool " << name << " element " << i << ": " << x << " vs " << y
+                                    << " (" << tol.rationale << ")";
+    }
+  }
+}
+
+class CudaMamba2MmaSyncScan : public CudaParamFixture<CudaCase> {};
+
+// BackendSettings::ssm_prefill_wgmma false: Mamba-2's 16-bit chunk scan on mma.sync, the body of
+// every GPU but compute capability 9.0 (where the wgmma body runs by default and the cases above
+// take it), against the reference exactly as CudaSsmModelOperands checks the default (the 16-bit
+// row, padding, untouched slots, bitwise reproducible). Where the wgmma body runs by default the two
+// bodies agree within twice the row; elsewhere asking for mma.sync changes no bit.
+TEST_P(CudaMamba2MmaSyncScan, MatchesReferenceWithinThe16BitRow) {
+  const BatchFile step = make_step(GetParam());
+  BackendSettings settings{step.config, step.builder};
+  auto reference = create_backend("reference", settings);
+  settings.ssm_prefill_operands = SsmPrefillOperands::kModel;
+  auto by_default = create_backend("cuda", settings);
+  settings.ssm_prefill_wgmma = false;
+  auto mma_sync = create_backend("cuda", settings);
+  const StepOutputs expected = run_step(*reference, step);
+  const StepOutputs actual = run_step(*mma_sync, step);
+  CompareOptions options;
+  options.ssm_operand_dtype = model_operands(step.config);
+  expect_matches_reference(step, actual, expected, options);
+  expect_repeats_bit_for_bit(*mma_sync, step, actual, /*with_output=*/false);
+
+  const StepOutputs default_body = run_step(*by_default, step);
+  if (mamba2_scan_wgmma_runs_here()) {
+    expect_within_twice_the_row(step, default_body, actual, options.ssm_operand_dtype, "wgmma vs mma.sync");
+  } else {
+    EXPECT_TRUE(bitwise_equal(actual.ssm_output, default_body.ssm_output))
+        << "ssm_output: mma.sync asked for differs from the default body (also mma.sync here)";
+    for (const auto& [name, pool] : actual.ssm_state) {
+      EXPECT_TRUE(bitwise_equal(pool, default_body.ssm_state.at(name)))
+          << "pool " << name << ": mma.sync asked for differs from the default body (also mma.sync here)";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Mamba2, CudaMamba2MmaSyncScan, ::testing::ValuesIn(mamba2_16bit_prefill_cases()),
+                         CaseName());
 
 // --- chunked prefill == one-shot prefill, on the GPU ---------------------------------------------
 
@@ -471,16 +565,8 @@ void expect_chunked_equals_one_shot(const std::string& mode, int64_t length, int
   second.inputs.weights = tensors.weights;
   const StepOutputs b = run_step(*cuda, second);
 
-  const auto twice = [](Tolerance t) {
-    return Tolerance{2 * t.atol, 2 * t.rtol, "2 × (" + t.rationale + "): two runs, each within the row"};
-  };
   const DType operand_dtype = operands == SsmPrefillOperands::kModel ? model_operands(config) : DType::kFloat32;
-  const auto row_tolerance = [&](Quantity q, DType stored) {
-    ParityKey key = parity_key(whole, q, stored);
-    key.ssm_operand_dtype = operand_dtype;
-    return twice(parity_tolerance(key));
-  };
-  const Tolerance out_tol = row_tolerance(Quantity::kSsmOutput, one_shot.ssm_output.dtype());
+  const Tolerance out_tol = twice_the_row(whole, Quantity::kSsmOutput, one_shot.ssm_output.dtype(), operand_dtype);
   const int64_t width = config.num_heads * config.head_size;
   for (int64_t t = 0; t < length; ++t) {
     const Tensor& part = t < split ? a.ssm_output : b.ssm_output;
@@ -493,7 +579,7 @@ void expect_chunked_equals_one_shot(const std::string& mode, int64_t length, int
     }
   }
   for (const auto& [name, pool] : one_shot.ssm_state) {
-    const Tolerance tol = row_tolerance(Quantity::kSsmState, pool.dtype());
+    const Tolerance tol = twice_the_row(whole, Quantity::kSsmState, pool.dtype(), operand_dtype);
     const Tensor& chunked = b.ssm_state.at(name);
     for (int64_t i = 0; i < pool.numel(); ++i) {
       const double x = load_as_double(chunked.data(), chunked.dtype(), i);

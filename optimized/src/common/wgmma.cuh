@@ -1,8 +1,8 @@
 // PTX wrappers for Hopper's warpgroup MMA (wgmma.mma_async, sm_90a only: compile the including
 // translation unit for -gencode arch=compute_90a,code=sm_90a): shared-memory matrix descriptors of
 // the 128-byte swizzle layout, the fence / commit / wait of the asynchronous MMAs, and
-// m64n128k16 with float32 accumulation for float16 / bfloat16 inputs, A from shared memory or from
-// registers.
+// m64n128k16 (A from shared memory or from registers) and m64n64k16 (both from shared memory) with
+// float32 accumulation for float16 / bfloat16 inputs.
 //
 // Shared layout (the canonical 128-byte swizzle, what a descriptor with layout type 1 reads): a
 // [rows][cols] tile of 16-bit elements is stored as cols / 64 column slabs, each [rows][128 B];
@@ -136,6 +136,57 @@ struct Wgmma<__nv_bfloat16> {
 #undef HYBRIDTB_WGMMA_M64N128K16
 #undef HYBRIDTB_WGMMA_D_LIST
 #undef HYBRIDTB_WGMMA_D_OPERANDS
+
+// The same for m64n64k16 (32 float32 accumulators, d[n][e] for n < 8), both operands from shared
+// memory: B K-major ([64][16], rows of K contiguous: ss) or MN-major ([16][64], rows of N
+// contiguous: ss_mn, the transposed descriptor). d is overwritten when accumulate is false.
+template <int N>
+__device__ __forceinline__ void pin(float (&d)[N][4]) {
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[n][e])::"memory");
+  }
+}
+#define HYBRIDTB_WGMMA_N64_OPERANDS(d) \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
+  "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+  "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+  "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+  "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
+  "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+  "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
+  "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+#define HYBRIDTB_WGMMA_N64_LIST                                        \
+  "{"                                                                  \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"             \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"    \
+  "}"
+#define HYBRIDTB_WGMMA_M64N64K16(TYPE, NAME, TRANS_B)                                                    \
+  __device__ __forceinline__ static void NAME(float (&d)[8][4], uint64_t a, uint64_t b, bool accumulate) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                            \
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " " HYBRIDTB_WGMMA_N64_LIST      \
+                 ", %32, %33, p, 1, 1, 0, " TRANS_B ";\n}\n"                                              \
+                 : HYBRIDTB_WGMMA_N64_OPERANDS(d)                                                       \
+                 : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));                                  \
+  }
+
+template <typename T>
+struct WgmmaN64;
+template <>
+struct WgmmaN64<__half> {
+  HYBRIDTB_WGMMA_M64N64K16("f16", ss, "0")
+  HYBRIDTB_WGMMA_M64N64K16("f16", ss_mn, "1")
+};
+template <>
+struct WgmmaN64<__nv_bfloat16> {
+  HYBRIDTB_WGMMA_M64N64K16("bf16", ss, "0")
+  HYBRIDTB_WGMMA_M64N64K16("bf16", ss_mn, "1")
+};
+
+#undef HYBRIDTB_WGMMA_M64N64K16
+#undef HYBRIDTB_WGMMA_N64_LIST
+#undef HYBRIDTB_WGMMA_N64_OPERANDS
 
 
 }  // namespace hybridtb::cuda::wgmma

@@ -32,6 +32,15 @@
 // staged as float32 tiles by cp.async; the chunk scan's and chunk states' 16-bit operands as tiles
 // of the model dtype, rounded as they are staged (TileRegs16) and read by ldmatrix; the chunk scan's
 // float32 C·Bᵀ and output x rows by cp.async, in flight over its products.
+// Where Mamba2Params::scan_wgmma is set (the caller's choice, once per device: a compute capability
+// 9.0 device and a build with sm_90a code, HYBRIDTB_MAMBA2_WGMMA) the chunk scan with 16-bit
+// operands runs on warpgroup MMAs instead (mamba2_scan_wgmma.cu: blocks of
+// 64 t × 128 P, so that M is formed once per chunk, t tile and head; C·Hᵀ in 64-wide N slabs of
+// m64n64k16 from shared 128-byte-swizzle tiles, M·x likewise): the same values rounded to 16 bits
+// at the same points, float32 accumulation, the slabs in a fixed order; only the order of the
+// products inside one MMA instruction differs from mma.sync's (the 16-bit-operand row of the
+// tolerance table bounds both). Elsewhere (other GPUs, or the mma.sync body asked for:
+// BackendSettings::ssm_prefill_wgmma false) chunk_scan_kernel below runs it.
 // The decays, Δ, Λ, the masks, the state passing and the epilogues stay float32 on the CUDA cores.
 // Chunks never straddle a block boundary (the host ends a chunk after each boundary row), so the
 // state passing stores the boundary states between chunks. Λ is computed once per chunk and head
@@ -57,6 +66,7 @@
 #include "ssm/activations.cuh"
 #include "ssm/pool_quads.cuh"
 #include "ssm/mamba2_kernels.h"
+#include "ssm/mamba2_scan_wgmma.h"
 #include "ssm/weight_ref.cuh"
 
 namespace hybridtb::cuda::ssm {
@@ -1089,6 +1099,9 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
       throw Error(detail::concat("mamba2 prefill: 16-bit operands with conv rows of ", conv_dim,
                                  " floats (at most 2^31 / ", kQ, ")"));
     }
+    if (p.scan_wgmma != 0 && !mamba2_scan_wgmma_built()) {
+      throw Error("mamba2 prefill: scan_wgmma set, but this build has no sm_90a code (mamba2_scan_wgmma_built)");
+    }
   }
   const unsigned chunks = static_cast<unsigned>(p.num_chunks), heads = static_cast<unsigned>(p.heads);
   const unsigned p_tiles = static_cast<unsigned>((p.head_dim + kTile - 1) / kTile);
@@ -1105,6 +1118,14 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
     launch_state_passing<PassAccess::kScalar>(p, stream);
   }
   HYBRIDTB_CUDA_CHECK_LAUNCH();
+#if defined(HYBRIDTB_MAMBA2_WGMMA)
+  if constexpr (!std::is_same_v<T, float>) {
+    if (p.scan_wgmma != 0) {  // decided by the caller once per device: no query here
+      launch_mamba2_chunk_scan_wgmma(p, stream);
+      return;
+    }
+  }
+#endif
   constexpr size_t kScanSmem = ScanLayout<T>::kSmemBytes;
   allow_dynamic_smem(chunk_scan_kernel<T>, kScanSmem);
   chunk_scan_kernel<T><<<dim3(chunks * kTBlocks, heads, p_tiles), kChunkThreads, kScanSmem, stream>>>(p);
@@ -1112,6 +1133,14 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
 }
 
 }  // namespace
+
+bool mamba2_scan_wgmma_built() {
+#if defined(HYBRIDTB_MAMBA2_WGMMA)
+  return true;
+#else
+  return false;
+#endif
+}
 
 void launch_mamba2_decode(const Mamba2Params& p, cudaStream_t stream) {
   if (p.wave.num_requests == 0) return;

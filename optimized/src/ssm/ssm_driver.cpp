@@ -42,6 +42,8 @@ void check_cublas(cublasStatus_t status, const char* what) {
   }
 }
 
+SsmContext::SsmContext(DeviceMemory& memory, cudaStream_t stream)
+    : memory_(memory), stream_(stream), compute_capability_(current_compute_capability()) {}
 
 SsmContext::~SsmContext() {
   if (cublas_ != nullptr) cublasDestroy(cublas_);  // NOLINT: best effort in a destructor
@@ -512,9 +514,10 @@ void run_waves(PlannedStep& planned) {
 // fixed step's launches (the ones a replayed CUDA graph runs: the same bits eager or replayed).
 void run_ssm_step(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
                   const StepTensors& tensors, const TensorView& output, SsmContext& context,
-                  SsmPrefillOperands prefill_operands) {
+                  SsmPrefillOperands prefill_operands, bool prefill_wgmma) {
   PlannedStep planned = bind_tensors(config, tensors, output, context);
   planned.step.prefill_operands = prefill_operands;
+  planned.step.prefill_wgmma = prefill_wgmma;
   plan_requests(planned, config, metadata, batch);
   check_rows(planned, planned.step.num_tokens);
   check_slots(planned);
@@ -534,18 +537,18 @@ void run_ssm_step(const AttentionConfig& config, const MambaAttentionMetadata& m
 
 void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
                  const StepTensors& tensors, const TensorView& contribution, SsmContext& context,
-                 SsmPrefillOperands prefill_operands) {
+                 SsmPrefillOperands prefill_operands, bool prefill_wgmma) {
   HYBRIDTB_CHECK(!config.is_linear_layer(), "ssm_forward called for a layer_kind ", to_string(config.layer_kind),
                  " layer (run it with linear_attention_forward)");
-  run_ssm_step(config, metadata, batch, tensors, contribution, context, prefill_operands);
+  run_ssm_step(config, metadata, batch, tensors, contribution, context, prefill_operands, prefill_wgmma);
 }
 
 void linear_attention_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata,
                               const BatchDescription& batch, const StepTensors& tensors, const TensorView& output,
-                              SsmContext& context, SsmPrefillOperands prefill_operands) {
+                              SsmContext& context, SsmPrefillOperands prefill_operands, bool prefill_wgmma) {
   HYBRIDTB_CHECK(config.is_linear_layer(), "linear_attention_forward called for a full_attention layer (ssm_mode ",
                  config.ssm_mode, "): run it with hybrid_forward");
-  run_ssm_step(config, metadata, batch, tensors, output, context, prefill_operands);
+  run_ssm_step(config, metadata, batch, tensors, output, context, prefill_operands, prefill_wgmma);
 }
 
 // --- the fixed-shape decode step ---------------------------------------------------------------------

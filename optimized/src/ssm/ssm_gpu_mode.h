@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "common/device_memory.h"
+#include "common/kernel_attributes.h"
 #include "hybridtb/backend.h"
 #include "hybridtb/batch.h"
 #include "hybridtb/config.h"
@@ -51,10 +52,12 @@ void check_cublas(cublasStatus_t status, const char* what);
 
 // The device resources of the SSM branch, owned by the backend: its stream, scratch memory from
 // the backend's caching allocator (no cudaMalloc once the size classes are warm), a cuBLAS handle
-// (created on first use, bound to the stream with its own workspace).
+// (created on first use, bound to the stream with its own workspace), and the device's compute
+// capability, queried once at construction (the current device then: the backend's), which decides
+// the code a launch may take (ComputeCapability::is_hopper: sm_90a code) with no query per launch.
 class SsmContext {
  public:
-  SsmContext(DeviceMemory& memory, cudaStream_t stream) : memory_(memory), stream_(stream) {}
+  SsmContext(DeviceMemory& memory, cudaStream_t stream);
   ~SsmContext();
   SsmContext(const SsmContext&) = delete;
   SsmContext& operator=(const SsmContext&) = delete;
@@ -64,6 +67,7 @@ class SsmContext {
   // The tensor-parallel group of a rank's backend (BackendSettings::tp_group), or null.
   TensorParallelGroup* tp_group() const { return tp_group_; }
   void set_tp_group(TensorParallelGroup* group) { tp_group_ = group; }
+  const ComputeCapability& compute_capability() const { return compute_capability_; }
   cublasHandle_t cublas();
   // Scratch device memory valid until end_step() (then returned to the cache; the stream orders
   // its reuse after the kernels that used it).
@@ -86,6 +90,7 @@ class SsmContext {
   void upload_bytes(void* device, const void* host, size_t bytes);
   DeviceMemory& memory_;
   cudaStream_t stream_;
+  ComputeCapability compute_capability_;
   TensorParallelGroup* tp_group_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   std::shared_ptr<void> cublas_workspace_;
@@ -170,6 +175,9 @@ struct GpuStep {
   // SSD prefill and gdn's chunked WY prefill read it, the other modes ignore it). A fixed decode
   // step has no prefill.
   SsmPrefillOperands prefill_operands = SsmPrefillOperands::kFloat32;
+  // BackendSettings::ssm_prefill_wgmma: false keeps mamba2's 16-bit chunk scan on mma.sync where
+  // the device would take wgmma (Mamba2Params::scan_wgmma); the other modes ignore it.
+  bool prefill_wgmma = true;
 
   const GpuWeight* weight(const std::string& name) const {
     const auto it = weights.find(name);
@@ -239,10 +247,11 @@ ElementKind gpu_element_kind(DType dtype, const std::string& what);
 // runs through a temporary FixedDecodeStep (prepare + launch: the launches a replayed CUDA graph
 // runs, so the same bits), unless two of its requests share a state slot or the query has fewer
 // rows than the batch's padded token count (then the wave driver runs it, as every other step).
-// prefill_operands: the operands of the chunked-prefill products (BackendSettings::ssm_prefill_operands).
+// prefill_operands: the operands of the chunked-prefill products (BackendSettings::ssm_prefill_operands);
+// prefill_wgmma: BackendSettings::ssm_prefill_wgmma (GpuStep::prefill_wgmma).
 void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
                  const StepTensors& tensors, const TensorView& contribution, SsmContext& context,
-                 SsmPrefillOperands prefill_operands = SsmPrefillOperands::kFloat32);
+                 SsmPrefillOperands prefill_operands = SsmPrefillOperands::kFloat32, bool prefill_wgmma = true);
 
 // A linear-attention layer (config.layer_kind gdn or mamba2; Backend::linear_attention_forward) on
 // the GPU: the mode's core over tensors.linear_inputs ([T, width] each, any float dtype), its state
@@ -252,7 +261,8 @@ void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& me
 // checks, errors and fixed decode steps as ssm_forward.
 void linear_attention_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata,
                               const BatchDescription& batch, const StepTensors& tensors, const TensorView& output,
-                              SsmContext& context, SsmPrefillOperands prefill_operands = SsmPrefillOperands::kFloat32);
+                              SsmContext& context, SsmPrefillOperands prefill_operands = SsmPrefillOperands::kFloat32,
+                              bool prefill_wgmma = true);
 
 // True if this step runs as a fixed-shape decode step: config.ssm_mode has a GPU mode, the
 // metadata has no prefills, and no speculative decoding (num_speculative_tokens == 0). Every request
@@ -325,7 +335,7 @@ class FixedDecodeStep {
   // The eager driver (ssm_driver.cpp: ssm_forward and linear_attention_forward) hands a step it has
   // already checked and planned straight to these.
   friend void run_ssm_step(const AttentionConfig&, const MambaAttentionMetadata&, const BatchDescription&,
-                           const StepTensors&, const TensorView&, SsmContext&, SsmPrefillOperands);
+                           const StepTensors&, const TensorView&, SsmContext&, SsmPrefillOperands, bool);
   void upload_plan(const PlannedStep& planned, const MambaAttentionMetadata& metadata, const BatchDescription& batch);
   // Launches the mode on `bound`; then the zero pass over the rows flagged kRowSkipped. A step that
   // may be captured into a graph always has the pass (a replay may bring skipped rows); the eager

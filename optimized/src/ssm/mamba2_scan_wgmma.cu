@@ -1,0 +1,361 @@
+// The chunk scan of the mamba2 prefill (mamba2_kernels.cu's chunk_scan_kernel: its math, buffers and
+// numerics) with 16-bit product operands on Hopper's warpgroup MMAs. Compiled for sm_90a only
+// (optimized/CMakeLists.txt); mamba2_kernels.cu launches it where Mamba2Params::scan_wgmma is set
+// (compute capability 9.0 devices, unless BackendSettings::ssm_prefill_wgmma asks for mma.sync).
+//
+// Block = (kTile = 64 rows t0 … of chunk blockIdx.x / kTBlocks, head blockIdx.y, kPTile = 128 columns
+// p0 = 128·blockIdx.z … of P): the whole of Falcon-H1's P = 128, so that M is formed once per
+// (chunk, t tile, head). Two warpgroups; warpgroup w owns the outputs' columns 64·w … 64·w + 63 of
+// the tile and all its 64 rows (warp w·4 + r: rows 16·r …; the wgmma accumulator is the mma.sync
+// m16n8 C fragment tiled along the 64 columns, wgmma.cuh).
+//   1. off[t, p] = Σ_n C_t[n]·H[p, n] over N in slabs of kSlabN = 64 (one 128-byte swizzle row of 16-bit
+//      elements): per slab the C tile [64 t][64 n] and the H tile [128 p][64 n] (K-major, 128-byte
+//      swizzle), rounded to T as they are staged through registers (the next slab's global loads in
+//      flight over this slab's MMAs), a ring of two stages, one block barrier per slab; per
+//      warpgroup and slab 4 wgmma m64n64k16 (A = C, B = its 64 rows of H, both from shared memory).
+//   2. M[t, s] = cb[t, s]·exp(Λ_t − Λ_s)·Δ_s (s ≤ t < length, else 0), rounded to T → shared [t][s]
+//      (K-major), once for the block; the x tile [s][p] of s < t0 + 64 rounded → shared (MN-major,
+//      two 64-column slabs), both over the consumed ring; the tile's float32 C·Bᵀ rows were copied
+//      by cp.async at the block's start (in flight over step 1).
+//   3. diag[t, p] = Σ_s M[t, s]·x_s[p]: per warpgroup (t0 + 64) / 16 wgmma m64n64k16 (M is lower
+//      triangular: s < t0 + 64), B = x by its transposed descriptor.
+//   4. y = diag + exp(Λ_t)·off + D·x_t, x_t float32 (cp.async over the C·Bᵀ rows during step 3).
+// The values rounded to 16 bits are the mma.sync kernel's (C, H entering the chunk, M, x, RNE), the
+// accumulation is float32, the slabs and k steps run in a fixed order (one accumulator chain per
+// product; the order within one MMA instruction is the hardware's): bitwise reproducible run to
+// run. Staged values past the chunk, P or N are zeros (partial tiles and odd sizes cost padded
+// work only; the 4-byte element path of mamba2_kernels.cu's TileRegs16 where rows are not whole
+// aligned quads).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "common/cuda_check.h"
+#include "common/elements.cuh"
+#include "common/kernel_attributes.h"
+#include "common/mma.cuh"
+#include "common/warp_mma_3xtf32.cuh"
+#include "common/wgmma.cuh"
+#include "ssm/mamba2_scan_wgmma.h"
+#include "ssm/pool_quads.cuh"
+
+namespace hybridtb::cuda::ssm {
+namespace {
+
+constexpr int kQ = kMamba2ChunkTokens;  // tokens per chunk
+constexpr int kTile = 64;               // t rows per block (one wgmma M extent)
+constexpr int kTBlocks = kQ / kTile;    // t tiles of a chunk
+
+// The launch configuration and the shared layout (bytes; every tile starts at a 1024-byte boundary:
+// the swizzle atoms).
+struct ScanWgmmaLayout {
+  static constexpr int kThreads = 256;     // two warpgroups
+  static constexpr int kBlocksPerSm = 2;   // 84 KB of shared memory, ≤ 128 registers per thread
+  static constexpr int kPTile = 128;       // P columns per block (64 per warpgroup)
+  static constexpr int kSlabN = 64;        // N per step of step 1: one 128-byte swizzle row
+  static constexpr int kStages = 2;        // the C, H ring
+  static constexpr int kCBytes = kTile * 128;    // C [t][n] of one slab
+  static constexpr int kHBytes = kPTile * 128;   // H [p][n] of one slab
+  static constexpr int kStageBytes = kCBytes + kHBytes;
+  static constexpr int kRingBytes = kStages * kStageBytes;
+  // Over the ring after step 1: M [t][s] (kQ / 64 slabs of 64 s) and x [s][p] (2 slabs of 64 p).
+  static constexpr int kMOffset = 0;
+  static constexpr int kXOffset = kTile * kQ * 2;
+  static constexpr int kXSlabBytes = kQ * 128;  // one 64-column slab of x: the MN-major leading offset
+  static constexpr int kXBytes = kQ * kPTile * 2;
+  // Past the ring: the tile's float32 C·Bᵀ rows [t − t0][s], then over them the outputs' x_t.
+  static constexpr int kCbStride = kQ + 4;        // floats: 16-byte rows
+  static constexpr int kXOutStride = kPTile + 8;  // floats, ≡ 8 (mod 32): the epilogue's pairs conflict-free
+  static constexpr int kF32Offset = kRingBytes;
+  static constexpr int kF32Bytes = 4 * kTile * (kCbStride > kXOutStride ? kCbStride : kXOutStride);
+  static constexpr size_t kSmemBytes = size_t{kF32Offset} + kF32Bytes + 1024;  // + the base's alignment
+  static_assert(kXOffset + kXBytes <= kRingBytes, "M and x fit over the ring");
+  static_assert(kQ % kTile == 0 && kQ <= kThreads && kPTile == 128 && kSlabN == 64, "the warp tiles below");
+};
+using L = ScanWgmmaLayout;
+
+// A float32 global tile: rows [0, rows) × columns [0, cols), rows `stride` floats apart; zeros
+// elsewhere. Whole aligned quads take 16-byte loads.
+struct SrcTile {
+  const float* from;
+  int64_t stride;
+  int rows, cols;
+  __device__ __forceinline__ bool quads() const { return stride % 4 == 0 && cols % 4 == 0 && aligned16(from); }
+};
+
+// A SrcTile rounded (RNE) to a tile of T rows row0 … of kWidth columns in the 128-byte swizzle
+// layout of kSlabRows-row slabs (wgmma::sw128_offset), through registers: load() issues the
+// thread's 16-byte loads, store() rounds and writes them (8 bytes per quad). Where quads are not
+// whole and aligned, store() loads element by element (mamba2_kernels.cu's TileRegs16; int
+// offsets: the launcher checks kQ·conv_dim < 2^31).
+template <typename T, int kWidth, int kRows>
+struct SwizzleRegs {
+  static constexpr int kQuadsPerRow = kWidth / 4;
+  static constexpr int kQuads = kRows * kQuadsPerRow / L::kThreads;
+  static_assert(kWidth % 64 == 0 && kRows * kQuadsPerRow % L::kThreads == 0, "whole slabs, whole quads");
+  float4 v[kQuads];
+  SrcTile src;
+  bool quads;
+
+  __device__ __forceinline__ void load(const SrcTile& t) {
+    const int tid = static_cast<int>(threadIdx.x);
+    src = t;
+    quads = t.quads();
+    if (!quads) return;
+#pragma unroll
+    for (int k = 0; k < kQuads; ++k) {
+      const int e = tid + L::kThreads * k;
+      const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
+      v[k] = i < t.rows && c < t.cols ? *reinterpret_cast<const float4*>(t.from + i * t.stride + c)
+                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+  template <int kSlabRows>
+  __device__ __forceinline__ void store(uint8_t* tile, int row0) {
+    const int tid = static_cast<int>(threadIdx.x);
+#pragma unroll
+    for (int k = 0; k < kQuads; ++k) {
+      const int e = tid + L::kThreads * k;
+      const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
+      if (!quads) {
+        const float* at = src.from + i * static_cast<int>(src.stride) + c;
+        const bool row = i < src.rows;
+        v[k].x = row && c < src.cols ? at[0] : 0.0f;
+        v[k].y = row && c + 1 < src.cols ? at[1] : 0.0f;
+        v[k].z = row && c + 2 < src.cols ? at[2] : 0.0f;
+        v[k].w = row && c + 3 < src.cols ? at[3] : 0.0f;
+      }
+      const uint2 packed = make_uint2(mma::Mma<T>::pack(v[k].x, v[k].y), mma::Mma<T>::pack(v[k].z, v[k].w));
+      *reinterpret_cast<uint2*>(tile + wgmma::sw128_offset<kSlabRows>(row0 + i, c / 8) + (c % 8) * 2) = packed;
+    }
+  }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma_kernel(Mamba2Params p) {
+  using Mmas = wgmma::WgmmaN64<T>;
+  __shared__ float delta[kQ], lambda[kQ];
+  extern __shared__ __align__(1024) uint8_t scan_raw[];
+  uint8_t* const smem = scan_raw + ((1024u - (mma::shared_address(scan_raw) & 1023u)) & 1023u);
+  const uint32_t smem_addr = mma::shared_address(smem);
+  float* const f32 = reinterpret_cast<float*>(smem + L::kF32Offset);
+
+  const int64_t d_ssm = int64_t{p.heads} * p.head_dim;
+  const int64_t conv_dim = d_ssm + 2 * int64_t{p.groups} * p.state;
+  const int c = static_cast<int>(blockIdx.x) / kTBlocks;
+  const int t0 = static_cast<int>(blockIdx.x) % kTBlocks * kTile;
+  const Mamba2Chunk chunk = p.chunks[c];
+  const int length = chunk.end - chunk.begin;
+  if (t0 >= length) return;  // block-uniform: rows wholly past the chunk
+  const int h = static_cast<int>(blockIdx.y);
+  const int g = h / (p.heads / p.groups);
+  const int P = p.head_dim, N = p.state;
+  const int p0 = static_cast<int>(blockIdx.z) * L::kPTile;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int wg = warp / 4;             // the warpgroup: columns 64·wg … of the tile
+  const int wm = 16 * (warp % 4);      // the warp's rows of the accumulators
+  const int64_t item = int64_t{c} * p.heads + h;
+  const float* H = p.chunk_states + item * P * N;                 // the state entering the chunk
+  const float* rows = p.xbc + int64_t{chunk.begin} * conv_dim;  // the chunk's conv rows
+  const float* C = rows + int64_t{t0} * conv_dim + d_ssm + (int64_t{p.groups} + g) * N;
+  const int s_end = t0 + kTile;  // s < s_end: the columns of M step 3 reads
+
+  // The tile's C·Bᵀ values (rows t < length, quads of s ≤ t) by cp.async, in flight over step 1.
+  const float* cb = p.chunk_cb + (int64_t{c} * p.groups + g) * kQ * kQ;
+  {
+    constexpr int kQuadsPerRow = kQ / 4;
+    const bool quads = aligned16(cb);
+    for (int e = tid; e < kTile * kQuadsPerRow; e += L::kThreads) {
+      const int i = e / kQuadsPerRow, s = 4 * (e % kQuadsPerRow);
+      const int t = t0 + i;
+      if (t >= length || s > t) continue;
+      const float* from = cb + t * kQ + s;
+      const uint32_t to = mma::shared_address(f32 + i * L::kCbStride + s);
+      if (quads) {
+        mma::cp_async_16(to, from, true);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) mma::cp_async_4(to + 4u * k, from + k, true);
+      }
+    }
+    mma::cp_async_commit();
+  }
+
+  // 1. off = C·Hᵀ over N, slab by slab.
+  SwizzleRegs<T, L::kSlabN, kTile> c_regs;
+  SwizzleRegs<T, L::kSlabN, L::kPTile> h_regs;
+  const auto c_src = [&](int i) { return SrcTile{C + i * L::kSlabN, conv_dim, length - t0, N - i * L::kSlabN}; };
+  const auto h_src = [&](int i) {
+    return SrcTile{H + int64_t{p0} * N + i * L::kSlabN, N, P - p0, N - i * L::kSlabN};
+  };
+  const auto load = [&](int i) {
+    c_regs.load(c_src(i));
+    h_regs.load(h_src(i));
+  };
+  const auto store = [&](int i) {
+    uint8_t* const stage = smem + (i % L::kStages) * L::kStageBytes;
+    c_regs.template store<kTile>(stage, 0);
+    h_regs.template store<L::kPTile>(stage + L::kCBytes, 0);
+  };
+  const int slabs = (N + L::kSlabN - 1) / L::kSlabN;
+  load(0);
+  if (tid < kQ) {
+    delta[tid] = p.chunk_cumsum[item * 3 * kQ + tid];
+    lambda[tid] = p.chunk_cumsum[item * 3 * kQ + kQ + tid];
+  }
+  store(0);
+  float off[8][4];
+#pragma unroll
+  for (int n = 0; n < 8; ++n) off[n][0] = off[n][1] = off[n][2] = off[n][3] = 0.0f;
+  for (int i = 0; i < slabs; ++i) {
+    if (i + 1 < slabs) load(i + 1);  // in flight during slab i's MMAs
+    wgmma::fence_proxy_async();
+    __syncthreads();  // slab i staged; every warpgroup's MMAs of slab i − 1 (the other stage) done
+    const uint32_t a = smem_addr + static_cast<uint32_t>((i % L::kStages) * L::kStageBytes);
+    const uint32_t b = a + static_cast<uint32_t>(L::kCBytes + wg * 64 * 128);
+    wgmma::pin(off);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < L::kSlabN / 16; ++kk) {  // k step kk: 32 bytes into the 128-byte rows (zeros past N)
+      Mmas::ss(off, wgmma::sw128_desc(a + 32u * kk, 16, 1024), wgmma::sw128_desc(b + 32u * kk, 16, 1024), true);
+    }
+    wgmma::commit();
+    if (i + 1 < slabs) store(i + 1);
+    wgmma::wait<0>();
+    wgmma::pin(off);
+  }
+
+  // 2. M and the x tile over the ring (every warpgroup's step-1 MMAs are done after the barrier).
+  mma::cp_async_wait<0>();
+  __syncthreads();  // the ring is free; C·Bᵀ staged
+  uint8_t* const ms = smem + L::kMOffset;  // M [t − t0][s], slabs of 64 s
+  uint8_t* const xs = smem + L::kXOffset;  // x [s][p − p0], slabs of 64 p
+  const float* x_rows = rows + int64_t{h} * P + p0;
+  constexpr int kMRows = kTile / kTBlocks;  // rows of M per 64-row x block
+  {
+    SwizzleRegs<T, L::kPTile, kTile> x_regs;
+    for (int bk = 0; bk < kTBlocks; ++bk) {
+      const int sb = bk * kTile;
+      const SrcTile x_src{x_rows + int64_t{sb} * conv_dim, conv_dim, min(length, s_end) - sb, P - p0};
+      if (sb < s_end) x_regs.load(x_src);
+      for (int e = tid; e < kMRows * kQ / 2; e += L::kThreads) {  // pairs (s, s + 1) of one row
+        const int i = bk * kMRows + e / (kQ / 2), s = 2 * (e % (kQ / 2));
+        const int t = t0 + i;
+        if (s >= s_end) continue;
+        const float* cb_row = f32 + i * L::kCbStride;
+        float m[2];
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          m[k] = s + k <= t && t < length ? cb_row[s + k] * expf(lambda[t] - lambda[s + k]) * delta[s + k] : 0.0f;
+        }
+        *reinterpret_cast<uint32_t*>(ms + wgmma::sw128_offset<kTile>(i, s / 8) + (s % 8) * 2) =
+            mma::Mma<T>::pack(m[0], m[1]);
+      }
+      if (sb < s_end) x_regs.template store<kQ>(xs, sb);
+    }
+  }
+  wgmma::fence_proxy_async();
+  __syncthreads();  // M and x staged; every thread's C·Bᵀ reads done
+  // The outputs' x_t in float32 (the staged x is rounded) over the C·Bᵀ rows, in flight during step 3.
+  {
+    const float* src = x_rows + int64_t{t0} * conv_dim;
+    const int nrows = length - t0, ncols = P - p0;
+    if (conv_dim % 4 == 0 && ncols % 4 == 0 && aligned16(src)) {
+      constexpr int kQuads = L::kPTile / 4;
+      for (int e = tid; e < kTile * kQuads; e += L::kThreads) {
+        const int i = e / kQuads, q = 4 * (e % kQuads);
+        const bool ok = i < nrows && q < ncols;
+        mma::cp_async_16(mma::shared_address(f32 + i * L::kXOutStride + q), ok ? src + i * conv_dim + q : src, ok);
+      }
+    } else {
+      for (int e = tid; e < kTile * L::kPTile; e += L::kThreads) {
+        const int i = e / L::kPTile, q = e % L::kPTile;
+        const bool ok = i < nrows && q < ncols;
+        mma::cp_async_4(mma::shared_address(f32 + i * L::kXOutStride + q), ok ? src + i * conv_dim + q : src, ok);
+      }
+    }
+    mma::cp_async_commit();
+  }
+
+  // 3. diag = M·x over s < s_end in k steps of 16 (a compile-time count per t tile: no predicated
+  // MMAs; M and x are zeros past the chunk).
+  float diag[8][4];
+#pragma unroll
+  for (int n = 0; n < 8; ++n) diag[n][0] = diag[n][1] = diag[n][2] = diag[n][3] = 0.0f;
+  {
+    const uint32_t m_addr = smem_addr + L::kMOffset;
+    const uint32_t x_addr = smem_addr + static_cast<uint32_t>(L::kXOffset + wg * L::kXSlabBytes);
+    const auto issue = [&](auto ksteps) {
+      wgmma::pin(diag);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < decltype(ksteps)::value; ++kk) {  // M: slab kk / 4, 32 bytes per step; x: 16 rows
+        const uint32_t slab_m = static_cast<uint32_t>((kk / 4) * kTile * 128 + (kk % 4) * 32);
+        Mmas::ss_mn(diag, wgmma::sw128_desc(m_addr + slab_m, 16, 1024),
+                    wgmma::sw128_desc(x_addr + static_cast<uint32_t>(kk * 16 * 128), L::kXSlabBytes, 1024), true);
+      }
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::pin(diag);
+    };
+    static_assert(kTBlocks <= 2, "t tiles 0 and 1 below");
+    if (t0 == 0) {
+      issue(std::integral_constant<int, kTile / 16>{});
+    } else {
+      issue(std::integral_constant<int, kQ / 16>{});
+    }
+  }
+  mma::cp_async_wait<0>();
+  __syncthreads();  // x_t staged
+
+  // 4. The epilogue (rows wm + g, wm + g + 8 of the tile; columns 64·wg + 8·j + 2·(lane % 4) …).
+  const float Dh = load_element(p.D.data, h, p.D.kind);
+  const bool pairs = p.y.kind == ElementKind::kFloat32 && p.y.row_stride % 2 == 0 && P % 2 == 0 &&
+                     (reinterpret_cast<uintptr_t>(p.y.data) & 7) == 0;
+#pragma unroll
+  for (int e = 0; e < 4; e += 2) {  // (e, e + 1): two adjacent columns of one row
+    const int t = t0 + wm + mma::frag_row(e);
+    if (t >= length) continue;
+    const float carry_decay = expf(lambda[t]);
+    const int64_t y_row = (chunk.begin + t) * p.y.row_stride + int64_t{h} * P + p0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int col = 64 * wg + 8 * j + mma::frag_col(e);
+      if (p0 + col >= P) continue;
+      const float2 x = *reinterpret_cast<const float2*>(f32 + (t - t0) * L::kXOutStride + col);
+      float value[2];
+      value[0] = fmaf(Dh, x.x, fmaf(carry_decay, off[j][e], diag[j][e]));
+      value[1] = fmaf(Dh, x.y, fmaf(carry_decay, off[j][e + 1], diag[j][e + 1]));
+      if (pairs) {
+        *reinterpret_cast<float2*>(static_cast<float*>(p.y.data) + y_row + col) = make_float2(value[0], value[1]);
+      } else {
+        store_element(p.y.data, y_row + col, p.y.kind, value[0]);
+        if (p0 + col + 1 < P) store_element(p.y.data, y_row + col + 1, p.y.kind, value[1]);
+      }
+    }
+  }
+}
+
+template <typename T>
+void launch_typed(const Mamba2Params& p, cudaStream_t stream) {
+  allow_dynamic_smem(chunk_scan_wgmma_kernel<T>, L::kSmemBytes);
+  const dim3 grid(static_cast<unsigned>(p.num_chunks * kTBlocks), static_cast<unsigned>(p.heads),
+                  static_cast<unsigned>((p.head_dim + L::kPTile - 1) / L::kPTile));
+  chunk_scan_wgmma_kernel<T><<<grid, L::kThreads, L::kSmemBytes, stream>>>(p);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_mamba2_chunk_scan_wgmma(const Mamba2Params& p, cudaStream_t stream) {
+  if (p.product_operands == ElementKind::kFloat16) {
+    launch_typed<__half>(p, stream);
+  } else {
+    launch_typed<__nv_bfloat16>(p, stream);
+  }
+}
+
+}  // namespace hybridtb::cuda::ssm
