@@ -63,6 +63,7 @@ struct BenchCase {
   KvCacheDtype kv = KvCacheDtype::kAuto;
   bool simt_decode = false;  // decode rows on the SIMT decode kernel (the tensor-core kernel's comparison)
   bool separate_mixed = false;  // a mixed step's prefill and decode kernels launched apart (no mixed grid)
+  int64_t block_size = 16;      // KV cache page (vLLM's default; hybrid models' pages are often larger)
 };
 
 std::vector<Request> repeat(int64_t count, Request r) { return std::vector<Request>(static_cast<size_t>(count), r); }
@@ -99,7 +100,7 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
   config.num_heads = 32;
   config.num_kv_heads = 8;
   config.head_size = 128;
-  config.block_size = 16;
+  config.block_size = bc.block_size;
   config.scale = 1.0 / std::sqrt(128.0);
   config.dtype = DType::kBFloat16;
   config.kv_cache_dtype = bc.kv;
@@ -208,6 +209,7 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
   j["name"] = bc.name;
   j["kind"] = bc.kind;
   j["window"] = bc.window;
+  j["block_size"] = bc.block_size;
   j["median_us"] = ms * 1e3;
   j["reps"] = reps;
   j["bytes"] = bytes;
@@ -285,6 +287,8 @@ int main(int argc, char** argv) {
         {"prefill 1x8k", "prefill", repeat(1, {0, 8192})},
         {"prefill 1x8k w4096", "prefill", repeat(1, {0, 8192}), 4096},
         {"prefill 1x32k", "prefill", repeat(1, {0, 32768})},
+        // Pages of 64 tokens: the wgmma kernel's TMA copies 2 boxes per slab and K/V of a tile, not 8.
+        {"prefill 1x8k block64", "prefill", repeat(1, {0, 8192}), 0, false, -1, KvCacheDtype::kAuto, false, false, 64},
         {"prefill 1x32k w4096", "prefill", repeat(1, {0, 32768}), 4096},
         // The other tile variants of the prefill kernel at D 128 (prefill_config in
         // attention_caps.h; the default is 1 = 2 m-tiles per warp, 128 rows × 32 keys): 0 = 64

@@ -51,6 +51,9 @@ struct Epilogues {
   bool split = false;        // split decode rows, finished by the combine kernel
   bool prefill = false;      // tensor-core prefill kernel
   bool generic = false;      // generic SIMT kernel
+  // The prefill rows pinned to the Hopper wgmma kernel (prefill_variant 3, its own epilogue); the
+  // case skips unless the build has sm_90a code and the device is compute capability 9.0.
+  bool prefill_wgmma = false;
 };
 
 using FusedCase = CheckedCase<Epilogues>;
@@ -92,6 +95,15 @@ std::vector<FusedCase> cases() {
        .decode_graph = true, .seed = 15}, {.decode_mma = true, .unsplit = true, .split = true});
   add({.name = "SmallNoSsmBf16", .ssm_mode = "none", .requests = {{100, 1}, {6000, 1}, {5, 30}}, .padding_tokens = 2,
        .padding_requests = 1, .seed = 17}, {.decode_mma = true, .unsplit = true, .split = true, .prefill = true});
+  // The wgmma prefill's epilogue (Hopper): the fused add with and without an SSM branch, fp8
+  // output with sinks, padding rows, chunks after context.
+  add({.name = "SmallPrefillWgmmaBf16", .ssm_mode = "prefix_sum", .requests = {{20, 1}, {0, 150}, {129, 64}},
+       .padding_tokens = 3, .seed = 41}, {.decode_mma = true, .prefill = true, .prefill_wgmma = true});
+  add({.name = "PrefillWgmmaFp8OutputSinksFp16", .ssm_mode = "mamba1", .num_heads = 16, .num_kv_heads = 2,
+       .dtype = DType::kFloat16, .requests = {{0, 300}, {200, 77}}, .sinks = true, .output_scale = 0.5f, .seed = 43},
+      {.prefill = true, .prefill_wgmma = true});
+  add({.name = "PrefillWgmmaNoSsmBf16", .ssm_mode = "none", .requests = {{0, 200}, {64, 33}}, .padding_tokens = 2,
+       .seed = 45}, {.prefill = true, .prefill_wgmma = true});
   // Long contexts (many splits), other head sizes, GQA 16 (16 head columns), fp8 output elsewhere.
   add({.name = "LongSplitMamba1Bf16", .ssm_mode = "mamba1", .requests = kLong, .seed = 19},
       {.decode_mma = true, .split = true});
@@ -131,6 +143,9 @@ std::vector<FusedCase> cases() {
     if (wanted && rows <= 0) {
       return ::testing::AssertionFailure() << "no rows on the " << what << " epilogue: " << plan.describe();
     }
+  }
+  if (expect.prefill_wgmma && plan.prefill_variant != cuda::kPrefillWgmma) {
+    return ::testing::AssertionFailure() << "the prefill rows are not on the wgmma kernel: " << plan.describe();
   }
   return ::testing::AssertionSuccess();
 }
@@ -213,12 +228,20 @@ TEST_P(CudaFusedTest, FusedEqualsSeparatePassAndReference) {
   if (c.padding_tokens > 0) {
     ASSERT_LT(step.batch.num_actual_tokens, step.batch.num_tokens());
   }
-  const AttentionPlanSummary plan = plan_of(step);
+  cuda::AttentionPathOverrides overrides;
+  if (GetParam().expect.prefill_wgmma) {
+    if (const std::string why = wgmma_prefill_unavailable(); !why.empty()) GTEST_SKIP() << why;
+    overrides.prefill_variant = cuda::kPrefillWgmma;
+  }
+  const AttentionPlanSummary plan = plan_of(step, overrides);
   std::cout << "[ PLAN ] " << c.name << ": " << plan.describe() << "\n";
   EXPECT_TRUE(reaches(plan, GetParam().expect));
 
-  auto fused_backend = create_backend("cuda", {step.config, step.builder, true});
-  auto unfused_backend = create_backend("cuda", {step.config, step.builder, false});
+  BackendSettings fused_settings{step.config, step.builder, true};
+  BackendSettings unfused_settings{step.config, step.builder, false};
+  fused_settings.prefill_variant = unfused_settings.prefill_variant = overrides.prefill_variant;
+  auto fused_backend = create_backend("cuda", fused_settings);
+  auto unfused_backend = create_backend("cuda", unfused_settings);
   auto reference = create_backend("reference", {step.config, step.builder});
   const StepOutputs fused = run_step(*fused_backend, step);
   const StepOutputs unfused = run_step(*unfused_backend, step);

@@ -4,8 +4,11 @@
 #include <cuda_runtime_api.h>
 
 #include <memory>
+#include <string>
 
+#include "attention/attention_caps.h"
 #include "common/device_memory.h"
+#include "cuda_compare.h"
 #include "hybridtb/dtype.h"
 #include "hybridtb/error.h"
 
@@ -51,6 +54,19 @@ cuda::AttentionPlanSummary plan_of(const BatchFile& step, const cuda::AttentionP
   runner.prepare(step.batch, tensors, output, nullptr);
   if (cudaDeviceSynchronize() != cudaSuccess) throw Error("plan_of: cudaDeviceSynchronize failed");
   return runner.summary();
+}
+
+std::string wgmma_prefill_unavailable() {
+  if (!cuda::prefill_wgmma_built()) return "this build has no sm_90a code (the wgmma prefill variant)";
+  int major = 0;
+  int minor = 0;
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), "cudaDeviceGetAttribute");
+  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), "cudaDeviceGetAttribute");
+  if (major != 9 || minor != 0) {
+    return "the wgmma prefill variant needs a compute capability 9.0 device, this one is " + std::to_string(major) +
+           "." + std::to_string(minor);
+  }
+  return "";
 }
 
 }  // namespace hybridtb::testing

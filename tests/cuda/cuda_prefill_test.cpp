@@ -241,15 +241,7 @@ TEST_P(CudaPrefillTest, MatchesReference) { check_case(GetParam(), -1); }
 // Every case again with the Hopper wgmma variant requested (prefill_wgmma_kernel.cuh): the same
 // tolerance rows; the layers it does not take run the default variant (checked above).
 TEST_P(CudaPrefillTest, WgmmaMatchesReference) {
-  if (!cuda::prefill_wgmma_built()) GTEST_SKIP() << "this build has no sm_90a code (the wgmma prefill variant)";
-  int major = 0;
-  int minor = 0;
-  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), "cudaDeviceGetAttribute");
-  check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), "cudaDeviceGetAttribute");
-  if (major != 9 || minor != 0) {
-    GTEST_SKIP() << "the wgmma prefill variant needs a compute capability 9.0 device, this one is " << major << "."
-                 << minor;
-  }
+  if (const std::string why = wgmma_prefill_unavailable(); !why.empty()) GTEST_SKIP() << why;
   check_case(GetParam(), cuda::kPrefillWgmma);
 }
 

@@ -109,6 +109,17 @@ __device__ __forceinline__ float output_value(const AttentionParams& p, float o)
   return round_to_e4m3(y);
 }
 
+// T(float(stored) + float(addend)) element by element: the fused hybrid add of N consecutive
+// outputs (store_output_vec). __fadd_rn: the sum is never contracted into an FMA with o's product.
+template <typename T, int N>
+__device__ __forceinline__ ElementVec<T, N> hybrid_sum(const ElementVec<T, N>& stored, const T* addend_at) {
+  const ElementVec<T, N> addend = *reinterpret_cast<const ElementVec<T, N>*>(addend_at);
+  float sum[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) sum[i] = __fadd_rn(element_to_float(stored.e[i]), element_to_float(addend.e[i]));
+  return pack_elements<T, N>(sum);
+}
+
 // The store of every finished output element, N consecutive ones at a time (one N·sizeof(T)-byte
 // access; `index` a multiple of N, the same in output, ssm_addend and hybrid_output): o = the
 // normalised attention output (row_finalize applied); output gets output_value(o) rounded to T.
@@ -116,7 +127,6 @@ __device__ __forceinline__ float output_value(const AttentionParams& p, float o)
 //   T(float(stored) + float(ssm_addend))   (ssm_addend set)
 // — the bits of the separate add pass (ssm/ssm_kernels.cu add_rows_kernel), which reads the stored
 // output back — or the stored bits themselves (ssm_addend null: a layer without an SSM branch).
-// __fadd_rn: the sum is never contracted into an FMA with o's product (float32).
 template <typename T, int N>
 __device__ __forceinline__ void store_output_vec(const AttentionParams& p, int64_t index, const float (&o)[N]) {
   using Vec = ElementVec<T, N>;
@@ -126,14 +136,8 @@ __device__ __forceinline__ void store_output_vec(const AttentionParams& p, int64
   const Vec stored = pack_elements<T, N>(v);
   *reinterpret_cast<Vec*>(static_cast<T*>(p.output) + index) = stored;
   if (p.hybrid_output != nullptr) {
-    Vec hybrid = stored;
-    if (p.ssm_addend != nullptr) {
-      const Vec addend = *reinterpret_cast<const Vec*>(static_cast<const T*>(p.ssm_addend) + index);
-      float sum[N];
-#pragma unroll
-      for (int i = 0; i < N; ++i) sum[i] = __fadd_rn(element_to_float(stored.e[i]), element_to_float(addend.e[i]));
-      hybrid = pack_elements<T, N>(sum);
-    }
+    const Vec hybrid =
+        p.ssm_addend == nullptr ? stored : hybrid_sum<T, N>(stored, static_cast<const T*>(p.ssm_addend) + index);
     *reinterpret_cast<Vec*>(static_cast<T*>(p.hybrid_output) + index) = hybrid;
   }
 }

@@ -259,9 +259,37 @@ __device__ __forceinline__ void prefill_logits(const AttentionParams& p, const P
 
 // The mask of one m-tile of a tile that is not full: a score whose key the row does not see
 // (key_visible = spec::key_visible), beyond the item's keys, or of a padding row becomes −inf.
-template <int kNt>
+// Without mm_prefix ranges (the common case, uniform over the launch) the keys a row sees are one
+// interval, [window_first_key, min(window_key_end, seq_len)) (spec/visibility.h; the spec tests
+// check that it is exactly the rule's set), so each score costs two compares; the general rule,
+// with its per-key walk over the ranges, stays for batches that have them. kIntervalMask = false
+// keeps only the general rule: the wgmma kernel's featured variant (soft cap / ALiBi) has no
+// registers left for the four bounds beside its logits' state.
+template <bool kIntervalMask = true, int kNt>
 __device__ __forceinline__ void prefill_mask(const AttentionParams& p, const PrefillItem& it, float (&s)[kNt][4],
                                              const PrefillRow (&rows)[2], int kt, int t4) {
+  if (kIntervalMask && p.num_mm_ranges == 0) {
+    int first[2];
+    int end[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int pos = rows[i].pos;
+      first[i] = spec::window_first_key(p.sliding_window, pos);
+      end[i] = min(min(spec::window_key_end(p.encoder != 0, p.sliding_window, it.seq_len, pos), it.seq_len),
+                   it.item.key_end);
+      if (!rows[i].valid) end[i] = first[i];  // empty: a padding row sees nothing
+    }
+#pragma unroll
+    for (int n = 0; n < kNt; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e / 2;
+        const int k = kt + 8 * n + 2 * t4 + (e % 2);
+        if (k < first[i] || k >= end[i]) s[n][e] = kNegInf;  // select, never multiply
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int n = 0; n < kNt; ++n) {
 #pragma unroll
@@ -366,11 +394,30 @@ __device__ __forceinline__ void prefill_store_row(const AttentionParams& p, cons
   f.acc_factor *= v_scale;
   const int64_t token = it.query_start + it.item.token_begin + r / it.item.num_heads;
   const int64_t out_row = token * p.o_stride_token + static_cast<int64_t>(row.head) * p.o_stride_head;
+  if (p.fp8_output) {
+#pragma unroll
+    for (int n = 0; n < kDt; ++n) {
+      const float pair[2] = {f.zero != 0.0f ? 0.0f : o[n][2 * i] * f.acc_factor,
+                             f.zero != 0.0f ? 0.0f : o[n][2 * i + 1] * f.acc_factor};
+      store_output_vec<T, 2>(p, out_row + 8 * n + 2 * t4, pair);
+    }
+    return;
+  }
+  // Model-dtype output (output_value is the identity): the same stores as store_output_vec with its
+  // fp8 test taken once per row, so that the epilogue each CTA runs once stays short.
+  using Pair = ElementVec<T, 2>;
+  T* const hybrid = static_cast<T*>(p.hybrid_output);
+  const T* const addend = static_cast<const T*>(p.ssm_addend);
 #pragma unroll
   for (int n = 0; n < kDt; ++n) {
+    const int64_t index = out_row + 8 * n + 2 * t4;
     const float pair[2] = {f.zero != 0.0f ? 0.0f : o[n][2 * i] * f.acc_factor,
                            f.zero != 0.0f ? 0.0f : o[n][2 * i + 1] * f.acc_factor};
-    store_output_vec<T, 2>(p, out_row + 8 * n + 2 * t4, pair);
+    const Pair stored = pack_elements<T, 2>(pair);
+    *reinterpret_cast<Pair*>(static_cast<T*>(p.output) + index) = stored;
+    if (hybrid != nullptr) {
+      *reinterpret_cast<Pair*>(hybrid + index) = addend == nullptr ? stored : hybrid_sum<T, 2>(stored, addend + index);
+    }
   }
 }
 

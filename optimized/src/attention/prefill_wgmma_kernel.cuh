@@ -549,7 +549,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
       prefill_logits<Plain>(p, work, acc, key_mul, rows, kt, t4);
     }
     if constexpr (kByteCache) tma::mbarrier_arrive(k_empty + it % kStages);
-    if (!full_tile) prefill_mask(p, work, acc, rows, kt, t4);
+    if (!full_tile) prefill_mask<Plain>(p, work, acc, rows, kt, t4);
     prefill_softmax_p<Scales>(acc, row_m, row_l, alpha);
   };
   // P of tile `it` times its keys' v scales, rounded to T: the A operand of its P·V.
