@@ -483,8 +483,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_cb_kernel(Mamba2Params p)
   }
 }
 
-// (1) The chunk's own state sum S_c[p, n] = Σ_s (exp(Λ_last − Λ_s)·Δ_s·x_s[p])·B_s[n] for head
-// blockIdx.y and a kTile-row P tile blockIdx.z, over all of N: the weighted x tile staged once,
+// (1) The chunk's own state sum S_c[p, n] = Σ_s (exp(Λ_last − Λ_s)·Δ_s·x_s[p])·B_s[n] for one
+// (chunk, head, kTile-row P tile) per block, over all of N: the weighted x tile staged once,
 // the B tiles of N streamed through two stages (the next tile in flight during each product). Both
 // operands token-major ([s][p], [s][n], zeros past the chunk, P and N), the product on the tensor
 // cores: warp w owns rows p0 + 16·(w % 4) … and columns n0 + 32·(w / 4) … of each tile, over the
@@ -499,6 +499,18 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_cb_kernel(Mamba2Params p)
 //    both operands MN-major, fragments by ldmatrix.trans; rows padded to 72 elements (9 16-byte
 //    units: ldmatrix conflict-free). Half the shared memory (55.3 KB at kQ 128); the registers
 //    keep it at 2 blocks per SM (ChunkConfig).
+// The grid is one-dimensional, the P tiles and heads of a chunk consecutive (StateGrid): the blocks
+// resident at once share a few chunks' B (every head of a group reads the same B), so B comes from
+// DRAM about once and from L2 for the other heads and P tiles. Chunk-major blocks (chunk fastest)
+// would have every resident block read a different chunk's B, a working set of all the wave's B
+// that the x and state streams evict from L2 before the next head reads it again.
+struct StateGrid {
+  int heads, p_tiles;
+  __host__ __device__ int blocks_per_chunk() const { return heads * p_tiles; }
+  __device__ int chunk() const { return static_cast<int>(blockIdx.x) / blocks_per_chunk(); }
+  __device__ int head() const { return static_cast<int>(blockIdx.x) % blocks_per_chunk() / p_tiles; }
+  __device__ int p_tile() const { return static_cast<int>(blockIdx.x) % p_tiles; }
+};
 constexpr int kTileFloats = kQ * kColMajor64;  // one [kQ][72] tile
 template <typename T>
 struct StateLayout {
@@ -540,14 +552,16 @@ __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().state_blocks_
   float* bs = state_smem + kTileFloats;  // two stages of B_s[n0 + ·]
   __shared__ float weight[kQ];
   const Dims d = dims_of(p);
-  const Mamba2Chunk chunk = p.chunks[blockIdx.x];
-  const int h = static_cast<int>(blockIdx.y);
+  const StateGrid grid{p.heads, (p.head_dim + kTile - 1) / kTile};
+  const int c = grid.chunk();
+  const Mamba2Chunk chunk = p.chunks[c];
+  const int h = grid.head();
   const int g = h / d.heads_per_group;
   const int P = p.head_dim, N = p.state;
-  const int p0 = static_cast<int>(blockIdx.z) * kTile;
+  const int p0 = grid.p_tile() * kTile;
   const int length = chunk.end - chunk.begin;
   const int tid = static_cast<int>(threadIdx.x);
-  const int64_t item = int64_t{blockIdx.x} * p.heads + h;
+  const int64_t item = int64_t{c} * p.heads + h;
   const float* rows = p.xbc + int64_t{chunk.begin} * d.conv_dim;
   const float* B = rows + d.d_ssm + int64_t{g} * N;
   const int n_tiles = (N + kTile - 1) / kTile;
@@ -1110,7 +1124,9 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   constexpr size_t kStateSmem = StateLayout<T>::kSmemBytes;
   allow_dynamic_smem(chunk_state_kernel<T>, kStateSmem);
-  chunk_state_kernel<T><<<dim3(chunks, heads, p_tiles), kChunkThreads, kStateSmem, stream>>>(p);
+  const StateGrid state_grid{p.heads, static_cast<int>(p_tiles)};
+  chunk_state_kernel<T><<<chunks * static_cast<unsigned>(state_grid.blocks_per_chunk()), kChunkThreads, kStateSmem,
+                          stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
   if (int64_t{p.head_dim} * p.state % 4 == 0 && aligned16(p.chunk_states)) {
     launch_state_passing<PassAccess::kFloat4>(p, stream);
