@@ -50,7 +50,7 @@
 //       to bfloat16 (Mamba2Params::product_operands; BackendSettings::ssm_prefill_operands model
 //       with a bfloat16 model): one m16n8k16 per product with float32 accumulation, as vLLM's
 //       Triton SSD kernels; the chunk scan on wgmma on a compute capability 9.0 device where the
-//       build has its sm_90a code (Mamba2Params::scan_wgmma, as the backend sets it), else on mma.sync.
+//       build has its sm_90a code (Mamba2Params::chunk_wgmma, as the backend sets it), else on mma.sync.
 // Inputs are deterministic non-zero values (a hash fill; q and k normalised by one untimed
 // preparation before the decode cases, whose kernel reads them as prepared); every timing is the
 // median of CUDA-event samples after warm-up launches, with the state pool (and, for the GDN
@@ -580,7 +580,7 @@ int run(int argc, char** argv) {
     Mamba2Params p = make_mamba2(b, s, 1, T, ElementKind::kFloat32);
     p.product_operands = operands;
     // The chunk scan's body the backend picks on this device (mamba2.cpp).
-    p.scan_wgmma = mamba2_scan_wgmma_built() && ComputeCapability{prop.major, prop.minor}.is_hopper() ? 1 : 0;
+    p.chunk_wgmma = mamba2_wgmma_built() && ComputeCapability{prop.major, prop.minor}.is_hopper() ? 1 : 0;
     const size_t pool_bytes = 2 * static_cast<size_t>(p.ssm_state.slot_size) * sizeof(float);
     const std::vector<Restore> restores{{p.ssm_state.data, b.saved(p.ssm_state.data, pool_bytes), pool_bytes}};
     const double ms = median_ms(10, 2, stream, restores, flush, [&] { launch_mamba2_prefill(p, stream); });

@@ -452,8 +452,8 @@ std::vector<CudaCase> mamba2_16bit_prefill_cases() {
 
 // Whether the backend's Mamba-2 prefill runs its 16-bit chunk scan on wgmma here by default: a
 // build with the sm_90a code on a compute capability 9.0 device (mamba2.cpp).
-bool mamba2_scan_wgmma_runs_here() {
-  return cuda::ssm::mamba2_scan_wgmma_built() && cuda::current_compute_capability().is_hopper();
+bool mamba2_wgmma_runs_here() {
+  return cuda::ssm::mamba2_wgmma_built() && cuda::current_compute_capability().is_hopper();
 }
 
 // Two runs of `step` agree within twice each SSM quantity's 16-bit-operand row: the contribution's
@@ -504,7 +504,7 @@ TEST_P(CudaMamba2MmaSyncScan, MatchesReferenceWithinThe16BitRow) {
   expect_repeats_bit_for_bit(*mma_sync, step, actual, /*with_output=*/false);
 
   const StepOutputs default_body = run_step(*by_default, step);
-  if (mamba2_scan_wgmma_runs_here()) {
+  if (mamba2_wgmma_runs_here()) {
     expect_within_twice_the_row(step, default_body, actual, options.ssm_operand_dtype, "wgmma vs mma.sync");
   } else {
     EXPECT_TRUE(bitwise_equal(actual.ssm_output, default_body.ssm_output))

@@ -16,7 +16,7 @@
 // uploads, grids from the shape only. Every intermediate stays float32 (the reference rounds
 // nothing either); with BackendSettings::ssm_prefill_operands model and a 16-bit model, the chunked
 // prefill's product operands are rounded to the model dtype (mamba2_kernels.h, product_operands),
-// and its chunk scan runs on wgmma on a compute capability 9.0 device (scan_wgmma; mma.sync
+// and its chunk scan runs on wgmma on a compute capability 9.0 device (chunk_wgmma; mma.sync
 // elsewhere, or everywhere with BackendSettings::ssm_prefill_wgmma false).
 // A Mamba-2 layer of a per-layer model (layer_kind mamba2) runs the core alone on the layer's own
 // xBC and dt (linear_forward).
@@ -214,7 +214,7 @@ class Mamba2GpuMode final : public GpuMode {
     // Their chunk scan on wgmma where the device runs sm_90a code (its compute capability, queried
     // once with the context) and the build has it, unless the mma.sync body is asked for.
     const bool hopper = step.context->compute_capability().is_hopper();
-    base.scan_wgmma = step.prefill_wgmma && mamba2_scan_wgmma_built() && hopper ? 1 : 0;
+    base.chunk_wgmma = step.prefill_wgmma && mamba2_wgmma_built() && hopper ? 1 : 0;
 
     if (step.fixed) {
       // One wave of R entries, each empty or one decode token: both updates read and write the

@@ -32,7 +32,7 @@
 // staged as float32 tiles by cp.async; the chunk scan's and chunk states' 16-bit operands as tiles
 // of the model dtype, rounded as they are staged (TileRegs16) and read by ldmatrix; the chunk scan's
 // float32 C·Bᵀ and output x rows by cp.async, in flight over its products.
-// Where Mamba2Params::scan_wgmma is set (the caller's choice, once per device: a compute capability
+// Where Mamba2Params::chunk_wgmma is set (the caller's choice, once per device: a compute capability
 // 9.0 device and a build with sm_90a code, HYBRIDTB_MAMBA2_WGMMA) the chunk scan with 16-bit
 // operands runs on warpgroup MMAs instead (mamba2_scan_wgmma.cu: blocks of
 // 64 t × 128 P, so that M is formed once per chunk, t tile and head; C·Hᵀ in 64-wide N slabs of
@@ -1113,8 +1113,8 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
       throw Error(detail::concat("mamba2 prefill: 16-bit operands with conv rows of ", conv_dim,
                                  " floats (at most 2^31 / ", kQ, ")"));
     }
-    if (p.scan_wgmma != 0 && !mamba2_scan_wgmma_built()) {
-      throw Error("mamba2 prefill: scan_wgmma set, but this build has no sm_90a code (mamba2_scan_wgmma_built)");
+    if (p.chunk_wgmma != 0 && !mamba2_wgmma_built()) {
+      throw Error("mamba2 prefill: chunk_wgmma set, but this build has no sm_90a code (mamba2_wgmma_built)");
     }
   }
   const unsigned chunks = static_cast<unsigned>(p.num_chunks), heads = static_cast<unsigned>(p.heads);
@@ -1136,7 +1136,7 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 #if defined(HYBRIDTB_MAMBA2_WGMMA)
   if constexpr (!std::is_same_v<T, float>) {
-    if (p.scan_wgmma != 0) {  // decided by the caller once per device: no query here
+    if (p.chunk_wgmma != 0) {  // decided by the caller once per device: no query here
       launch_mamba2_chunk_scan_wgmma(p, stream);
       return;
     }
@@ -1150,7 +1150,7 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
 
 }  // namespace
 
-bool mamba2_scan_wgmma_built() {
+bool mamba2_wgmma_built() {
 #if defined(HYBRIDTB_MAMBA2_WGMMA)
   return true;
 #else

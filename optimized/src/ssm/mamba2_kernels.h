@@ -81,15 +81,15 @@ struct Mamba2Params {
   ElementKind product_operands = ElementKind::kFloat32;
   // The chunk scan's body with 16-bit product operands (float32 operands ignore it): 1 = on Hopper's
   // warpgroup MMAs (mamba2_scan_wgmma.h), which needs a compute capability 9.0 device and a build
-  // with its sm_90a code (mamba2_scan_wgmma_built); 0 = on mma.sync (chunk_scan_kernel: every GPU).
+  // with its sm_90a code (mamba2_wgmma_built); 0 = on mma.sync (chunk_scan_kernel: every GPU).
   // The caller decides once per device (mamba2.cpp: the SsmContext's compute capability and
   // BackendSettings::ssm_prefill_wgmma), so that a launch makes no device query.
-  int32_t scan_wgmma = 0;
+  int32_t chunk_wgmma = 0;
 };
 
 // Whether this build has the sm_90a chunk scan on wgmma (CMAKE_CUDA_ARCHITECTURES with 90; the
-// TU hybridtb_mamba2_wgmma), which Mamba2Params::scan_wgmma selects.
-bool mamba2_scan_wgmma_built();
+// TU hybridtb_mamba2_wgmma), which Mamba2Params::chunk_wgmma selects.
+bool mamba2_wgmma_built();
 
 // The single-step update (vLLM's selective_state_update) of the wave's decode entries: per head,
 // Δ = softplus(dt + dt_bias), S = exp(Δ·A)·S + Δ·x ⊗ B, y = S·C + D·x; S read from read_slot (zeros
@@ -104,7 +104,7 @@ void launch_mamba2_decode(const Mamba2Params& p, cudaStream_t stream);
 // state (block-boundary and final states stored to the pool), (3) per 64-token tile of a chunk ×
 // head × P tile the outputs: the intra-chunk term (C·Bᵀ masked by the segment-sum decay) + the
 // inter-chunk term exp(Λ_t)·(H·C_t) + D·x. With 16-bit operands, step (3) runs on wgmma where
-// p.scan_wgmma is set (Error, before any launch, where this build has no such code), else on mma.sync.
+// p.chunk_wgmma is set (Error, before any launch, where this build has no such code), else on mma.sync.
 void launch_mamba2_prefill(const Mamba2Params& p, cudaStream_t stream);
 
 // Gated RMSNorm (mamba_ssm's RMSNormGated, norm_before_gate False) of rows t < num_tokens flagged

@@ -176,7 +176,7 @@ struct GpuStep {
   // step has no prefill.
   SsmPrefillOperands prefill_operands = SsmPrefillOperands::kFloat32;
   // BackendSettings::ssm_prefill_wgmma: false keeps mamba2's 16-bit chunk scan on mma.sync where
-  // the device would take wgmma (Mamba2Params::scan_wgmma); the other modes ignore it.
+  // the device would take wgmma (Mamba2Params::chunk_wgmma); the other modes ignore it.
   bool prefill_wgmma = true;
 
   const GpuWeight* weight(const std::string& name) const {
