@@ -49,8 +49,9 @@
 //   mamba2 prefill {8k, 32k} bf16 operands — the same with the chunk kernels' product operands rounded
 //       to bfloat16 (Mamba2Params::product_operands; BackendSettings::ssm_prefill_operands model
 //       with a bfloat16 model): one m16n8k16 per product with float32 accumulation, as vLLM's
-//       Triton SSD kernels; the chunk scan on wgmma on a compute capability 9.0 device where the
-//       build has its sm_90a code (Mamba2Params::chunk_wgmma, as the backend sets it), else on mma.sync.
+//       Triton SSD kernels; the chunk states and the chunk scan on wgmma on a compute capability
+//       9.0 device where the build has their sm_90a code (Mamba2Params::chunk_wgmma, as the backend
+//       sets it), else on mma.sync.
 // Inputs are deterministic non-zero values (a hash fill; q and k normalised by one untimed
 // preparation before the decode cases, whose kernel reads them as prepared); every timing is the
 // median of CUDA-event samples after warm-up launches, with the state pool (and, for the GDN

@@ -33,14 +33,15 @@
 // of the model dtype, rounded as they are staged (TileRegs16) and read by ldmatrix; the chunk scan's
 // float32 C·Bᵀ and output x rows by cp.async, in flight over its products.
 // Where Mamba2Params::chunk_wgmma is set (the caller's choice, once per device: a compute capability
-// 9.0 device and a build with sm_90a code, HYBRIDTB_MAMBA2_WGMMA) the chunk scan with 16-bit
-// operands runs on warpgroup MMAs instead (mamba2_scan_wgmma.cu: blocks of
+// 9.0 device and a build with sm_90a code, HYBRIDTB_MAMBA2_WGMMA) the chunk scan and the chunk
+// states with 16-bit operands run on warpgroup MMAs instead (mamba2_scan_wgmma.cu: blocks of
 // 64 t × 128 P, so that M is formed once per chunk, t tile and head; C·Hᵀ in 64-wide N slabs of
-// m64n64k16 from shared 128-byte-swizzle tiles, M·x likewise): the same values rounded to 16 bits
-// at the same points, float32 accumulation, the slabs in a fixed order; only the order of the
-// products inside one MMA instruction differs from mma.sync's (the 16-bit-operand row of the
-// tolerance table bounds both). Elsewhere (other GPUs, or the mma.sync body asked for:
-// BackendSettings::ssm_prefill_wgmma false) chunk_scan_kernel below runs it.
+// m64n64k16 from shared 128-byte-swizzle tiles, M·x likewise; mamba2_state_wgmma.cu: blocks of
+// 128 P per chunk and head, the weighted x staged once, B in 64-wide N tiles): the same values
+// rounded to 16 bits at the same points, float32 accumulation, the slabs in a fixed order; only the
+// order of the products inside one MMA instruction differs from mma.sync's (the 16-bit-operand row
+// of the tolerance table bounds both). Elsewhere (other GPUs, or the mma.sync bodies asked for:
+// BackendSettings::ssm_prefill_wgmma false) chunk_state_kernel and chunk_scan_kernel below run them.
 // The decays, Δ, Λ, the masks, the state passing and the epilogues stay float32 on the CUDA cores.
 // Chunks never straddle a block boundary (the host ends a chunk after each boundary row), so the
 // state passing stores the boundary states between chunks. Λ is computed once per chunk and head
@@ -67,6 +68,7 @@
 #include "ssm/pool_quads.cuh"
 #include "ssm/mamba2_kernels.h"
 #include "ssm/mamba2_scan_wgmma.h"
+#include "ssm/mamba2_state_wgmma.h"
 #include "ssm/weight_ref.cuh"
 
 namespace hybridtb::cuda::ssm {
@@ -1122,12 +1124,23 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
   chunk_cb_kernel<T><<<dim3(chunks, static_cast<unsigned>(p.groups), kTBlocks * (kTBlocks + 1) / 2), kChunkThreads, 0,
                        stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
-  constexpr size_t kStateSmem = StateLayout<T>::kSmemBytes;
-  allow_dynamic_smem(chunk_state_kernel<T>, kStateSmem);
-  const StateGrid state_grid{p.heads, static_cast<int>(p_tiles)};
-  chunk_state_kernel<T><<<chunks * static_cast<unsigned>(state_grid.blocks_per_chunk()), kChunkThreads, kStateSmem,
-                          stream>>>(p);
-  HYBRIDTB_CUDA_CHECK_LAUNCH();
+  bool states_launched = false;
+#if defined(HYBRIDTB_MAMBA2_WGMMA)
+  if constexpr (!std::is_same_v<T, float>) {
+    if (p.chunk_wgmma != 0) {  // decided by the caller once per device: no query here
+      launch_mamba2_chunk_state_wgmma(p, stream);
+      states_launched = true;
+    }
+  }
+#endif
+  if (!states_launched) {
+    constexpr size_t kStateSmem = StateLayout<T>::kSmemBytes;
+    allow_dynamic_smem(chunk_state_kernel<T>, kStateSmem);
+    const StateGrid state_grid{p.heads, static_cast<int>(p_tiles)};
+    chunk_state_kernel<T><<<chunks * static_cast<unsigned>(state_grid.blocks_per_chunk()), kChunkThreads,
+                            kStateSmem, stream>>>(p);
+    HYBRIDTB_CUDA_CHECK_LAUNCH();
+  }
   if (int64_t{p.head_dim} * p.state % 4 == 0 && aligned16(p.chunk_states)) {
     launch_state_passing<PassAccess::kFloat4>(p, stream);
   } else {
