@@ -11,9 +11,9 @@
 // tile (warp w·4 + r: rows 16·r …; the wgmma accumulator is the mma.sync m16n8 C fragment tiled
 // along the 64 columns, wgmma.cuh).
 //   1. The weighted x tile x_s[p]·weight_s [s][p] (all kQ tokens × 128 p), formed in float32 and
-//      rounded to T once as it is staged through registers (kXPartRows tokens at a time), into
-//      shared memory (MN-major: two 64-column slabs of the 128-byte swizzle layout), once for the
-//      block.
+//      rounded to T once as it is staged through registers (all of the tile's 16-byte loads in
+//      flight at once, 64 registers per thread), into shared memory (MN-major: two 64-column slabs
+//      of the 128-byte swizzle layout), once for the block.
 //   2. Over N in tiles of kNTile = 64 (one 128-byte swizzle row of 16-bit elements): B [s][n]
 //      rounded to T as it is staged through registers (MN-major, a ring of two stages; the next
 //      tile's global loads in flight over this tile's MMAs), one block barrier per tile; per
@@ -53,7 +53,7 @@ struct StateWgmmaLayout {
   static constexpr int kPTile = 128;      // P rows per block (64 per warpgroup)
   static constexpr int kNTile = 64;       // N columns per step: one 128-byte swizzle row
   static constexpr int kStages = 2;       // the B ring
-  static constexpr int kXPartRows = 64;   // tokens of the weighted x staged per part
+  static constexpr int kXPartRows = 64;   // tokens of the weighted x per SwizzleRegs (all in flight at once)
   static constexpr int kXSlabBytes = kQ * 128;      // one 64-row slab of the weighted x [s][p]
   static constexpr int kXBytes = kQ * kPTile * 2;   // the weighted x tile
   static constexpr int kBBytes = kQ * kNTile * 2;   // one B stage [s][n]
@@ -163,16 +163,21 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_state_wgmm
   const float* rows = p.xbc + int64_t{chunk.begin} * conv_dim;  // the chunk's conv rows
   const float* B = rows + d_ssm + int64_t{g} * N;
 
-  // 1. The weighted x tile, once, in parts of kXPartRows tokens (the registers of one part's loads).
+  // 1. The weighted x tile, once: every part's loads issued, then the weights, then the stores.
   {
-    SwizzleRegs<T, L::kPTile, L::kXPartRows> x_regs;
+    constexpr int kXParts = kQ / L::kXPartRows;
+    SwizzleRegs<T, L::kPTile, L::kXPartRows> x_regs[kXParts];
     const float* x = rows + int64_t{h} * P + p0;
+#pragma unroll
+    for (int k = 0; k < kXParts; ++k) {
+      const int s0 = k * L::kXPartRows;
+      x_regs[k].load(SrcTile{x + int64_t{s0} * conv_dim, conv_dim, length - s0, P - p0});
+    }
     if (tid < kQ) weight[tid] = p.chunk_cumsum[item * 3 * kQ + 2 * kQ + tid];  // 0 past the chunk
-#pragma unroll 1
-    for (int s0 = 0; s0 < kQ; s0 += L::kXPartRows) {
-      x_regs.load(SrcTile{x + int64_t{s0} * conv_dim, conv_dim, length - s0, P - p0});
-      if (s0 == 0) __syncthreads();  // the weights
-      x_regs.template store<kQ>(smem, s0, [&](int s) { return weight[s]; });
+    __syncthreads();  // the weights
+#pragma unroll
+    for (int k = 0; k < kXParts; ++k) {
+      x_regs[k].template store<kQ>(smem, k * L::kXPartRows, [&](int s) { return weight[s]; });
     }
   }
 
