@@ -28,6 +28,9 @@
 // the same but for the order inside the MMA instructions (the 16-bit-operand row of the tolerance
 // table bounds both). Staged values past the chunk, P or N are zeros (partial tiles and odd sizes
 // cost padded work only; 4-byte element loads where rows are not whole aligned quads).
+// This kernel reads x once and writes the float32 states (twice x's bytes) once, both far more
+// than L2 holds at long prefills: x's loads and the states' stores are evict-first (__ldcs,
+// __stcs), so that L2 keeps the B of the chunks in flight, which every head of the group reads.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -81,13 +84,16 @@ struct SrcTile {
   __device__ __forceinline__ bool quads() const { return stride % 4 == 0 && cols % 4 == 0 && aligned16(from); }
 };
 
+// How SwizzleRegs' 16-byte loads are cached: kStreaming evict-first (__ldcs), for data read once.
+enum class LoadCache { kDefault, kStreaming };
+
 // A SrcTile, each row i multiplied by scale(i) and rounded (RNE) to a [kRows][kWidth] tile of T in
 // the 128-byte swizzle layout (slabs of 64 columns, wgmma::sw128_offset), through registers:
 // load() issues the thread's 16-byte loads, store() scales, rounds and writes them (8 bytes per
 // quad). Where quads are not whole and aligned, store() loads element by element (int offsets:
 // the launcher checks kQ·conv_dim < 2^31). Quad e = thread + kThreads·k covers row e / (kWidth / 4):
 // a warp's loads are whole rows.
-template <typename T, int kWidth, int kRows>
+template <typename T, int kWidth, int kRows, LoadCache kLoad = LoadCache::kDefault>
 struct SwizzleRegs {
   static constexpr int kQuadsPerRow = kWidth / 4;
   static constexpr int kQuads = kRows * kQuadsPerRow / L::kThreads;
@@ -105,7 +111,8 @@ struct SwizzleRegs {
     for (int k = 0; k < kQuads; ++k) {
       const int e = tid + L::kThreads * k;
       const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
-      v[k] = i < t.rows && c < t.cols ? *reinterpret_cast<const float4*>(t.from + i * t.stride + c)
+      const float4* at = reinterpret_cast<const float4*>(t.from + i * t.stride + c);
+      v[k] = i < t.rows && c < t.cols ? (kLoad == LoadCache::kStreaming ? __ldcs(at) : *at)
                                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
   }
@@ -166,7 +173,7 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_state_wgmm
   // 1. The weighted x tile, once: every part's loads issued, then the weights, then the stores.
   {
     constexpr int kXParts = kQ / L::kXPartRows;
-    SwizzleRegs<T, L::kPTile, L::kXPartRows> x_regs[kXParts];
+    SwizzleRegs<T, L::kPTile, L::kXPartRows, LoadCache::kStreaming> x_regs[kXParts];
     const float* x = rows + int64_t{h} * P + p0;
 #pragma unroll
     for (int k = 0; k < kXParts; ++k) {
@@ -225,10 +232,10 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_state_wgmm
         if (n >= N) continue;
         float* at = out + int64_t{row} * N + n;
         if (pairs) {
-          *reinterpret_cast<float2*>(at) = make_float2(acc[j][e], acc[j][e + 1]);
+          __stcs(reinterpret_cast<float2*>(at), make_float2(acc[j][e], acc[j][e + 1]));
         } else {
-          at[0] = acc[j][e];
-          if (n + 1 < N) at[1] = acc[j][e + 1];
+          __stcs(at, acc[j][e]);
+          if (n + 1 < N) __stcs(at + 1, acc[j][e + 1]);
         }
       }
     }
