@@ -52,12 +52,12 @@ constexpr int kQ = kMamba2ChunkTokens;  // tokens per chunk: the product's k ext
 // the swizzle atoms).
 struct StateWgmmaLayout {
   static constexpr int kThreads = 256;    // two warpgroups
-  static constexpr int kBlocksPerSm = 2;  // 65 KB of shared memory; 128 registers (at 3 blocks, 80: spills)
+  static constexpr int kBlocksPerSm = 2;  // 65 KB of shared memory, ≤ 128 registers (at 3, 80: spills)
   static constexpr int kPTile = 128;      // P rows per block (64 per warpgroup)
   static constexpr int kNTile = 64;       // N columns per step: one 128-byte swizzle row
   static constexpr int kStages = 2;       // the B ring
   static constexpr int kXPartRows = 64;   // tokens of the weighted x per SwizzleRegs (all in flight at once)
-  static constexpr int kXSlabBytes = kQ * 128;      // one 64-row slab of the weighted x [s][p]
+  static constexpr int kXSlabBytes = kQ * 128;      // 64 columns p of the weighted x [s][p]: A's leading offset
   static constexpr int kXBytes = kQ * kPTile * 2;   // the weighted x tile
   static constexpr int kBBytes = kQ * kNTile * 2;   // one B stage [s][n]
   static constexpr int kBOffset = kXBytes;
