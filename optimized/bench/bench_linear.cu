@@ -49,8 +49,11 @@
 //   mamba2 prefill {8k, 32k} bf16 operands — the same with the chunk kernels' product operands rounded
 //       to bfloat16 (Mamba2Params::product_operands; BackendSettings::ssm_prefill_operands model
 //       with a bfloat16 model): one m16n8k16 per product with float32 accumulation, as vLLM's
-//       Triton SSD kernels; the chunk scan on wgmma on a compute capability 9.0 device where the
-//       build has its sm_90a code (Mamba2Params::scan_wgmma, as the backend sets it), else on mma.sync.
+//       Triton SSD kernels; the chunk states and the chunk scan on wgmma on a compute capability
+//       9.0 device where the build has their sm_90a code (Mamba2Params::chunk_wgmma, as the backend
+//       sets it), else on mma.sync ("chunk_bodies").
+//   mamba2 prefill {8k, 32k} bf16 operands mma.sync — the same with the mma.sync chunk states and
+//       chunk scan everywhere (BackendSettings::ssm_prefill_wgmma false): the wgmma bodies' baseline.
 // Inputs are deterministic non-zero values (a hash fill; q and k normalised by one untimed
 // preparation before the decode cases, whose kernel reads them as prepared); every timing is the
 // median of CUDA-event samples after warm-up launches, with the state pool (and, for the GDN
@@ -569,18 +572,28 @@ int run(int argc, char** argv) {
 
   // --- Mamba-2 chunked prefill (one fresh request of 8k or 32k tokens; fp32 pool), with the
   // products' operands in float32 (3xTF32, the default) and in bfloat16 (ssm_prefill_operands model
-  // with a bfloat16 model: Mamba2Params::product_operands) ---
+  // with a bfloat16 model: Mamba2Params::product_operands), the latter also with the mma.sync chunk
+  // kernels forced (BackendSettings::ssm_prefill_wgmma false) ---
+  struct Mamba2Body {
+    ElementKind operands;
+    bool force_mma_sync;
+    const char* suffix;
+  };
+  const Mamba2Body mamba2_bodies[] = {{ElementKind::kFloat32, false, ""},
+                                      {ElementKind::kBFloat16, false, " bf16 operands"},
+                                      {ElementKind::kBFloat16, true, " bf16 operands mma.sync"}};
   for (const int T : {8192, 32768})
-  for (const ElementKind operands : {ElementKind::kFloat32, ElementKind::kBFloat16}) {
-    const bool float32 = operands == ElementKind::kFloat32;
-    const std::string name = "mamba2 prefill " + std::to_string(T / 1024) + "k" + (float32 ? "" : " bf16 operands");
+  for (const Mamba2Body& body : mamba2_bodies) {
+    const bool float32 = body.operands == ElementKind::kFloat32;
+    const std::string name = "mamba2 prefill " + std::to_string(T / 1024) + "k" + body.suffix;
     if (!wanted(name)) continue;
     Buffers b;
     const Mamba2Shape s = kFalconH1;
     Mamba2Params p = make_mamba2(b, s, 1, T, ElementKind::kFloat32);
-    p.product_operands = operands;
-    // The chunk scan's body the backend picks on this device (mamba2.cpp).
-    p.scan_wgmma = mamba2_scan_wgmma_built() && ComputeCapability{prop.major, prop.minor}.is_hopper() ? 1 : 0;
+    p.product_operands = body.operands;
+    // The chunk kernels' bodies the backend picks on this device (mamba2.cpp), unless forced.
+    const bool hopper = ComputeCapability{prop.major, prop.minor}.is_hopper();
+    p.chunk_wgmma = !body.force_mma_sync && mamba2_wgmma_built() && hopper ? 1 : 0;
     const size_t pool_bytes = 2 * static_cast<size_t>(p.ssm_state.slot_size) * sizeof(float);
     const std::vector<Restore> restores{{p.ssm_state.data, b.saved(p.ssm_state.data, pool_bytes), pool_bytes}};
     const double ms = median_ms(10, 2, stream, restores, flush, [&] { launch_mamba2_prefill(p, stream); });
@@ -591,6 +604,7 @@ int run(int argc, char** argv) {
         .str("case", "mamba2_prefill")
         .str("shape", "Falcon-H1-7B: Hs 24, P 128, N 256, G 1")
         .str("product_operands", float32 ? "float32 (3xTF32)" : "bf16 (m16n8k16, float32 accumulation)")
+        .str("chunk_bodies", !float32 && p.chunk_wgmma != 0 ? "wgmma" : "mma.sync")
         .num("tokens", T)
         .num("chunk", kMamba2ChunkTokens)
         .num("median_us", ms * 1e3)

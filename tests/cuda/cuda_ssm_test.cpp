@@ -450,10 +450,10 @@ std::vector<CudaCase> mamba2_16bit_prefill_cases() {
   return selected;
 }
 
-// Whether the backend's Mamba-2 prefill runs its 16-bit chunk scan on wgmma here by default: a
-// build with the sm_90a code on a compute capability 9.0 device (mamba2.cpp).
-bool mamba2_scan_wgmma_runs_here() {
-  return cuda::ssm::mamba2_scan_wgmma_built() && cuda::current_compute_capability().is_hopper();
+// Whether the backend's Mamba-2 prefill runs its 16-bit chunk states and chunk scan on wgmma here
+// by default: a build with the sm_90a code on a compute capability 9.0 device (mamba2.cpp).
+bool mamba2_wgmma_runs_here() {
+  return cuda::ssm::mamba2_wgmma_built() && cuda::current_compute_capability().is_hopper();
 }
 
 // Two runs of `step` agree within twice each SSM quantity's 16-bit-operand row: the contribution's
@@ -483,11 +483,12 @@ void expect_within_twice_the_row(const BatchFile& step, const StepOutputs& a, co
 
 class CudaMamba2MmaSyncScan : public CudaParamFixture<CudaCase> {};
 
-// BackendSettings::ssm_prefill_wgmma false: Mamba-2's 16-bit chunk scan on mma.sync, the body of
-// every GPU but compute capability 9.0 (where the wgmma body runs by default and the cases above
-// take it), against the reference exactly as CudaSsmModelOperands checks the default (the 16-bit
-// row, padding, untouched slots, bitwise reproducible). Where the wgmma body runs by default the two
-// bodies agree within twice the row; elsewhere asking for mma.sync changes no bit.
+// BackendSettings::ssm_prefill_wgmma false: Mamba-2's 16-bit chunk states and chunk scan on
+// mma.sync, the bodies of every GPU but compute capability 9.0 (where the wgmma bodies run by
+// default and the cases above take them), against the reference exactly as CudaSsmModelOperands
+// checks the default (the 16-bit row, padding, untouched slots, bitwise reproducible). Where the
+// wgmma bodies run by default the two runs agree within twice the row; elsewhere asking for
+// mma.sync changes no bit.
 TEST_P(CudaMamba2MmaSyncScan, MatchesReferenceWithinThe16BitRow) {
   const BatchFile step = make_step(GetParam());
   BackendSettings settings{step.config, step.builder};
@@ -504,7 +505,7 @@ TEST_P(CudaMamba2MmaSyncScan, MatchesReferenceWithinThe16BitRow) {
   expect_repeats_bit_for_bit(*mma_sync, step, actual, /*with_output=*/false);
 
   const StepOutputs default_body = run_step(*by_default, step);
-  if (mamba2_scan_wgmma_runs_here()) {
+  if (mamba2_wgmma_runs_here()) {
     expect_within_twice_the_row(step, default_body, actual, options.ssm_operand_dtype, "wgmma vs mma.sync");
   } else {
     EXPECT_TRUE(bitwise_equal(actual.ssm_output, default_body.ssm_output))

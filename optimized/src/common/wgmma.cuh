@@ -138,8 +138,10 @@ struct Wgmma<__nv_bfloat16> {
 #undef HYBRIDTB_WGMMA_D_OPERANDS
 
 // The same for m64n64k16 (32 float32 accumulators, d[n][e] for n < 8), both operands from shared
-// memory: B K-major ([64][16], rows of K contiguous: ss) or MN-major ([16][64], rows of N
-// contiguous: ss_mn, the transposed descriptor). d is overwritten when accumulate is false.
+// memory: A K-major ([64][16], rows of K contiguous) and B K-major ([64][16]: ss) or MN-major
+// ([16][64], rows of N contiguous: ss_mn, the transposed descriptor); or both MN-major (A [16][64],
+// rows of M contiguous, B [16][64]: mn_mn, both descriptors transposed). d is overwritten when
+// accumulate is false.
 template <int N>
 __device__ __forceinline__ void pin(float (&d)[N][4]) {
 #pragma unroll
@@ -162,11 +164,11 @@ __device__ __forceinline__ void pin(float (&d)[N][4]) {
   "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"             \
   "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"    \
   "}"
-#define HYBRIDTB_WGMMA_M64N64K16(TYPE, NAME, TRANS_B)                                                    \
+#define HYBRIDTB_WGMMA_M64N64K16(TYPE, NAME, TRANS_A, TRANS_B)                                             \
   __device__ __forceinline__ static void NAME(float (&d)[8][4], uint64_t a, uint64_t b, bool accumulate) { \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                            \
                  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " " HYBRIDTB_WGMMA_N64_LIST      \
-                 ", %32, %33, p, 1, 1, 0, " TRANS_B ";\n}\n"                                              \
+                 ", %32, %33, p, 1, 1, " TRANS_A ", " TRANS_B ";\n}\n"                                        \
                  : HYBRIDTB_WGMMA_N64_OPERANDS(d)                                                       \
                  : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));                                  \
   }
@@ -175,13 +177,15 @@ template <typename T>
 struct WgmmaN64;
 template <>
 struct WgmmaN64<__half> {
-  HYBRIDTB_WGMMA_M64N64K16("f16", ss, "0")
-  HYBRIDTB_WGMMA_M64N64K16("f16", ss_mn, "1")
+  HYBRIDTB_WGMMA_M64N64K16("f16", ss, "0", "0")
+  HYBRIDTB_WGMMA_M64N64K16("f16", ss_mn, "0", "1")
+  HYBRIDTB_WGMMA_M64N64K16("f16", mn_mn, "1", "1")
 };
 template <>
 struct WgmmaN64<__nv_bfloat16> {
-  HYBRIDTB_WGMMA_M64N64K16("bf16", ss, "0")
-  HYBRIDTB_WGMMA_M64N64K16("bf16", ss_mn, "1")
+  HYBRIDTB_WGMMA_M64N64K16("bf16", ss, "0", "0")
+  HYBRIDTB_WGMMA_M64N64K16("bf16", ss_mn, "0", "1")
+  HYBRIDTB_WGMMA_M64N64K16("bf16", mn_mn, "1", "1")
 };
 
 #undef HYBRIDTB_WGMMA_M64N64K16

@@ -16,8 +16,8 @@
 // uploads, grids from the shape only. Every intermediate stays float32 (the reference rounds
 // nothing either); with BackendSettings::ssm_prefill_operands model and a 16-bit model, the chunked
 // prefill's product operands are rounded to the model dtype (mamba2_kernels.h, product_operands),
-// and its chunk scan runs on wgmma on a compute capability 9.0 device (scan_wgmma; mma.sync
-// elsewhere, or everywhere with BackendSettings::ssm_prefill_wgmma false).
+// and its chunk states and chunk scan run on wgmma on a compute capability 9.0 device (chunk_wgmma;
+// mma.sync elsewhere, or everywhere with BackendSettings::ssm_prefill_wgmma false).
 // A Mamba-2 layer of a per-layer model (layer_kind mamba2) runs the core alone on the layer's own
 // xBC and dt (linear_forward).
 #include <algorithm>
@@ -211,10 +211,11 @@ class Mamba2GpuMode final : public GpuMode {
       if (step.config->dtype == DType::kFloat16) base.product_operands = ElementKind::kFloat16;
       if (step.config->dtype == DType::kBFloat16) base.product_operands = ElementKind::kBFloat16;
     }
-    // Their chunk scan on wgmma where the device runs sm_90a code (its compute capability, queried
-    // once with the context) and the build has it, unless the mma.sync body is asked for.
+    // Their chunk states and chunk scan on wgmma where the device runs sm_90a code (its compute
+    // capability, queried once with the context) and the build has it, unless the mma.sync bodies
+    // are asked for.
     const bool hopper = step.context->compute_capability().is_hopper();
-    base.scan_wgmma = step.prefill_wgmma && mamba2_scan_wgmma_built() && hopper ? 1 : 0;
+    base.chunk_wgmma = step.prefill_wgmma && mamba2_wgmma_built() && hopper ? 1 : 0;
 
     if (step.fixed) {
       // One wave of R entries, each empty or one decode token: both updates read and write the

@@ -32,15 +32,16 @@
 // staged as float32 tiles by cp.async; the chunk scan's and chunk states' 16-bit operands as tiles
 // of the model dtype, rounded as they are staged (TileRegs16) and read by ldmatrix; the chunk scan's
 // float32 C·Bᵀ and output x rows by cp.async, in flight over its products.
-// Where Mamba2Params::scan_wgmma is set (the caller's choice, once per device: a compute capability
-// 9.0 device and a build with sm_90a code, HYBRIDTB_MAMBA2_WGMMA) the chunk scan with 16-bit
-// operands runs on warpgroup MMAs instead (mamba2_scan_wgmma.cu: blocks of
+// Where Mamba2Params::chunk_wgmma is set (the caller's choice, once per device: a compute capability
+// 9.0 device and a build with sm_90a code, HYBRIDTB_MAMBA2_WGMMA) the chunk scan and the chunk
+// states with 16-bit operands run on warpgroup MMAs instead (mamba2_scan_wgmma.cu: blocks of
 // 64 t × 128 P, so that M is formed once per chunk, t tile and head; C·Hᵀ in 64-wide N slabs of
-// m64n64k16 from shared 128-byte-swizzle tiles, M·x likewise): the same values rounded to 16 bits
-// at the same points, float32 accumulation, the slabs in a fixed order; only the order of the
-// products inside one MMA instruction differs from mma.sync's (the 16-bit-operand row of the
-// tolerance table bounds both). Elsewhere (other GPUs, or the mma.sync body asked for:
-// BackendSettings::ssm_prefill_wgmma false) chunk_scan_kernel below runs it.
+// m64n64k16 from shared 128-byte-swizzle tiles, M·x likewise; mamba2_state_wgmma.cu: blocks of
+// 128 P per chunk and head, the weighted x staged once, B in 64-wide N tiles): the same values
+// rounded to 16 bits at the same points, float32 accumulation, the slabs in a fixed order; only the
+// order of the products inside one MMA instruction differs from mma.sync's (the 16-bit-operand row
+// of the tolerance table bounds both). Elsewhere (other GPUs, or the mma.sync bodies asked for:
+// BackendSettings::ssm_prefill_wgmma false) chunk_state_kernel and chunk_scan_kernel below run them.
 // The decays, Δ, Λ, the masks, the state passing and the epilogues stay float32 on the CUDA cores.
 // Chunks never straddle a block boundary (the host ends a chunk after each boundary row), so the
 // state passing stores the boundary states between chunks. Λ is computed once per chunk and head
@@ -67,6 +68,7 @@
 #include "ssm/pool_quads.cuh"
 #include "ssm/mamba2_kernels.h"
 #include "ssm/mamba2_scan_wgmma.h"
+#include "ssm/mamba2_state_wgmma.h"
 #include "ssm/weight_ref.cuh"
 
 namespace hybridtb::cuda::ssm {
@@ -483,8 +485,8 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_cb_kernel(Mamba2Params p)
   }
 }
 
-// (1) The chunk's own state sum S_c[p, n] = Σ_s (exp(Λ_last − Λ_s)·Δ_s·x_s[p])·B_s[n] for head
-// blockIdx.y and a kTile-row P tile blockIdx.z, over all of N: the weighted x tile staged once,
+// (1) The chunk's own state sum S_c[p, n] = Σ_s (exp(Λ_last − Λ_s)·Δ_s·x_s[p])·B_s[n] for one
+// (chunk, head, kTile-row P tile) per block, over all of N: the weighted x tile staged once,
 // the B tiles of N streamed through two stages (the next tile in flight during each product). Both
 // operands token-major ([s][p], [s][n], zeros past the chunk, P and N), the product on the tensor
 // cores: warp w owns rows p0 + 16·(w % 4) … and columns n0 + 32·(w / 4) … of each tile, over the
@@ -499,6 +501,18 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_cb_kernel(Mamba2Params p)
 //    both operands MN-major, fragments by ldmatrix.trans; rows padded to 72 elements (9 16-byte
 //    units: ldmatrix conflict-free). Half the shared memory (55.3 KB at kQ 128); the registers
 //    keep it at 2 blocks per SM (ChunkConfig).
+// The grid is one-dimensional, the P tiles and heads of a chunk consecutive (StateGrid): the blocks
+// resident at once share a few chunks' B (every head of a group reads the same B), so B comes from
+// DRAM about once and from L2 for the other heads and P tiles. Chunk-major blocks (chunk fastest)
+// would have every resident block read a different chunk's B, a working set of all the wave's B
+// that the x and state streams evict from L2 before the next head reads it again.
+struct StateGrid {
+  int heads, p_tiles;
+  __host__ __device__ int blocks_per_chunk() const { return heads * p_tiles; }
+  __device__ int chunk() const { return static_cast<int>(blockIdx.x) / blocks_per_chunk(); }
+  __device__ int head() const { return static_cast<int>(blockIdx.x) % blocks_per_chunk() / p_tiles; }
+  __device__ int p_tile() const { return static_cast<int>(blockIdx.x) % p_tiles; }
+};
 constexpr int kTileFloats = kQ * kColMajor64;  // one [kQ][72] tile
 template <typename T>
 struct StateLayout {
@@ -540,14 +554,16 @@ __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().state_blocks_
   float* bs = state_smem + kTileFloats;  // two stages of B_s[n0 + ·]
   __shared__ float weight[kQ];
   const Dims d = dims_of(p);
-  const Mamba2Chunk chunk = p.chunks[blockIdx.x];
-  const int h = static_cast<int>(blockIdx.y);
+  const StateGrid grid{p.heads, (p.head_dim + kTile - 1) / kTile};
+  const int c = grid.chunk();
+  const Mamba2Chunk chunk = p.chunks[c];
+  const int h = grid.head();
   const int g = h / d.heads_per_group;
   const int P = p.head_dim, N = p.state;
-  const int p0 = static_cast<int>(blockIdx.z) * kTile;
+  const int p0 = grid.p_tile() * kTile;
   const int length = chunk.end - chunk.begin;
   const int tid = static_cast<int>(threadIdx.x);
-  const int64_t item = int64_t{blockIdx.x} * p.heads + h;
+  const int64_t item = int64_t{c} * p.heads + h;
   const float* rows = p.xbc + int64_t{chunk.begin} * d.conv_dim;
   const float* B = rows + d.d_ssm + int64_t{g} * N;
   const int n_tiles = (N + kTile - 1) / kTile;
@@ -1099,8 +1115,8 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
       throw Error(detail::concat("mamba2 prefill: 16-bit operands with conv rows of ", conv_dim,
                                  " floats (at most 2^31 / ", kQ, ")"));
     }
-    if (p.scan_wgmma != 0 && !mamba2_scan_wgmma_built()) {
-      throw Error("mamba2 prefill: scan_wgmma set, but this build has no sm_90a code (mamba2_scan_wgmma_built)");
+    if (p.chunk_wgmma != 0 && !mamba2_wgmma_built()) {
+      throw Error("mamba2 prefill: chunk_wgmma set, but this build has no sm_90a code (mamba2_wgmma_built)");
     }
   }
   const unsigned chunks = static_cast<unsigned>(p.num_chunks), heads = static_cast<unsigned>(p.heads);
@@ -1108,10 +1124,23 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
   chunk_cb_kernel<T><<<dim3(chunks, static_cast<unsigned>(p.groups), kTBlocks * (kTBlocks + 1) / 2), kChunkThreads, 0,
                        stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
-  constexpr size_t kStateSmem = StateLayout<T>::kSmemBytes;
-  allow_dynamic_smem(chunk_state_kernel<T>, kStateSmem);
-  chunk_state_kernel<T><<<dim3(chunks, heads, p_tiles), kChunkThreads, kStateSmem, stream>>>(p);
-  HYBRIDTB_CUDA_CHECK_LAUNCH();
+  bool states_launched = false;
+#if defined(HYBRIDTB_MAMBA2_WGMMA)
+  if constexpr (!std::is_same_v<T, float>) {
+    if (p.chunk_wgmma != 0) {  // decided by the caller once per device: no query here
+      launch_mamba2_chunk_state_wgmma(p, stream);
+      states_launched = true;
+    }
+  }
+#endif
+  if (!states_launched) {
+    constexpr size_t kStateSmem = StateLayout<T>::kSmemBytes;
+    allow_dynamic_smem(chunk_state_kernel<T>, kStateSmem);
+    const StateGrid state_grid{p.heads, static_cast<int>(p_tiles)};
+    chunk_state_kernel<T><<<chunks * static_cast<unsigned>(state_grid.blocks_per_chunk()), kChunkThreads,
+                            kStateSmem, stream>>>(p);
+    HYBRIDTB_CUDA_CHECK_LAUNCH();
+  }
   if (int64_t{p.head_dim} * p.state % 4 == 0 && aligned16(p.chunk_states)) {
     launch_state_passing<PassAccess::kFloat4>(p, stream);
   } else {
@@ -1120,7 +1149,7 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 #if defined(HYBRIDTB_MAMBA2_WGMMA)
   if constexpr (!std::is_same_v<T, float>) {
-    if (p.scan_wgmma != 0) {  // decided by the caller once per device: no query here
+    if (p.chunk_wgmma != 0) {  // decided by the caller once per device: no query here
       launch_mamba2_chunk_scan_wgmma(p, stream);
       return;
     }
@@ -1134,7 +1163,7 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
 
 }  // namespace
 
-bool mamba2_scan_wgmma_built() {
+bool mamba2_wgmma_built() {
 #if defined(HYBRIDTB_MAMBA2_WGMMA)
   return true;
 #else

@@ -79,17 +79,18 @@ struct Mamba2Params {
   // before the product), one m16n8k16 product per 16 of k with float32 accumulation, as vLLM's
   // Triton SSD kernels. Everything else stays float32 either way.
   ElementKind product_operands = ElementKind::kFloat32;
-  // The chunk scan's body with 16-bit product operands (float32 operands ignore it): 1 = on Hopper's
-  // warpgroup MMAs (mamba2_scan_wgmma.h), which needs a compute capability 9.0 device and a build
-  // with its sm_90a code (mamba2_scan_wgmma_built); 0 = on mma.sync (chunk_scan_kernel: every GPU).
+  // The bodies of the chunk scan and the chunk states with 16-bit product operands (float32 operands
+  // ignore it): 1 = on Hopper's warpgroup MMAs (mamba2_scan_wgmma.h, mamba2_state_wgmma.h), which
+  // needs a compute capability 9.0 device and a build with their sm_90a code (mamba2_wgmma_built);
+  // 0 = on mma.sync (chunk_scan_kernel, chunk_state_kernel: every GPU).
   // The caller decides once per device (mamba2.cpp: the SsmContext's compute capability and
   // BackendSettings::ssm_prefill_wgmma), so that a launch makes no device query.
-  int32_t scan_wgmma = 0;
+  int32_t chunk_wgmma = 0;
 };
 
-// Whether this build has the sm_90a chunk scan on wgmma (CMAKE_CUDA_ARCHITECTURES with 90; the
-// TU hybridtb_mamba2_wgmma), which Mamba2Params::scan_wgmma selects.
-bool mamba2_scan_wgmma_built();
+// Whether this build has the sm_90a chunk scan and chunk states on wgmma (CMAKE_CUDA_ARCHITECTURES
+// with 90; the TUs of hybridtb_mamba2_wgmma), which Mamba2Params::chunk_wgmma selects.
+bool mamba2_wgmma_built();
 
 // The single-step update (vLLM's selective_state_update) of the wave's decode entries: per head,
 // Δ = softplus(dt + dt_bias), S = exp(Δ·A)·S + Δ·x ⊗ B, y = S·C + D·x; S read from read_slot (zeros
@@ -103,8 +104,9 @@ void launch_mamba2_decode(const Mamba2Params& p, cudaStream_t stream);
 // state sum, (2) per sequence × state element the state passing across its chunks from the saved
 // state (block-boundary and final states stored to the pool), (3) per 64-token tile of a chunk ×
 // head × P tile the outputs: the intra-chunk term (C·Bᵀ masked by the segment-sum decay) + the
-// inter-chunk term exp(Λ_t)·(H·C_t) + D·x. With 16-bit operands, step (3) runs on wgmma where
-// p.scan_wgmma is set (Error, before any launch, where this build has no such code), else on mma.sync.
+// inter-chunk term exp(Λ_t)·(H·C_t) + D·x. With 16-bit operands, steps (1) and (3) run on wgmma
+// where p.chunk_wgmma is set (Error, before any launch, where this build has no such code), else on
+// mma.sync.
 void launch_mamba2_prefill(const Mamba2Params& p, cudaStream_t stream);
 
 // Gated RMSNorm (mamba_ssm's RMSNormGated, norm_before_gate False) of rows t < num_tokens flagged

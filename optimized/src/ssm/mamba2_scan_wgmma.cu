@@ -1,6 +1,6 @@
 // The chunk scan of the mamba2 prefill (mamba2_kernels.cu's chunk_scan_kernel: its math, buffers and
 // numerics) with 16-bit product operands on Hopper's warpgroup MMAs. Compiled for sm_90a only
-// (optimized/CMakeLists.txt); mamba2_kernels.cu launches it where Mamba2Params::scan_wgmma is set
+// (optimized/CMakeLists.txt); mamba2_kernels.cu launches it where Mamba2Params::chunk_wgmma is set
 // (compute capability 9.0 devices, unless BackendSettings::ssm_prefill_wgmma asks for mma.sync).
 //
 // Block = (kTile = 64 rows t0 … of chunk blockIdx.x / kTBlocks, head blockIdx.y, kPTile = 128 columns

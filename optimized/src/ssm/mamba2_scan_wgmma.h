@@ -1,6 +1,6 @@
 // The chunk scan of the mamba2 prefill on Hopper's warpgroup MMAs (mamba2_scan_wgmma.cu: sm_90a
 // code, built when 90 is among the CUDA architectures, HYBRIDTB_MAMBA2_WGMMA): the 16-bit-operand
-// kind only. mamba2_kernels.cu launches it where Mamba2Params::scan_wgmma is set (a compute
+// kind only. mamba2_kernels.cu launches it where Mamba2Params::chunk_wgmma is set (a compute
 // capability 9.0 device: the caller decides once per device) and its mma.sync chunk scan otherwise;
 // both read and write the same buffers.
 #pragma once

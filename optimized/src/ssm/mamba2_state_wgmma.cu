@@ -1,0 +1,264 @@
+// The chunk states of the mamba2 prefill (mamba2_kernels.cu's chunk_state_kernel: its math, buffers
+// and numerics) with 16-bit product operands on Hopper's warpgroup MMAs. Compiled for sm_90a only
+// (optimized/CMakeLists.txt); mamba2_kernels.cu launches it where Mamba2Params::chunk_wgmma is set
+// (compute capability 9.0 devices, unless BackendSettings::ssm_prefill_wgmma asks for mma.sync).
+//
+// S_c[p, n] = Σ_s (exp(Λ_last − Λ_s)·Δ_s·x_s[p])·B_s[n]: per (chunk, head) a GEMM [P × chunk]·[chunk × N]
+// with the weights folded into the x operand. Block = (chunk, head, kPTile = 128 rows p0 … of P: the
+// whole of Falcon-H1's P, so that B is staged once per chunk and head), one-dimensional grid with
+// the P tiles and heads of a chunk consecutive (the resident blocks share a few chunks' B: one DRAM
+// read of B, L2 for the other heads). Two warpgroups; warpgroup w owns rows 64·w … 64·w + 63 of the
+// tile (warp w·4 + r: rows 16·r …; the wgmma accumulator is the mma.sync m16n8 C fragment tiled
+// along the 64 columns, wgmma.cuh).
+//   1. The weighted x tile x_s[p]·weight_s [s][p] (all kQ tokens × 128 p), formed in float32 and
+//      rounded to T once as it is staged through registers (all of the tile's 16-byte loads in
+//      flight at once, 64 registers per thread), into shared memory (MN-major: two 64-column slabs
+//      of the 128-byte swizzle layout), once for the block.
+//   2. Over N in tiles of kNTile = 64 (one 128-byte swizzle row of 16-bit elements): B [s][n]
+//      rounded to T as it is staged through registers (MN-major, a ring of two stages; the next
+//      tile's global loads in flight over this tile's MMAs), one block barrier per tile; per
+//      warpgroup and tile kQ / 16 wgmma m64n64k16 with both operands MN-major from shared memory
+//      (A = its 64-row slab of the weighted x, by the transposed descriptor), then its 64 × 64
+//      float32 states stored straight from the accumulators (8-byte pairs: whole 32-byte sectors).
+// The values rounded to 16 bits are the mma.sync kernel's (x·weight formed in float32, then B,
+// RNE), the accumulation is float32 over the chunk's tokens in a fixed order (one accumulator chain
+// per tile; the order within one MMA instruction is the hardware's): bitwise reproducible run to
+// run. The mma.sync kernel stops its k steps at the chunk's length rounded up to 16; this one
+// always runs all kQ / 16 (a compile-time count), over staged zeros past the chunk: the sums are
+// the same but for the order inside the MMA instructions (the 16-bit-operand row of the tolerance
+// table bounds both). Staged values past the chunk, P or N are zeros (partial tiles and odd sizes
+// cost padded work only; 4-byte element loads where rows are not whole aligned quads).
+// This kernel reads x once and writes the float32 states (twice x's bytes) once, both far more
+// than L2 holds at long prefills: x's loads and the states' stores are evict-first (__ldcs,
+// __stcs), so that L2 keeps the B of the chunks in flight, which every head of the group reads.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/cuda_check.h"
+#include "common/elements.cuh"
+#include "common/kernel_attributes.h"
+#include "common/mma.cuh"
+#include "common/wgmma.cuh"
+#include "ssm/mamba2_state_wgmma.h"
+#include "ssm/pool_quads.cuh"
+
+namespace hybridtb::cuda::ssm {
+namespace {
+
+constexpr int kQ = kMamba2ChunkTokens;  // tokens per chunk: the product's k extent
+
+// The launch configuration and the shared layout (bytes; every tile starts at a 1024-byte boundary:
+// the swizzle atoms).
+struct StateWgmmaLayout {
+  static constexpr int kThreads = 256;    // two warpgroups
+  static constexpr int kBlocksPerSm = 2;  // 65 KB of shared memory, ≤ 128 registers (at 3, 80: spills)
+  static constexpr int kPTile = 128;      // P rows per block (64 per warpgroup)
+  static constexpr int kNTile = 64;       // N columns per step: one 128-byte swizzle row
+  static constexpr int kStages = 2;       // the B ring
+  static constexpr int kXPartRows = 64;   // tokens of the weighted x per SwizzleRegs (all in flight at once)
+  static constexpr int kXSlabBytes = kQ * 128;      // 64 columns p of the weighted x [s][p]: A's leading offset
+  static constexpr int kXBytes = kQ * kPTile * 2;   // the weighted x tile
+  static constexpr int kBBytes = kQ * kNTile * 2;   // one B stage [s][n]
+  static constexpr int kBOffset = kXBytes;
+  static constexpr size_t kSmemBytes = size_t{kXBytes} + kStages * kBBytes + 1024;  // + the base's alignment
+  static_assert(kQ % 16 == 0 && kQ % kXPartRows == 0 && kPTile == 128 && kNTile == 64, "the warpgroup tiles below");
+};
+using L = StateWgmmaLayout;
+
+// The one-dimensional grid: block = chunk · heads · p_tiles + head · p_tiles + P tile.
+struct StateWgmmaGrid {
+  int heads, p_tiles;
+  __host__ __device__ int blocks_per_chunk() const { return heads * p_tiles; }
+  __device__ int chunk() const { return static_cast<int>(blockIdx.x) / blocks_per_chunk(); }
+  __device__ int head() const { return static_cast<int>(blockIdx.x) % blocks_per_chunk() / p_tiles; }
+  __device__ int p_tile() const { return static_cast<int>(blockIdx.x) % p_tiles; }
+};
+
+// A float32 global tile: rows [0, rows) × columns [0, cols), rows `stride` floats apart; zeros
+// elsewhere. Whole aligned quads take 16-byte loads.
+struct SrcTile {
+  const float* from;
+  int64_t stride;
+  int rows, cols;
+  __device__ __forceinline__ bool quads() const { return stride % 4 == 0 && cols % 4 == 0 && aligned16(from); }
+};
+
+// How SwizzleRegs' 16-byte loads are cached: kStreaming evict-first (__ldcs), for data read once.
+enum class LoadCache { kDefault, kStreaming };
+
+// A SrcTile, each row i multiplied by scale(i) and rounded (RNE) to a [kRows][kWidth] tile of T in
+// the 128-byte swizzle layout (slabs of 64 columns, wgmma::sw128_offset), through registers:
+// load() issues the thread's 16-byte loads, store() scales, rounds and writes them (8 bytes per
+// quad). Where quads are not whole and aligned, store() loads element by element (int offsets:
+// the launcher checks kQ·conv_dim < 2^31). Quad e = thread + kThreads·k covers row e / (kWidth / 4):
+// a warp's loads are whole rows.
+template <typename T, int kWidth, int kRows, LoadCache kLoad = LoadCache::kDefault>
+struct SwizzleRegs {
+  static constexpr int kQuadsPerRow = kWidth / 4;
+  static constexpr int kQuads = kRows * kQuadsPerRow / L::kThreads;
+  static_assert(kWidth % 64 == 0 && kRows * kQuadsPerRow % L::kThreads == 0, "whole slabs, whole quads");
+  float4 v[kQuads];
+  SrcTile src;
+  bool quads;
+
+  __device__ __forceinline__ void load(const SrcTile& t) {
+    const int tid = static_cast<int>(threadIdx.x);
+    src = t;
+    quads = t.quads();
+    if (!quads) return;
+#pragma unroll
+    for (int k = 0; k < kQuads; ++k) {
+      const int e = tid + L::kThreads * k;
+      const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
+      const float4* at = reinterpret_cast<const float4*>(t.from + i * t.stride + c);
+      v[k] = i < t.rows && c < t.cols ? (kLoad == LoadCache::kStreaming ? __ldcs(at) : *at)
+                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+  // Rows row0 … of a [kSlabRows][kWidth] tile; scale(row) of the tile's rows.
+  template <int kSlabRows, typename Scale>
+  __device__ __forceinline__ void store(uint8_t* tile, int row0, Scale&& scale) {
+    const int tid = static_cast<int>(threadIdx.x);
+#pragma unroll
+    for (int k = 0; k < kQuads; ++k) {
+      const int e = tid + L::kThreads * k;
+      const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
+      if (!quads) {
+        const float* at = src.from + i * static_cast<int>(src.stride) + c;
+        const bool row = i < src.rows;
+        v[k].x = row && c < src.cols ? at[0] : 0.0f;
+        v[k].y = row && c + 1 < src.cols ? at[1] : 0.0f;
+        v[k].z = row && c + 2 < src.cols ? at[2] : 0.0f;
+        v[k].w = row && c + 3 < src.cols ? at[3] : 0.0f;
+      }
+      const float w = scale(row0 + i);
+      const uint2 packed =
+          make_uint2(mma::Mma<T>::pack(v[k].x * w, v[k].y * w), mma::Mma<T>::pack(v[k].z * w, v[k].w * w));
+      *reinterpret_cast<uint2*>(tile + wgmma::sw128_offset<kSlabRows>(row0 + i, c / 8) + (c % 8) * 2) = packed;
+    }
+  }
+  __device__ __forceinline__ void store(uint8_t* tile) {
+    store<kRows>(tile, 0, [](int) { return 1.0f; });
+  }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_state_wgmma_kernel(Mamba2Params p) {
+  using Mmas = wgmma::WgmmaN64<T>;
+  __shared__ float weight[kQ];
+  extern __shared__ __align__(1024) uint8_t state_raw[];
+  uint8_t* const smem = state_raw + ((1024u - (mma::shared_address(state_raw) & 1023u)) & 1023u);
+  const uint32_t smem_addr = mma::shared_address(smem);
+
+  const int64_t d_ssm = int64_t{p.heads} * p.head_dim;
+  const int64_t conv_dim = d_ssm + 2 * int64_t{p.groups} * p.state;
+  const int P = p.head_dim, N = p.state;
+  const StateWgmmaGrid grid{p.heads, (P + L::kPTile - 1) / L::kPTile};
+  const int c = grid.chunk();
+  const int h = grid.head();
+  const int p0 = grid.p_tile() * L::kPTile;
+  const int g = h / (p.heads / p.groups);
+  const Mamba2Chunk chunk = p.chunks[c];
+  const int length = chunk.end - chunk.begin;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int wg = warp / 4;          // the warpgroup: rows 64·wg … of the tile
+  const int wm = 16 * (warp % 4);   // the warp's rows of the accumulators
+  const int lane = tid % 32;
+  const int64_t item = int64_t{c} * p.heads + h;
+  const float* rows = p.xbc + int64_t{chunk.begin} * conv_dim;  // the chunk's conv rows
+  const float* B = rows + d_ssm + int64_t{g} * N;
+
+  // 1. The weighted x tile, once: every part's loads issued, then the weights, then the stores.
+  {
+    constexpr int kXParts = kQ / L::kXPartRows;
+    SwizzleRegs<T, L::kPTile, L::kXPartRows, LoadCache::kStreaming> x_regs[kXParts];
+    const float* x = rows + int64_t{h} * P + p0;
+#pragma unroll
+    for (int k = 0; k < kXParts; ++k) {
+      const int s0 = k * L::kXPartRows;
+      x_regs[k].load(SrcTile{x + int64_t{s0} * conv_dim, conv_dim, length - s0, P - p0});
+    }
+    if (tid < kQ) weight[tid] = p.chunk_cumsum[item * 3 * kQ + 2 * kQ + tid];  // 0 past the chunk
+    __syncthreads();  // the weights
+#pragma unroll
+    for (int k = 0; k < kXParts; ++k) {
+      x_regs[k].template store<kQ>(smem, k * L::kXPartRows, [&](int s) { return weight[s]; });
+    }
+  }
+
+  // 2. Over N, tile by tile.
+  SwizzleRegs<T, L::kNTile, kQ> b_regs;
+  const auto b_src = [&](int i) { return SrcTile{B + i * L::kNTile, conv_dim, length, N - i * L::kNTile}; };
+  const auto b_stage = [&](int i) { return smem + L::kBOffset + (i % L::kStages) * L::kBBytes; };
+  const int n_tiles = (N + L::kNTile - 1) / L::kNTile;
+  b_regs.load(b_src(0));
+  b_regs.store(b_stage(0));
+  float* const out = p.chunk_states + item * P * N;
+  const bool pairs = N % 2 == 0 && (reinterpret_cast<uintptr_t>(p.chunk_states) & 7) == 0;
+  const uint32_t x_addr = smem_addr + static_cast<uint32_t>(wg * L::kXSlabBytes);
+  for (int i = 0; i < n_tiles; ++i) {
+    if (i + 1 < n_tiles) b_regs.load(b_src(i + 1));  // in flight during tile i's MMAs
+    wgmma::fence_proxy_async();
+    __syncthreads();  // tile i (and x) staged; every warpgroup's MMAs of tile i − 1 (the other stage) done
+    float acc[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    // Every warpgroup runs its MMAs, also one wholly past P (zeros; P ≤ 64 only): no wgmma on a
+    // divergent path, which the compiler would serialize.
+    const uint32_t b_addr = mma::shared_address(b_stage(i));
+    wgmma::pin(acc);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kQ / 16; ++kk) {  // k step kk: tokens 16·kk … (16 rows of 128 bytes)
+      const uint32_t k_rows = static_cast<uint32_t>(kk * 16 * 128);
+      Mmas::mn_mn(acc, wgmma::sw128_desc(x_addr + k_rows, L::kXSlabBytes, 1024),
+                  wgmma::sw128_desc(b_addr + k_rows, L::kBBytes, 1024), true);
+    }
+    wgmma::commit();
+    if (i + 1 < n_tiles) b_regs.store(b_stage(i + 1));
+    wgmma::wait<0>();
+    wgmma::pin(acc);
+    // The warp's rows p0 + 64·wg + wm + (lane / 4, + 8), columns n0 + 8·j + 2·(lane % 4) ….
+    const int n0 = i * L::kNTile;
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {  // (e, e + 1): two adjacent columns of one row
+      const int row = p0 + 64 * wg + wm + lane / 4 + (e == 0 ? 0 : 8);
+      if (row >= P) continue;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int n = n0 + 8 * j + 2 * (lane % 4);
+        if (n >= N) continue;
+        float* at = out + int64_t{row} * N + n;
+        if (pairs) {
+          __stcs(reinterpret_cast<float2*>(at), make_float2(acc[j][e], acc[j][e + 1]));
+        } else {
+          __stcs(at, acc[j][e]);
+          if (n + 1 < N) __stcs(at + 1, acc[j][e + 1]);
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void launch_typed(const Mamba2Params& p, cudaStream_t stream) {
+  allow_dynamic_smem(chunk_state_wgmma_kernel<T>, L::kSmemBytes);
+  const StateWgmmaGrid grid{p.heads, (p.head_dim + L::kPTile - 1) / L::kPTile};
+  const unsigned blocks = static_cast<unsigned>(p.num_chunks) * static_cast<unsigned>(grid.blocks_per_chunk());
+  chunk_state_wgmma_kernel<T><<<blocks, L::kThreads, L::kSmemBytes, stream>>>(p);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_mamba2_chunk_state_wgmma(const Mamba2Params& p, cudaStream_t stream) {
+  if (p.product_operands == ElementKind::kFloat16) {
+    launch_typed<__half>(p, stream);
+  } else {
+    launch_typed<__nv_bfloat16>(p, stream);
+  }
+}
+
+}  // namespace hybridtb::cuda::ssm
