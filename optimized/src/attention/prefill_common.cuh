@@ -311,9 +311,14 @@ __device__ __forceinline__ void prefill_mask(const AttentionParams& p, const Pre
 // (prefill_rescale) and P rounded to the A operand of P·V (prefill_pack_p) before this tile's P·V
 // is added; the wgmma kernel does both once the previous tile's P·V has landed.
 // row_m: the running max of the base-2 logits; row_l: this thread's part of Σ 2^{t − (m − shift)}.
+// logit_mul: s holds the base-2 logits (1), or raw dot products whose logits are s·logit_mul (one
+// positive multiplier for the whole tile: the plain path with a per-tensor or no k scale). Then the
+// max is taken on s — fl(max s · c) = max fl(s · c), rounding being monotone, so row_m is the same —
+// and each P = 2^{fma(s, c, −(m − shift))}: one FFMA per score instead of a multiply and a subtract
+// (the fused product rounds once, so P may differ from the two-step form in its last bit).
 template <typename Scales, int kNt>
 __device__ __forceinline__ void prefill_softmax_p(float (&s)[kNt][4], float (&row_m)[2], float (&row_l)[2],
-                                                  float (&alpha)[2]) {
+                                                  float (&alpha)[2], float logit_mul = 1.0f) {
   using mma::exp2_approx;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -322,15 +327,15 @@ __device__ __forceinline__ void prefill_softmax_p(float (&s)[kNt][4], float (&ro
     for (int n = 0; n < kNt; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * i], s[n][2 * i + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(row_m[i], mx);
+    const float m_new = fmaxf(row_m[i], mx * logit_mul);
     const float m_ref = m_new == kNegInf ? 0.0f : m_new - Scales::kPShift;
     alpha[i] = row_m[i] == kNegInf ? 0.0f : exp2_approx(row_m[i] - m_new);
     row_m[i] = m_new;
     float sum = 0.0f;
 #pragma unroll
     for (int n = 0; n < kNt; ++n) {
-      s[n][2 * i] = exp2_approx(s[n][2 * i] - m_ref);
-      s[n][2 * i + 1] = exp2_approx(s[n][2 * i + 1] - m_ref);
+      s[n][2 * i] = exp2_approx(fmaf(s[n][2 * i], logit_mul, -m_ref));
+      s[n][2 * i + 1] = exp2_approx(fmaf(s[n][2 * i + 1], logit_mul, -m_ref));
       sum += s[n][2 * i] + s[n][2 * i + 1];
     }
     row_l[i] = row_l[i] * alpha[i] + sum;

@@ -25,7 +25,9 @@
 //     memory) and O [64 × 128] += P_{t−1}·V_{t−1} (8 k-steps, A = the previous tile's P from
 //     registers, B = its V tile read MN-major through a transposed descriptor) issued together;
 //     once S has landed (wait_group 1) the logits, masks and online softmax of tile t run while
-//     the P·V does (the per-element code is the mma.sync kernel's, shared in prefill_common.cuh);
+//     the P·V does (the per-element code is the mma.sync kernel's, shared in prefill_common.cuh,
+//     except that on the plain path with a per-tensor or no k scale the logits' one multiplier is
+//     folded into the softmax's exponent: one FFMA per score, P within its last bit of the other's);
 //     once the P·V has landed (wait_group 0) O is rescaled, P packed, and tile t − 1's stage
 //     handed back. The last tile's P·V follows the loop.
 // 1-byte caches (Cache = PerTensorBytes / PerTokenHeadBytes: fp8 e4m3 / e5m2 per tensor, int8 / fp8
@@ -544,13 +546,19 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
         scale_key_tile(acc, it, scales.k, n);
         prefill_logit_tile<Plain>(p, work, acc[n], key_mul[n], rows, kt, n, t4);
       }
-    } else {
+    } else if constexpr (kPerToken || !Plain) {
       if constexpr (kPerToken) scale_keys(acc, it, 0, scale_log2);  // key_mul: ones
       prefill_logits<Plain>(p, work, acc, key_mul, rows, kt, t4);
-    }
+    }  // else the plain logits' one multiplier goes into the softmax (below)
     if constexpr (kByteCache) tma::mbarrier_arrive(k_empty + it % kStages);
     if (!full_tile) prefill_mask<Plain>(p, work, acc, rows, kt, t4);
-    prefill_softmax_p<Scales>(acc, row_m, row_l, alpha);
+    if constexpr (Plain && !kPerToken) {
+      // The plain logits are the dot products times one multiplier (key_mul's): folded into the
+      // softmax's exponent (prefill_softmax_p's logit_mul), the mask's −inf staying −inf.
+      prefill_softmax_p<Scales>(acc, row_m, row_l, alpha, key_mul[0][0]);
+    } else {
+      prefill_softmax_p<Scales>(acc, row_m, row_l, alpha);
+    }
   };
   // P of tile `it` times its keys' v scales, rounded to T: the A operand of its P·V.
   auto pack_tile = [&](float (&acc)[kNt][4], int it, uint32_t (&out)[BN / 16][4]) {
