@@ -154,6 +154,10 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma
   const int P = p.head_dim, N = p.state;
   const int p0 = static_cast<int>(blockIdx.z) * L::kPTile;
   const int tid = static_cast<int>(threadIdx.x);
+  // A block's thread index is nonnegative: its quotients (warp, warpgroup, rows of the staging
+  // loops) are then shifts, with no sign fix-ups kept in registers (ptxas spilled them at the
+  // 128-register bound of two blocks per SM).
+  __builtin_assume(tid >= 0 && tid < L::kThreads);
   const int warp = tid / 32;
   const int wg = warp / 4;             // the warpgroup: columns 64·wg … of the tile
   const int wm = 16 * (warp % 4);      // the warp's rows of the accumulators
