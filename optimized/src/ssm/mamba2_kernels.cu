@@ -771,9 +771,9 @@ void launch_state_passing(const Mamba2Params& p, cudaStream_t stream) {
   state_passing_kernel<kAccess><<<grid, kPassThreads, 0, stream>>>(p);
 }
 
-// (3) Outputs of kTile rows t0 = kTile·(blockIdx.x % kTBlocks) … of chunk blockIdx.x / kTBlocks for
-// head blockIdx.y and P tile blockIdx.z, every product on the tensor cores: warp w owns rows
-// t = t0 + 16·(w % 4) … of the outputs and columns p − p0 = 32·(w / 4) ….
+// (3) Outputs of kTile rows t0 … of a chunk for one head and P tile (ScanGrid), every product on
+// the tensor cores: warp w owns rows t = t0 + 16·(w % 4) … of the outputs and columns
+// p − p0 = 32·(w / 4) ….
 //   1. over N in steps of kNStep: off[t, p] = Σ_n C_t[n]·H[p, n], C and H staged row-major ([t][n],
 //      [p][n]), two steps in flight;
 //   2. M[t, s] = cb[t, s]·exp(Λ_t − Λ_s)·Δ_s for s ≤ t (else 0), cb the chunk's and group's C·Bᵀ
@@ -781,8 +781,12 @@ void launch_state_passing(const Mamba2Params& p, cudaStream_t stream) {
 //      the staging space);
 //   3. diag[t, p] = Σ_s M[t, s]·x_s[p] over s < t0 + 16·(w % 4) + 16 (M is lower triangular);
 //   4. y = diag + exp(Λ_t)·off + D·x_t (8-byte pairs where y is float32 and even-aligned).
-// Staged values past the chunk, P or N are zeros. The t blocks of a chunk are neighbours in the
-// grid: the chunk's H tile is read from memory once, then from L2.
+// Staged values past the chunk, P or N are zeros. The t tiles and heads of a chunk are consecutive
+// in the grid (ScanGrid): the t tiles of a head share its H and x tiles, the heads of a group the
+// chunk's C and C·Bᵀ, each read from DRAM about once per P tile, then from L2. Chunk-fastest
+// blocks would have every resident block read a different chunk's C and C·Bᵀ, evicted by the x,
+// state and output streams long before the next head reads them again: at Falcon-H1's sizes
+// 192 of the 448 KB a (chunk, head) moves, from DRAM once per head and P tile.
 // Staging by operand type (ScanLayout):
 //  - float (3xTF32): float32 tiles by cp.async, fragments read element by element (the strides
 //    above: conflict-free);
@@ -824,6 +828,20 @@ static_assert(odd_units(ScanLayout<__half>::kStep) && odd_units(ScanLayout<__hal
                   odd_units(ScanLayout<__half>::kX),
               "16-bit tile rows of an odd number of 16-byte units");
 
+// The chunk scan's grid: blockIdx.x = (chunk · heads + head) · kTBlocks + t tile, blockIdx.y = P
+// tile (a P tile's blocks all run before the next one's: C and C·Bᵀ come from DRAM once per P tile,
+// twice at P 128, instead of once per head and P tile). Quotients of the unsigned index, and the
+// P tile straight from blockIdx.y: values the compiler knows nonnegative or can read again, which
+// keeps the 80-register bound of 3 blocks per SM free of spills.
+struct ScanGrid {
+  int heads;
+  __host__ __device__ int blocks_per_chunk() const { return heads * kTBlocks; }
+  __device__ int chunk() const { return static_cast<int>(blockIdx.x / static_cast<unsigned>(blocks_per_chunk())); }
+  __device__ int head() const { return static_cast<int>(blockIdx.x / kTBlocks % static_cast<unsigned>(heads)); }
+  __device__ int t_tile() const { return static_cast<int>(blockIdx.x % kTBlocks); }
+  __device__ int p_tile() const { return static_cast<int>(blockIdx.y); }
+};
+
 template <typename T>
 __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().scan_blocks_per_sm)
     chunk_scan_kernel(Mamba2Params p) {
@@ -835,16 +853,21 @@ __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().scan_blocks_p
   float* xs = scan_smem + kTile * kRowMajorQ;  // x [s][p − p0]
 
   const Dims d = dims_of(p);
-  const int c = static_cast<int>(blockIdx.x) / kTBlocks;
-  const int t0 = static_cast<int>(blockIdx.x) % kTBlocks * kTile;
+  const int P = p.head_dim, N = p.state;
+  const ScanGrid grid{p.heads};
+  const int c = grid.chunk();
+  const int t0 = grid.t_tile() * kTile;
   const Mamba2Chunk chunk = p.chunks[c];
   const int length = chunk.end - chunk.begin;
   if (t0 >= length) return;  // block-uniform: rows wholly past the chunk
-  const int h = static_cast<int>(blockIdx.y);
+  const int h = grid.head();
   const int g = h / d.heads_per_group;
-  const int P = p.head_dim, N = p.state;
-  const int p0 = static_cast<int>(blockIdx.z) * kTile;
+  const int p0 = grid.p_tile() * kTile;
   const int tid = static_cast<int>(threadIdx.x);
+  // A block's thread index is nonnegative: its quotients (warp, rows of the staging loops) are
+  // then shifts, with no sign fix-ups kept in registers (at the 80-register bound of 3 blocks per
+  // SM they spilled).
+  __builtin_assume(tid >= 0 && tid < kChunkThreads);
   const int warp = tid / 32;
   const int wm = 16 * (warp % 4), wn = 32 * (warp / 4);
   // Warp-uniform: a warp wholly past the chunk or P stores nothing.
@@ -1119,7 +1142,7 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
       throw Error("mamba2 prefill: chunk_wgmma set, but this build has no sm_90a code (mamba2_wgmma_built)");
     }
   }
-  const unsigned chunks = static_cast<unsigned>(p.num_chunks), heads = static_cast<unsigned>(p.heads);
+  const unsigned chunks = static_cast<unsigned>(p.num_chunks);
   const unsigned p_tiles = static_cast<unsigned>((p.head_dim + kTile - 1) / kTile);
   chunk_cb_kernel<T><<<dim3(chunks, static_cast<unsigned>(p.groups), kTBlocks * (kTBlocks + 1) / 2), kChunkThreads, 0,
                        stream>>>(p);
@@ -1157,7 +1180,9 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
 #endif
   constexpr size_t kScanSmem = ScanLayout<T>::kSmemBytes;
   allow_dynamic_smem(chunk_scan_kernel<T>, kScanSmem);
-  chunk_scan_kernel<T><<<dim3(chunks * kTBlocks, heads, p_tiles), kChunkThreads, kScanSmem, stream>>>(p);
+  const ScanGrid scan_grid{p.heads};
+  chunk_scan_kernel<T><<<dim3(chunks * static_cast<unsigned>(scan_grid.blocks_per_chunk()), p_tiles), kChunkThreads,
+                         kScanSmem, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 
