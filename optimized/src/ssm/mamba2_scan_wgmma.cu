@@ -7,9 +7,10 @@
 // of Falcon-H1's P = 128, so that M is formed once per (chunk, t tile, head)), one-dimensional grid
 // with the P tiles, t tiles and heads of a chunk consecutive (ScanWgmmaGrid: the resident blocks
 // share a few chunks' C and C·Bᵀ, which every head of a group reads: one DRAM read of them, L2 for
-// the other heads; the t tiles of a head share its entering state and x). Two warpgroups; warpgroup w owns the outputs' columns 64·w … 64·w + 63 of
-// the tile and all its 64 rows (warp w·4 + r: rows 16·r …; the wgmma accumulator is the mma.sync
-// m16n8 C fragment tiled along the 64 columns, wgmma.cuh).
+// the other heads; the t tiles of a head share its entering state and x). Two warpgroups;
+// warpgroup w owns the outputs' columns 64·w … 64·w + 63 of the tile and all its 64 rows (warp
+// w·4 + r: rows 16·r …; the wgmma accumulator is the mma.sync m16n8 C fragment tiled along the 64
+// columns, wgmma.cuh).
 //   1. off[t, p] = Σ_n C_t[n]·H[p, n] over N in slabs of kSlabN = 64 (one 128-byte swizzle row of 16-bit
 //      elements): per slab the C tile [64 t][64 n] and the H tile [128 p][64 n] (K-major, 128-byte
 //      swizzle), rounded to T as they are staged through registers (the next slab's global loads in
