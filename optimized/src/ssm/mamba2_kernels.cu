@@ -641,7 +641,9 @@ __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().state_blocks_
 // head blockIdx.y, sequence blockIdx.z), thread = kRuns runs of kVec consecutive elements (run r at
 // ((blockIdx.x·kRuns + r)·kPassThreads + thread)·kVec: each run's accesses coalesced over the
 // block): H from the saved state (zeros without one), then chunk by chunk: chunk_states[c] ← H (the
-// state entering chunk c), H ← decay_c·H + S_c, stored to the chunk's boundary slot if it has one;
+// state entering chunk c; rounded to the 16-bit product dtype into chunk_states16 instead where the
+// wgmma chunk scan reads it from there), H ← decay_c·H + S_c, stored to the chunk's boundary slot if
+// it has one;
 // finally to write_slot. The thread reads its elements of the saved state before writing any slot,
 // so read_slot may be a slot it writes. Chunks go kBatch at a time: their decays and boundary slots
 // staged once per block in shared memory (every thread of the grid needs the same few values: read
@@ -671,7 +673,12 @@ __host__ __device__ constexpr PassConfig pass_config(PassAccess access) {
   return c;
 }
 
-template <PassAccess kAccess>
+// TEnter: where the state entering each chunk goes: float, over chunk_states (its own sum, read
+// first); __half / __nv_bfloat16, to chunk_states16, rounded (RNE, mma::Mma<TEnter>::pack, as the
+// chunk scan rounds the float32 state while staging it): the traffic of the kernel is one float32
+// read and one write per element and chunk, so a 2-byte write makes it a quarter smaller (and the
+// chunk scan's reads of it half).
+template <PassAccess kAccess, typename TEnter>
 __global__ void __launch_bounds__(kPassThreads, kPassBlocksPerSm) state_passing_kernel(Mamba2Params p) {
   constexpr PassConfig kConfig = pass_config(kAccess);
   constexpr int kVec = kConfig.vec, kRuns = kConfig.runs, kBatch = kConfig.batch;
@@ -725,16 +732,30 @@ __global__ void __launch_bounds__(kPassThreads, kPassBlocksPerSm) state_passing_
 #pragma unroll
       for (int r = 0; r < kRuns; ++r) {
         if (!active[r]) continue;
-        float* entering = states + j * size + r * kRunStride;
+        const int64_t at = (first + j) * size + e0 + r * kRunStride;  // the run's first element
         float own_j[kVec];
+        if constexpr (std::is_same_v<TEnter, float>) {
+          if constexpr (kVec == 4) {
+            *reinterpret_cast<float4*>(p.chunk_states + at) = make_float4(H[r][0], H[r][1], H[r][2], H[r][3]);
+          } else {
+            p.chunk_states[at] = H[r][0];
+          }
+        } else {
+          TEnter* const entering = static_cast<TEnter*>(p.chunk_states16) + at;
+          if constexpr (kVec == 4) {  // 8-byte aligned: at is a multiple of 4
+            *reinterpret_cast<uint2*>(entering) =
+                make_uint2(mma::Mma<TEnter>::pack(H[r][0], H[r][1]), mma::Mma<TEnter>::pack(H[r][2], H[r][3]));
+          } else {
+            const uint32_t packed = mma::Mma<TEnter>::pack(H[r][0], 0.0f);  // the low half: H[r][0]
+            *reinterpret_cast<uint16_t*>(entering) = static_cast<uint16_t>(packed & 0xffffu);
+          }
+        }
         if constexpr (kVec == 4) {
-          *reinterpret_cast<float4*>(entering) = make_float4(H[r][0], H[r][1], H[r][2], H[r][3]);
           own_j[0] = own[j][r].x;
           own_j[1] = own[j][r].y;
           own_j[2] = own[j][r].z;
           own_j[3] = own[j][r].w;
         } else {
-          *entering = H[r][0];
           own_j[0] = own[j][r];
         }
 #pragma unroll
@@ -760,15 +781,15 @@ __global__ void __launch_bounds__(kPassThreads, kPassBlocksPerSm) state_passing_
   }
 }
 
-// The state passing's launch with accesses kAccess.
-template <PassAccess kAccess>
+// The state passing's launch with accesses kAccess, entering states TEnter.
+template <PassAccess kAccess, typename TEnter>
 void launch_state_passing(const Mamba2Params& p, cudaStream_t stream) {
   constexpr PassConfig kConfig = pass_config(kAccess);
   const int64_t threads = (int64_t{p.head_dim} * p.state + kConfig.vec - 1) / kConfig.vec;
   constexpr int64_t kPerBlock = int64_t{kPassThreads} * kConfig.runs;
   const dim3 grid(static_cast<unsigned>((threads + kPerBlock - 1) / kPerBlock), static_cast<unsigned>(p.heads),
                   static_cast<unsigned>(p.num_sequences));
-  state_passing_kernel<kAccess><<<grid, kPassThreads, 0, stream>>>(p);
+  state_passing_kernel<kAccess, TEnter><<<grid, kPassThreads, 0, stream>>>(p);
 }
 
 // (3) Outputs of kTile rows t0 … of a chunk for one head and P tile (ScanGrid), every product on
@@ -1164,10 +1185,26 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
                             kStateSmem, stream>>>(p);
     HYBRIDTB_CUDA_CHECK_LAUNCH();
   }
-  if (int64_t{p.head_dim} * p.state % 4 == 0 && aligned16(p.chunk_states)) {
-    launch_state_passing<PassAccess::kFloat4>(p, stream);
-  } else {
-    launch_state_passing<PassAccess::kScalar>(p, stream);
+  const bool float4_runs = int64_t{p.head_dim} * p.state % 4 == 0 && aligned16(p.chunk_states);
+  bool passed = false;
+  if constexpr (!std::is_same_v<T, float>) {
+    // 16-bit entering states for the wgmma chunk scan (their 8-byte runs aligned where
+    // chunk_states16 is 8-byte aligned).
+    if (p.chunk_states16 != nullptr && p.chunk_wgmma != 0) {
+      if (float4_runs && (reinterpret_cast<uintptr_t>(p.chunk_states16) & 7) == 0) {
+        launch_state_passing<PassAccess::kFloat4, T>(p, stream);
+      } else {
+        launch_state_passing<PassAccess::kScalar, T>(p, stream);
+      }
+      passed = true;
+    }
+  }
+  if (!passed) {
+    if (float4_runs) {
+      launch_state_passing<PassAccess::kFloat4, float>(p, stream);
+    } else {
+      launch_state_passing<PassAccess::kScalar, float>(p, stream);
+    }
   }
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 #if defined(HYBRIDTB_MAMBA2_WGMMA)

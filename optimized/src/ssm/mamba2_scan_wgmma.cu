@@ -13,7 +13,8 @@
 // columns, wgmma.cuh).
 //   1. off[t, p] = Σ_n C_t[n]·H[p, n] over N in slabs of kSlabN = 64 (one 128-byte swizzle row of 16-bit
 //      elements): per slab the C tile [64 t][64 n] and the H tile [128 p][64 n] (K-major, 128-byte
-//      swizzle), rounded to T as they are staged through registers (the next slab's global loads in
+//      swizzle), rounded to T as they are staged through registers (H read as T where the state
+//      passing rounded it already: Mamba2Params::chunk_states16; the next slab's global loads in
 //      flight over this slab's MMAs), a ring of two stages, one block barrier per slab; per
 //      warpgroup and slab 4 wgmma m64n64k16 (A = C, B = its 64 rows of H, both from shared memory).
 //   2. M[t, s] = cb[t, s]·exp(Λ_t − Λ_s)·Δ_s (s ≤ t < length, else 0), rounded to T → shared [t][s]
@@ -84,7 +85,7 @@ using L = ScanWgmmaLayout;
 // read a different chunk's C (128 KB at N 256) and C·Bᵀ (64 KB at kQ 128): by the time the next head
 // reads a chunk's again, a head's blocks later (512 at 32k tokens), the x, state and output streams
 // have evicted them from L2, so both come from DRAM once per head: 192 of the 448 KB a (chunk, head)
-// moves at Falcon-H1's sizes (entering state 128, x 64, outputs 64). Adjacent, they come from DRAM
+// moves at Falcon-H1's sizes (float32 entering state 128, x 64, outputs 64). Adjacent, they come from DRAM
 // once per chunk: some 40% less DRAM traffic (at 32k tokens about 2.7 GB: much of the kernel's time).
 struct ScanWgmmaGrid {
   int heads, p_tiles;
@@ -152,8 +153,67 @@ struct SwizzleRegs {
   }
 };
 
-template <typename T>
+// A 16-bit global tile (values of the product dtype, rounded already: Mamba2Params::chunk_states16):
+// rows [0, rows) × columns [0, cols), rows `stride` elements apart; zeros elsewhere. Whole quads
+// 8-byte aligned take 8-byte loads.
+struct SrcTile16 {
+  const uint16_t* from;
+  int64_t stride;
+  int rows, cols;
+  __device__ __forceinline__ bool quads() const {
+    return stride % 4 == 0 && cols % 4 == 0 && (reinterpret_cast<uintptr_t>(from) & 7) == 0;
+  }
+};
+
+// SwizzleRegs for a SrcTile16: the same tile layout, the loaded bits stored as they are (the
+// values SwizzleRegs would round the float32 ones to); 8 bytes in flight per quad. Where quads are
+// not whole and aligned, store() loads element by element.
+template <int kWidth, int kRows>
+struct SwizzleRegs16 {
+  static constexpr int kQuadsPerRow = kWidth / 4;
+  static constexpr int kQuads = kRows * kQuadsPerRow / L::kThreads;
+  static_assert(kWidth % 64 == 0 && kRows * kQuadsPerRow % L::kThreads == 0, "whole slabs, whole quads");
+  uint2 v[kQuads];
+  SrcTile16 src;
+  bool quads;
+
+  __device__ __forceinline__ void load(const SrcTile16& t) {
+    const int tid = static_cast<int>(threadIdx.x);
+    src = t;
+    quads = t.quads();
+    if (!quads) return;
+#pragma unroll
+    for (int k = 0; k < kQuads; ++k) {
+      const int e = tid + L::kThreads * k;
+      const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
+      v[k] = i < t.rows && c < t.cols ? *reinterpret_cast<const uint2*>(t.from + i * t.stride + c) : make_uint2(0u, 0u);
+    }
+  }
+  template <int kSlabRows>
+  __device__ __forceinline__ void store(uint8_t* tile, int row0) {
+    const int tid = static_cast<int>(threadIdx.x);
+#pragma unroll
+    for (int k = 0; k < kQuads; ++k) {
+      const int e = tid + L::kThreads * k;
+      const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
+      if (!quads) {
+        const uint16_t* at = src.from + i * static_cast<int>(src.stride) + c;
+        const bool row = i < src.rows;
+        uint32_t h[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) h[q] = row && c + q < src.cols ? at[q] : 0u;
+        v[k] = make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
+      }
+      *reinterpret_cast<uint2*>(tile + wgmma::sw128_offset<kSlabRows>(row0 + i, c / 8) + (c % 8) * 2) = v[k];
+    }
+  }
+};
+
+// TH: the elements of the entering states, float (chunk_states, rounded here) or uint16_t (the
+// product dtype's bits, chunk_states16).
+template <typename T, typename TH>
 __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma_kernel(Mamba2Params p) {
+  constexpr bool kStates32 = std::is_same_v<TH, float>;
   using Mmas = wgmma::WgmmaN64<T>;
   __shared__ float delta[kQ], lambda[kQ];
   extern __shared__ __align__(1024) uint8_t scan_raw[];
@@ -182,7 +242,8 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma
   const int wg = warp / 4;             // the warpgroup: columns 64·wg … of the tile
   const int wm = 16 * (warp % 4);      // the warp's rows of the accumulators
   const int64_t item = int64_t{c} * p.heads + h;
-  const float* H = p.chunk_states + item * P * N;                 // the state entering the chunk
+  const TH* H = static_cast<const TH*>(kStates32 ? static_cast<const void*>(p.chunk_states) : p.chunk_states16) +
+                item * P * N;  // the state entering the chunk
   const float* rows = p.xbc + int64_t{chunk.begin} * conv_dim;  // the chunk's conv rows
   const float* C = rows + int64_t{t0} * conv_dim + d_ssm + (int64_t{p.groups} + g) * N;
   const int s_end = t0 + kTile;  // s < s_end: the columns of M step 3 reads
@@ -210,10 +271,11 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma
 
   // 1. off = C·Hᵀ over N, slab by slab.
   SwizzleRegs<T, L::kSlabN, kTile> c_regs;
-  SwizzleRegs<T, L::kSlabN, L::kPTile> h_regs;
+  std::conditional_t<kStates32, SwizzleRegs<T, L::kSlabN, L::kPTile>, SwizzleRegs16<L::kSlabN, L::kPTile>> h_regs;
   const auto c_src = [&](int i) { return SrcTile{C + i * L::kSlabN, conv_dim, length - t0, N - i * L::kSlabN}; };
   const auto h_src = [&](int i) {
-    return SrcTile{H + int64_t{p0} * N + i * L::kSlabN, N, P - p0, N - i * L::kSlabN};
+    using Src = std::conditional_t<kStates32, SrcTile, SrcTile16>;
+    return Src{H + int64_t{p0} * N + i * L::kSlabN, N, P - p0, N - i * L::kSlabN};
   };
   const auto load = [&](int i) {
     c_regs.load(c_src(i));
@@ -363,22 +425,32 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma
   }
 }
 
-template <typename T>
+template <typename T, typename TH>
 void launch_typed(const Mamba2Params& p, cudaStream_t stream) {
-  allow_dynamic_smem(chunk_scan_wgmma_kernel<T>, L::kSmemBytes);
+  allow_dynamic_smem(chunk_scan_wgmma_kernel<T, TH>, L::kSmemBytes);
   const ScanWgmmaGrid grid{p.heads, (p.head_dim + L::kPTile - 1) / L::kPTile};
   const unsigned blocks = static_cast<unsigned>(p.num_chunks) * static_cast<unsigned>(grid.blocks_per_chunk());
-  chunk_scan_wgmma_kernel<T><<<blocks, L::kThreads, L::kSmemBytes, stream>>>(p);
+  chunk_scan_wgmma_kernel<T, TH><<<blocks, L::kThreads, L::kSmemBytes, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+// The entering states as the state passing wrote them: 16-bit where chunk_states16 is set.
+template <typename T>
+void launch_states(const Mamba2Params& p, cudaStream_t stream) {
+  if (p.chunk_states16 != nullptr) {
+    launch_typed<T, uint16_t>(p, stream);
+  } else {
+    launch_typed<T, float>(p, stream);
+  }
 }
 
 }  // namespace
 
 void launch_mamba2_chunk_scan_wgmma(const Mamba2Params& p, cudaStream_t stream) {
   if (p.product_operands == ElementKind::kFloat16) {
-    launch_typed<__half>(p, stream);
+    launch_states<__half>(p, stream);
   } else {
-    launch_typed<__nv_bfloat16>(p, stream);
+    launch_states<__nv_bfloat16>(p, stream);
   }
 }
 
