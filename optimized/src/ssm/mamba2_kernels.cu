@@ -641,7 +641,9 @@ __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().state_blocks_
 // head blockIdx.y, sequence blockIdx.z), thread = kRuns runs of kVec consecutive elements (run r at
 // ((blockIdx.x·kRuns + r)·kPassThreads + thread)·kVec: each run's accesses coalesced over the
 // block): H from the saved state (zeros without one), then chunk by chunk: chunk_states[c] ← H (the
-// state entering chunk c), H ← decay_c·H + S_c, stored to the chunk's boundary slot if it has one;
+// state entering chunk c; rounded to the 16-bit product dtype into chunk_states16 instead where the
+// wgmma chunk scan reads it from there), H ← decay_c·H + S_c, stored to the chunk's boundary slot if
+// it has one;
 // finally to write_slot. The thread reads its elements of the saved state before writing any slot,
 // so read_slot may be a slot it writes. Chunks go kBatch at a time: their decays and boundary slots
 // staged once per block in shared memory (every thread of the grid needs the same few values: read
@@ -671,7 +673,12 @@ __host__ __device__ constexpr PassConfig pass_config(PassAccess access) {
   return c;
 }
 
-template <PassAccess kAccess>
+// TEnter: where the state entering each chunk goes: float, over chunk_states (its own sum, read
+// first); __half / __nv_bfloat16, to chunk_states16, rounded (RNE, mma::Mma<TEnter>::pack, as the
+// chunk scan rounds the float32 state while staging it): the traffic of the kernel is one float32
+// read and one write per element and chunk, so a 2-byte write makes it a quarter smaller (and the
+// chunk scan's reads of it half).
+template <PassAccess kAccess, typename TEnter>
 __global__ void __launch_bounds__(kPassThreads, kPassBlocksPerSm) state_passing_kernel(Mamba2Params p) {
   constexpr PassConfig kConfig = pass_config(kAccess);
   constexpr int kVec = kConfig.vec, kRuns = kConfig.runs, kBatch = kConfig.batch;
@@ -725,16 +732,30 @@ __global__ void __launch_bounds__(kPassThreads, kPassBlocksPerSm) state_passing_
 #pragma unroll
       for (int r = 0; r < kRuns; ++r) {
         if (!active[r]) continue;
-        float* entering = states + j * size + r * kRunStride;
+        const int64_t at = (first + j) * size + e0 + r * kRunStride;  // the run's first element
         float own_j[kVec];
+        if constexpr (std::is_same_v<TEnter, float>) {
+          if constexpr (kVec == 4) {
+            *reinterpret_cast<float4*>(p.chunk_states + at) = make_float4(H[r][0], H[r][1], H[r][2], H[r][3]);
+          } else {
+            p.chunk_states[at] = H[r][0];
+          }
+        } else {
+          TEnter* const entering = static_cast<TEnter*>(p.chunk_states16) + at;
+          if constexpr (kVec == 4) {  // 8-byte aligned: at is a multiple of 4
+            *reinterpret_cast<uint2*>(entering) =
+                make_uint2(mma::Mma<TEnter>::pack(H[r][0], H[r][1]), mma::Mma<TEnter>::pack(H[r][2], H[r][3]));
+          } else {
+            const uint32_t packed = mma::Mma<TEnter>::pack(H[r][0], 0.0f);  // the low half: H[r][0]
+            *reinterpret_cast<uint16_t*>(entering) = static_cast<uint16_t>(packed & 0xffffu);
+          }
+        }
         if constexpr (kVec == 4) {
-          *reinterpret_cast<float4*>(entering) = make_float4(H[r][0], H[r][1], H[r][2], H[r][3]);
           own_j[0] = own[j][r].x;
           own_j[1] = own[j][r].y;
           own_j[2] = own[j][r].z;
           own_j[3] = own[j][r].w;
         } else {
-          *entering = H[r][0];
           own_j[0] = own[j][r];
         }
 #pragma unroll
@@ -760,20 +781,20 @@ __global__ void __launch_bounds__(kPassThreads, kPassBlocksPerSm) state_passing_
   }
 }
 
-// The state passing's launch with accesses kAccess.
-template <PassAccess kAccess>
+// The state passing's launch with accesses kAccess, entering states TEnter.
+template <PassAccess kAccess, typename TEnter>
 void launch_state_passing(const Mamba2Params& p, cudaStream_t stream) {
   constexpr PassConfig kConfig = pass_config(kAccess);
   const int64_t threads = (int64_t{p.head_dim} * p.state + kConfig.vec - 1) / kConfig.vec;
   constexpr int64_t kPerBlock = int64_t{kPassThreads} * kConfig.runs;
   const dim3 grid(static_cast<unsigned>((threads + kPerBlock - 1) / kPerBlock), static_cast<unsigned>(p.heads),
                   static_cast<unsigned>(p.num_sequences));
-  state_passing_kernel<kAccess><<<grid, kPassThreads, 0, stream>>>(p);
+  state_passing_kernel<kAccess, TEnter><<<grid, kPassThreads, 0, stream>>>(p);
 }
 
-// (3) Outputs of kTile rows t0 = kTile·(blockIdx.x % kTBlocks) … of chunk blockIdx.x / kTBlocks for
-// head blockIdx.y and P tile blockIdx.z, every product on the tensor cores: warp w owns rows
-// t = t0 + 16·(w % 4) … of the outputs and columns p − p0 = 32·(w / 4) ….
+// (3) Outputs of kTile rows t0 … of a chunk for one head and P tile (ScanGrid), every product on
+// the tensor cores: warp w owns rows t = t0 + 16·(w % 4) … of the outputs and columns
+// p − p0 = 32·(w / 4) ….
 //   1. over N in steps of kNStep: off[t, p] = Σ_n C_t[n]·H[p, n], C and H staged row-major ([t][n],
 //      [p][n]), two steps in flight;
 //   2. M[t, s] = cb[t, s]·exp(Λ_t − Λ_s)·Δ_s for s ≤ t (else 0), cb the chunk's and group's C·Bᵀ
@@ -781,8 +802,12 @@ void launch_state_passing(const Mamba2Params& p, cudaStream_t stream) {
 //      the staging space);
 //   3. diag[t, p] = Σ_s M[t, s]·x_s[p] over s < t0 + 16·(w % 4) + 16 (M is lower triangular);
 //   4. y = diag + exp(Λ_t)·off + D·x_t (8-byte pairs where y is float32 and even-aligned).
-// Staged values past the chunk, P or N are zeros. The t blocks of a chunk are neighbours in the
-// grid: the chunk's H tile is read from memory once, then from L2.
+// Staged values past the chunk, P or N are zeros. The t tiles and heads of a chunk are consecutive
+// in the grid (ScanGrid): the t tiles of a head share its H and x tiles, the heads of a group the
+// chunk's C and C·Bᵀ, each read from DRAM about once per P tile, then from L2. Chunk-fastest
+// blocks would have every resident block read a different chunk's C and C·Bᵀ, evicted by the x,
+// state and output streams long before the next head reads them again: at Falcon-H1's sizes
+// 192 of the 448 KB a (chunk, head) moves, from DRAM once per head and P tile.
 // Staging by operand type (ScanLayout):
 //  - float (3xTF32): float32 tiles by cp.async, fragments read element by element (the strides
 //    above: conflict-free);
@@ -824,6 +849,20 @@ static_assert(odd_units(ScanLayout<__half>::kStep) && odd_units(ScanLayout<__hal
                   odd_units(ScanLayout<__half>::kX),
               "16-bit tile rows of an odd number of 16-byte units");
 
+// The chunk scan's grid: blockIdx.x = (chunk · heads + head) · kTBlocks + t tile, blockIdx.y = P
+// tile (a P tile's blocks all run before the next one's: C and C·Bᵀ come from DRAM once per P tile,
+// twice at P 128, instead of once per head and P tile). Quotients of the unsigned index, and the
+// P tile straight from blockIdx.y: values the compiler knows nonnegative or can read again, which
+// keeps the 80-register bound of 3 blocks per SM free of spills.
+struct ScanGrid {
+  int heads;
+  __host__ __device__ int blocks_per_chunk() const { return heads * kTBlocks; }
+  __device__ int chunk() const { return static_cast<int>(blockIdx.x / static_cast<unsigned>(blocks_per_chunk())); }
+  __device__ int head() const { return static_cast<int>(blockIdx.x / kTBlocks % static_cast<unsigned>(heads)); }
+  __device__ int t_tile() const { return static_cast<int>(blockIdx.x % kTBlocks); }
+  __device__ int p_tile() const { return static_cast<int>(blockIdx.y); }
+};
+
 template <typename T>
 __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().scan_blocks_per_sm)
     chunk_scan_kernel(Mamba2Params p) {
@@ -835,16 +874,21 @@ __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().scan_blocks_p
   float* xs = scan_smem + kTile * kRowMajorQ;  // x [s][p − p0]
 
   const Dims d = dims_of(p);
-  const int c = static_cast<int>(blockIdx.x) / kTBlocks;
-  const int t0 = static_cast<int>(blockIdx.x) % kTBlocks * kTile;
+  const int P = p.head_dim, N = p.state;
+  const ScanGrid grid{p.heads};
+  const int c = grid.chunk();
+  const int t0 = grid.t_tile() * kTile;
   const Mamba2Chunk chunk = p.chunks[c];
   const int length = chunk.end - chunk.begin;
   if (t0 >= length) return;  // block-uniform: rows wholly past the chunk
-  const int h = static_cast<int>(blockIdx.y);
+  const int h = grid.head();
   const int g = h / d.heads_per_group;
-  const int P = p.head_dim, N = p.state;
-  const int p0 = static_cast<int>(blockIdx.z) * kTile;
+  const int p0 = grid.p_tile() * kTile;
   const int tid = static_cast<int>(threadIdx.x);
+  // A block's thread index is nonnegative: its quotients (warp, rows of the staging loops) are
+  // then shifts, with no sign fix-ups kept in registers (at the 80-register bound of 3 blocks per
+  // SM they spilled).
+  __builtin_assume(tid >= 0 && tid < kChunkThreads);
   const int warp = tid / 32;
   const int wm = 16 * (warp % 4), wn = 32 * (warp / 4);
   // Warp-uniform: a warp wholly past the chunk or P stores nothing.
@@ -1119,7 +1163,7 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
       throw Error("mamba2 prefill: chunk_wgmma set, but this build has no sm_90a code (mamba2_wgmma_built)");
     }
   }
-  const unsigned chunks = static_cast<unsigned>(p.num_chunks), heads = static_cast<unsigned>(p.heads);
+  const unsigned chunks = static_cast<unsigned>(p.num_chunks);
   const unsigned p_tiles = static_cast<unsigned>((p.head_dim + kTile - 1) / kTile);
   chunk_cb_kernel<T><<<dim3(chunks, static_cast<unsigned>(p.groups), kTBlocks * (kTBlocks + 1) / 2), kChunkThreads, 0,
                        stream>>>(p);
@@ -1141,10 +1185,26 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
                             kStateSmem, stream>>>(p);
     HYBRIDTB_CUDA_CHECK_LAUNCH();
   }
-  if (int64_t{p.head_dim} * p.state % 4 == 0 && aligned16(p.chunk_states)) {
-    launch_state_passing<PassAccess::kFloat4>(p, stream);
-  } else {
-    launch_state_passing<PassAccess::kScalar>(p, stream);
+  const bool float4_runs = int64_t{p.head_dim} * p.state % 4 == 0 && aligned16(p.chunk_states);
+  bool passed = false;
+  if constexpr (!std::is_same_v<T, float>) {
+    // 16-bit entering states for the wgmma chunk scan (their 8-byte runs aligned where
+    // chunk_states16 is 8-byte aligned).
+    if (p.chunk_states16 != nullptr && p.chunk_wgmma != 0) {
+      if (float4_runs && (reinterpret_cast<uintptr_t>(p.chunk_states16) & 7) == 0) {
+        launch_state_passing<PassAccess::kFloat4, T>(p, stream);
+      } else {
+        launch_state_passing<PassAccess::kScalar, T>(p, stream);
+      }
+      passed = true;
+    }
+  }
+  if (!passed) {
+    if (float4_runs) {
+      launch_state_passing<PassAccess::kFloat4, float>(p, stream);
+    } else {
+      launch_state_passing<PassAccess::kScalar, float>(p, stream);
+    }
   }
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 #if defined(HYBRIDTB_MAMBA2_WGMMA)
@@ -1157,7 +1217,9 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
 #endif
   constexpr size_t kScanSmem = ScanLayout<T>::kSmemBytes;
   allow_dynamic_smem(chunk_scan_kernel<T>, kScanSmem);
-  chunk_scan_kernel<T><<<dim3(chunks * kTBlocks, heads, p_tiles), kChunkThreads, kScanSmem, stream>>>(p);
+  const ScanGrid scan_grid{p.heads};
+  chunk_scan_kernel<T><<<dim3(chunks * static_cast<unsigned>(scan_grid.blocks_per_chunk()), p_tiles), kChunkThreads,
+                         kScanSmem, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 

@@ -67,12 +67,20 @@ struct Mamba2Params {
   int32_t num_chunks = 0;
   const Mamba2Sequence* sequences = nullptr;  // [num_sequences]
   int32_t num_sequences = 0;
-  float* chunk_states = nullptr;  // [num_chunks, Hs, P, N]: each chunk's own state sum, then the state entering it
+  // [num_chunks, Hs, P, N]: each chunk's own state sum, then the state entering it (unless
+  // chunk_states16 takes that).
+  float* chunk_states = nullptr;
   float* chunk_decay = nullptr;   // [num_chunks, Hs]: exp(Σ_chunk Δ·A), the decay across the whole chunk
   // [num_chunks, Hs, 3, kMamba2ChunkTokens]: per token s of the chunk Δ_s, Λ_s (the cumulative
   // Σ Δ·A) and exp(Λ_last − Λ_s)·Δ_s; zeros past the chunk's length.
   float* chunk_cumsum = nullptr;
   float* chunk_cb = nullptr;  // [num_chunks, G, kMamba2ChunkTokens, kMamba2ChunkTokens]: C_t·B_s (s ≤ t)
+  // [num_chunks, Hs, P, N] of the 16-bit product dtype, or nullptr. Where set (16-bit operands on
+  // the wgmma chunk scan only), the state passing writes the state entering each chunk here,
+  // rounded (RNE) as the chunk scan would round it while staging, instead of over chunk_states in
+  // float32, and the wgmma chunk scan reads it from here: the same operand values with half the
+  // bytes written and read back. nullptr: the entering states stay float32 in chunk_states.
+  void* chunk_states16 = nullptr;
   // The operands of the chunk kernels' products (C·Bᵀ, chunk states, chunk scan): kFloat32 = float32
   // operands in 3xTF32 (float32-accurate); kFloat16 / kBFloat16 = operands rounded to that dtype (the
   // model's: x, B, C, and the float32 decayed C·Bᵀ weights, weighted x and entering states rounded

@@ -3,14 +3,18 @@
 // (optimized/CMakeLists.txt); mamba2_kernels.cu launches it where Mamba2Params::chunk_wgmma is set
 // (compute capability 9.0 devices, unless BackendSettings::ssm_prefill_wgmma asks for mma.sync).
 //
-// Block = (kTile = 64 rows t0 … of chunk blockIdx.x / kTBlocks, head blockIdx.y, kPTile = 128 columns
-// p0 = 128·blockIdx.z … of P): the whole of Falcon-H1's P = 128, so that M is formed once per
-// (chunk, t tile, head). Two warpgroups; warpgroup w owns the outputs' columns 64·w … 64·w + 63 of
-// the tile and all its 64 rows (warp w·4 + r: rows 16·r …; the wgmma accumulator is the mma.sync
-// m16n8 C fragment tiled along the 64 columns, wgmma.cuh).
+// Block = (chunk, head, kTile = 64 rows t0 … of the chunk, kPTile = 128 columns p0 … of P: the whole
+// of Falcon-H1's P = 128, so that M is formed once per (chunk, t tile, head)), one-dimensional grid
+// with the P tiles, t tiles and heads of a chunk consecutive (ScanWgmmaGrid: the resident blocks
+// share a few chunks' C and C·Bᵀ, which every head of a group reads: one DRAM read of them, L2 for
+// the other heads; the t tiles of a head share its entering state and x). Two warpgroups;
+// warpgroup w owns the outputs' columns 64·w … 64·w + 63 of the tile and all its 64 rows (warp
+// w·4 + r: rows 16·r …; the wgmma accumulator is the mma.sync m16n8 C fragment tiled along the 64
+// columns, wgmma.cuh).
 //   1. off[t, p] = Σ_n C_t[n]·H[p, n] over N in slabs of kSlabN = 64 (one 128-byte swizzle row of 16-bit
 //      elements): per slab the C tile [64 t][64 n] and the H tile [128 p][64 n] (K-major, 128-byte
-//      swizzle), rounded to T as they are staged through registers (the next slab's global loads in
+//      swizzle), rounded to T as they are staged through registers (H read as T where the state
+//      passing rounded it already: Mamba2Params::chunk_states16; the next slab's global loads in
 //      flight over this slab's MMAs), a ring of two stages, one block barrier per slab; per
 //      warpgroup and slab 4 wgmma m64n64k16 (A = C, B = its 64 rows of H, both from shared memory).
 //   2. M[t, s] = cb[t, s]·exp(Λ_t − Λ_s)·Δ_s (s ≤ t < length, else 0), rounded to T → shared [t][s]
@@ -76,6 +80,22 @@ struct ScanWgmmaLayout {
 };
 using L = ScanWgmmaLayout;
 
+// The one-dimensional grid: block = ((chunk · heads + head) · kTBlocks + t tile) · p_tiles + P tile.
+// Chunk-fastest blocks (the chunks of one head, then the next head) would have every resident block
+// read a different chunk's C (128 KB at N 256) and C·Bᵀ (64 KB at kQ 128): by the time the next head
+// reads a chunk's again, a head's blocks later (512 at 32k tokens), the x, state and output streams
+// have evicted them from L2, so both come from DRAM once per head: 192 of the 448 KB a (chunk, head)
+// moves at Falcon-H1's sizes (float32 entering state 128, x 64, outputs 64). Adjacent, they come from DRAM
+// once per chunk: some 40% less DRAM traffic (at 32k tokens about 2.7 GB: much of the kernel's time).
+struct ScanWgmmaGrid {
+  int heads, p_tiles;
+  __host__ __device__ int blocks_per_chunk() const { return heads * kTBlocks * p_tiles; }
+  __device__ int chunk() const { return static_cast<int>(blockIdx.x) / blocks_per_chunk(); }
+  __device__ int head() const { return static_cast<int>(blockIdx.x) % blocks_per_chunk() / (kTBlocks * p_tiles); }
+  __device__ int t_tile() const { return static_cast<int>(blockIdx.x) / p_tiles % kTBlocks; }
+  __device__ int p_tile() const { return static_cast<int>(blockIdx.x) % p_tiles; }
+};
+
 // A float32 global tile: rows [0, rows) × columns [0, cols), rows `stride` floats apart; zeros
 // elsewhere. Whole aligned quads take 16-byte loads.
 struct SrcTile {
@@ -133,8 +153,67 @@ struct SwizzleRegs {
   }
 };
 
-template <typename T>
+// A 16-bit global tile (values of the product dtype, rounded already: Mamba2Params::chunk_states16):
+// rows [0, rows) × columns [0, cols), rows `stride` elements apart; zeros elsewhere. Whole quads
+// 8-byte aligned take 8-byte loads.
+struct SrcTile16 {
+  const uint16_t* from;
+  int64_t stride;
+  int rows, cols;
+  __device__ __forceinline__ bool quads() const {
+    return stride % 4 == 0 && cols % 4 == 0 && (reinterpret_cast<uintptr_t>(from) & 7) == 0;
+  }
+};
+
+// SwizzleRegs for a SrcTile16: the same tile layout, the loaded bits stored as they are (the
+// values SwizzleRegs would round the float32 ones to); 8 bytes in flight per quad. Where quads are
+// not whole and aligned, store() loads element by element.
+template <int kWidth, int kRows>
+struct SwizzleRegs16 {
+  static constexpr int kQuadsPerRow = kWidth / 4;
+  static constexpr int kQuads = kRows * kQuadsPerRow / L::kThreads;
+  static_assert(kWidth % 64 == 0 && kRows * kQuadsPerRow % L::kThreads == 0, "whole slabs, whole quads");
+  uint2 v[kQuads];
+  SrcTile16 src;
+  bool quads;
+
+  __device__ __forceinline__ void load(const SrcTile16& t) {
+    const int tid = static_cast<int>(threadIdx.x);
+    src = t;
+    quads = t.quads();
+    if (!quads) return;
+#pragma unroll
+    for (int k = 0; k < kQuads; ++k) {
+      const int e = tid + L::kThreads * k;
+      const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
+      v[k] = i < t.rows && c < t.cols ? *reinterpret_cast<const uint2*>(t.from + i * t.stride + c) : make_uint2(0u, 0u);
+    }
+  }
+  template <int kSlabRows>
+  __device__ __forceinline__ void store(uint8_t* tile, int row0) {
+    const int tid = static_cast<int>(threadIdx.x);
+#pragma unroll
+    for (int k = 0; k < kQuads; ++k) {
+      const int e = tid + L::kThreads * k;
+      const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
+      if (!quads) {
+        const uint16_t* at = src.from + i * static_cast<int>(src.stride) + c;
+        const bool row = i < src.rows;
+        uint32_t h[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) h[q] = row && c + q < src.cols ? at[q] : 0u;
+        v[k] = make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
+      }
+      *reinterpret_cast<uint2*>(tile + wgmma::sw128_offset<kSlabRows>(row0 + i, c / 8) + (c % 8) * 2) = v[k];
+    }
+  }
+};
+
+// TH: the elements of the entering states, float (chunk_states, rounded here) or uint16_t (the
+// product dtype's bits, chunk_states16).
+template <typename T, typename TH>
 __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma_kernel(Mamba2Params p) {
+  constexpr bool kStates32 = std::is_same_v<TH, float>;
   using Mmas = wgmma::WgmmaN64<T>;
   __shared__ float delta[kQ], lambda[kQ];
   extern __shared__ __align__(1024) uint8_t scan_raw[];
@@ -144,21 +223,27 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma
 
   const int64_t d_ssm = int64_t{p.heads} * p.head_dim;
   const int64_t conv_dim = d_ssm + 2 * int64_t{p.groups} * p.state;
-  const int c = static_cast<int>(blockIdx.x) / kTBlocks;
-  const int t0 = static_cast<int>(blockIdx.x) % kTBlocks * kTile;
+  const int P = p.head_dim, N = p.state;
+  const ScanWgmmaGrid grid{p.heads, (P + L::kPTile - 1) / L::kPTile};
+  const int c = grid.chunk();
+  const int t0 = grid.t_tile() * kTile;
   const Mamba2Chunk chunk = p.chunks[c];
   const int length = chunk.end - chunk.begin;
   if (t0 >= length) return;  // block-uniform: rows wholly past the chunk
-  const int h = static_cast<int>(blockIdx.y);
+  const int h = grid.head();
   const int g = h / (p.heads / p.groups);
-  const int P = p.head_dim, N = p.state;
-  const int p0 = static_cast<int>(blockIdx.z) * L::kPTile;
+  const int p0 = grid.p_tile() * L::kPTile;
   const int tid = static_cast<int>(threadIdx.x);
+  // A block's thread index is nonnegative: its quotients (warp, warpgroup, rows of the staging
+  // loops) are then shifts, with no sign fix-ups kept in registers (ptxas spilled them at the
+  // 128-register bound of two blocks per SM).
+  __builtin_assume(tid >= 0 && tid < L::kThreads);
   const int warp = tid / 32;
   const int wg = warp / 4;             // the warpgroup: columns 64·wg … of the tile
   const int wm = 16 * (warp % 4);      // the warp's rows of the accumulators
   const int64_t item = int64_t{c} * p.heads + h;
-  const float* H = p.chunk_states + item * P * N;                 // the state entering the chunk
+  const TH* H = static_cast<const TH*>(kStates32 ? static_cast<const void*>(p.chunk_states) : p.chunk_states16) +
+                item * P * N;  // the state entering the chunk
   const float* rows = p.xbc + int64_t{chunk.begin} * conv_dim;  // the chunk's conv rows
   const float* C = rows + int64_t{t0} * conv_dim + d_ssm + (int64_t{p.groups} + g) * N;
   const int s_end = t0 + kTile;  // s < s_end: the columns of M step 3 reads
@@ -186,10 +271,11 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma
 
   // 1. off = C·Hᵀ over N, slab by slab.
   SwizzleRegs<T, L::kSlabN, kTile> c_regs;
-  SwizzleRegs<T, L::kSlabN, L::kPTile> h_regs;
+  std::conditional_t<kStates32, SwizzleRegs<T, L::kSlabN, L::kPTile>, SwizzleRegs16<L::kSlabN, L::kPTile>> h_regs;
   const auto c_src = [&](int i) { return SrcTile{C + i * L::kSlabN, conv_dim, length - t0, N - i * L::kSlabN}; };
   const auto h_src = [&](int i) {
-    return SrcTile{H + int64_t{p0} * N + i * L::kSlabN, N, P - p0, N - i * L::kSlabN};
+    using Src = std::conditional_t<kStates32, SrcTile, SrcTile16>;
+    return Src{H + int64_t{p0} * N + i * L::kSlabN, N, P - p0, N - i * L::kSlabN};
   };
   const auto load = [&](int i) {
     c_regs.load(c_src(i));
@@ -339,22 +425,32 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma
   }
 }
 
-template <typename T>
+template <typename T, typename TH>
 void launch_typed(const Mamba2Params& p, cudaStream_t stream) {
-  allow_dynamic_smem(chunk_scan_wgmma_kernel<T>, L::kSmemBytes);
-  const dim3 grid(static_cast<unsigned>(p.num_chunks * kTBlocks), static_cast<unsigned>(p.heads),
-                  static_cast<unsigned>((p.head_dim + L::kPTile - 1) / L::kPTile));
-  chunk_scan_wgmma_kernel<T><<<grid, L::kThreads, L::kSmemBytes, stream>>>(p);
+  allow_dynamic_smem(chunk_scan_wgmma_kernel<T, TH>, L::kSmemBytes);
+  const ScanWgmmaGrid grid{p.heads, (p.head_dim + L::kPTile - 1) / L::kPTile};
+  const unsigned blocks = static_cast<unsigned>(p.num_chunks) * static_cast<unsigned>(grid.blocks_per_chunk());
+  chunk_scan_wgmma_kernel<T, TH><<<blocks, L::kThreads, L::kSmemBytes, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+// The entering states as the state passing wrote them: 16-bit where chunk_states16 is set.
+template <typename T>
+void launch_states(const Mamba2Params& p, cudaStream_t stream) {
+  if (p.chunk_states16 != nullptr) {
+    launch_typed<T, uint16_t>(p, stream);
+  } else {
+    launch_typed<T, float>(p, stream);
+  }
 }
 
 }  // namespace
 
 void launch_mamba2_chunk_scan_wgmma(const Mamba2Params& p, cudaStream_t stream) {
   if (p.product_operands == ElementKind::kFloat16) {
-    launch_typed<__half>(p, stream);
+    launch_states<__half>(p, stream);
   } else {
-    launch_typed<__nv_bfloat16>(p, stream);
+    launch_states<__nv_bfloat16>(p, stream);
   }
 }
 
