@@ -298,8 +298,8 @@ int main(int argc, char** argv) {
         {"prefill 1x8k v0", "prefill", repeat(1, {0, 8192}), 0, false, 0},
         // On a compute capability 9.0 device the default is the Hopper wgmma kernel (variant 3,
         // prefill_wgmma_kernel.cuh) above kWgmmaPrefillMinFlops; these rows time the mma.sync
-        // default (1) beside it, and the wgmma kernel pinned where the planner picks mma.sync, the
-        // two points the threshold sits between. Left out where wgmma is not built or not Hopper.
+        // default (1) beside it and both kernels pinned at 2k, the smallest prompt the threshold
+        // was set from. Left out where wgmma is not built or not Hopper.
         {"prefill 1x2k wgmma", "prefill", repeat(1, {0, 2048}), 0, false, kPrefillWgmma},
         {"prefill 1x2k mma.sync", "prefill", repeat(1, {0, 2048}), 0, false, kPrefillTwoMTiles},
         {"prefill 1x4k mma.sync", "prefill", repeat(1, {0, 4096}), 0, false, kPrefillTwoMTiles},

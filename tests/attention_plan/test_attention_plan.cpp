@@ -200,7 +200,7 @@ TEST(AttentionPlan, PrefillRowsTakeTheTensorCorePrefillKernel) {
 // takes, for prefills of at least kWgmmaPrefillMinFlops: a fresh 4096-token prompt is
 // 4·128 · (32 tokens · 4 heads) · 8 kv heads · Σ_{j<128} 32·(j + 1) = 1.39e11 FLOP by the plan's count
 // (items of 32 tokens × the 4 query heads of one kv head, each key span counted whole), a 2048-token
-// one 3.49e10 and stays on mma.sync. In a step whose tensor-core prefill and decode items share the
+// one 3.49e10 (both on wgmma), a 1024-token one 8.7e9 and stays on mma.sync. In a step whose tensor-core prefill and decode items share the
 // mixed grid (whose prefill body is the mma.sync kernel's; the next test says when they do) the
 // mma.sync default runs; an explicit variant wins; other layers keep the head size's mma.sync default
 // without a fallback note (nothing was asked for).
@@ -211,7 +211,8 @@ TEST(AttentionPlan, HopperDefaultsToTheWgmmaPrefillWhereItApplies) {
   };
   const AttentionConfig c = llama();
   const BatchDescription prefill_only = batch_of({{0, 4096}}, c.block_size);
-  const BatchDescription short_prefill = batch_of({{0, 2048}}, c.block_size);
+  const BatchDescription prompt_2k = batch_of({{0, 2048}}, c.block_size);
+  const BatchDescription short_prefill = batch_of({{0, 1024}}, c.block_size);
   const BatchDescription mixed = batch_of({{4095, 1}, {0, 4096}}, c.block_size);
 
   AttentionPlan plan = hopper_plan(c, prefill_only, {});
@@ -219,6 +220,7 @@ TEST(AttentionPlan, HopperDefaultsToTheWgmmaPrefillWhereItApplies) {
   EXPECT_EQ(plan.prefill_rows_per_item, 128);
   EXPECT_TRUE(plan.summary.prefill_variant_fallback.empty()) << plan.summary.prefill_variant_fallback;
   EXPECT_EQ(plan_for(c, prefill_only).prefill_variant, kPrefillTwoMTiles);  // another GPU
+  EXPECT_EQ(hopper_plan(c, prompt_2k, {}).prefill_variant, kPrefillWgmma);
   EXPECT_EQ(hopper_plan(c, short_prefill, {}).prefill_variant, kPrefillTwoMTiles);
 
   // Prefill and tensor-core decodes in one step, the prefill not outweighing the decode (4096

@@ -57,10 +57,10 @@ inline constexpr DecodeSplitPolicy kMmaDecodeSplit{4, 1024, 4096};
 // FLOPs than this (tokens × heads × key span × 4·D, summed over the items) runs the mma.sync kernel
 // instead: at one CTA of 384 threads per SM (230 KiB of shared memory) the wgmma kernel's start and
 // its waves cost as much as its faster MMAs gain on short items. Measured on an H200
-// (experiments/results/README.md): a fresh 2048-token prompt (35 GFLOP by this count) took 191.5 µs
-// on mma.sync and 190.5 on wgmma (a tie), a 4096-token one (138 GFLOP) 642.8 and 498.8 µs; the
-// threshold sits between the two (where they cross was not measured).
-inline constexpr double kWgmmaPrefillMinFlops = 64e9;
+// (experiments/results/README.md, b49df0e): a fresh 2048-token prompt (35 GFLOP by this count) took
+// 166.6 µs on mma.sync and 122.6 on wgmma, a 4096-token one (138 GFLOP) 591.9 and 362.0 µs; the
+// threshold sits just below the 2k prompt (where the two cross, below it, was not measured).
+inline constexpr double kWgmmaPrefillMinFlops = 32e9;
 
 // A step with both tensor-core prefill items and tensor-core decode CTAs runs them in one grid of
 // the mixed kernel, whose prefill body is the mma.sync one. Where the wgmma prefill is the default
