@@ -65,6 +65,7 @@
 #include "common/warp_mma_3xtf32.cuh"
 #include "common/pdl.cuh"
 #include "ssm/activations.cuh"
+#include "ssm/mamba2_cb_rows.cuh"
 #include "ssm/pool_quads.cuh"
 #include "ssm/mamba2_kernels.h"
 #include "ssm/mamba2_scan_wgmma.h"
@@ -948,27 +949,9 @@ __global__ void __launch_bounds__(kChunkThreads, chunk_config<T>().scan_blocks_p
     T* const tiles = reinterpret_cast<T*>(scan_smem);
     float* const cbs = scan_smem + Layout::kCbOffset / sizeof(float);  // C·Bᵀ [t − t0][s], float32
     const int s_end = t0 + kTile;  // s < s_end: the columns of M step 3 reads
-    const float* cb = p.chunk_cb + (int64_t{c} * p.groups + g) * kQ * kQ;
-    // The tile's C·Bᵀ values (rows t < length, quads of s ≤ t: s < s_end) by cp.async, one commit
+        // The tile's C·Bᵀ values (rows t < length, quads of s ≤ t: s < s_end) by cp.async, one commit
     // group in flight over step 1; the rest of the rows is never read.
-    {
-      constexpr int kQuadsPerRow = kQ / 4;
-      const bool quads = aligned16(cb);
-      for (int e = tid; e < kTile * kQuadsPerRow; e += kChunkThreads) {
-        const int i = e / kQuadsPerRow, s = 4 * (e % kQuadsPerRow);
-        const int t = t0 + i;
-        if (t >= length || s > t) continue;
-        const float* from = cb + t * kQ + s;
-        const uint32_t to = mma::shared_address(cbs + i * Layout::kCbStride + s);
-        if (quads) {
-          mma::cp_async_16(to, from, true);
-        } else {
-#pragma unroll
-          for (int k = 0; k < 4; ++k) mma::cp_async_4(to + 4u * k, from + k, true);
-        }
-      }
-      mma::cp_async_commit();
-    }
+    copy_cb_rows_async<kTile, kChunkThreads>(cbs, Layout::kCbStride, p, c, g, t0, length, tid);
     const auto c_tile = [&](int i) { return tiles + (i % 2) * 2 * Layout::kStageElems; };  // [t][n], then [p][n]
     TileRegs16<T, Layout::kStepN, kTile> c_regs, h_regs;
     const auto load = [&](int i) {

@@ -28,8 +28,8 @@
 // accumulation is float32, the slabs and k steps run in a fixed order (one accumulator chain per
 // product; the order within one MMA instruction is the hardware's): bitwise reproducible run to
 // run. Staged values past the chunk, P or N are zeros (partial tiles and odd sizes cost padded
-// work only; the 4-byte element path of mamba2_kernels.cu's TileRegs16 where rows are not whole
-// aligned quads).
+// work only; where rows are not whole aligned quads, the element path of SwizzleRegs,
+// mamba2_wgmma_tiles.cuh, as mamba2_kernels.cu's TileRegs16 has).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -42,7 +42,9 @@
 #include "common/mma.cuh"
 #include "common/warp_mma_3xtf32.cuh"
 #include "common/wgmma.cuh"
+#include "ssm/mamba2_cb_rows.cuh"
 #include "ssm/mamba2_scan_wgmma.h"
+#include "ssm/mamba2_wgmma_tiles.cuh"
 #include "ssm/pool_quads.cuh"
 
 namespace hybridtb::cuda::ssm {
@@ -96,119 +98,6 @@ struct ScanWgmmaGrid {
   __device__ int p_tile() const { return static_cast<int>(blockIdx.x) % p_tiles; }
 };
 
-// A float32 global tile: rows [0, rows) × columns [0, cols), rows `stride` floats apart; zeros
-// elsewhere. Whole aligned quads take 16-byte loads.
-struct SrcTile {
-  const float* from;
-  int64_t stride;
-  int rows, cols;
-  __device__ __forceinline__ bool quads() const { return stride % 4 == 0 && cols % 4 == 0 && aligned16(from); }
-};
-
-// A SrcTile rounded (RNE) to a tile of T rows row0 … of kWidth columns in the 128-byte swizzle
-// layout of kSlabRows-row slabs (wgmma::sw128_offset), through registers: load() issues the
-// thread's 16-byte loads, store() rounds and writes them (8 bytes per quad). Where quads are not
-// whole and aligned, store() loads element by element (mamba2_kernels.cu's TileRegs16; int
-// offsets: the launcher checks kQ·conv_dim < 2^31).
-template <typename T, int kWidth, int kRows>
-struct SwizzleRegs {
-  static constexpr int kQuadsPerRow = kWidth / 4;
-  static constexpr int kQuads = kRows * kQuadsPerRow / L::kThreads;
-  static_assert(kWidth % 64 == 0 && kRows * kQuadsPerRow % L::kThreads == 0, "whole slabs, whole quads");
-  float4 v[kQuads];
-  SrcTile src;
-  bool quads;
-
-  __device__ __forceinline__ void load(const SrcTile& t) {
-    const int tid = static_cast<int>(threadIdx.x);
-    src = t;
-    quads = t.quads();
-    if (!quads) return;
-#pragma unroll
-    for (int k = 0; k < kQuads; ++k) {
-      const int e = tid + L::kThreads * k;
-      const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
-      v[k] = i < t.rows && c < t.cols ? *reinterpret_cast<const float4*>(t.from + i * t.stride + c)
-                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-  }
-  template <int kSlabRows>
-  __device__ __forceinline__ void store(uint8_t* tile, int row0) {
-    const int tid = static_cast<int>(threadIdx.x);
-#pragma unroll
-    for (int k = 0; k < kQuads; ++k) {
-      const int e = tid + L::kThreads * k;
-      const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
-      if (!quads) {
-        const float* at = src.from + i * static_cast<int>(src.stride) + c;
-        const bool row = i < src.rows;
-        v[k].x = row && c < src.cols ? at[0] : 0.0f;
-        v[k].y = row && c + 1 < src.cols ? at[1] : 0.0f;
-        v[k].z = row && c + 2 < src.cols ? at[2] : 0.0f;
-        v[k].w = row && c + 3 < src.cols ? at[3] : 0.0f;
-      }
-      const uint2 packed = make_uint2(mma::Mma<T>::pack(v[k].x, v[k].y), mma::Mma<T>::pack(v[k].z, v[k].w));
-      *reinterpret_cast<uint2*>(tile + wgmma::sw128_offset<kSlabRows>(row0 + i, c / 8) + (c % 8) * 2) = packed;
-    }
-  }
-};
-
-// A 16-bit global tile (values of the product dtype, rounded already: Mamba2Params::chunk_states16):
-// rows [0, rows) × columns [0, cols), rows `stride` elements apart; zeros elsewhere. Whole quads
-// 8-byte aligned take 8-byte loads.
-struct SrcTile16 {
-  const uint16_t* from;
-  int64_t stride;
-  int rows, cols;
-  __device__ __forceinline__ bool quads() const {
-    return stride % 4 == 0 && cols % 4 == 0 && (reinterpret_cast<uintptr_t>(from) & 7) == 0;
-  }
-};
-
-// SwizzleRegs for a SrcTile16: the same tile layout, the loaded bits stored as they are (the
-// values SwizzleRegs would round the float32 ones to); 8 bytes in flight per quad. Where quads are
-// not whole and aligned, store() loads element by element.
-template <int kWidth, int kRows>
-struct SwizzleRegs16 {
-  static constexpr int kQuadsPerRow = kWidth / 4;
-  static constexpr int kQuads = kRows * kQuadsPerRow / L::kThreads;
-  static_assert(kWidth % 64 == 0 && kRows * kQuadsPerRow % L::kThreads == 0, "whole slabs, whole quads");
-  uint2 v[kQuads];
-  SrcTile16 src;
-  bool quads;
-
-  __device__ __forceinline__ void load(const SrcTile16& t) {
-    const int tid = static_cast<int>(threadIdx.x);
-    src = t;
-    quads = t.quads();
-    if (!quads) return;
-#pragma unroll
-    for (int k = 0; k < kQuads; ++k) {
-      const int e = tid + L::kThreads * k;
-      const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
-      v[k] = i < t.rows && c < t.cols ? *reinterpret_cast<const uint2*>(t.from + i * t.stride + c) : make_uint2(0u, 0u);
-    }
-  }
-  template <int kSlabRows>
-  __device__ __forceinline__ void store(uint8_t* tile, int row0) {
-    const int tid = static_cast<int>(threadIdx.x);
-#pragma unroll
-    for (int k = 0; k < kQuads; ++k) {
-      const int e = tid + L::kThreads * k;
-      const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
-      if (!quads) {
-        const uint16_t* at = src.from + i * static_cast<int>(src.stride) + c;
-        const bool row = i < src.rows;
-        uint32_t h[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) h[q] = row && c + q < src.cols ? at[q] : 0u;
-        v[k] = make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
-      }
-      *reinterpret_cast<uint2*>(tile + wgmma::sw128_offset<kSlabRows>(row0 + i, c / 8) + (c % 8) * 2) = v[k];
-    }
-  }
-};
-
 // TH: the elements of the entering states, float (chunk_states, rounded here) or uint16_t (the
 // product dtype's bits, chunk_states16).
 template <typename T, typename TH>
@@ -249,33 +138,14 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma
   const int s_end = t0 + kTile;  // s < s_end: the columns of M step 3 reads
 
   // The tile's C·Bᵀ values (rows t < length, quads of s ≤ t) by cp.async, in flight over step 1.
-  const float* cb = p.chunk_cb + (int64_t{c} * p.groups + g) * kQ * kQ;
-  {
-    constexpr int kQuadsPerRow = kQ / 4;
-    const bool quads = aligned16(cb);
-    for (int e = tid; e < kTile * kQuadsPerRow; e += L::kThreads) {
-      const int i = e / kQuadsPerRow, s = 4 * (e % kQuadsPerRow);
-      const int t = t0 + i;
-      if (t >= length || s > t) continue;
-      const float* from = cb + t * kQ + s;
-      const uint32_t to = mma::shared_address(f32 + i * L::kCbStride + s);
-      if (quads) {
-        mma::cp_async_16(to, from, true);
-      } else {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) mma::cp_async_4(to + 4u * k, from + k, true);
-      }
-    }
-    mma::cp_async_commit();
-  }
+    copy_cb_rows_async<kTile, L::kThreads>(f32, L::kCbStride, p, c, g, t0, length, tid);
 
   // 1. off = C·Hᵀ over N, slab by slab.
-  SwizzleRegs<T, L::kSlabN, kTile> c_regs;
-  std::conditional_t<kStates32, SwizzleRegs<T, L::kSlabN, L::kPTile>, SwizzleRegs16<L::kSlabN, L::kPTile>> h_regs;
-  const auto c_src = [&](int i) { return SrcTile{C + i * L::kSlabN, conv_dim, length - t0, N - i * L::kSlabN}; };
+  SwizzleRegs<T, float, L::kSlabN, kTile, L::kThreads> c_regs;
+  SwizzleRegs<T, TH, L::kSlabN, L::kPTile, L::kThreads> h_regs;
+  const auto c_src = [&](int i) { return SrcTile<float>{C + i * L::kSlabN, conv_dim, length - t0, N - i * L::kSlabN}; };
   const auto h_src = [&](int i) {
-    using Src = std::conditional_t<kStates32, SrcTile, SrcTile16>;
-    return Src{H + int64_t{p0} * N + i * L::kSlabN, N, P - p0, N - i * L::kSlabN};
+    return SrcTile<TH>{H + int64_t{p0} * N + i * L::kSlabN, N, P - p0, N - i * L::kSlabN};
   };
   const auto load = [&](int i) {
     c_regs.load(c_src(i));
@@ -283,8 +153,8 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma
   };
   const auto store = [&](int i) {
     uint8_t* const stage = smem + (i % L::kStages) * L::kStageBytes;
-    c_regs.template store<kTile>(stage, 0);
-    h_regs.template store<L::kPTile>(stage + L::kCBytes, 0);
+    c_regs.store(stage);
+    h_regs.store(stage + L::kCBytes);
   };
   const int slabs = (N + L::kSlabN - 1) / L::kSlabN;
   load(0);
@@ -322,10 +192,10 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma
   const float* x_rows = rows + int64_t{h} * P + p0;
   constexpr int kMRows = kTile / kTBlocks;  // rows of M per 64-row x block
   {
-    SwizzleRegs<T, L::kPTile, kTile> x_regs;
+    SwizzleRegs<T, float, L::kPTile, kTile, L::kThreads> x_regs;
     for (int bk = 0; bk < kTBlocks; ++bk) {
       const int sb = bk * kTile;
-      const SrcTile x_src{x_rows + int64_t{sb} * conv_dim, conv_dim, min(length, s_end) - sb, P - p0};
+      const SrcTile<float> x_src{x_rows + int64_t{sb} * conv_dim, conv_dim, min(length, s_end) - sb, P - p0};
       if (sb < s_end) x_regs.load(x_src);
       for (int e = tid; e < kMRows * kQ / 2; e += L::kThreads) {  // pairs (s, s + 1) of one row
         const int i = bk * kMRows + e / (kQ / 2), s = 2 * (e % (kQ / 2));

@@ -41,7 +41,7 @@
 #include "common/mma.cuh"
 #include "common/wgmma.cuh"
 #include "ssm/mamba2_state_wgmma.h"
-#include "ssm/pool_quads.cuh"
+#include "ssm/mamba2_wgmma_tiles.cuh"
 
 namespace hybridtb::cuda::ssm {
 namespace {
@@ -75,74 +75,6 @@ struct StateWgmmaGrid {
   __device__ int p_tile() const { return static_cast<int>(blockIdx.x) % p_tiles; }
 };
 
-// A float32 global tile: rows [0, rows) × columns [0, cols), rows `stride` floats apart; zeros
-// elsewhere. Whole aligned quads take 16-byte loads.
-struct SrcTile {
-  const float* from;
-  int64_t stride;
-  int rows, cols;
-  __device__ __forceinline__ bool quads() const { return stride % 4 == 0 && cols % 4 == 0 && aligned16(from); }
-};
-
-// How SwizzleRegs' 16-byte loads are cached: kStreaming evict-first (__ldcs), for data read once.
-enum class LoadCache { kDefault, kStreaming };
-
-// A SrcTile, each row i multiplied by scale(i) and rounded (RNE) to a [kRows][kWidth] tile of T in
-// the 128-byte swizzle layout (slabs of 64 columns, wgmma::sw128_offset), through registers:
-// load() issues the thread's 16-byte loads, store() scales, rounds and writes them (8 bytes per
-// quad). Where quads are not whole and aligned, store() loads element by element (int offsets:
-// the launcher checks kQ·conv_dim < 2^31). Quad e = thread + kThreads·k covers row e / (kWidth / 4):
-// a warp's loads are whole rows.
-template <typename T, int kWidth, int kRows, LoadCache kLoad = LoadCache::kDefault>
-struct SwizzleRegs {
-  static constexpr int kQuadsPerRow = kWidth / 4;
-  static constexpr int kQuads = kRows * kQuadsPerRow / L::kThreads;
-  static_assert(kWidth % 64 == 0 && kRows * kQuadsPerRow % L::kThreads == 0, "whole slabs, whole quads");
-  float4 v[kQuads];
-  SrcTile src;
-  bool quads;
-
-  __device__ __forceinline__ void load(const SrcTile& t) {
-    const int tid = static_cast<int>(threadIdx.x);
-    src = t;
-    quads = t.quads();
-    if (!quads) return;
-#pragma unroll
-    for (int k = 0; k < kQuads; ++k) {
-      const int e = tid + L::kThreads * k;
-      const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
-      const float4* at = reinterpret_cast<const float4*>(t.from + i * t.stride + c);
-      v[k] = i < t.rows && c < t.cols ? (kLoad == LoadCache::kStreaming ? __ldcs(at) : *at)
-                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-  }
-  // Rows row0 … of a [kSlabRows][kWidth] tile; scale(row) of the tile's rows.
-  template <int kSlabRows, typename Scale>
-  __device__ __forceinline__ void store(uint8_t* tile, int row0, Scale&& scale) {
-    const int tid = static_cast<int>(threadIdx.x);
-#pragma unroll
-    for (int k = 0; k < kQuads; ++k) {
-      const int e = tid + L::kThreads * k;
-      const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
-      if (!quads) {
-        const float* at = src.from + i * static_cast<int>(src.stride) + c;
-        const bool row = i < src.rows;
-        v[k].x = row && c < src.cols ? at[0] : 0.0f;
-        v[k].y = row && c + 1 < src.cols ? at[1] : 0.0f;
-        v[k].z = row && c + 2 < src.cols ? at[2] : 0.0f;
-        v[k].w = row && c + 3 < src.cols ? at[3] : 0.0f;
-      }
-      const float w = scale(row0 + i);
-      const uint2 packed =
-          make_uint2(mma::Mma<T>::pack(v[k].x * w, v[k].y * w), mma::Mma<T>::pack(v[k].z * w, v[k].w * w));
-      *reinterpret_cast<uint2*>(tile + wgmma::sw128_offset<kSlabRows>(row0 + i, c / 8) + (c % 8) * 2) = packed;
-    }
-  }
-  __device__ __forceinline__ void store(uint8_t* tile) {
-    store<kRows>(tile, 0, [](int) { return 1.0f; });
-  }
-};
-
 template <typename T>
 __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_state_wgmma_kernel(Mamba2Params p) {
   using Mmas = wgmma::WgmmaN64<T>;
@@ -173,12 +105,12 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_state_wgmm
   // 1. The weighted x tile, once: every part's loads issued, then the weights, then the stores.
   {
     constexpr int kXParts = kQ / L::kXPartRows;
-    SwizzleRegs<T, L::kPTile, L::kXPartRows, LoadCache::kStreaming> x_regs[kXParts];
+    SwizzleRegs<T, float, L::kPTile, L::kXPartRows, L::kThreads, LoadCache::kStreaming> x_regs[kXParts];
     const float* x = rows + int64_t{h} * P + p0;
 #pragma unroll
     for (int k = 0; k < kXParts; ++k) {
       const int s0 = k * L::kXPartRows;
-      x_regs[k].load(SrcTile{x + int64_t{s0} * conv_dim, conv_dim, length - s0, P - p0});
+      x_regs[k].load(SrcTile<float>{x + int64_t{s0} * conv_dim, conv_dim, length - s0, P - p0});
     }
     if (tid < kQ) weight[tid] = p.chunk_cumsum[item * 3 * kQ + 2 * kQ + tid];  // 0 past the chunk
     __syncthreads();  // the weights
@@ -189,8 +121,8 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_state_wgmm
   }
 
   // 2. Over N, tile by tile.
-  SwizzleRegs<T, L::kNTile, kQ> b_regs;
-  const auto b_src = [&](int i) { return SrcTile{B + i * L::kNTile, conv_dim, length, N - i * L::kNTile}; };
+  SwizzleRegs<T, float, L::kNTile, kQ, L::kThreads> b_regs;
+  const auto b_src = [&](int i) { return SrcTile<float>{B + i * L::kNTile, conv_dim, length, N - i * L::kNTile}; };
   const auto b_stage = [&](int i) { return smem + L::kBOffset + (i % L::kStages) * L::kBBytes; };
   const int n_tiles = (N + L::kNTile - 1) / L::kNTile;
   b_regs.load(b_src(0));
