@@ -411,6 +411,29 @@ Tolerance twice_the_row(const BatchFile& file, Quantity q, DType stored, DType o
   return Tolerance{2 * t.atol, 2 * t.rtol, "2 × (" + t.rationale + "): two runs, each within the row"};
 }
 
+// Settings for `step` with BackendSettings::ssm_prefill_operands model.
+BackendSettings model_operand_settings(const BatchFile& step) {
+  BackendSettings settings{step.config, step.builder};
+  settings.ssm_prefill_operands = SsmPrefillOperands::kModel;
+  return settings;
+}
+
+// Runs `step` on the reference and on the cuda backend with `settings` (ssm_prefill_operands model
+// and whatever else the caller set) and checks the cuda outputs against the reference within the
+// table's SSM row of the model's product operands (contribution, fused output, every pool), padding
+// and untouched slots as the float32 path, bitwise reproducible. Returns the cuda outputs.
+StepOutputs expect_model_operands_match_reference(const BatchFile& step, const BackendSettings& settings) {
+  auto reference = create_backend("reference", BackendSettings{step.config, step.builder});
+  auto cuda = create_backend("cuda", settings);
+  const StepOutputs expected = run_step(*reference, step);
+  const StepOutputs actual = run_step(*cuda, step);
+  CompareOptions options;
+  options.ssm_operand_dtype = model_operands(step.config);
+  expect_matches_reference(step, actual, expected, options);
+  expect_repeats_bit_for_bit(*cuda, step, actual, /*with_output=*/false);
+  return actual;
+}
+
 class CudaSsmModelOperands : public CudaParamFixture<CudaCase> {};
 
 // BackendSettings::ssm_prefill_operands model against the reference, within the table's
@@ -419,16 +442,7 @@ class CudaSsmModelOperands : public CudaParamFixture<CudaCase> {};
 // bits as the default setting).
 TEST_P(CudaSsmModelOperands, MatchesReferenceWithinThe16BitRow) {
   const BatchFile step = make_step(GetParam());
-  BackendSettings settings{step.config, step.builder};
-  auto reference = create_backend("reference", settings);
-  settings.ssm_prefill_operands = SsmPrefillOperands::kModel;
-  auto cuda = create_backend("cuda", settings);
-  const StepOutputs expected = run_step(*reference, step);
-  const StepOutputs actual = run_step(*cuda, step);
-  CompareOptions options;
-  options.ssm_operand_dtype = model_operands(step.config);
-  expect_matches_reference(step, actual, expected, options);
-  expect_repeats_bit_for_bit(*cuda, step, actual, /*with_output=*/false);
+  const StepOutputs actual = expect_model_operands_match_reference(step, model_operand_settings(step));
   if (model_operands(step.config) == DType::kFloat32) {
     auto default_cuda = create_backend("cuda", BackendSettings{step.config, step.builder});
     const StepOutputs float32 = run_step(*default_cuda, step);
@@ -491,22 +505,14 @@ class CudaMamba2MmaSyncScan : public CudaParamFixture<CudaCase> {};
 // mma.sync changes no bit.
 TEST_P(CudaMamba2MmaSyncScan, MatchesReferenceWithinThe16BitRow) {
   const BatchFile step = make_step(GetParam());
-  BackendSettings settings{step.config, step.builder};
-  auto reference = create_backend("reference", settings);
-  settings.ssm_prefill_operands = SsmPrefillOperands::kModel;
-  auto by_default = create_backend("cuda", settings);
-  settings.ssm_prefill_wgmma = false;
-  auto mma_sync = create_backend("cuda", settings);
-  const StepOutputs expected = run_step(*reference, step);
-  const StepOutputs actual = run_step(*mma_sync, step);
-  CompareOptions options;
-  options.ssm_operand_dtype = model_operands(step.config);
-  expect_matches_reference(step, actual, expected, options);
-  expect_repeats_bit_for_bit(*mma_sync, step, actual, /*with_output=*/false);
+  BackendSettings mma_sync = model_operand_settings(step);
+  mma_sync.ssm_prefill_wgmma = false;
+  const StepOutputs actual = expect_model_operands_match_reference(step, mma_sync);
 
+  auto by_default = create_backend("cuda", model_operand_settings(step));
   const StepOutputs default_body = run_step(*by_default, step);
   if (mamba2_wgmma_runs_here()) {
-    expect_within_twice_the_row(step, default_body, actual, options.ssm_operand_dtype, "wgmma vs mma.sync");
+    expect_within_twice_the_row(step, default_body, actual, model_operands(step.config), "wgmma vs mma.sync");
   } else {
     EXPECT_TRUE(bitwise_equal(actual.ssm_output, default_body.ssm_output))
         << "ssm_output: mma.sync asked for differs from the default body (also mma.sync here)";
