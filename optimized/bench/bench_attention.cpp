@@ -1,6 +1,6 @@
 // hybridtb_bench_attention [--out FILE.json] [--quick] [--filter REGEX] [--mma-decode-split C,MIN,MAX]: times the CUDA attention kernels (prepare
 // once, launch timed with CUDA events, warm-up, median) on Llama-3-8B shapes (32 query / 8 kv heads,
-// head 128, bf16, block 16, shuffled paged KV), with the ceilings measured in the same run (read-only
+// head 128 (the d64 / d256 rows: 64 / 256), bf16, block 16, shuffled paged KV), with the ceilings measured in the same run (read-only
 // streaming kernel and D2D copy for bandwidth, a cuBLAS bf16 GEMM for tensor-core FLOP/s).
 // Bytes count each in-window K/V byte once plus Q and O; FLOPs are 4·D·Hq·(visible query-key
 // pairs): a window counts only its in-window pairs.
@@ -64,6 +64,7 @@ struct BenchCase {
   bool simt_decode = false;  // decode rows on the SIMT decode kernel (the tensor-core kernel's comparison)
   bool separate_mixed = false;  // a mixed step's prefill and decode kernels launched apart (no mixed grid)
   int64_t block_size = 16;      // KV cache page (vLLM's default; hybrid models' pages are often larger)
+  int64_t head_size = 128;      // Llama-3-8B's; the d64 / d256 rows time the other head sizes
 };
 
 std::vector<Request> repeat(int64_t count, Request r) { return std::vector<Request>(static_cast<size_t>(count), r); }
@@ -99,9 +100,9 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
   AttentionConfig config;
   config.num_heads = 32;
   config.num_kv_heads = 8;
-  config.head_size = 128;
+  config.head_size = bc.head_size;
   config.block_size = bc.block_size;
-  config.scale = 1.0 / std::sqrt(128.0);
+  config.scale = 1.0 / std::sqrt(static_cast<double>(bc.head_size));
   config.dtype = DType::kBFloat16;
   config.kv_cache_dtype = bc.kv;
   config.sliding_window = bc.window;
@@ -210,6 +211,7 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
   j["kind"] = bc.kind;
   j["window"] = bc.window;
   j["block_size"] = bc.block_size;
+  j["head_size"] = bc.head_size;
   j["median_us"] = ms * 1e3;
   j["reps"] = reps;
   j["bytes"] = bytes;
@@ -290,6 +292,16 @@ int main(int argc, char** argv) {
         // Pages of 64 tokens: the wgmma kernel's TMA copies 2 boxes per slab and K/V of a tile, not 8.
         {"prefill 1x8k block64", "prefill", repeat(1, {0, 8192}), 0, false, -1, KvCacheDtype::kAuto, false, false, 64},
         {"prefill 1x32k w4096", "prefill", repeat(1, {0, 32768}), 4096},
+        // Head sizes 64 and 256 (32 query / 8 kv heads as above; FLOPs and bytes at that D): the
+        // default (on Hopper too the mma.sync one-m-tile variant, whose items of 64 rows the
+        // small-prefill and mixed-grid fallbacks need) and, in the "wgmma" rows, the wgmma kernel
+        // (D 64: tiles of 128 keys, five stages; D 256: 64 keys, two stages).
+        {.name = "prefill 1x8k d64", .kind = "prefill", .requests = repeat(1, {0, 8192}), .head_size = 64},
+        {.name = "prefill 1x8k d256", .kind = "prefill", .requests = repeat(1, {0, 8192}), .head_size = 256},
+        {.name = "prefill 1x8k d64 wgmma", .kind = "prefill", .requests = repeat(1, {0, 8192}),
+         .variant = kPrefillWgmma, .head_size = 64},
+        {.name = "prefill 1x8k d256 wgmma", .kind = "prefill", .requests = repeat(1, {0, 8192}),
+         .variant = kPrefillWgmma, .head_size = 256},
         // The other tile variants of the prefill kernel at D 128 (prefill_config in
         // attention_caps.h; the default is 1 = 2 m-tiles per warp, 128 rows × 32 keys): 0 = 64
         // rows × 64 keys, 2 = 64 rows × 32 keys at 3 CTAs per SM.

@@ -265,7 +265,8 @@ TEST(AttentionPlan, HopperDefaultsToTheWgmmaPrefillWhereItApplies) {
     EXPECT_TRUE(plan.summary.prefill_variant_fallback.empty()) << plan.summary.prefill_variant_fallback;
     EXPECT_EQ(hopper_plan(bytes, short_prefill, {}).prefill_variant, kPrefillTwoMTiles) << to_string(kv);
   }
-  // Layers the wgmma kernel does not take: their default, silently.
+  // Layers the wgmma kernel does not take by default (D 64: the default variant cuts 64-row items):
+  // their default, silently.
   AttentionConfig d64 = llama();
   d64.head_size = 64;
   plan = hopper_plan(d64, prefill_only, {});
@@ -312,9 +313,9 @@ TEST(AttentionPlan, HopperRunsAPrefillThatOutweighsTheDecodesApart) {
   EXPECT_EQ(plan.prefill_variant, kPrefillTwoMTiles);
 }
 
-// The Hopper wgmma variant (3): taken at head size 128 with a 16-bit or 1-byte cache in builds with sm_90a
-// code; other layers run the default variant and the summary says why; refused (naming the field)
-// in builds without it.
+// The Hopper wgmma variant (3): taken at head size 128 with a 16-bit or 1-byte cache and at head sizes
+// 64 and 256 with a 16-bit cache in builds with sm_90a code; other layers run the default variant and
+// the summary says why; refused (naming the field) in builds without it.
 TEST(AttentionPlan, WgmmaPrefillVariantRoutesOrRefuses) {
   AttentionPathOverrides wgmma;
   wgmma.prefill_variant = kPrefillWgmma;
@@ -343,20 +344,32 @@ TEST(AttentionPlan, WgmmaPrefillVariantRoutesOrRefuses) {
   EXPECT_EQ(plan.prefill_variant, kPrefillWgmma);
   EXPECT_EQ(plan.summary.prefill_variant, kPrefillWgmma);
   EXPECT_TRUE(plan.summary.prefill_variant_fallback.empty()) << plan.summary.prefill_variant_fallback;
-  // Another head size: the default variant, with the reason.
+  // Head sizes 64 and 256 with a 16-bit cache: taken, 128 rows per item.
+  for (const int64_t d : {64, 256}) {
+    AttentionConfig other = llama();
+    other.head_size = d;
+    plan = plan_for(other, b, wgmma);
+    EXPECT_EQ(plan.prefill_variant, kPrefillWgmma) << d;
+    EXPECT_EQ(plan.prefill_rows_per_item, 128) << d;
+    EXPECT_TRUE(plan.summary.prefill_variant_fallback.empty()) << plan.summary.prefill_variant_fallback;
+  }
+  // Another head size with a 1-byte cache: the default variant, with the reason.
   AttentionConfig d64 = llama();
   d64.head_size = 64;
+  d64.kv_cache_dtype = KvCacheDtype::kFp8E4M3;
   plan = plan_for(d64, b, wgmma);
   EXPECT_EQ(plan.prefill_variant, 0);
   EXPECT_NE(plan.summary.describe().find("prefill_variant 3 (wgmma) not taken"), std::string::npos)
       << plan.summary.describe();
-  EXPECT_NE(plan.summary.prefill_variant_fallback.find("head size 64"), std::string::npos)
+  EXPECT_NE(plan.summary.prefill_variant_fallback.find("head size 64 with a 1-byte cache"), std::string::npos)
       << plan.summary.prefill_variant_fallback;
   EXPECT_TRUE(prefill_variant_supported(128, kPrefillWgmma, ElementKind::kBFloat16));
   EXPECT_TRUE(prefill_variant_supported(128, kPrefillWgmma, ElementKind::kFp8E4M3));
   EXPECT_TRUE(prefill_variant_supported(128, kPrefillWgmma, ElementKind::kInt8));
   EXPECT_FALSE(prefill_variant_supported(64, kPrefillWgmma, ElementKind::kFp8E4M3));
-  EXPECT_FALSE(prefill_variant_supported(256, kPrefillWgmma, ElementKind::kFloat16));
+  EXPECT_TRUE(prefill_variant_supported(64, kPrefillWgmma, ElementKind::kBFloat16));
+  EXPECT_TRUE(prefill_variant_supported(256, kPrefillWgmma, ElementKind::kFloat16));
+  EXPECT_FALSE(prefill_variant_supported(256, kPrefillWgmma, ElementKind::kInt8));
 }
 
 TEST(AttentionPlan, OverridesForceTheGenericAndSimtPaths) {

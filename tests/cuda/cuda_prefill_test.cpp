@@ -12,11 +12,12 @@
 // the generic one, and the cases meant to fall back (head size 80, float32, a float32 model with an
 // fp8 cache) say so. WgmmaMatchesReference runs every case again with the Hopper wgmma variant
 // requested (prefill_variant 3, prefill_wgmma_kernel.cuh; skipped unless the build has sm_90a code
-// and the device is compute capability 9.0): the cases it takes on it (head size 128, 16-bit or
-// 1-byte caches; the ByteKvWgmma* cases), the others on the default variant with the plan saying why; on it, K/V tiles of whole pages go by TMA and the others by
-// cp.async in one ring wherever the block size allows TMA (a multiple of 8 dividing 128), and the
-// plan says whether it does (the Tma* cases mix both kinds of tile in one prefill). Skips with the
-// reason on a machine without a CUDA device.
+// and the device is compute capability 9.0): the cases it takes on it (head size 128 with a 16-bit or
+// 1-byte cache, the ByteKvWgmma* cases; head sizes 64 and 256 with a 16-bit cache), the others on the
+// default variant with the plan saying why; on it, K/V tiles of whole pages go by TMA and the others
+// by cp.async in one ring wherever the block size allows TMA (a multiple of 8 dividing the tile's
+// keys: 128, or 64 at head size 256), and the plan says whether it does (the Tma* cases mix both
+// kinds of tile in one prefill). Skips with the reason on a machine without a CUDA device.
 // Run: ctest --test-dir <build> -L cuda  (cases named Small* are the compute-sanitizer subset)
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -111,6 +112,23 @@ std::vector<PrefillCase> cases() {
   add({.name = "TmaWindowOnPageBlock32", .block_size = 32, .requests = {{0, 2000}}, .window = 1025});
   add({.name = "TmaCpAsyncOnlyBlock48", .block_size = 48, .requests = {{0, 1500}}});
   add({.name = "TmaMmPrefixWindow300", .requests = {{0, 700, {{0, 650}}}}, .window = 300});
+  // The same at head sizes 64 (tiles of 128 keys, one 64-dim box per page) and 256 (tiles of 64 keys,
+  // four boxes per page; block size 128 does not divide a tile: cp.async only): TMA pages, windows
+  // starting mid-page, soft cap, more kv heads.
+  add({.name = "TmaPagesHead64Block16", .head_size = 64, .requests = {{0, 1500}, {0, 1030}}});
+  add({.name = "TmaPagesHead64Block64Kv8Fp16", .num_heads = 16, .num_kv_heads = 8, .head_size = 64,
+       .block_size = 64, .dtype = DType::kFloat16, .requests = {{0, 1100}, {300, 600}}});
+  add({.name = "TmaWindowMidPageHead64Block32", .head_size = 64, .block_size = 32, .requests = {{0, 2000}},
+       .window = 1000});
+  add({.name = "TmaSoftCapHead64Block32", .head_size = 64, .block_size = 32, .requests = {{0, 1200}, {700, 900}},
+       .soft_cap = 5.0});
+  add({.name = "TmaPagesHead256Block32", .head_size = 256, .block_size = 32, .requests = {{0, 1500}, {0, 1030}}});
+  add({.name = "TmaPagesHead256Block64Kv8Fp16", .num_heads = 16, .num_kv_heads = 8, .head_size = 256,
+       .block_size = 64, .dtype = DType::kFloat16, .requests = {{0, 1100}, {300, 600}}});
+  add({.name = "TmaWindowMidPageHead256Block16", .head_size = 256, .requests = {{0, 2000}}, .window = 1000});
+  add({.name = "TmaSoftCapHead256Block32Fp16", .head_size = 256, .block_size = 32, .dtype = DType::kFloat16,
+       .requests = {{0, 1200}, {513, 700}}, .soft_cap = 2.0});
+  add({.name = "TmaCpAsyncOnlyHead256Block128", .head_size = 256, .block_size = 128, .requests = {{0, 1500}}});
   add({.name = "FreedBlocksNaNCompact", .requests = {{3000, 1}, {2500, 200}, {900, 64}}, .window = 256,
        .compact = true});
   add({.name = "LongChunkWindow4096", .num_heads = 8, .num_kv_heads = 2, .requests = {{6000, 512}, {0, 700}},
@@ -196,20 +214,22 @@ void check_case(const PrefillCase& param, int variant) {
   const cuda::AttentionPlanSummary plan = plan_of(step, overrides);
   std::cout << "[ PLAN ] " << c.name << ": " << plan.describe() << "\n";
   if (variant == cuda::kPrefillWgmma) {
-    // The wgmma variant takes head size 128 with a 16-bit or a 1-byte cache; any other layer runs the
-    // default variant, and the plan says so.
-    const bool taken = c.head_size == 128;
+    // The wgmma variant takes head size 128 with a 16-bit or a 1-byte cache, head sizes 64 and 256
+    // with a 16-bit cache; any other layer runs the default variant, and the plan says so.
+    const bool byte_cache = c.kv != KvCacheDtype::kAuto;
+    const bool taken = c.head_size == 128 || ((c.head_size == 64 || c.head_size == 256) && !byte_cache);
     EXPECT_EQ(plan.prefill_variant_fallback.empty(), taken) << plan.describe();
     if (taken && param.expect == Path::kTensorCore && plan.prefill_items > 0) {
       EXPECT_EQ(plan.prefill_variant, cuda::kPrefillWgmma) << plan.describe();
     }
     // On it, the K/V tiles of whole pages go by TMA wherever the cache has that form: a decoder
     // cache (the backend's own: contiguous, aligned) whose block size is a multiple of 8 dividing
-    // 128. The runner says whether they do, and why not.
+    // the tile's keys. The runner says whether they do, and why not.
     if (taken && plan.prefill_items > 0) {
       // A 1-byte cache's tiles always take cp.async (the producer casts them).
+      const int64_t tile_keys = cuda::prefill_wgmma_config(static_cast<int>(c.head_size)).bn;
       const bool whole_pages =
-          !c.encoder && c.kv == KvCacheDtype::kAuto && c.block_size % 8 == 0 && 128 % c.block_size == 0;
+          !c.encoder && c.kv == KvCacheDtype::kAuto && c.block_size % 8 == 0 && tile_keys % c.block_size == 0;
       EXPECT_EQ(plan.prefill_kv_tma, whole_pages) << plan.describe();
       EXPECT_EQ(plan.prefill_kv_tma_fallback.empty(), whole_pages) << plan.describe();
     }

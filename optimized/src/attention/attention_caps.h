@@ -72,14 +72,15 @@ HYBRIDTB_HOST_DEVICE constexpr PrefillConfig prefill_three_ctas_config() {
   return c;
 }
 // Variant 3, Hopper warpgroup MMAs (prefill_wgmma_kernel.cuh): 128 rows (two consumer warpgroups of
-// 64; mt counts 16-row m-tiles per warp of 4 as for the others) × 128 keys, 384 threads with the
-// producer warpgroup, 1 CTA per SM.
-// D 128 with a 16-bit cache of the model dtype or a 1-byte cache (cast by the producer warpgroup),
-// sm_90a builds on compute capability 9.0 devices only.
-HYBRIDTB_HOST_DEVICE constexpr PrefillConfig prefill_wgmma_config() {
+// 64; mt counts 16-row m-tiles per warp of 4 as for the others) × 128 keys (D 64, 128) or 64 keys
+// (D 256: a K/V stage of 256-wide rows is four times D 64's, and the consumers' O of 64 × 256 leaves
+// registers for an S of 64 × 64 only), 384 threads with the producer warpgroup, 1 CTA per SM.
+// D 64, 128, 256 with a 16-bit cache of the model dtype; D 128 also with a 1-byte cache (cast by the
+// producer warpgroup); sm_90a builds on compute capability 9.0 devices only.
+HYBRIDTB_HOST_DEVICE constexpr PrefillConfig prefill_wgmma_config(int d) {
   PrefillConfig c{};
   c.mt = 2;
-  c.bn = 128;
+  c.bn = d == 256 ? 64 : 128;
   c.min_blocks = 1;
   return c;
 }
@@ -93,7 +94,7 @@ constexpr int kPrefillVariants = 4;
 HYBRIDTB_HOST_DEVICE constexpr PrefillConfig prefill_config(int d, int variant) {
   if (variant == kPrefillTwoMTiles) return prefill_two_mtile_config();
   if (variant == kPrefillThreeCtas) return prefill_three_ctas_config();
-  if (variant == kPrefillWgmma) return prefill_wgmma_config();
+  if (variant == kPrefillWgmma) return prefill_wgmma_config(d);
   return prefill_one_mtile_config(d);
 }
 HYBRIDTB_HOST_DEVICE constexpr int prefill_rows(int d, int variant) { return 64 * prefill_config(d, variant).mt; }
@@ -105,8 +106,8 @@ HYBRIDTB_HOST_DEVICE constexpr int prefill_default_variant(int64_t head_size) {
   return head_size == 128 ? kPrefillTwoMTiles : kPrefillOneMTile;
 }
 // How many variants exist, whether one is instantiated for a head size and cache element (16-bit
-// caches: variants 1 and 2 at D 128 only; 1-byte caches: the default only; both: variant 3 at D 128
-// in sm_90a builds), its (token, head) rows per item.
+// caches: variants 1 and 2 at D 128 only, variant 3 at every head size in sm_90a builds; 1-byte
+// caches: the default only, and variant 3 at D 128 in sm_90a builds), its (token, head) rows per item.
 int prefill_num_variants();
 bool prefill_variant_supported(int64_t head_size, int variant, ElementKind kv_kind);
 // Whether this build has the wgmma variant's sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90).

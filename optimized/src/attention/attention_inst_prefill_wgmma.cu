@@ -1,7 +1,8 @@
 // Instantiations of the wgmma prefill kernel (prefill_wgmma_kernel.cuh): float16 and bfloat16 with a
-// cache of the model dtype, head size 128, plain/featured logits; the launcher of every cache kind
-// (the 1-byte caches' instances: attention_inst_prefill_wgmma_fp8.cu / _pth.cu); and the host
-// encoder of its K/V tensor map. Compiled for sm_90a only (optimized/CMakeLists.txt); the launcher
+// cache of the model dtype, head size 128, plain/featured logits; the launcher of every head size
+// and cache kind (head sizes 64 and 256: attention_inst_prefill_wgmma_d64.cu / _d256.cu; the 1-byte
+// caches' instances: attention_inst_prefill_wgmma_fp8.cu / _pth.cu); and the host encoder of its K/V
+// tensor map. Compiled for sm_90a only (optimized/CMakeLists.txt); the launcher
 // checks that the device is compute capability 9.0.
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -18,13 +19,13 @@ namespace {
 // must describe every byte a cp.async tile would read, in whole boxes of the swizzle layout.
 std::string kv_map_unsupported(const AttentionParams& p, int64_t num_blocks) {
   if (p.encoder) return "encoder_only (keys and values from the key/value tensors)";
-  if (p.head_size != kWgmmaHead || p.kv_kind != p.q_kind ||
+  if ((p.head_size != 64 && p.head_size != 128 && p.head_size != 256) || p.kv_kind != p.q_kind ||
       (p.kv_kind != ElementKind::kFloat16 && p.kv_kind != ElementKind::kBFloat16)) {
-    return detail::concat("not a 16-bit cache of the model dtype at head size ", kWgmmaHead);
+    return "not a 16-bit cache of the model dtype at head size 64, 128 or 256";
   }
-  if (!wgmma_kv_tma_block(p.block_size)) {
+  if (!wgmma_kv_tma_block(p.block_size, p.head_size)) {
     return detail::concat("block size ", p.block_size, " is not a multiple of ", kSwizzleAtomRows, " dividing ",
-                          prefill_wgmma_config().bn, " (whole swizzle atoms per page, whole pages per tile)");
+                          prefill_wgmma_config(p.head_size).bn, " (whole swizzle atoms per page, whole pages per tile)");
   }
   constexpr int64_t kStrideLimit = int64_t{1} << 40;  // cuTensorMapEncodeTiled: strides below 2^40 bytes
   constexpr int64_t kAlign = 16;                      // base and strides in multiples of 16 bytes
@@ -54,10 +55,10 @@ PrefillKvMap encode_prefill_kv_map(const AttentionParams& params, int64_t num_bl
   }
   // The 5-D view of prefill_wgmma_kernel.cuh, innermost first: (head dim, kv head, slot, K/V half,
   // block); strides in bytes of the four outer dimensions; one box = kKvBoxDims dims of one page's
-  // slots of one head and half.
+  // slots of one head and half (D / kKvBoxDims boxes per page: 1 at D 64, 4 at D 256).
   constexpr int kRank = 5;
   constexpr uint64_t kElementBytes = 2;
-  const cuuint64_t dims[kRank] = {static_cast<cuuint64_t>(kWgmmaHead), static_cast<cuuint64_t>(params.num_kv_heads),
+  const cuuint64_t dims[kRank] = {static_cast<cuuint64_t>(params.head_size), static_cast<cuuint64_t>(params.num_kv_heads),
                                   static_cast<cuuint64_t>(params.block_size), 2, static_cast<cuuint64_t>(num_blocks)};
   const cuuint64_t strides[kRank - 1] = {static_cast<cuuint64_t>(params.cache_stride_head) * kElementBytes,
                                          static_cast<cuuint64_t>(params.cache_stride_slot) * kElementBytes,
@@ -89,9 +90,11 @@ void launch_prefill_wgmma(const AttentionParams& params, int64_t num_items, cons
                                cc.major, ".", cc.minor, ": use prefill_variant -1"));
   }
   const bool byte_cache = !params.encoder && is_byte_element(params.kv_kind);
-  if (params.head_size != kWgmmaHead || (!params.encoder && !byte_cache && params.kv_kind != params.q_kind)) {
-    throw Error(detail::concat("prefill attention: prefill_variant 3 (wgmma) takes head size 128 with a cache of "
-                               "the model dtype or a 1-byte cache, not head size ",
+  const bool head_ok = byte_cache ? params.head_size == kWgmmaByteHead
+                                   : params.head_size == 64 || params.head_size == 128 || params.head_size == 256;
+  if (!head_ok || (!params.encoder && !byte_cache && params.kv_kind != params.q_kind)) {
+    throw Error(detail::concat("prefill attention: prefill_variant 3 (wgmma) takes head size 64, 128 or 256 with a "
+                               "cache of the model dtype, or head size 128 with a 1-byte cache, not head size ",
                                params.head_size, " with cache element kind ", static_cast<int>(params.kv_kind)));
   }
   // The kernel reads the map only where kv_tma is set, so a zero map stands in for a missing one.
@@ -103,14 +106,9 @@ void launch_prefill_wgmma(const AttentionParams& params, int64_t num_items, cons
     if (params.kv_scale_mode == KvScaleMode::kPerTokenHead) return launch_prefill_wgmma_pth(p, num_items, stream);
     return launch_prefill_wgmma_fp8(p, num_items, stream);
   }
-  switch (params.q_kind) {
-    case ElementKind::kFloat16:
-      return launch_wgmma_typed<__half, __half>(p, map, num_items, stream);
-    case ElementKind::kBFloat16:
-      return launch_wgmma_typed<__nv_bfloat16, __nv_bfloat16>(p, map, num_items, stream);
-    default:
-      throw Error("prefill attention: prefill_variant 3 (wgmma) takes float16/bfloat16 only");
-  }
+  if (params.head_size == 64) return launch_prefill_wgmma_d64(p, map, num_items, stream);
+  if (params.head_size == 256) return launch_prefill_wgmma_d256(p, map, num_items, stream);
+  return launch_wgmma_16bit<WgmmaConfig<128>>(p, map, num_items, stream);
 }
 
 }  // namespace hybridtb::cuda

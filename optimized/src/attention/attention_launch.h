@@ -100,9 +100,9 @@ struct PrefillKvMap {
 };
 // The map of the cache that `params` name (kv_cache, its strides, block size, kv heads, element
 // kinds), `num_blocks` blocks. Not ok (with the reason) where the layout has no exact TMA form —
-// encoder_only, another head size or cache element than the wgmma kernel's, a block size that is no
-// multiple of 8 dividing 128, a base or stride that is no multiple of 16 bytes — or where the driver
-// has no tensor maps or refuses this one. Host only; sm_90a builds only (attention_inst_prefill_wgmma.cu).
+// encoder_only, a head size other than 64, 128, 256 or a cache element other than the model dtype, a
+// block size that is no multiple of 8 dividing the tile's keys (128; 64 at head size 256), a base or
+// stride that is no multiple of 16 bytes — or where the driver has no tensor maps or refuses this one. Host only; sm_90a builds only (attention_inst_prefill_wgmma.cu).
 PrefillKvMap encode_prefill_kv_map(const AttentionParams& params, int64_t num_blocks);
 
 // Tensor-core prefill kernel over `num_items` GenericItems of tile variant `variant`; the wgmma
@@ -118,8 +118,9 @@ void launch_prefill_bf16_fp8(const AttentionParams& params, int64_t num_items, i
 void launch_prefill_f16_pth(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
 void launch_prefill_bf16_pth(const AttentionParams& params, int64_t num_items, int variant, cudaStream_t stream);
 // The wgmma variant (kPrefillWgmma, prefill_wgmma_kernel.cuh; sm_90a builds only): float16 /
-// bfloat16 with a cache of the model dtype or a 1-byte cache, head size 128. Throws Error on a
-// device other than compute capability 9.0, or for another dtype or head size. K/V tiles of whole
+// bfloat16 with a cache of the model dtype at head size 64, 128 or 256 (at 64 and 256 the instances
+// of attention_inst_prefill_wgmma_d64.cu / _d256.cu), or a 1-byte cache at head size 128. Throws
+// Error on a device other than compute capability 9.0, or for another dtype or head size. K/V tiles of whole
 // pages of a 16-bit cache go by TMA where `kv_map` (nullptr: none) is usable for `params` (it sets
 // params.kv_tma accordingly); all tiles take cp.async otherwise (a 1-byte cache's always).
 void launch_prefill_wgmma(const AttentionParams& params, int64_t num_items, const PrefillKvMap* kv_map,

@@ -381,10 +381,14 @@ void choose_prefill_variant(const AttentionPlanInput& in, AttentionPlan& plan) {
   const ElementKind kv_kind = c.attn_type == AttnType::kEncoderOnly
                                   ? element_kind(c.dtype)
                                   : element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype));
-  if (variant < 0 && in.hopper_wgmma && prefill_wgmma_built() && in.routes.prefill_why.empty() &&
+  // The Hopper default where both variants cut the same items (D 128): plan_attention returns a
+  // small prefill (kWgmmaPrefillMinFlops) and one that joins a mixed grid (kMixedGridMaxFlopsPerByte)
+  // to the mma.sync kernel after the items are cut, which needs the same rows per item. At D 64 and
+  // 256 the default variant takes 64 rows and the wgmma kernel 128, so it runs there on request.
+  const bool same_items = prefill_rows(static_cast<int>(d), kPrefillWgmma) ==
+                          prefill_rows(static_cast<int>(d), prefill_default_variant(d));
+  if (variant < 0 && in.hopper_wgmma && prefill_wgmma_built() && in.routes.prefill_why.empty() && same_items &&
       prefill_wgmma_unsupported(d, kv_kind).empty()) {
-    // The Hopper default; plan_attention returns a small prefill (kWgmmaPrefillMinFlops) and one
-    // that joins a mixed grid (kMixedGridMaxFlopsPerByte) to the mma.sync kernel.
     plan.prefill_variant = kPrefillWgmma;
   }
   if (variant == kPrefillWgmma) {
@@ -473,9 +477,15 @@ bool prefill_wgmma_built() {
 }
 std::string prefill_wgmma_unsupported(int64_t head_size, ElementKind kv_kind) {
   // Every cache the tensor-core prefill takes at head size 128: 16-bit of the model dtype, or 1-byte
-  // (fp8 e4m3 / e5m2 per tensor, int8 / fp8 per token-head), cast by the kernel's producer warpgroup.
-  (void)kv_kind;
-  if (head_size != 128) return detail::concat("head size ", head_size, " (it takes 128)");
+  // (fp8 e4m3 / e5m2 per tensor, int8 / fp8 per token-head), cast by the kernel's producer warpgroup;
+  // at head sizes 64 and 256 the 16-bit caches only (the producer's casting pass is laid out for
+  // 128-byte key rows, and at D 256 Q, two 16-bit stages and the raw ring exceed 227 KiB).
+  if (head_size != 64 && head_size != 128 && head_size != 256) {
+    return detail::concat("head size ", head_size, " (it takes 64, 128 and 256)");
+  }
+  if (head_size != 128 && is_byte_element(kv_kind)) {
+    return detail::concat("head size ", head_size, " with a 1-byte cache (it takes 1-byte caches at head size 128)");
+  }
   return "";
 }
 int64_t prefill_rows_per_item(int64_t head_size, int variant) {

@@ -2,15 +2,17 @@
 // the algorithm of prefill_mma_kernel.cuh (FlashAttention-2 style paged attention, online softmax
 // in base 2, P rounded to the model dtype ×2^15, every logit feature) with both products on
 // warpgroup MMAs (wgmma.mma_async m64n128k16, common/wgmma.cuh) instead of mma.sync, and
-// FlashAttention-3's warp specialisation. Head size 128, float16 / bfloat16 with a cache of the
-// model dtype (kv cache dtype auto, or encoder_only) or a 1-byte cache (below); sm_90a only (the including translation unit
-// is compiled for compute_90a; elsewhere the kernel body is empty and the launcher refuses the
-// variant).
+// FlashAttention-3's warp specialisation. Float16 / bfloat16 with a cache of the model dtype (kv cache
+// dtype auto, or encoder_only) at head sizes 64, 128 and 256 (WgmmaConfig: keys per tile, ring
+// depth and register split per head size), or a 1-byte cache (below) at head size 128; sm_90a only
+// (the including translation unit is compiled for compute_90a; elsewhere the kernel body is empty
+// and the launcher refuses the variant). The description below is head size 128's (BN = 128 keys
+// per tile, three stages); D 64 and 256 differ in the numbers only.
 //
 // One CTA = one GenericItem of at most 128 (token, head) rows of one kv head (the GQA packing of
 // prefill_mma_kernel.cuh), three warpgroups (384 threads):
 //   warpgroup 0, the producer (setmaxnreg down to kProducerRegisters): stages Q once, then streams
-//     the K/V tiles of 128 keys through a kWgmmaStages-deep ring in shared memory, written in the
+//     the K/V tiles of 128 keys through a kStages-deep ring in shared memory, written in the
 //     128-byte swizzle layout the descriptors read, and refills a stage once both consumers have
 //     arrived on its `empty` mbarrier. A tile of whole pages whose keys are all read goes by TMA
 //     (AttentionParams::kv_tma; the map: PrefillKvMap, attention_launch.h): one elected thread
@@ -67,13 +69,49 @@ namespace hybridtb::cuda {
 
 constexpr int kWgmmaConsumers = 2;                     // consumer warpgroups of 64 rows
 constexpr int kWgmmaThreads = 128 * (1 + kWgmmaConsumers);  // + the producer warpgroup
-constexpr int kWgmmaStages = 3;  // K/V ring; at least 3 (the producer hands tile t − 1 over after issuing t)
-constexpr int kWgmmaHead = 128;  // the only head size
-// setmaxnreg: 384 threads start at 65536 / 384 → 168 registers each; the producer gives part of
-// its share to the consumers (56 · 128 + 224 · 256 = 64512 ≤ 65536). Without spills on either side
-// (-Xptxas -v): the loader's unrolled rows need 56, the consumer's S, O and P 224.
-constexpr int kProducerRegisters = 56;
-constexpr int kConsumerRegisters = 224;
+constexpr int kWgmmaByteHead = 128;  // the head size of the 1-byte caches' instances
+
+// The launch configuration of one head size D (16-bit caches; the 1-byte caches' ring: WgmmaLayout):
+//   kBn: keys per K/V tile (prefill_wgmma_config(D).bn): S is 64 × kBn per consumer warpgroup;
+//   kStages: the K/V ring's depth, as deep as the 227 KiB of an SM allow beside Q (128 rows × D);
+//   kProducerRegisters / kConsumerRegisters: setmaxnreg. 384 threads start at 65536 / 384 → 168
+//     registers each; the producer gives part of its share to the consumers (producer · 128 +
+//     consumer · 256 ≤ 65536), each side without spills (-Xptxas -v).
+template <int D>
+struct WgmmaConfig;
+// D 128: three stages of 64 KiB (K and V tiles of 128 keys) beside Q's 32 KiB; the loader's unrolled
+// rows need 56 registers, the consumer's S (64), O (64) and P (32) 224: 56 · 128 + 224 · 256 = 64512.
+template <>
+struct WgmmaConfig<128> {
+  static constexpr int kHead = 128;
+  static constexpr int kBn = 128;
+  static constexpr int kStages = 3;
+  static constexpr int kProducerRegisters = 56;
+  static constexpr int kConsumerRegisters = 224;
+};
+// D 64: tiles of 128 keys are 32 KiB a stage, so six stages (192 KiB) beside Q's 16 KiB hide more of
+// the cache's latency (FlashAttention-3 runs D 64 with more stages too); O is 32 registers, S and P
+// as at D 128: D 128's split.
+template <>
+struct WgmmaConfig<64> {
+  static constexpr int kHead = 64;
+  static constexpr int kBn = 128;
+  static constexpr int kStages = 6;
+  static constexpr int kProducerRegisters = 56;
+  static constexpr int kConsumerRegisters = 224;
+};
+// D 256: O is 64 × 256 per consumer warpgroup, 128 float registers a thread, so S is 64 × 64 (32
+// registers, P 16): tiles of 64 keys, 64 KiB a stage (K and V), two stages beside Q's 64 KiB (a
+// third would pass 227 KiB). D 128's split holds S, O (128) and P (16) without spills; 48 producer
+// registers (for 232 a consumer) spill its loader's rows of 32 chunks.
+template <>
+struct WgmmaConfig<256> {
+  static constexpr int kHead = 256;
+  static constexpr int kBn = 64;
+  static constexpr int kStages = 2;
+  static constexpr int kProducerRegisters = 56;
+  static constexpr int kConsumerRegisters = 224;
+};
 
 // K/V tiles by TMA: the map (PrefillKvMap, encoded on the host by encode_prefill_kv_map) views the
 // paged cache as the 5-D tensor, innermost dimension first,
@@ -83,7 +121,7 @@ constexpr int kConsumerRegisters = 224;
 // coordinates of cp.async.bulk.tensor.5d go in the same order (innermost first): {d0, kv head, 0,
 // half, page}. A box is one page's rows of one kv head and one 64-column slab: block_size rows of
 // 128 bytes. A page is whole 1024-byte swizzle atoms (block_size a multiple of kSwizzleAtomRows)
-// and a tile whole pages (block_size divides the tile's BN = 128 keys): wgmma_kv_tma_block.
+// and a tile whole pages (block_size divides the tile's BN keys): wgmma_kv_tma_block.
 //
 // Why a box lands where the descriptors read (wgmma::sw128_offset): the TMA unit writes the box's
 // rows one after another, row r at dst + 128·r, and SWIZZLE_128B moves 16-byte chunk c of each row
@@ -95,8 +133,9 @@ constexpr int kConsumerRegisters = 224;
 // chunk c of key j lands at slab + 128·j + ((c ^ j % 8) << 4) = sw128_offset<BN>(j, c + 8·slab).
 constexpr int kKvBoxDims = 64;        // head dims per box: one 128-byte swizzle row, SWIZZLE_128B's limit
 constexpr int kSwizzleAtomRows = 8;   // rows of 128 bytes per 1024-byte swizzle atom
-__host__ __device__ constexpr bool wgmma_kv_tma_block(int block_size) {
-  return block_size > 0 && block_size % kSwizzleAtomRows == 0 && prefill_wgmma_config().bn % block_size == 0;
+__host__ __device__ constexpr bool wgmma_kv_tma_block(int block_size, int head_size) {
+  return block_size > 0 && block_size % kSwizzleAtomRows == 0 &&
+         prefill_wgmma_config(head_size).bn % block_size == 0;
 }
 
 // 1-byte caches: the 16-bit ring's depth and the raw staging ring's slots (one raw K or V tile each).
@@ -105,22 +144,26 @@ __host__ __device__ constexpr bool wgmma_kv_tma_block(int block_size) {
 constexpr int kWgmmaByteStages = 2;
 constexpr int kWgmmaRawSlots = 3;
 
-// The shared memory of one instantiation (Cache: T, PerTensorBytes or PerTokenHeadBytes), offsets
-// from the 1024-byte aligned base: the Q tile [128 rows][128], then the ring of kStages × (K tile,
-// V tile) [128 keys][128] of T, each in the 128-byte swizzle layout; for a 1-byte cache then the raw
-// slots (the raw tile [128 keys][128 bytes], its keys' scales [128] in float32) and per stage the
-// tile's k and v scales [2][128] (prefill_scale_slot order); then the mbarriers (q full, per stage
-// full and empty, and for a 1-byte cache k_empty); + 1024 bytes to align the dynamic shared memory
-// to a swizzle atom.
-template <typename Cache>
+// The shared memory of one instantiation (Config: WgmmaConfig<D>; Cache: T, PerTensorBytes or
+// PerTokenHeadBytes), offsets from the 1024-byte aligned base: the Q tile [128 rows][D], then the
+// ring of kStages × (K tile, V tile) [BN keys][D] of T, each in the 128-byte swizzle layout; for a
+// 1-byte cache then the raw slots (the raw tile [128 keys][128 bytes], its keys' scales [128] in
+// float32) and per stage the tile's k and v scales [2][128] (prefill_scale_slot order); then the
+// mbarriers (q full, per stage full and empty, and for a 1-byte cache k_empty); + 1024 bytes to align
+// the dynamic shared memory to a swizzle atom. 16-bit caches: 209 KiB (D 64), 225 KiB (D 128),
+// 193 KiB (D 256).
+template <typename Config, typename Cache>
 struct WgmmaLayout {
   static constexpr bool kBytes = kIsByteCache<Cache>;
-  static constexpr int kBn = prefill_wgmma_config().bn;
-  static constexpr int kStages = kBytes ? kWgmmaByteStages : kWgmmaStages;
+  static constexpr int kHead = Config::kHead;
+  static constexpr int kBn = Config::kBn;
+  static_assert(kBn == prefill_wgmma_config(kHead).bn, "the planner's tiles (attention_caps.h)");
+  static_assert(!kBytes || kHead == kWgmmaByteHead, "1-byte caches: head size 128 only");
+  static constexpr int kStages = kBytes ? kWgmmaByteStages : Config::kStages;
   static constexpr int kRawSlots = kBytes ? kWgmmaRawSlots : 0;
-  static constexpr int kTileBytes = 2 * kWgmmaHead * kBn;  // a K or V tile of T
-  static constexpr int kQBytes = 2 * kWgmmaHead * 128;     // the Q tile: 128 rows
-  static constexpr int kRawBytes = kWgmmaHead * kBn;       // a raw K or V tile
+  static constexpr int kTileBytes = 2 * kHead * kBn;  // a K or V tile of T
+  static constexpr int kQBytes = 2 * kHead * 128;     // the Q tile: 128 rows
+  static constexpr int kRawBytes = kHead * kBn;       // a raw K or V tile
   static constexpr int kRawSlotBytes = kRawBytes + 4 * kBn;
   static constexpr int kScaleBytes = kBytes ? 2 * 4 * kBn : 0;  // per stage
   static constexpr int kBarriers = 1 + (kBytes ? 3 : 2) * kStages;
@@ -131,11 +174,16 @@ struct WgmmaLayout {
   static constexpr int kBars = kScales + kStages * kScaleBytes;
   static constexpr int64_t kSmemBytes = static_cast<int64_t>(kBars) + 8 * kBarriers + 1024;
 };
-template <typename Cache>
+template <typename Config, typename Cache>
 constexpr int64_t prefill_wgmma_smem_bytes() {
-  return WgmmaLayout<Cache>::kSmemBytes;
+  return WgmmaLayout<Config, Cache>::kSmemBytes;
 }
-static_assert(prefill_wgmma_smem_bytes<PerTokenHeadBytes>() <= 227 * 1024, "1-byte cache layout: one SM's shared memory");
+static_assert(prefill_wgmma_smem_bytes<WgmmaConfig<kWgmmaByteHead>, PerTokenHeadBytes>() <= 227 * 1024,
+              "1-byte cache layout: one SM's shared memory");
+static_assert(prefill_wgmma_smem_bytes<WgmmaConfig<64>, __half>() <= 227 * 1024 &&
+                  prefill_wgmma_smem_bytes<WgmmaConfig<128>, __half>() <= 227 * 1024 &&
+                  prefill_wgmma_smem_bytes<WgmmaConfig<256>, __half>() <= 227 * 1024,
+              "16-bit cache layouts: one SM's shared memory");
 
 namespace wgmma_ws {
 // Ping-pong of the two consumer warpgroups (FlashAttention-3): each issues its MMAs only after the
@@ -148,11 +196,13 @@ __device__ __forceinline__ void wait_for_turn(int consumer) {
 __device__ __forceinline__ void pass_turn(int consumer) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"(1 + (1 - consumer)) : "memory");
 }
+template <typename Config>
 __device__ __forceinline__ void producer_registers() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Config::kProducerRegisters));
 }
+template <typename Config>
 __device__ __forceinline__ void consumer_registers() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Config::kConsumerRegisters));
 }
 }  // namespace wgmma_ws
 
@@ -170,8 +220,8 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
                                                             int num_tiles, unsigned char* smem, uint64_t* q_full,
                                                             uint64_t* full, uint64_t* empty, uint64_t* k_empty,
                                                             int tid) {
-  using Layout = WgmmaLayout<Cache>;
-  constexpr int D = kWgmmaHead;
+  using Layout = WgmmaLayout<WgmmaConfig<kWgmmaByteHead>, Cache>;
+  constexpr int D = kWgmmaByteHead;
   constexpr int BN = Layout::kBn;
   constexpr int kStages = Layout::kStages;
   constexpr int kSlots = Layout::kRawSlots;
@@ -270,26 +320,65 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
   mma::cp_async_wait<0>();  // no copy in flight at exit (the groups past the last unit are empty)
 }
 
+// The S and P·V products of one consumer warpgroup for BN keys per tile and head size D, on the
+// wgmma shapes of common/wgmma.cuh: S [64 × BN] by m64nBNk16 (BN 128 or 64); O [64 × D] by m64n128k16
+// (D 128), m64n64k16 (D 64) or two m64n128k16 on the halves of O and of each V row (D 256: dims
+// 0–127 in V's slabs 0–1, 128–255 in slabs 2–3), each O element accumulated over the keys in the
+// same k-step order whatever the split.
+template <typename T, int BN, int D>
+struct WgmmaProducts {
+  static_assert(BN == 128 || BN == 64, "S: m64n128k16 or m64n64k16");
+  static_assert(D == 64 || D == 128 || D == 256, "O: m64n64k16, m64n128k16 or two of them");
+  // acc (+)= A·Bᵀ, A and B K-major in shared memory; acc overwritten when accumulate is false.
+  __device__ __forceinline__ static void s(float (&acc)[BN / 8][4], uint64_t a, uint64_t b, bool accumulate) {
+    if constexpr (BN == 128) {
+      wgmma::Wgmma<T>::ss(acc, a, b, accumulate);
+    } else {
+      wgmma::WgmmaN64<T>::ss(acc, a, b, accumulate);
+    }
+  }
+  // acc += A·B, A in registers, B the k-step's rows of the V tile (MN-major from v_rows: slab
+  // stride slab_bytes).
+  __device__ __forceinline__ static void pv(float (&acc)[D / 8][4], const uint32_t (&a)[4], uint32_t v_rows,
+                                            uint32_t slab_bytes) {
+    if constexpr (D == 128) {
+      wgmma::Wgmma<T>::rs(acc, a, wgmma::sw128_desc(v_rows, slab_bytes, 1024));
+    } else if constexpr (D == 64) {
+      wgmma::WgmmaN64<T>::rs(acc, a, wgmma::sw128_desc(v_rows, slab_bytes, 1024));
+    } else {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        auto& half = *reinterpret_cast<float(*)[16][4]>(&acc[16 * h][0]);
+        wgmma::Wgmma<T>::rs(half, a, wgmma::sw128_desc(v_rows + static_cast<uint32_t>(2 * h) * slab_bytes,
+                                                       slab_bytes, 1024));
+      }
+    }
+  }
+};
+
 // T: model dtype; Plain: no soft cap and no ALiBi (prefill_mma_body); Cache: the stored K/V element,
-// T (kv_cache_dtype auto, encoder_only), PerTensorBytes or PerTokenHeadBytes (a 1-byte cache).
+// T (kv_cache_dtype auto, encoder_only), PerTensorBytes or PerTokenHeadBytes (a 1-byte cache);
+// Config: WgmmaConfig of the head size (WgmmaConfig<128> for a 1-byte cache).
 // kv_map: the cache's tensor map where p.kv_tma (launch_prefill_wgmma), unread otherwise.
-template <typename T, bool Plain, typename Cache>
+template <typename Config, typename T, bool Plain, typename Cache>
 __global__ void __launch_bounds__(kWgmmaThreads, 1)
     prefill_wgmma_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ CUtensorMap kv_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace mma;
-  constexpr int D = kWgmmaHead;
+  constexpr int D = Config::kHead;
   constexpr int BN = prefill_config(D, kPrefillWgmma).bn;
   constexpr int kRows = prefill_rows(D, kPrefillWgmma);
-  static_assert(BN == 128 && kRows == 64 * kWgmmaConsumers, "m64n128k16 tiles: S 64 × BN, O 64 × D");
+  static_assert(BN == Config::kBn && kRows == 64 * kWgmmaConsumers, "m64 tiles: S 64 × BN, O 64 × D");
   constexpr bool kByteCache = kIsByteCache<Cache>;
   constexpr bool kPerToken = kIsPerTokenHeadCache<Cache>;
   static_assert(kByteCache || std::is_same_v<Cache, T>, "the cache element is T or one byte");
-  using Layout = WgmmaLayout<Cache>;
+  using Layout = WgmmaLayout<Config, Cache>;
   constexpr int kStages = Layout::kStages;
-  static_assert(kStages >= (kByteCache ? 2 : 3),
-                "16-bit caches: the producer waits for tile t − 3's stage before handing t − 1 over; 1-byte "
-                "caches: it hands tile t over before casting t + 1");
+  // 16-bit caches: the producer waits for tile t − kStages's stage, which the consumers hand back
+  // once tile t − kStages + 1 has landed; it hands a cp.async tile over one tile after issuing it,
+  // so with two stages it does so before that wait (below). 1-byte caches: it hands tile t over
+  // before casting t + 1.
+  static_assert(kStages >= 2, "a tile in flight while the consumers read the one before");
   static_assert(D % kKvBoxDims == 0 && BN / kSwizzleAtomRows <= 32,
                 "TMA tiles: a box per 64-column slab, at most one page per lane of a warp");
   constexpr int kNt = BN / 8;     // S n-tiles (8 keys)
@@ -299,7 +388,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
                 "Q, stages and slabs start on 1024-byte swizzle atoms (the TMA boxes' placement)");
   constexpr float kLog2e = 1.4426950408889634f;
   using Scales = CacheScales<T, Cache>;
-  using Mmas = wgmma::Wgmma<T>;
+  using Mmas = WgmmaProducts<T, BN, D>;
 
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem_aligned = smem_raw + ((1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u);
@@ -336,7 +425,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     // stage's `full` barrier: on a TMA tile at once (the elected thread with the tile's bytes, which
     // then complete the phase), on a cp.async tile once its own copies have landed and been fenced
     // for the async proxy. So the two kinds of tile share the ring and its barriers. -------------------
-    wgmma_ws::producer_registers();
+    wgmma_ws::producer_registers<Config>();
     if constexpr (kByteCache) {
       load_prefill_q<T, D, kRows, 128>(p, work, s_q, tid,
                                        [](int r, int c) { return wgmma::sw128_offset<kRows>(r, c); });
@@ -352,11 +441,20 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
       constexpr int kNoneDue = -1;
       int due = static_cast<int>(q_full - bars);
       for (int t = 0; t < num_tiles; ++t) {
-        const int stage = t % kWgmmaStages;
-        // The stage's previous tile (t − kWgmmaStages) was handed back in its (t / stages)-th phase. The
-        // consumers hand it back after waiting for tile t − kWgmmaStages + 1, whose arrivals this thread
-        // has made (only the latest tile's can be pending), so this wait cannot hold up its own arrival.
-        if (t >= kWgmmaStages) tma::mbarrier_wait(empty + stage, static_cast<uint32_t>((t / kWgmmaStages - 1) & 1));
+        const int stage = t % kStages;
+        // The stage's previous tile (t − kStages) was handed back in its (t / stages)-th phase. The
+        // consumers hand it back after waiting for tile t − kStages + 1, whose arrivals this thread
+        // has made (only the latest tile's can be pending, and with two stages that is t − 1 itself:
+        // completed first), so this wait cannot hold up its own arrival.
+        if constexpr (kStages < 3) {
+          if (t >= kStages && due != kNoneDue) {
+            cp_async_wait<0>();
+            wgmma::fence_proxy_async();
+            tma::mbarrier_arrive(bars + due);
+            due = kNoneDue;
+          }
+        }
+        if (t >= kStages) tma::mbarrier_wait(empty + stage, static_cast<uint32_t>((t / kStages - 1) & 1));
         const int kt = item.key_begin + t * BN;
         // TMA only where it copies exactly what cp.async would: whole pages (kv_tma: the map exists, so
         // the block size is wgmma_kv_tma_block's; the tile starts on a page) and every key read (no
@@ -430,7 +528,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   }
 
   // --- consumers ------------------------------------------------------------------------------------
-  wgmma_ws::consumer_registers();
+  wgmma_ws::consumer_registers<Config>();
   const int ctid = tid - 128;  // thread of the consumers' 256
   const int lane = ctid % 32;
   const int warp = ctid / 32;  // rows 16·warp … + 15
@@ -509,7 +607,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   auto add_pv = [](float (&acc)[kDt][4], const uint32_t (&pv)[BN / 16][4], uint32_t sv) {
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      Mmas::rs(acc, pv[kk], wgmma::sw128_desc(sv + static_cast<uint32_t>(kk * 16 * 128), BN * 128, 1024));
+      Mmas::pv(acc, pv[kk], sv + static_cast<uint32_t>(kk * 16 * 128), BN * 128);
     }
     wgmma::commit();
   };
@@ -529,8 +627,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t slab_q = static_cast<uint32_t>((kk / 4) * kRows * 128 + (kk % 4) * 32);
       const uint32_t slab_k = static_cast<uint32_t>((kk / 4) * BN * 128 + (kk % 4) * 32);
-      Mmas::ss(acc, wgmma::sw128_desc(q_rows + slab_q, 16, 1024),
-               wgmma::sw128_desc(s_k + stage_of(it) + slab_k, 16, 1024), kk > 0);
+      Mmas::s(acc, wgmma::sw128_desc(q_rows + slab_q, 16, 1024),
+              wgmma::sw128_desc(s_k + stage_of(it) + slab_k, 16, 1024), kk > 0);
     }
     wgmma::commit();
   };

@@ -1,8 +1,8 @@
 // PTX wrappers for Hopper's warpgroup MMA (wgmma.mma_async, sm_90a only: compile the including
 // translation unit for -gencode arch=compute_90a,code=sm_90a): shared-memory matrix descriptors of
 // the 128-byte swizzle layout, the fence / commit / wait of the asynchronous MMAs, and
-// m64n128k16 (A from shared memory or from registers) and m64n64k16 (both from shared memory) with
-// float32 accumulation for float16 / bfloat16 inputs.
+// m64n128k16 and m64n64k16 (A from shared memory or from registers) with float32 accumulation for
+// float16 / bfloat16 inputs.
 //
 // Shared layout (the canonical 128-byte swizzle, what a descriptor with layout type 1 reads): a
 // [rows][cols] tile of 16-bit elements is stored as cols / 64 column slabs, each [rows][128 B];
@@ -141,7 +141,8 @@ struct Wgmma<__nv_bfloat16> {
 // memory: A K-major ([64][16], rows of K contiguous) and B K-major ([64][16]: ss) or MN-major
 // ([16][64], rows of N contiguous: ss_mn, the transposed descriptor); or both MN-major (A [16][64],
 // rows of M contiguous, B [16][64]: mn_mn, both descriptors transposed). d is overwritten when
-// accumulate is false.
+// accumulate is false. rs: d += A·B with A in registers (the mma.sync A fragment per warp) and B
+// [16][64] MN-major, as m64n128k16's rs.
 template <int N>
 __device__ __forceinline__ void pin(float (&d)[N][4]) {
 #pragma unroll
@@ -173,6 +174,14 @@ __device__ __forceinline__ void pin(float (&d)[N][4]) {
                  : "l"(a), "l"(b), "r"(static_cast<int>(accumulate)));                                  \
   }
 
+#define HYBRIDTB_WGMMA_M64N64K16_RS(TYPE)                                                                  \
+  __device__ __forceinline__ static void rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {       \
+    asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " " HYBRIDTB_WGMMA_N64_LIST      \
+                 ", {%32,%33,%34,%35}, %36, 1, 1, 1, 1;\n"                                                \
+                 : HYBRIDTB_WGMMA_N64_OPERANDS(d)                                                       \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));                                 \
+  }
+
 template <typename T>
 struct WgmmaN64;
 template <>
@@ -180,14 +189,17 @@ struct WgmmaN64<__half> {
   HYBRIDTB_WGMMA_M64N64K16("f16", ss, "0", "0")
   HYBRIDTB_WGMMA_M64N64K16("f16", ss_mn, "0", "1")
   HYBRIDTB_WGMMA_M64N64K16("f16", mn_mn, "1", "1")
+  HYBRIDTB_WGMMA_M64N64K16_RS("f16")
 };
 template <>
 struct WgmmaN64<__nv_bfloat16> {
   HYBRIDTB_WGMMA_M64N64K16("bf16", ss, "0", "0")
   HYBRIDTB_WGMMA_M64N64K16("bf16", ss_mn, "0", "1")
   HYBRIDTB_WGMMA_M64N64K16("bf16", mn_mn, "1", "1")
+  HYBRIDTB_WGMMA_M64N64K16_RS("bf16")
 };
 
+#undef HYBRIDTB_WGMMA_M64N64K16_RS
 #undef HYBRIDTB_WGMMA_M64N64K16
 #undef HYBRIDTB_WGMMA_N64_LIST
 #undef HYBRIDTB_WGMMA_N64_OPERANDS
