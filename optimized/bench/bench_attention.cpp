@@ -293,15 +293,14 @@ int main(int argc, char** argv) {
         {"prefill 1x8k block64", "prefill", repeat(1, {0, 8192}), 0, false, -1, KvCacheDtype::kAuto, false, false, 64},
         {"prefill 1x32k w4096", "prefill", repeat(1, {0, 32768}), 4096},
         // Head sizes 64 and 256 (32 query / 8 kv heads as above; FLOPs and bytes at that D): the
-        // default (on Hopper too the mma.sync one-m-tile variant, whose items of 64 rows the
-        // small-prefill and mixed-grid fallbacks need) and, in the "wgmma" rows, the wgmma kernel
-        // (D 64: tiles of 128 keys, five stages; D 256: 64 keys, two stages).
+        // default (on Hopper the wgmma kernel: D 64 tiles of 128 keys in six stages, D 256 64 keys in
+        // two) and, in the "mma.sync" rows, the mma.sync one-m-tile variant (the default elsewhere).
         {.name = "prefill 1x8k d64", .kind = "prefill", .requests = repeat(1, {0, 8192}), .head_size = 64},
         {.name = "prefill 1x8k d256", .kind = "prefill", .requests = repeat(1, {0, 8192}), .head_size = 256},
-        {.name = "prefill 1x8k d64 wgmma", .kind = "prefill", .requests = repeat(1, {0, 8192}),
-         .variant = kPrefillWgmma, .head_size = 64},
-        {.name = "prefill 1x8k d256 wgmma", .kind = "prefill", .requests = repeat(1, {0, 8192}),
-         .variant = kPrefillWgmma, .head_size = 256},
+        {.name = "prefill 1x8k d64 mma.sync", .kind = "prefill", .requests = repeat(1, {0, 8192}),
+         .variant = kPrefillOneMTile, .head_size = 64},
+        {.name = "prefill 1x8k d256 mma.sync", .kind = "prefill", .requests = repeat(1, {0, 8192}),
+         .variant = kPrefillOneMTile, .head_size = 256},
         // The other tile variants of the prefill kernel at D 128 (prefill_config in
         // attention_caps.h; the default is 1 = 2 m-tiles per warp, 128 rows × 32 keys): 0 = 64
         // rows × 64 keys, 2 = 64 rows × 32 keys at 3 CTAs per SM.

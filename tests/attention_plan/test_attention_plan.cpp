@@ -200,10 +200,11 @@ TEST(AttentionPlan, PrefillRowsTakeTheTensorCorePrefillKernel) {
 // takes, for prefills of at least kWgmmaPrefillMinFlops: a fresh 4096-token prompt is
 // 4·128 · (32 tokens · 4 heads) · 8 kv heads · Σ_{j<128} 32·(j + 1) = 1.39e11 FLOP by the plan's count
 // (items of 32 tokens × the 4 query heads of one kv head, each key span counted whole), a 2048-token
-// one 3.49e10 (both on wgmma), a 1024-token one 8.7e9 and stays on mma.sync. In a step whose tensor-core prefill and decode items share the
-// mixed grid (whose prefill body is the mma.sync kernel's; the next test says when they do) the
-// mma.sync default runs; an explicit variant wins; other layers keep the head size's mma.sync default
-// without a fallback note (nothing was asked for).
+// one 3.49e10 (both on wgmma), a 1024-token one 8.7e9 and stays on mma.sync. In a step whose
+// tensor-core prefill and decode items share the mixed grid (whose prefill body is the mma.sync
+// kernel's; the next test says when they do) the mma.sync default runs; an explicit variant wins;
+// heads 64 and 256 take the same defaults, cut for the kernel that runs; layers the wgmma kernel does
+// not take keep the head size's mma.sync default without a fallback note (nothing was asked for).
 TEST(AttentionPlan, HopperDefaultsToTheWgmmaPrefillWhereItApplies) {
   if (!prefill_wgmma_built()) GTEST_SKIP() << "this build has no sm_90a code (the wgmma prefill variant)";
   const auto hopper_plan = [](const AttentionConfig& c, const BatchDescription& b, const AttentionPathOverrides& o) {
@@ -265,11 +266,42 @@ TEST(AttentionPlan, HopperDefaultsToTheWgmmaPrefillWhereItApplies) {
     EXPECT_TRUE(plan.summary.prefill_variant_fallback.empty()) << plan.summary.prefill_variant_fallback;
     EXPECT_EQ(hopper_plan(bytes, short_prefill, {}).prefill_variant, kPrefillTwoMTiles) << to_string(kv);
   }
-  // Layers the wgmma kernel does not take by default (D 64: the default variant cuts 64-row items):
-  // their default, silently.
-  AttentionConfig d64 = llama();
-  d64.head_size = 64;
-  plan = hopper_plan(d64, prefill_only, {});
+  // Head sizes 64 and 256 with a 16-bit cache: wgmma (128 rows per item) for the 4096-token prompt
+  // (6.9e10 / 2.8e11 FLOP). Where the default yields to mma.sync — the 1024-token prompt (4.4e9 /
+  // 1.7e10 FLOP) and the balanced mixed step — the items are those of the mma.sync default, 64 rows
+  // (the same rows as that variant asked for).
+  for (const int64_t d : {64, 256}) {
+    AttentionConfig other = llama();
+    other.head_size = d;
+    plan = hopper_plan(other, prefill_only, {});
+    EXPECT_EQ(plan.prefill_variant, kPrefillWgmma) << d;
+    EXPECT_EQ(plan.prefill_rows_per_item, 128) << d;
+    EXPECT_TRUE(plan.summary.prefill_variant_fallback.empty()) << plan.summary.prefill_variant_fallback;
+    AttentionPathOverrides one_m_tile;
+    one_m_tile.prefill_variant = kPrefillOneMTile;
+    for (const BatchDescription* step : {&short_prefill, &balanced_step}) {
+      if (step == &balanced_step && d == 256) continue;  // no mixed grid at D 256: below
+      plan = hopper_plan(other, *step, {});
+      const AttentionPlan asked = hopper_plan(other, *step, one_m_tile);
+      EXPECT_EQ(plan.prefill_variant, kPrefillOneMTile) << d;
+      EXPECT_EQ(plan.prefill_rows_per_item, 64) << d;
+      EXPECT_EQ(plan.prefill.size(), asked.prefill.size()) << d;
+      EXPECT_EQ(plan.mixed.size(), asked.mixed.size()) << d;
+    }
+    EXPECT_EQ(hopper_plan(other, balanced_step, {}).mixed.empty(), d == 256) << d;
+  }
+  // D 256's balanced step: the mixed grid does not take D 256 (the summary says so), so the wgmma
+  // prefill and the decodes run apart.
+  AttentionConfig d256 = llama();
+  d256.head_size = 256;
+  plan = hopper_plan(d256, balanced_step, {});
+  EXPECT_EQ(plan.prefill_variant, kPrefillWgmma);
+  EXPECT_NE(plan.summary.mixed_fallback.find("head size 256"), std::string::npos) << plan.summary.mixed_fallback;
+  // A layer the wgmma kernel does not take (D 64 with a 1-byte cache): its default, silently.
+  AttentionConfig d64_bytes = llama();
+  d64_bytes.head_size = 64;
+  d64_bytes.kv_cache_dtype = KvCacheDtype::kFp8E4M3;
+  plan = hopper_plan(d64_bytes, prefill_only, {});
   EXPECT_EQ(plan.prefill_variant, kPrefillOneMTile);
   EXPECT_TRUE(plan.summary.prefill_variant_fallback.empty()) << plan.summary.prefill_variant_fallback;
 }

@@ -371,7 +371,9 @@ void check_engine_metadata(const TritonAttentionMetadata& m, const BatchDescript
   same("max_seq_len", m.max_seq_len, batch.max_seq_len());
 }
 
-void choose_prefill_variant(const AttentionPlanInput& in, AttentionPlan& plan) {
+// The prefill variant asked for, else the default: on Hopper the wgmma kernel where it takes the
+// layer and `hopper_default` allows it, else prefill_default_variant.
+void choose_prefill_variant(const AttentionPlanInput& in, bool hopper_default, AttentionPlan& plan) {
   const int variant = in.overrides.prefill_variant;
   const int64_t d = in.config->head_size;
   HYBRIDTB_CHECK(variant >= -1 && variant < prefill_num_variants(), "prefill_variant ", variant,
@@ -381,13 +383,7 @@ void choose_prefill_variant(const AttentionPlanInput& in, AttentionPlan& plan) {
   const ElementKind kv_kind = c.attn_type == AttnType::kEncoderOnly
                                   ? element_kind(c.dtype)
                                   : element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype));
-  // The Hopper default where both variants cut the same items (D 128): plan_attention returns a
-  // small prefill (kWgmmaPrefillMinFlops) and one that joins a mixed grid (kMixedGridMaxFlopsPerByte)
-  // to the mma.sync kernel after the items are cut, which needs the same rows per item. At D 64 and
-  // 256 the default variant takes 64 rows and the wgmma kernel 128, so it runs there on request.
-  const bool same_items = prefill_rows(static_cast<int>(d), kPrefillWgmma) ==
-                          prefill_rows(static_cast<int>(d), prefill_default_variant(d));
-  if (variant < 0 && in.hopper_wgmma && prefill_wgmma_built() && in.routes.prefill_why.empty() && same_items &&
+  if (variant < 0 && hopper_default && in.hopper_wgmma && prefill_wgmma_built() && in.routes.prefill_why.empty() &&
       prefill_wgmma_unsupported(d, kv_kind).empty()) {
     plan.prefill_variant = kPrefillWgmma;
   }
@@ -622,7 +618,10 @@ int64_t referenced_blocks(const AttentionConfig& c, const BatchDescription& batc
 }
 
 // --- the plan --------------------------------------------------------------------------------------
-AttentionPlan plan_attention(const AttentionPlanInput& in) {
+namespace {
+
+// The plan with the Hopper default allowed or not (plan_attention).
+AttentionPlan plan_once(const AttentionPlanInput& in, bool hopper_default) {
   const AttentionConfig& c = *in.config;
   const int64_t qpk = c.num_queries_per_kv();
   AttentionPlan plan;
@@ -634,7 +633,7 @@ AttentionPlan plan_attention(const AttentionPlanInput& in) {
   }
   plan.heads_per_pass = decode_heads_per_pass(qpk);
   plan.mma_heads_per_pass = decode_mma_heads_per_pass(qpk, c.head_size);
-  choose_prefill_variant(in, plan);
+  choose_prefill_variant(in, hopper_default, plan);
   const RoutedRows rows = route_requests(in, plan);
   // Partial slots are numbered across both decode kernels; the combine kernel finishes every split row.
   int32_t next_slot = 0;
@@ -659,10 +658,6 @@ AttentionPlan plan_attention(const AttentionPlanInput& in) {
   plan.decode_grid_ctas = static_cast<int64_t>(plan.decode.size()) * c.num_kv_heads * passes;
   plan.decode_mma_grid_ctas = static_cast<int64_t>(plan.decode_mma.size()) * c.num_kv_heads * mma_passes;
   plan.combine_grid_ctas = static_cast<int64_t>(plan.combine.size()) * c.num_heads;
-  // Where the wgmma variant is only the Hopper default, the items stand whichever body runs them:
-  // both variants take 128 rows per item.
-  static_assert(prefill_rows(128, kPrefillWgmma) == prefill_rows(128, prefill_default_variant(128)),
-                "the Hopper default and the mma.sync default cut the same items");
   const PrefillDecodeBalance balance = prefill_decode_balance(plan, c);
   // A small prefill runs faster on the mma.sync kernel (kWgmmaPrefillMinFlops).
   if (in.overrides.prefill_variant < 0 && plan.prefill_variant == kPrefillWgmma &&
@@ -675,14 +670,14 @@ AttentionPlan plan_attention(const AttentionPlanInput& in) {
     // The mixed kernel runs the mma.sync prefill body: the Hopper default yields to one grid unless
     // the prefill outweighs the decodes (kMixedGridMaxFlopsPerByte).
     const int chosen = plan.prefill_variant;
-    const bool hopper_default = in.overrides.prefill_variant < 0 && chosen == kPrefillWgmma;
-    if (hopper_default && balance.flops_per_byte() > kMixedGridMaxFlopsPerByte) {
+    const bool yields = in.overrides.prefill_variant < 0 && chosen == kPrefillWgmma;
+    if (yields && balance.flops_per_byte() > kMixedGridMaxFlopsPerByte) {
       plan.summary.mixed_fallback =
           detail::concat("the prefill outweighs the decode (", static_cast<int64_t>(balance.flops_per_byte()),
                          " prefill FLOP per decode byte > ", static_cast<int64_t>(kMixedGridMaxFlopsPerByte),
                          "): the wgmma prefill and the decode launched separately");
     } else {
-      if (hopper_default) plan.prefill_variant = prefill_default_variant(c.head_size);
+      if (yields) plan.prefill_variant = prefill_default_variant(c.head_size);
       plan.summary.mixed_fallback = mixed_reason(in, plan);
       if (plan.summary.mixed_fallback.empty()) {
         plan_mixed_order(plan, c.num_kv_heads, mma_passes);
@@ -693,6 +688,21 @@ AttentionPlan plan_attention(const AttentionPlanInput& in) {
   }
   plan.summary.prefill_variant = plan.prefill_variant;
   lay_out_staging(in, plan);
+  return plan;
+}
+
+}  // namespace
+
+// The Hopper default yields to the mma.sync kernel for a small prefill and for one that joins a
+// mixed grid, which is decided on the items cut for the wgmma kernel. At D 128 both kernels take
+// 128 rows per item and the items stand; at D 64 and 256 the mma.sync default takes 64, so where the
+// first plan yielded, the step is planned again without the Hopper default (the same decision: the
+// FLOPs and the balance do not depend on how the rows are cut).
+AttentionPlan plan_attention(const AttentionPlanInput& in) {
+  AttentionPlan plan = plan_once(in, /*hopper_default=*/true);
+  if (plan.prefill_rows_per_item != prefill_rows_per_item(in.config->head_size, plan.prefill_variant)) {
+    plan = plan_once(in, /*hopper_default=*/false);
+  }
   return plan;
 }
 
