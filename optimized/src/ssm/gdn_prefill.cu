@@ -26,9 +26,8 @@
 //       ring of three slots, each tile a chunk or more ahead; U, G by a cp.async ring. Each A
 //       fragment is one 16-byte shared load, split into TF32 hi + lo in registers (16-bit: one
 //       16-byte load is a packed pair of k-steps, the m16n8k16's whole A operand).
-//       Per chunk, three barriers: each warp's partial W·Mᵀ over its 16 columns (rows 0 … 15 of the
-//       tile written over the W fragments only it read, rows 16 … 31 of a 32-row tile into a spare
-//       tile of the same layout), a fixed-order sum of the partials with V_new = U − Σ, then
+//       Per chunk, three barriers: M's copy through the warps' shared tiles, V_new = U − W·Mᵀ in
+//       16-token × 8-row tiles, each over all of M's columns by one warp (no partial sums), then
 //         h_c = M (the entry state, stored: float32, or rounded to the 16-bit operand dtype),
 //         V_new = U − W·Mᵀ (stored over U, float32),
 //         M ← e^(G_n)·M + V_newᵀ·diag(e^(G_n − G_j))·K   (V_new·decay split into TF32 once);
@@ -495,76 +494,46 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
 // 16-bit operands: the tiles hold the rounded, packed fragments), through a ring of three tile slots
 // in the order W(c), K(c), W(c + 1), K(c + 1), …, each slot's copy completing on its own mbarrier
 // (the 16-bit tiles keep the same depth in half the shared memory). Shared memory: the three slots;
-// the small per-chunk tiles (U [C][rows], G [C], the boundary slot) in three, by cp.async;
+// the small per-chunk tiles (U [C][rows + 4], G [C], the boundary slot) in three, by cp.async;
 // V_new·diag(e^(G_n − G_j)) split into TF32 hi and lo, [2][rows][68] (split once, read by every warp;
 // 16-bit: float32 in the hi half); each warp's M tile [rows][20] (the transpose between its
-// accumulator and operand layouts); the spare partial tiles (below); the three mbarriers. float32:
-// 112 KiB (8 rows), 127 KiB (16) or 190 KiB (32); 16-bit: 64, 95 or 158 KiB; one block per SM (the
-// registers).
-// The warps' partial V_new (float32) go into the W slot itself, each warp over fragments only it
-// read: its fragments of 16 tokens (float32: two, 16 × 16 floats; 16-bit: one packed pair, 16 × 8
-// floats) take its partial of those tokens for partial_rows (16 or 8) rows of the tile; the tile's
-// further rows go, in the same layout, to spare tiles of a slot's size (float32: one for 32 rows;
-// 16-bit: one for 16 rows, three for 32).
+// accumulator and operand layouts, read by every warp as the B operand of W·Mᵀ); the three
+// mbarriers. One block per SM (the registers).
 constexpr int kStateWarps = 8;  // warp w holds columns 16·w … 16·w + 15 of the block's rows of M
 constexpr int kStateThreads = 32 * kStateWarps;
 constexpr int kTileSlots = 3;
 constexpr int kTokenStride = kC + 4;  // V_new·decay [rows][68], read as (v g, token t): bank 4g + t
 constexpr int kHeldStride = 20;       // a warp's M tile [rows][20]: written (v 2t, c g), read (v g, c t)
 static_assert(16 * kStateWarps == kGdnMaxHeadDim, "the warps cover M's columns");
-// Floats of a tile slot (a W or k̂ tile of operands T; a partial tile): 8192 (32 KiB) or 4096.
+// Floats of a tile slot (a W or k̂ tile of operands T): 8192 (32 KiB) or 4096.
 template <typename T>
 constexpr int slot_floats() {
   return kFragTileItems<T> * 4;
 }
-// Rows of a partial tile [tokens][rows] over the warps' W fragments: a warp's fragments of 16 tokens
-// are 16 · 16 floats (float32) or 16 · 8 (16-bit).
-template <typename T>
-constexpr int partial_rows() {
-  return std::is_same_v<T, float> ? 16 : 8;
-}
-// Floats each spare partial tile is shifted by beyond the one before (16-bit: (d) reads two 8-row
-// tiles in one access, 16 floats apart in the banks); their start is then a multiple of 32 floats.
-template <typename T>
-constexpr int spare_shift() {
-  return std::is_same_v<T, float> ? 0 : 16;
+// Row stride (floats) of the state pass's U tile [C][rows]: 4 past the rows, so that (b)'s reads of
+// tokens g = lane / 4 fall in different banks; a multiple of 4 (16-byte copies).
+template <int kGroups>
+constexpr int u_stride() {
+  return kStateRows * kGroups + 4;
 }
 template <int kGroups>
-constexpr int small_floats() {  // U [C][rows], G [C], the boundary slot, padding
-  return kC * kStateRows * kGroups + kC + 4;
-}
-template <typename T, int kGroups>
-constexpr int partial_tiles() {  // partial tiles of partial_rows rows: the W slot, then the spares
-  return (kStateRows * kGroups + partial_rows<T>() - 1) / partial_rows<T>();
+constexpr int small_floats() {  // U [C][u_stride], G [C], the boundary slot, padding
+  return kC * u_stride<kGroups>() + kC + 4;
 }
 // Offsets (floats) of chunk_state_kernel's shared regions, in this order: the tile slots, the small
-// tiles, V_new·decay hi and lo, the warps' M tiles, the spare partial tiles, the mbarriers.
+// tiles, V_new·decay hi and lo, the warps' M tiles, the mbarriers.
 template <typename T, int kGroups>
 struct StateSmem {
   static constexpr int kRows = kStateRows * kGroups;
   static constexpr int kSmall = kTileSlots * slot_floats<T>();
   static constexpr int kDecayed = kSmall + 3 * small_floats<kGroups>();
   static constexpr int kHeld = kDecayed + 2 * kRows * kTokenStride;
-  static constexpr int kSpare = round_up(kHeld + kStateWarps * kRows * kHeldStride, spare_shift<T>() > 0 ? 32 : 1);
-  static constexpr int kBarriers = kSpare + (partial_tiles<T, kGroups>() - 1) * (slot_floats<T>() + spare_shift<T>());
+  static constexpr int kBarriers = kHeld + kStateWarps * kRows * kHeldStride;
   static constexpr size_t kBytes = sizeof(float) * size_t{kBarriers} + sizeof(uint64_t) * kTileSlots;
   static_assert(kBarriers % 2 == 0, "the mbarriers are 8-byte aligned");
 };
 constexpr size_t kMaxBlockSmemBytes = 227 * 1024;  // sm_90's opt-in limit of shared memory per block
 static_assert(StateSmem<float, 4>::kBytes <= kMaxBlockSmemBytes, "the 32-row state pass fits in shared memory");
-
-// x[0 … kN) ← kN consecutive floats of shared memory, one access (p aligned to 4·kN bytes).
-template <int kN>
-__device__ __forceinline__ void load_floats(const float* p, float (&x)[kN]) {
-  static_assert(kN == 2 || kN == 4);
-  if constexpr (kN == 4) {
-    const float4 v = *reinterpret_cast<const float4*>(p);
-    x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
-  } else {
-    const float2 v = *reinterpret_cast<const float2*>(p);
-    x[0] = v.x, x[1] = v.y;
-  }
-}
 
 // Block = tile blockIdx.x % tiles (rows v0 = 8·kGroups·tile … of M) of value head blockIdx.x / tiles of
 // prefill blockIdx.y. With so few rows per block the products run transposed, the value rows on the
@@ -574,13 +543,12 @@ __device__ __forceinline__ void load_floats(const float* p, float (&x)[kN]) {
 // three barriers:
 //   (a) the fragments go through the warp's M tile in shared memory (the B operand of the first
 //       product needs row g, columns t and t + 4): h_c ← M from it in 16-byte stores (16-bit: 8-byte
-//       stores of the rounded quads), and the warp's partial V_new = W[:, cols]·M[:, cols]ᵀ (64
-//       tokens × rows: four 16-token tiles, independent mma chains; each W fragment one 16-byte load,
-//       split into TF32 hi + lo; 16-bit: one 16-byte load per 16-token tile, the packed pair) over
-//       its own W fragments (and the spare tiles);
+//       stores of the rounded quads);
 //   barrier; U, G of chunk c + 2 are issued;
-//   (d) thread (token i, rows/4 rows: v … v + rows/4 − 1, or for 32 rows the quads v … and
-//       v + 16 …) sums the partials in warp order: V_new = U − Σ, stored over U (the output pass
+//   (b) V_new = U − W·Mᵀ in tiles of 16 tokens × 8 rows (tile x: tokens 16·(x % 4) …, group x / 4),
+//       warp w taking tiles w, w + 8, …, each one mma chain over all of M's columns: W's fragments
+//       as A (float32: one 16-byte load per k-step of 8, split into TF32 hi + lo; 16-bit: one per
+//       16 columns, the packed pair), the warps' M tiles as B; V_new stored over U (the output pass
 //       reads it) and, times e^(G_n − G_i) and split into TF32 hi + lo, to shared memory;
 //   barrier (after waiting for U, G of chunk c + 1); K(c + 1) is issued into W(c)'s slot;
 //   (f) Mᵀ ← e^(G_n)·Mᵀ + K[:, cols]ᵀ·diag(e^(G_n − G_j))·V_new (per group six accumulators: the hi·hi,
@@ -602,8 +570,7 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
   constexpr bool kTf32 = std::is_same_v<T, float>;
   using H = std::conditional_t<kTf32, float, T>;  // h_c's elements (gdn_scratch_element_bytes)
   constexpr int kRows = kStateRows * kGroups;
-  constexpr int kPerThread = kRows * kC / kStateThreads;  // V_new elements per thread in (d): 2, 4 or 8
-  static_assert(kPerThread == 2 || kPerThread == 4 || kPerThread == 8);
+  constexpr int kVTiles = kC / 16 * kGroups;  // (b)'s 16-token × 8-row tiles of V_new
   const GdnPrefill prefill = p.prefills[blockIdx.y];
   const GpuRequest r = p.wave.requests[prefill.request];
   const int h = static_cast<int>(blockIdx.x) / tiles;
@@ -616,8 +583,7 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
   const int col_groups = round_up(dk, 16) / 16;  // groups of 16 columns of M
   const bool owns = warp < col_groups;
   const int c0 = 16 * warp;
-  constexpr int kPartialRows = partial_rows<T>();
-  constexpr int ts = kTokenStride, hs = kHeldStride, us = kRows, ps = kRows < kPartialRows ? kRows : kPartialRows;
+  constexpr int ts = kTokenStride, hs = kHeldStride, us = u_stride<kGroups>();
   constexpr int kSmallFloats = small_floats<kGroups>();
   constexpr int kSlotFloats = slot_floats<T>();
   using Smem = StateSmem<T, kGroups>;
@@ -628,7 +594,6 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
   uint32_t* const vd_lo = vd_hi + kRows * ts;
   float* const held_tiles = state_smem + Smem::kHeld;
   float* const held = held_tiles + warp * kRows * hs;
-  float* const spare_partials = state_smem + Smem::kSpare;  // partial tiles 1 …
   uint64_t* const slot_ready = reinterpret_cast<uint64_t*>(state_smem + Smem::kBarriers);
 
   const int first = prefill.first_chunk, end_chunk = first + prefill.num_chunks;
@@ -737,16 +702,6 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
     const int k_slot = (w_slot + 1) % kTileSlots;
     const FragItem<T>* const W = reinterpret_cast<const FragItem<T>*>(tile_slots + w_slot * kSlotFloats);
     const FragItem<T>* const K = reinterpret_cast<const FragItem<T>*>(tile_slots + k_slot * kSlotFloats);
-    // Warp w's partial V_new for tokens 16·mt … and rows kPartialRows·b … of the tile (b <
-    // partial_tiles): 16 × min(kRows, kPartialRows) floats at the place of W's fragments of column
-    // blocks 2w and 2w + 1 of those tokens (read by warp w alone) in partial tile b: the W slot itself
-    // for b = 0, else spare tile b − 1. partial_at(w, i, b): token i's row of it.
-    float* const partials = tile_slots + w_slot * kSlotFloats;
-    const auto partial_at = [&](int w, int i, int b) {
-      float* const tile =
-          b == 0 ? partials : spare_partials + (b - 1) * (kSlotFloats + spare_shift<T>()) + spare_shift<T>();
-      return tile + 8 * kPartialRows * (16 * (i / 16) + 2 * w) + (i % 16) * ps;
-    };
     const float* U = small_buf + (j % 3) * kSmallFloats;
     const float* G = U + kC * us;
     const GdnChunk ahead = chunk_at(ci + 3);
@@ -782,121 +737,67 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
           }
         }
       }
-      // The warp's partial V_new[i][v] = Σ_{c its columns} W[i][c]·M[v][c]: W as A (tokens × columns),
-      // M as B (k = columns t, t + 4 of each 8, n = row g).
-      float big[kC / 16][kGroups][4] = {}, small[kC / 16][kGroups][4] = {};
-      if constexpr (!kTf32) {
-        // 16-bit: the warp's 16 columns are one m16n8k16 k extent (W's fragments of column blocks 2w
-        // and 2w + 1 are its two k-steps); one product per 16 tokens and group, into big.
-        float2 b16[kGroups][2];
-#pragma unroll
-        for (int q = 0; q < kGroups; ++q) {
-#pragma unroll
-          for (int s = 0; s < 2; ++s) {
-            b16[q][s] = make_float2(held[(8 * q + g) * hs + 8 * s + t], held[(8 * q + g) * hs + 8 * s + t + 4]);
-          }
-        }
-        __syncwarp();  // the tile is read before the next chunk rewrites it
-#pragma unroll
-        for (int mt = 0; mt < kC / 16; ++mt) {
-          const uint4 a = W[32 * (8 * mt + warp) + lane];  // the packed fragment pair: one 16-byte load
-#pragma unroll
-          for (int q = 0; q < kGroups; ++q) mma::mma_16bit_ksteps<T>(big[mt][q], a, b16[q][0], b16[q][1]);
-        }
-      } else {
-        uint32_t b_hi[kGroups][2][2], b_lo[kGroups][2][2];
-#pragma unroll
-        for (int q = 0; q < kGroups; ++q) {
-#pragma unroll
-          for (int s = 0; s < 2; ++s) {
-            mma::split_tf32(held[(8 * q + g) * hs + 8 * s + t], b_hi[q][s][0], b_lo[q][s][0]);
-            mma::split_tf32(held[(8 * q + g) * hs + 8 * s + t + 4], b_hi[q][s][1], b_lo[q][s][1]);
-          }
-        }
-        __syncwarp();  // the tile is read before the next chunk rewrites it
-#pragma unroll
-        for (int mt = 0; mt < kC / 16; ++mt) {
-#pragma unroll
-          for (int s = 0; s < 2; ++s) {
-            const int quad = 32 * (16 * mt + 2 * warp + s) + lane;
-            const float4 a = W[quad];
-            uint32_t a_hi[4], a_lo[4];
-            mma::split_tf32(a, a_hi, a_lo);
-#pragma unroll
-            for (int q = 0; q < kGroups; ++q) {
-              mma::mma_tf32(small[mt][q], a_lo, b_hi[q][s][0], b_hi[q][s][1]);
-              mma::mma_tf32(small[mt][q], a_hi, b_lo[q][s][0], b_lo[q][s][1]);
-              mma::mma_tf32(big[mt][q], a_hi, b_hi[q][s][0], b_hi[q][s][1]);
-            }
-          }
-        }
-      }
-      __syncwarp();  // every lane's W fragments are read before the partials overwrite them
-#pragma unroll
-      for (int mt = 0; mt < kC / 16; ++mt) {
-#pragma unroll
-        for (int q = 0; q < kGroups; ++q) {
-          // group q's rows 8q … are rows 8q mod kPartialRows … of partial tile 8q / kPartialRows
-          float* const my_partial = partial_at(warp, 16 * mt, 8 * q / kPartialRows) + 8 * q % kPartialRows + 2 * t;
-          *reinterpret_cast<float2*>(my_partial + g * ps) =
-              make_float2(big[mt][q][0] + small[mt][q][0], big[mt][q][1] + small[mt][q][1]);
-          *reinterpret_cast<float2*>(my_partial + (g + 8) * ps) =
-              make_float2(big[mt][q][2] + small[mt][q][2], big[mt][q][3] + small[mt][q][3]);
-        }
-      }
     }
-    __syncthreads();  // the partials complete; every warp is past chunk ci − 1
+    __syncthreads();  // every warp's M tile written; every warp is past chunk ci − 1
 
     if (ci + 2 < end_chunk) load_small(after_next, (j + 2) % 3);
     mma::cp_async_commit();
 
-    // (d) V_new = U − Σ_w partial_w (warps in order) for token i, kPerThread of its rows: kParts runs
-    // of kRun consecutive rows v … v + kRun − 1 (one shared access each), the thread's runs 4·kRun
-    // rows apart (the four threads of a token interleaved: for 32 rows, the quads v and v + 16 of
-    // partial tiles 0 and 1).
-    {
-      constexpr int kThreadsPerToken = kStateThreads / kC;
-      constexpr int kRun = kPerThread < 4 ? kPerThread : 4;
-      constexpr int kParts = kPerThread / kRun;
-      constexpr int kPartStride = kRun * kThreadsPerToken;  // rows from one run of a thread to its next
-      static_assert(kPartialRows % kRun == 0 && (kPartialRows % kPartStride == 0 || kPartStride % kPartialRows == 0),
-                    "a thread's run stays within one partial tile");
-      const int i = tid / kThreadsPerToken;
-      const float decay = expf(G[n - 1] - G[i]);
+    // (b) V_new = U − W·Mᵀ, tile x of warp x % kStateWarps: element e of the accumulator is token
+    // i = 16·(x % 4) + g + 8·(e / 2), row v = 8·(x / 4) + 2t + e % 2.
 #pragma unroll
-      for (int part = 0; part < kParts; ++part) {
-        const int run_v = kRun * (tid % kThreadsPerToken);  // < kPartStride
-        const int v = run_v + kPartStride * part;
-        // the run's partial tile, its rows vb … (16-bit: 8-row tiles, a part spans two)
-        const int b = kPartStride * part / kPartialRows + (kPartStride > kPartialRows ? run_v / kPartialRows : 0);
-        const int vb = v - kPartialRows * b;
-        float sum[kRun], x[kRun], u[kRun];
-        load_floats(partial_at(0, i, b) + vb, sum);
+    for (int x0 = 0; x0 < kVTiles; x0 += kStateWarps) {
+      const int x = x0 + warp;
+      if (x >= kVTiles) break;
+      const int mt = x % 4, q = x / 4;
+      float big[4] = {}, small[4] = {};
 #pragma unroll
-        for (int w = 1; w < kStateWarps; ++w) {
-          if (w < col_groups) {
-            load_floats(partial_at(w, i, b) + vb, x);
+      for (int cb = 0; cb < kStateWarps; ++cb) {  // M's columns 16·cb …, warp cb's tile
+        if (cb >= col_groups) break;
+        const float* const b_row = held_tiles + (cb * kRows + 8 * q + g) * hs + t;
+        if constexpr (!kTf32) {
+          const uint4 a = W[32 * (8 * mt + cb) + lane];  // the packed fragment pair: one 16-byte load
+          mma::mma_16bit_ksteps<T>(big, a, make_float2(b_row[0], b_row[4]), make_float2(b_row[8], b_row[12]));
+        } else {
 #pragma unroll
-            for (int k = 0; k < kRun; ++k) sum[k] += x[k];
+          for (int s = 0; s < 2; ++s) {
+            uint32_t a_hi[4], a_lo[4], b_hi[2], b_lo[2];
+            mma::split_tf32(W[32 * (16 * mt + 2 * cb + s) + lane], a_hi, a_lo);
+            mma::split_tf32(b_row[8 * s], b_hi[0], b_lo[0]);
+            mma::split_tf32(b_row[8 * s + 4], b_hi[1], b_lo[1]);
+            mma::mma_tf32(small, a_lo, b_hi[0], b_hi[1]);
+            mma::mma_tf32(small, a_hi, b_lo[0], b_lo[1]);
+            mma::mma_tf32(big, a_hi, b_hi[0], b_hi[1]);
           }
         }
-        load_floats(U + i * us + v, u);
-        float* u_out = p.u + (int64_t{chunk.begin + i} * Hv + h) * dv + v0 + v;
+      }
 #pragma unroll
-        for (int k = 0; k < kRun; ++k) {
-          const float v_new = u[k] - sum[k];
-          if (i < n && v + k < rows) u_out[k] = v_new;
-          if constexpr (kTf32) {
-            mma::split_tf32(v_new * decay, vd_hi[(v + k) * ts + i], vd_lo[(v + k) * ts + i]);
+      for (int half = 0; half < 2; ++half) {
+        const int i = 16 * mt + g + 8 * half, v = 8 * q + 2 * t;
+        const float decay = expf(G[n - 1] - G[i]);
+        const float2 u = *reinterpret_cast<const float2*>(U + i * us + v);
+        const float v_new[2] = {u.x - (big[2 * half] + small[2 * half]), u.y - (big[2 * half + 1] + small[2 * half + 1])};
+        float* const u_out = p.u + (int64_t{chunk.begin + i} * Hv + h) * dv + v0 + v;
+        if (i < n) {
+          if (u_vec) {  // rows a multiple of 4, u_out 8-byte aligned
+            if (v < rows) *reinterpret_cast<float2*>(u_out) = make_float2(v_new[0], v_new[1]);
           } else {
-            vd_hi[(v + k) * ts + i] = __float_as_uint(v_new * decay);  // rounded as the fragments are read
+            if (v < rows) u_out[0] = v_new[0];
+            if (v + 1 < rows) u_out[1] = v_new[1];
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          if constexpr (kTf32) {
+            mma::split_tf32(v_new[k] * decay, vd_hi[(v + k) * ts + i], vd_lo[(v + k) * ts + i]);
+          } else {
+            vd_hi[(v + k) * ts + i] = __float_as_uint(v_new[k] * decay);  // rounded as the fragments are read
           }
         }
       }
     }
     mma::cp_async_wait<1>();          // U and G of ci + 1 (issued a chunk ago) have landed
-    tma::fence_proxy_async();  // the partials' writes before the bulk copy into their slot
-    __syncthreads();                  // V_new·decay complete, those tiles visible, W(ci)'s slot free
+    __syncthreads();                  // V_new·decay complete, W(ci)'s slot read: free
     if (tid == 0 && ci + 1 < end_chunk) issue_tile(k_tile(ci + 1), w_slot);
 
     // (f) Mᵀ ← e^(G_n)·Mᵀ + K[:, cols]ᵀ·diag(e^(G_n − G_j))·V_new: K transposed as A (m = columns g,
