@@ -750,14 +750,17 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
       const int x = x0 + warp;
       if (x >= kVTiles) break;
       const int mt = x % 4, q = x / 4;
-      float big[4] = {}, small[4] = {};
+      // Independent chains, summed in a fixed order below: 16-bit, by the parity of the column block
+      // (two chains of 4 MMAs instead of one of 8); float32, by the k-step within the block with the
+      // hi·hi, lo·hi and hi·lo products apart (six chains of 8 instead of one of 48).
+      float big[2][4] = {}, lo_hi[2][4] = {}, hi_lo[2][4] = {};
 #pragma unroll
       for (int cb = 0; cb < kStateWarps; ++cb) {  // M's columns 16·cb …, warp cb's tile
         if (cb >= col_groups) break;
         const float* const b_row = held_tiles + (cb * kRows + 8 * q + g) * hs + t;
         if constexpr (!kTf32) {
           const uint4 a = W[32 * (8 * mt + cb) + lane];  // the packed fragment pair: one 16-byte load
-          mma::mma_16bit_ksteps<T>(big, a, make_float2(b_row[0], b_row[4]), make_float2(b_row[8], b_row[12]));
+          mma::mma_16bit_ksteps<T>(big[cb % 2], a, make_float2(b_row[0], b_row[4]), make_float2(b_row[8], b_row[12]));
         } else {
 #pragma unroll
           for (int s = 0; s < 2; ++s) {
@@ -765,18 +768,23 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
             mma::split_tf32(W[32 * (16 * mt + 2 * cb + s) + lane], a_hi, a_lo);
             mma::split_tf32(b_row[8 * s], b_hi[0], b_lo[0]);
             mma::split_tf32(b_row[8 * s + 4], b_hi[1], b_lo[1]);
-            mma::mma_tf32(small, a_lo, b_hi[0], b_hi[1]);
-            mma::mma_tf32(small, a_hi, b_lo[0], b_lo[1]);
-            mma::mma_tf32(big, a_hi, b_hi[0], b_hi[1]);
+            mma::mma_tf32(lo_hi[s], a_lo, b_hi[0], b_hi[1]);
+            mma::mma_tf32(hi_lo[s], a_hi, b_lo[0], b_lo[1]);
+            mma::mma_tf32(big[s], a_hi, b_hi[0], b_hi[1]);
           }
         }
+      }
+      float wm[4];  // (W·Mᵀ) of the accumulator's elements
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        wm[e] = (big[0][e] + big[1][e]) + ((lo_hi[0][e] + hi_lo[0][e]) + (lo_hi[1][e] + hi_lo[1][e]));
       }
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int i = 16 * mt + g + 8 * half, v = 8 * q + 2 * t;
         const float decay = expf(G[n - 1] - G[i]);
         const float2 u = *reinterpret_cast<const float2*>(U + i * us + v);
-        const float v_new[2] = {u.x - (big[2 * half] + small[2 * half]), u.y - (big[2 * half + 1] + small[2 * half + 1])};
+        const float v_new[2] = {u.x - wm[2 * half], u.y - wm[2 * half + 1]};
         float* const u_out = p.u + (int64_t{chunk.begin + i} * Hv + h) * dv + v0 + v;
         if (i < n) {
           if (u_vec) {  // rows a multiple of 4, u_out 8-byte aligned
