@@ -497,8 +497,9 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
 // the small per-chunk tiles (U [C][rows + 4], G [C], the boundary slot) in three, by cp.async;
 // V_new·diag(e^(G_n − G_j)) split into TF32 hi and lo, [2][rows][68] (split once, read by every warp;
 // 16-bit: float32 in the hi half); each warp's M tile [rows][20] (the transpose between its
-// accumulator and operand layouts, read by every warp as the B operand of W·Mᵀ); the three
-// mbarriers. One block per SM (the registers).
+// accumulator and operand layouts, read by every warp as the B operand of W·Mᵀ); at 8 rows the
+// products of the upper column half, [4][32 lanes][4]; the three mbarriers. One block per SM (the
+// registers).
 constexpr int kStateWarps = 8;  // warp w holds columns 16·w … 16·w + 15 of the block's rows of M
 constexpr int kStateThreads = 32 * kStateWarps;
 constexpr int kTileSlots = 3;
@@ -528,7 +529,9 @@ struct StateSmem {
   static constexpr int kSmall = kTileSlots * slot_floats<T>();
   static constexpr int kDecayed = kSmall + 3 * small_floats<kGroups>();
   static constexpr int kHeld = kDecayed + 2 * kRows * kTokenStride;
-  static constexpr int kBarriers = kHeld + kStateWarps * kRows * kHeldStride;
+  static constexpr int kSplitSums = kHeld + kStateWarps * kRows * kHeldStride;  // 8 rows: (b)'s halves
+  static constexpr int kBarriers = kSplitSums + (kGroups == 1 ? (kC / 16) * 32 * 4 : 0);
+  static_assert(kSplitSums % 4 == 0, "the split sums are float4s");
   static constexpr size_t kBytes = sizeof(float) * size_t{kBarriers} + sizeof(uint64_t) * kTileSlots;
   static_assert(kBarriers % 2 == 0, "the mbarriers are 8-byte aligned");
 };
@@ -571,6 +574,10 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
   using H = std::conditional_t<kTf32, float, T>;  // h_c's elements (gdn_scratch_element_bytes)
   constexpr int kRows = kStateRows * kGroups;
   constexpr int kVTiles = kC / 16 * kGroups;  // (b)'s 16-token × 8-row tiles of V_new
+  // (b)'s warps per tile: at 8 rows (4 tiles) two, each over half of M's column blocks.
+  constexpr int kSplits = kVTiles < kStateWarps ? kStateWarps / kVTiles : 1;
+  static_assert(kSplits == 1 || (kSplits == 2 && kVTiles * kSplits == kStateWarps));
+  constexpr int kSplitBlocks = kStateWarps / kSplits;  // column blocks per warp and tile
   const GdnPrefill prefill = p.prefills[blockIdx.y];
   const GpuRequest r = p.wave.requests[prefill.request];
   const int h = static_cast<int>(blockIdx.x) / tiles;
@@ -743,24 +750,23 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
     if (ci + 2 < end_chunk) load_small(after_next, (j + 2) % 3);
     mma::cp_async_commit();
 
-    // (b) V_new = U − W·Mᵀ, tile x of warp x % kStateWarps: element e of the accumulator is token
-    // i = 16·(x % 4) + g + 8·(e / 2), row v = 8·(x / 4) + 2t + e % 2.
-#pragma unroll
-    for (int x0 = 0; x0 < kVTiles; x0 += kStateWarps) {
-      const int x = x0 + warp;
-      if (x >= kVTiles) break;
+    // (b) V_new = U − W·Mᵀ, tile x: element e of the accumulator is token i = 16·(x % 4) + g +
+    // 8·(e / 2), row v = 8·(x / 4) + 2t + e % 2. products: wm ← W·Mᵀ over M's column blocks cb in
+    // [part, part + 1)·kSplitBlocks (block cb is warp cb's M tile).
+    const auto products = [&](int x, int part, float (&wm)[4]) {
       const int mt = x % 4, q = x / 4;
       // Independent chains, summed in a fixed order below: 16-bit, by the parity of the column block
       // (two chains of 4 MMAs instead of one of 8); float32, by the k-step within the block with the
       // hi·hi, lo·hi and hi·lo products apart (six chains of 8 instead of one of 48).
       float big[2][4] = {}, lo_hi[2][4] = {}, hi_lo[2][4] = {};
 #pragma unroll
-      for (int cb = 0; cb < kStateWarps; ++cb) {  // M's columns 16·cb …, warp cb's tile
+      for (int k = 0; k < kSplitBlocks; ++k) {  // M's columns 16·cb …
+        const int cb = part * kSplitBlocks + k;
         if (cb >= col_groups) break;
         const float* const b_row = held_tiles + (cb * kRows + 8 * q + g) * hs + t;
         if constexpr (!kTf32) {
           const uint4 a = W[32 * (8 * mt + cb) + lane];  // the packed fragment pair: one 16-byte load
-          mma::mma_16bit_ksteps<T>(big[cb % 2], a, make_float2(b_row[0], b_row[4]), make_float2(b_row[8], b_row[12]));
+          mma::mma_16bit_ksteps<T>(big[k % 2], a, make_float2(b_row[0], b_row[4]), make_float2(b_row[8], b_row[12]));
         } else {
 #pragma unroll
           for (int s = 0; s < 2; ++s) {
@@ -774,11 +780,14 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
           }
         }
       }
-      float wm[4];  // (W·Mᵀ) of the accumulator's elements
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         wm[e] = (big[0][e] + big[1][e]) + ((lo_hi[0][e] + hi_lo[0][e]) + (lo_hi[1][e] + hi_lo[1][e]));
       }
+    };
+    // V_new (wm = W·Mᵀ) of tile x over U, and V_new·diag(e^(G_n − G_i)) to shared memory.
+    const auto store_v_new = [&](int x, const float (&wm)[4]) {
+      const int mt = x % 4, q = x / 4;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int i = 16 * mt + g + 8 * half, v = 8 * q + 2 * t;
@@ -802,6 +811,28 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
             vd_hi[(v + k) * ts + i] = __float_as_uint(v_new[k] * decay);  // rounded as the fragments are read
           }
         }
+      }
+    };
+    if constexpr (kSplits == 2) {  // warps w and w + 4 on tile w, the upper half's sums through shared
+      const int x = warp % kVTiles, part = warp / kVTiles;
+      float wm[4];
+      products(x, part, wm);
+      float4* const half_sums = reinterpret_cast<float4*>(state_smem + Smem::kSplitSums) + 32 * x + lane;
+      if (part == 1) *half_sums = make_float4(wm[0], wm[1], wm[2], wm[3]);
+      __syncthreads();  // the upper halves' sums
+      if (part == 0) {
+        const float4 upper = *half_sums;
+        wm[0] += upper.x, wm[1] += upper.y, wm[2] += upper.z, wm[3] += upper.w;
+        store_v_new(x, wm);
+      }
+    } else {
+#pragma unroll
+      for (int x0 = 0; x0 < kVTiles; x0 += kStateWarps) {
+        const int x = x0 + warp;
+        if (x >= kVTiles) break;
+        float wm[4];
+        products(x, 0, wm);
+        store_v_new(x, wm);
       }
     }
     mma::cp_async_wait<1>();          // U and G of ci + 1 (issued a chunk ago) have landed
