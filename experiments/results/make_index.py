@@ -36,6 +36,7 @@ COMMANDS = {
     "ssm-lengths": "build/optimized/hybridtb_bench_ssm --prefill-tokens 1024,2048,4096,8192,16384,32768 --out F",
     "linear-bench": "build/optimized/hybridtb_bench_linear --out F (gpu-check.sh stage bench: OUT/bench-linear.json)",
     "linear-prefill": "build/optimized/hybridtb_bench_linear --filter prefill --out F",
+    "gdn-prefill": "build/optimized/hybridtb_bench_linear --filter 'gdn prefill' --out F",
     "per-layer": "build/optimized/hybridtb_bench_per_layer --out F",
     "peer-attention-ratio": "python3 experiments/peers/peer_ratio.py bench.json peer.json [peer-vllm.json] --out F "
                             "(gpu-check.sh stage peer: OUT/peer-ratio.json)",
@@ -112,7 +113,7 @@ def headline(path, info):
             else:
                 out[c["name"]] = f"{r1(c['median_us'])} us, {r1(c['pct_of_read_ceiling'])}% of read"
         return out
-    if kind in ("ssm", "ssm-lengths", "linear-bench", "linear-prefill"):
+    if kind in ("ssm", "ssm-lengths", "linear-bench", "linear-prefill", "gdn-prefill"):
         out = {}
         for c in doc["cases"]:
             if "pct_of_copy_bw" in c:
