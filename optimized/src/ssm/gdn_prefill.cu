@@ -27,7 +27,8 @@
 //       fragment is one 16-byte shared load, split into TF32 hi + lo in registers (16-bit: one
 //       16-byte load is a packed pair of k-steps, the m16n8k16's whole A operand).
 //       Per chunk, three barriers: M's copy through the warps' shared tiles, V_new = U − W·Mᵀ in
-//       16-token × 8-row tiles, each over all of M's columns by one warp (no partial sums), then
+//       16-token × 8-row tiles, each over all of M's columns by one warp (at 8 rows by two, over
+//       half the columns each, their sums added after a fourth barrier), then
 //         h_c = M (the entry state, stored: float32, or rounded to the 16-bit operand dtype),
 //         V_new = U − W·Mᵀ (stored over U, float32),
 //         M ← e^(G_n)·M + V_newᵀ·diag(e^(G_n − G_j))·K   (V_new·decay split into TF32 once);
@@ -543,16 +544,18 @@ static_assert(StateSmem<float, 4>::kBytes <= kMaxBlockSmemBytes, "the 32-row sta
 // mma's n = 8 side: warp w (if 16·w < dk) keeps Mᵀ's columns c0 = 16·w … of group q's 8 rows in
 // registers for the whole request, as the 16×8 accumulator fragment m[q] of the second product
 // (element e: column c0 + g + 8·(e/2), row 8q + 2t + e%2, g = lane / 4, t = lane % 4). Per chunk c,
-// three barriers:
+// three barriers (four at 8 rows):
 //   (a) the fragments go through the warp's M tile in shared memory (the B operand of the first
 //       product needs row g, columns t and t + 4): h_c ← M from it in 16-byte stores (16-bit: 8-byte
 //       stores of the rounded quads);
 //   barrier; U, G of chunk c + 2 are issued;
 //   (b) V_new = U − W·Mᵀ in tiles of 16 tokens × 8 rows (tile x: tokens 16·(x % 4) …, group x / 4),
-//       warp w taking tiles w, w + 8, …, each one mma chain over all of M's columns: W's fragments
-//       as A (float32: one 16-byte load per k-step of 8, split into TF32 hi + lo; 16-bit: one per
-//       16 columns, the packed pair), the warps' M tiles as B; V_new stored over U (the output pass
-//       reads it) and, times e^(G_n − G_i) and split into TF32 hi + lo, to shared memory;
+//       warp w taking tiles w, w + 8, …, each over all of M's columns: W's fragments as A (float32:
+//       one 16-byte load per k-step of 8, split into TF32 hi + lo; 16-bit: one per 16 columns, the
+//       packed pair), the warps' M tiles as B (at 8 rows, 4 tiles: warps w and w + 4 on tile w,
+//       each over half of the columns; barrier; warp w adds w + 4's sums from shared memory);
+//       V_new stored over U (the output pass reads it) and, times e^(G_n − G_i) and split into
+//       TF32 hi + lo, to shared memory;
 //   barrier (after waiting for U, G of chunk c + 1); K(c + 1) is issued into W(c)'s slot;
 //   (f) Mᵀ ← e^(G_n)·Mᵀ + K[:, cols]ᵀ·diag(e^(G_n − G_j))·V_new (per group six accumulators: the hi·hi,
 //       lo·hi and hi·lo products of even and odd k-steps, chains of four), the boundary state from
