@@ -48,10 +48,10 @@
 //       against the FP32 FMA ceiling as context. Products in float32 (3xTF32, the default).
 //   mamba2 prefill {8k, 32k} bf16 operands — the same with the chunk kernels' product operands rounded
 //       to bfloat16 (Mamba2Params::product_operands; BackendSettings::ssm_prefill_operands model
-//       with a bfloat16 model): one m16n8k16 per product with float32 accumulation, as vLLM's
-//       Triton SSD kernels; the chunk states and the chunk scan on wgmma on a compute capability
-//       9.0 device where the build has their sm_90a code (Mamba2Params::chunk_wgmma, as the backend
-//       sets it), else on mma.sync ("chunk_bodies").
+//       with a bfloat16 model): bfloat16 products with float32 accumulation, as vLLM's Triton SSD
+//       kernels, on m16n8k16 — the chunk states and the chunk scan on wgmma instead on a compute
+//       capability 9.0 device where the build has their sm_90a code (Mamba2Params::chunk_wgmma, as
+//       the backend sets it; "chunk_bodies" says which ran).
 //   mamba2 prefill {8k, 32k} bf16 operands mma.sync — the same with the mma.sync chunk states and
 //       chunk scan everywhere (BackendSettings::ssm_prefill_wgmma false): the wgmma bodies' baseline.
 // Inputs are deterministic non-zero values (a hash fill; q and k normalised by one untimed
@@ -606,7 +606,7 @@ int run(int argc, char** argv) {
     o.str("name", name)
         .str("case", "mamba2_prefill")
         .str("shape", "Falcon-H1-7B: Hs 24, P 128, N 256, G 1")
-        .str("product_operands", float32 ? "float32 (3xTF32)" : "bf16 (m16n8k16, float32 accumulation)")
+        .str("product_operands", float32 ? "float32 (3xTF32)" : "bf16 (float32 accumulation)")
         .str("chunk_bodies", !float32 && p.chunk_wgmma != 0 ? "wgmma" : "mma.sync")
         .num("tokens", T)
         .num("chunk", kMamba2ChunkTokens)
