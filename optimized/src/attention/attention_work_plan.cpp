@@ -696,8 +696,8 @@ AttentionPlan plan_once(const AttentionPlanInput& in, bool hopper_default) {
 // The Hopper default yields to the mma.sync kernel for a small prefill and for one that joins a
 // mixed grid, which is decided on the items cut for the wgmma kernel. At D 128 both kernels take
 // 128 rows per item and the items stand; at D 64 and 256 the mma.sync default takes 64, so where the
-// first plan yielded, the step is planned again without the Hopper default (the same decision: the
-// FLOPs and the balance do not depend on how the rows are cut).
+// first plan yielded, the step is planned again without the Hopper default (the second plan does
+// not revisit the decision, which the first made on the wgmma kernel's items).
 AttentionPlan plan_attention(const AttentionPlanInput& in) {
   AttentionPlan plan = plan_once(in, /*hopper_default=*/true);
   if (plan.prefill_rows_per_item != prefill_rows_per_item(in.config->head_size, plan.prefill_variant)) {
