@@ -322,6 +322,7 @@ GdnParams make_gdn(Buffers& b, const GdnShape& s, int requests, int length, Elem
   p.h = b.f32(int64_t{p.num_chunks} * s.Hv * s.dv * s.dk, 0.0f, 0.0f, 34);
   p.w_frag = b.alloc(sizeof(float) * p.num_chunks * s.Hv * size_t{kGdnFragTileElements});
   p.k_frag = b.alloc(sizeof(float) * p.num_chunks * s.Hk * size_t{kGdnFragTileElements});
+  p.v_new = b.alloc(sizeof(uint16_t) * p.num_chunks * s.Hv * s.dv * size_t{kGdnChunk});  // 16-bit operands
   return p;
 }
 

@@ -271,12 +271,15 @@ std::vector<CudaCase> cases() {
        .ssm_params = gdn(6, 10, 3), .pool_dtype = DType::kFloat16, .requests = kMixed, .padding_tokens = 2,
        .padding_requests = 1, .seed = 83});
   // Qwen3-Next's 32 value heads over 16 key heads: the prefill state pass takes the fewest of 8, 16
-  // or 32 rows of M per block whose grid fits on the SMs at once, else 32 (gdn_prefill.cu). On a
-  // 132-SM H200 (and any GPU of fewer than 160 SMs) each of these runs its 32-row blocks: dv 128
-  // with one prefill, 4 tiles × 32 heads = 128 blocks (16-row blocks: 256); dv 70 with one prefill,
-  // 3 tiles (32, 32 and 6 rows: a partial group, U loaded a float at a time) × 32 = 96 blocks
-  // (16-row: 160); dv 72 with three prefills (continued and fresh), 3 tiles (32, 32, 8) × 32 × 3 =
-  // 288 blocks, more than fit, so the widest. dk 64 leaves half the warps without columns of M.
+  // or 32 rows of M per block whose grid fits on the SMs at once, else 32 (gdn_prefill.cu); one
+  // block per SM with float32 operands, two at 8 or 16 rows with 16-bit ones. On a 132-SM H100 or
+  // H200: dv 128 with one prefill, 4 tiles × 32 heads = 128 blocks of 32 rows with float32 operands,
+  // 256 of 16 rows with 16-bit ones; dv 70 with one prefill, 3 tiles (32, 32 and 6 rows: a partial
+  // group, U loaded a float at a time) × 32 = 96 blocks of 32 rows, or with 16-bit operands 5 tiles
+  // (16, 16, 16, 16, 6) × 32 = 160 of 16; dv 72 with three prefills (continued and fresh), 3 tiles
+  // (32, 32, 8) × 32 × 3 = 288 blocks of 32 rows with either operands (16-row: 480, more than fit),
+  // so the widest — the case runs again with a float16 model for the 16-bit 32-row blocks. dk 64
+  // leaves half the warps without columns of M.
   const auto gdn32 = [](int64_t dk, int64_t dv) {
     return std::map<std::string, int64_t>{{"num_k_heads", 16},
                                           {"num_v_heads", 32},
@@ -390,9 +393,11 @@ std::vector<CudaCase> mamba2_prefill_cases() {
 }
 // gdn: fresh, continued and long prefills over many 64-token chunks, varlen batches, initial states
 // from the pools, block-boundary states of mamba_cache_mode all and align, head dims 128/128,
-// 32/32, 64/32, 16/48 and the odd 6/10, 32 value heads with 128/128, 128/70 and 64/72.
+// 32/32, 64/32, 16/48 and the odd 6/10, 32 value heads with 128/128, 128/70 and 64/72 (64/72 also
+// with a float16 model: 16-bit operands in the state pass's 32-row blocks).
 std::vector<CudaCase> gdn_prefill_cases() {
-  return prefill_cases("gdn", {"GdnHeads32MixedAllBf16", "GdnHeads128LongAllBf16Pools", "GdnValueHeads32LongAllBf16"});
+  return prefill_cases("gdn", {"GdnHeads32MixedAllBf16", "GdnHeads128LongAllBf16Pools", "GdnValueHeads32LongAllBf16",
+                               "GdnValueHeads32Dk64Dv72MixedAlignFp32"});
 }
 
 // The product operands the backend runs with ssm_prefill_operands model: the model dtype when it is

@@ -185,6 +185,15 @@ __device__ __forceinline__ void mma_16bit_ksteps(float (&c)[4], const uint4& a, 
   Mma<T>::run(c, a_regs, Mma<T>::pack(b0.x, b0.y), Mma<T>::pack(b1.x, b1.y));
 }
 
+// mma_16bit_ksteps with both operands already packed: A as above, B as the two 32-bit registers
+// Mma<T>::pack(b0.x, b0.y), Mma<T>::pack(b1.x, b1.y) would hold (k-steps (t, t + 4) and (t + 8, t + 12)
+// of the lane's column): the same product.
+template <typename T>
+__device__ __forceinline__ void mma_16bit_ksteps(float (&c)[4], const uint4& a, const uint2& b) {
+  const uint32_t a_regs[4] = {a.x, a.y, a.z, a.w};
+  Mma<T>::run(c, a_regs, b.x, b.y);
+}
+
 // Row and column of element e < 4 of this lane's 16×8 C fragment (mma.cuh's layout).
 __device__ __forceinline__ int frag_row(int e) { return static_cast<int>(threadIdx.x) % 32 / 4 + 8 * (e / 2); }
 __device__ __forceinline__ int frag_col(int e) { return 2 * (static_cast<int>(threadIdx.x) % 4) + e % 2; }

@@ -97,6 +97,9 @@ void plan_wave(const GpuStep& step, const GpuWave& wave, GdnParams& p) {
   p.h = scratch_elements(int64_t{p.num_chunks} * p.Hv * p.dv * p.dk);
   p.w_frag = scratch_elements(int64_t{p.num_chunks} * p.Hv * kGdnFragTileElements);
   p.k_frag = scratch_elements(int64_t{p.num_chunks} * p.Hk * kGdnFragTileElements);
+  if (p.product_operands != ElementKind::kFloat32) {  // V_new rounded to the operands (else over u)
+    p.v_new = scratch_elements(int64_t{p.num_chunks} * p.Hv * p.dv * kGdnChunk);
+  }
 }
 
 }  // namespace

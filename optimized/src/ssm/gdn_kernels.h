@@ -103,7 +103,8 @@ struct GdnParams {
   float* beta = nullptr;  // [T, Hv] sigmoid(b)
   RowsRef o;              // [T, ≥ Hv·dv] any float kind (rounded once on store)
   // Chunk scratch (prefills), per token row t and value head h:
-  float* u = nullptr;      // [T, Hv, dv] U = (I + A)^-1·diag(β)·V, replaced by V_new = U − W·Mᵀ (state pass)
+  // [T, Hv, dv] U = (I + A)^-1·diag(β)·V; with float32 operands replaced by V_new = U − W·Mᵀ (state pass)
+  float* u = nullptr;
   float* attn = nullptr;   // [T, Hv, kGdnChunk] row i of the chunk: (q̂_i·k̂_j)·e^(G_i − G_j), j ≤ i (else 0)
   float* gcum = nullptr;   // [T, Hv] G_i: the in-chunk inclusive cumsum of g
   // The elements of h, w_frag and k_frag are gdn_scratch_element_bytes(product_operands) wide: float32
@@ -116,6 +117,11 @@ struct GdnParams {
   // fragment order (written by the intra kernel; the state pass copies each tile whole).
   void* w_frag = nullptr;
   void* k_frag = nullptr;
+  // With 16-bit operands only (else unused): V_new = U − W·Mᵀ rounded to the operand dtype, per chunk,
+  // value head and value channel the chunk's kGdnChunk tokens in order, [num_chunks, Hv, dv, kGdnChunk]
+  // (zeros past the chunk's last token); written by the state pass, read by the output pass, whose
+  // product rounds V_new to that dtype anyway (16 KiB per chunk and value head at dv = 128).
+  void* v_new = nullptr;
   // Weights and the state pool.
   WeightRef A_log, dt_bias;
   PoolRef recurrent_state;

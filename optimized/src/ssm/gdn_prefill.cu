@@ -17,7 +17,8 @@
 //         float32 fragments, or with 16-bit operands 16 KiB of fragment pairs already rounded to the
 //         operand dtype and packed as the m16n8k16 reads them);
 //   (2) chunk_state_kernel, per prefill × value head × tile of 8, 16 or 32 rows of M (the fewest
-//       rows whose grid fits on the SMs at once, else 32), sequential over the request's chunks —
+//       rows whose grid fits on the SMs at once — one block per SM, two at 8 or 16 rows with 16-bit
+//       operands — else 32), sequential over the request's chunks —
 //       only the chain that must be sequential. The products run transposed, M's rows on the mma's
 //       n = 8 side: warp w keeps Mᵀ's columns 16·w … of the tile in registers for the whole request, in
 //       the mma accumulator layout of the state update; per chunk it passes them through a small
@@ -25,12 +26,13 @@
 //       by bulk copies (one instruction of one thread per tile, on an mbarrier per slot) through a
 //       ring of three slots, each tile a chunk or more ahead; U, G by a cp.async ring. Each A
 //       fragment is one 16-byte shared load, split into TF32 hi + lo in registers (16-bit: one
-//       16-byte load is a packed pair of k-steps, the m16n8k16's whole A operand).
-//       Per chunk, three barriers: M's copy through the warps' shared tiles, V_new = U − W·Mᵀ in
+//       16-byte load is a packed pair of k-steps, the m16n8k16's whole A operand; the B tiles, M's
+//       copy and V_new·decay, are kept rounded and packed so a B fragment pair is one 8-byte load).
+//       Per chunk, two barriers: M's copy through the warps' shared tiles, V_new = U − W·Mᵀ in
 //       16-token × 8-row tiles, each over all of M's columns by one warp (at 8 rows by two, over
-//       half the columns each, their sums added after a fourth barrier), then
+//       half the columns each, their sums added after a third barrier), then
 //         h_c = M (the entry state, stored: float32, or rounded to the 16-bit operand dtype),
-//         V_new = U − W·Mᵀ (stored over U, float32),
+//         V_new = U − W·Mᵀ (float32 over U; with 16-bit operands rounded, to its own scratch),
 //         M ← e^(G_n)·M + V_newᵀ·diag(e^(G_n − G_j))·K   (V_new·decay split into TF32 once);
 //       the exit state of a chunk ending at a boundary row goes to its slot, the last to write_slot;
 //   (3) chunk_output_kernel, per chunk × value head, parallel:
@@ -44,10 +46,12 @@
 // w_frag and k_frag 32 KiB per chunk and value head / key head (at 64k tokens, 8 value and 4 key
 // heads: 256 + 128 MiB, written once by (1), read by (2); the token-major W they replace was 256 MiB).
 // With 16-bit operands all three hold 16-bit elements (gdn_scratch_element_bytes): h_c 32 KiB,
-// w_frag and k_frag 16 KiB per chunk and head, half the bytes written and read. Each is stored
-// rounded to nearest even by Mma<T>::pack (float_to_element where h_c's rows are not whole quads,
-// the same rounding) from the float32 value its reader rounded the same way before (the state pass's
-// W and k̂ fragments, the output pass's h_c B fragments), so the products see the same bits.
+// w_frag and k_frag 16 KiB per chunk and head, half the bytes written and read; and V_new goes to its
+// own 16-bit scratch (GdnParams::v_new, channel-major: four tokens are one 8-byte load of the output
+// pass), 16 KiB per chunk and value head instead of 32 over U. Each is stored rounded to nearest even
+// by Mma<T>::pack or float_to_element (the same rounding) from the float32 value its reader rounded
+// the same way before (the state pass's W and k̂ fragments, the output pass's h_c and V_new B
+// fragments), so the products see the same bits.
 // Every product runs on the tensor cores with operands of one of two kinds (GdnParams::
 // product_operands, a template parameter of the three kernels: one body each; the products go
 // through common/warp_mma_3xtf32.cuh's warp_mma and its fragment-level 16-bit product):
@@ -121,7 +125,6 @@ constexpr int kFragTileItems = kGdnFragTileElements * (std::is_same_v<T, float> 
 // block per SM.
 struct GdnPrefillConfig {
   int intra_blocks_per_sm;   // chunk_intra_kernel's __launch_bounds__ (two [C][136] tiles + A)
-  int state_blocks_per_sm;   // chunk_state_kernel's (112, 127 or 190 KiB; 16-bit 64, 95 or 158; registers)
   int output_blocks_per_sm;  // chunk_output_kernel's (q̂ and P tiles)
 };
 template <typename T>
@@ -130,7 +133,6 @@ __host__ __device__ constexpr GdnPrefillConfig gdn_prefill_config() {
                 "product operands: float (3xTF32), __half or __nv_bfloat16");
   GdnPrefillConfig c{};
   c.intra_blocks_per_sm = 2;
-  c.state_blocks_per_sm = 1;
   c.output_blocks_per_sm = 2;
   return c;
 }
@@ -488,19 +490,20 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
 
 // The state pass. A block takes kGroups groups of 8 rows of M (value channels), kGroups 1, 2 or 4:
 // the launcher takes the fewest rows per block whose grid, (dv/rows)·Hv blocks per prefill, fits on
-// the SMs at once, else 32 (the fewest waves of the long sequential chains). 8 heads of 128 take 128
-// blocks of 8 rows (one wave on 132 SMs); Qwen3-Next's 32 heads of 128 take 128 blocks of 32 rows
-// (one wave, where 16-row blocks would need two). W and k̂ arrive in the fragment order of the
+// the SMs at once (state_blocks_per_sm), else 32 (the fewest waves of the long sequential chains).
+// 8 heads of 128 take 128 blocks of 8 rows (one wave on 132 SMs); Qwen3-Next's 32 heads of 128 take
+// 128 blocks of 32 rows with float32 operands (one wave, where 16-row blocks would need two), 256 of
+// 16 rows, two per SM, with 16-bit ones. W and k̂ arrive in the fragment order of the
 // products (the intra kernel's w_frag, k_frag), one bulk copy per tile (32 KiB float32, 16 KiB with
 // 16-bit operands: the tiles hold the rounded, packed fragments), through a ring of three tile slots
 // in the order W(c), K(c), W(c + 1), K(c + 1), …, each slot's copy completing on its own mbarrier
 // (the 16-bit tiles keep the same depth in half the shared memory). Shared memory: the three slots;
-// the small per-chunk tiles (U [C][rows + 4], G [C], the boundary slot) in three, by cp.async;
-// V_new·diag(e^(G_n − G_j)) split into TF32 hi and lo, [2][rows][68] (split once, read by every warp;
-// 16-bit: float32 in the hi half); each warp's M tile [rows][20] (the transpose between its
-// accumulator and operand layouts, read by every warp as the B operand of W·Mᵀ); at 8 rows the
-// products of the upper column half, [4][32 lanes][4]; the three mbarriers. One block per SM (the
-// registers).
+// the small per-chunk tiles (U [C][rows + 4], G [C], the boundary slot, the chunk's decays
+// e^(G_n − G_i) and e^(G_n)) in three, by cp.async; V_new·diag(e^(G_n − G_j)) split into TF32 hi and
+// lo, [2][rows][68] (split once, read by every warp; 16-bit: rounded and packed, [rows][80] of T);
+// each warp's M tile [rows][20] (the transpose between its accumulator and operand layouts, read by
+// every warp as the B operand of W·Mᵀ; 16-bit: again rounded and packed, [rows][16] of T, which
+// (b) reads); at 8 rows the products of the upper column half, [4][32 lanes][4]; the three mbarriers.
 constexpr int kStateWarps = 8;  // warp w holds columns 16·w … 16·w + 15 of the block's rows of M
 constexpr int kStateThreads = 32 * kStateWarps;
 constexpr int kTileSlots = 3;
@@ -519,9 +522,16 @@ constexpr int u_stride() {
   return kStateRows * kGroups + 4;
 }
 template <int kGroups>
-constexpr int small_floats() {  // U [C][u_stride], G [C], the boundary slot, padding
-  return kC * u_stride<kGroups>() + kC + 4;
+constexpr int small_floats() {  // U [C][u_stride], G [C], the boundary slot, padding, the decays [C + 4]
+  return kC * u_stride<kGroups>() + kC + 4 + kC + 4;
 }
+// 16-bit operands: the B tiles of the state pass's two products, kept rounded to T and packed in the
+// order the m16n8k16 pairs read them (mma_16bit_ksteps: k-steps (t, t + 4) and (t + 8, t + 12) of a
+// 16-wide k slice), so each B fragment pair is one 8-byte shared load with no conversion. Element k of
+// a slice sits at packed_k(k): lane t's four k values are consecutive.
+__host__ __device__ constexpr int packed_k(int k) { return 4 * (k % 4) + k / 4; }
+constexpr int kPackedTokenStride = kC + 16;  // V_new·decay [rows][80] of T: 160-byte rows, 4 rows of
+                                             // a quarter warp's 8-byte reads in distinct banks
 // Offsets (floats) of chunk_state_kernel's shared regions, in this order: the tile slots, the small
 // tiles, V_new·decay hi and lo, the warps' M tiles, the mbarriers.
 template <typename T, int kGroups>
@@ -530,48 +540,62 @@ struct StateSmem {
   static constexpr int kSmall = kTileSlots * slot_floats<T>();
   static constexpr int kDecayed = kSmall + 3 * small_floats<kGroups>();
   static constexpr int kHeld = kDecayed + 2 * kRows * kTokenStride;
-  static constexpr int kSplitSums = kHeld + kStateWarps * kRows * kHeldStride;  // 8 rows: (b)'s halves
+  static constexpr int kHeldPacked = kHeld + kStateWarps * kRows * kHeldStride;  // [warps][rows][16] of T
+  static constexpr int kSplitSums =
+      kHeldPacked + (std::is_same_v<T, float> ? 0 : kStateWarps * kRows * 16 / 2);  // 8 rows: (b)'s halves
   static constexpr int kBarriers = kSplitSums + (kGroups == 1 ? (kC / 16) * 32 * 4 : 0);
   static_assert(kSplitSums % 4 == 0, "the split sums are float4s");
   static constexpr size_t kBytes = sizeof(float) * size_t{kBarriers} + sizeof(uint64_t) * kTileSlots;
   static_assert(kBarriers % 2 == 0, "the mbarriers are 8-byte aligned");
 };
 constexpr size_t kMaxBlockSmemBytes = 227 * 1024;  // sm_90's opt-in limit of shared memory per block
+constexpr size_t kSmemPerSm = 228 * 1024;          // sm_90's shared memory per SM
+constexpr size_t kSmemReservedPerBlock = 1024;     // what the runtime keeps of it per resident block
 static_assert(StateSmem<float, 4>::kBytes <= kMaxBlockSmemBytes, "the 32-row state pass fits in shared memory");
+// chunk_state_kernel's blocks per SM (its __launch_bounds__, and what the launcher counts as resident):
+// two with 16-bit operands at 8 or 16 rows, where two blocks' shared memory fits on an SM (70 / 83 KiB
+// each) and the registers are capped at 128, else one. Each block's chunk loop is a chain of short
+// dependent steps run by 8 warps (issue slots a third busy at one block per SM), so a second block's
+// chain takes the slots the first leaves idle.
+template <typename T, int kGroups>
+constexpr int state_blocks_per_sm() {
+  constexpr bool kTwo = !std::is_same_v<T, float> && kGroups <= 2 &&
+                        2 * (StateSmem<T, kGroups>::kBytes + kSmemReservedPerBlock) <= kSmemPerSm;
+  return kTwo ? 2 : 1;
+}
 
 // Block = tile blockIdx.x % tiles (rows v0 = 8·kGroups·tile … of M) of value head blockIdx.x / tiles of
 // prefill blockIdx.y. With so few rows per block the products run transposed, the value rows on the
 // mma's n = 8 side: warp w (if 16·w < dk) keeps Mᵀ's columns c0 = 16·w … of group q's 8 rows in
 // registers for the whole request, as the 16×8 accumulator fragment m[q] of the second product
 // (element e: column c0 + g + 8·(e/2), row 8q + 2t + e%2, g = lane / 4, t = lane % 4). Per chunk c,
-// three barriers (four at 8 rows):
+// two barriers (three at 8 rows):
 //   (a) the fragments go through the warp's M tile in shared memory (the B operand of the first
 //       product needs row g, columns t and t + 4): h_c ← M from it in 16-byte stores (16-bit: 8-byte
-//       stores of the rounded quads);
-//   barrier; U, G of chunk c + 2 are issued;
+//       stores of the rounded quads); the first 65 threads compute the chunk's decays;
+//   barrier; W(c + 1) is issued into K(c − 1)'s slot, U, G of chunk c + 2 into the small ring;
 //   (b) V_new = U − W·Mᵀ in tiles of 16 tokens × 8 rows (tile x: tokens 16·(x % 4) …, group x / 4),
 //       warp w taking tiles w, w + 8, …, each over all of M's columns: W's fragments as A (float32:
 //       one 16-byte load per k-step of 8, split into TF32 hi + lo; 16-bit: one per 16 columns, the
 //       packed pair), the warps' M tiles as B (at 8 rows, 4 tiles: warps w and w + 4 on tile w,
 //       each over half of the columns; barrier; warp w adds w + 4's sums from shared memory);
-//       V_new stored over U (the output pass reads it) and, times e^(G_n − G_i) and split into
-//       TF32 hi + lo, to shared memory;
+//       V_new stored for the output pass (over U; 16-bit: rounded, to v_new) and, times
+//       e^(G_n − G_i) and split into TF32 hi + lo (16-bit: rounded), to shared memory;
 //   barrier (after waiting for U, G of chunk c + 1); K(c + 1) is issued into W(c)'s slot;
 //   (f) Mᵀ ← e^(G_n)·Mᵀ + K[:, cols]ᵀ·diag(e^(G_n − G_j))·V_new (per group six accumulators: the hi·hi,
 //       lo·hi and hi·lo products of even and odd k-steps, chains of four), the boundary state from
-//       registers;
-//   barrier; W(c + 2) is issued into K(c)'s slot.
-// Each tile is issued a chunk or more before its use. W's and k̂'s rows past the chunk's n
+//       registers; no barrier after it: the next chunk's first one orders these reads of the M tiles,
+//       V_new·decay, K(c)'s slot and the small slot before anything overwrites them.
+// Each tile is issued about a chunk before its use. W's and k̂'s rows past the chunk's n
 // tokens are zeros, so every product runs over all 64 tokens (no branches in the unrolled loops)
 // and those tokens contribute exact zeros. Each thread loads, updates and stores the same elements
 // of M, so read_slot == write_slot is safe.
-// T: the operands of W·Mᵀ and of the state update (float: 3xTF32 as above; 16-bit: M's copy in the
-// warp's tile and V_new·decay rounded as their fragments are read, W and k̂ arriving rounded and
-// packed from the intra kernel, the fragments of two consecutive k-steps feeding one m16n8k16;
-// V_new·decay is then kept in shared memory as float32 instead of its TF32 hi and lo). M itself
-// stays float32 in the registers either way; h_c is stored in T.
+// T: the operands of W·Mᵀ and of the state update (float: 3xTF32 as above; 16-bit: M's copy and
+// V_new·decay rounded once as they are written to shared memory, in packed_k order, W and k̂ arriving
+// rounded and packed from the intra kernel, the fragments of two consecutive k-steps feeding one
+// m16n8k16). M itself stays float32 in the registers either way; h_c is stored in T.
 template <typename T, int kGroups>
-__global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_blocks_per_sm)
+__global__ void __launch_bounds__(kStateThreads, state_blocks_per_sm<T, kGroups>())
     chunk_state_kernel(GdnParams p, int tiles) {
   constexpr bool kTf32 = std::is_same_v<T, float>;
   using H = std::conditional_t<kTf32, float, T>;  // h_c's elements (gdn_scratch_element_bytes)
@@ -604,6 +628,9 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
   uint32_t* const vd_lo = vd_hi + kRows * ts;
   float* const held_tiles = state_smem + Smem::kHeld;
   float* const held = held_tiles + warp * kRows * hs;
+  // 16-bit operands: the same M tiles and V_new·decay rounded to T and packed (packed_k).
+  T* const held_packed_tiles = reinterpret_cast<T*>(state_smem + Smem::kHeldPacked);
+  T* const vd_packed = reinterpret_cast<T*>(vd_hi);
   uint64_t* const slot_ready = reinterpret_cast<uint64_t*>(state_smem + Smem::kBarriers);
 
   const int first = prefill.first_chunk, end_chunk = first + prefill.num_chunks;
@@ -665,14 +692,12 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
     tma::fence_barrier_init();
   }
   __syncthreads();
-  // Chunk ci's tiles, then (issued during ci − 2 and ci − 1) K of ci + 1, W of ci + 2 through the
-  // slots and U, G of ci + 2 through the small ring; the chunk list itself is read a chunk before its
-  // loads are issued.
+  // Chunk ci's tiles, then (issued during ci − 1 and ci) W and K of ci + 1 through the slots and U, G
+  // of ci + 2 through the small ring; the chunk list itself is read a chunk before its loads are issued.
   GdnChunk chunk = chunk_at(first), next = chunk_at(first + 1), after_next = chunk_at(first + 2);
   if (tid == 0 && first < end_chunk) {
     issue_tile(w_tile(first), 0);
     issue_tile(k_tile(first), 1);
-    if (first + 1 < end_chunk) issue_tile(w_tile(first + 1), 2);
   }
   if (first < end_chunk) load_small(chunk, 0);
   if (first + 1 < end_chunk) load_small(next, 1);
@@ -714,6 +739,7 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
     const FragItem<T>* const K = reinterpret_cast<const FragItem<T>*>(tile_slots + k_slot * kSlotFloats);
     const float* U = small_buf + (j % 3) * kSmallFloats;
     const float* G = U + kC * us;
+    float* const decay_of = small_buf + (j % 3) * kSmallFloats + kC * us + kC + 4;  // e^(G_n − G_i), e^(G_n)
     const GdnChunk ahead = chunk_at(ci + 3);
 
     wait_tile(w_slot);
@@ -723,7 +749,13 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
 #pragma unroll
       for (int q = 0; q < kGroups; ++q) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) held[row_of(q, e) * hs + g + 8 * (e / 2)] = m[q][e];
+        for (int e = 0; e < 4; ++e) {
+          held[row_of(q, e) * hs + g + 8 * (e / 2)] = m[q][e];
+          if constexpr (!kTf32) {
+            held_packed_tiles[(warp * kRows + row_of(q, e)) * 16 + packed_k(g + 8 * (e / 2))] =
+                float_to_element<T>(m[q][e]);
+          }
+        }
       }
       __syncwarp();
 #pragma unroll
@@ -748,8 +780,15 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
         }
       }
     }
+    if (tid < kC) {  // once per chunk, for (b) and (f)
+      decay_of[tid] = expf(G[n - 1] - G[tid]);
+    } else if (tid == kC) {
+      decay_of[kC] = expf(G[n - 1]);
+    }
     __syncthreads();  // every warp's M tile written; every warp is past chunk ci − 1
 
+    // The slot after W(ci)'s and K(ci)'s held K(ci − 1), which every warp has read.
+    if (tid == 0 && ci + 1 < end_chunk) issue_tile(w_tile(ci + 1), (w_slot + 2) % kTileSlots);
     if (ci + 2 < end_chunk) load_small(after_next, (j + 2) % 3);
     mma::cp_async_commit();
 
@@ -766,11 +805,12 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
       for (int k = 0; k < kSplitBlocks; ++k) {  // M's columns 16·cb …
         const int cb = part * kSplitBlocks + k;
         if (cb >= col_groups) break;
-        const float* const b_row = held_tiles + (cb * kRows + 8 * q + g) * hs + t;
         if constexpr (!kTf32) {
           const uint4 a = W[32 * (8 * mt + cb) + lane];  // the packed fragment pair: one 16-byte load
-          mma::mma_16bit_ksteps<T>(big[k % 2], a, make_float2(b_row[0], b_row[4]), make_float2(b_row[8], b_row[12]));
+          const uint2 b = *reinterpret_cast<const uint2*>(held_packed_tiles + (cb * kRows + 8 * q + g) * 16 + 4 * t);
+          mma::mma_16bit_ksteps<T>(big[k % 2], a, b);
         } else {
+          const float* const b_row = held_tiles + (cb * kRows + 8 * q + g) * hs + t;
 #pragma unroll
           for (int s = 0; s < 2; ++s) {
             uint32_t a_hi[4], a_lo[4], b_hi[2], b_lo[2];
@@ -788,36 +828,61 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
         wm[e] = (big[0][e] + big[1][e]) + ((lo_hi[0][e] + hi_lo[0][e]) + (lo_hi[1][e] + hi_lo[1][e]));
       }
     };
+    // Tile x's U and e^(G_n − G_i) in this lane's accumulator layout, read before its products.
+    struct TileInputs {
+      float2 u[2];
+      float decay[2];
+    };
+    const auto tile_inputs = [&](int x) {
+      const int mt = x % 4, q = x / 4;
+      TileInputs in;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = 16 * mt + g + 8 * half, v = 8 * q + 2 * t;
+        in.u[half] = *reinterpret_cast<const float2*>(U + i * us + v);
+        in.decay[half] = decay_of[i];
+      }
+      return in;
+    };
     // V_new (wm = W·Mᵀ) of tile x over U, and V_new·diag(e^(G_n − G_i)) to shared memory.
-    const auto store_v_new = [&](int x, const float (&wm)[4]) {
+    const auto store_v_new = [&](int x, const float (&wm)[4], const TileInputs& in) {
       const int mt = x % 4, q = x / 4;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int i = 16 * mt + g + 8 * half, v = 8 * q + 2 * t;
-        const float decay = expf(G[n - 1] - G[i]);
-        const float2 u = *reinterpret_cast<const float2*>(U + i * us + v);
+        const float decay = in.decay[half];
+        const float2 u = in.u[half];
         const float v_new[2] = {u.x - wm[2 * half], u.y - wm[2 * half + 1]};
-        float* const u_out = p.u + (int64_t{chunk.begin + i} * Hv + h) * dv + v0 + v;
-        if (i < n) {
-          if (u_vec) {  // rows a multiple of 4, u_out 8-byte aligned
-            if (v < rows) *reinterpret_cast<float2*>(u_out) = make_float2(v_new[0], v_new[1]);
-          } else {
-            if (v < rows) u_out[0] = v_new[0];
-            if (v + 1 < rows) u_out[1] = v_new[1];
+        if constexpr (kTf32) {  // over U
+          float* const u_out = p.u + (int64_t{chunk.begin + i} * Hv + h) * dv + v0 + v;
+          if (i < n) {
+            if (u_vec) {  // rows a multiple of 4, u_out 8-byte aligned
+              if (v < rows) *reinterpret_cast<float2*>(u_out) = make_float2(v_new[0], v_new[1]);
+            } else {
+              if (v < rows) u_out[0] = v_new[0];
+              if (v + 1 < rows) u_out[1] = v_new[1];
+            }
+          }
+        } else {  // rounded, to v_new [chunk][head][channel][token]; tokens past n are exact zeros
+          T* const v_out = static_cast<T*>(p.v_new) + ((int64_t{ci} * Hv + h) * dv + v0 + v) * kC + i;
+#pragma unroll
+          for (int k = 0; k < 2; ++k) {
+            if (v + k < rows) v_out[k * kC] = float_to_element<T>(v_new[k]);
           }
         }
 #pragma unroll
         for (int k = 0; k < 2; ++k) {
           if constexpr (kTf32) {
             mma::split_tf32(v_new[k] * decay, vd_hi[(v + k) * ts + i], vd_lo[(v + k) * ts + i]);
-          } else {
-            vd_hi[(v + k) * ts + i] = __float_as_uint(v_new[k] * decay);  // rounded as the fragments are read
+          } else {  // token i of 16-wide slice i / 16 at its packed place
+            vd_packed[(v + k) * kPackedTokenStride + 16 * mt + packed_k(i % 16)] = float_to_element<T>(v_new[k] * decay);
           }
         }
       }
     };
     if constexpr (kSplits == 2) {  // warps w and w + 4 on tile w, the upper half's sums through shared
       const int x = warp % kVTiles, part = warp / kVTiles;
+      const TileInputs in = tile_inputs(x);
       float wm[4];
       products(x, part, wm);
       float4* const half_sums = reinterpret_cast<float4*>(state_smem + Smem::kSplitSums) + 32 * x + lane;
@@ -826,16 +891,17 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
       if (part == 0) {
         const float4 upper = *half_sums;
         wm[0] += upper.x, wm[1] += upper.y, wm[2] += upper.z, wm[3] += upper.w;
-        store_v_new(x, wm);
+        store_v_new(x, wm, in);
       }
     } else {
 #pragma unroll
       for (int x0 = 0; x0 < kVTiles; x0 += kStateWarps) {
         const int x = x0 + warp;
         if (x >= kVTiles) break;
+        const TileInputs in = tile_inputs(x);
         float wm[4];
         products(x, 0, wm);
-        store_v_new(x, wm);
+        store_v_new(x, wm, in);
       }
     }
     mma::cp_async_wait<1>();          // U and G of ci + 1 (issued a chunk ago) have landed
@@ -845,9 +911,10 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
     // (f) Mᵀ ← e^(G_n)·Mᵀ + K[:, cols]ᵀ·diag(e^(G_n − G_j))·V_new: K transposed as A (m = columns g,
     // g + 8; k = tokens t, t + 4; hi and lo two 16-byte loads), V_new·decay as B (k = tokens t, t + 4;
     // n = row 8q + g); then the boundary state.
+    const float exit_decay = decay_of[kC];
+    const int32_t boundary = *reinterpret_cast<const int32_t*>(G + kC);
     wait_tile(k_slot);
     if (owns) {
-      const float exit_decay = expf(G[n - 1]);
       float odd[kGroups][4] = {}, lo_hi[kGroups][2][4] = {}, hi_lo[kGroups][2][4] = {};
 #pragma unroll
       for (int q = 0; q < kGroups; ++q) {
@@ -856,15 +923,14 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
       }
       if constexpr (!kTf32) {
         // 16-bit: token k-steps 2s2 and 2s2 + 1 feed one m16n8k16; even and odd s2 into m and odd.
-        const float* const vd = reinterpret_cast<const float*>(vd_hi);
 #pragma unroll
         for (int s2 = 0; s2 < kC / 16; ++s2) {
           const uint4 a = K[32 * (kStateWarps * s2 + warp) + lane];  // the packed fragment pair
 #pragma unroll
           for (int q = 0; q < kGroups; ++q) {
-            const int at = (8 * q + g) * ts + 16 * s2 + t;
+            const uint2 b = *reinterpret_cast<const uint2*>(vd_packed + (8 * q + g) * kPackedTokenStride + 16 * s2 + 4 * t);
             float(&acc)[4] = s2 % 2 == 0 ? m[q] : odd[q];
-            mma::mma_16bit_ksteps<T>(acc, a, make_float2(vd[at], vd[at + 4]), make_float2(vd[at + 8], vd[at + 12]));
+            mma::mma_16bit_ksteps<T>(acc, a, b);
           }
         }
       } else {
@@ -884,21 +950,28 @@ __global__ void __launch_bounds__(kStateThreads, gdn_prefill_config<T>().state_b
           }
         }
       }
-      const int32_t boundary = *reinterpret_cast<const int32_t*>(G + kC);
 #pragma unroll
       for (int q = 0; q < kGroups; ++q) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           m[q][e] += odd[q][e] + ((lo_hi[q][0][e] + hi_lo[q][0][e]) + (lo_hi[q][1][e] + hi_lo[q][1][e]));
-          const int v = row_of(q, e), c = col_of(e);
-          if (boundary >= 0 && c < dk && v < rows) {
-            store_element(pool.data, boundary * pool.slot_size + tile_offset + v * dk + c, pool.kind, m[q][e]);
+        }
+      }
+      if (boundary >= 0) {  // the same for the whole block
+#pragma unroll
+        for (int q = 0; q < kGroups; ++q) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int v = row_of(q, e), c = col_of(e);
+            if (c < dk && v < rows) {
+              store_element(pool.data, boundary * pool.slot_size + tile_offset + v * dk + c, pool.kind, m[q][e]);
+            }
           }
         }
       }
     }
-    __syncthreads();  // every warp is past reading K(ci) (and V_new·decay)
-    if (tid == 0 && ci + 2 < end_chunk) issue_tile(w_tile(ci + 2), k_slot);
+    // No barrier here: the next chunk's first barrier keeps its writes of the M tiles, V_new·decay,
+    // K(ci)'s slot and this chunk's small slot behind every warp's reads of them here.
     w_slot = (w_slot + 2) % kTileSlots;
     chunk = next;
     next = after_next;
@@ -1081,21 +1154,29 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().outpu
       }
     }
   };
+  // V_new: float32 over U (token rows), or with 16-bit operands the state pass's rounded copy, each
+  // channel's tokens in order (zeros past n), four tokens as one uint2 straight into B registers.
+  using VQuad = HQuad;
   const float* const v_rows = p.u + (int64_t{chunk.begin} * Hv + h) * dv;
   const int v_stride = Hv * dv;  // the chunk's 64 rows: 32-bit offsets
-  const auto load_v = [&](int s, float4(&y)[2]) {
+  const uint2* const v_channels = static_cast<const uint2*>(p.v_new) + (int64_t{ci} * Hv + h) * dv * (kC / 4);
+  const auto load_v = [&](int s, VQuad(&y)[2]) {
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       const int v = c0 + 8 * nt + g, j = 16 * s + 4 * t;
-      float x[4];
+      if constexpr (kTf32) {
+        float x[4];
 #pragma unroll
-      for (int r = 0; r < 4; ++r) x[r] = v < dv && j + r < n ? v_rows[(j + r) * v_stride + v] : 0.0f;
-      y[nt] = make_float4(x[0], x[1], x[2], x[3]);
+        for (int r = 0; r < 4; ++r) x[r] = v < dv && j + r < n ? v_rows[(j + r) * v_stride + v] : 0.0f;
+        y[nt] = make_float4(x[0], x[1], x[2], x[3]);
+      } else {
+        y[nt] = v < dv ? v_channels[v * (kC / 4) + j / 4] : uint2{};
+      }
     }
   };
   const int steps = dk16 / 16;
   HQuad h_ring[kOutAhead + 1][2];
-  float4 v_ring[2][2];
+  VQuad v_ring[2][2];
   if (active) {
 #pragma unroll
     for (int s = 0; s < kOutAhead; ++s) {
@@ -1204,13 +1285,13 @@ void launch_prefill_kernels(const GdnParams& p, cudaStream_t stream) {
   int device = 0, sms = 0;
   HYBRIDTB_CUDA_CHECK(cudaGetDevice(&device));
   HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t resident = int64_t{sms} * gdn_prefill_config<T>().state_blocks_per_sm;
-  const auto fits_in_one_wave = [&](int rows) {
-    return int64_t{(p.dv + rows - 1) / rows} * p.Hv * p.num_prefills <= resident;
+  const auto fits_in_one_wave = [&](int groups, int blocks_per_sm) {
+    const int rows = kStateRows * groups;
+    return int64_t{(p.dv + rows - 1) / rows} * p.Hv * p.num_prefills <= int64_t{sms} * blocks_per_sm;
   };
-  if (fits_in_one_wave(kStateRows)) {
+  if (fits_in_one_wave(1, state_blocks_per_sm<T, 1>())) {
     launch_state_pass<T, 1>(p, stream);
-  } else if (fits_in_one_wave(2 * kStateRows)) {
+  } else if (fits_in_one_wave(2, state_blocks_per_sm<T, 2>())) {
     launch_state_pass<T, 2>(p, stream);
   } else {
     launch_state_pass<T, 4>(p, stream);
