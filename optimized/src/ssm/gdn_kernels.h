@@ -150,8 +150,9 @@ void launch_gdn_decode(const GdnParams& p, cudaStream_t stream);
 // operands with float32 accumulation): the intra-chunk kernel (per chunk × value
 // head: A, the triangular solve, W and k̂ in the state pass's fragment order, U, the masked decayed
 // q·k), the state pass (per prefill × value head × tile of 8, 16 or 32 state rows: sequential over
-// the request's chunks, writing V_new over U, each chunk's entry state to h, the block-boundary
-// states and the final state) and the output pass (per chunk × value head: o).
+// the request's chunks, writing V_new (over U; with 16-bit operands rounded, to v_new), each chunk's
+// entry state to h, the block-boundary states and the final state) and the output pass (per chunk ×
+// value head: o).
 void launch_gdn_prefill(const GdnParams& p, cudaStream_t stream);
 
 // The mode's gated RMSNorm, per row t flagged kRowActive and value head h:
