@@ -498,11 +498,11 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
 // 16-bit operands: the tiles hold the rounded, packed fragments), through a ring of three tile slots
 // in the order W(c), K(c), W(c + 1), K(c + 1), …, each slot's copy completing on its own mbarrier
 // (the 16-bit tiles keep the same depth in half the shared memory). Shared memory: the three slots;
-// the small per-chunk tiles (U [C][rows + 4], G [C], the boundary slot, the chunk's decays
-// e^(G_n − G_i) and e^(G_n)) in three, by cp.async; V_new·diag(e^(G_n − G_j)) split into TF32 hi and
-// lo, [2][rows][68] (split once, read by every warp; 16-bit: rounded and packed, [rows][80] of T);
-// each warp's M tile [rows][20] (the transpose between its accumulator and operand layouts, read by
-// every warp as the B operand of W·Mᵀ; 16-bit: again rounded and packed, [rows][16] of T, which
+// the small per-chunk tiles in three (U [C][rows + 4], G [C] and the boundary slot by cp.async, the
+// chunk's decays e^(G_n − G_i) and e^(G_n) computed once); V_new·diag(e^(G_n − G_j)) split into TF32
+// hi and lo, [2][rows][68] (split once, read by every warp; 16-bit: rounded and packed, [rows][80] of
+// T); each warp's M tile [rows][20] (the transpose between its accumulator and operand layouts, read
+// by every warp as the B operand of W·Mᵀ; 16-bit: again rounded and packed, [rows][16] of T, which
 // (b) reads); at 8 rows the products of the upper column half, [4][32 lanes][4]; the three mbarriers.
 constexpr int kStateWarps = 8;  // warp w holds columns 16·w … 16·w + 15 of the block's rows of M
 constexpr int kStateThreads = 32 * kStateWarps;
