@@ -318,11 +318,14 @@ GdnParams make_gdn(Buffers& b, const GdnShape& s, int requests, int length, Elem
   p.attn = b.f32(T * s.Hv * kGdnChunk, 0.0f, 0.0f, 32);
   p.gcum = b.f32(T * s.Hv, 0.0f, 0.0f, 33);
   // h, w_frag, k_frag sized for float32 elements: enough for either kind of product operands (16-bit
-  // operands use the first half; gdn_scratch_element_bytes).
-  p.h = b.f32(int64_t{p.num_chunks} * s.Hv * s.dv * s.dk, 0.0f, 0.0f, 34);
+  // operands use at most the first half; gdn_scratch_element_bytes, gdn_entry_state_row).
+  p.h = b.f32(int64_t{p.num_chunks} * s.Hv * s.dv * gdn_entry_state_row(s.dk, ElementKind::kBFloat16), 0.0f, 0.0f, 34);
   p.w_frag = b.alloc(sizeof(float) * p.num_chunks * s.Hv * size_t{kGdnFragTileElements});
   p.k_frag = b.alloc(sizeof(float) * p.num_chunks * s.Hk * size_t{kGdnFragTileElements});
-  p.v_new = b.alloc(sizeof(uint16_t) * p.num_chunks * s.Hv * s.dv * size_t{kGdnChunk});  // 16-bit operands
+  // With 16-bit operands only: V_new and the output pass's q̂ and P fragments (GdnParams).
+  p.v_new = b.alloc(sizeof(uint16_t) * p.num_chunks * s.Hv * s.dv * size_t{kGdnChunk});
+  p.q_frag = b.alloc(sizeof(uint16_t) * p.num_chunks * s.Hk * size_t{kGdnFragTileElements});
+  p.attn_frag = b.alloc(sizeof(uint16_t) * p.num_chunks * s.Hv * size_t{kGdnChunk} * kGdnChunk);
   return p;
 }
 

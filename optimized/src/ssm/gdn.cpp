@@ -94,11 +94,13 @@ void plan_wave(const GpuStep& step, const GpuWave& wave, GdnParams& p) {
   const auto scratch_elements = [&](int64_t count) {
     return chunks.empty() ? nullptr : step.scratch(static_cast<size_t>(count) * element);
   };
-  p.h = scratch_elements(int64_t{p.num_chunks} * p.Hv * p.dv * p.dk);
+  p.h = scratch_elements(int64_t{p.num_chunks} * p.Hv * p.dv * gdn_entry_state_row(p.dk, p.product_operands));
   p.w_frag = scratch_elements(int64_t{p.num_chunks} * p.Hv * kGdnFragTileElements);
   p.k_frag = scratch_elements(int64_t{p.num_chunks} * p.Hk * kGdnFragTileElements);
   if (p.product_operands != ElementKind::kFloat32) {  // V_new rounded to the operands (else over u)
     p.v_new = scratch_elements(int64_t{p.num_chunks} * p.Hv * p.dv * kGdnChunk);
+    p.q_frag = scratch_elements(int64_t{p.num_chunks} * p.Hk * kGdnFragTileElements);
+    p.attn_frag = scratch_elements(int64_t{p.num_chunks} * p.Hv * kGdnChunk * kGdnChunk);
   }
 }
 
@@ -164,7 +166,7 @@ void launch_gdn_core(const GpuStep& step, const GdnCoreIo& io) {
   });
   if (any_prefill) {
     base.u = step.scratch_of<float>(T * s.Hv * s.dv);
-    base.attn = step.scratch_of<float>(T * s.Hv * kGdnChunk);
+    if (base.product_operands == ElementKind::kFloat32) base.attn = step.scratch_of<float>(T * s.Hv * kGdnChunk);
     base.gcum = step.scratch_of<float>(T * s.Hv);
   }
   for (const GpuWave& wave : step.waves) {

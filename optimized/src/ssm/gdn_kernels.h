@@ -63,6 +63,14 @@ inline constexpr size_t gdn_scratch_element_bytes(ElementKind product_operands) 
   return product_operands == ElementKind::kFloat32 ? sizeof(float) : 2;
 }
 
+// Elements per row (value channel) of the prefill's entry-state scratch (GdnParams::h): float32
+// operands, dk, the columns in order; 16-bit operands, dk rounded up to 16, each group of 16 columns
+// c … c + 15 stored in the order c, c + 4, c + 8, c + 12, c + 1, c + 5, … (element c + k at
+// 4·(k % 4) + k / 4: a lane's four B values of an m16n8k16 k slice, one 8-byte load), zeros past dk.
+inline constexpr int gdn_entry_state_row(int dk, ElementKind product_operands) {
+  return product_operands == ElementKind::kFloat32 ? dk : (dk + 15) / 16 * 16;
+}
+
 // --- the kernels ------------------------------------------------------------------------------------
 
 // A piece of ≤ kGdnChunk consecutive tokens of one prefill request. Chunks end at kGdnChunk tokens,
@@ -105,12 +113,15 @@ struct GdnParams {
   // Chunk scratch (prefills), per token row t and value head h:
   // [T, Hv, dv] U = (I + A)^-1·diag(β)·V; with float32 operands replaced by V_new = U − W·Mᵀ (state pass)
   float* u = nullptr;
-  float* attn = nullptr;   // [T, Hv, kGdnChunk] row i of the chunk: (q̂_i·k̂_j)·e^(G_i − G_j), j ≤ i (else 0)
+  // [T, Hv, kGdnChunk] row i of the chunk: P_ij = (q̂_i·k̂_j)·e^(G_i − G_j), j ≤ i (else 0); float32
+  // operands only (16-bit: attn_frag)
+  float* attn = nullptr;
   float* gcum = nullptr;   // [T, Hv] G_i: the in-chunk inclusive cumsum of g
   // The elements of h, w_frag and k_frag are gdn_scratch_element_bytes(product_operands) wide: float32
   // with float32 operands, else the operand dtype (float16 / bfloat16, rounded to nearest even).
-  // [num_chunks, Hv, dv, dk] each chunk's entry state M (V-major; 64 KiB float32 or 32 KiB 16-bit per
-  // chunk and value head at dk = dv = 128): written by the state pass, read by the output pass.
+  // [num_chunks, Hv, dv, gdn_entry_state_row] each chunk's entry state M (V-major; 64 KiB float32 or
+  // 32 KiB 16-bit per chunk and value head at dk = dv = 128): written by the state pass, read by the
+  // output pass.
   void* h = nullptr;
   // Per chunk (the index in `chunks`), kGdnFragTileElements each: W = (I + A)^-1·diag(β·e^G)·K of each
   // value head, [num_chunks, Hv], and k̂ of each key head, [num_chunks, Hk], in the state pass's mma
@@ -122,6 +133,12 @@ struct GdnParams {
   // (zeros past the chunk's last token); written by the state pass, read by the output pass, whose
   // product rounds V_new to that dtype anyway (16 KiB per chunk and value head at dv = 128).
   void* v_new = nullptr;
+  // With 16-bit operands only: the output pass's A operands, rounded to the operand dtype and laid out
+  // in its fragment order (gdn_prefill.cu: chunk_output_kernel), written by the intra kernel — q̂ per
+  // chunk and key head, kGdnFragTileElements each, [num_chunks, Hk]; P per chunk and value head,
+  // kGdnChunk² each, [num_chunks, Hv] (8 KiB: the 16×16 blocks on and below the diagonal).
+  void* q_frag = nullptr;
+  void* attn_frag = nullptr;
   // Weights and the state pool.
   WeightRef A_log, dt_bias;
   PoolRef recurrent_state;

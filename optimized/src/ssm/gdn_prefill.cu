@@ -15,7 +15,8 @@
 //         G by a warp scan; W (per value head) and k̂ (per key head, by its first value head) leave in
 //         the state pass's mma fragment order (w_frag, k_frag: one tile per chunk and head, 32 KiB of
 //         float32 fragments, or with 16-bit operands 16 KiB of fragment pairs already rounded to the
-//         operand dtype and packed as the m16n8k16 reads them);
+//         operand dtype and packed as the m16n8k16 reads them); P (float32 rows, or with 16-bit
+//         operands, like q̂, rounded in the output pass's fragment order: attn_frag, q_frag);
 //   (2) chunk_state_kernel, per prefill × value head × tile of 8, 16 or 32 rows of M (the fewest
 //       rows whose grid fits on the SMs at once — one block per SM, two at 8 or 16 rows with 16-bit
 //       operands — else 32), sequential over the request's chunks —
@@ -39,10 +40,12 @@
 //         O = diag(e^G)·Q·h_cᵀ + P·V_new,
 //       each warp owning 16 value channels of all 64 tokens, so h_c's rows and V_new's columns go
 //       straight from global memory into its B fragments (read once per block, a k slice ahead
-//       of their use); q̂ and P, which every warp reads, split into TF32 hi + lo once in shared memory.
+//       of their use); q̂ and P, which every warp reads, through shared memory: split into TF32 hi +
+//       lo once, or with 16-bit operands copied as the intra kernel rounded and laid them out.
 // Every thread of (2) owns the same elements of M when loading, updating and storing them, so a
 // slot read and written by one request (read_slot == write_slot) is safe. The h_c scratch holds
-// Hv·dv·dk float32 per chunk (64 KiB per value head at 128/128: 512 MiB at 64k tokens × 8 heads);
+// Hv·dv·dk float32 per chunk (64 KiB per value head at 128/128: 512 MiB at 64k tokens × 8 heads;
+// 16-bit rows of dk rounded up to 16, in gdn_entry_state_row's order);
 // w_frag and k_frag 32 KiB per chunk and value head / key head (at 64k tokens, 8 value and 4 key
 // heads: 256 + 128 MiB, written once by (1), read by (2); the token-major W they replace was 256 MiB).
 // With 16-bit operands all three hold 16-bit elements (gdn_scratch_element_bytes): h_c 32 KiB,
@@ -119,13 +122,14 @@ template <typename T>
 constexpr int kFragTileItems = kGdnFragTileElements * (std::is_same_v<T, float> ? 4 : 2) / 16;
 
 // The prefill kernels' launch configuration for product operands T (float: 3xTF32; __half,
-// __nv_bfloat16: the model dtype, GdnParams::product_operands). The intra and output kernels stage
-// the same float32 tiles with either kind (a 16-bit operand is rounded as its fragment is read); the
-// state pass's W and k̂ slots are half the size with 16-bit operands, but its registers keep it at one
-// block per SM.
+// __nv_bfloat16: the model dtype, GdnParams::product_operands); the state pass's is
+// state_blocks_per_sm.
 struct GdnPrefillConfig {
-  int intra_blocks_per_sm;   // chunk_intra_kernel's __launch_bounds__ (two [C][136] tiles + A)
-  int output_blocks_per_sm;  // chunk_output_kernel's (q̂ and P tiles)
+  int intra_blocks_per_sm;   // chunk_intra_kernel's __launch_bounds__ (shared memory: two [C][136]
+                             // tiles, A, with 16-bit operands P's staged items)
+  int output_blocks_per_sm;  // chunk_output_kernel's: float32 operands, two (the split q̂ and P tiles,
+                             // 128 registers); 16-bit, three (24 KiB of fragment items, 80 registers
+                             // without spills), more blocks to hide the global loads of h_c and V_new
 };
 template <typename T>
 __host__ __device__ constexpr GdnPrefillConfig gdn_prefill_config() {
@@ -133,7 +137,7 @@ __host__ __device__ constexpr GdnPrefillConfig gdn_prefill_config() {
                 "product operands: float (3xTF32), __half or __nv_bfloat16");
   GdnPrefillConfig c{};
   c.intra_blocks_per_sm = 2;
-  c.output_blocks_per_sm = 2;
+  c.output_blocks_per_sm = std::is_same_v<T, float> ? 2 : 3;
   return c;
 }
 
@@ -221,10 +225,58 @@ __device__ __forceinline__ void warp_mma_pair(float (&c1)[kTiles][4], float (&c2
   }
 }
 
+// The output pass's A operands with 16-bit operands T (GdnParams::q_frag, attn_frag), written by the
+// intra kernel: item (mt, s, lane) of a tile X is the lane's m16n8k16 A fragment of rows 16·mt … and
+// the 16-wide k slice s, rounded to T and packed, item (mt·slices + s)·32 + lane (g = lane / 4,
+// t = lane % 4). The slice's k is permuted (A and B alike, so each sum is the same) to match how the
+// B operand is stored: q̂ (kOutSteps slices of dk) pairs with h_c in gdn_entry_state_row's order, so
+// its k slots 2t, 2t + 1, 2t + 8, 2t + 9 take columns t, t + 4, t + 8, t + 12 (pack_16bit_ksteps); P
+// (kTokenSlices slices of the chunk's tokens) pairs with V_new's token runs, so they take columns
+// 4·t … 4·t + 3: words X[g][4t, 4t + 1], X[g + 8][4t, 4t + 1], X[g][4t + 2, 4t + 3], X[g + 8][4t + 2,
+// 4t + 3]. Only P's items with s ≤ mt are written and read (P is zero above the diagonal).
+constexpr int kOutSteps = kGdnMaxHeadDim / 16;  // 16-column k slices of q̂·h_cᵀ
+constexpr int kTokenSlices = kC / 16;           // 16-token k slices of P·V_new
+constexpr int kQFragItems = (kC / 16) * kOutSteps * 32;
+constexpr int kPFragItems = (kC / 16) * kTokenSlices * 32;
+static_assert(kQFragItems * 16 == kGdnFragTileElements * 2 && kPFragItems * 16 == kC * kC * 2,
+              "GdnParams::q_frag, attn_frag: one 16-bit element per element of q̂ and P");
+__host__ __device__ constexpr int out_frag_item(int mt, int s, int slices, int lane) {
+  return (mt * slices + s) * 32 + lane;
+}
+// The word of P's layout holding X[r][c] and X[r][c + 1] (c even).
+__host__ __device__ constexpr int p_frag_word(int r, int c) {
+  return 4 * out_frag_item(r / 16, c / 16, kTokenSlices, 4 * (r % 8) + c % 16 / 4) + 2 * (c % 4 / 2) + r % 16 / 8;
+}
+
+// The tiles of k̂·k̂ᵀ and q̂·k̂ᵀ a warp of chunk_intra_kernel takes: the 20 tiles of 16 rows × 8 columns
+// that reach the diagonal (row block b has 2·(b + 1)), at most three per warp, `tiles` of them from
+// (m0, n0) along the row block.
+struct LowerTiles {
+  int m0, n0, tiles;
+};
+__device__ __forceinline__ LowerTiles lower_tiles_of(int warp) {
+  switch (warp) {
+    case 0: return {0, 0, 2};
+    case 1: return {16, 0, 2};
+    case 2: return {16, 16, 2};
+    case 3: return {32, 0, 3};
+    case 4: return {32, 24, 3};
+    case 5: return {48, 0, 3};
+    case 6: return {48, 24, 3};
+    default: return {48, 48, 2};
+  }
+}
+constexpr int kLowerTilesPerWarp = 3;
+
 // Shared memory of chunk_intra_kernel (floats): two [C][136] tiles (q̂ and k̂ at row stride 132, then
 // v and k̂ at 136: the right-hand sides, overwritten by U and W), −A with its diagonal blocks replaced
-// by their inverses [C][68], G, β, β·e^G [C].
-size_t intra_smem_bytes() { return sizeof(float) * (2 * kC * kColMajor128 + kC * kRowMajor64 + 3 * kC); }
+// by their inverses [C][68], G, β, β·e^G [C]; with 16-bit operands P in the output pass's fragment
+// order (kPFragItems 16-byte items), staged for 16-byte stores.
+template <typename T>
+size_t intra_smem_bytes() {
+  return sizeof(float) * (2 * kC * kColMajor128 + kC * kRowMajor64 + 3 * kC) +
+         (std::is_same_v<T, float> ? 0 : 16 * size_t{kPFragItems});
+}
 
 // Block = chunk blockIdx.x / Hv × value head blockIdx.x % Hv (the value heads of a chunk are
 // consecutive blocks: their q̂, k̂ shared through L2); two blocks per SM (the shared memory).
@@ -250,6 +302,8 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
   float* const G = A + kC * as;
   float* const B = G + kC;
   float* const BE = B + kC;
+  uint32_t* const P_staged = reinterpret_cast<uint32_t*>(BE + kC);  // 16-bit operands: P's items
+  constexpr bool kTf32 = std::is_same_v<T, float>;
 
   // q̂, k̂ of the chunk, zero past its n rows and past dk (to dk rounded up to 16: the mma tiles).
   const float* rows = p.qkv + int64_t{chunk.begin} * gdn_conv_dim(p);
@@ -305,37 +359,74 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
         out[q] = mma::pack_16bit_ksteps<T>(make_float4(kg[0], kg[8], kg[4 * ks], kg[4 * ks + 8]),
                                            make_float4(kg1[0], kg1[8], kg1[4 * ks], kg1[4 * ks + 8]));
       }
+      // q̂ in the output pass's fragment order (GdnParams::q_frag), its slices of dk16: k-steps (t,
+      // t + 4) and (t + 8, t + 12) of the slice, as the state pass stores h_c (pack_16bit_ksteps).
+      uint4* const q_out = static_cast<uint4*>(p.q_frag) + (int64_t{ci} * p.Hk + hk) * kQFragItems;
+      for (int q = tid; q < kQFragItems; q += kPrefillThreads) {
+        const int item_lane = q % 32, s = q / 32 % kOutSteps, mt = q / (32 * kOutSteps);
+        if (16 * s >= dk16) continue;  // slices the output pass does not read
+        const float* const qg = Q + (16 * mt + item_lane / 4) * ks + 16 * s + item_lane % 4;
+        const float* const qg8 = qg + 8 * ks;  // row g + 8
+        q_out[q] = mma::pack_16bit_ksteps<T>(make_float4(qg[0], qg8[0], qg[4], qg8[4]),
+                                             make_float4(qg[8], qg8[8], qg[12], qg8[12]));
+      }
     }
   }
 
-  // −A (strictly lower) and P (lower with the diagonal; rows of the chunk, zeros above) from k̂·k̂ᵀ
-  // and q̂·k̂ᵀ on the tensor cores, one pass over both: warp w takes rows 16·(w mod 4) … and columns
-  // 32·(w / 4) …, only its 8-column tiles that reach the diagonal (the others are zeros). With 16-bit
-  // operands k runs to dk rounded up to 16: the tiles are zeros there.
+  // −A (strictly lower) and P (lower with the diagonal) from k̂·k̂ᵀ and q̂·k̂ᵀ on the tensor cores, one
+  // pass over both, over the tiles that reach the diagonal (lower_tiles_of). −A's blocks above the
+  // diagonal 16×16 blocks are never read (the solve reads the blocks below them and its diagonal
+  // blocks), nor are P's with 16-bit operands; with float32 ones P's rows of the chunk hold zeros there
+  // (the output pass copies whole rows). With 16-bit operands k runs to dk rounded up to 16: the tiles
+  // are zeros there.
   {
-    const int m0 = 16 * (warp % 4), n0 = 32 * (warp / 4);
-    const int tiles = min(4, max(0, (m0 + 16 - n0) / 8));
-    float kk[4][4] = {}, qk[4][4] = {};
-    if (tiles > 0) {
-      warp_mma_pair<T, 4, ks>(kk, qk, K + m0 * ks, Q + m0 * ks, K + n0 * ks, round_up(dk, 8) / 8, tiles);
-    }
+    const LowerTiles lt = lower_tiles_of(warp);
+    float kk[kLowerTilesPerWarp][4] = {}, qk[kLowerTilesPerWarp][4] = {};
+    warp_mma_pair<T, kLowerTilesPerWarp, ks>(kk, qk, K + lt.m0 * ks, Q + lt.m0 * ks, K + lt.n0 * ks,
+                                             round_up(dk, 8) / 8, lt.tiles);
 #pragma unroll
-    for (int jt = 0; jt < 4; ++jt) {
+    for (int jt = 0; jt < kLowerTilesPerWarp; ++jt) {
+      if (jt >= lt.tiles) continue;
+      float attn[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int i = m0 + frag_row(e), j = n0 + 8 * jt + frag_col(e);
-        float neg_a = 0.0f, attn = 0.0f;
+        const int i = lt.m0 + frag_row(e), j = lt.n0 + 8 * jt + frag_col(e);
+        float neg_a = 0.0f;
+        attn[e] = 0.0f;
         if (i < n && j <= i) {
           const float decay = expf(G[i] - G[j]);
           if (j < i) neg_a = -(B[i] * decay * kk[jt][e]);
-          attn = qk[jt][e] * decay;
+          attn[e] = qk[jt][e] * decay;
         }
         A[i * as + j] = neg_a;
-        if (i < n) p.attn[(int64_t{chunk.begin + i} * Hv + h) * kC + j] = attn;
+        if constexpr (kTf32) {
+          if (i < n) p.attn[(int64_t{chunk.begin + i} * Hv + h) * kC + j] = attn[e];
+        }
+      }
+      if constexpr (!kTf32) {  // the lane's two pairs (rows g, g + 8; columns 2·t, 2·t + 1), rounded
+        const int j = lt.n0 + 8 * jt + frag_col(0);
+        P_staged[p_frag_word(lt.m0 + frag_row(0), j)] = Mma<T>::pack(attn[0], attn[1]);
+        P_staged[p_frag_word(lt.m0 + frag_row(2), j)] = Mma<T>::pack(attn[2], attn[3]);
+      }
+    }
+    if constexpr (kTf32) {  // P's zeros right of the diagonal blocks, 4 columns per store
+      for (int q = tid; q < kC * kC / 4; q += kPrefillThreads) {
+        const int i = q / (kC / 4), j = 4 * (q % (kC / 4));
+        if (i < n && j >= round_up(i + 1, 16)) {
+          *reinterpret_cast<float4*>(p.attn + (int64_t{chunk.begin + i} * Hv + h) * kC + j) = float4{};
+        }
       }
     }
   }
   __syncthreads();  // q̂, k̂ at stride 132 and −A are read or written by every warp
+  if constexpr (!kTf32) {  // P's items on and below the diagonal to GdnParams::attn_frag
+    const uint4* const staged = reinterpret_cast<const uint4*>(P_staged);
+    uint4* const out = static_cast<uint4*>(p.attn_frag) + (int64_t{ci} * Hv + h) * kPFragItems;
+    for (int q = tid; q < kPFragItems; q += kPrefillThreads) {
+      const int s = q / 32 % kTokenSlices, mt = q / (32 * kTokenSlices);
+      if (s <= mt) out[q] = staged[q];
+    }
+  }
 
   // v into q̂'s space at row stride 136 (zero past n and dv), in flight during the next steps.
   const bool v_vec = qkv_vec && dv % 4 == 0;
@@ -571,9 +662,11 @@ constexpr int state_blocks_per_sm() {
 // (element e: column c0 + g + 8·(e/2), row 8q + 2t + e%2, g = lane / 4, t = lane % 4). Per chunk c,
 // two barriers (three at 8 rows):
 //   (a) the fragments go through the warp's M tile in shared memory (the B operand of the first
-//       product needs row g, columns t and t + 4): h_c ← M from it in 16-byte stores (16-bit: 8-byte
-//       stores of the rounded quads); the first 65 threads compute the chunk's decays;
+//       product needs row g, columns t and t + 4; 16-bit: rounded, in packed_k order); the first 65
+//       threads compute the chunk's decays;
 //   barrier; W(c + 1) is issued into K(c − 1)'s slot, U, G of chunk c + 2 into the small ring;
+//   h_c ← M from the warp's tile (16-byte stores; 16-bit: the packed tile's 8-byte quads as they
+//   are, gdn_entry_state_row), after its first products are issued;
 //   (b) V_new = U − W·Mᵀ in tiles of 16 tokens × 8 rows (tile x: tokens 16·(x % 4) …, group x / 4),
 //       warp w taking tiles w, w + 8, …, each over all of M's columns: W's fragments as A (float32:
 //       one 16-byte load per k-step of 8, split into TF32 hi + lo; 16-bit: one per 16 columns, the
@@ -728,8 +821,10 @@ __global__ void __launch_bounds__(kStateThreads, state_blocks_per_sm<T, kGroups>
     tma::mbarrier_wait(slot_ready + s, (phases >> s) & 1u);
     phases ^= 1u << s;
   };
-  // h_c's rows in whole quads of columns: 16 bytes (float32) or 8 (16-bit) per store.
-  const bool h_quads = dk % 4 == 0 && reinterpret_cast<uintptr_t>(p.h) % (4 * sizeof(H)) == 0;
+  // float32 h_c rows in whole quads of columns where dk allows: 16 bytes per store (16-bit rows are
+  // always 8 bytes per store: rows of dk16 elements, gdn_entry_state_row).
+  const bool h_quads = dk % 4 == 0 && aligned16(p.h);
+  const int h_row_elements = gdn_entry_state_row(dk, p.product_operands);
   int w_slot = 0;  // W(ci)'s slot; K(ci) is in the next one, W(ci + 1) in the one after
   for (int ci = first; ci < end_chunk; ++ci) {
     const int j = ci - first;
@@ -744,38 +839,16 @@ __global__ void __launch_bounds__(kStateThreads, state_blocks_per_sm<T, kGroups>
 
     wait_tile(w_slot);
     if (owns) {
-      // (a) Mᵀ's fragments into the warp's tile (row-major [v][c]), then the entry state from it for
-      // the output pass: lane → row 8q + lane / 4, columns 4·(lane % 4) … of the warp's 16.
+      // (a) Mᵀ's fragments into the warp's tile (row-major [v][c]; 16-bit: rounded, packed_k order).
 #pragma unroll
       for (int q = 0; q < kGroups; ++q) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          held[row_of(q, e) * hs + g + 8 * (e / 2)] = m[q][e];
-          if constexpr (!kTf32) {
+          if constexpr (kTf32) {
+            held[row_of(q, e) * hs + g + 8 * (e / 2)] = m[q][e];
+          } else {
             held_packed_tiles[(warp * kRows + row_of(q, e)) * 16 + packed_k(g + 8 * (e / 2))] =
                 float_to_element<T>(m[q][e]);
-          }
-        }
-      }
-      __syncwarp();
-#pragma unroll
-      for (int q = 0; q < kGroups; ++q) {
-        const int v = 8 * q + lane / 4, c_in = 4 * (lane % 4), c = c0 + c_in;
-        const float4 x = *reinterpret_cast<const float4*>(held + v * hs + c_in);
-        H* h_row = static_cast<H*>(p.h) + ((int64_t{ci} * Hv + h) * dv + v0 + v) * dk + c;
-        if (v < rows && c < dk) {
-          if (h_quads) {
-            if constexpr (kTf32) {
-              *reinterpret_cast<float4*>(h_row) = x;
-            } else {  // rounded as the output pass's Mma<T>::pack of the float32 quad rounded it
-              *reinterpret_cast<uint2*>(h_row) = make_uint2(Mma<T>::pack(x.x, x.y), Mma<T>::pack(x.z, x.w));
-            }
-          } else {
-            const float xs[4] = {x.x, x.y, x.z, x.w};
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-              if (c + k < dk) h_row[k] = float_to_element<H>(xs[k]);
-            }
           }
         }
       }
@@ -792,6 +865,36 @@ __global__ void __launch_bounds__(kStateThreads, state_blocks_per_sm<T, kGroups>
     if (ci + 2 < end_chunk) load_small(after_next, (j + 2) % 3);
     mma::cp_async_commit();
 
+    // h_c ← M for the output pass, from the warp's tile after the barrier (the tile is next written by
+    // this warp in the next chunk's (a)), so the stores overlap (b)'s products instead of delaying the
+    // barrier: lane → row 8q + lane / 4, four columns at 4·(lane % 4) of the warp's 16. float32, the
+    // columns 4·(lane % 4) …; 16-bit, the tile's packed elements as they are (columns lane % 4 + 4·k,
+    // k < 4: gdn_entry_state_row), no conversion.
+    const auto store_entry_state = [&] {
+      if (!owns) return;
+#pragma unroll
+      for (int q = 0; q < kGroups; ++q) {
+        const int v = 8 * q + lane / 4, c_in = 4 * (lane % 4), c = c0 + c_in;
+        H* const h_row = static_cast<H*>(p.h) + ((int64_t{ci} * Hv + h) * dv + v0 + v) * h_row_elements + c;
+        if (v >= rows) continue;
+        if constexpr (kTf32) {
+          if (c >= dk) continue;  // the tile's columns past dk (16-bit rows hold them: zeros)
+          const float4 x = *reinterpret_cast<const float4*>(held + v * hs + c_in);
+          if (h_quads) {
+            *reinterpret_cast<float4*>(h_row) = x;
+          } else {
+            const float xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+              if (c + k < dk) h_row[k] = xs[k];
+            }
+          }
+        } else {
+          *reinterpret_cast<uint2*>(h_row) =
+              *reinterpret_cast<const uint2*>(held_packed_tiles + (warp * kRows + v) * 16 + c_in);
+        }
+      }
+    };
     // (b) V_new = U − W·Mᵀ, tile x: element e of the accumulator is token i = 16·(x % 4) + g +
     // 8·(e / 2), row v = 8·(x / 4) + 2t + e % 2. products: wm ← W·Mᵀ over M's column blocks cb in
     // [part, part + 1)·kSplitBlocks (block cb is warp cb's M tile).
@@ -885,6 +988,7 @@ __global__ void __launch_bounds__(kStateThreads, state_blocks_per_sm<T, kGroups>
       const TileInputs in = tile_inputs(x);
       float wm[4];
       products(x, part, wm);
+      store_entry_state();
       float4* const half_sums = reinterpret_cast<float4*>(state_smem + Smem::kSplitSums) + 32 * x + lane;
       if (part == 1) *half_sums = make_float4(wm[0], wm[1], wm[2], wm[3]);
       __syncthreads();  // the upper halves' sums
@@ -901,6 +1005,7 @@ __global__ void __launch_bounds__(kStateThreads, state_blocks_per_sm<T, kGroups>
         const TileInputs in = tile_inputs(x);
         float wm[4];
         products(x, 0, wm);
+        if (x0 == 0) store_entry_state();
         store_v_new(x, wm, in);
       }
     }
@@ -994,21 +1099,30 @@ __global__ void __launch_bounds__(kStateThreads, state_blocks_per_sm<T, kGroups>
 // Warp w owns value channels c0 = 16·w … c0 + 15 (two 8-column tiles) for all 64 tokens (four
 // 16-row tiles), so each row of the entry state h_c and each column of V_new is read by one warp
 // only: straight from global memory into the B fragments, a 16-wide k slice ahead of their use,
-// with no shared tile. q̂ and P, read by every warp, are split into TF32 hi + lo once, in shared memory.
+// with no shared tile. q̂ and P, the A operands every warp reads, go through shared memory: with
+// float32 operands copied as float32 and split into TF32 hi + lo once; with 16-bit operands copied
+// as the intra kernel left them, rounded and in fragment order (q_frag, attn_frag), one 16-byte
+// shared load per fragment and no conversion.
 // Within each 16-wide slice of a product's k the mma's k index is permuted (A and B alike, so the
 // sum is the same): a lane's k-step pair takes its four consecutive k columns 4·t … 4·t + 3, columns
-// 4·t, 4·t + 1 as (t, t + 4) of the first k-step and 4·t + 2, 4·t + 3 of the second. An A fragment
-// pair is then one 16-byte shared load per row (hi and lo), an h_c fragment pair one 16-byte global
-// load (16-bit operands: 8 bytes of h_c stored already rounded, the B registers as loaded). Row strides ≡ 16 (mod 32) floats: 16-byte loads of rows g, g + 1 (a quarter warp) in
-// distinct banks.
+// 4·t, 4·t + 1 as (t, t + 4) of the first k-step and 4·t + 2, 4·t + 3 of the second. A float32 A
+// fragment pair is then one 16-byte shared load per row (hi and lo), an h_c fragment pair one
+// 16-byte global load (16-bit operands: 8 bytes of h_c stored already rounded, the B registers as
+// loaded). Row strides of the split tiles ≡ 16 (mod 32) floats: 16-byte loads of rows g, g + 1 (a
+// quarter warp) in distinct banks.
 constexpr int kQSplitStride = kGdnMaxHeadDim + 16;  // 144: q̂ hi, lo [C][144]
 constexpr int kPSplitStride = kC + 16;              // 80: P hi, lo [C][80]
-constexpr int kOutSteps = kGdnMaxHeadDim / 16;      // 16-column k slices of q̂·h_cᵀ
 constexpr int kOutAhead = 1;                        // h_c slices loaded ahead of their use
 static_assert(16 * (kPrefillThreads / 32) == kGdnMaxHeadDim, "the output pass's warps cover the value channels");
 
-// Shared memory of chunk_output_kernel (32-bit words): q̂ and P as TF32 hi and lo, G [C].
-size_t output_smem_bytes() { return sizeof(float) * (2 * kC * kQSplitStride + 2 * kC * kPSplitStride + kC); }
+// Shared memory of chunk_output_kernel (32-bit words): float32 operands, q̂ and P as TF32 hi and lo;
+// 16-bit operands, their fragment items; then G [C].
+template <typename T>
+size_t output_smem_bytes() {
+  const size_t operands = std::is_same_v<T, float> ? sizeof(float) * (2 * kC * kQSplitStride + 2 * kC * kPSplitStride)
+                                                   : 16 * size_t{kQFragItems + kPFragItems};
+  return operands + sizeof(float) * kC;
+}
 
 // The block splits the shared tile [C][width] (row stride ss, width a multiple of 4, float32 in hi)
 // into TF32 hi (in place) and lo (at the same place in lo). Each quad is one thread's.
@@ -1023,79 +1137,59 @@ __device__ void split_tile_tf32(uint32_t* hi, uint32_t* lo, int ss, int width) {
   }
 }
 
-// The lane's B registers of a 16-wide slice with 16-bit operands T (k slots 2t, 2t + 1 and 2t + 8,
-// 2t + 9) from its four consecutive k values: float32 (float4) rounded to T here by Mma<T>::pack, or
-// already rounded 16-bit elements (uint2: the four in memory order, as Mma<T>::pack lays out a pair).
-template <typename T>
-__device__ __forceinline__ uint2 slice_b_pair(const float4& y) {
-  return make_uint2(Mma<T>::pack(y.x, y.y), Mma<T>::pack(y.z, y.w));
-}
-template <typename T>
-__device__ __forceinline__ uint2 slice_b_pair(const uint2& y) {
-  return y;
-}
-
-// acc[mt][nt] += X[16·mt …][16-column slice]·Y[slice][8·nt …] with operands T for the m tiles
-// mt ≥ mt_first, with the permuted k of a slice: x_hi, x_lo at the lane's (row g, column 4·t) of
-// the slice (rows kS words apart); y[nt] the lane's Y(columns 4·t … 4·t + 3 of the slice, column g
-// of tile nt: float4, or with 16-bit T a uint2 of elements already rounded to T). float: 3xTF32 (lo·hi,
-// hi·lo, hi·hi, each k-step in that order) from X pre-split into x_hi, x_lo, Y split here. 16-bit:
-// x_hi holds X in float32 (x_lo unused); X and Y rounded to T (Y unless already 16-bit) and
-// one m16n8k16 per tile, its k slots 2t, 2t + 1 taking columns 4·t, 4·t + 1 and slots 2t + 8, 2t + 9
-// columns 4·t + 2, 4·t + 3 (the same permutation for both operands).
-template <typename T, int kS, typename Y>
-__device__ __forceinline__ void mma_slice(float (&acc)[4][2][4], const uint32_t* x_hi, const uint32_t* x_lo,
-                                          const Y (&y)[2], int mt_first) {
-  if constexpr (!std::is_same_v<T, float>) {
-    uint32_t b[2][2];
+// acc[mt][nt] += X[16·mt …][16-column slice]·Y[slice][8·nt …] for the m tiles mt ≥ mt_first, with
+// the permuted k of a slice, in 3xTF32 (lo·hi, hi·lo, hi·hi, each k-step in that order): x_hi, x_lo
+// X pre-split at the lane's (row g, column 4·t) of the slice (rows kS words apart); y[nt] the lane's
+// Y(columns 4·t … 4·t + 3 of the slice, column g of tile nt) in float32, split here.
+template <int kS>
+__device__ __forceinline__ void mma_slice_tf32(float (&acc)[4][2][4], const uint32_t* x_hi, const uint32_t* x_lo,
+                                               const float4 (&y)[2], int mt_first) {
+  uint32_t y_hi[2][4], y_lo[2][4];
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      const uint2 pair = slice_b_pair<T>(y[nt]);
-      b[nt][0] = pair.x;
-      b[nt][1] = pair.y;
-    }
+  for (int nt = 0; nt < 2; ++nt) mma::split_tf32(y[nt], y_hi[nt], y_lo[nt]);
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt) {
-      if (mt < mt_first) continue;
-      const float4 r0 = *reinterpret_cast<const float4*>(x_hi + 16 * mt * kS);
-      const float4 r1 = *reinterpret_cast<const float4*>(x_hi + (16 * mt + 8) * kS);
-      const uint32_t a[4] = {Mma<T>::pack(r0.x, r0.y), Mma<T>::pack(r1.x, r1.y), Mma<T>::pack(r0.z, r0.w),
-                             Mma<T>::pack(r1.z, r1.w)};
+  for (int mt = 0; mt < 4; ++mt) {
+    if (mt < mt_first) continue;
+    const uint4 h0 = *reinterpret_cast<const uint4*>(x_hi + 16 * mt * kS);
+    const uint4 h1 = *reinterpret_cast<const uint4*>(x_hi + (16 * mt + 8) * kS);
+    const uint4 l0 = *reinterpret_cast<const uint4*>(x_lo + 16 * mt * kS);
+    const uint4 l1 = *reinterpret_cast<const uint4*>(x_lo + (16 * mt + 8) * kS);
+    const uint32_t a_hi[2][4] = {{h0.x, h1.x, h0.y, h1.y}, {h0.z, h1.z, h0.w, h1.w}};
+    const uint32_t a_lo[2][4] = {{l0.x, l1.x, l0.y, l1.y}, {l0.z, l1.z, l0.w, l1.w}};
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) Mma<T>::run(acc[mt][nt], a, b[nt][0], b[nt][1]);
-    }
-  } else {
-    uint32_t y_hi[2][4], y_lo[2][4];
+    for (int s = 0; s < 2; ++s) {
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) mma::split_tf32(y[nt], y_hi[nt], y_lo[nt]);
-#pragma unroll
-    for (int mt = 0; mt < 4; ++mt) {
-      if (mt < mt_first) continue;
-      const uint4 h0 = *reinterpret_cast<const uint4*>(x_hi + 16 * mt * kS);
-      const uint4 h1 = *reinterpret_cast<const uint4*>(x_hi + (16 * mt + 8) * kS);
-      const uint4 l0 = *reinterpret_cast<const uint4*>(x_lo + 16 * mt * kS);
-      const uint4 l1 = *reinterpret_cast<const uint4*>(x_lo + (16 * mt + 8) * kS);
-      const uint32_t a_hi[2][4] = {{h0.x, h1.x, h0.y, h1.y}, {h0.z, h1.z, h0.w, h1.w}};
-      const uint32_t a_lo[2][4] = {{l0.x, l1.x, l0.y, l1.y}, {l0.z, l1.z, l0.w, l1.w}};
-#pragma unroll
-      for (int s = 0; s < 2; ++s) {
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          mma::mma_tf32(acc[mt][nt], a_lo[s], y_hi[nt][2 * s], y_hi[nt][2 * s + 1]);
-          mma::mma_tf32(acc[mt][nt], a_hi[s], y_lo[nt][2 * s], y_lo[nt][2 * s + 1]);
-          mma::mma_tf32(acc[mt][nt], a_hi[s], y_hi[nt][2 * s], y_hi[nt][2 * s + 1]);
-        }
+      for (int nt = 0; nt < 2; ++nt) {
+        mma::mma_tf32(acc[mt][nt], a_lo[s], y_hi[nt][2 * s], y_hi[nt][2 * s + 1]);
+        mma::mma_tf32(acc[mt][nt], a_hi[s], y_lo[nt][2 * s], y_lo[nt][2 * s + 1]);
+        mma::mma_tf32(acc[mt][nt], a_hi[s], y_hi[nt][2 * s], y_hi[nt][2 * s + 1]);
       }
     }
+  }
+}
+
+// The same with 16-bit operands T, one m16n8k16 per tile: a the lane's fragment item of m tile 0 of
+// the slice (out_frag_item; m tile mt's kMTileItems items further), y[nt] the lane's four k values
+// of tile nt's column already rounded to T, in memory order (k slots 2t, 2t + 1 and 2t + 8, 2t + 9).
+template <typename T, int kMTileItems>
+__device__ __forceinline__ void mma_slice_16bit(float (&acc)[4][2][4], const uint4* a, const uint2 (&y)[2],
+                                                int mt_first) {
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) {
+    if (mt < mt_first) continue;
+    const uint4 item = a[mt * kMTileItems];
+    const uint32_t frag[4] = {item.x, item.y, item.z, item.w};
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) Mma<T>::run(acc[mt][nt], frag, y[nt].x, y[nt].y);
   }
 }
 
 // Block = chunk blockIdx.x / Hv × value head blockIdx.x % Hv, 8 warps: O = diag(e^G)·Q·Mᵀ + P·V_new
 // with M the chunk's entry state (h) and V_new from the state pass; warp w takes channels 16·w …
 // (if below dv) of every token. P's zeros above the diagonal let the second product skip, for m
-// tile mt, the k slices past it. Two blocks per SM (the shared memory). T: the products' operands
-// (float: 3xTF32 from the split tiles; 16-bit: q̂, P and V_new rounded as read, the tiles left in
-// float32 and their lo halves unused; h_c read as the state pass stored it, rounded).
+// tile mt, the k slices past it. Two blocks per SM. T: the products' operands (float: 3xTF32 from
+// the split tiles; 16-bit: q̂ and P as the intra kernel rounded them, h_c and V_new as the state pass
+// did).
 template <typename T>
 __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().output_blocks_per_sm)
     chunk_output_kernel(GdnParams p) {
@@ -1108,19 +1202,39 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().outpu
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const int dk16 = round_up(dk, 16);
+  const int steps = dk16 / 16;
+  constexpr bool kTf32 = std::is_same_v<T, float>;
   constexpr int qs = kQSplitStride, ps = kPSplitStride;
   extern __shared__ __align__(16) uint32_t output_smem[];
-  uint32_t* const Q_hi = output_smem;  // q̂ (float32, then its TF32 hi)
+  // float32 operands: q̂ (float32, then its TF32 hi), its lo, P (likewise), its lo.
+  uint32_t* const Q_hi = output_smem;
   uint32_t* const Q_lo = Q_hi + kC * qs;
-  uint32_t* const P_hi = Q_lo + kC * qs;  // P (float32, then its TF32 hi)
+  uint32_t* const P_hi = Q_lo + kC * qs;
   uint32_t* const P_lo = P_hi + kC * ps;
-  float* const G = reinterpret_cast<float*>(P_lo + kC * ps);
+  // 16-bit operands: q̂'s and P's fragment items.
+  uint4* const Q_items = reinterpret_cast<uint4*>(output_smem);
+  uint4* const P_items = Q_items + kQFragItems;
+  float* const G = kTf32 ? reinterpret_cast<float*>(P_lo + kC * ps) : reinterpret_cast<float*>(P_items + kPFragItems);
 
-  const bool qkv_vec = dk % 4 == 0 && gdn_conv_dim(p) % 4 == 0 && aligned16(p.qkv);
-  copy_tile_async(reinterpret_cast<float*>(Q_hi), qs, p.qkv + int64_t{chunk.begin} * gdn_conv_dim(p) + int64_t{hk} * dk,
-                  gdn_conv_dim(p), n, dk, dk16, qkv_vec);
-  copy_tile_async(reinterpret_cast<float*>(P_hi), ps, p.attn + int64_t{chunk.begin} * Hv * kC + int64_t{h} * kC,
-                  int64_t{Hv} * kC, n, kC, kC, aligned16(p.attn));
+  if constexpr (kTf32) {
+    const bool qkv_vec = dk % 4 == 0 && gdn_conv_dim(p) % 4 == 0 && aligned16(p.qkv);
+    copy_tile_async(reinterpret_cast<float*>(Q_hi), qs,
+                    p.qkv + int64_t{chunk.begin} * gdn_conv_dim(p) + int64_t{hk} * dk, gdn_conv_dim(p), n, dk, dk16,
+                    qkv_vec);
+    copy_tile_async(reinterpret_cast<float*>(P_hi), ps, p.attn + int64_t{chunk.begin} * Hv * kC + int64_t{h} * kC,
+                    int64_t{Hv} * kC, n, kC, kC, aligned16(p.attn));
+  } else {  // the items the products read: q̂'s slices of dk16, P's on and below the diagonal
+    const uint4* const q_src = static_cast<const uint4*>(p.q_frag) + (int64_t{ci} * p.Hk + hk) * kQFragItems;
+    for (int q = tid; q < kQFragItems; q += kPrefillThreads) {
+      if (q / 32 % kOutSteps < steps) mma::cp_async_16(mma::shared_address(Q_items + q), q_src + q, true);
+    }
+    const uint4* const p_src = static_cast<const uint4*>(p.attn_frag) + (int64_t{ci} * Hv + h) * kPFragItems;
+    for (int q = tid; q < kPFragItems; q += kPrefillThreads) {
+      if (q / 32 % kTokenSlices <= q / (32 * kTokenSlices)) {
+        mma::cp_async_16(mma::shared_address(P_items + q), p_src + q, true);
+      }
+    }
+  }
   mma::cp_async_commit();
   for (int i = tid; i < kC; i += kPrefillThreads) G[i] = i < n ? p.gcum[int64_t{chunk.begin + i} * Hv + h] : 0.0f;
 
@@ -1128,29 +1242,31 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().outpu
   // slice s), V_new's column c0 + 8·nt + g (tokens 16·s + 4·t …).
   const int c0 = 16 * warp;
   const bool active = c0 < dv;
-  // h_c: float32, or with 16-bit operands stored rounded to T by the state pass (exactly as
-  // slice_b_pair would round the float32 value), its quads read as uint2 straight into B registers.
-  constexpr bool kTf32 = std::is_same_v<T, float>;
+  // h_c: float32 (columns 4·t … 4·t + 3 of the slice, zeros past dk), or with 16-bit operands as the
+  // state pass stored it, rounded to T and in gdn_entry_state_row's order: the lane's 8 bytes at
+  // 16·s + 4·t are columns t, t + 4, t + 8, t + 12 of the slice, straight into B registers.
   using H = std::conditional_t<kTf32, float, uint16_t>;  // h_c's elements (16-bit: their bits)
   using HQuad = std::conditional_t<kTf32, float4, uint2>;
-  const H* const h_rows = static_cast<const H*>(p.h) + (int64_t{ci} * Hv + h) * dv * dk;
-  const bool h_vec = dk % 4 == 0 && reinterpret_cast<uintptr_t>(p.h) % sizeof(HQuad) == 0;
+  const int h_row_elements = gdn_entry_state_row(dk, p.product_operands);
+  const H* const h_rows = static_cast<const H*>(p.h) + (int64_t{ci} * Hv + h) * dv * h_row_elements;
+  const bool h_vec = dk % 4 == 0 && aligned16(p.h);
   const auto load_h = [&](int s, HQuad(&y)[2]) {
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       const int v = c0 + 8 * nt + g, k = 16 * s + 4 * t;
       y[nt] = HQuad{};
-      if (v < dv && k < dk) {
-        const H* const src = h_rows + v * dk + k;
-        if (h_vec) {
-          y[nt] = *reinterpret_cast<const HQuad*>(src);
-        } else if constexpr (kTf32) {
-          y[nt] =
-              make_float4(src[0], k + 1 < dk ? src[1] : 0.0f, k + 2 < dk ? src[2] : 0.0f, k + 3 < dk ? src[3] : 0.0f);
-        } else {  // element k in the low half of a pair; zero bits (+0) past dk
-          const uint32_t e[4] = {src[0], k + 1 < dk ? src[1] : 0u, k + 2 < dk ? src[2] : 0u, k + 3 < dk ? src[3] : 0u};
-          y[nt] = make_uint2(e[0] | e[1] << 16, e[2] | e[3] << 16);
+      if constexpr (kTf32) {
+        if (v < dv && k < dk) {
+          const float* const src = h_rows + v * dk + k;
+          if (h_vec) {
+            y[nt] = *reinterpret_cast<const float4*>(src);
+          } else {
+            y[nt] = make_float4(src[0], k + 1 < dk ? src[1] : 0.0f, k + 2 < dk ? src[2] : 0.0f,
+                                k + 3 < dk ? src[3] : 0.0f);
+          }
         }
+      } else if (v < dv) {
+        y[nt] = *reinterpret_cast<const uint2*>(h_rows + v * h_row_elements + k);
       }
     }
   };
@@ -1174,7 +1290,24 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().outpu
       }
     }
   };
-  const int steps = dk16 / 16;
+  // One 16-wide k slice s of either product for the m tiles mt ≥ mt_first: A from the shared tiles
+  // (q̂ or P), B the lane's y.
+  const int lane_at_q = g * qs + 4 * t, lane_at_p = g * ps + 4 * t;
+  float acc[4][2][4] = {};
+  const auto q_slice = [&](int s, const HQuad(&y)[2]) {
+    if constexpr (kTf32) {
+      mma_slice_tf32<qs>(acc, Q_hi + lane_at_q + 16 * s, Q_lo + lane_at_q + 16 * s, y, 0);
+    } else {
+      mma_slice_16bit<T, 32 * kOutSteps>(acc, Q_items + out_frag_item(0, s, kOutSteps, lane), y, 0);
+    }
+  };
+  const auto p_slice = [&](int s, const VQuad(&y)[2]) {
+    if constexpr (kTf32) {
+      mma_slice_tf32<ps>(acc, P_hi + lane_at_p + 16 * s, P_lo + lane_at_p + 16 * s, y, s);
+    } else {
+      mma_slice_16bit<T, 32 * kTokenSlices>(acc, P_items + out_frag_item(0, s, kTokenSlices, lane), y, s);
+    }
+  };
   HQuad h_ring[kOutAhead + 1][2];
   VQuad v_ring[2][2];
   if (active) {
@@ -1185,20 +1318,18 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().outpu
   }
   mma::cp_async_wait<0>();
   __syncthreads();
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (kTf32) {
     split_tile_tf32(Q_hi, Q_lo, qs, dk16);
     split_tile_tf32(P_hi, P_lo, ps, kC);
     __syncthreads();
   }
   if (!active) return;
 
-  float acc[4][2][4] = {};
-  const int lane_at_q = g * qs + 4 * t, lane_at_p = g * ps + 4 * t;
 #pragma unroll
   for (int s = 0; s < kOutSteps; ++s) {
     if (s >= steps) break;
     if (s + kOutAhead < steps) load_h(s + kOutAhead, h_ring[(s + kOutAhead) % (kOutAhead + 1)]);
-    mma_slice<T, qs>(acc, Q_hi + lane_at_q + 16 * s, Q_lo + lane_at_q + 16 * s, h_ring[s % (kOutAhead + 1)], 0);
+    q_slice(s, h_ring[s % (kOutAhead + 1)]);
   }
 #pragma unroll
   for (int mt = 0; mt < 4; ++mt) {
@@ -1215,9 +1346,9 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().outpu
   // Token slice s of P·V_new feeds the m tiles mt ≥ s (P is zero above the diagonal).
   load_v(0, v_ring[0]);
 #pragma unroll
-  for (int s = 0; s < kC / 16; ++s) {
-    if (s + 1 < kC / 16) load_v(s + 1, v_ring[(s + 1) % 2]);
-    mma_slice<T, ps>(acc, P_hi + lane_at_p + 16 * s, P_lo + lane_at_p + 16 * s, v_ring[s % 2], s);
+  for (int s = 0; s < kTokenSlices; ++s) {
+    if (s + 1 < kTokenSlices) load_v(s + 1, v_ring[(s + 1) % 2]);
+    p_slice(s, v_ring[s % 2]);
   }
   // o in its element type T (fp32, fp16 or bf16, as store_element): the lane's adjacent channels v,
   // v + 1 of row i in one access where every such pair starts at an even element of an aligned o
@@ -1274,7 +1405,7 @@ void launch_state_pass(const GdnParams& p, cudaStream_t stream) {
 // The three prefill kernels with product operands T.
 template <typename T>
 void launch_prefill_kernels(const GdnParams& p, cudaStream_t stream) {
-  const size_t intra_smem = intra_smem_bytes();
+  const size_t intra_smem = intra_smem_bytes<T>();
   allow_dynamic_smem(chunk_intra_kernel<T>, intra_smem);
   chunk_intra_kernel<T>
       <<<static_cast<unsigned>(int64_t{p.num_chunks} * p.Hv), kPrefillThreads, intra_smem, stream>>>(p);
@@ -1296,7 +1427,7 @@ void launch_prefill_kernels(const GdnParams& p, cudaStream_t stream) {
   } else {
     launch_state_pass<T, 4>(p, stream);
   }
-  const size_t output_smem = output_smem_bytes();
+  const size_t output_smem = output_smem_bytes<T>();
   allow_dynamic_smem(chunk_output_kernel<T>, output_smem);
   chunk_output_kernel<T>
       <<<static_cast<unsigned>(int64_t{p.num_chunks} * p.Hv), kPrefillThreads, output_smem, stream>>>(p);
