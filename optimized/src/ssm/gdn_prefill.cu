@@ -211,20 +211,6 @@ __device__ __forceinline__ void warp_mma_3xtf32_pair(float (&c1)[kTiles][4], flo
   }
 }
 
-// c1 += X1·Yᵀ and c2 += X2·Yᵀ with operands T: float → warp_mma_3xtf32_pair (each Y fragment split
-// once for both); 16-bit → two warp_mma products (each operand rounded as read; k past 8·ksteps up
-// to 16 must read as zeros).
-template <typename T, int kTiles, int kS>
-__device__ __forceinline__ void warp_mma_pair(float (&c1)[kTiles][4], float (&c2)[kTiles][4], const float* x1,
-                                              const float* x2, const float* y, int ksteps, int tiles) {
-  if constexpr (std::is_same_v<T, float>) {
-    warp_mma_3xtf32_pair<kTiles, kS>(c1, c2, x1, x2, y, ksteps, tiles);
-  } else {
-    warp_mma<T, kTiles, kS, 1, kS, 1>(c1, x1, y, ksteps, tiles);
-    warp_mma<T, kTiles, kS, 1, kS, 1>(c2, x2, y, ksteps, tiles);
-  }
-}
-
 // The output pass's A operands with 16-bit operands T (GdnParams::q_frag, attn_frag), written by the
 // intra kernel: item (mt, s, lane) of a tile X is the lane's m16n8k16 A fragment of rows 16·mt … and
 // the 16-wide k slice s, rounded to T and packed, item (mt·slices + s)·32 + lane (g = lane / 4,
@@ -267,6 +253,47 @@ __device__ __forceinline__ LowerTiles lower_tiles_of(int warp) {
   }
 }
 constexpr int kLowerTilesPerWarp = 3;
+
+// With 16-bit operands T, k̂·k̂ᵀ and q̂·k̂ᵀ of the warp's lower tiles (lower_tiles_of) from q̂ and k̂
+// staged rounded to T, row-major at row stride kStagedStride16 (272 bytes: an odd number of 16-byte
+// units, so ldmatrix's eight rows fall in distinct bank groups), zeros past dk to dk16: per 16 of k one
+// ldmatrix.x4 of each A tile (rows m0 …), one x4 per pair of k̂'s column tiles (x2 for a last odd
+// one) and one m16n8k16 per product and tile.
+constexpr int kStagedStride16 = kColMajor128;  // 136 elements
+static_assert(kLowerTilesPerWarp == 3, "lower_tiles_16bit takes two or three tiles per warp");
+template <typename T>
+__device__ __forceinline__ void lower_tiles_16bit(float (&kk)[kLowerTilesPerWarp][4],
+                                                  float (&qk)[kLowerTilesPerWarp][4], const T* q_staged,
+                                                  const T* k_staged, const LowerTiles& lt, int steps16) {
+  constexpr int ss = kStagedStride16;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int r8 = lane % 8, quarter = lane / 8;
+  // A: matrices (m 0–7, k 0–7), (m 8–15, k 0–7), (m 0–7, k 8–15), (m 8–15, k 8–15); B per pair of
+  // column tiles (j, j + 1): (n j, k 0–7), (n j, k 8–15), (n j + 1, k 0–7), (n j + 1, k 8–15).
+  const int a_at = (lt.m0 + r8 + 8 * (quarter % 2)) * ss + 8 * (quarter / 2);
+  const int b_at = (lt.n0 + r8 + 8 * (quarter / 2)) * ss + 8 * (quarter % 2);
+  const uint32_t kk_a = mma::shared_address(k_staged + a_at), qk_a = mma::shared_address(q_staged + a_at);
+  const uint32_t b = mma::shared_address(k_staged + b_at);
+  constexpr uint32_t kStep = 2 * 16, kTilePair = 2 * 16 * ss;  // bytes per 16 of k, per 16 rows of n
+#pragma unroll 2
+  for (int s = 0; s < steps16; ++s) {
+    uint32_t a_k[4], a_q[4];
+    mma::ldmatrix_x4(a_k, kk_a + s * kStep);
+    mma::ldmatrix_x4(a_q, qk_a + s * kStep);
+    uint32_t y[4];  // tiles 0 and 1 (every warp has two or three)
+    mma::ldmatrix_x4(y, b + s * kStep);
+    Mma<T>::run(kk[0], a_k, y[0], y[1]);
+    Mma<T>::run(qk[0], a_q, y[0], y[1]);
+    Mma<T>::run(kk[1], a_k, y[2], y[3]);
+    Mma<T>::run(qk[1], a_q, y[2], y[3]);
+    if (lt.tiles > 2) {
+      uint32_t y2[2];
+      mma::ldmatrix_x2(y2, b + s * kStep + kTilePair);
+      Mma<T>::run(kk[2], a_k, y2[0], y2[1]);
+      Mma<T>::run(qk[2], a_q, y2[0], y2[1]);
+    }
+  }
+}
 
 // Shared memory of chunk_intra_kernel (floats): two [C][136] tiles (q̂ and k̂ at row stride 132, then
 // v and k̂ at 136: the right-hand sides, overwritten by U and W), −A with its diagonal blocks replaced
@@ -373,6 +400,36 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
     }
   }
 
+  // With 16-bit operands q̂ and k̂ rounded to T once, for every warp's products, into q̂'s space (q̂
+  // then k̂, [C][136] of T each: the space of one float32 tile, which q̂ no longer needs; k̂'s float32
+  // tile stays for W's right-hand side): thread → columns 4·lane … of rows warp + 8·r, read into
+  // registers before a barrier, written after it.
+  T* const Q_staged = reinterpret_cast<T*>(Q);
+  T* const K_staged = Q_staged + kC * kStagedStride16;
+  if constexpr (!kTf32) {
+    constexpr int kQuadRows = kC / (kPrefillThreads / 32);
+    uint2 q_packed[kQuadRows], k_packed[kQuadRows];
+    const bool converts = 4 * lane < dk16;
+    if (converts) {
+#pragma unroll
+      for (int r = 0; r < kQuadRows; ++r) {
+        const float4 x = *reinterpret_cast<const float4*>(Q + (warp + 8 * r) * ks + 4 * lane);
+        const float4 y = *reinterpret_cast<const float4*>(K + (warp + 8 * r) * ks + 4 * lane);
+        q_packed[r] = make_uint2(Mma<T>::pack(x.x, x.y), Mma<T>::pack(x.z, x.w));
+        k_packed[r] = make_uint2(Mma<T>::pack(y.x, y.y), Mma<T>::pack(y.z, y.w));
+      }
+    }
+    __syncthreads();  // q̂'s float32 tile read by every thread
+    if (converts) {
+#pragma unroll
+      for (int r = 0; r < kQuadRows; ++r) {
+        *reinterpret_cast<uint2*>(Q_staged + (warp + 8 * r) * kStagedStride16 + 4 * lane) = q_packed[r];
+        *reinterpret_cast<uint2*>(K_staged + (warp + 8 * r) * kStagedStride16 + 4 * lane) = k_packed[r];
+      }
+    }
+    __syncthreads();  // the staged tiles complete
+  }
+
   // −A (strictly lower) and P (lower with the diagonal) from k̂·k̂ᵀ and q̂·k̂ᵀ on the tensor cores, one
   // pass over both, over the tiles that reach the diagonal (lower_tiles_of). −A's blocks above the
   // diagonal 16×16 blocks are never read (the solve reads the blocks below them and its diagonal
@@ -382,8 +439,12 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
   {
     const LowerTiles lt = lower_tiles_of(warp);
     float kk[kLowerTilesPerWarp][4] = {}, qk[kLowerTilesPerWarp][4] = {};
-    warp_mma_pair<T, kLowerTilesPerWarp, ks>(kk, qk, K + lt.m0 * ks, Q + lt.m0 * ks, K + lt.n0 * ks,
-                                             round_up(dk, 8) / 8, lt.tiles);
+    if constexpr (kTf32) {
+      warp_mma_3xtf32_pair<kLowerTilesPerWarp, ks>(kk, qk, K + lt.m0 * ks, Q + lt.m0 * ks, K + lt.n0 * ks,
+                                                   round_up(dk, 8) / 8, lt.tiles);
+    } else {
+      lower_tiles_16bit<T>(kk, qk, Q_staged, K_staged, lt, dk16 / 16);
+    }
 #pragma unroll
     for (int jt = 0; jt < kLowerTilesPerWarp; ++jt) {
       if (jt >= lt.tiles) continue;
