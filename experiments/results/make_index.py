@@ -38,7 +38,8 @@ COMMANDS = {
     "linear-prefill": "build/optimized/hybridtb_bench_linear --filter prefill --out F",
     "gdn-prefill": "build/optimized/hybridtb_bench_linear --filter 'gdn prefill' --out F",
     "gdn-kernels": "build/optimized/hybridtb_bench_linear --out bench-linear.json; python3 experiments/peers/"
-                   "vllm_linear_peer.py --vllm DIR --ours bench-linear.json --no-fla --kernels 3; ncu "
+                   "vllm_linear_peer.py --vllm DIR [--fla DIR | --no-fla] --ours bench-linear.json --cases gdn "
+                   "--kernels 3; ncu "
                    "--clock-control none --section SpeedOfLight on one launch of each GDN prefill kernel (the log)",
     "per-layer": "build/optimized/hybridtb_bench_per_layer --out F",
     "peer-attention-ratio": "python3 experiments/peers/peer_ratio.py bench.json peer.json [peer-vllm.json] --out F "
