@@ -62,14 +62,18 @@
 //    m16n8k8 products with float32 accumulation): float32-level accuracy, the float32 SSM row of the
 //    tolerance table holds;
 //  - the model dtype (float16 / bfloat16), as vLLM's / fla's Triton kernels multiply bfloat16 q, k,
-//    w, u, v_new and states: each operand rounded once to it as its fragment is read, one m16n8k16
-//    product per 16 of k with float32 accumulation — k̂·k̂ᵀ and q̂·k̂ᵀ in (1) (q̂, k̂), W·Mᵀ and the
+//    w, u, v_new and states: each operand rounded once to it (where every warp reads it, once per
+//    block into a shared 16-bit tile or by the kernel that writes it), one m16n8k16 product per 16
+//    of k with float32 accumulation — k̂·k̂ᵀ and q̂·k̂ᵀ in (1) (q̂, k̂), W·Mᵀ and the
 //    state update in (2) (W, the entry state M, k̂, V_new·decay), q̂·h_cᵀ and P·V_new in (3) (q̂, h_c,
 //    P, V_new); checked against the 16-bit-operand SSM row of the tolerance table (its GDN terms).
 //    The block triangular solve of (1) keeps float32 operands (3xTF32) with either kind: see there.
-// The shared tiles are staged in float32 either way (but the state pass's W and k̂ slots, 16-bit with
-// 16-bit operands); the diagonal blocks' inverses, decays and gates stay float32 on the CUDA cores,
-// the state M float32 in registers, U, V_new and every accumulation float32.
+// With float32 operands the shared tiles are staged in float32; with 16-bit ones the tiles that are
+// only product operands are staged rounded (the intra pass's q̂ and k̂ for its products, the state
+// pass's W and k̂ slots and B tiles, the output pass's q̂ and P items), the others in float32 (the
+// right-hand sides and results of the solve); the diagonal blocks' inverses, decays and gates stay
+// float32 on the CUDA cores, the state M float32 in registers, U, V_new and every accumulation
+// float32.
 // Fixed summation orders, no atomics: bitwise reproducible.
 // The state pass is the sequential part and the wall of the prefill: its blocks are few (one per
 // value head and tile of M's rows), so each chunk's work per thread is kept small — one bulk copy
@@ -307,7 +311,8 @@ size_t intra_smem_bytes() {
 
 // Block = chunk blockIdx.x / Hv × value head blockIdx.x % Hv (the value heads of a chunk are
 // consecutive blocks: their q̂, k̂ shared through L2); two blocks per SM (the shared memory).
-// T: the operands of k̂·k̂ᵀ and q̂·k̂ᵀ (float: 3xTF32; 16-bit: rounded q̂, k̂).
+// T: the operands of k̂·k̂ᵀ and q̂·k̂ᵀ (float: 3xTF32 from the float32 tiles; 16-bit: q̂ and k̂ rounded
+// once into q̂'s space, lower_tiles_16bit), and of the fragments it writes for the other passes.
 template <typename T>
 __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra_blocks_per_sm)
     chunk_intra_kernel(GdnParams p) {
