@@ -27,7 +27,10 @@ Timing as the benchmark times ours: warm-up calls (the first one autotunes), the
 around each call with a 256 MiB L2-flush read before it (outside the events), median of --samples.
 ratio = peer median / our median_us from --ours (> 1: hybridtb faster). --kernels N adds each peer's
 per-kernel GPU times (torch.profiler, mean of N calls) to its entry, to set beside Nsight Compute's
-per-kernel times of ours.
+per-kernel times of ours. Each entry's wall_s gives the seconds of its phases (the timing's first
+call compiles and autotunes the peer's Triton kernels for the case, often the longest); the JSON is
+rewritten after each case with "complete" false until the last, so a run stopped by a time limit
+keeps the cases it finished.
 
 Checks of each peer's output (max error normalised by the largest |value| of the check's output,
 and the relative RMS error, within bf16 tolerances — the peers round their activations to bf16):
@@ -66,6 +69,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import time
 import types
 import zipfile
 
@@ -1393,14 +1397,21 @@ def run_case(torch, case, peers, ours, args, workdir, flush):
         entry = {"name": name, "kind": kind, "shape": dict(zip(("Hk", "Hv", "dk", "dv") if kind == "gdn_prefill"
                                                                else ("Hs", "P", "N", "G"), shape)),
                  "tokens": tokens, "in_bench": in_bench, "peer": peer.name, "impl": peer.impl, "checks": []}
+        # Wall seconds per phase: the timing includes the warm-ups, where the first call compiles and
+        # autotunes the peer's Triton kernels for the case's shapes.
+        wall = entry["wall_s"] = {}
+        started = time.monotonic()
         try:
             fn = peer.prepare(timing_inputs)
             med, lo, hi = sample_us(fn, args.samples, args.warmup, flush.sum)
             entry.update(median_us=med, min_us=lo, max_us=hi, samples=args.samples)
+            wall["timing"] = round(time.monotonic() - started, 1)
             if args.kernels:
                 entry["kernels"] = kernel_breakdown(fn, args.kernels, flush.sum)
                 for k in entry["kernels"][:8]:
                     print(f"    {k['us']:9.1f} us  x{k['launches']:g}  {k['name'][:100]}")
+                wall["kernels"] = round(time.monotonic() - started - wall["timing"], 1)
+            checks_started = time.monotonic()
             result = fn()
             entry["finite"] = bool(torch.isfinite(result).all())
             del fn, result
@@ -1417,6 +1428,7 @@ def run_case(torch, case, peers, ours, args, workdir, flush):
                 entry["checks"].append({"against": f"hybridtb {OURS_BACKEND}", "error": ours_check, "ok": False})
             elif not args.hybridtb:
                 entry["ours_check_skipped"] = "no --hybridtb"
+            wall["checks"] = round(time.monotonic() - checks_started, 1)
         except Exception as e:  # out of memory, a kernel's assertion: record, go on
             entry["error"] = f"{type(e).__name__}: {e}"[:400]
         if mine is not None and "median_us" in mine:
@@ -1439,6 +1451,8 @@ def run_case(torch, case, peers, ours, args, workdir, flush):
             entry["verdict"] = "ok" if entry["checks"] else "unchecked"
         entries.append(entry)
         print(summary_line(entry), flush=True)
+        if wall:
+            print("    wall s: " + ", ".join(f"{k} {v:.1f}" for k, v in wall.items()), flush=True)
         torch.cuda.empty_cache()
     return entries
 
@@ -1529,12 +1543,21 @@ def run(args, plan, fla_folder, fla_reason, cases, ours, ours_gpu):
                 report["cases"] += entries
                 if any(e["verdict"] in ("error", "mismatch") for e in entries):
                     status = 1
-    tmp = args.json + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(report, f, indent=2)
-    os.replace(tmp, args.json)
+            write_report(report, args.json, complete=False)  # a run stopped later keeps these cases
+    write_report(report, args.json, complete=True)
     print(f"wrote {args.json}")
     return status
+
+
+def write_report(report, path, complete):
+    """Writes the report to path atomically (a .tmp beside it, then a rename), with "complete": whether
+    every case has run; run() writes it after each case, so a run stopped by a time limit leaves the
+    cases it finished."""
+    report["complete"] = complete
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f, indent=2)
+    os.replace(tmp, path)
 
 
 # --- the CPU self-test of the float64 re-implementation ------------------------------------------------

@@ -390,6 +390,22 @@ def main():
             "mul32 is the product mod 2^32 for 32-bit operands")
     c.check(p.f32(0.1) != 0.1 and p.f32(0.5) == 0.5 and abs(p.f32(0.1) - 0.1) < 1e-8, "f32 rounds to float32")
 
+    # --- the report written after each case: a run stopped later keeps the finished cases ---
+    path = os.path.join(work, "report.json")
+    report = {"cases": [{"name": "a"}]}
+    p.write_report(report, path, complete=False)
+    with open(path) as f:
+        partial = json.load(f)
+    report["cases"].append({"name": "b"})
+    p.write_report(report, path, complete=True)
+    with open(path) as f:
+        whole = json.load(f)
+    c.check(partial == {"cases": [{"name": "a"}], "complete": False}
+            and whole == {"cases": [{"name": "a"}, {"name": "b"}], "complete": True}
+            and not os.path.exists(path + ".tmp"),
+            "write_report: the cases so far with complete false, then all with complete true, no .tmp left",
+            f"{partial} / {whole}")
+
     print(f"{c.passed} passed, {c.failed} failed")
     return 1 if c.failed else 0
 
