@@ -3,6 +3,8 @@
 //   - the chunked WY form of fla's chunk_gated_delta_rule (in-chunk cumsum, (I + A)⁻¹ by forward
 //     substitution, U, W, V_new, O and the exit state) at chunk sizes 1, 3, 64 and > L;
 //   - the closed form S_t = α(I − β k̂ k̂ᵀ) S_{t−1} + β k̂ vᵀ;
+//   - segments of chunks as affine maps of their entry state, formed apart and composed by a scan
+//     (the chunk states in parallel);
 // and metamorphic relations of the rule itself: β = 0 only decays the state, a huge A_log forgets
 // the past, and writing the same (k, v) with α = β = 1 reaches the fixed point M k̂ = v while
 // leaving M unchanged on k̂'s orthogonal complement. Run: ctest --test-dir <build> -L gdn
@@ -167,6 +169,130 @@ TEST(GdnForms, ChunkedWyStaysFiniteWhenTheChunkDecayUnderflows) {
   const GdnTokens tokens = tokens_of(naive, random_state(d, 1102), in, 130);
   EXPECT_LT(*std::max_element(tokens.g.begin(), tokens.g.end()) * 64.0, -745.0) << "exp(G) must underflow";
   expect_chunked_equals_recurrence(d, to_weights(tensors), naive, random_state(d, 1102), in, 130);
+}
+
+// --- segments composed: the chunk states in parallel ------------------------------------------------------
+
+// Per value head a chunk of the WY form is an affine map of its entry state S (K-major [dk][dv]):
+//   S' = Φ·S + B,  Φ = e^{G_n}·I − Kᵀ·D·W,  B = Kᵀ·D·U,  D = diag(e^{G_n − G_i}),
+// (S' = e^{G_n}·S + Kᵀ·D·V_new with V_new = U − W·S). A run of chunks is one such map, and maps
+// compose as (Φ₂, B₂)∘(Φ₁, B₁) = (Φ₂·Φ₁, Φ₂·B₁ + B₂): a long prefill can form each segment's map in
+// parallel, find every segment's entry state by a short scan over the segments, and run the
+// segments' chunks from those states in parallel (what the per-head chunk chain cannot do when the
+// heads are few). Returns the map of chunk [start, start + n) of value head h: Φ [dk][dk], B [dk][dv].
+struct ChunkMap {
+  std::vector<double> phi, b;
+};
+ChunkMap chunk_map(const GdnDims& d, const GdnTokens& tk, int64_t h, int64_t start, int64_t n) {
+  const int64_t Hv = d.Hv, dk = d.dk, dv = d.dv;
+  const auto k = [&](int64_t i) { return &tk.k[at(((start + i) * Hv + h) * dk)]; };
+  const auto v = [&](int64_t i) { return &tk.v[at(((start + i) * Hv + h) * dv)]; };
+  const auto beta = [&](int64_t i) { return tk.beta[at((start + i) * Hv + h)]; };
+  std::vector<double> G(at(n));
+  for (int64_t i = 0; i < n; ++i) G[at(i)] = (i > 0 ? G[at(i - 1)] : 0.0) + tk.g[at((start + i) * Hv + h)];
+  std::vector<double> T(at(n * n), 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    T[at(i * n + i)] = 1.0;
+    for (int64_t j = 0; j < i; ++j) {
+      const double A_ij = beta(i) * std::exp(G[at(i)] - G[at(j)]) * dot(k(i), k(j), dk);
+      for (int64_t c = 0; c <= j; ++c) T[at(i * n + c)] -= A_ij * T[at(j * n + c)];
+    }
+  }
+  ChunkMap map{std::vector<double>(at(dk * dk), 0.0), std::vector<double>(at(dk * dv), 0.0)};
+  for (int64_t r = 0; r < dk; ++r) map.phi[at(r * dk + r)] = std::exp(G[at(n - 1)]);
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<double> w(at(dk), 0.0), u(at(dv), 0.0);  // row i of W and of U
+    for (int64_t j = 0; j <= i; ++j) {
+      const double t_ij = T[at(i * n + j)];
+      for (int64_t c = 0; c < dv; ++c) u[at(c)] += t_ij * beta(j) * v(j)[c];
+      for (int64_t r = 0; r < dk; ++r) w[at(r)] += t_ij * beta(j) * std::exp(G[at(j)]) * k(j)[r];
+    }
+    const double decay = std::exp(G[at(n - 1)] - G[at(i)]);
+    for (int64_t r = 0; r < dk; ++r) {
+      for (int64_t m = 0; m < dk; ++m) map.phi[at(r * dk + m)] -= decay * k(i)[r] * w[at(m)];
+      for (int64_t c = 0; c < dv; ++c) map.b[at(r * dv + c)] += decay * k(i)[r] * u[at(c)];
+    }
+  }
+  return map;
+}
+
+// x [rows][inner] · y [inner][cols], row-major.
+std::vector<double> matmul(const std::vector<double>& x, const std::vector<double>& y, int64_t rows, int64_t inner,
+                           int64_t cols) {
+  std::vector<double> z(at(rows * cols), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t m = 0; m < inner; ++m) {
+      for (int64_t c = 0; c < cols; ++c) z[at(r * cols + c)] += x[at(r * inner + m)] * y[at(m * cols + c)];
+    }
+  }
+  return z;
+}
+
+// Tokens [begin, end) of tk.
+GdnTokens slice(const GdnDims& d, const GdnTokens& tk, int64_t begin, int64_t end) {
+  const auto rows = [&](const std::vector<double>& x, int64_t width) {
+    return std::vector<double>(x.begin() + static_cast<std::ptrdiff_t>(begin * width),
+                               x.begin() + static_cast<std::ptrdiff_t>(end * width));
+  };
+  return {end - begin, rows(tk.q, d.Hv * d.dk), rows(tk.k, d.Hv * d.dk), rows(tk.v, d.Hv * d.dv), rows(tk.g, d.Hv),
+          rows(tk.beta, d.Hv)};
+}
+
+TEST(GdnForms, SegmentMapsComposeToTheRecurrence) {
+  uint64_t seed = 1100;
+  constexpr int64_t kChunk = 16, kChunksPerSegment = 3;
+  for (const GdnDims& d : kDims) {
+    const int64_t L = 7 * kChunk + 5;  // three segments: 3, 3 and 2 chunks, the last one partial
+    SCOPED_TRACE(describe(d) + " L=" + std::to_string(L));
+    const auto tensors = random_weights(d, seed++);
+    const NaiveGdnState initial = random_state(d, seed++);
+    const GdnTokens tk = tokens_of(naive_gdn_model(d, views(tensors)), initial, random_inputs(d, L, seed), L);
+    seed += 3;
+    const Tolerance tol = gdn_tolerance(d, L, kChunk);
+    std::vector<double> loop_S = initial.S;
+    const std::vector<double> loop = naive_delta_rule(d, tk, loop_S);
+
+    // Each segment's map from its chunks' (in any order of segments: they do not depend on each other).
+    const int64_t segment_tokens = kChunksPerSegment * kChunk;
+    const int64_t segments = (L + segment_tokens - 1) / segment_tokens;
+    std::vector<std::vector<ChunkMap>> maps(at(segments), std::vector<ChunkMap>(at(d.Hv)));
+    for (int64_t sg = 0; sg < segments; ++sg) {
+      for (int64_t h = 0; h < d.Hv; ++h) {
+        ChunkMap whole{std::vector<double>(at(d.dk * d.dk), 0.0), std::vector<double>(at(d.dk * d.dv), 0.0)};
+        for (int64_t r = 0; r < d.dk; ++r) whole.phi[at(r * d.dk + r)] = 1.0;
+        for (int64_t start = sg * segment_tokens; start < std::min(L, (sg + 1) * segment_tokens); start += kChunk) {
+          const ChunkMap c = chunk_map(d, tk, h, start, std::min(kChunk, L - start));
+          std::vector<double> b = matmul(c.phi, whole.b, d.dk, d.dk, d.dv);
+          for (size_t e = 0; e < b.size(); ++e) b[e] += c.b[e];
+          whole = {matmul(c.phi, whole.phi, d.dk, d.dk, d.dk), std::move(b)};
+        }
+        maps[at(sg)][at(h)] = std::move(whole);
+      }
+    }
+    // The scan over the segments' maps alone gives every segment's entry state.
+    std::vector<std::vector<double>> entry(at(segments + 1));
+    entry[0] = initial.S;
+    for (int64_t sg = 0; sg < segments; ++sg) {
+      entry[at(sg + 1)].resize(initial.S.size());
+      for (int64_t h = 0; h < d.Hv; ++h) {
+        const auto s0 = static_cast<std::ptrdiff_t>(h * d.dk * d.dv);
+        const std::vector<double> in(entry[at(sg)].begin() + s0, entry[at(sg)].begin() + s0 + d.dk * d.dv);
+        const std::vector<double> out = matmul(maps[at(sg)][at(h)].phi, in, d.dk, d.dk, d.dv);
+        for (size_t e = 0; e < out.size(); ++e) entry[at(sg + 1)][at(s0) + e] = out[e] + maps[at(sg)][at(h)].b[e];
+      }
+    }
+    // Each segment's chunks run from its scanned entry state, independently of the others.
+    std::vector<double> o;
+    for (int64_t sg = 0; sg < segments; ++sg) {
+      const int64_t begin = sg * segment_tokens, end = std::min(L, begin + segment_tokens);
+      std::vector<double> S = entry[at(sg)];
+      const std::vector<double> part = chunked_delta_rule(d, slice(d, tk, begin, end), S, kChunk);
+      o.insert(o.end(), part.begin(), part.end());
+      expect_close(S, entry[at(sg + 1)], tol, "segment " + std::to_string(sg) + ": its chunks' exit state vs the scan");
+    }
+    expect_close(o, loop, tol, "o of the segments run from the scanned entry states vs the naive loop");
+    expect_close(entry[at(segments)], loop_S, tol, "the scan's exit state vs the naive loop");
+  }
 }
 
 // --- the closed form -------------------------------------------------------------------------------------
