@@ -71,17 +71,8 @@ std::vector<double> chunked_delta_rule(const GdnDims& d, const GdnTokens& tk, st
       const auto v = [&](int64_t i) { return &tk.v[at(((start + i) * Hv + h) * dv)]; };
       const auto beta = [&](int64_t i) { return tk.beta[at((start + i) * Hv + h)]; };
 
-      std::vector<double> G(at(n));
-      for (int64_t i = 0; i < n; ++i) G[at(i)] = (i > 0 ? G[at(i - 1)] : 0.0) + tk.g[at((start + i) * Hv + h)];
-
-      std::vector<double> T(at(n * n), 0.0);  // unit lower triangular
-      for (int64_t i = 0; i < n; ++i) {
-        T[at(i * n + i)] = 1.0;
-        for (int64_t j = 0; j < i; ++j) {
-          const double A_ij = beta(i) * std::exp(G[at(i)] - G[at(j)]) * dot(k(i), k(j), dk);
-          for (int64_t c = 0; c <= j; ++c) T[at(i * n + c)] -= A_ij * T[at(j * n + c)];
-        }
-      }
+      const ChunkWy wy = chunk_wy(tk, Hv, dk, h, start, n, k(0), Hv * dk);
+      const std::vector<double>&G = wy.G, &T = wy.T;
 
       std::vector<double> v_new(at(n * dv), 0.0);  // U − W S
       for (int64_t i = 0; i < n; ++i) {
@@ -188,16 +179,8 @@ ChunkMap chunk_map(const GdnDims& d, const GdnTokens& tk, int64_t h, int64_t sta
   const auto k = [&](int64_t i) { return &tk.k[at(((start + i) * Hv + h) * dk)]; };
   const auto v = [&](int64_t i) { return &tk.v[at(((start + i) * Hv + h) * dv)]; };
   const auto beta = [&](int64_t i) { return tk.beta[at((start + i) * Hv + h)]; };
-  std::vector<double> G(at(n));
-  for (int64_t i = 0; i < n; ++i) G[at(i)] = (i > 0 ? G[at(i - 1)] : 0.0) + tk.g[at((start + i) * Hv + h)];
-  std::vector<double> T(at(n * n), 0.0);
-  for (int64_t i = 0; i < n; ++i) {
-    T[at(i * n + i)] = 1.0;
-    for (int64_t j = 0; j < i; ++j) {
-      const double A_ij = beta(i) * std::exp(G[at(i)] - G[at(j)]) * dot(k(i), k(j), dk);
-      for (int64_t c = 0; c <= j; ++c) T[at(i * n + c)] -= A_ij * T[at(j * n + c)];
-    }
-  }
+  const ChunkWy wy = chunk_wy(tk, Hv, dk, h, start, n, k(0), Hv * dk);
+  const std::vector<double>&G = wy.G, &T = wy.T;
   ChunkMap map{std::vector<double>(at(dk * dk), 0.0), std::vector<double>(at(dk * dv), 0.0)};
   for (int64_t r = 0; r < dk; ++r) map.phi[at(r * dk + r)] = std::exp(G[at(n - 1)]);
   for (int64_t i = 0; i < n; ++i) {

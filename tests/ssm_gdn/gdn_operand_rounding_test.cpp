@@ -64,18 +64,9 @@ std::vector<double> chunked_with_rounded_operands(const GdnDims& d, const GdnTok
           kr[at(i * dk + c)] = r(k(i)[c]);
         }
       }
-      std::vector<double> G(at(n));
-      for (int64_t i = 0; i < n; ++i) G[at(i)] = (i > 0 ? G[at(i - 1)] : 0.0) + tk.g[at((start + i) * Hv + h)];
-
-      // T = (I + A)⁻¹ with A_ij = β_i·Γ_ij·(k̂_i·k̂_j) of the rounded keys, exact.
-      std::vector<double> T(at(n * n), 0.0);
-      for (int64_t i = 0; i < n; ++i) {
-        T[at(i * n + i)] = 1.0;
-        for (int64_t j = 0; j < i; ++j) {
-          const double A_ij = beta(i) * std::exp(G[at(i)] - G[at(j)]) * dot(&kr[at(i * dk)], &kr[at(j * dk)], dk);
-          for (int64_t c = 0; c <= j; ++c) T[at(i * n + c)] -= A_ij * T[at(j * n + c)];
-        }
-      }
+      // G, and T = (I + A)⁻¹ with A_ij = β_i·Γ_ij·(k̂_i·k̂_j) of the rounded keys, exact.
+      const ChunkWy wy = chunk_wy(tk, Hv, dk, h, start, n, kr.data(), dk);
+      const std::vector<double>&G = wy.G, &T = wy.T;
       // V_new = U − round(W)·round(S) with U = T·diag(β)·V and W = T·diag(β·e^G)·K exact.
       std::vector<double> s_in(at(dk * dv));
       for (int64_t e = 0; e < dk * dv; ++e) s_in[at(e)] = r(s[e]);

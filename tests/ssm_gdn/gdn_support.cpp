@@ -121,4 +121,21 @@ Tolerance gdn_tolerance(const GdnDims& d, int64_t num_tokens, int64_t longest_su
   return tolerance_for(ToleranceCase::kSsmModeFloat64, num_tokens, m);
 }
 
+ChunkWy chunk_wy(const GdnTokens& tk, int64_t Hv, int64_t dk, int64_t h, int64_t start, int64_t n, const double* keys,
+                 int64_t key_stride) {
+  const auto at = [](int64_t i) { return static_cast<size_t>(i); };
+  ChunkWy wy{std::vector<double>(at(n)), std::vector<double>(at(n * n), 0.0)};
+  for (int64_t i = 0; i < n; ++i) wy.G[at(i)] = (i > 0 ? wy.G[at(i - 1)] : 0.0) + tk.g[at((start + i) * Hv + h)];
+  for (int64_t i = 0; i < n; ++i) {
+    wy.T[at(i * n + i)] = 1.0;
+    for (int64_t j = 0; j < i; ++j) {
+      double kk = 0.0;
+      for (int64_t c = 0; c < dk; ++c) kk += keys[i * key_stride + c] * keys[j * key_stride + c];
+      const double A_ij = tk.beta[at((start + i) * Hv + h)] * std::exp(wy.G[at(i)] - wy.G[at(j)]) * kk;
+      for (int64_t c = 0; c <= j; ++c) wy.T[at(i * n + c)] -= A_ij * wy.T[at(j * n + c)];
+    }
+  }
+  return wy;
+}
+
 }  // namespace hybridtb::testing

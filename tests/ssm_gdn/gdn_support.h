@@ -48,6 +48,16 @@ std::vector<double> run_core(const reference::ssm::Weights& weights, NaiveGdnSta
                              const std::vector<double>& mixed_qkv, const std::vector<double>& a,
                              const std::vector<double>& b, int64_t L, bool decode);
 
+// The WY form's in-chunk quantities for value head h over tokens [start, start + n) of tk: the
+// cumsum G_i = Σ_{r≤i} g_r and T = (I + A)⁻¹ (unit lower triangular, row-major [n][n]) by forward
+// substitution, A_ij = β_i·e^{G_i − G_j}·(k_i·k_j) for j < i, with key i at keys + i·key_stride
+// (dk values: the tokens' k̂, or a rounded copy).
+struct ChunkWy {
+  std::vector<double> G, T;
+};
+ChunkWy chunk_wy(const GdnTokens& tk, int64_t Hv, int64_t dk, int64_t h, int64_t start, int64_t n, const double* keys,
+                 int64_t key_stride);
+
 // EXPECT the conv and SSM states within `tolerance` (expect_close of ssm_test_support.h for values).
 void expect_state_close(const NaiveGdnState& actual, const NaiveGdnState& expected, const Tolerance& tolerance,
                         const std::string& what);
