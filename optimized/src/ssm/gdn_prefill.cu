@@ -57,7 +57,8 @@
 // fragments), so the products see the same bits.
 // Every product runs on the tensor cores with operands of one of two kinds (GdnParams::
 // product_operands, a template parameter of the three kernels: one body each; the products go
-// through common/warp_mma_3xtf32.cuh's warp_mma and its fragment-level 16-bit product):
+// through common/warp_mma_3xtf32.cuh's 3xTF32 products and its fragment-level 16-bit product, and
+// ldmatrix-fed m16n8k16 products where a 16-bit tile is staged):
 //  - float32 (the default): 3xTF32 (mma.cuh: each float32 operand split into TF32 hi + lo, three
 //    m16n8k8 products with float32 accumulation): float32-level accuracy, the float32 SSM row of the
 //    tolerance table holds;
@@ -99,7 +100,6 @@ namespace {
 using mma::frag_col;
 using mma::frag_row;
 using mma::Mma;
-using mma::warp_mma;
 using mma::warp_mma_3xtf32;
 
 // --- (3) prefills: the chunked WY form --------------------------------------------------------------
