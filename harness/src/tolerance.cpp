@@ -173,18 +173,19 @@ Tolerance ssm_tolerance(const ParityKey& key, DType stored) {
                              "], rtol += u(", to_string(stored), ") for the store")};
   if (is_16bit_float(key.ssm_operand_dtype)) {
     // 16-bit product operands (tolerance.h): Mamba-2 ≤ 4 (states: 2) independent relative roundings
-    // of u_m per term, λ·u_m·2·‖terms‖₂ with ‖terms‖₂ ≤ √m (states: 2); Gated DeltaNet ≤ 6 (states:
-    // 4), λ·u_m·√6·‖terms‖₂ with ‖terms‖₂ ≤ √m (states: λ·u_m·2·‖terms‖₂ with ‖terms‖₂ ≤ 12).
+    // of u_m per term, λ·u_m·2·‖terms‖₂ with ‖terms‖₂ ≤ √m (states: 2); Gated DeltaNet ≤ 8 (states:
+    // 6), λ·u_m·√8·‖terms‖₂ with ‖terms‖₂ ≤ √m (states: λ·u_m·√6·‖terms‖₂ with ‖terms‖₂ ≤ 12).
     const double u_m = unit_roundoff(key.ssm_operand_dtype);
     const bool state = key.quantity == Quantity::kSsmState;
     const double sqrt_m = std::sqrt(static_cast<double>(key.inner_length));
     const std::string_view operands = to_string(key.ssm_operand_dtype);
     if (key.ssm_mode == "gdn") {
-      const double e16 = state ? 2.0 * 12.0 * kParityLambda * u_m : std::sqrt(6.0) * kParityLambda * u_m * sqrt_m;
+      const double e16 =
+          state ? std::sqrt(6.0) * 12.0 * kParityLambda * u_m : std::sqrt(8.0) * kParityLambda * u_m * sqrt_m;
       t.atol += e16;
-      t.rationale += state ? detail::concat(" + e16 = 2·6·12·u_m = ", e16, " [gdn state; product operands rounded to ",
+      t.rationale += state ? detail::concat(" + e16 = √6·6·12·u_m = ", e16, " [gdn state; product operands rounded to ",
                                             operands, "]")
-                           : detail::concat(" + e16 = √6·6·u_m·√m = ", e16, " [gdn; product operands rounded to ",
+                           : detail::concat(" + e16 = √8·6·u_m·√m = ", e16, " [gdn; product operands rounded to ",
                                             operands, ", m=", key.inner_length, "]");
     } else {
       const double e16 =

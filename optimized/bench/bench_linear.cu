@@ -40,7 +40,7 @@
 //   gdn prefill {8k qwen3-next, 64k hv8} bf16 operands — the same with the prefill kernels' product
 //       operands rounded to bfloat16 (GdnParams::product_operands; BackendSettings::
 //       ssm_prefill_operands model with a bfloat16 model): one m16n8k16 per product with float32
-//       accumulation, as fla's Triton kernels (the block triangular solve stays 3xTF32).
+//       accumulation, as fla's Triton kernels (the in-chunk inverse is float32, then rounded).
 //   mamba2 prefill {8k, 32k} — one fresh request of 8192 / 32768 tokens at the Falcon-H1-7B sizes,
 //       the chunked SSD (launch_mamba2_prefill: cumsum, C·Bᵀ, chunk states, state passing, chunk
 //       scan; chunk 128); time

@@ -2,11 +2,12 @@
 // Gated DeltaNet chunked prefill") against a float64 emulation of what the cuda prefill rounds with
 // ssm_prefill_operands model (optimized/src/ssm/gdn_prefill.cu): the chunked WY form of
 // gdn_forms_test.cpp in 64-token chunks with, rounded once to the 16-bit model dtype,
-//   q̂ and k̂ in k̂·k̂ᵀ, q̂·k̂ᵀ, the state update and the read-out; P = (q̂·k̂ᵀ)∘Γ; W; the entering
-//   state (in W·Sᵀ and, as h_c, in the read-out); V_new (in P·V_new) and V_new·decay (in the
-//   state update);
-// and everything else exact: the solve for W and U from unrounded k̂ and v, the gates and decays,
-// the carried state and every sum (the kernels' float32 sums are the float32 row's part). On the
+//   q̂ and k̂ in k̂·k̂ᵀ, q̂·k̂ᵀ, the state update and the read-out; P = (q̂·k̂ᵀ)∘Γ; the in-chunk
+//   inverse T and the right-hand sides β·v and β·e^G·k̂ in U = T·diag(β)·V and W = T·diag(β·e^G)·K;
+//   W; the entering state (in W·Sᵀ and, as h_c, in the read-out); V_new (in P·V_new) and
+//   V_new·decay (in the state update);
+// and everything else exact: T itself (from the exact A of the rounded keys), U, the gates and
+// decays, the carried state and every sum (the kernels' float32 sums are the float32 row's part). On the
 // data the derivation assumes (weights drawn as the mode's specs say, unit-normal conv inputs, a
 // standard-normal initial state), the emulation's errors against the exact recurrence must stay
 // within the row's 16-bit term e16 — the row's atol with 16-bit operands minus its atol with float32
@@ -67,16 +68,17 @@ std::vector<double> chunked_with_rounded_operands(const GdnDims& d, const GdnTok
       // G, and T = (I + A)⁻¹ with A_ij = β_i·Γ_ij·(k̂_i·k̂_j) of the rounded keys, exact.
       const ChunkWy wy = chunk_wy(tk, Hv, dk, h, start, n, kr.data(), dk);
       const std::vector<double>&G = wy.G, &T = wy.T;
-      // V_new = U − round(W)·round(S) with U = T·diag(β)·V and W = T·diag(β·e^G)·K exact.
+      // V_new = U − round(W)·round(S) with U = round(T)·round(diag(β)·V) and
+      // W = round(T)·round(diag(β·e^G)·K), each summed exactly.
       std::vector<double> s_in(at(dk * dv));
       for (int64_t e = 0; e < dk * dv; ++e) s_in[at(e)] = r(s[e]);
       std::vector<double> v_new(at(n * dv), 0.0);
       for (int64_t i = 0; i < n; ++i) {
         std::vector<double> w(at(dk), 0.0);
         for (int64_t j = 0; j <= i; ++j) {
-          const double t_ij = T[at(i * n + j)];
-          for (int64_t c = 0; c < dv; ++c) v_new[at(i * dv + c)] += t_ij * beta(j) * v(j)[c];
-          for (int64_t q = 0; q < dk; ++q) w[at(q)] += t_ij * beta(j) * std::exp(G[at(j)]) * k(j)[q];
+          const double t_ij = r(T[at(i * n + j)]);
+          for (int64_t c = 0; c < dv; ++c) v_new[at(i * dv + c)] += t_ij * r(beta(j) * v(j)[c]);
+          for (int64_t q = 0; q < dk; ++q) w[at(q)] += t_ij * r(beta(j) * std::exp(G[at(j)]) * k(j)[q]);
         }
         for (int64_t q = 0; q < dk; ++q) w[at(q)] = r(w[at(q)]);
         for (int64_t c = 0; c < dv; ++c) {

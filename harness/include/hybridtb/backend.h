@@ -186,7 +186,7 @@ struct BackendSettings {
   int prefill_variant = -1;
   // cuda: the operands of the chunked prefill products of Mamba-2 (the SSD: C·Bᵀ, chunk states,
   // chunk scan) and Gated DeltaNet (the WY form: k̂·k̂ᵀ and q̂·k̂ᵀ, the state pass's W·Mᵀ and state
-  // update, the output pass's q̂·h_cᵀ and P·V_new; its block triangular solve stays float32).
+  // update, the output pass's q̂·h_cᵀ and P·V_new, W, U = T·right-hand sides; its inverse T is float32).
   // kFloat32 (the default): float32 operands in 3xTF32, float32-accurate (the float32 SSM row of the
   // tolerance table). kModel: operands rounded to the model dtype and multiplied once in 16 bits with
   // float32 accumulation, as vLLM's Triton SSD and fla kernels (about a third of the tensor-core

@@ -167,27 +167,30 @@ Tolerance tolerance_for(ToleranceCase which, int64_t reduction_length, int64_t i
 // rtol as the float32 row (the store).
 // The same for a Gated DeltaNet chunked prefill (ParityKey::ssm_mode gdn; chunk C = 64 tokens, head
 // dims dk, dv ≤ 128): the float32 row plus
-//   e16 = √6·λ·u_m·√m      (contribution: a linear layer's o, or the branch's after norm and out_proj)
-//   e16 = 2·λ·u_m·12       (states)
+//   e16 = √8·λ·u_m·√m      (contribution: a linear layer's o, or the branch's after norm and out_proj)
+//   e16 = √6·λ·u_m·12      (states)
 // Rounded operands (gdn_prefill.cu): q̂ and k̂ (in k̂·k̂ᵀ, q̂·k̂ᵀ, the state update, the read-out), P,
-// W, the entering state M (in W·Mᵀ and, as h_c, in the read-out), V_new (in P·V_new) and V_new·decay
-// (in the state update); the block triangular solve for W and U, the gates and decays, the state
-// carried across chunks and every sum stay float32. In a chunk's read-out
+// the in-chunk inverse T = (I + A)^-1 and the right-hand sides diag(β)·V and diag(β·e^G)·K (in
+// U = T·diag(β)·V and W = T·diag(β·e^G)·K, as fla's recompute_w_u), W, the entering state M (in W·Mᵀ
+// and, as h_c, in the read-out), V_new (in P·V_new) and V_new·decay (in the state update); T itself
+// (computed from the exact A of the rounded keys), the gates and decays, U, the state carried across
+// chunks and every sum stay float32. In a chunk's read-out
 //   o_t[v] = Σ_{j ≤ t, c} Γ_tj·q̂_t[c]·k̂_j[c]·V_new_j[v] + e^{G_t}·Σ_c q̂_t[c]·M[v, c],
 //   V_new_j[v] = U_j[v] − Σ_c W_j[c]·M[v, c],
-// a term carries ≤ 6 roundings of ≤ u_m (q̂, k̂, P, V_new, and W, M inside V_new; U and W come from
-// the float32 solve with the exact A of the rounded keys, which counts as those terms' k̂
-// rounding), a read-out term 2; a state element's terms k̂_j[c]·(V_new_j·e^{G_n − G_j})[v] carry ≤ 4
-// (k̂, V_new·decay, and W, M inside V_new). With the probabilistic model above the effect is
-// ≤ λ·u_m·√6·‖terms‖₂ (states ≤ λ·u_m·2·‖terms‖₂), relative per term and not growing with the
-// reduction lengths (the chunk's 64 tokens, dk, dv: the sums themselves are float32, the float32
-// row). Errors carried through the chunk-state recurrence are not amplified: per token the state is
-// multiplied by α·(I − β·k̂·k̂ᵀ), α = e^g ≤ 1, whose norm is ≤ 1 when β ∈ [0, 2] and ‖k̂‖ = 1 (its
-// eigenvalues are α·(1 − β) along k̂ and α across it); the generated data have β = sigmoid(b) ∈
-// (0, 1) and L2-normalised k̂ (‖k̂‖ ≤ 1 with fla's 1e-6), so every chunk's transition Φ_c (their
-// product) has norm ≤ 1. The entering state's re-rounding in W·Mᵀ acts only through the removal
-// part e^{G_n}·I − Φ_c (norm ≤ 2), and what it adds is then passed on by the later Φ's: the errors
-// of successive chunks add (in quadrature, independent), each decayed, none amplified.
+// a term of V_new carries ≤ 4 roundings of ≤ u_m (U's: T, β·v; W·Mᵀ's: T, β·e^G·k̂, W, M; A's exact
+// keys count as those terms' k̂ rounding), so a read-out term through P·V_new carries ≤ 8 (q̂, k̂,
+// P, V_new and V_new's 4), a read-out term through the entering state 2; a state element's terms
+// k̂_j[c]·(V_new_j·e^{G_n − G_j})[v] carry ≤ 6 (k̂, V_new·decay and V_new's 4). With the
+// probabilistic model above the effect is ≤ λ·u_m·√8·‖terms‖₂ (states ≤ λ·u_m·√6·‖terms‖₂),
+// relative per term and not growing with the reduction lengths (the chunk's 64 tokens, dk, dv: the
+// sums themselves are float32, the float32 row). Errors carried through the chunk-state recurrence
+// are not amplified: per token the state is multiplied by α·(I − β·k̂·k̂ᵀ), α = e^g ≤ 1, whose norm
+// is ≤ 1 when β ∈ [0, 2] and ‖k̂‖ = 1 (its eigenvalues are α·(1 − β) along k̂ and α across it); the
+// generated data have β = sigmoid(b) ∈ (0, 1) and L2-normalised k̂ (‖k̂‖ ≤ 1 with fla's 1e-6), so
+// every chunk's transition Φ_c (their product) has norm ≤ 1. The entering state's re-rounding in
+// W·Mᵀ acts only through the removal part e^{G_n}·I − Φ_c (norm ≤ 2), and what it adds is then
+// passed on by the later Φ's: the errors of successive chunks add (in quadrature, independent),
+// each decayed, none amplified.
 // Magnitudes, for independent directions (|k̂_j[c]| ≈ dk^-1/2) and r_S, r_V the rms of a state row
 // and of V_new_j = β_j·(v_j − M·k̂_j): GDN's L2-normalised q̂ (‖q̂‖₂ = dk^-1/2: normalised, times
 // dk^-1/2) and k̂ (‖k̂‖₂ = 1) keep the coefficients small — |P_tj| ≤ dk^-1/2, ‖W_j‖ ≤ β_j ≤ 1 (W's

@@ -8,10 +8,12 @@
 // G_i the in-chunk inclusive cumsum of g and Γ_ij = e^(G_i − G_j) (j ≤ i, so ≤ 1):
 //   (1) chunk_intra_kernel, per chunk × value head, parallel over all chunks of the wave:
 //         A_ij = β_i·Γ_ij·(k̂_i·k̂_j) for j < i (strictly lower),  P_ij = (q̂_i·k̂_j)·Γ_ij for j ≤ i,
-//         [W | U] = (I + A)^-1·[diag(β·e^G)·K | diag(β)·V]  by block forward substitution over the
-//         four 16-token blocks: the diagonal blocks' inverses T_bb = (I + A_bb)^-1 by substitution
-//         (a column per thread), then X_b = T_bb·(R_b − Σ_{k<b} A_bk·X_k) on the tensor cores, each
-//         warp owning 32 columns of W or U through the four blocks (only warp-level synchronisation);
+//         [W | U] = T·[diag(β·e^G)·K | diag(β)·V],  T = (I + A)^-1  in float32 (fla's solve_tril):
+//         the diagonal 16×16 blocks' inverses T_bb by substitution (a column per thread), the blocks
+//         below them in three rounds on the tensor cores (3xTF32); then T times the right-hand
+//         sides in the products' operands (3xTF32, or T and the right-hand sides rounded to the
+//         16-bit dtype, fla's recompute_w_u), each warp owning 32 columns of W or U through the four
+//         16-token row blocks (only warp-level synchronisation);
 //         G by a warp scan; W (per value head) and k̂ (per key head, by its first value head) leave in
 //         the state pass's mma fragment order (w_frag, k_frag: one tile per chunk and head, 32 KiB of
 //         float32 fragments, or with 16-bit operands 16 KiB of fragment pairs already rounded to the
@@ -65,15 +67,16 @@
 //  - the model dtype (float16 / bfloat16), as vLLM's / fla's Triton kernels multiply bfloat16 q, k,
 //    w, u, v_new and states: each operand rounded once to it (where every warp reads it, once per
 //    block into a shared 16-bit tile or by the kernel that writes it), one m16n8k16 product per 16
-//    of k with float32 accumulation — k̂·k̂ᵀ and q̂·k̂ᵀ in (1) (q̂, k̂), W·Mᵀ and the
-//    state update in (2) (W, the entry state M, k̂, V_new·decay), q̂·h_cᵀ and P·V_new in (3) (q̂, h_c,
-//    P, V_new); checked against the 16-bit-operand SSM row of the tolerance table (its GDN terms).
-//    The block triangular solve of (1) keeps float32 operands (3xTF32) with either kind: see there.
+//    of k with float32 accumulation — k̂·k̂ᵀ, q̂·k̂ᵀ and T·[diag(β·e^G)·K | diag(β)·V] in (1) (q̂, k̂,
+//    T, the right-hand sides), W·Mᵀ and the state update in (2) (W, the entry state M, k̂,
+//    V_new·decay), q̂·h_cᵀ and P·V_new in (3) (q̂, h_c, P, V_new); checked against the 16-bit-operand
+//    SSM row of the tolerance table (its GDN terms). The inverse T itself is computed in float32
+//    (3xTF32) with either kind: see there.
 // With float32 operands the shared tiles are staged in float32; with 16-bit ones the tiles that are
 // only product operands are staged rounded (the intra pass's q̂ and k̂ for its products, the state
 // pass's W and k̂ slots and B tiles, the output pass's q̂ and P items), the others in float32 (the
-// right-hand sides and results of the solve); the diagonal blocks' inverses, decays and gates stay
-// float32 on the CUDA cores, the state M float32 in registers, U, V_new and every accumulation
+// right-hand sides, T and the results W, U, rounded as they are read); the diagonal blocks'
+// inverses, decays and gates stay float32 on the CUDA cores, the state M float32 in registers, U, V_new and every accumulation
 // float32.
 // Fixed summation orders, no atomics: bitwise reproducible.
 // The state pass is the sequential part and the wall of the prefill: its blocks are few (one per
@@ -100,6 +103,7 @@ namespace {
 using mma::frag_col;
 using mma::frag_row;
 using mma::Mma;
+using mma::warp_mma;
 using mma::warp_mma_3xtf32;
 
 // --- (3) prefills: the chunked WY form --------------------------------------------------------------
@@ -499,15 +503,18 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
   copy_tile_async(Q, xs, rows + 2 * int64_t{p.Hk} * dk + int64_t{h} * dv, gdn_conv_dim(p), n, dv, round_up(dv, 8),
                   v_vec);
   mma::cp_async_commit();
-  // k̂ from row stride 132 to 136 in place, through registers (every read before the barrier, every
-  // write after it): thread → columns 4·lane … of rows warp + 8·r.
+  // k̂ from row stride 132 to 136 in place, times β·e^G (W's right-hand side diag(β·e^G)·K), through
+  // registers (every read before the barrier, every write after it): thread → columns 4·lane … of
+  // rows warp + 8·r.
   constexpr int kQuadRows = kC / (kPrefillThreads / 32);
   float4 k_quads[kQuadRows];
   const bool moves = 4 * lane < dk16;
   if (moves) {
 #pragma unroll
     for (int r = 0; r < kQuadRows; ++r) {
-      k_quads[r] = *reinterpret_cast<const float4*>(K + (warp + 8 * r) * ks + 4 * lane);
+      const float4 x = *reinterpret_cast<const float4*>(K + (warp + 8 * r) * ks + 4 * lane);
+      const float s = BE[warp + 8 * r];
+      k_quads[r] = make_float4(x.x * s, x.y * s, x.z * s, x.w * s);
     }
   }
   // The inverses T_bb = (I + A_bb)^-1 of the four 16×16 diagonal blocks (unit lower triangular):
@@ -543,26 +550,70 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
     for (int i = 0; i < 16; ++i) diag[i * as + tc] = t_col[i];
   }
   mma::cp_async_wait<0>();
-  __syncthreads();  // v, k̂ at stride 136 and the T_bb in place
+  __syncthreads();  // v, diag(β·e^G)·K at stride 136 and the T_bb in place
 
-  // (I + A)·[W | U] = [diag(β·e^G)·K | diag(β)·V] by block forward substitution over the four 16-row
-  // blocks b: X_b = T_bb·(R_b + Σ_{k<b} (−A)_bk·X_k), both products 3xTF32 on the tensor cores. Warp w
-  // takes 32 columns, of W (k̂'s tile) for w < 4, of U (v's tile) for w ≥ 4, and owns them through
-  // every block: the right-hand side, Z_b = R_b − A_b,<b·X_<b and X_b each overwrite the warp's own
-  // columns of block b in place, so only the warp synchronises. Rows past n (and W's columns from dk
-  // to dk16) have zero right-hand sides and zero rows of A (T_bb's rows there are the identity's), so
-  // they come out exact zeros. Then block b leaves: W in the fragment order of the state pass's first
-  // product (quad 32·(16·b + cb) + lane holds lane's A fragment of tokens 16·b … and columns 8·cb …),
-  // 16 bytes per store; U row-major for the chunk's rows.
-  // The solve's products keep float32 operands (3xTF32) whatever T is: X_b enters the right-hand
-  // side of every later block, so a rounding of X_k or of A_bk to 16 bits would be carried through
-  // the remaining blocks and multiplied by each T_bb, whose entries (those of a unit lower triangular
-  // inverse) are not bounded by 1; fla solves in float32 too and rounds only the finished inverse.
-  // W and U are rounded once, as operands of the state and output passes (as fla's w and u).
+  // v times β in place (U's right-hand side diag(β)·V), ordered before the products below by the
+  // barriers of the inverse's rounds.
+  {
+    const int quads = round_up(dv, 8) / 4;
+    for (int e = tid; e < kC * (kGdnMaxHeadDim / 4); e += kPrefillThreads) {
+      const int i = e / (kGdnMaxHeadDim / 4), c = 4 * (e % (kGdnMaxHeadDim / 4));
+      if (c >= 4 * quads) continue;
+      float4* const x = reinterpret_cast<float4*>(Q + i * xs + c);
+      const float s = B[i];
+      const float4 y = *x;
+      *x = make_float4(y.x * s, y.y * s, y.z * s, y.w * s);
+    }
+  }
+  // The rest of T = (I + A)^-1, its 16×16 blocks below the diagonal, from the T_bb and −A's blocks in
+  // three rounds (fla's merge of 16×16 inverses into 64×64): T_ij = T_ii·Σ_{j≤k<i} (−A)_ik·T_kj, round
+  // r computing the blocks with i − j = r (T_10, T_21, T_32; then T_20, T_31; then T_30) from those of
+  // earlier rounds. T_ij (i > j) is kept in −A's unused block (j, i) above the diagonal, row-major as
+  // T_ij itself (t_block). Warp 2·x + half computes the 8 columns `half` of the round's block x (j = x):
+  // Y = Σ_k (−A)_ik·T_kj into its place, then T_ii·Y over it, both 3xTF32: the inverse is float32
+  // whatever the product operands (fla's solve_tril is float32 too). Rows past n come out zeros
+  // (−A's rows there are zeros), columns past n the identity's (the right-hand sides' rows there are
+  // zeros, so they add nothing).
+  const auto t_block = [&](int i, int j) {  // block (i, j ≤ i) of T
+    return i == j ? A + 16 * i * (as + 1) : A + 16 * j * as + 16 * i;
+  };
+#pragma unroll 1
+  for (int round = 1; round < kC / 16; ++round) {
+    const int x = warp / 2, half = warp % 2, g = lane / 4, t = lane % 4;
+    if (x < kC / 16 - round) {
+      const int j = x, i = x + round;
+      float* const dst = t_block(i, j) + 8 * half;
+      const auto store_tile = [&](const float(&c)[1][4]) {
+        *reinterpret_cast<float2*>(dst + g * as + 2 * t) = make_float2(c[0][0], c[0][1]);
+        *reinterpret_cast<float2*>(dst + (g + 8) * as + 2 * t) = make_float2(c[0][2], c[0][3]);
+      };
+      float y[1][4] = {};
+      for (int k = j; k < i; ++k) warp_mma_3xtf32<1, as, 1, 1, as>(y, A + 16 * i * as + 16 * k, t_block(k, j) + 8 * half, 2);
+      store_tile(y);
+      __syncwarp();
+      float t_ij[1][4] = {};
+      warp_mma_3xtf32<1, as, 1, 1, as>(t_ij, t_block(i, i), dst, 2);
+      __syncwarp();  // Y read by every lane
+      store_tile(t_ij);
+    }
+    __syncthreads();  // the round's blocks (and in the first, v·β) complete
+  }
+
+  // [W | U] = T·[diag(β·e^G)·K | diag(β)·V] on the tensor cores. Warp w takes 32 columns, of W (the
+  // k̂ tile) for w < 4, of U (the v tile) for w ≥ 4, and owns them through every row block b, from the
+  // last to the first: X_b = Σ_{k≤b} T_bk·R_k over its columns, written over R_b (which no earlier
+  // block reads) after the warp's reads of it, so only the warp synchronises. Rows past n (and W's
+  // columns from dk to dk16) have zero right-hand sides and zero rows of T, so they come out exact
+  // zeros. Then block b leaves: W in the fragment order of the state pass's first product (quad
+  // 32·(16·b + cb) + lane holds lane's A fragment of tokens 16·b … and columns 8·cb …), 16 bytes per
+  // store; U row-major for the chunk's rows.
+  // The products take the kernels' operands T (warp_mma): 3xTF32, or T and the right-hand sides
+  // rounded to the 16-bit dtype as they are read, one m16n8k16 per block pair — as fla multiplies its
+  // inverse, rounded to the model dtype, by the rounded β·v and β·e^G·k (recompute_w_u). W and U are
+  // then rounded once more, as operands of the state and output passes (as fla's w and u).
   {
     const bool w_part = warp < 4;
     float* const X = w_part ? K : Q;
-    const float* const scale = w_part ? BE : B;
     const int c0 = 32 * (warp % 4);
     const int tiles = min(4, max(0, ((w_part ? dk16 : dv) - c0 + 7) / 8));
     const int g = lane / 4, t = lane % 4;
@@ -583,26 +634,12 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
     };
     if (tiles > 0) {
 #pragma unroll
-      for (int b = 0; b < kC / 16; ++b) {
+      for (int b = kC / 16 - 1; b >= 0; --b) {
         const int r0 = 16 * b;
-        float z[4][4] = {};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          if (j >= tiles) continue;
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            const int i = r0 + g + 8 * half;
-            const float2 r = *reinterpret_cast<const float2*>(X + i * xs + c0 + 8 * j + 2 * t);
-            z[j][2 * half] = r.x * scale[i];
-            z[j][2 * half + 1] = r.y * scale[i];
-          }
-        }
-        warp_mma_3xtf32<4, as, 1, 1, xs>(z, A + r0 * as, X + c0, 2 * b, tiles);
-        store_block(r0, z);
-        __syncwarp();
         float x[4][4] = {};
-        warp_mma_3xtf32<4, as, 1, 1, xs>(x, A + r0 * (as + 1), X + r0 * xs + c0, 2, tiles);
-        __syncwarp();  // Z_b read by every lane
+#pragma unroll
+        for (int k = 0; k <= b; ++k) warp_mma<T, 4, as, 1, 1, xs>(x, t_block(b, k), X + 16 * k * xs + c0, 2, tiles);
+        __syncwarp();  // R_b read by every lane
         store_block(r0, x);
         __syncwarp();
         if (w_part) {
