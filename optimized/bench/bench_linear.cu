@@ -40,7 +40,11 @@
 //   gdn prefill {8k qwen3-next, 64k hv8} bf16 operands — the same with the prefill kernels' product
 //       operands rounded to bfloat16 (GdnParams::product_operands; BackendSettings::
 //       ssm_prefill_operands model with a bfloat16 model): one m16n8k16 per product with float32
-//       accumulation, as fla's Triton kernels (the in-chunk inverse is float32, then rounded).
+//       accumulation, as fla's Triton kernels (the in-chunk inverse is float32, then rounded); the
+//       state pass on wgmma on a compute capability 9.0 device where the build has its sm_90a code
+//       (GdnParams::state_wgmma, as the backend sets it; "state_pass" says which ran).
+//   gdn prefill {8k qwen3-next, 64k hv8} bf16 operands mma.sync — the same with the mma.sync state
+//       pass everywhere (BackendSettings::ssm_prefill_wgmma false): the wgmma body's baseline.
 //   mamba2 prefill {8k, 32k} — one fresh request of 8192 / 32768 tokens at the Falcon-H1-7B sizes,
 //       the chunked SSD (launch_mamba2_prefill: cumsum, C·Bᵀ, chunk states, state passing, chunk
 //       scan; chunk 128); time
@@ -519,16 +523,21 @@ int run(int argc, char** argv) {
     int tokens;
     double flashinfer_ms;  // FlashInfer SM90, H100, h_qk 2, h_v 8 (perf-anchors.md §4.5); 0: no figure
     ElementKind operands;  // GdnParams::product_operands: float32 (3xTF32) or bfloat16
+    bool force_mma_sync;   // bfloat16: the mma.sync state pass even where wgmma's would run
   };
   const char* const qwen3_next = "Qwen3-Next: Hk 16, Hv 32, dk 128, dv 128";
   const char* const hv8 = "FlashInfer's: Hk 4 (FlashInfer 2), Hv 8, dk 128, dv 128";
   const GdnPrefillCase gdn_prefills[] = {
-      {"gdn prefill 8k qwen3-next", qwen3_next, kQwen3Next, 8192, 0.0, ElementKind::kFloat32},
-      {"gdn prefill 8k qwen3-next bf16 operands", qwen3_next, kQwen3Next, 8192, 0.0, ElementKind::kBFloat16},
-      {"gdn prefill 8k hv8", hv8, kGdnHv8, 8192, 0.114, ElementKind::kFloat32},
-      {"gdn prefill 64k hv8", hv8, kGdnHv8, 65536, 0.399, ElementKind::kFloat32},
-      {"gdn prefill 64k hv8 bf16 operands", hv8, kGdnHv8, 65536, 0.399, ElementKind::kBFloat16},
+      {"gdn prefill 8k qwen3-next", qwen3_next, kQwen3Next, 8192, 0.0, ElementKind::kFloat32, false},
+      {"gdn prefill 8k qwen3-next bf16 operands", qwen3_next, kQwen3Next, 8192, 0.0, ElementKind::kBFloat16, false},
+      {"gdn prefill 8k qwen3-next bf16 operands mma.sync", qwen3_next, kQwen3Next, 8192, 0.0,
+       ElementKind::kBFloat16, true},
+      {"gdn prefill 8k hv8", hv8, kGdnHv8, 8192, 0.114, ElementKind::kFloat32, false},
+      {"gdn prefill 64k hv8", hv8, kGdnHv8, 65536, 0.399, ElementKind::kFloat32, false},
+      {"gdn prefill 64k hv8 bf16 operands", hv8, kGdnHv8, 65536, 0.399, ElementKind::kBFloat16, false},
+      {"gdn prefill 64k hv8 bf16 operands mma.sync", hv8, kGdnHv8, 65536, 0.399, ElementKind::kBFloat16, true},
   };
+  const bool gdn_hopper = ComputeCapability{prop.major, prop.minor}.is_hopper();
   for (const GdnPrefillCase& c : gdn_prefills) {
     if (!wanted(c.name)) continue;
     Buffers b;
@@ -536,6 +545,9 @@ int run(int argc, char** argv) {
     const int T = c.tokens;
     GdnParams p = make_gdn(b, s, 1, T, ElementKind::kFloat32);
     p.product_operands = c.operands;
+    // The state pass on wgmma as gdn.cpp sets it (16-bit operands, a compute capability 9.0 device, a
+    // build with the sm_90a code), unless the case forces mma.sync.
+    p.state_wgmma = c.operands != ElementKind::kFloat32 && !c.force_mma_sync && gdn_wgmma_built() && gdn_hopper ? 1 : 0;
     const size_t qkv_bytes = static_cast<size_t>(T) * s.conv_dim() * sizeof(float);
     const size_t pool_bytes = 2 * static_cast<size_t>(p.recurrent_state.slot_size) * sizeof(float);
     const std::vector<Restore> restores{{p.qkv, b.saved(p.qkv, qkv_bytes), qkv_bytes},
@@ -553,6 +565,7 @@ int run(int argc, char** argv) {
         .str("shape", c.shape)
         .str("product_operands", c.operands == ElementKind::kFloat32 ? "float32 (3xTF32)"
                                                                      : "bf16 (m16n8k16, float32 accumulation)")
+        .str("state_pass", p.state_wgmma != 0 ? "wgmma" : "mma.sync")
         .num("tokens", T)
         .num("chunk", kGdnChunk)
         .num("median_us", ms[2] * 1e3)

@@ -22,8 +22,9 @@
 // a captured CUDA graph replayed after prepare(B) too, the eager backend the same bits, skipped
 // requests zeros, shared slots refused (and run in waves eagerly), shape/tensor changes refused.
 // The chunked prefills with 16-bit product operands (mamba2, gdn) against the table's 16-bit row;
-// Mamba-2's also with its chunk scan's mma.sync body asked for (CudaMamba2MmaSyncScan), the body
-// of every GPU but compute capability 9.0, where the default is the wgmma one.
+// both also with their mma.sync bodies asked for (CudaSsmMmaSyncPrefill: Mamba-2's chunk states and
+// chunk scan, GDN's state pass), the bodies of every GPU but compute capability 9.0, where the
+// default is the wgmma one.
 // Skips with the reason on a machine without a CUDA device.
 // Run: ctest --test-dir <build> -L cuda   (cases named Small* are the compute-sanitizer subset)
 #include <gtest/gtest.h>
@@ -54,6 +55,7 @@
 #include "hybridtb/reference/ssm_mode.h"
 #include "hybridtb/step.h"
 #include "hybridtb/synthetic.h"
+#include "ssm/gdn_kernels.h"
 #include "ssm/mamba2_kernels.h"
 #include "ssm/ssm_gpu_mode.h"
 #include "test_paths.h"
@@ -459,20 +461,21 @@ TEST_P(CudaSsmModelOperands, MatchesReferenceWithinThe16BitRow) {
 INSTANTIATE_TEST_SUITE_P(Mamba2, CudaSsmModelOperands, ::testing::ValuesIn(mamba2_prefill_cases()), CaseName());
 INSTANTIATE_TEST_SUITE_P(Gdn, CudaSsmModelOperands, ::testing::ValuesIn(gdn_prefill_cases()), CaseName());
 
-// The Mamba-2 prefill cases of a 16-bit model (ssm_prefill_operands model then rounds the operands
-// to it).
-std::vector<CudaCase> mamba2_16bit_prefill_cases() {
+// The prefill cases of a 16-bit model (ssm_prefill_operands model then rounds the operands to it).
+std::vector<CudaCase> sixteen_bit(const std::vector<CudaCase>& cases) {
   std::vector<CudaCase> selected;
-  for (const CudaCase& c : mamba2_prefill_cases()) {
+  for (const CudaCase& c : cases) {
     if (c.dtype == DType::kFloat16 || c.dtype == DType::kBFloat16) selected.push_back(c);
   }
   return selected;
 }
 
-// Whether the backend's Mamba-2 prefill runs its 16-bit chunk states and chunk scan on wgmma here
-// by default: a build with the sm_90a code on a compute capability 9.0 device (mamba2.cpp).
-bool mamba2_wgmma_runs_here() {
-  return cuda::ssm::mamba2_wgmma_built() && cuda::current_compute_capability().is_hopper();
+// Whether the backend's prefill of `mode` runs its 16-bit wgmma bodies here by default (Mamba-2's
+// chunk states and chunk scan, GDN's state pass): a build with their sm_90a code on a compute
+// capability 9.0 device (mamba2.cpp, gdn.cpp).
+bool prefill_wgmma_runs_here(const std::string& mode) {
+  const bool built = mode == "gdn" ? cuda::ssm::gdn_wgmma_built() : cuda::ssm::mamba2_wgmma_built();
+  return built && cuda::current_compute_capability().is_hopper();
 }
 
 // Two runs of `step` agree within twice each SSM quantity's 16-bit-operand row: the contribution's
@@ -500,15 +503,15 @@ void expect_within_twice_the_row(const BatchFile& step, const StepOutputs& a, co
   }
 }
 
-class CudaMamba2MmaSyncScan : public CudaParamFixture<CudaCase> {};
+class CudaSsmMmaSyncPrefill : public CudaParamFixture<CudaCase> {};
 
-// BackendSettings::ssm_prefill_wgmma false: Mamba-2's 16-bit chunk states and chunk scan on
-// mma.sync, the bodies of every GPU but compute capability 9.0 (where the wgmma bodies run by
-// default and the cases above take them), against the reference exactly as CudaSsmModelOperands
+// BackendSettings::ssm_prefill_wgmma false: Mamba-2's 16-bit chunk states and chunk scan and GDN's
+// 16-bit state pass on mma.sync, the bodies of every GPU but compute capability 9.0 (where the wgmma
+// bodies run by default and the cases above take them), against the reference exactly as CudaSsmModelOperands
 // checks the default (the 16-bit row, padding, untouched slots, bitwise reproducible). Where the
 // wgmma bodies run by default the two runs agree within twice the row; elsewhere asking for
 // mma.sync changes no bit.
-TEST_P(CudaMamba2MmaSyncScan, MatchesReferenceWithinThe16BitRow) {
+TEST_P(CudaSsmMmaSyncPrefill, MatchesReferenceWithinThe16BitRow) {
   const BatchFile step = make_step(GetParam());
   BackendSettings mma_sync = model_operand_settings(step);
   mma_sync.ssm_prefill_wgmma = false;
@@ -516,7 +519,7 @@ TEST_P(CudaMamba2MmaSyncScan, MatchesReferenceWithinThe16BitRow) {
 
   auto by_default = create_backend("cuda", model_operand_settings(step));
   const StepOutputs default_body = run_step(*by_default, step);
-  if (mamba2_wgmma_runs_here()) {
+  if (prefill_wgmma_runs_here(GetParam().ssm_mode)) {
     expect_within_twice_the_row(step, default_body, actual, model_operands(step.config), "wgmma vs mma.sync");
   } else {
     EXPECT_TRUE(bitwise_equal(actual.ssm_output, default_body.ssm_output))
@@ -528,7 +531,9 @@ TEST_P(CudaMamba2MmaSyncScan, MatchesReferenceWithinThe16BitRow) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Mamba2, CudaMamba2MmaSyncScan, ::testing::ValuesIn(mamba2_16bit_prefill_cases()),
+INSTANTIATE_TEST_SUITE_P(Mamba2, CudaSsmMmaSyncPrefill, ::testing::ValuesIn(sixteen_bit(mamba2_prefill_cases())),
+                         CaseName());
+INSTANTIATE_TEST_SUITE_P(Gdn, CudaSsmMmaSyncPrefill, ::testing::ValuesIn(sixteen_bit(gdn_prefill_cases())),
                          CaseName());
 
 // --- chunked prefill == one-shot prefill, on the GPU ---------------------------------------------

@@ -194,11 +194,11 @@ struct BackendSettings {
   // not the float32 one. A float32 model keeps float32 operands either way. Other SSM modes, decode
   // updates and the reference ignore it.
   SsmPrefillOperands ssm_prefill_operands = SsmPrefillOperands::kFloat32;
-  // cuda: Mamba-2's chunk states and chunk scan with 16-bit operands (ssm_prefill_operands model, a
-  // 16-bit model) on Hopper's warpgroup MMAs where it applies (a compute capability 9.0 GPU, a build
-  // with sm_90a code); false: on mma.sync, the bodies every other GPU runs, everywhere (for testing
-  // and comparing the two; both are within the 16-bit-operand SSM row). Other modes, float32
-  // operands and the reference ignore it.
+  // cuda: Mamba-2's chunk states and chunk scan and Gated DeltaNet's state pass with 16-bit operands
+  // (ssm_prefill_operands model, a 16-bit model) on Hopper's warpgroup MMAs where it applies (a
+  // compute capability 9.0 GPU, a build with sm_90a code); false: on mma.sync, the bodies every
+  // other GPU runs, everywhere (for testing and comparing the two; both are within the
+  // 16-bit-operand SSM row). Other modes, float32 operands and the reference ignore it.
   bool ssm_prefill_wgmma = true;
 };
 

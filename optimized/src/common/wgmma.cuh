@@ -1,8 +1,8 @@
 // PTX wrappers for Hopper's warpgroup MMA (wgmma.mma_async, sm_90a only: compile the including
 // translation unit for -gencode arch=compute_90a,code=sm_90a): shared-memory matrix descriptors of
 // the 128-byte swizzle layout, the fence / commit / wait of the asynchronous MMAs, and
-// m64n128k16 and m64n64k16 (A from shared memory or from registers) with float32 accumulation for
-// float16 / bfloat16 inputs.
+// m64n128k16 and m64n64k16 (A from shared memory or from registers) and m64n{8,16,32}k16 of a
+// narrow B, with float32 accumulation for float16 / bfloat16 inputs.
 //
 // Shared layout (the canonical 128-byte swizzle, what a descriptor with layout type 1 reads): a
 // [rows][cols] tile of 16-bit elements is stored as cols / 64 column slabs, each [rows][128 B];
@@ -199,10 +199,55 @@ struct WgmmaN64<__nv_bfloat16> {
   HYBRIDTB_WGMMA_M64N64K16_RS("bf16")
 };
 
+// The products m64nNk16 of a narrow B, N = 8, 16 or 32 (N / 2 float32 accumulators per thread,
+// d[n][e] for n < N / 8 in the layout above), both operands from shared memory: A K-major ([64][16], rows
+// of K contiguous) or, with kTransA, MN-major ([16][64], rows of M contiguous: the transposed
+// descriptor); B K-major ([N][16]). d += A·B (zero d for a fresh product). GDN's state pass runs its
+// tile of N state rows on them (ssm/gdn_state_wgmma.cu).
+#define HYBRIDTB_WGMMA_NARROW(TYPE, SHAPE, D_LIST, A, B, TRANS_A, ...)                                    \
+  asm volatile("wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " " D_LIST ", " A ", " B        \
+               ", 1, 1, 1, " TRANS_A ", 0;\n"                                                           \
+               : __VA_ARGS__                                                                          \
+               : "l"(a), "l"(b), "n"(kTransA ? 1 : 0))
+#define HYBRIDTB_WGMMA_NARROW_TYPE(TYPE)                                                                    \
+  template <int N, bool kTransA>                                                                         \
+  __device__ __forceinline__ static void ss(float (&d)[N / 8][4], uint64_t a, uint64_t b) {               \
+    static_assert(N == 8 || N == 16 || N == 32, "n8, n16 or n32");                                      \
+    if constexpr (N == 8) {                                                                              \
+      HYBRIDTB_WGMMA_NARROW(TYPE, "m64n8k16", "{%0,%1,%2,%3}", "%4", "%5", "%6", "+f"(d[0][0]),             \
+                            "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]));                                \
+    } else if constexpr (N == 16) {                                                                      \
+      HYBRIDTB_WGMMA_NARROW(TYPE, "m64n16k16", "{%0,%1,%2,%3,%4,%5,%6,%7}", "%8", "%9", "%10",              \
+                            "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),     \
+                            "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]));                                \
+    } else {                                                                                             \
+      HYBRIDTB_WGMMA_NARROW(TYPE, "m64n32k16", "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}",   \
+                            "%16", "%17", "%18", "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]),              \
+                            "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),     \
+                            "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]),     \
+                            "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]));                                \
+    }                                                                                                    \
+  }
+
+template <typename T>
+struct WgmmaNarrow;
+template <>
+struct WgmmaNarrow<__half> {
+  HYBRIDTB_WGMMA_NARROW_TYPE("f16")
+};
+template <>
+struct WgmmaNarrow<__nv_bfloat16> {
+  HYBRIDTB_WGMMA_NARROW_TYPE("bf16")
+};
+
+#undef HYBRIDTB_WGMMA_NARROW_TYPE
+#undef HYBRIDTB_WGMMA_NARROW
+
 #undef HYBRIDTB_WGMMA_M64N64K16_RS
 #undef HYBRIDTB_WGMMA_M64N64K16
 #undef HYBRIDTB_WGMMA_N64_LIST
 #undef HYBRIDTB_WGMMA_N64_OPERANDS
+
 
 
 }  // namespace hybridtb::cuda::wgmma

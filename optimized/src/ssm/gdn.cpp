@@ -12,7 +12,9 @@
 // prefills' chunked WY form (chunks of 64 cut after block-boundary tokens: the host plans them and
 // uploads the list per wave). Every intermediate stays float32; with BackendSettings::
 // ssm_prefill_operands model and a 16-bit model, the chunked prefill's product operands are rounded
-// to the model dtype (gdn_kernels.h, product_operands). A fixed decode step (ssm_gpu_mode.h) runs
+// to the model dtype (gdn_kernels.h, product_operands), and their state pass runs on wgmma on a
+// compute capability 9.0 device (state_wgmma; mma.sync elsewhere, or everywhere with
+// BackendSettings::ssm_prefill_wgmma false). A fixed decode step (ssm_gpu_mode.h) runs
 // the same GEMMs over all T padded rows and, for its one wave of R entries, the single-token conv,
 // the preparation and the decode update straight from the request table: no host-side lists, no
 // uploads.
@@ -146,6 +148,11 @@ void launch_gdn_core(const GpuStep& step, const GdnCoreIo& io) {
     if (step.config->dtype == DType::kFloat16) base.product_operands = ElementKind::kFloat16;
     if (step.config->dtype == DType::kBFloat16) base.product_operands = ElementKind::kBFloat16;
   }
+  // Their state pass on wgmma where the device runs sm_90a code (its compute capability, queried once
+  // with the context) and the build has it, unless the mma.sync body is asked for.
+  const bool hopper = step.context->compute_capability().is_hopper();
+  base.state_wgmma =
+      base.product_operands != ElementKind::kFloat32 && step.prefill_wgmma && gdn_wgmma_built() && hopper ? 1 : 0;
   const CausalConvParams conv = mode_causal_conv(step, s.conv_dim(), io.mixed_qkv, base.qkv);
 
   if (step.fixed) {

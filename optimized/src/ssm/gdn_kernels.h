@@ -149,7 +149,26 @@ struct GdnParams {
   // of k with float32 accumulation, as vLLM's / fla's Triton kernels. The inverse T itself, the
   // decays, the gates and the state carried across chunks stay float32 either way (gdn_prefill.cu).
   ElementKind product_operands = ElementKind::kFloat32;
+  // With 16-bit operands, 1: the state pass on Hopper's warpgroup MMAs (gdn_state_wgmma.cu), which
+  // needs a compute capability 9.0 device and a build with its sm_90a code (gdn_wgmma_built); the
+  // caller decides once per device (gdn.cpp: the SsmContext's compute capability and
+  // BackendSettings::ssm_prefill_wgmma), so that a launch makes no device query. Then the intra
+  // kernel writes the w_frag and k_frag tiles in wgmma's 128-byte swizzle layout (gdn_sw128_byte)
+  // instead of the mma.sync fragment order; the other buffers are the same. 0: mma.sync (every GPU).
+  int32_t state_wgmma = 0;
 };
+
+// Whether this build has the sm_90a state pass on wgmma (CMAKE_CUDA_ARCHITECTURES with 90: the TU
+// of hybridtb_gdn_wgmma), which GdnParams::state_wgmma selects.
+bool gdn_wgmma_built();
+
+// Byte offset of element (row, col) of a W or k̂ tile of the wgmma state pass: [kGdnChunk tokens]
+// [kGdnMaxHeadDim columns] of 16-bit elements in wgmma's 128-byte swizzle layout (common/wgmma.cuh:
+// two slabs of 64 columns, [64 rows][128 bytes] each; 16-byte chunk c of a row r at
+// r·128 + (c ^ r % 8)·16 within its slab), kGdnFragTileElements elements in all.
+__host__ __device__ constexpr int gdn_sw128_byte(int row, int col) {
+  return (col / 64) * kGdnChunk * 128 + row * 128 + ((((col % 64) / 8) ^ (row % 8)) << 4) + (col % 8) * 2;
+}
 
 // Columns of mixed_qkv and of the conv output qkv: q_all | k_all | v_all.
 __host__ __device__ inline int gdn_conv_dim(const GdnParams& p) { return 2 * p.Hk * p.dk + p.Hv * p.dv; }
@@ -168,8 +187,8 @@ void launch_gdn_decode(const GdnParams& p, cudaStream_t stream);
 // head: A, the inverse T = (I + A)^-1, W and k̂ in the state pass's fragment order, U, the masked decayed
 // q·k), the state pass (per prefill × value head × tile of 8, 16 or 32 state rows: sequential over
 // the request's chunks, writing V_new (over U; with 16-bit operands rounded, to v_new), each chunk's
-// entry state to h, the block-boundary states and the final state) and the output pass (per chunk ×
-// value head: o).
+// entry state to h, the block-boundary states and the final state; on wgmma where p.state_wgmma is
+// set) and the output pass (per chunk × value head: o).
 void launch_gdn_prefill(const GdnParams& p, cudaStream_t stream);
 
 // The mode's gated RMSNorm, per row t flagged kRowActive and value head h:

@@ -38,6 +38,10 @@
 //         V_new = U − W·Mᵀ (float32 over U; with 16-bit operands rounded, to its own scratch),
 //         M ← e^(G_n)·M + V_newᵀ·diag(e^(G_n − G_j))·K   (V_new·decay split into TF32 once);
 //       the exit state of a chunk ending at a boundary row goes to its slot, the last to write_slot;
+//       with 16-bit operands on a compute capability 9.0 device the state pass is
+//       gdn_state_wgmma.cu's instead (GdnParams::state_wgmma: the same math on warpgroup MMAs, one
+//       m64nR chain per product; the intra kernel then leaves W and k̂ in wgmma's 128-byte swizzle
+//       layout, gdn_sw128_byte);
 //   (3) chunk_output_kernel, per chunk × value head, parallel:
 //         O = diag(e^G)·Q·h_cᵀ + P·V_new,
 //       each warp owning 16 value channels of all 64 tokens, so h_c's rows and V_new's columns go
@@ -76,8 +80,8 @@
 // only product operands are staged rounded (the intra pass's q̂ and k̂ for its products, the state
 // pass's W and k̂ slots and B tiles, the output pass's q̂ and P items), the others in float32 (the
 // right-hand sides, T and the results W, U, rounded as they are read); the diagonal blocks'
-// inverses, decays and gates stay float32 on the CUDA cores, the state M float32 in registers, U, V_new and every accumulation
-// float32.
+// inverses, decays and gates stay float32 on the CUDA cores, the state M float32 in registers, U,
+// V_new and every accumulation float32.
 // Fixed summation orders, no atomics: bitwise reproducible.
 // The state pass is the sequential part and the wall of the prefill: its blocks are few (one per
 // value head and tile of M's rows), so each chunk's work per thread is kept small — one bulk copy
@@ -95,6 +99,7 @@
 #include "common/warp_mma_3xtf32.cuh"
 #include "common/tma.cuh"
 #include "ssm/gdn_kernels.h"
+#include "ssm/gdn_state_wgmma.h"
 #include "ssm/pool_quads.cuh"
 
 namespace hybridtb::cuda::ssm {
@@ -128,6 +133,15 @@ template <typename T>
 using FragItem = std::conditional_t<std::is_same_v<T, float>, float4, uint4>;
 template <typename T>
 constexpr int kFragTileItems = kGdnFragTileElements * (std::is_same_v<T, float> ? 4 : 2) / 16;
+
+// Eight consecutive float32 values (16-byte aligned in shared memory) rounded to the 16-bit T and
+// packed in order: one 16-byte chunk of a tile in gdn_sw128_byte's layout.
+template <typename T>
+__device__ __forceinline__ uint4 pack_8(const float* x) {
+  const float4 lo = *reinterpret_cast<const float4*>(x), hi = *reinterpret_cast<const float4*>(x + 4);
+  return make_uint4(Mma<T>::pack(lo.x, lo.y), Mma<T>::pack(lo.z, lo.w), Mma<T>::pack(hi.x, hi.y),
+                    Mma<T>::pack(hi.z, hi.w));
+}
 
 // The prefill kernels' launch configuration for product operands T (float: 3xTF32; __half,
 // __nv_bfloat16: the model dtype, GdnParams::product_operands); the state pass's is
@@ -387,13 +401,23 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
         out[q] = make_float4(kg[0], kg[8], kg[4 * ks], kg[4 * ks + 8]);
       }
     } else {
-      for (int q = tid; q < kFragTileItems<T>; q += kPrefillThreads) {
-        const int item_lane = q % 32, col_group = q / 32 % 8, s2 = q / 256;
-        if (16 * col_group >= dk16) continue;  // columns the state pass does not read
-        const float* kg = K + (16 * s2 + item_lane % 4) * ks + 16 * col_group + item_lane / 4;
-        const float* kg1 = kg + 8 * ks;  // token step 2·s2 + 1
-        out[q] = mma::pack_16bit_ksteps<T>(make_float4(kg[0], kg[8], kg[4 * ks], kg[4 * ks + 8]),
-                                           make_float4(kg1[0], kg1[8], kg1[4 * ks], kg1[4 * ks + 8]));
+      if (p.state_wgmma != 0) {
+        // The wgmma state pass's layout (gdn_sw128_byte): 16-byte chunks of 8 columns, rounded;
+        // zeros from dk16 on (the pass reads whole 64-column slabs of this tile).
+        uint8_t* const tile = reinterpret_cast<uint8_t*>(out);
+        for (int q = tid; q < kC * kGdnMaxHeadDim / 8; q += kPrefillThreads) {
+          const int i = q / (kGdnMaxHeadDim / 8), c = 8 * (q % (kGdnMaxHeadDim / 8));
+          *reinterpret_cast<uint4*>(tile + gdn_sw128_byte(i, c)) = c < dk16 ? pack_8<T>(K + i * ks + c) : uint4{};
+        }
+      } else {
+        for (int q = tid; q < kFragTileItems<T>; q += kPrefillThreads) {
+          const int item_lane = q % 32, col_group = q / 32 % 8, s2 = q / 256;
+          if (16 * col_group >= dk16) continue;  // columns the state pass does not read
+          const float* kg = K + (16 * s2 + item_lane % 4) * ks + 16 * col_group + item_lane / 4;
+          const float* kg1 = kg + 8 * ks;  // token step 2·s2 + 1
+          out[q] = mma::pack_16bit_ksteps<T>(make_float4(kg[0], kg[8], kg[4 * ks], kg[4 * ks + 8]),
+                                             make_float4(kg1[0], kg1[8], kg1[4 * ks], kg1[4 * ks + 8]));
+        }
       }
       // q̂ in the output pass's fragment order (GdnParams::q_frag), its slices of dk16: k-steps (t,
       // t + 4) and (t + 8, t + 12) of the slice, as the state pass stores h_c (pack_16bit_ksteps).
@@ -649,6 +673,17 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
               if (j >= tiles) continue;
               const float* const xg = X + (r0 + g) * xs + c0 + 8 * j + t;
               w_out[32 * (16 * b + c0 / 8 + j) + lane] = make_float4(xg[0], xg[8 * xs], xg[4], xg[8 * xs + 4]);
+            }
+          } else if (p.state_wgmma != 0) {
+            // The wgmma state pass's layout (gdn_sw128_byte): the block's 16 rows × the warp's
+            // `tiles` chunks of 8 columns, two per lane.
+#pragma unroll
+            for (int k = 0; k < 2; ++k) {
+              const int q = lane + 32 * k, i = r0 + q / 4, c = c0 + 8 * (q % 4);
+              if (q % 4 < tiles) {
+                *reinterpret_cast<uint4*>(reinterpret_cast<uint8_t*>(w_out) + gdn_sw128_byte(i, c)) =
+                    pack_8<T>(X + i * xs + c);
+              }
             }
           } else {
             // The fragments of column blocks 2·cg and 2·cg + 1 (cg = c0 / 16 + jj: tiles is even, c0
@@ -1496,13 +1531,43 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().outpu
 
 // Launches the state pass with blocks of 8·kGroups rows of M and product operands T.
 template <typename T, int kGroups>
-void launch_state_pass(const GdnParams& p, cudaStream_t stream) {
+void launch_state_groups(const GdnParams& p, cudaStream_t stream) {
   const size_t smem = StateSmem<T, kGroups>::kBytes;
   allow_dynamic_smem(chunk_state_kernel<T, kGroups>, smem);
   const int tiles = (p.dv + kStateRows * kGroups - 1) / (kStateRows * kGroups);
   chunk_state_kernel<T, kGroups><<<dim3(static_cast<unsigned>(tiles * p.Hv), static_cast<unsigned>(p.num_prefills)),
                                    kStateThreads, smem, stream>>>(p, tiles);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+// The state pass: on wgmma where p.state_wgmma is set (16-bit operands; decided by the caller once
+// per device: no query here), else chunk_state_kernel in blocks of 8, 16 or 32 rows of M: the fewest
+// rows whose grid fits on the SMs at once (one wave: the most SMs on the sequential chains), else 32
+// rows (the fewest waves of chains; each block's W and k̂ tiles serve the most rows).
+template <typename T>
+void launch_state_pass(const GdnParams& p, cudaStream_t stream) {
+#if defined(HYBRIDTB_GDN_WGMMA)
+  if constexpr (!std::is_same_v<T, float>) {
+    if (p.state_wgmma != 0) {
+      launch_gdn_state_wgmma(p, stream);
+      return;
+    }
+  }
+#endif
+  int device = 0, sms = 0;
+  HYBRIDTB_CUDA_CHECK(cudaGetDevice(&device));
+  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const auto fits_in_one_wave = [&](int groups, int blocks_per_sm) {
+    const int rows = kStateRows * groups;
+    return int64_t{(p.dv + rows - 1) / rows} * p.Hv * p.num_prefills <= int64_t{sms} * blocks_per_sm;
+  };
+  if (fits_in_one_wave(1, state_blocks_per_sm<T, 1>())) {
+    launch_state_groups<T, 1>(p, stream);
+  } else if (fits_in_one_wave(2, state_blocks_per_sm<T, 2>())) {
+    launch_state_groups<T, 2>(p, stream);
+  } else {
+    launch_state_groups<T, 4>(p, stream);
+  }
 }
 
 // The three prefill kernels with product operands T.
@@ -1513,23 +1578,7 @@ void launch_prefill_kernels(const GdnParams& p, cudaStream_t stream) {
   chunk_intra_kernel<T>
       <<<static_cast<unsigned>(int64_t{p.num_chunks} * p.Hv), kPrefillThreads, intra_smem, stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
-  // The state pass in blocks of 8, 16 or 32 rows of M: the fewest rows whose grid fits on the SMs at
-  // once (one wave: the most SMs on the sequential chains), else 32 rows (the fewest waves of chains;
-  // each block's W and k̂ tiles serve the most rows).
-  int device = 0, sms = 0;
-  HYBRIDTB_CUDA_CHECK(cudaGetDevice(&device));
-  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const auto fits_in_one_wave = [&](int groups, int blocks_per_sm) {
-    const int rows = kStateRows * groups;
-    return int64_t{(p.dv + rows - 1) / rows} * p.Hv * p.num_prefills <= int64_t{sms} * blocks_per_sm;
-  };
-  if (fits_in_one_wave(1, state_blocks_per_sm<T, 1>())) {
-    launch_state_pass<T, 1>(p, stream);
-  } else if (fits_in_one_wave(2, state_blocks_per_sm<T, 2>())) {
-    launch_state_pass<T, 2>(p, stream);
-  } else {
-    launch_state_pass<T, 4>(p, stream);
-  }
+  launch_state_pass<T>(p, stream);
   const size_t output_smem = output_smem_bytes<T>();
   allow_dynamic_smem(chunk_output_kernel<T>, output_smem);
   chunk_output_kernel<T>
@@ -1539,8 +1588,21 @@ void launch_prefill_kernels(const GdnParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+bool gdn_wgmma_built() {
+#if defined(HYBRIDTB_GDN_WGMMA)
+  return true;
+#else
+  return false;
+#endif
+}
+
 void launch_gdn_prefill(const GdnParams& p, cudaStream_t stream) {
   if (p.num_prefills == 0 || p.num_chunks == 0) return;
+  if (p.state_wgmma != 0 && (!gdn_wgmma_built() || p.product_operands == ElementKind::kFloat32)) {
+    throw Error(p.product_operands == ElementKind::kFloat32
+                    ? "gdn prefill: state_wgmma set with float32 operands (the wgmma state pass takes 16-bit ones)"
+                    : "gdn prefill: state_wgmma set, but this build has no sm_90a code (gdn_wgmma_built)");
+  }
   switch (p.product_operands) {
     case ElementKind::kFloat32:
       launch_prefill_kernels<float>(p, stream);

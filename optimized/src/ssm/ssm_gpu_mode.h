@@ -175,8 +175,9 @@ struct GpuStep {
   // SSD prefill and gdn's chunked WY prefill read it, the other modes ignore it). A fixed decode
   // step has no prefill.
   SsmPrefillOperands prefill_operands = SsmPrefillOperands::kFloat32;
-  // BackendSettings::ssm_prefill_wgmma: false keeps mamba2's 16-bit chunk states and chunk scan on
-  // mma.sync where the device would take wgmma (Mamba2Params::chunk_wgmma); the other modes ignore it.
+  // BackendSettings::ssm_prefill_wgmma: false keeps mamba2's 16-bit chunk states and chunk scan and
+  // gdn's 16-bit state pass on mma.sync where the device would take wgmma (Mamba2Params::chunk_wgmma,
+  // GdnParams::state_wgmma); the other modes ignore it.
   bool prefill_wgmma = true;
 
   const GpuWeight* weight(const std::string& name) const {
