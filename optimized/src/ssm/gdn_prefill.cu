@@ -612,7 +612,9 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
         *reinterpret_cast<float2*>(dst + (g + 8) * as + 2 * t) = make_float2(c[0][2], c[0][3]);
       };
       float y[1][4] = {};
-      for (int k = j; k < i; ++k) warp_mma_3xtf32<1, as, 1, 1, as>(y, A + 16 * i * as + 16 * k, t_block(k, j) + 8 * half, 2);
+      for (int k = j; k < i; ++k) {
+        warp_mma_3xtf32<1, as, 1, 1, as>(y, A + 16 * i * as + 16 * k, t_block(k, j) + 8 * half, 2);
+      }
       store_tile(y);
       __syncwarp();
       float t_ij[1][4] = {};
@@ -629,8 +631,8 @@ __global__ void __launch_bounds__(kPrefillThreads, gdn_prefill_config<T>().intra
   // block reads) after the warp's reads of it, so only the warp synchronises. Rows past n (and W's
   // columns from dk to dk16) have zero right-hand sides and zero rows of T, so they come out exact
   // zeros. Then block b leaves: W in the fragment order of the state pass's first product (quad
-  // 32·(16·b + cb) + lane holds lane's A fragment of tokens 16·b … and columns 8·cb …), 16 bytes per
-  // store; U row-major for the chunk's rows.
+  // 32·(16·b + cb) + lane holds lane's A fragment of tokens 16·b … and columns 8·cb …; with
+  // state_wgmma in gdn_sw128_byte's layout), 16 bytes per store; U row-major for the chunk's rows.
   // The products take the kernels' operands T (warp_mma): 3xTF32, or T and the right-hand sides
   // rounded to the 16-bit dtype as they are read, one m16n8k16 per block pair — as fla multiplies its
   // inverse, rounded to the model dtype, by the rounded β·v and β·e^G·k (recompute_w_u). W and U are
