@@ -155,25 +155,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) chunk_state_wgmma_kern
     for (int k = 0; k < 2 && first + k < end_chunk; ++k) issue_stage(first + k, k);
   }
 
-  // Mᵀ from read_slot (or zeros), in the (f) accumulator layout.
+  // Mᵀ in the (f) accumulator layout: f(element, its index within a pool slot) for each element this
+  // thread holds inside the tile (columns < dk, rows < rows); the others stay zeros.
   const PoolRef& pool = p.recurrent_state;
   const int64_t tile_offset = (int64_t{h} * dv + v0) * dk;  // within a slot: rows v0 … of head h
-  float m[2][kN8][4];
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-#pragma unroll
-    for (int j = 0; j < kN8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int v = row_of(j, e), c = col_of(hf, e);
-        const bool saved = c < dk && v < rows && r.read_slot >= 0;
-        m[hf][j][e] =
-            saved ? load_element(pool.data, r.read_slot * pool.slot_size + tile_offset + int64_t{v} * dk + c, pool.kind)
-                  : 0.0f;
-      }
-    }
-  }
-  const auto store_state = [&](int32_t slot) {
+  float m[2][kN8][4] = {};
+  const auto for_each_held = [&](auto&& f) {
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
 #pragma unroll
@@ -181,12 +168,17 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) chunk_state_wgmma_kern
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int v = row_of(j, e), c = col_of(hf, e);
-          if (c < dk && v < rows) {
-            store_element(pool.data, slot * pool.slot_size + tile_offset + int64_t{v} * dk + c, pool.kind, m[hf][j][e]);
-          }
+          if (c < dk && v < rows) f(m[hf][j][e], tile_offset + int64_t{v} * dk + c);
         }
       }
     }
+  };
+  if (r.read_slot >= 0) {  // else zeros
+    for_each_held(
+        [&](float& x, int64_t at) { x = load_element(pool.data, r.read_slot * pool.slot_size + at, pool.kind); });
+  }
+  const auto store_state = [&](int32_t slot) {
+    for_each_held([&](float& x, int64_t at) { store_element(pool.data, slot * pool.slot_size + at, pool.kind, x); });
   };
 
   const int h_row = gdn_entry_state_row(dk, p.product_operands);  // dk rounded up to 16
