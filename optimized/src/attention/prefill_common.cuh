@@ -143,6 +143,23 @@ struct PagedRowWalk {
       ++block;
     }
   }
+  // A step the caller takes many times, split once into whole blocks and slots: each advance is
+  // then two additions and one carry, not a loop over the blocks it crosses.
+  struct Step {
+    int blocks;
+    int slots;
+  };
+  __device__ __forceinline__ static Step step_of(int step, int block_size) {
+    return {step / block_size, step % block_size};
+  }
+  __device__ __forceinline__ void advance(Step step) {
+    block += step.blocks;
+    slot += step.slots;
+    if (slot >= block_size) {
+      slot -= block_size;
+      ++block;
+    }
+  }
 };
 
 // The K/V tile loader of a cache of the model dtype T (or the encoder's K/V): load() issues the

@@ -39,13 +39,18 @@
 // tile in turn, up to two slots ahead of its casts; then each thread casts exactly the chunks it
 // copied itself (cast_16, byte_cache.cuh: exact; so no barrier among the producer's threads) into
 // the 16-bit stage in the 128-byte swizzle layout, copies its key's scale beside the stage
-// (prefill_scale_slot order), makes its writes visible to the async proxy and arrives on `full`.
-// The 16-bit ring is two stages deep (shared memory), so its K and V tiles are handed back apart:
-// the consumers arrive on the stage's `k_empty` once tile t's S has landed and its logits have read
-// the k scales, on `empty` once its P·V has landed, and the producer casts K of tile t + 2 while the
-// consumers still run P_t·V_t. The scales act in float32 as in prefill_mma_kernel.cuh (CacheScales):
-// per tensor k on the logit scale and v on the output; per token-head each key's k scale on its dot
-// products (key_mul) and its v scale on its probability before P is rounded (key_v).
+// (prefill_scale_slot order), makes its writes visible to the async proxy and arrives on the half's
+// barrier: `full` for K, `v_full` for V. The 16-bit ring is two stages deep (shared memory), so its
+// K and V tiles travel apart both ways: the consumers wait for K of tile t before S_t and for V of
+// tile t − 1 before P_{t−1}·V_{t−1} (issued together), and hand them back on the stage's `k_empty`
+// once S_t has landed and its logits have read the k scales, on `empty` once its P·V has landed. So
+// the producer casts K of tile t + 2 while the consumers still run P_t·V_t, and V of tile t + 1
+// (whose stage frees only when P_{t−1}·V_{t−1} lands, mid-iteration t) a whole iteration before its
+// P·V is issued; with one barrier for the pair, each iteration would wait for that cast. The
+// copies' block-table reads are made one unit ahead of their copies (UnitSources). The scales act
+// in float32 as in prefill_mma_kernel.cuh (CacheScales): per tensor k on the logit scale and v on
+// the output; per token-head each key's k scale on its dot products (key_mul) and its v scale on
+// its probability before P is rounded (key_v).
 // No CTA-wide barrier after the start: the consumers never wait for each other, and neither spends
 // issue slots on address arithmetic or copies. Keys nobody in the CTA sees are never read
 // (cp.async zero-fill); padding rows read zeros and are never stored; no atomics, fixed reduction
@@ -149,8 +154,8 @@ constexpr int kWgmmaRawSlots = 3;
 // ring of kStages × (K tile, V tile) [BN keys][D] of T, each in the 128-byte swizzle layout; for a
 // 1-byte cache then the raw slots (the raw tile [128 keys][128 bytes], its keys' scales [128] in
 // float32) and per stage the tile's k and v scales [2][128] (prefill_scale_slot order); then the
-// mbarriers (q full, per stage full and empty, and for a 1-byte cache k_empty); + 1024 bytes to align
-// the dynamic shared memory to a swizzle atom. 16-bit caches: 209 KiB (D 64), 225 KiB (D 128),
+// mbarriers (q full, per stage full and empty, and for a 1-byte cache k_empty and v_full); + 1024
+// bytes to align the dynamic shared memory to a swizzle atom. 16-bit caches: 209 KiB (D 64), 225 KiB (D 128),
 // 193 KiB (D 256).
 template <typename Config, typename Cache>
 struct WgmmaLayout {
@@ -166,7 +171,7 @@ struct WgmmaLayout {
   static constexpr int kRawBytes = kHead * kBn;       // a raw K or V tile
   static constexpr int kRawSlotBytes = kRawBytes + 4 * kBn;
   static constexpr int kScaleBytes = kBytes ? 2 * 4 * kBn : 0;  // per stage
-  static constexpr int kBarriers = 1 + (kBytes ? 3 : 2) * kStages;
+  static constexpr int kBarriers = 1 + (kBytes ? 4 : 2) * kStages;
   static constexpr int kK = kQBytes;
   static constexpr int kV = kK + kStages * kTileBytes;
   static constexpr int kRaw = kV + kStages * kTileBytes;
@@ -218,8 +223,8 @@ __device__ __forceinline__ void consumer_registers() {
 template <typename T, typename Cache>
 __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParams& p, const PrefillItem& work,
                                                             int num_tiles, unsigned char* smem, uint64_t* q_full,
-                                                            uint64_t* full, uint64_t* empty, uint64_t* k_empty,
-                                                            int tid) {
+                                                            uint64_t* full, uint64_t* v_full, uint64_t* empty,
+                                                            uint64_t* k_empty, int tid) {
   using Layout = WgmmaLayout<WgmmaConfig<kWgmmaByteHead>, Cache>;
   constexpr int D = kWgmmaByteHead;
   constexpr int BN = Layout::kBn;
@@ -237,64 +242,94 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
   const uint32_t s_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   auto slot_of = [](int u) { return static_cast<uint32_t>(Layout::kRaw + (u % kSlots) * Layout::kRawSlotBytes); };
 
-  // Unit u's copies (none past the last tile), committed as one group.
-  auto issue = [&](int u) {
+  // Where unit u's copies read: this thread's cache rows (the K half's offsets; kNotRead for a key
+  // no row of the CTA sees, and for every row past the last tile) and its per-token-head scale's
+  // index. They take a block-table read each, so they are found apart from the copies, one unit
+  // ahead of its issue: behind a cp.async (asm volatile, "memory") each read would wait for the
+  // copy before it, a round trip per row, and every round trip holds up the casts.
+  constexpr int kUnitRows = kPasses / 2;
+  constexpr int64_t kNotRead = -1;
+  struct UnitSources {
+    int64_t row[kUnitRows];
+    int64_t scale;
+  };
+  const PagedRowWalk::Step row_step = PagedRowWalk::step_of(32, p.block_size);
+  auto sources_of = [&](int u) {
+    UnitSources src;
+    const int kt = work.item.key_begin + (u / 2) * BN;
+    const bool all_read = u < 2 * num_tiles && work.keys_all_read(kt, BN);
+    PagedRowWalk walk(p, work, kt + j0);
+#pragma unroll
+    for (int r = 0; r < kUnitRows; ++r) {
+      const int j = j0 + 32 * r;
+      if (all_read) {
+        src.row[r] = walk.offset(p);
+        walk.advance(row_step);
+      } else {
+        const bool read = u < 2 * num_tiles && work.key_read(p, kt, j);
+        src.row[r] = read ? cache_row_offset(p, work.request, kt + j, 0, work.kv_head) : kNotRead;
+      }
+    }
+    src.scale = kPerToken && u < 2 * num_tiles && work.key_read(p, kt, tid)
+                    ? scale_index(p, work.request, kt + tid, work.kv_head)
+                    : kNotRead;
+    return src;
+  };
+  // Unit u's copies from `src` (none past the last tile), committed as one group.
+  auto issue = [&](int u, const UnitSources& src) {
     if (u < 2 * num_tiles) {
       const int half = u % 2;  // 0: K, 1: V
-      const int kt = work.item.key_begin + (u / 2) * BN;
       const uint32_t slot = s_base + slot_of(u);
       const int64_t half_offset = half == 0 ? 0 : p.cache_stride_half;
-      const bool all_read = work.keys_all_read(kt, BN);
-      PagedRowWalk walk(p, work, kt + j0);
 #pragma unroll
-      for (int r = 0; r < kPasses / 2; ++r) {
-        const int j = j0 + 32 * r;
-        const bool ok = all_read || work.key_read(p, kt, j);
-        const int64_t row =
-            (all_read ? walk.offset(p) : ok ? cache_row_offset(p, work.request, kt + j, 0, work.kv_head) : 0) +
-            half_offset;
+      for (int r = 0; r < kUnitRows; ++r) {
+        const bool ok = src.row[r] != kNotRead;
+        const uint8_t* row = cache + (ok ? src.row[r] + half_offset : 0);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           mma::cp_async_16(slot + static_cast<uint32_t>(16 * (128 * (2 * r + h) + tid)),
-                           cache + row + 16 * (lane % 4 + 4 * h), ok);
+                           row + 16 * (lane % 4 + 4 * h), ok);
         }
-        if (all_read) walk.advance(32);
       }
       if constexpr (kPerToken) {
-        const bool ok = work.key_read(p, kt, tid);
+        const bool ok = src.scale != kNotRead;
         const float* scales = half == 0 ? p.k_scale_cache : p.v_scale_cache;
-        mma::cp_async_4(slot + static_cast<uint32_t>(Layout::kRawBytes + 4 * tid),
-                        scales + (ok ? scale_index(p, work.request, kt + tid, work.kv_head) : 0), ok);
+        mma::cp_async_4(slot + static_cast<uint32_t>(Layout::kRawBytes + 4 * tid), scales + (ok ? src.scale : 0), ok);
       }
     }
     mma::cp_async_commit();
   };
+  // Pass i's two 16-bit chunks, sw128_offset<BN>(j, 2c) and (j, 2c + 1): row j = 32·(i / 2) + j0
+  // has j0's place in its swizzle atom, and 2c = 2·(lane % 4) + 8·(i % 2) puts pass i in slab i % 2,
+  // so each is this thread's offset in pass 0 plus a constant of the pass.
+  const uint32_t chunk_lo = wgmma::sw128_offset<BN>(j0, 2 * (lane % 4));
+  const uint32_t chunk_hi = wgmma::sw128_offset<BN>(j0, 2 * (lane % 4) + 1);
   // Unit u (landed) → half u % 2 of 16-bit stage `stage`, and its scales beside the stage.
   auto cast = [&](int u, int stage) {
     const int half = u % 2;
-    const unsigned char* raw = smem + slot_of(u);
+    const unsigned char* raw = smem + slot_of(u) + 16 * tid;
     unsigned char* tile = smem + (half == 0 ? Layout::kK : Layout::kV) + stage * Layout::kTileBytes;
     with_byte_kind<Cache>(p.kv_kind, [&](auto kind) {
-      // In slices of two chunks: the producer's registers (kProducerRegisters) hold no more.
-#pragma unroll 2
+#pragma unroll
       for (int i = 0; i < kPasses; ++i) {
-        const int j = 32 * (i / 2) + j0;
-        const int c = lane % 4 + 4 * (i % 2);
-        const uint4 bytes = *reinterpret_cast<const uint4*>(raw + 16 * (128 * i + tid));
+        constexpr int kSlabBytes = BN * 128;
+        const int pass = (i % 2) * kSlabBytes + (i / 2) * 32 * 128;
+        const uint4 bytes = *reinterpret_cast<const uint4*>(raw + 16 * 128 * i);
         uint4 out[2];
         cast_16<T, decltype(kind)::value>(bytes, out);
-        *reinterpret_cast<uint4*>(tile + wgmma::sw128_offset<BN>(j, 2 * c)) = out[0];
-        *reinterpret_cast<uint4*>(tile + wgmma::sw128_offset<BN>(j, 2 * c + 1)) = out[1];
+        *reinterpret_cast<uint4*>(tile + pass + chunk_lo) = out[0];
+        *reinterpret_cast<uint4*>(tile + pass + chunk_hi) = out[1];
       }
     });
     if constexpr (kPerToken) {
       auto* scales = reinterpret_cast<float*>(smem + Layout::kScales + stage * Layout::kScaleBytes);
-      scales[half * BN + prefill_scale_slot(tid, BN)] = *reinterpret_cast<const float*>(raw + Layout::kRawBytes + 4 * tid);
+      scales[half * BN + prefill_scale_slot(tid, BN)] =
+          *reinterpret_cast<const float*>(smem + slot_of(u) + Layout::kRawBytes + 4 * tid);
     }
   };
 
 #pragma unroll 1
-  for (int u = 0; u < kSlots; ++u) issue(u);
+  for (int u = 0; u < kSlots; ++u) issue(u, sources_of(u));
   mma::cp_async_wait<kSlots>();  // Q's group
   wgmma::fence_proxy_async();
   tma::mbarrier_arrive(q_full);
@@ -304,18 +339,20 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
     for (int half = 0; half < 2; ++half) {
       const int u = 2 * t + half;
       // The stage's previous tile (t − kStages) handed this half back in the (t / kStages)-th phase
-      // of k_empty / empty; the consumers do so only after waiting for tiles this thread has
-      // completed (t − kStages, and for V t − kStages + 1), so the wait cannot hold up its own arrivals.
+      // of k_empty / empty; the consumers do so only after waiting for halves this thread has
+      // completed (K of t − kStages; for V, K of t − kStages + 1 and V of t − kStages, and per
+      // token-head V of t − kStages + 1), so the wait cannot hold up its own arrivals.
       if (t >= kStages) {
         tma::mbarrier_wait((half == 0 ? k_empty : empty) + stage, static_cast<uint32_t>((t / kStages - 1) & 1));
       }
       mma::cp_async_wait<kSlots - 1>();  // unit u's group: this thread's chunks of it landed
+      const UnitSources next = sources_of(u + kSlots);  // its block-table reads in flight during the cast
       cast(u, stage);
-      issue(u + kSlots);  // into the slot just cast: its reads were consumed by the casts' stores
+      issue(u + kSlots, next);  // into the slot just cast: its reads were consumed by the casts' stores
+      // This thread's part of the half, written by the generic proxy, visible to the consumers' wgmma.
+      wgmma::fence_proxy_async();
+      tma::mbarrier_arrive((half == 0 ? full : v_full) + stage);
     }
-    // This thread's part of tile t, written by the generic proxy, visible to the consumers' wgmma.
-    wgmma::fence_proxy_async();
-    tma::mbarrier_arrive(full + stage);
   }
   mma::cp_async_wait<0>();  // no copy in flight at exit (the groups past the last unit are empty)
 }
@@ -401,6 +438,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   uint64_t* full = bars + 1;               // [stage]: the tile in it landed (128 arrivals + its TMA bytes)
   uint64_t* empty = bars + 1 + kStages;    // [stage]: both consumers are done with it (1-byte: with its V) (256)
   uint64_t* k_empty = bars + 1 + 2 * kStages;  // 1-byte caches, [stage]: both consumers are done with its K
+  uint64_t* v_full = bars + 1 + 3 * kStages;   // 1-byte caches, [stage]: its V tile landed (`full`: its K)
 
   const GenericItem item = p.prefill_items[blockIdx.x];
   const int tid = static_cast<int>(threadIdx.x);
@@ -414,7 +452,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     for (int st = 0; st < kStages; ++st) {
       tma::mbarrier_init(full + st, 128);
       tma::mbarrier_init(empty + st, 128 * kWgmmaConsumers);
-      if constexpr (kByteCache) tma::mbarrier_init(k_empty + st, 128 * kWgmmaConsumers);
+      if constexpr (kByteCache) {
+        tma::mbarrier_init(k_empty + st, 128 * kWgmmaConsumers);
+        tma::mbarrier_init(v_full + st, 128);
+      }
     }
     tma::fence_barrier_init();  // `full` also counts the TMA unit's bytes
   }
@@ -429,7 +470,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     if constexpr (kByteCache) {
       load_prefill_q<T, D, kRows, 128>(p, work, s_q, tid,
                                        [](int r, int c) { return wgmma::sw128_offset<kRows>(r, c); });
-      prefill_wgmma_byte_producer<T, Cache>(p, work, num_tiles, smem_aligned, q_full, full, empty, k_empty, tid);
+      prefill_wgmma_byte_producer<T, Cache>(p, work, num_tiles, smem_aligned, q_full, full, v_full, empty, k_empty,
+                                             tid);
     } else {
       if (p.kv_tma && tid == 0) tma::prefetch_map(&kv_map);
       load_prefill_q<T, D, kRows, 128>(p, work, s_q, tid,
@@ -611,9 +653,13 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     }
     wgmma::commit();
   };
-  // Tile `it` landed (its `full` phase) and is visible to the async proxy.
+  // Tile `it` landed (its `full` phase) and is visible to the async proxy; for a 1-byte cache its K
+  // tile alone, and wait_v its V tile (`v_full`).
   auto wait_tile = [&](int it) {
     tma::mbarrier_wait(full + it % kStages, static_cast<uint32_t>((it / kStages) & 1));
+  };
+  auto wait_v = [&](int it) {
+    if constexpr (kByteCache) tma::mbarrier_wait(v_full + it % kStages, static_cast<uint32_t>((it / kStages) & 1));
   };
   // S = Q·K_itᵀ issued and committed, not awaited. Q of this warpgroup: rows 64·cwg …; k-step kk =
   // columns 16·kk … (slab kk / 4, 32 bytes per step).
@@ -660,7 +706,10 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   };
   // P of tile `it` times its keys' v scales, rounded to T: the A operand of its P·V.
   auto pack_tile = [&](float (&acc)[kNt][4], int it, uint32_t (&out)[BN / 16][4]) {
-    if constexpr (kPerToken) scale_keys(acc, it, 1, 1.0f);  // ΣP already taken; key_v: ones
+    if constexpr (kPerToken) {
+      wait_v(it);  // its v scales ride with its V tile
+      scale_keys(acc, it, 1, 1.0f);  // ΣP already taken; key_v: ones
+    }
     prefill_pack_p<T>(acc, key_v, out);
   };
 
@@ -688,6 +737,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   }
   for (int it = 1; it < num_tiles; ++it) {
     wait_tile(it);
+    wait_v(it - 1);
     float s[kNt][4];
     wgmma_ws::wait_for_turn(cwg);
     issue_s(s, it);
@@ -705,6 +755,7 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
     pack_tile(s, it, pa);
   }
   if (num_tiles > 0) {  // the last tile's P·V
+    wait_v(num_tiles - 1);
     wgmma::fence();
     wgmma_ws::wait_for_turn(cwg);
     add_pv(o, pa, s_v + stage_of(num_tiles - 1));
