@@ -289,7 +289,9 @@ int main(int argc, char** argv) {
         {"prefill 1x8k", "prefill", repeat(1, {0, 8192})},
         {"prefill 1x8k w4096", "prefill", repeat(1, {0, 8192}), 4096},
         {"prefill 1x32k", "prefill", repeat(1, {0, 32768})},
-        // Pages of 64 tokens: the wgmma kernel's TMA copies 2 boxes per slab and K/V of a tile, not 8.
+        // Pages of 32 and 64 tokens: the wgmma kernel's TMA copies 4 or 2 boxes per slab and K/V of a
+        // tile, not 8.
+        {"prefill 1x8k block32", "prefill", repeat(1, {0, 8192}), 0, false, -1, KvCacheDtype::kAuto, false, false, 32},
         {"prefill 1x8k block64", "prefill", repeat(1, {0, 8192}), 0, false, -1, KvCacheDtype::kAuto, false, false, 64},
         {"prefill 1x32k w4096", "prefill", repeat(1, {0, 32768}), 4096},
         // Head sizes 64 and 256 (32 query / 8 kv heads as above; FLOPs and bytes at that D): the
