@@ -21,7 +21,8 @@ void launch_wgmma_instance(const AttentionParams& params, const CUtensorMap& kv_
   constexpr auto kSmem = static_cast<int>(prefill_wgmma_smem_bytes<Config, Cache>());
   allow_dynamic_smem(prefill_wgmma_kernel<Config, T, Plain, Cache>, kSmem);
   prefill_wgmma_kernel<Config, T, Plain, Cache>
-      <<<static_cast<unsigned>(num_items), kWgmmaThreads, kSmem, stream>>>(params, kv_map);
+      <<<static_cast<unsigned>(num_items), WgmmaRegisters<Config, Plain, Cache>::kThreads, kSmem, stream>>>(params,
+                                                                                                     kv_map);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 

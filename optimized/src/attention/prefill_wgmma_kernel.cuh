@@ -10,7 +10,8 @@
 // per tile, three stages); D 64 and 256 differ in the numbers only.
 //
 // One CTA = one GenericItem of at most 128 (token, head) rows of one kv head (the GQA packing of
-// prefill_mma_kernel.cuh), three warpgroups (384 threads):
+// prefill_mma_kernel.cuh), three warpgroups (384 threads; four with a 1-byte cache and plain
+// logits, whose two producer warpgroups share the casts: WgmmaRegisters):
 //   warpgroup 0, the producer (setmaxnreg down to kProducerRegisters): stages Q once, then streams
 //     the K/V tiles of 128 keys through a kStages-deep ring in shared memory, written in the
 //     128-byte swizzle layout the descriptors read, and refills a stage once both consumers have
@@ -34,6 +35,8 @@
 //     handed back. The last tile's P·V follows the loop.
 // 1-byte caches (Cache = PerTensorBytes / PerTokenHeadBytes: fp8 e4m3 / e5m2 per tensor, int8 / fp8
 // per token-head; WgmmaLayout): the producer alone casts, so the consumers' loop is the 16-bit one.
+// With plain logits the producer is two warpgroups, each thread copying and casting half as many
+// chunks: one warpgroup's casts, at a quarter of an instruction per cycle per warp, set the pace.
 // It streams the tile's raw K and V tiles (each 128 keys × 128 bytes, plus the keys' per-token-head
 // scales) by cp.async through the block table into a ring of kWgmmaRawSlots raw slots, K and V of a
 // tile in turn, up to two slots ahead of its casts; then each thread casts exactly the chunks it
@@ -72,8 +75,7 @@
 
 namespace hybridtb::cuda {
 
-constexpr int kWgmmaConsumers = 2;                     // consumer warpgroups of 64 rows
-constexpr int kWgmmaThreads = 128 * (1 + kWgmmaConsumers);  // + the producer warpgroup
+constexpr int kWgmmaConsumers = 2;   // consumer warpgroups of 64 rows
 constexpr int kWgmmaByteHead = 128;  // the head size of the 1-byte caches' instances
 
 // The launch configuration of one head size D (16-bit caches; the 1-byte caches' ring: WgmmaLayout):
@@ -118,16 +120,20 @@ struct WgmmaConfig<256> {
   static constexpr int kConsumerRegisters = 224;
 };
 
-// The register split of one instantiation: Config's, except for a 1-byte cache with plain logits,
-// whose producer casts with more registers (its chunks' loads and casts in flight together; about
-// 4% faster at 8k tokens than 56) while its consumers, without the featured logits' state, fit 216
-// without spills (the featured ones spill there).
+// The warpgroups and register split of one instantiation: Config's (one producer warpgroup), except
+// for a 1-byte cache with plain logits. Its producer casts every K/V element, and one warpgroup of
+// casts sets the kernel's pace (about a quarter of an instruction per cycle per warp, dependency
+// stalls), so two producer warpgroups share the casts at 40 registers each, beside consumers that,
+// without the featured logits' state, fit 216 without spills (the featured ones spill there).
 template <typename Config, bool Plain, typename Cache>
 struct WgmmaRegisters {
-  static constexpr bool kWideProducer = kIsByteCache<Cache> && Plain;
-  static constexpr int kProducer = kWideProducer ? 72 : Config::kProducerRegisters;
-  static constexpr int kConsumer = kWideProducer ? 216 : Config::kConsumerRegisters;
-  static_assert(kProducer * 128 + kConsumer * 256 <= 65536, "one SM's registers");
+  static constexpr bool kTwoProducers = kIsByteCache<Cache> && Plain;
+  static constexpr int kProducerWarpgroups = kTwoProducers ? 2 : 1;
+  static constexpr int kProducerThreads = 128 * kProducerWarpgroups;
+  static constexpr int kThreads = kProducerThreads + 128 * kWgmmaConsumers;
+  static constexpr int kProducer = kTwoProducers ? 40 : Config::kProducerRegisters;
+  static constexpr int kConsumer = kTwoProducers ? 216 : Config::kConsumerRegisters;
+  static_assert(kProducer * kProducerThreads + kConsumer * 128 * kWgmmaConsumers <= 65536, "one SM's registers");
 };
 
 // K/V tiles by TMA: the map (PrefillKvMap, encoded on the host by encode_prefill_kv_map) views the
@@ -223,16 +229,17 @@ __device__ __forceinline__ void consumer_registers() {
 }
 }  // namespace wgmma_ws
 
-// The producer warpgroup's K/V tiles for a 1-byte cache (the header's "1-byte caches"): raw K and V
-// tiles ("units": unit 2t K of tile t, 2t + 1 its V) by cp.async into raw slot u % kRawSlots, one
-// cp.async group per unit, kRawSlots units ahead; each cast into its 16-bit stage once the stage's
-// previous tile handed that half back. Thread tid copies and casts the same chunks: pass i of a unit,
-// row j = 32·(i / 2) + 8·warp + lane / 4 and 16-byte chunk c = lane % 4 + 4·(i % 2) (elements
-// 16c …), kept in the slot at 16·(128·i + tid) (conflict-free either way), cast into the 16-bit
-// chunks 2c and 2c + 1 of row j (sw128_offset; a quarter warp's rows j, j ^ 1 fill distinct banks).
-// The per-token-head scale of key tid rides in its unit's slot. Q's cp.async group (committed before)
-// completes q_full.
-template <typename T, typename Cache>
+// The producer warpgroups' K/V tiles for a 1-byte cache (the header's "1-byte caches"; kThreads
+// producer threads, one or two warpgroups): raw K and V tiles ("units": unit 2t K of tile t, 2t + 1
+// its V) by cp.async into raw slot u % kRawSlots, one cp.async group per unit, kRawSlots units
+// ahead; each cast into its 16-bit stage once the stage's previous tile handed that half back.
+// Thread tid copies and casts the same chunks: pass i of a unit, row j = (kThreads / 4)·(i / 2) +
+// 8·warp + lane / 4 and 16-byte chunk c = lane % 4 + 4·(i % 2) (elements 16c …), kept in the slot at
+// 16·(kThreads·i + tid) (conflict-free either way), cast into the 16-bit chunks 2c and 2c + 1 of row
+// j (sw128_offset; a quarter warp's rows j, j ^ 1 fill distinct banks). The per-token-head scale of
+// key tid (tid < BN) rides in its unit's slot. Q's cp.async group (committed before) completes
+// q_full.
+template <typename T, typename Cache, int kThreads>
 __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParams& p, const PrefillItem& work,
                                                             int num_tiles, unsigned char* smem, uint64_t* q_full,
                                                             uint64_t* full, uint64_t* v_full, uint64_t* empty,
@@ -242,10 +249,12 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
   constexpr int BN = Layout::kBn;
   constexpr int kStages = Layout::kStages;
   constexpr int kSlots = Layout::kRawSlots;
-  constexpr int kPasses = BN * D / 16 / 128;  // 16-byte chunks per thread and unit
+  constexpr int kPasses = BN * D / 16 / kThreads;  // 16-byte chunks per thread and unit
+  constexpr int kPassRows = kThreads / 4;          // rows of a pass: 8 per warp
   constexpr bool kPerToken = kIsPerTokenHeadCache<Cache>;
-  static_assert(kPasses % 2 == 0 && BN == 32 * (kPasses / 2) && D == 16 * 8, "pass i: rows 32·(i / 2) …, chunks");
-  static_assert(BN == 128, "one per-token-head scale per producer thread and unit");
+  static_assert(kPasses % 2 == 0 && BN == kPassRows * (kPasses / 2) && D == 16 * 8,
+                "pass i: rows kPassRows·(i / 2) …, chunks");
+  static_assert(BN <= kThreads, "one per-token-head scale per producer thread (tid < BN) and unit");
   static_assert(kSlots >= 2, "the next unit's copies in flight while one is cast");
   const int lane = tid % 32;
   const int warp = tid / 32;
@@ -265,7 +274,7 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
     int64_t row[kUnitRows];
     int64_t scale;
   };
-  const PagedRowWalk::Step row_step = PagedRowWalk::step_of(32, p.block_size);
+  const PagedRowWalk::Step row_step = PagedRowWalk::step_of(kPassRows, p.block_size);
   auto sources_of = [&](int u) {
     UnitSources src;
     const int kt = work.item.key_begin + (u / 2) * BN;
@@ -273,7 +282,7 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
     PagedRowWalk walk(p, work, kt + j0);
 #pragma unroll
     for (int r = 0; r < kUnitRows; ++r) {
-      const int j = j0 + 32 * r;
+      const int j = j0 + kPassRows * r;
       if (all_read) {
         src.row[r] = walk.offset(p);
         walk.advance(row_step);
@@ -282,7 +291,7 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
         src.row[r] = read ? cache_row_offset(p, work.request, kt + j, 0, work.kv_head) : kNotRead;
       }
     }
-    src.scale = kPerToken && u < 2 * num_tiles && work.key_read(p, kt, tid)
+    src.scale = kPerToken && tid < BN && u < 2 * num_tiles && work.key_read(p, kt, tid)
                     ? scale_index(p, work.request, kt + tid, work.kv_head)
                     : kNotRead;
     return src;
@@ -299,21 +308,24 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
         const uint8_t* row = cache + (ok ? src.row[r] + half_offset : 0);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          mma::cp_async_16(slot + static_cast<uint32_t>(16 * (128 * (2 * r + h) + tid)),
+          mma::cp_async_16(slot + static_cast<uint32_t>(16 * (kThreads * (2 * r + h) + tid)),
                            row + 16 * (lane % 4 + 4 * h), ok);
         }
       }
       if constexpr (kPerToken) {
-        const bool ok = src.scale != kNotRead;
-        const float* scales = half == 0 ? p.k_scale_cache : p.v_scale_cache;
-        mma::cp_async_4(slot + static_cast<uint32_t>(Layout::kRawBytes + 4 * tid), scales + (ok ? src.scale : 0), ok);
+        if (tid < BN) {
+          const bool ok = src.scale != kNotRead;
+          const float* scales = half == 0 ? p.k_scale_cache : p.v_scale_cache;
+          mma::cp_async_4(slot + static_cast<uint32_t>(Layout::kRawBytes + 4 * tid), scales + (ok ? src.scale : 0),
+                          ok);
+        }
       }
     }
     mma::cp_async_commit();
   };
-  // Pass i's two 16-bit chunks, sw128_offset<BN>(j, 2c) and (j, 2c + 1): row j = 32·(i / 2) + j0
-  // has j0's place in its swizzle atom, and 2c = 2·(lane % 4) + 8·(i % 2) puts pass i in slab i % 2,
-  // so each is this thread's offset in pass 0 plus a constant of the pass.
+  // Pass i's two 16-bit chunks, sw128_offset<BN>(j, 2c) and (j, 2c + 1): row j = kPassRows·(i / 2)
+  // + j0 has j0's place in its swizzle atom, and 2c = 2·(lane % 4) + 8·(i % 2) puts pass i in slab
+  // i % 2, so each is this thread's offset in pass 0 plus a constant of the pass.
   const uint32_t chunk_lo = wgmma::sw128_offset<BN>(j0, 2 * (lane % 4));
   const uint32_t chunk_hi = wgmma::sw128_offset<BN>(j0, 2 * (lane % 4) + 1);
   // Unit u (landed) → half u % 2 of 16-bit stage `stage`, and its scales beside the stage.
@@ -325,8 +337,8 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
 #pragma unroll
       for (int i = 0; i < kPasses; ++i) {
         constexpr int kSlabBytes = BN * 128;
-        const int pass = (i % 2) * kSlabBytes + (i / 2) * 32 * 128;
-        const uint4 bytes = *reinterpret_cast<const uint4*>(raw + 16 * 128 * i);
+        const int pass = (i % 2) * kSlabBytes + (i / 2) * kPassRows * 128;
+        const uint4 bytes = *reinterpret_cast<const uint4*>(raw + 16 * kThreads * i);
         uint4 out[2];
         cast_16<T, decltype(kind)::value>(bytes, out);
         *reinterpret_cast<uint4*>(tile + pass + chunk_lo) = out[0];
@@ -334,9 +346,11 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
       }
     });
     if constexpr (kPerToken) {
-      auto* scales = reinterpret_cast<float*>(smem + Layout::kScales + stage * Layout::kScaleBytes);
-      scales[half * BN + prefill_scale_slot(tid, BN)] =
-          *reinterpret_cast<const float*>(smem + slot_of(u) + Layout::kRawBytes + 4 * tid);
+      if (tid < BN) {
+        auto* scales = reinterpret_cast<float*>(smem + Layout::kScales + stage * Layout::kScaleBytes);
+        scales[half * BN + prefill_scale_slot(tid, BN)] =
+            *reinterpret_cast<const float*>(smem + slot_of(u) + Layout::kRawBytes + 4 * tid);
+      }
     }
   };
 
@@ -410,7 +424,7 @@ struct WgmmaProducts {
 // Config: WgmmaConfig of the head size (WgmmaConfig<128> for a 1-byte cache).
 // kv_map: the cache's tensor map where p.kv_tma (launch_prefill_wgmma), unread otherwise.
 template <typename Config, typename T, bool Plain, typename Cache>
-__global__ void __launch_bounds__(kWgmmaThreads, 1)
+__global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThreads), 1)
     prefill_wgmma_kernel(const __grid_constant__ AttentionParams p, const __grid_constant__ CUtensorMap kv_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace mma;
@@ -438,6 +452,9 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   constexpr float kLog2e = 1.4426950408889634f;
   using Scales = CacheScales<T, Cache>;
   using Mmas = WgmmaProducts<T, BN, D>;
+  using Registers = WgmmaRegisters<Config, Plain, Cache>;
+  constexpr int kProducerThreads = Registers::kProducerThreads;
+  static_assert(kByteCache || kProducerThreads == 128, "a 16-bit cache's producer is one warpgroup");
 
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem_aligned = smem_raw + ((1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023u)) & 1023u);
@@ -446,44 +463,44 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   const uint32_t s_k = s_q + Layout::kK;
   const uint32_t s_v = s_q + Layout::kV;
   auto* bars = reinterpret_cast<uint64_t*>(smem_aligned + Layout::kBars);
-  uint64_t* q_full = bars;                 // Q staged (the producer's 128 threads arrive)
-  uint64_t* full = bars + 1;               // [stage]: the tile in it landed (128 arrivals + its TMA bytes)
+  uint64_t* q_full = bars;                 // Q staged (every producer thread arrives)
+  uint64_t* full = bars + 1;               // [stage]: the tile in it landed (producer arrivals + its TMA bytes)
   uint64_t* empty = bars + 1 + kStages;    // [stage]: both consumers are done with it (1-byte: with its V) (256)
   uint64_t* k_empty = bars + 1 + 2 * kStages;  // 1-byte caches, [stage]: both consumers are done with its K
   uint64_t* v_full = bars + 1 + 3 * kStages;   // 1-byte caches, [stage]: its V tile landed (`full`: its K)
 
   const GenericItem item = p.prefill_items[blockIdx.x];
   const int tid = static_cast<int>(threadIdx.x);
-  const int wg = tid / 128;  // 0: producer; 1, 2: consumers
+  const int wg = tid / 128;  // producers first (Registers::kProducerWarpgroups), then the 2 consumers
   const PrefillItem work(p, item);
   const int num_tiles = (item.key_end - item.key_begin + BN - 1) / BN;
   auto stage_of = [](int tile) { return static_cast<uint32_t>((tile % kStages) * kTileBytes); };
 
   if (tid == 0) {
-    tma::mbarrier_init(q_full, 128);
+    tma::mbarrier_init(q_full, kProducerThreads);
     for (int st = 0; st < kStages; ++st) {
-      tma::mbarrier_init(full + st, 128);
+      tma::mbarrier_init(full + st, kProducerThreads);
       tma::mbarrier_init(empty + st, 128 * kWgmmaConsumers);
       if constexpr (kByteCache) {
         tma::mbarrier_init(k_empty + st, 128 * kWgmmaConsumers);
-        tma::mbarrier_init(v_full + st, 128);
+        tma::mbarrier_init(v_full + st, kProducerThreads);
       }
     }
     tma::fence_barrier_init();  // `full` also counts the TMA unit's bytes
   }
   __syncthreads();
 
-  if (wg == 0) {
+  if (wg < Registers::kProducerWarpgroups) {
     // --- producer: Q, then the K/V tiles. Every producer thread arrives once on each phase of a
     // stage's `full` barrier: on a TMA tile at once (the elected thread with the tile's bytes, which
     // then complete the phase), on a cp.async tile once its own copies have landed and been fenced
     // for the async proxy. So the two kinds of tile share the ring and its barriers. -------------------
-    wgmma_ws::producer_registers<WgmmaRegisters<Config, Plain, Cache>::kProducer>();
+    wgmma_ws::producer_registers<Registers::kProducer>();
     if constexpr (kByteCache) {
-      load_prefill_q<T, D, kRows, 128>(p, work, s_q, tid,
-                                       [](int r, int c) { return wgmma::sw128_offset<kRows>(r, c); });
-      prefill_wgmma_byte_producer<T, Cache>(p, work, num_tiles, smem_aligned, q_full, full, v_full, empty, k_empty,
-                                             tid);
+      load_prefill_q<T, D, kRows, kProducerThreads>(p, work, s_q, tid,
+                                                    [](int r, int c) { return wgmma::sw128_offset<kRows>(r, c); });
+      prefill_wgmma_byte_producer<T, Cache, kProducerThreads>(p, work, num_tiles, smem_aligned, q_full, full, v_full,
+                                                              empty, k_empty, tid);
     } else {
       if (p.kv_tma && tid == 0) tma::prefetch_map(&kv_map);
       load_prefill_q<T, D, kRows, 128>(p, work, s_q, tid,
@@ -582,8 +599,8 @@ __global__ void __launch_bounds__(kWgmmaThreads, 1)
   }
 
   // --- consumers ------------------------------------------------------------------------------------
-  wgmma_ws::consumer_registers<WgmmaRegisters<Config, Plain, Cache>::kConsumer>();
-  const int ctid = tid - 128;  // thread of the consumers' 256
+  wgmma_ws::consumer_registers<Registers::kConsumer>();
+  const int ctid = tid - kProducerThreads;  // thread of the consumers' 256
   const int lane = ctid % 32;
   const int warp = ctid / 32;  // rows 16·warp … + 15
   const int cwg = ctid / 128;  // rows 64·cwg … + 63
