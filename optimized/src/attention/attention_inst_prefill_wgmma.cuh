@@ -19,10 +19,10 @@ template <typename Config, typename T, bool Plain, typename Cache>
 void launch_wgmma_instance(const AttentionParams& params, const CUtensorMap& kv_map, int64_t num_items,
                            cudaStream_t stream) {
   constexpr auto kSmem = static_cast<int>(prefill_wgmma_smem_bytes<Config, Cache>());
+  constexpr int kThreads = WgmmaRegisters<Config, Plain, Cache>::kThreads;
   allow_dynamic_smem(prefill_wgmma_kernel<Config, T, Plain, Cache>, kSmem);
   prefill_wgmma_kernel<Config, T, Plain, Cache>
-      <<<static_cast<unsigned>(num_items), WgmmaRegisters<Config, Plain, Cache>::kThreads, kSmem, stream>>>(params,
-                                                                                                     kv_map);
+      <<<static_cast<unsigned>(num_items), kThreads, kSmem, stream>>>(params, kv_map);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 
