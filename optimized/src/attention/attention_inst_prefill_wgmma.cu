@@ -8,12 +8,29 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "attention/attention_inst_prefill_wgmma.cuh"
 
 namespace hybridtb::cuda {
 namespace {
+
+// The map's outermost dimension joins the cache's blocks and K/V halves, in units of the smaller of
+// their strides: {block step, half step} = {2, 1} where a block holds both halves ([block][half]:
+// vLLM's layout), {1, num_blocks} where each half holds every block ([half][block]); nullopt
+// otherwise.
+struct HalfBlockSteps {
+  int32_t block_step;
+  int32_t half_step;
+  int64_t unit;  // elements
+};
+std::optional<HalfBlockSteps> half_block_steps(const AttentionParams& p, int64_t num_blocks) {
+  const int64_t sb = p.cache_stride_block, sh = p.cache_stride_half;
+  if (sb == 2 * sh) return HalfBlockSteps{2, 1, sh};
+  if (sh == num_blocks * sb && num_blocks <= INT32_MAX) return HalfBlockSteps{1, static_cast<int32_t>(num_blocks), sb};
+  return std::nullopt;
+}
 
 // Why the cache `p` names has no exact TMA form for the kernel's K/V tiles ("" if it has): the map
 // must describe every byte a cp.async tile would read, in whole boxes of the swizzle layout.
@@ -38,6 +55,14 @@ std::string kv_map_unsupported(const AttentionParams& p, int64_t num_blocks) {
   if (reinterpret_cast<uintptr_t>(p.kv_cache) % kAlign != 0) return "the cache's base is not 16-byte aligned";
   if (num_blocks <= 0) return "the cache has no block";
   if (p.num_kv_heads <= 0) return "no kv head";
+  if (p.cache_stride_head != p.head_size) {
+    return detail::concat("cache stride of a kv head ", p.cache_stride_head, " is not the head size ", p.head_size,
+                          " (a page's heads one after another: a box takes one head's 64-dim slabs together)");
+  }
+  if (!half_block_steps(p, num_blocks)) {
+    return detail::concat("cache strides of a block ", p.cache_stride_block, " and a K/V half ", p.cache_stride_half,
+                          " do not join into one dimension (block = 2 halves, or each half all blocks)");
+  }
   return "";
 }
 
@@ -53,22 +78,26 @@ PrefillKvMap encode_prefill_kv_map(const AttentionParams& params, int64_t num_bl
     m.why = "the driver has no cuTensorMapEncodeTiled";
     return m;
   }
-  // The 5-D view of prefill_wgmma_kernel.cuh, innermost first: (head dim, kv head, slot, K/V half,
-  // block); strides in bytes of the four outer dimensions; one box = kKvBoxDims dims of one page's
-  // slots of one head and half (D / kKvBoxDims boxes per page: 1 at D 64, 4 at D 256).
+  // The 5-D view of prefill_wgmma_kernel.cuh ("K/V tiles by TMA"), innermost first: (64 dims of a
+  // slab, slot % 8, slab of the page's heads, slot / 8, block and half joined); strides in bytes of
+  // the four outer dimensions; one box = one page of one head and half.
+  const HalfBlockSteps steps = *half_block_steps(params, num_blocks);
   constexpr int kRank = 5;
   constexpr uint64_t kElementBytes = 2;
-  const cuuint64_t dims[kRank] = {static_cast<cuuint64_t>(params.head_size), static_cast<cuuint64_t>(params.num_kv_heads),
-                                  static_cast<cuuint64_t>(params.block_size), 2, static_cast<cuuint64_t>(num_blocks)};
-  const cuuint64_t strides[kRank - 1] = {static_cast<cuuint64_t>(params.cache_stride_head) * kElementBytes,
-                                         static_cast<cuuint64_t>(params.cache_stride_slot) * kElementBytes,
-                                         static_cast<cuuint64_t>(params.cache_stride_half) * kElementBytes,
-                                         static_cast<cuuint64_t>(params.cache_stride_block) * kElementBytes};
-  const cuuint32_t box[kRank] = {kKvBoxDims, 1, static_cast<cuuint32_t>(params.block_size), 1, 1};
+  const auto slab_count = static_cast<cuuint64_t>(params.head_size / kKvBoxDims);
+  const auto slot = static_cast<cuuint64_t>(params.cache_stride_slot) * kElementBytes;
+  const cuuint64_t dims[kRank] = {
+      kKvBoxDims, kSwizzleAtomRows, static_cast<cuuint64_t>(params.num_kv_heads) * slab_count,
+      static_cast<cuuint64_t>(params.block_size / kSwizzleAtomRows),
+      static_cast<cuuint64_t>((num_blocks - 1) * steps.block_step + steps.half_step + 1)};
+  const cuuint64_t strides[kRank - 1] = {slot, kKvBoxDims * kElementBytes, kSwizzleAtomRows * slot,
+                                         static_cast<cuuint64_t>(steps.unit) * kElementBytes};
+  const cuuint32_t box[kRank] = {kKvBoxDims, kSwizzleAtomRows, static_cast<cuuint32_t>(slab_count),
+                                 static_cast<cuuint32_t>(params.block_size / kSwizzleAtomRows), 1};
   const cuuint32_t element_strides[kRank] = {1, 1, 1, 1, 1};
   const CUtensorMapDataType type =
       params.kv_kind == ElementKind::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  // L2 promotion to 256 bytes: a key row of one head (both 64-dim boxes) in one fetch.
+  // L2 promotion to 256 bytes: a key row of one head (D 128) in one fetch.
   const CUresult status = encode(&m.map, type, kRank, const_cast<void*>(params.kv_cache), dims, strides, box,
                                  element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -77,6 +106,8 @@ PrefillKvMap encode_prefill_kv_map(const AttentionParams& params, int64_t num_bl
                            ")");
     return m;
   }
+  m.block_step = steps.block_step;
+  m.half_step = steps.half_step;
   m.ok = true;
   return m;
 }
@@ -101,6 +132,8 @@ void launch_prefill_wgmma(const AttentionParams& params, int64_t num_items, cons
   AttentionParams p = params;
   const bool tma = kv_map != nullptr && kv_map->usable_for(params);
   p.kv_tma = tma ? 1 : 0;
+  p.kv_tma_block_step = tma ? kv_map->block_step : 0;
+  p.kv_tma_half_step = tma ? kv_map->half_step : 0;
   const CUtensorMap map = tma ? kv_map->map : CUtensorMap{};
   if (byte_cache) {
     if (params.kv_scale_mode == KvScaleMode::kPerTokenHead) return launch_prefill_wgmma_pth(p, num_items, stream);

@@ -89,6 +89,8 @@ struct PrefillKvLayout {
 // `layout`; otherwise `why` says why the layout has none (and every tile takes cp.async).
 struct PrefillKvMap {
   CUtensorMap map{};
+  int32_t block_step = 0;  // AttentionParams::kv_tma_block_step / _half_step for this map
+  int32_t half_step = 0;
   PrefillKvLayout layout;
   bool ok = false;
   std::string why;

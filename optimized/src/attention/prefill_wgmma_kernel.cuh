@@ -136,25 +136,45 @@ struct WgmmaRegisters {
   static_assert(kProducer * kProducerThreads + kConsumer * 128 * kWgmmaConsumers <= 65536, "one SM's registers");
 };
 
+// The K and V tiles in shared memory: keys in groups of 8, each group its D / 64 slabs of 64 dims
+// one after another, each slab one 1024-byte atom of the 128-byte swizzle (8 rows of 128 bytes,
+// 16-byte chunk c of row r at r·128 + ((c ^ r % 8) << 4): sw128_offset's atom). Chunk c (dims
+// 8c …) of key j:
+//   kv_tile_offset<D>(j, c) = (j / 8)·16·D + (c / 8)·1024 + (j % 8)·128 + (((c % 8) ^ (j % 8)) << 4).
+// So the rows of one page (block_size keys, a multiple of 8) are block_size·D·2 contiguous bytes,
+// one TMA box (below). wgmma reads K (K-major B of S) with its 8-key groups kKvGroupBytes apart
+// (the descriptor's stride offset) and a k-step's 32 bytes inside a slab; V (MN-major B of P·V)
+// with its slabs 1024 bytes apart along the dims (leading offset) and its 8-key groups
+// kKvGroupBytes apart along the keys (stride offset). At D 64 this is the plain [key][128 bytes]
+// swizzle layout.
+template <int D>
+__host__ __device__ constexpr uint32_t kv_tile_offset(int key, int chunk) {
+  return static_cast<uint32_t>((key / 8) * 16 * D + (chunk / 8) * 1024 + (key % 8) * 128 +
+                               (((chunk % 8) ^ (key % 8)) << 4));
+}
+template <int D>
+constexpr uint32_t kKvGroupBytes = 16 * D;  // 8 keys × D dims × 2 bytes
+
 // K/V tiles by TMA: the map (PrefillKvMap, encoded on the host by encode_prefill_kv_map) views the
 // paged cache as the 5-D tensor, innermost dimension first,
-//   (head dim < 128, kv head < num_kv_heads, slot < block_size, half: 0 K / 1 V, block < num_blocks)
-// with the cache's strides (in bytes: cache_stride_head, _slot, _half, _block · 2), and copies boxes
-// of kKvBoxDims dims × 1 head × block_size slots × 1 × 1 with CU_TENSOR_MAP_SWIZZLE_128B. The
-// coordinates of cp.async.bulk.tensor.5d go in the same order (innermost first): {d0, kv head, 0,
-// half, page}. A box is one page's rows of one kv head and one 64-column slab: block_size rows of
-// 128 bytes. A page is whole 1024-byte swizzle atoms (block_size a multiple of kSwizzleAtomRows)
-// and a tile whole pages (block_size divides the tile's BN keys): wgmma_kv_tma_block.
+//   (dim % 64, slot % 8, slab: kv head·D / 64 + dim / 64, slot / 8, block and half joined)
+// with strides (in bytes) cache_stride_slot·2, 128, 8·cache_stride_slot·2 and the smaller of the
+// block and half strides; the slab dimension runs over a page's heads because they lie one after
+// another (cache_stride_head = D), and the outermost coordinate of page b, half h is
+// b·kv_tma_block_step + h·kv_tma_half_step. A box is 64 × 8 × D / 64 × block_size / 8 × 1 with
+// CU_TENSOR_MAP_SWIZZLE_128B: one page of one head and half, coordinates {0, 0, kv head·D / 64, 0,
+// joined}. A tile is whole pages (block_size a multiple of kSwizzleAtomRows dividing the tile's BN
+// keys: wgmma_kv_tma_block), so two boxes a page (K, V), whatever the head size.
 //
-// Why a box lands where the descriptors read (wgmma::sw128_offset): the TMA unit writes the box's
-// rows one after another, row r at dst + 128·r, and SWIZZLE_128B moves 16-byte chunk c of each row
-// to chunk c ^ (bits 7–9 of its shared-memory address) — byte-address bits 4–6 XOR bits 7–9, the
-// same function a descriptor of layout type 1 (128-byte swizzle) reads through, since both act on
-// the address. The box of page g (tile rows j0 = g·block_size …) goes to its slab's base + 128·j0;
-// slab bases, stages and the ring are 1024-byte aligned and 128·j0 is a multiple of 1024 (j0 a
-// multiple of 8), so bits 7–9 of row r's address are (j0 + r) % 8 = j % 8 for tile row j = j0 + r:
-// chunk c of key j lands at slab + 128·j + ((c ^ j % 8) << 4) = sw128_offset<BN>(j, c + 8·slab).
-constexpr int kKvBoxDims = 64;        // head dims per box: one 128-byte swizzle row, SWIZZLE_128B's limit
+// Why a box lands where the descriptors read (kv_tile_offset): the TMA unit writes the box's
+// 128-byte rows one after another in its dimensions' order (slot % 8 innermost, then the slabs,
+// then slot / 8), row n at dst + 128·n, and SWIZZLE_128B moves 16-byte chunk c of each row to chunk
+// c ^ (bits 7–9 of its shared-memory address) — byte-address bits 4–6 XOR bits 7–9, the same
+// function a descriptor of layout type 1 (128-byte swizzle) reads through, since both act on the
+// address. Page g's box goes to the tile's base + g·block_size·D·2 = kv_tile_offset<D>(g·block_size,
+// 0); stages are 1024-byte aligned, so bits 7–9 of a row's address are its slot % 8 = j % 8 for tile
+// row j: chunk c of slab s of key j lands at kv_tile_offset<D>(j, c + 8·s).
+constexpr int kKvBoxDims = 64;        // dims per slab: one 128-byte swizzle row, SWIZZLE_128B's limit
 constexpr int kSwizzleAtomRows = 8;   // rows of 128 bytes per 1024-byte swizzle atom
 __host__ __device__ constexpr bool wgmma_kv_tma_block(int block_size, int head_size) {
   return block_size > 0 && block_size % kSwizzleAtomRows == 0 &&
@@ -323,11 +343,12 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
     }
     mma::cp_async_commit();
   };
-  // Pass i's two 16-bit chunks, sw128_offset<BN>(j, 2c) and (j, 2c + 1): row j = kPassRows·(i / 2)
-  // + j0 has j0's place in its swizzle atom, and 2c = 2·(lane % 4) + 8·(i % 2) puts pass i in slab
-  // i % 2, so each is this thread's offset in pass 0 plus a constant of the pass.
-  const uint32_t chunk_lo = wgmma::sw128_offset<BN>(j0, 2 * (lane % 4));
-  const uint32_t chunk_hi = wgmma::sw128_offset<BN>(j0, 2 * (lane % 4) + 1);
+  // Pass i's two 16-bit chunks, kv_tile_offset<D>(j, 2c) and (j, 2c + 1): row j = kPassRows·(i / 2)
+  // + j0 has j0's place in its key group, and 2c = 2·(lane % 4) + 8·(i % 2) puts pass i in slab
+  // i % 2, so each is this thread's offset in pass 0 plus kv_tile_offset<D>(kPassRows·(i / 2),
+  // 8·(i % 2)).
+  const uint32_t chunk_lo = kv_tile_offset<D>(j0, 2 * (lane % 4));
+  const uint32_t chunk_hi = kv_tile_offset<D>(j0, 2 * (lane % 4) + 1);
   // Unit u (landed) → half u % 2 of 16-bit stage `stage`, and its scales beside the stage.
   auto cast = [&](int u, int stage) {
     const int half = u % 2;
@@ -336,8 +357,7 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
     with_byte_kind<Cache>(p.kv_kind, [&](auto kind) {
 #pragma unroll
       for (int i = 0; i < kPasses; ++i) {
-        constexpr int kSlabBytes = BN * 128;
-        const int pass = (i % 2) * kSlabBytes + (i / 2) * kPassRows * 128;
+        const uint32_t pass = kv_tile_offset<D>(kPassRows * (i / 2), 8 * (i % 2));
         const uint4 bytes = *reinterpret_cast<const uint4*>(raw + 16 * kThreads * i);
         uint4 out[2];
         cast_16<T, decltype(kind)::value>(bytes, out);
@@ -400,20 +420,20 @@ struct WgmmaProducts {
       wgmma::WgmmaN64<T>::ss(acc, a, b, accumulate);
     }
   }
-  // acc += A·B, A in registers, B the k-step's rows of the V tile (MN-major from v_rows: slab
-  // stride slab_bytes).
-  __device__ __forceinline__ static void pv(float (&acc)[D / 8][4], const uint32_t (&a)[4], uint32_t v_rows,
-                                            uint32_t slab_bytes) {
+  // acc += A·B, A in registers, B the k-step's 16 keys of the V tile from v_rows (MN-major in
+  // kv_tile_offset's layout: slabs 1024 bytes apart along the dims, key groups kKvGroupBytes<D>).
+  __device__ __forceinline__ static void pv(float (&acc)[D / 8][4], const uint32_t (&a)[4], uint32_t v_rows) {
+    constexpr uint32_t kSlabBytes = 1024;
     if constexpr (D == 128) {
-      wgmma::Wgmma<T>::rs(acc, a, wgmma::sw128_desc(v_rows, slab_bytes, 1024));
+      wgmma::Wgmma<T>::rs(acc, a, wgmma::sw128_desc(v_rows, kSlabBytes, kKvGroupBytes<D>));
     } else if constexpr (D == 64) {
-      wgmma::WgmmaN64<T>::rs(acc, a, wgmma::sw128_desc(v_rows, slab_bytes, 1024));
+      wgmma::WgmmaN64<T>::rs(acc, a, wgmma::sw128_desc(v_rows, kSlabBytes, kKvGroupBytes<D>));
     } else {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         auto& half = *reinterpret_cast<float(*)[16][4]>(&acc[16 * h][0]);
-        wgmma::Wgmma<T>::rs(half, a, wgmma::sw128_desc(v_rows + static_cast<uint32_t>(2 * h) * slab_bytes,
-                                                       slab_bytes, 1024));
+        wgmma::Wgmma<T>::rs(half, a, wgmma::sw128_desc(v_rows + static_cast<uint32_t>(2 * h) * kSlabBytes, kSlabBytes,
+                                                       kKvGroupBytes<D>));
       }
     }
   }
@@ -546,19 +566,17 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
             } else {
               tma::mbarrier_arrive(bar);
             }
-            const uint32_t page_bytes = static_cast<uint32_t>(p.block_size * 128);
+            const uint32_t page_bytes = static_cast<uint32_t>(p.block_size * D * 2);
+            const int slabs = work.kv_head * (D / kKvBoxDims);
   #pragma unroll 1
             for (int g = 0; g < pages; ++g) {
               const int32_t page = __shfl_sync(0xffffffffu, lane_page, g);
               if (elected) {
-                // Page g: tile rows g·block_size …, in each 64-column slab (sw128_offset's layout).
-                const uint32_t rows = stage_of(t) + static_cast<uint32_t>(g) * page_bytes;
-  #pragma unroll
-                for (int slab = 0; slab < D / kKvBoxDims; ++slab) {
-                  const uint32_t dst = rows + static_cast<uint32_t>(slab * BN * 128);
-                  tma::load_tile_5d(s_k + dst, &kv_map, slab * kKvBoxDims, work.kv_head, 0, 0, page, bar);
-                  tma::load_tile_5d(s_v + dst, &kv_map, slab * kKvBoxDims, work.kv_head, 0, 1, page, bar);
-                }
+                // Page g: tile rows g·block_size … (kv_tile_offset<D>(g·block_size, 0)), K and V.
+                const uint32_t dst = stage_of(t) + static_cast<uint32_t>(g) * page_bytes;
+                const int joined = page * p.kv_tma_block_step;
+                tma::load_tile_5d(s_k + dst, &kv_map, 0, 0, slabs, 0, joined, bar);
+                tma::load_tile_5d(s_v + dst, &kv_map, 0, 0, slabs, 0, joined + p.kv_tma_half_step, bar);
               }
             }
           } else {
@@ -579,7 +597,7 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
           int loader_tid = tid;
           asm volatile("" : "+r"(loader_tid));
           kv_loader.load(p, work, loader_tid, kt, s_k, s_v, stage,
-                         [](int j, int c) { return wgmma::sw128_offset<BN>(j, c); });
+                         [](int j, int c) { return kv_tile_offset<D>(j, c); });
           cp_async_commit();
           if (due != kNoneDue) {
             cp_async_wait<1>();  // the group before this one: Q or the previous cp.async tile
@@ -673,12 +691,12 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
 #pragma unroll
   for (int n = 0; n < kDt; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
-  // O += P·V for one tile (V [key][d]: B MN-major; k-step kk = keys 16·kk …, 2048 bytes per step),
+  // O += P·V for one tile (V: B MN-major; k-step kk = keys 16·kk …, two key groups per step),
   // issued and committed, not awaited. The caller's wgmma::fence() must precede it.
   auto add_pv = [](float (&acc)[kDt][4], const uint32_t (&pv)[BN / 16][4], uint32_t sv) {
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      Mmas::pv(acc, pv[kk], sv + static_cast<uint32_t>(kk * 16 * 128), BN * 128);
+      Mmas::pv(acc, pv[kk], sv + static_cast<uint32_t>(kk * 2) * kKvGroupBytes<D>);
     }
     wgmma::commit();
   };
@@ -701,9 +719,9 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t slab_q = static_cast<uint32_t>((kk / 4) * kRows * 128 + (kk % 4) * 32);
-      const uint32_t slab_k = static_cast<uint32_t>((kk / 4) * BN * 128 + (kk % 4) * 32);
+      const uint32_t slab_k = static_cast<uint32_t>((kk / 4) * 1024 + (kk % 4) * 32);  // kv_tile_offset's slabs
       Mmas::s(acc, wgmma::sw128_desc(q_rows + slab_q, 16, 1024),
-              wgmma::sw128_desc(s_k + stage_of(it) + slab_k, 16, 1024), kk > 0);
+              wgmma::sw128_desc(s_k + stage_of(it) + slab_k, 16, kKvGroupBytes<D>), kk > 0);
     }
     wgmma::commit();
   };
