@@ -844,5 +844,58 @@ TEST(AttentionPlan, CudaGraphStepsAreNeverMixed) {
   EXPECT_EQ(plan.staging.bytes, plan.staging.mixed_items);  // an empty last array
 }
 
+// The wgmma prefill's K/V tile layout (wgmma_kv_tile_offset), against what its readers and writers
+// need: every 16-byte chunk of the tile once; a page's keys in one contiguous run (one TMA box); the
+// box's rows, written in the map's dimension order (slot % 8, slab, slot / 8) and swizzled by their
+// address, land where the layout puts each chunk; the descriptors' strides (8-key groups 16·D
+// bytes apart, slabs 1024).
+template <int D>
+void check_kv_tile_layout() {
+  SCOPED_TRACE("head size " + std::to_string(D));
+  constexpr int kBn = prefill_wgmma_config(D).bn;
+  constexpr int kChunks = D / 8;
+  constexpr int kSlabs = D / 64;
+  std::vector<int> seen(static_cast<size_t>(kBn * kChunks), 0);
+  for (int j = 0; j < kBn; ++j) {
+    for (int c = 0; c < kChunks; ++c) {
+      const uint32_t at = wgmma_kv_tile_offset<D>(j, c);
+      ASSERT_EQ(at % 16, 0u);
+      ASSERT_LT(at / 16, seen.size());
+      ++seen[at / 16];
+      if (j + 8 < kBn) {
+        EXPECT_EQ(wgmma_kv_tile_offset<D>(j + 8, c) - at, 16u * D);
+      }
+      if (c + 8 < kChunks) {
+        EXPECT_EQ(wgmma_kv_tile_offset<D>(j, c + 8) - at, 1024u);
+      }
+    }
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<std::ptrdiff_t>(seen.size())) << "a bijection";
+  for (const int block_size : {8, 16, 32, 64, 128}) {
+    if (kBn % block_size != 0) continue;
+    const uint32_t page_bytes = static_cast<uint32_t>(block_size * D * 2);
+    for (int g = 0; g < kBn / block_size; ++g) {
+      for (int slot = 0; slot < block_size; ++slot) {
+        for (int slab = 0; slab < kSlabs; ++slab) {
+          // Row n of page g's box, written at base + 128·n; its 16-byte chunks XOR n % 8 (the
+          // address bits 7–9 of a 1024-byte aligned base + 128·n).
+          const int n = (slot / 8) * 8 * kSlabs + slab * 8 + slot % 8;
+          for (int c = 0; c < 8; ++c) {
+            const uint32_t written = g * page_bytes + 128u * n + (static_cast<uint32_t>(c ^ (n % 8)) << 4);
+            ASSERT_EQ(written, wgmma_kv_tile_offset<D>(g * block_size + slot, 8 * slab + c))
+                << "page " << g << " of " << block_size << ", slot " << slot << ", slab " << slab << ", chunk " << c;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(WgmmaKvTileLayout, EveryChunkOncePagesContiguousBoxesLandWhereDescriptorsRead) {
+  check_kv_tile_layout<64>();
+  check_kv_tile_layout<128>();
+  check_kv_tile_layout<256>();
+}
+
 }  // namespace
 }  // namespace hybridtb::cuda

@@ -84,6 +84,15 @@ HYBRIDTB_HOST_DEVICE constexpr PrefillConfig prefill_wgmma_config(int d) {
   c.min_blocks = 1;
   return c;
 }
+// The wgmma prefill's K and V tiles in shared memory (prefill_wgmma_kernel.cuh, "The K and V
+// tiles"): the byte offset of 16-byte chunk `chunk` (dims 8·chunk …) of tile key `key` at head size
+// D. Keys in groups of 8, each group its D / 64 slabs of 64 dims in turn, each slab one 1024-byte
+// atom of the 128-byte swizzle.
+template <int D>
+HYBRIDTB_HOST_DEVICE constexpr uint32_t wgmma_kv_tile_offset(int key, int chunk) {
+  return static_cast<uint32_t>((key / 8) * 16 * D + (chunk / 8) * 1024 + (key % 8) * 128 +
+                               (((chunk % 8) ^ (key % 8)) << 4));
+}
 // The variants by number: the template argument V of prefill_mma_kernel and
 // AttentionPathOverrides::prefill_variant.
 constexpr int kPrefillOneMTile = 0;

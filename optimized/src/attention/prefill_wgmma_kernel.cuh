@@ -136,22 +136,18 @@ struct WgmmaRegisters {
   static_assert(kProducer * kProducerThreads + kConsumer * 128 * kWgmmaConsumers <= 65536, "one SM's registers");
 };
 
-// The K and V tiles in shared memory: keys in groups of 8, each group its D / 64 slabs of 64 dims
-// one after another, each slab one 1024-byte atom of the 128-byte swizzle (8 rows of 128 bytes,
-// 16-byte chunk c of row r at r·128 + ((c ^ r % 8) << 4): sw128_offset's atom). Chunk c (dims
-// 8c …) of key j:
-//   kv_tile_offset<D>(j, c) = (j / 8)·16·D + (c / 8)·1024 + (j % 8)·128 + (((c % 8) ^ (j % 8)) << 4).
+// The K and V tiles in shared memory (wgmma_kv_tile_offset, attention_caps.h, where
+// test_attention_plan checks the properties below): keys in groups of 8, each group its D / 64
+// slabs of 64 dims one after another, each slab one 1024-byte atom of the 128-byte swizzle (8 rows
+// of 128 bytes, 16-byte chunk c of row r at r·128 + ((c ^ r % 8) << 4): sw128_offset's atom).
+// Chunk c (dims 8c …) of key j is at
+//   (j / 8)·16·D + (c / 8)·1024 + (j % 8)·128 + (((c % 8) ^ (j % 8)) << 4).
 // So the rows of one page (block_size keys, a multiple of 8) are block_size·D·2 contiguous bytes,
 // one TMA box (below). wgmma reads K (K-major B of S) with its 8-key groups kKvGroupBytes apart
 // (the descriptor's stride offset) and a k-step's 32 bytes inside a slab; V (MN-major B of P·V)
 // with its slabs 1024 bytes apart along the dims (leading offset) and its 8-key groups
-// kKvGroupBytes apart along the keys (stride offset). At D 64 this is the plain [key][128 bytes]
+// kKvGroupBytes apart along the keys (stride offset). At D 64 it is the plain [key][128 bytes]
 // swizzle layout.
-template <int D>
-__host__ __device__ constexpr uint32_t kv_tile_offset(int key, int chunk) {
-  return static_cast<uint32_t>((key / 8) * 16 * D + (chunk / 8) * 1024 + (key % 8) * 128 +
-                               (((chunk % 8) ^ (key % 8)) << 4));
-}
 template <int D>
 constexpr uint32_t kKvGroupBytes = 16 * D;  // 8 keys × D dims × 2 bytes
 
@@ -166,14 +162,14 @@ constexpr uint32_t kKvGroupBytes = 16 * D;  // 8 keys × D dims × 2 bytes
 // joined}. A tile is whole pages (block_size a multiple of kSwizzleAtomRows dividing the tile's BN
 // keys: wgmma_kv_tma_block), so two boxes a page (K, V), whatever the head size.
 //
-// Why a box lands where the descriptors read (kv_tile_offset): the TMA unit writes the box's
-// 128-byte rows one after another in its dimensions' order (slot % 8 innermost, then the slabs,
-// then slot / 8), row n at dst + 128·n, and SWIZZLE_128B moves 16-byte chunk c of each row to chunk
-// c ^ (bits 7–9 of its shared-memory address) — byte-address bits 4–6 XOR bits 7–9, the same
-// function a descriptor of layout type 1 (128-byte swizzle) reads through, since both act on the
-// address. Page g's box goes to the tile's base + g·block_size·D·2 = kv_tile_offset<D>(g·block_size,
-// 0); stages are 1024-byte aligned, so bits 7–9 of a row's address are its slot % 8 = j % 8 for tile
-// row j: chunk c of slab s of key j lands at kv_tile_offset<D>(j, c + 8·s).
+// Why a box lands where the descriptors read: the TMA unit writes the box's 128-byte rows one
+// after another in its dimensions' order (slot % 8 innermost, then the slabs, then slot / 8), row n
+// at dst + 128·n, and SWIZZLE_128B moves 16-byte chunk c of each row to chunk c ^ (bits 7–9 of its
+// shared-memory address) — byte-address bits 4–6 XOR bits 7–9, the same function a descriptor of
+// layout type 1 (128-byte swizzle) reads through, since both act on the address. Page g's box goes
+// to the tile's base + g·block_size·D·2, the offset of its first key; stages are 1024-byte aligned,
+// so bits 7–9 of a row's address are its slot % 8 = j % 8 for tile row j, and chunk c of slab s of
+// key j lands at wgmma_kv_tile_offset<D>(j, c + 8·s).
 constexpr int kKvBoxDims = 64;        // dims per slab: one 128-byte swizzle row, SWIZZLE_128B's limit
 constexpr int kSwizzleAtomRows = 8;   // rows of 128 bytes per 1024-byte swizzle atom
 __host__ __device__ constexpr bool wgmma_kv_tma_block(int block_size, int head_size) {
@@ -343,12 +339,12 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
     }
     mma::cp_async_commit();
   };
-  // Pass i's two 16-bit chunks, kv_tile_offset<D>(j, 2c) and (j, 2c + 1): row j = kPassRows·(i / 2)
-  // + j0 has j0's place in its key group, and 2c = 2·(lane % 4) + 8·(i % 2) puts pass i in slab
-  // i % 2, so each is this thread's offset in pass 0 plus kv_tile_offset<D>(kPassRows·(i / 2),
-  // 8·(i % 2)).
-  const uint32_t chunk_lo = kv_tile_offset<D>(j0, 2 * (lane % 4));
-  const uint32_t chunk_hi = kv_tile_offset<D>(j0, 2 * (lane % 4) + 1);
+  // Pass i's two 16-bit chunks, wgmma_kv_tile_offset<D>(j, 2c) and (j, 2c + 1): row j =
+  // kPassRows·(i / 2) + j0 has j0's place in its key group, and 2c = 2·(lane % 4) + 8·(i % 2) puts
+  // pass i in slab i % 2, so each is this thread's offset in pass 0 plus
+  // wgmma_kv_tile_offset<D>(kPassRows·(i / 2), 8·(i % 2)).
+  const uint32_t chunk_lo = wgmma_kv_tile_offset<D>(j0, 2 * (lane % 4));
+  const uint32_t chunk_hi = wgmma_kv_tile_offset<D>(j0, 2 * (lane % 4) + 1);
   // Unit u (landed) → half u % 2 of 16-bit stage `stage`, and its scales beside the stage.
   auto cast = [&](int u, int stage) {
     const int half = u % 2;
@@ -357,7 +353,7 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
     with_byte_kind<Cache>(p.kv_kind, [&](auto kind) {
 #pragma unroll
       for (int i = 0; i < kPasses; ++i) {
-        const uint32_t pass = kv_tile_offset<D>(kPassRows * (i / 2), 8 * (i % 2));
+        const uint32_t pass = wgmma_kv_tile_offset<D>(kPassRows * (i / 2), 8 * (i % 2));
         const uint4 bytes = *reinterpret_cast<const uint4*>(raw + 16 * kThreads * i);
         uint4 out[2];
         cast_16<T, decltype(kind)::value>(bytes, out);
@@ -421,7 +417,7 @@ struct WgmmaProducts {
     }
   }
   // acc += A·B, A in registers, B the k-step's 16 keys of the V tile from v_rows (MN-major in
-  // kv_tile_offset's layout: slabs 1024 bytes apart along the dims, key groups kKvGroupBytes<D>).
+  // wgmma_kv_tile_offset's layout: slabs 1024 bytes apart along the dims, key groups kKvGroupBytes<D>).
   __device__ __forceinline__ static void pv(float (&acc)[D / 8][4], const uint32_t (&a)[4], uint32_t v_rows) {
     constexpr uint32_t kSlabBytes = 1024;
     if constexpr (D == 128) {
@@ -572,7 +568,7 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
             for (int g = 0; g < pages; ++g) {
               const int32_t page = __shfl_sync(0xffffffffu, lane_page, g);
               if (elected) {
-                // Page g: tile rows g·block_size … (kv_tile_offset<D>(g·block_size, 0)), K and V.
+                // Page g: tile rows g·block_size …, K and V, one box each.
                 const uint32_t dst = stage_of(t) + static_cast<uint32_t>(g) * page_bytes;
                 const int joined = page * p.kv_tma_block_step;
                 tma::load_tile_5d(s_k + dst, &kv_map, 0, 0, slabs, 0, joined, bar);
@@ -597,7 +593,7 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
           int loader_tid = tid;
           asm volatile("" : "+r"(loader_tid));
           kv_loader.load(p, work, loader_tid, kt, s_k, s_v, stage,
-                         [](int j, int c) { return kv_tile_offset<D>(j, c); });
+                         [](int j, int c) { return wgmma_kv_tile_offset<D>(j, c); });
           cp_async_commit();
           if (due != kNoneDue) {
             cp_async_wait<1>();  // the group before this one: Q or the previous cp.async tile
@@ -719,7 +715,7 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t slab_q = static_cast<uint32_t>((kk / 4) * kRows * 128 + (kk % 4) * 32);
-      const uint32_t slab_k = static_cast<uint32_t>((kk / 4) * 1024 + (kk % 4) * 32);  // kv_tile_offset's slabs
+      const uint32_t slab_k = static_cast<uint32_t>((kk / 4) * 1024 + (kk % 4) * 32);  // slab kk / 4 of key 0
       Mmas::s(acc, wgmma::sw128_desc(q_rows + slab_q, 16, 1024),
               wgmma::sw128_desc(s_k + stage_of(it) + slab_k, 16, kKvGroupBytes<D>), kk > 0);
     }
