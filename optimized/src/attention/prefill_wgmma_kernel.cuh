@@ -459,7 +459,7 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
   // before casting t + 1.
   static_assert(kStages >= 2, "a tile in flight while the consumers read the one before");
   static_assert(D % kKvBoxDims == 0 && BN / kSwizzleAtomRows <= 32,
-                "TMA tiles: a box per 64-column slab, at most one page per lane of a warp");
+                "TMA tiles: whole 64-dim slabs, at most one page per lane of a warp");
   constexpr int kNt = BN / 8;     // S n-tiles (8 keys)
   constexpr int kDt = D / 8;      // O n-tiles (8 dims)
   constexpr int kTileBytes = BN * D * 2;
