@@ -84,8 +84,8 @@ struct AttentionParams {
   // beside these params (launch_prefill_wgmma sets it from the map it is given, PrefillKvMap in
   // attention_launch.h); 0: cp.async for every tile, and every other kernel ignores it.
   int32_t kv_tma;
-  // With kv_tma: the map's outermost coordinate of page `block`, half `h` (0 K, 1 V) is
-  // block·kv_tma_block_step + h·kv_tma_half_step (the map's view joins the two dimensions).
+  // With kv_tma at D 128 and 256: the map's outermost coordinate of page `block`, half `h` (0 K,
+  // 1 V) is block·kv_tma_block_step + h·kv_tma_half_step (the map's view joins the two dimensions).
   int32_t kv_tma_block_step;
   int32_t kv_tma_half_step;
   const void* key;             // [T, Hkv, D] (encoder_only: keys/values come from here)

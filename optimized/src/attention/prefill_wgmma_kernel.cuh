@@ -160,7 +160,10 @@ constexpr uint32_t kKvGroupBytes = 16 * D;  // 8 keys × D dims × 2 bytes
 // b·kv_tma_block_step + h·kv_tma_half_step. A box is 64 × 8 × D / 64 × block_size / 8 × 1 with
 // CU_TENSOR_MAP_SWIZZLE_128B: one page of one head and half, coordinates {0, 0, kv head·D / 64, 0,
 // joined}. A tile is whole pages (block_size a multiple of kSwizzleAtomRows dividing the tile's BN
-// keys: wgmma_kv_tma_block), so two boxes a page (K, V), whatever the head size.
+// keys: wgmma_kv_tma_block), so two boxes a page (K, V), whatever the head size. At D 64, where a
+// key group is one slab, the map is the cache's own view (head dim, kv head, slot, half, block),
+// box 64 × 1 × block_size × 1 × 1 at {0, kv head, 0, half, page}: the same rows, and the view above
+// was 1.16x slower there (encode_prefill_kv_map).
 //
 // Why a box lands where the descriptors read: the TMA unit writes the box's 128-byte rows one
 // after another in its dimensions' order (slot % 8 innermost, then the slabs, then slot / 8), row n
@@ -563,16 +566,21 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
               tma::mbarrier_arrive(bar);
             }
             const uint32_t page_bytes = static_cast<uint32_t>(p.block_size * D * 2);
-            const int slabs = work.kv_head * (D / kKvBoxDims);
+            const int slab = work.kv_head * (D / kKvBoxDims);  // the head's first slab
   #pragma unroll 1
             for (int g = 0; g < pages; ++g) {
               const int32_t page = __shfl_sync(0xffffffffu, lane_page, g);
               if (elected) {
                 // Page g: tile rows g·block_size …, K and V, one box each.
                 const uint32_t dst = stage_of(t) + static_cast<uint32_t>(g) * page_bytes;
-                const int joined = page * p.kv_tma_block_step;
-                tma::load_tile_5d(s_k + dst, &kv_map, 0, 0, slabs, 0, joined, bar);
-                tma::load_tile_5d(s_v + dst, &kv_map, 0, 0, slabs, 0, joined + p.kv_tma_half_step, bar);
+                if constexpr (D == kKvBoxDims) {  // the cache's own view: {0, kv head, 0, half, page}
+                  tma::load_tile_5d(s_k + dst, &kv_map, 0, work.kv_head, 0, 0, page, bar);
+                  tma::load_tile_5d(s_v + dst, &kv_map, 0, work.kv_head, 0, 1, page, bar);
+                } else {
+                  const int joined = page * p.kv_tma_block_step;
+                  tma::load_tile_5d(s_k + dst, &kv_map, 0, 0, slab, 0, joined, bar);
+                  tma::load_tile_5d(s_v + dst, &kv_map, 0, 0, slab, 0, joined + p.kv_tma_half_step, bar);
+                }
               }
             }
           } else {
