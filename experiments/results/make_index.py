@@ -31,7 +31,7 @@ COMMANDS = {
     "gpu-check": "bash harness/scripts/gpu-check.sh OUT [STAGES] (OUT/summary.txt)",
     "attention": "build/optimized/hybridtb_bench_attention --out F (gpu-check.sh stage bench: OUT/bench.json)",
     "attention-prefill": "build/optimized/hybridtb_bench_attention --filter '^(prefill 1x(2k|4k|8k|32k)"
-                         "( w4096| block64)?( fp8_e4m3| fp8_e5m2| int8_pth| fp8_pth)?( mma.sync)?|mixed .*)$' --out F",
+                         "( w4096| block32| block64| d64| d256)?( fp8_e4m3| fp8_e5m2| int8_pth| fp8_pth)?( mma.sync)?|mixed .*)$' --out F",
     "ssm": "build/optimized/hybridtb_bench_ssm --out F (gpu-check.sh stage bench: OUT/bench-ssm.json)",
     "ssm-lengths": "build/optimized/hybridtb_bench_ssm --prefill-tokens 1024,2048,4096,8192,16384,32768 --out F",
     "linear-bench": "build/optimized/hybridtb_bench_linear --out F (gpu-check.sh stage bench: OUT/bench-linear.json)",
