@@ -271,10 +271,14 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
   constexpr int kPasses = BN * D / 16 / kThreads;  // 16-byte chunks per thread and unit
   constexpr int kPassRows = kThreads / 4;          // rows of a pass: 8 per warp
   constexpr bool kPerToken = kIsPerTokenHeadCache<Cache>;
+  // Raw chunks loaded ahead of their casts (cast below): four fit a per-tensor producer's
+  // registers, a per-token-head producer spills with more than two.
+  constexpr int kLoadGroup = kPerToken ? 2 : 4;
   static_assert(kPasses % 2 == 0 && BN == kPassRows * (kPasses / 2) && D == 16 * 8,
                 "pass i: rows kPassRows·(i / 2) …, chunks");
   static_assert(BN <= kThreads, "one per-token-head scale per producer thread (tid < BN) and unit");
   static_assert(kSlots >= 2, "the next unit's copies in flight while one is cast");
+  static_assert(kPasses % kLoadGroup == 0, "whole load groups");
   const int lane = tid % 32;
   const int warp = tid / 32;
   const int j0 = 8 * warp + lane / 4;
@@ -353,15 +357,26 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
     const int half = u % 2;
     const unsigned char* raw = smem + slot_of(u) + 16 * tid;
     unsigned char* tile = smem + (half == 0 ? Layout::kK : Layout::kV) + stage * Layout::kTileBytes;
+    // The passes' bytes are read kLoadGroup at a time, each group before its casts store: the
+    // compiler keeps a load of the slot below a store to the tile (shared memory it cannot tell
+    // apart), so a load per pass would wait out the shared-memory latency once a pass.
     with_byte_kind<Cache>(p.kv_kind, [&](auto kind) {
 #pragma unroll
-      for (int i = 0; i < kPasses; ++i) {
-        const uint32_t pass = wgmma_kv_tile_offset<D>(kPassRows * (i / 2), 8 * (i % 2));
-        const uint4 bytes = *reinterpret_cast<const uint4*>(raw + 16 * kThreads * i);
-        uint4 out[2];
-        cast_16<T, decltype(kind)::value>(bytes, out);
-        *reinterpret_cast<uint4*>(tile + pass + chunk_lo) = out[0];
-        *reinterpret_cast<uint4*>(tile + pass + chunk_hi) = out[1];
+      for (int g = 0; g < kPasses; g += kLoadGroup) {
+        uint4 bytes[kLoadGroup];
+#pragma unroll
+        for (int k = 0; k < kLoadGroup; ++k) {
+          bytes[k] = *reinterpret_cast<const uint4*>(raw + 16 * kThreads * (g + k));
+        }
+#pragma unroll
+        for (int k = 0; k < kLoadGroup; ++k) {
+          const int i = g + k;
+          const uint32_t pass = wgmma_kv_tile_offset<D>(kPassRows * (i / 2), 8 * (i % 2));
+          uint4 out[2];
+          cast_16<T, decltype(kind)::value>(bytes[k], out);
+          *reinterpret_cast<uint4*>(tile + pass + chunk_lo) = out[0];
+          *reinterpret_cast<uint4*>(tile + pass + chunk_hi) = out[1];
+        }
       }
     });
     if constexpr (kPerToken) {
