@@ -7,12 +7,14 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "gdn_support.h"
 #include "naive_ops.h"
+#include "ssm_mode_conformance.h"
 #include "hybridtb/dtype.h"
 #include "hybridtb/error.h"
 
@@ -93,47 +95,36 @@ TEST(GdnSpecs, RejectsBadParameters) {
 
 // --- against the naive K-major loop ----------------------------------------------------------------------
 
-TEST(GdnNaive, PrefillMatchesTokenLoopOnRandomModels) {
-  uint64_t seed = 100;
-  for (const GdnDims& d : kDims) {
-    const auto tensors = random_weights(d, seed++);
-    const ssm::Weights weights = to_weights(tensors);
-    const NaiveGdn naive = naive_gdn_model(d, views(tensors));
-    for (const int64_t L : kLengths) {
-      for (const bool has_initial_state : {false, true}) {
-        SCOPED_TRACE(describe(d) + " L=" + std::to_string(L) + (has_initial_state ? " initial state" : " zero state"));
-        const NaiveGdnState initial = has_initial_state ? random_state(d, seed++) : zero_state(d);
-        const std::vector<double> hidden = normal_values(L * d.H, seed++);
-        NaiveGdnState expected_state = initial;
-        const std::vector<double> expected = naive_gdn(naive, expected_state, hidden, L);
-        NaiveGdnState state = initial;
-        const std::vector<double> actual = run_mode(weights, state, hidden, d, 0, L, false);
-        const Tolerance tol = gdn_tolerance(d, L);
-        expect_close(actual, expected, tol, "contribution");
-        expect_state_close(state, expected_state, tol, "final");
-      }
-    }
+// The gdn mode for the conformance checks of ssm_mode_conformance.h.
+struct GdnMode {
+  using Dims = GdnDims;
+  using State = NaiveGdnState;
+  using Naive = NaiveGdn;
+  static const std::vector<Dims>& dims() { return kDims; }
+  static const std::vector<int64_t>& lengths() { return kLengths; }
+  static Naive naive(const Dims& d, const std::map<std::string, Tensor>& weights) {
+    return naive_gdn_model(d, views(weights));
   }
+  static std::vector<double> run_naive(const Naive& naive, State& state, const std::vector<double>& hidden,
+                                       int64_t tokens) {
+    return naive_gdn(naive, state, hidden, tokens);
+  }
+  static std::vector<double> hidden(const Dims& d, int64_t tokens, uint64_t seed) {
+    return normal_values(tokens * d.H, seed);
+  }
+  static std::vector<double> run(const ssm::Weights& weights, State& state, const std::vector<double>& hidden,
+                                 const Dims& d, int64_t begin, int64_t end, bool decode) {
+    return run_mode(weights, state, hidden, d, begin, end, decode);
+  }
+  static Tolerance tolerance(const Dims& d, int64_t tokens) { return gdn_tolerance(d, tokens); }
+};
+
+TEST(GdnNaive, PrefillMatchesTokenLoopOnRandomModels) {
+  check_prefill_matches_naive<GdnMode>(100);
 }
 
 TEST(GdnNaive, DecodeStepMatchesTokenLoop) {
-  uint64_t seed = 200;
-  for (const GdnDims& d : kDims) {
-    SCOPED_TRACE(describe(d));
-    const auto tensors = random_weights(d, seed++);
-    const ssm::Weights weights = to_weights(tensors);
-    const NaiveGdn naive = naive_gdn_model(d, views(tensors));
-    NaiveGdnState state = random_state(d, seed++);
-    NaiveGdnState expected_state = state;
-    for (int64_t step = 0; step < 20; ++step) {  // each step checked: errors must not grow
-      const std::vector<double> hidden = normal_values(d.H, seed++);
-      const std::vector<double> expected = naive_gdn(naive, expected_state, hidden, 1);
-      const std::vector<double> actual = run_mode(weights, state, hidden, d, 0, 1, true);
-      const Tolerance tol = gdn_tolerance(d, step + 1);
-      expect_close(actual, expected, tol, "decode contribution, step " + std::to_string(step));
-      expect_state_close(state, expected_state, tol, "decode step " + std::to_string(step));
-    }
-  }
+  check_decode_steps_match_naive<GdnMode>(200);
 }
 
 TEST(GdnNaive, CoreMatchesTheNaiveFrontEndAndDeltaRule) {
@@ -199,46 +190,11 @@ TEST(GdnNaive, OptionalConvBiasAbsentMeansZero) {
 // --- metamorphic: how the tokens are split does not matter ---------------------------------------------
 
 TEST(GdnMetamorphic, PrefillEqualsDecodeSteps) {
-  uint64_t seed = 400;
-  for (const GdnDims& d : kDims) {
-    SCOPED_TRACE(describe(d));
-    const ssm::Weights weights = to_weights(random_weights(d, seed++));
-    const int64_t L = 23;
-    const NaiveGdnState initial = random_state(d, seed++);
-    const std::vector<double> hidden = normal_values(L * d.H, seed++);
-    NaiveGdnState scan_state = initial;
-    const std::vector<double> scan = run_mode(weights, scan_state, hidden, d, 0, L, false);
-    NaiveGdnState step_state = initial;
-    std::vector<double> steps;
-    for (int64_t t = 0; t < L; ++t) {
-      const std::vector<double> y = run_mode(weights, step_state, hidden, d, t, t + 1, true);
-      steps.insert(steps.end(), y.begin(), y.end());
-    }
-    expect_close(steps, scan, gdn_tolerance(d, L), "decode steps vs prefill");
-    expect_state_close(step_state, scan_state, gdn_tolerance(d, L), "decode steps vs prefill");
-  }
+  check_prefill_equals_decode_steps<GdnMode>(400);
 }
 
 TEST(GdnMetamorphic, SplitPrefillEqualsOneShotAtEverySplitPoint) {
-  uint64_t seed = 500;
-  for (const GdnDims& d : kDims) {
-    SCOPED_TRACE(describe(d));
-    const ssm::Weights weights = to_weights(random_weights(d, seed++));
-    const int64_t L = 9;
-    const std::vector<double> hidden = normal_values(L * d.H, seed++);
-    const NaiveGdnState initial = random_state(d, seed++);
-    NaiveGdnState one_shot_state = initial;
-    const std::vector<double> one_shot = run_mode(weights, one_shot_state, hidden, d, 0, L, false);
-    for (int64_t split = 1; split < L; ++split) {
-      SCOPED_TRACE("split at " + std::to_string(split));
-      NaiveGdnState state = initial;
-      std::vector<double> out = run_mode(weights, state, hidden, d, 0, split, false);
-      const std::vector<double> tail = run_mode(weights, state, hidden, d, split, L, false);
-      out.insert(out.end(), tail.begin(), tail.end());
-      expect_close(out, one_shot, gdn_tolerance(d, L), "split prefill");
-      expect_state_close(state, one_shot_state, gdn_tolerance(d, L), "split prefill");
-    }
-  }
+  check_split_prefill_equals_one_shot<GdnMode>(500);
 }
 
 // --- the state layout --------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -13,16 +14,12 @@
 #include "hybridtb/error.h"
 #include "mamba1_support.h"
 #include "naive_ops.h"
+#include "ssm_mode_conformance.h"
 
 namespace hybridtb::testing {
 namespace {
 
 namespace ssm = reference::ssm;
-
-std::string describe(const Mamba1Sizes& s) {
-  return "H=" + std::to_string(s.H) + " I=" + std::to_string(s.I) + " N=" + std::to_string(s.N) +
-         " K=" + std::to_string(s.K) + " R=" + std::to_string(s.R);
-}
 
 // Awkward sizes on purpose: 1s, primes, L below / equal to / above K−1, K = 2 … 5.
 const std::vector<Mamba1Sizes> kSizes = {
@@ -86,48 +83,36 @@ TEST(Mamba1Specs, RejectsAKernelOfOneAndMissingParameters) {
 
 // --- against the naive loop --------------------------------------------------------------------------
 
-TEST(Mamba1Naive, PrefillMatchesTokenLoopOnRandomModels) {
-  uint64_t seed = 100;
-  for (const Mamba1Sizes& s : kSizes) {
-    const auto tensors = random_weights(s, seed++);
-    const ssm::Weights weights = to_weights(tensors);
-    const NaiveMamba1 naive = naive_mamba1_model(s, views(tensors));
-    for (const int64_t L : kLengths) {
-      for (const bool has_initial_state : {false, true}) {
-        SCOPED_TRACE(describe(s) + " L=" + std::to_string(L) + (has_initial_state ? " initial state" : " zero state"));
-        const NaiveMamba1State initial = has_initial_state ? random_state(s, seed++) : zero_state(s);
-        const std::vector<double> hidden = random_hidden(s, L, seed++);
-        NaiveMamba1State expected_state = initial;
-        const std::vector<double> expected = naive_mamba1(naive, expected_state, hidden, L);
-        NaiveMamba1State state = initial;
-        const std::vector<double> actual = run_mode(weights, state, hidden, s.H, 0, L, false);
-        const Tolerance tol = mamba1_tolerance(s, L);
-        expect_close(actual, expected, tol, "contribution");
-        expect_state_close(state, expected_state, tol, "final");
-      }
-    }
+// The mamba1 mode for the conformance checks of ssm_mode_conformance.h.
+struct Mamba1Mode {
+  using Dims = Mamba1Sizes;
+  using State = NaiveMamba1State;
+  using Naive = NaiveMamba1;
+  static const std::vector<Dims>& dims() { return kSizes; }
+  static const std::vector<int64_t>& lengths() { return kLengths; }
+  static Naive naive(const Dims& d, const std::map<std::string, Tensor>& weights) {
+    return naive_mamba1_model(d, views(weights));
   }
+  static std::vector<double> run_naive(const Naive& naive, State& state, const std::vector<double>& hidden,
+                                       int64_t tokens) {
+    return naive_mamba1(naive, state, hidden, tokens);
+  }
+  static std::vector<double> hidden(const Dims& d, int64_t tokens, uint64_t seed) {
+    return random_hidden(d, tokens, seed);
+  }
+  static std::vector<double> run(const ssm::Weights& weights, State& state, const std::vector<double>& hidden,
+                                 const Dims& d, int64_t begin, int64_t end, bool decode) {
+    return run_mode(weights, state, hidden, d.H, begin, end, decode);
+  }
+  static Tolerance tolerance(const Dims& d, int64_t tokens) { return mamba1_tolerance(d, tokens); }
+};
+
+TEST(Mamba1Naive, PrefillMatchesTokenLoopOnRandomModels) {
+  check_prefill_matches_naive<Mamba1Mode>(100);
 }
 
 TEST(Mamba1Naive, DecodeStepMatchesTokenLoop) {
-  uint64_t seed = 200;
-  for (const Mamba1Sizes& s : kSizes) {
-    SCOPED_TRACE(describe(s));
-    const auto tensors = random_weights(s, seed++);
-    const ssm::Weights weights = to_weights(tensors);
-    const NaiveMamba1 naive = naive_mamba1_model(s, views(tensors));
-    NaiveMamba1State state = random_state(s, seed++);
-    NaiveMamba1State expected_state = state;
-    // Twenty decode steps in a row, each checked (errors must not grow past the n-step bound).
-    for (int64_t step = 0; step < 20; ++step) {
-      const std::vector<double> hidden = random_hidden(s, 1, seed++);
-      const std::vector<double> expected = naive_mamba1(naive, expected_state, hidden, 1);
-      const std::vector<double> actual = run_mode(weights, state, hidden, s.H, 0, 1, true);
-      const Tolerance tol = mamba1_tolerance(s, step + 1);
-      expect_close(actual, expected, tol, "decode contribution, step " + std::to_string(step));
-      expect_state_close(state, expected_state, tol, "decode step " + std::to_string(step));
-    }
-  }
+  check_decode_steps_match_naive<Mamba1Mode>(200);
 }
 
 TEST(Mamba1Naive, OptionalBiasesAbsentMeanZero) {
@@ -246,56 +231,11 @@ TEST(Mamba1HandComputed, FreshRequestSeesZeroPrior) {
 // --- metamorphic -----------------------------------------------------------------------------------------
 
 TEST(Mamba1Metamorphic, PrefillScanEqualsDecodeSteps) {
-  uint64_t seed = 400;
-  for (const Mamba1Sizes& s : kSizes) {
-    SCOPED_TRACE(describe(s));
-    const ssm::Weights weights = to_weights(random_weights(s, seed++));
-    const int64_t L = 23;
-    const NaiveMamba1State initial = random_state(s, seed++);
-    const std::vector<double> hidden = random_hidden(s, L, seed++);
-    NaiveMamba1State scan_state = initial;
-    const std::vector<double> scan = run_mode(weights, scan_state, hidden, s.H, 0, L, false);
-    NaiveMamba1State step_state = initial;
-    std::vector<double> steps;
-    for (int64_t t = 0; t < L; ++t) {
-      const std::vector<double> y = run_mode(weights, step_state, hidden, s.H, t, t + 1, true);
-      steps.insert(steps.end(), y.begin(), y.end());
-    }
-    const Tolerance tol = mamba1_tolerance(s, L);
-    expect_close(steps, scan, tol, "decode steps vs scan");
-    expect_state_close(step_state, scan_state, tol, "decode steps vs scan");
-  }
+  check_prefill_equals_decode_steps<Mamba1Mode>(400);
 }
 
 TEST(Mamba1Metamorphic, SplitPrefillEqualsOneShotAtEverySplitPoint) {
-  uint64_t seed = 500;
-  for (const Mamba1Sizes& s : kSizes) {
-    SCOPED_TRACE(describe(s));
-    const ssm::Weights weights = to_weights(random_weights(s, seed++));
-    const int64_t L = 11;
-    const std::vector<double> hidden = random_hidden(s, L, seed++);
-    for (const bool has_initial_state : {false, true}) {
-      const NaiveMamba1State initial = has_initial_state ? random_state(s, seed++) : zero_state(s);
-      NaiveMamba1State one_shot_state = initial;
-      const std::vector<double> one_shot = run_mode(weights, one_shot_state, hidden, s.H, 0, L, false);
-      const Tolerance tol = mamba1_tolerance(s, L);
-      for (int64_t a = 1; a < L; ++a) {
-        for (int64_t b = a; b < L; ++b) {  // chunks [0, a), [a, b) (skipped when empty), [b, L)
-          SCOPED_TRACE("split at " + std::to_string(a) + ", " + std::to_string(b));
-          NaiveMamba1State state = initial;
-          std::vector<double> out = run_mode(weights, state, hidden, s.H, 0, a, false);
-          if (b > a) {
-            const std::vector<double> mid = run_mode(weights, state, hidden, s.H, a, b, false);
-            out.insert(out.end(), mid.begin(), mid.end());
-          }
-          const std::vector<double> tail = run_mode(weights, state, hidden, s.H, b, L, false);
-          out.insert(out.end(), tail.begin(), tail.end());
-          expect_close(out, one_shot, tol, "split prefill");
-          expect_state_close(state, one_shot_state, tol, "split prefill");
-        }
-      }
-    }
-  }
+  check_split_prefill_equals_one_shot<Mamba1Mode>(500);
 }
 
 TEST(Mamba1Metamorphic, PrefillThenDecodesEqualsOneShot) {

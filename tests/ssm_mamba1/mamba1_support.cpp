@@ -25,6 +25,11 @@ size_t at(int64_t i) { return static_cast<size_t>(i); }
 
 }  // namespace
 
+std::string describe(const Mamba1Sizes& s) {
+  return "H=" + std::to_string(s.H) + " I=" + std::to_string(s.I) + " N=" + std::to_string(s.N) +
+         " K=" + std::to_string(s.K) + " R=" + std::to_string(s.R);
+}
+
 const ssm::Mode& mamba1_mode() {
   static const std::unique_ptr<ssm::Mode> mode = ssm::make_mamba1_mode();
   return *mode;

@@ -19,6 +19,8 @@
 namespace hybridtb::testing {
 
 const reference::ssm::Mode& mamba1_mode();
+// "H=… I=… N=… K=… R=…", for test traces.
+std::string describe(const Mamba1Sizes& sizes);
 reference::ssm::ModeShape mamba1_shape(const Mamba1Sizes& sizes);
 // /config/ssm parameters of `sizes` (AttentionConfig::ssm_params).
 std::map<std::string, int64_t> mamba1_params(const Mamba1Sizes& sizes);

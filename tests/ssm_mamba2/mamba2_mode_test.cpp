@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "hybridtb/error.h"
 #include "mamba2_support.h"
 #include "naive_ops.h"
+#include "ssm_mode_conformance.h"
 
 namespace hybridtb::testing {
 namespace {
@@ -99,48 +101,36 @@ TEST(Mamba2Specs, RejectsGroupsThatDoNotDivideTheHeadsAKernelOfOneAndMissingPara
 
 // --- against the naive loop --------------------------------------------------------------------------
 
-TEST(Mamba2Naive, PrefillMatchesTokenLoopOnRandomModels) {
-  uint64_t seed = 100;
-  for (const Mamba2Dims& d : kDims) {
-    const auto tensors = random_weights(d, seed++);
-    const ssm::Weights weights = to_weights(tensors);
-    const NaiveMamba2 naive = naive_mamba2_model(d, views(tensors));
-    for (const int64_t L : kLengths) {
-      for (const bool has_initial_state : {false, true}) {
-        SCOPED_TRACE(describe(d) + " L=" + std::to_string(L) + (has_initial_state ? " initial state" : " zero state"));
-        const NaiveMamba2State initial = has_initial_state ? random_state(d, seed++) : zero_state(d);
-        const std::vector<double> hidden = normal_values(L * d.H, seed++);
-        NaiveMamba2State expected_state = initial;
-        const std::vector<double> expected = naive_mamba2(naive, expected_state, hidden, L);
-        NaiveMamba2State state = initial;
-        const std::vector<double> actual = run_mode(weights, state, hidden, d.H, 0, L, false);
-        const Tolerance tol = mamba2_tolerance(d, L);
-        expect_close(actual, expected, tol, "contribution");
-        expect_state_close(state, expected_state, tol, "final");
-      }
-    }
+// The mamba2 mode for the conformance checks of ssm_mode_conformance.h.
+struct Mamba2Mode {
+  using Dims = Mamba2Dims;
+  using State = NaiveMamba2State;
+  using Naive = NaiveMamba2;
+  static const std::vector<Dims>& dims() { return kDims; }
+  static const std::vector<int64_t>& lengths() { return kLengths; }
+  static Naive naive(const Dims& d, const std::map<std::string, Tensor>& weights) {
+    return naive_mamba2_model(d, views(weights));
   }
+  static std::vector<double> run_naive(const Naive& naive, State& state, const std::vector<double>& hidden,
+                                       int64_t tokens) {
+    return naive_mamba2(naive, state, hidden, tokens);
+  }
+  static std::vector<double> hidden(const Dims& d, int64_t tokens, uint64_t seed) {
+    return normal_values(tokens * d.H, seed);
+  }
+  static std::vector<double> run(const ssm::Weights& weights, State& state, const std::vector<double>& hidden,
+                                 const Dims& d, int64_t begin, int64_t end, bool decode) {
+    return run_mode(weights, state, hidden, d.H, begin, end, decode);
+  }
+  static Tolerance tolerance(const Dims& d, int64_t tokens) { return mamba2_tolerance(d, tokens); }
+};
+
+TEST(Mamba2Naive, PrefillMatchesTokenLoopOnRandomModels) {
+  check_prefill_matches_naive<Mamba2Mode>(100);
 }
 
 TEST(Mamba2Naive, DecodeStepMatchesTokenLoop) {
-  uint64_t seed = 200;
-  for (const Mamba2Dims& d : kDims) {
-    SCOPED_TRACE(describe(d));
-    const auto tensors = random_weights(d, seed++);
-    const ssm::Weights weights = to_weights(tensors);
-    const NaiveMamba2 naive = naive_mamba2_model(d, views(tensors));
-    NaiveMamba2State state = random_state(d, seed++);
-    NaiveMamba2State expected_state = state;
-    // Twenty decode steps in a row, each checked (errors must not grow past the n-step bound).
-    for (int64_t step = 0; step < 20; ++step) {
-      const std::vector<double> hidden = normal_values(d.H, seed++);
-      const std::vector<double> expected = naive_mamba2(naive, expected_state, hidden, 1);
-      const std::vector<double> actual = run_mode(weights, state, hidden, d.H, 0, 1, true);
-      const Tolerance tol = mamba2_tolerance(d, step + 1);
-      expect_close(actual, expected, tol, "decode contribution, step " + std::to_string(step));
-      expect_state_close(state, expected_state, tol, "decode step " + std::to_string(step));
-    }
-  }
+  check_decode_steps_match_naive<Mamba2Mode>(200);
 }
 
 TEST(Mamba2Naive, OptionalBiasesAbsentMeanZero) {
@@ -171,25 +161,11 @@ TEST(Mamba2Naive, OptionalBiasesAbsentMeanZero) {
 // --- metamorphic: the mode against itself ------------------------------------------------------------
 
 TEST(Mamba2Metamorphic, PrefillEqualsDecodeSteps) {
-  uint64_t seed = 400;
-  for (const Mamba2Dims& d : kDims) {
-    SCOPED_TRACE(describe(d));
-    const ssm::Weights weights = to_weights(random_weights(d, seed++));
-    const int64_t L = 23;
-    const NaiveMamba2State initial = random_state(d, seed++);
-    const std::vector<double> hidden = normal_values(L * d.H, seed++);
-    NaiveMamba2State scan_state = initial;
-    const std::vector<double> scan = run_mode(weights, scan_state, hidden, d.H, 0, L, false);
-    NaiveMamba2State step_state = initial;
-    std::vector<double> steps;
-    for (int64_t t = 0; t < L; ++t) {
-      const std::vector<double> y = run_mode(weights, step_state, hidden, d.H, t, t + 1, true);
-      steps.insert(steps.end(), y.begin(), y.end());
-    }
-    const Tolerance tol = mamba2_tolerance(d, L);
-    expect_close(steps, scan, tol, "decode steps vs prefill");
-    expect_state_close(step_state, scan_state, tol, "decode steps vs prefill");
-  }
+  check_prefill_equals_decode_steps<Mamba2Mode>(400);
+}
+
+TEST(Mamba2Metamorphic, SplitPrefillEqualsOneShotAtEverySplitPoint) {
+  check_split_prefill_equals_one_shot<Mamba2Mode>(500);
 }
 
 TEST(Mamba2Metamorphic, HugeDecayRateForgetsThePastSsmState) {
