@@ -284,4 +284,20 @@ std::string error_of(const std::function<void()>& run) {
   return "";
 }
 
+void expect_error_naming(const std::function<void()>& run, const std::string& needle) {
+  const std::string message = error_of(run);
+  EXPECT_NE(message.find(needle), std::string::npos) << "expected an Error naming " << needle << ", got "
+                                                     << (message.empty() ? "none" : message);
+}
+
+std::vector<double> advance_rows(const reference::ssm::Mode& mode, const reference::ssm::Weights& weights,
+                                 reference::ssm::State& state, const std::vector<double>& hidden, int64_t H,
+                                 int64_t begin, int64_t end, bool decode) {
+  const std::vector<double> rows(hidden.begin() + static_cast<std::ptrdiff_t>(begin * H),
+                                 hidden.begin() + static_cast<std::ptrdiff_t>(end * H));
+  Matrix y(end - begin, H);
+  mode.advance(weights, state, to_matrix(rows, end - begin, H), y, decode);
+  return to_vector(y);
+}
+
 }  // namespace hybridtb::testing

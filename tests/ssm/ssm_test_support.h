@@ -169,5 +169,13 @@ std::vector<double> from_eigen(const Eigen::VectorXd& values);
 
 // The Error message `run` throws, or "" if it returns.
 std::string error_of(const std::function<void()>& run);
+// EXPECT `run` to throw an Error whose message names `needle`.
+void expect_error_naming(const std::function<void()>& run, const std::string& needle);
+
+// `mode` advanced from `state` over tokens [begin, end) of `hidden` ([tokens][H] row-major): their
+// contributions, row-major.
+std::vector<double> advance_rows(const reference::ssm::Mode& mode, const reference::ssm::Weights& weights,
+                                 reference::ssm::State& state, const std::vector<double>& hidden, int64_t H,
+                                 int64_t begin, int64_t end, bool decode);
 
 }  // namespace hybridtb::testing

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <functional>
 #include <map>
 #include <limits>
 #include <string>
@@ -30,15 +29,6 @@ const std::vector<GdnDims> kDims = {
 };
 // L below, equal to and above K − 1.
 const std::vector<int64_t> kLengths = {1, 2, 3, 5, 17, 40};
-
-void expect_error_naming(const std::function<void()>& call, const std::string& needle) {
-  try {
-    call();
-    ADD_FAILURE() << "expected an Error naming " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 // --- specs ---------------------------------------------------------------------------------------------
 

@@ -85,13 +85,10 @@ NaiveGdnState from_mode_state(const ssm::State& state, const GdnDims& d) {
 
 std::vector<double> run_mode(const ssm::Weights& weights, NaiveGdnState& state, const std::vector<double>& hidden,
                              const GdnDims& d, int64_t begin, int64_t end, bool decode) {
-  const std::vector<double> rows(hidden.begin() + static_cast<std::ptrdiff_t>(begin * d.H),
-                                 hidden.begin() + static_cast<std::ptrdiff_t>(end * d.H));
   ssm::State mode_state = to_mode_state(state, d);
-  ssm::Matrix y(end - begin, d.H);
-  gdn_mode().advance(weights, mode_state, to_matrix(rows, end - begin, d.H), y, decode);
+  const std::vector<double> y = advance_rows(gdn_mode(), weights, mode_state, hidden, d.H, begin, end, decode);
   state = from_mode_state(mode_state, d);
-  return to_vector(y);
+  return y;
 }
 
 std::vector<double> run_core(const ssm::Weights& weights, NaiveGdnState& state, const GdnDims& d,

@@ -78,13 +78,10 @@ NaiveMamba1State from_mode_state(const ssm::State& state) {
 
 std::vector<double> run_mode(const ssm::Weights& weights, NaiveMamba1State& state, const std::vector<double>& hidden,
                              int64_t H, int64_t begin, int64_t end, bool decode) {
-  const std::vector<double> rows(hidden.begin() + static_cast<std::ptrdiff_t>(begin * H),
-                                 hidden.begin() + static_cast<std::ptrdiff_t>(end * H));
   ssm::State mode_state = to_mode_state(state);
-  ssm::Matrix y(end - begin, H);
-  mamba1_mode().advance(weights, mode_state, to_matrix(rows, end - begin, H), y, decode);
+  const std::vector<double> y = advance_rows(mamba1_mode(), weights, mode_state, hidden, H, begin, end, decode);
   state = from_mode_state(mode_state);
-  return to_vector(y);
+  return y;
 }
 
 void expect_state_close(const NaiveMamba1State& actual, const NaiveMamba1State& expected, const Tolerance& tolerance,

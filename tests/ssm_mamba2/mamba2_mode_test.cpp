@@ -78,15 +78,6 @@ TEST(Mamba2Specs, RandomInitKeepsDeltaAndDecayInMambaRanges) {
   }
 }
 
-void expect_error_naming(const std::function<void()>& call, const std::string& needle) {
-  try {
-    call();
-    ADD_FAILURE() << "expected an Error naming " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
 TEST(Mamba2Specs, RejectsGroupsThatDoNotDivideTheHeadsAKernelOfOneAndMissingParameters) {
   const ssm::Mode& mode = mamba2_mode();
   expect_error_naming([&] { mode.state_specs(mamba2_shape({8, 4, 2, 2, 3, 4})); }, "/config/ssm n_groups");
