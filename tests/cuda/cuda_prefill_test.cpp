@@ -267,5 +267,47 @@ TEST_P(CudaPrefillTest, WgmmaMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaPrefillTest, ::testing::ValuesIn(cases()), CaseName());
 
+// A bfloat16 model's query rows of any magnitude bfloat16 holds, on the wgmma variant with a
+// per-tensor fp8 cache and plain logits, whose products run on float16 operands (Q rescaled per row
+// by a power of two: stage_q_as_half). In every CTA, query head 0 of each token is ×2^40 (far above
+// float16's 65504), head 1 ×2^-40 (below its normal range) and heads 2, 3 as drawn: a row scaled
+// by its own power of two keeps its precision beside the huge ones (one scale per CTA would push
+// the ordinary rows under float16's subnormals), and nothing overflows.
+class CudaPrefillQueryRange : public CudaFixture<> {};
+
+TEST_F(CudaPrefillQueryRange, WgmmaFp8BfloatRowsOfAnyMagnitude) {
+  if (const std::string why = wgmma_prefill_unavailable(); !why.empty()) GTEST_SKIP() << why;
+  for (const KvCacheDtype kv : {KvCacheDtype::kFp8E4M3, KvCacheDtype::kFp8E5M2}) {
+    CudaCase c{.name = "QueryRange", .requests = {{0, 700}, {300, 260}}, .kv = kv, .k_scale = 0.5f, .v_scale = 0.25f};
+    c.seed = 5;
+    BatchFile step = make_step(c);
+    Tensor& q = step.inputs.query;  // [tokens][heads][head size]
+    const int64_t tokens = q.shape()[0];
+    const int64_t heads = q.shape()[1];
+    const int64_t d = q.shape()[2];
+    ASSERT_EQ(heads, 8);  // two kv heads of four query heads: heads 0, 1 and 4, 5 are in every CTA
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const double factor = h % 4 == 0 ? 0x1p40 : (h % 4 == 1 ? 0x1p-40 : 1.0);
+        for (int64_t i = 0; i < d; ++i) {
+          const int64_t at = (t * heads + h) * d + i;
+          store_from_double(q.data(), q.dtype(), at, load_as_double(q.data(), q.dtype(), at) * factor);
+        }
+      }
+    }
+    cuda::AttentionPathOverrides overrides;
+    overrides.prefill_variant = cuda::kPrefillWgmma;
+    const cuda::AttentionPlanSummary plan = plan_of(step, overrides);
+    ASSERT_EQ(plan.prefill_variant, cuda::kPrefillWgmma) << plan.describe();
+    BackendSettings settings{step.config, step.builder};
+    settings.prefill_variant = cuda::kPrefillWgmma;
+    auto reference = create_backend("reference", settings);
+    auto cuda = create_backend("cuda", settings);
+    const StepOutputs expected = run_step(*reference, step);
+    const StepOutputs actual = run_step(*cuda, step);
+    EXPECT_TRUE(cuda_matches_reference(step, actual, expected)) << (kv == KvCacheDtype::kFp8E4M3 ? "e4m3" : "e5m2");
+  }
+}
+
 }  // namespace
 }  // namespace hybridtb::testing

@@ -118,7 +118,12 @@ Tolerance tolerance_for(ToleranceCase which, int64_t reduction_length, int64_t i
 //           model of Higham & Mary (2019; independent mean-zero roundings, Hoeffding) by λ·u_m·Λ₂,
 //           λ = 6 (failure probability ≤ 2e^-18 per logit); the worst-case bound u_m·Σ|q k| is ~√D
 //           looser than what any kernel shows. (Our tensor-core kernels cast the stored fp8 to the
-//           model dtype exactly and apply the per-tensor scales in float32: within this term.)
+//           model dtype exactly and apply the per-tensor scales in float32: within this term. The
+//           Hopper prefill kernel with plain logits runs both products on float16 operands instead:
+//           fp8 is exact in float16, P rounds to float16 (u = 2^-11 < u_m: within e_P), and a
+//           bfloat16 Q row is scaled by a power of two so that its largest element lies in
+//           [2^14, 2^15) — exact but for elements below 2^-28 of that one, which err by at most
+//           2^-39 of it: a logit error ≤ 128·2^-39·Σ|q k| scale, far inside e32's γ_3D term.)
 //           Per-token-head KV casts the raw int8/fp8 to the model dtype exactly and applies the
 //           scale in float32 (no extra term; the V scale is in e_P).
 //   atol  = e32 + e_P + e_KV + u_out·2^-6 (outputs near zero), rtol = u_out (the final store).

@@ -333,12 +333,14 @@ __device__ __forceinline__ void prefill_mask(const AttentionParams& p, const Pre
 // max is taken on s — fl(max s · c) = max fl(s · c), rounding being monotone, so row_m is the same —
 // and each P = 2^{fma(s, c, −(m − shift))}: one FFMA per score instead of a multiply and a subtract
 // (the fused product rounds once, so P may differ from the two-step form in its last bit).
+// row_logit_mul: the same with one multiplier per row (g, g + 8), each positive.
 template <typename Scales, int kNt>
 __device__ __forceinline__ void prefill_softmax_p(float (&s)[kNt][4], float (&row_m)[2], float (&row_l)[2],
-                                                  float (&alpha)[2], float logit_mul = 1.0f) {
+                                                  float (&alpha)[2], const float (&row_logit_mul)[2]) {
   using mma::exp2_approx;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
+    const float logit_mul = row_logit_mul[i];
     float mx = kNegInf;
 #pragma unroll
     for (int n = 0; n < kNt; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * i], s[n][2 * i + 1]));
@@ -357,6 +359,12 @@ __device__ __forceinline__ void prefill_softmax_p(float (&s)[kNt][4], float (&ro
     }
     row_l[i] = row_l[i] * alpha[i] + sum;
   }
+}
+template <typename Scales, int kNt>
+__device__ __forceinline__ void prefill_softmax_p(float (&s)[kNt][4], float (&row_m)[2], float (&row_l)[2],
+                                                  float (&alpha)[2], float logit_mul = 1.0f) {
+  const float row_logit_mul[2] = {logit_mul, logit_mul};
+  prefill_softmax_p<Scales>(s, row_m, row_l, alpha, row_logit_mul);
 }
 
 // P (prefill_softmax_p) times each key's v scale (key_v: per-token-head caches; 1 otherwise; ΣP

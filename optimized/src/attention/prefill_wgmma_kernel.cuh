@@ -35,6 +35,11 @@
 //     handed back. The last tile's P·V follows the loop.
 // 1-byte caches (Cache = PerTensorBytes / PerTokenHeadBytes: fp8 e4m3 / e5m2 per tensor, int8 / fp8
 // per token-head; WgmmaLayout): the producer alone casts, so the consumers' loop is the 16-bit one.
+// With per-tensor scales and plain logits both products run on float16 operands whatever the model
+// dtype (WgmmaOperands): every fp8 value is exact in float16, the producer's cast shrinks to the
+// hardware's pair conversion (e4m3) or a byte permute (e5m2), P rounds to float16, and a bfloat16
+// model's Q rows are first rescaled into float16's range by the consumers (stage_q_as_half), each
+// row's power of two undone in its logits' multiplier.
 // With plain logits the producer is two warpgroups, each thread copying and casting half as many
 // chunks: one warpgroup's casts, at a quarter of an instruction per cycle per warp, set the pace.
 // It streams the tile's raw K and V tiles (each 128 keys × 128 bytes, plus the keys' per-token-head
@@ -136,6 +141,21 @@ struct WgmmaRegisters {
   static_assert(kProducer * kProducerThreads + kConsumer * 128 * kWgmmaConsumers <= 65536, "one SM's registers");
 };
 
+// The operand type of the two products (MmaT): T, except for a per-tensor fp8 cache with plain
+// logits, whose products run on float16 operands whatever the model dtype. Then the producer's cast
+// is the hardware's e4m3 pair conversion or a byte permute for e5m2 (fp8_word_to_half_pairs: about
+// a quarter of the instructions of the cast to bfloat16, whose producer warpgroups set the kernel's
+// pace), every fp8 value is exact in float16, and P ∈ [0, 2^15] (CacheScales::kPShift) rounds to
+// float16 (2^-11, finer than bfloat16's 2^-8). A bfloat16 model's Q rows are rescaled into float16's
+// range first (kRescaledQ: stage_q_as_half), each by a power of two that its logits' multiplier
+// undoes in float32.
+template <typename T, bool Plain, typename Cache>
+struct WgmmaOperands {
+  static constexpr bool kHalfProducts = kIsByteCache<Cache> && !kIsPerTokenHeadCache<Cache> && Plain;
+  static constexpr bool kRescaledQ = kHalfProducts && !std::is_same_v<T, __half>;
+  using MmaT = std::conditional_t<kHalfProducts, __half, T>;
+};
+
 // The K and V tiles in shared memory (wgmma_kv_tile_offset, attention_caps.h, where
 // test_attention_plan checks the properties below): keys in groups of 8, each group its D / 64
 // slabs of 64 dims one after another, each slab one 1024-byte atom of the 128-byte swizzle (8 rows
@@ -190,8 +210,8 @@ constexpr int kWgmmaRawSlots = 3;
 // PerTokenHeadBytes), offsets from the 1024-byte aligned base: the Q tile [128 rows][D], then the
 // ring of kStages × (K tile, V tile) [BN keys][D] of T, each in the 128-byte swizzle layout; for a
 // 1-byte cache then the raw slots (the raw tile [128 keys][128 bytes], its keys' scales [128] in
-// float32) and per stage the tile's k and v scales [2][128] (prefill_scale_slot order); then the
-// mbarriers (q full, per stage full and empty, and for a 1-byte cache k_empty and v_full); + 1024
+// float32), per stage the tile's k and v scales [2][128] (prefill_scale_slot order) and Q's row
+// multipliers [128] (stage_q_as_half); then the mbarriers (q full, per stage full and empty, and for a 1-byte cache k_empty and v_full); + 1024
 // bytes to align the dynamic shared memory to a swizzle atom. 16-bit caches: 209 KiB (D 64), 225 KiB (D 128),
 // 193 KiB (D 256).
 template <typename Config, typename Cache>
@@ -208,12 +228,14 @@ struct WgmmaLayout {
   static constexpr int kRawBytes = kHead * kBn;       // a raw K or V tile
   static constexpr int kRawSlotBytes = kRawBytes + 4 * kBn;
   static constexpr int kScaleBytes = kBytes ? 2 * 4 * kBn : 0;  // per stage
+  static constexpr int kQScaleBytes = kBytes ? 4 * 128 : 0;      // Q's row multipliers (stage_q_as_half)
   static constexpr int kBarriers = 1 + (kBytes ? 4 : 2) * kStages;
   static constexpr int kK = kQBytes;
   static constexpr int kV = kK + kStages * kTileBytes;
   static constexpr int kRaw = kV + kStages * kTileBytes;
   static constexpr int kScales = kRaw + kRawSlots * kRawSlotBytes;
-  static constexpr int kBars = kScales + kStages * kScaleBytes;
+  static constexpr int kQScales = kScales + kStages * kScaleBytes;
+  static constexpr int kBars = kQScales + kQScaleBytes;
   static constexpr int64_t kSmemBytes = static_cast<int64_t>(kBars) + 8 * kBarriers + 1024;
 };
 template <typename Config, typename Cache>
@@ -248,6 +270,52 @@ __device__ __forceinline__ void consumer_registers() {
 }
 }  // namespace wgmma_ws
 
+// Rows [row_begin, row_begin + kThreads / 16 · kPasses) of a bfloat16 Q tile [kRows][128] (the
+// 128-byte swizzle layout at smem) in float16 for the float16 products (WgmmaOperands::kRescaledQ),
+// in place, by kThreads threads: each row times 2^s, s = clamp(14 − e, −113, 14) with 2^e ≤ max|q| <
+// 2^(e+1) over the row, then rounded to float16; row_mul[r] = 2^-s, which the row's logit multiplier
+// takes on. Scaling by a power of two is exact, the row's largest element lands in [2^14, 2^15)
+// (below float16's 65504, whatever bfloat16 held: 2^-113 is as far down as bfloat16's largest values
+// need), and every element from 2^-14 of that down to 2^-28 of the row's largest is exact in float16
+// (bfloat16's 8 significant bits within float16's 11); smaller ones round to float16's subnormals,
+// within 2^-25 of the scaled row, i.e. 2^-39 of its largest element (tolerance.h: far inside e32). A
+// row of zeros (padding) stays zeros. Thread tid takes chunk tid % 16 of rows row_begin + tid / 16 +
+// (kThreads / 16)·i, so the half-warp of a row reduces its max by shuffles. The caller makes the
+// writes visible to the async proxy and to the other threads.
+template <int kRows, int kThreads, int kPasses>
+__device__ __forceinline__ void stage_q_as_half(unsigned char* smem, float* row_mul, int tid, int row_begin) {
+  constexpr int kChunks = 128 / 8;  // 16-byte chunks per row
+  static_assert(kThreads % kChunks == 0, "whole rows per pass");
+  const int c = tid % kChunks;
+#pragma unroll 2
+  for (int i = 0; i < kPasses; ++i) {
+    const int r = row_begin + tid / kChunks + (kThreads / kChunks) * i;
+    auto* chunk = reinterpret_cast<uint4*>(smem + wgmma::sw128_offset<kRows>(r, c));
+    const uint4 x = *chunk;
+    uint32_t w[4] = {x.x, x.y, x.z, x.w};
+    // max|q| as bfloat16 bits: the magnitudes' bit patterns order as their values (NaN above inf).
+    uint32_t pair_max = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) pair_max = __vmaxu2(pair_max, w[k] & 0x7FFF7FFFu);
+    uint32_t max_bits = max(pair_max & 0xFFFFu, pair_max >> 16);
+#pragma unroll
+    for (int lanes = 1; lanes < kChunks; lanes *= 2) max_bits = max(max_bits, __shfl_xor_sync(0xffffffffu, max_bits, lanes));
+    const int e = static_cast<int>(max_bits >> 7) - 127;  // bfloat16's exponent field
+    const int shift = min(max(14 - e, -113), 14);
+    const float up = __uint_as_float(static_cast<uint32_t>(127 + shift) << 23);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      __nv_bfloat162 b;
+      memcpy(&b, &w[k], 4);
+      const float2 v = __bfloat1622float2(b);
+      const __half2 h = __floats2half2_rn(v.x * up, v.y * up);
+      memcpy(&w[k], &h, 4);
+    }
+    *chunk = make_uint4(w[0], w[1], w[2], w[3]);
+    if (c == 0) row_mul[r] = __uint_as_float(static_cast<uint32_t>(127 - shift) << 23);
+  }
+}
+
 // The producer warpgroups' K/V tiles for a 1-byte cache (the header's "1-byte caches"; kThreads
 // producer threads, one or two warpgroups): raw K and V tiles ("units": unit 2t K of tile t, 2t + 1
 // its V) by cp.async into raw slot u % kRawSlots, one cp.async group per unit, kRawSlots units
@@ -257,7 +325,7 @@ __device__ __forceinline__ void consumer_registers() {
 // 16·(kThreads·i + tid) (conflict-free either way), cast into the 16-bit chunks 2c and 2c + 1 of row
 // j (sw128_offset; a quarter warp's rows j, j ^ 1 fill distinct banks). The per-token-head scale of
 // key tid (tid < BN) rides in its unit's slot. Q's cp.async group (committed before) completes
-// q_full.
+// q_full. T: the products' operand type (WgmmaOperands::MmaT), the type the casts write.
 template <typename T, typename Cache, int kThreads>
 __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParams& p, const PrefillItem& work,
                                                             int num_tiles, unsigned char* smem, uint64_t* q_full,
@@ -271,9 +339,10 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
   constexpr int kPasses = BN * D / 16 / kThreads;  // 16-byte chunks per thread and unit
   constexpr int kPassRows = kThreads / 4;          // rows of a pass: 8 per warp
   constexpr bool kPerToken = kIsPerTokenHeadCache<Cache>;
-  // Raw chunks loaded ahead of their casts (cast below): four fit a per-tensor producer's
-  // registers, a per-token-head producer spills with more than two.
-  constexpr int kLoadGroup = kPerToken ? 2 : 4;
+  // Raw chunks loaded ahead of their casts (cast below): four fit a per-tensor producer's registers
+  // beside the cast to bfloat16; the float16 cast and a per-token-head producer spill with more
+  // than two.
+  constexpr int kLoadGroup = kPerToken || std::is_same_v<T, __half> ? 2 : 4;
   static_assert(kPasses % 2 == 0 && BN == kPassRows * (kPasses / 2) && D == 16 * 8,
                 "pass i: rows kPassRows·(i / 2) …, chunks");
   static_assert(BN <= kThreads, "one per-token-head scale per producer thread (tid < BN) and unit");
@@ -485,7 +554,9 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
                 "Q, stages and slabs start on 1024-byte swizzle atoms (the TMA boxes' placement)");
   constexpr float kLog2e = 1.4426950408889634f;
   using Scales = CacheScales<T, Cache>;
-  using Mmas = WgmmaProducts<T, BN, D>;
+  using Operands = WgmmaOperands<T, Plain, Cache>;
+  using MmaT = typename Operands::MmaT;
+  using Mmas = WgmmaProducts<MmaT, BN, D>;
   using Registers = WgmmaRegisters<Config, Plain, Cache>;
   constexpr int kProducerThreads = Registers::kProducerThreads;
   static_assert(kByteCache || kProducerThreads == 128, "a 16-bit cache's producer is one warpgroup");
@@ -533,8 +604,8 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
     if constexpr (kByteCache) {
       load_prefill_q<T, D, kRows, kProducerThreads>(p, work, s_q, tid,
                                                     [](int r, int c) { return wgmma::sw128_offset<kRows>(r, c); });
-      prefill_wgmma_byte_producer<T, Cache, kProducerThreads>(p, work, num_tiles, smem_aligned, q_full, full, v_full,
-                                                              empty, k_empty, tid);
+      prefill_wgmma_byte_producer<MmaT, Cache, kProducerThreads>(p, work, num_tiles, smem_aligned, q_full, full, v_full,
+                                                                 empty, k_empty, tid);
     } else {
       if (p.kv_tma && tid == 0) tma::prefetch_map(&kv_map);
       load_prefill_q<T, D, kRows, 128>(p, work, s_q, tid,
@@ -703,6 +774,8 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
     for (int e = 0; e < 4; ++e) acc[n][e] *= m[e % 2];
   };
   [[maybe_unused]] const float scale_log2 = p.scale * kLog2e * scales.k;
+  // Rescaled Q rows (stage_q_as_half): their 2^-s, read per tile rather than held in registers.
+  [[maybe_unused]] const auto* q_row_mul = reinterpret_cast<const float*>(smem_aligned + Layout::kQScales);
 
   float o[kDt][4];
   float row_m[2] = {kNegInf, kNegInf};  // running max of the base-2 logits
@@ -762,7 +835,16 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
     }  // else the plain logits' one multiplier goes into the softmax (below)
     if constexpr (kByteCache) tma::mbarrier_arrive(k_empty + it % kStages);
     if (!full_tile) prefill_mask<Plain>(p, work, acc, rows, kt, t4);
-    if constexpr (Plain && !kPerToken) {
+    if constexpr (Operands::kRescaledQ) {
+      // Each row's dot products are 2^s times its logits' (stage_q_as_half): the row's multiplier is
+      // key_mul's times 2^-s, exact — a power of two, the product normal for any realistic scale
+      // (scale·log2e·k_scale within [2^-112, 2^14]).
+      // (This thread's row, warp·16 + g, from a fresh thread index: one register fewer across the loop.)
+      const int t = mma::tid_now() - kProducerThreads;
+      const int row = (t / 32) * 16 + (t % 32) / 4;
+      const float row_logit_mul[2] = {key_mul[0][0] * q_row_mul[row], key_mul[0][0] * q_row_mul[row + 8]};
+      prefill_softmax_p<Scales>(acc, row_m, row_l, alpha, row_logit_mul);
+    } else if constexpr (Plain && !kPerToken) {
       // The plain logits are the dot products times one multiplier (key_mul's): folded into the
       // softmax's exponent (prefill_softmax_p's logit_mul), the mask's −inf staying −inf.
       prefill_softmax_p<Scales>(acc, row_m, row_l, alpha, key_mul[0][0]);
@@ -776,10 +858,19 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
       wait_v(it);  // its v scales ride with its V tile
       scale_keys(acc, it, 1, 1.0f);  // ΣP already taken; key_v: ones
     }
-    prefill_pack_p<T>(acc, key_v, out);
+    prefill_pack_p<MmaT>(acc, key_v, out);
   };
 
   tma::mbarrier_wait(q_full, 0);
+  if constexpr (Operands::kRescaledQ) {
+    // Each consumer warpgroup rescales its own 64 rows (the producer has no registers for it, and the
+    // consumers wait for the first K tile in any case), then meets its warpgroup at a named barrier
+    // (3 + cwg; 1 and 2 are the turns).
+    auto* row_mul = reinterpret_cast<float*>(smem_aligned + Layout::kQScales);
+    stage_q_as_half<kRows, 128, 64 / 8>(smem_aligned, row_mul, ctid % 128, 64 * cwg);
+    wgmma::fence_proxy_async();
+    asm volatile("bar.sync %0, 128;\n" ::"r"(3 + cwg) : "memory");
+  }
   // The turns: consumer 0 issues first. There are num_tiles + 1 issue points (tile 0's S, then S
   // and the previous P·V per tile, then the last P·V); consumer 1 passes its last turn to nobody,
   // so that every wait_for_turn has exactly one pass_turn.

@@ -107,6 +107,14 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
   return y;
 }
 
+// threadIdx.x read afresh (asm volatile: never hoisted or kept across the code between reads), for
+// per-thread offsets cheaper to recompute than to hold in a tight register budget.
+__device__ __forceinline__ int tid_now() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(t));
+  return t;
+}
+
 // The shared-memory address of a pointer into shared memory (the cp.async / ldmatrix operand).
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
