@@ -148,7 +148,10 @@ struct WgmmaRegisters {
 // pace), every fp8 value is exact in float16, and P ∈ [0, 2^15] (CacheScales::kPShift) rounds to
 // float16 (2^-11, finer than bfloat16's 2^-8). A bfloat16 model's Q rows are rescaled into float16's
 // range first (kRescaledQ: stage_q_as_half), each by a power of two that its logits' multiplier
-// undoes in float32.
+// undoes in float32. The one bound this adds is a float16 model's: the largest P of a row is
+// 2^(15 + δ), δ the rounding error of the row's largest base-2 logit in float32 (the softmax's
+// fused exponent, prefill_softmax_p), so logits below 2^22 in magnitude keep P under float16's
+// 65504 (2^15.25); beyond that P overflows and the row's output is NaN, never a finite wrong value.
 template <typename T, bool Plain, typename Cache>
 struct WgmmaOperands {
   static constexpr bool kHalfProducts = kIsByteCache<Cache> && !kIsPerTokenHeadCache<Cache> && Plain;
