@@ -267,16 +267,16 @@ TEST_P(CudaPrefillTest, WgmmaMatchesReference) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaPrefillTest, ::testing::ValuesIn(cases()), CaseName());
 
-// A bfloat16 model's query rows far outside float16's range, on the wgmma variant with a per-tensor
-// fp8 cache and plain logits, whose products run on float16 operands (Q rescaled per row by a power
+// A bfloat16 model's query rows far outside float16's range, on the wgmma variant with a 1-byte cache
+// (every kind) and plain logits, whose products run on float16 operands (Q rescaled per row by a power
 // of two: stage_q_as_half). In every CTA, query head 0 of each token is ×2^17 (its elements up to
 // about 2^19, far above float16's 65504; its base-2 logits up to about 2^22, the range float16's P
 // allows: WgmmaOperands), head 1 ×2^-40 (below float16's normal range), heads 2 and 3 as drawn.
 class CudaPrefillQueryRange : public CudaFixture<> {};
 
-TEST_F(CudaPrefillQueryRange, WgmmaFp8BfloatRowsOfAnyMagnitude) {
+TEST_F(CudaPrefillQueryRange, WgmmaByteKvBfloatRowsOfAnyMagnitude) {
   if (const std::string why = wgmma_prefill_unavailable(); !why.empty()) GTEST_SKIP() << why;
-  for (const KvCacheDtype kv : {KvCacheDtype::kFp8E4M3, KvCacheDtype::kFp8E5M2}) {
+  for (const auto& [kv, kv_label] : kByteKvDtypes) {
     CudaCase c{.name = "QueryRange", .requests = {{0, 700}, {300, 260}}, .kv = kv, .k_scale = 0.5f, .v_scale = 0.25f};
     c.seed = 5;
     BatchFile step = make_step(c);
@@ -304,7 +304,7 @@ TEST_F(CudaPrefillQueryRange, WgmmaFp8BfloatRowsOfAnyMagnitude) {
     auto cuda = create_backend("cuda", settings);
     const StepOutputs expected = run_step(*reference, step);
     const StepOutputs actual = run_step(*cuda, step);
-    EXPECT_TRUE(cuda_matches_reference(step, actual, expected)) << (kv == KvCacheDtype::kFp8E4M3 ? "e4m3" : "e5m2");
+    EXPECT_TRUE(cuda_matches_reference(step, actual, expected)) << kv_label;
   }
 }
 

@@ -10,8 +10,9 @@
 // normal; with the per-token-head v scales inside P, float16 takes 6, so that P·v_scale stays finite
 // (a v scale is absmax / 127 or absmax / 448 of float16 values: at most 65504 / 127 ≈ 516, and
 // 2^6 · 516 < 65504).
-// The wgmma prefill kernel runs a per-tensor fp8 cache on float16 products whatever the model dtype
-// (prefill_wgmma_kernel.cuh, WgmmaOperands), so its cast is the float16 one (fp8_word_to_half_pairs).
+// The wgmma prefill kernel runs a 1-byte cache with plain logits on float16 products whatever the
+// model dtype (prefill_wgmma_kernel.cuh, WgmmaOperands), so its cast is the float16 one
+// (word_to_half_pairs), and its P shift is float16's (CacheScales<__half, …>).
 // Used by the tensor-core prefill (prefill_mma_kernel.cuh, prefill_wgmma_kernel.cuh) and decode
 // (decode_mma_kernel.cuh) kernels.
 #pragma once
@@ -174,13 +175,17 @@ inline bool byte_kind_supported(ElementKind kind) {
   return kind == ElementKind::kFp8E4M3 || kind == ElementKind::kFp8E5M2;
 }
 
-// Four stored fp8 bytes → (element 0, element 1), (element 2, element 3) as float16 pairs, in order,
+// Four stored bytes → (element 0, element 1), (element 2, element 3) as float16 pairs, in order,
 // exactly, by the fastest route: e5m2 is float16's top byte (one byte permute a pair); e4m3 takes
-// the hardware's pair conversion (__nv_cvt_fp8x2_to_halfraw2: cvt.rn.f16x2.e4m3x2 from sm_89 on).
+// the hardware's pair conversion (__nv_cvt_fp8x2_to_halfraw2: cvt.rn.f16x2.e4m3x2 from sm_89 on);
+// int8 is ByteCast's biased pair (a permute and a subtraction), taken in element order.
 template <ByteKind Kind>
-__device__ __forceinline__ void fp8_word_to_half_pairs(uint32_t w, uint32_t& first, uint32_t& second) {
-  static_assert(Kind != ByteKind::kInt8, "fp8 kinds only");
-  if constexpr (Kind == ByteKind::kFp8E5M2) {
+__device__ __forceinline__ void word_to_half_pairs(uint32_t w, uint32_t& first, uint32_t& second) {
+  if constexpr (Kind == ByteKind::kInt8) {
+    const uint32_t u = w ^ 0x80808080u;
+    first = ByteCast<__half, Kind>::template int8_pair<0, 1>(u);
+    second = ByteCast<__half, Kind>::template int8_pair<2, 3>(u);
+  } else if constexpr (Kind == ByteKind::kFp8E5M2) {
     first = __byte_perm(w, 0u, 0x1404);   // bytes (0, b0, 0, b1)
     second = __byte_perm(w, 0u, 0x3424);  // bytes (0, b2, 0, b3)
   } else {
@@ -196,11 +201,11 @@ __device__ __forceinline__ void fp8_word_to_half_pairs(uint32_t w, uint32_t& fir
 template <typename T, ByteKind Kind>
 __device__ __forceinline__ void cast_16(const uint4& raw, uint4 (&out)[2]) {
   uint32_t packed[8];
-  if constexpr (std::is_same_v<T, __half> && Kind != ByteKind::kInt8) {
-    fp8_word_to_half_pairs<Kind>(raw.x, packed[0], packed[1]);
-    fp8_word_to_half_pairs<Kind>(raw.y, packed[2], packed[3]);
-    fp8_word_to_half_pairs<Kind>(raw.z, packed[4], packed[5]);
-    fp8_word_to_half_pairs<Kind>(raw.w, packed[6], packed[7]);
+  if constexpr (std::is_same_v<T, __half>) {
+    word_to_half_pairs<Kind>(raw.x, packed[0], packed[1]);
+    word_to_half_pairs<Kind>(raw.y, packed[2], packed[3]);
+    word_to_half_pairs<Kind>(raw.z, packed[4], packed[5]);
+    word_to_half_pairs<Kind>(raw.w, packed[6], packed[7]);
   } else {
     ByteCast<T, Kind>::word_in_order(raw.x, packed[0], packed[1]);
     ByteCast<T, Kind>::word_in_order(raw.y, packed[2], packed[3]);

@@ -35,9 +35,10 @@
 //     handed back. The last tile's P·V follows the loop.
 // 1-byte caches (Cache = PerTensorBytes / PerTokenHeadBytes: fp8 e4m3 / e5m2 per tensor, int8 / fp8
 // per token-head; WgmmaLayout): the producer alone casts, so the consumers' loop is the 16-bit one.
-// With per-tensor scales and plain logits both products run on float16 operands whatever the model
-// dtype (WgmmaOperands): every fp8 value is exact in float16, the producer's cast shrinks to the
-// hardware's pair conversion (e4m3) or a byte permute (e5m2), P rounds to float16, and a bfloat16
+// With plain logits both products run on float16 operands whatever the model dtype (WgmmaOperands):
+// every stored value is exact in float16, the producer's cast shrinks to the hardware's pair
+// conversion (e4m3), a byte permute (e5m2) or a permute and a subtraction (int8), P rounds to
+// float16, and a bfloat16
 // model's Q rows are first rescaled into float16's range by the consumers (stage_q_as_half), each
 // row's power of two undone in its logits' multiplier.
 // With plain logits the producer is two warpgroups, each thread copying and casting half as many
@@ -141,12 +142,13 @@ struct WgmmaRegisters {
   static_assert(kProducer * kProducerThreads + kConsumer * 128 * kWgmmaConsumers <= 65536, "one SM's registers");
 };
 
-// The operand type of the two products (MmaT): T, except for a per-tensor fp8 cache with plain
-// logits, whose products run on float16 operands whatever the model dtype. Then the producer's cast
-// is the hardware's e4m3 pair conversion or a byte permute for e5m2 (fp8_word_to_half_pairs: about
-// a quarter of the instructions of the cast to bfloat16, whose producer warpgroups set the kernel's
-// pace), every fp8 value is exact in float16, and P ∈ [0, 2^15] (CacheScales::kPShift) rounds to
-// float16 (2^-11, finer than bfloat16's 2^-8). A bfloat16 model's Q rows are rescaled into float16's
+// The operand type of the two products (MmaT): T, except for a 1-byte cache with plain logits,
+// whose products run on float16 operands whatever the model dtype. Then the producer's cast is the
+// hardware's e4m3 pair conversion, a byte permute for e5m2 or a permute and a subtraction for int8
+// (word_to_half_pairs: a quarter to a half of the instructions of the cast to bfloat16, whose
+// producer warpgroups set the kernel's pace), every stored value is exact in float16, and P rounds
+// to float16 (2^-11, finer than bfloat16's 2^-8) in float16's range (CacheScales<MmaT, Cache>: P ∈
+// [0, 2^15], or [0, 2^6] with the per-token-head v scales inside it: tolerance.h, e_P). A bfloat16 model's Q rows are rescaled into float16's
 // range first (kRescaledQ: stage_q_as_half), each by a power of two that its logits' multiplier
 // undoes in float32. The one bound this adds is a float16 model's: the largest P of a row is
 // 2^(15 + δ), δ the rounding error of the row's largest base-2 logit in float32 (the softmax's
@@ -154,7 +156,7 @@ struct WgmmaRegisters {
 // 65504 (2^15.25); beyond that P overflows and the row's output is NaN, never a finite wrong value.
 template <typename T, bool Plain, typename Cache>
 struct WgmmaOperands {
-  static constexpr bool kHalfProducts = kIsByteCache<Cache> && !kIsPerTokenHeadCache<Cache> && Plain;
+  static constexpr bool kHalfProducts = kIsByteCache<Cache> && Plain;
   static constexpr bool kRescaledQ = kHalfProducts && !std::is_same_v<T, __half>;
   using MmaT = std::conditional_t<kHalfProducts, __half, T>;
 };
@@ -342,10 +344,10 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
   constexpr int kPasses = BN * D / 16 / kThreads;  // 16-byte chunks per thread and unit
   constexpr int kPassRows = kThreads / 4;          // rows of a pass: 8 per warp
   constexpr bool kPerToken = kIsPerTokenHeadCache<Cache>;
-  // Raw chunks loaded ahead of their casts (cast below): four fit a per-tensor producer's registers
-  // beside the cast to bfloat16; the float16 cast and a per-token-head producer spill with more
-  // than two.
-  constexpr int kLoadGroup = kPerToken || std::is_same_v<T, __half> ? 2 : 4;
+  // Raw chunks loaded ahead of their casts (cast below), as many as fit 40 registers without
+  // spills: four beside the per-tensor cast to bfloat16, two beside the per-tensor float16 cast or
+  // a per-token-head cast to bfloat16, one beside the per-token-head float16 cast.
+  constexpr int kLoadGroup = std::is_same_v<T, __half> ? (kPerToken ? 1 : 2) : (kPerToken ? 2 : 4);
   static_assert(kPasses % 2 == 0 && BN == kPassRows * (kPasses / 2) && D == 16 * 8,
                 "pass i: rows kPassRows·(i / 2) …, chunks");
   static_assert(BN <= kThreads, "one per-token-head scale per producer thread (tid < BN) and unit");
@@ -556,9 +558,9 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
   static_assert((kRows * D * 2) % 1024 == 0 && kTileBytes % 1024 == 0 && (BN * 128) % 1024 == 0,
                 "Q, stages and slabs start on 1024-byte swizzle atoms (the TMA boxes' placement)");
   constexpr float kLog2e = 1.4426950408889634f;
-  using Scales = CacheScales<T, Cache>;
   using Operands = WgmmaOperands<T, Plain, Cache>;
   using MmaT = typename Operands::MmaT;
+  using Scales = CacheScales<MmaT, Cache>;  // P's shift: the type P rounds to
   using Mmas = WgmmaProducts<MmaT, BN, D>;
   using Registers = WgmmaRegisters<Config, Plain, Cache>;
   constexpr int kProducerThreads = Registers::kProducerThreads;
