@@ -376,6 +376,17 @@ TEST(AttentionPlan, WgmmaPrefillVariantRoutesOrRefuses) {
   EXPECT_EQ(plan.prefill_variant, kPrefillWgmma);
   EXPECT_EQ(plan.summary.prefill_variant, kPrefillWgmma);
   EXPECT_TRUE(plan.summary.prefill_variant_fallback.empty()) << plan.summary.prefill_variant_fallback;
+  // Its products on float16 operands (a bfloat16 model's Q rescaled), and the summary says so; not
+  // with a soft cap, nor with a 16-bit cache.
+  EXPECT_EQ(plan.summary.prefill_operands, "float16 (Q rows rescaled by powers of two)");
+  EXPECT_NE(plan.summary.describe().find("wgmma products on float16"), std::string::npos) << plan.summary.describe();
+  AttentionConfig fp8_half = fp8;
+  fp8_half.dtype = DType::kFloat16;
+  EXPECT_EQ(plan_for(fp8_half, b, wgmma).summary.prefill_operands, "float16");
+  AttentionConfig fp8_capped = fp8;
+  fp8_capped.logits_soft_cap = 30.0;
+  EXPECT_EQ(plan_for(fp8_capped, b, wgmma).summary.prefill_operands, "");
+  EXPECT_EQ(plan_for(c, b, wgmma).summary.prefill_operands, "");
   // Head sizes 64 and 256 with a 16-bit cache: taken, 128 rows per item.
   for (const int64_t d : {64, 256}) {
     AttentionConfig other = llama();

@@ -93,6 +93,12 @@ HYBRIDTB_HOST_DEVICE constexpr uint32_t wgmma_kv_tile_offset(int key, int chunk)
   return static_cast<uint32_t>((key / 8) * 16 * D + (chunk / 8) * 1024 + (key % 8) * 128 +
                                (((chunk % 8) ^ (key % 8)) << 4));
 }
+// Whether the wgmma prefill runs its two products on float16 operands whatever the model dtype
+// (prefill_wgmma_kernel.cuh, WgmmaOperands): with a 1-byte cache and plain logits (no soft cap, no
+// ALiBi), where every stored value is exact in float16 and its cast the cheapest.
+HYBRIDTB_HOST_DEVICE constexpr bool wgmma_float16_products(bool byte_cache, bool plain_logits) {
+  return byte_cache && plain_logits;
+}
 // The variants by number: the template argument V of prefill_mma_kernel and
 // AttentionPathOverrides::prefill_variant.
 constexpr int kPrefillOneMTile = 0;

@@ -687,6 +687,13 @@ AttentionPlan plan_once(const AttentionPlanInput& in, bool hopper_default) {
     }
   }
   plan.summary.prefill_variant = plan.prefill_variant;
+  const bool plain_logits = !(c.logits_soft_cap > 0.0) && !c.alibi_slopes.has_value();
+  const bool byte_cache = is_byte_element(element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype)));
+  if (plan.prefill_variant == kPrefillWgmma && !plan.prefill.empty() &&
+      wgmma_float16_products(byte_cache, plain_logits)) {
+    plan.summary.prefill_operands =
+        c.dtype == DType::kFloat16 ? "float16" : "float16 (Q rows rescaled by powers of two)";
+  }
   lay_out_staging(in, plan);
   return plan;
 }
@@ -763,6 +770,7 @@ std::string AttentionPlanSummary::describe() const {
   } else if (!prefill_kv_tma_fallback.empty()) {
     out << "; wgmma K/V by cp.async: " << prefill_kv_tma_fallback;
   }
+  if (!prefill_operands.empty()) out << "; wgmma products on " << prefill_operands;
   if (mixed()) {
     out << "; mixed grid: " << mixed_prefill_ctas + mixed_decode_ctas << " CTAs (" << mixed_prefill_ctas
         << " prefill, " << mixed_decode_ctas << " decode)";

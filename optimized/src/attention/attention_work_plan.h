@@ -155,6 +155,9 @@ struct AttentionPlanSummary {
   // cp.async (empty where the runner did not say: plan_attention leaves both unset).
   bool prefill_kv_tma = false;
   std::string prefill_kv_tma_fallback;
+  // The wgmma prefill's product operands where they are not the model dtype's
+  // (wgmma_float16_products: a 1-byte cache with plain logits), "" otherwise.
+  std::string prefill_operands;
   int64_t generic_items = 0;   // CTAs of the generic kernel
   int64_t generic_rows = 0;    // query rows on the generic path
   int64_t mixed_prefill_ctas = 0;  // CTAs of the mixed kernel that run prefill items (0: no mixed grid)

@@ -156,7 +156,7 @@ struct WgmmaRegisters {
 // 65504 (2^15.25); beyond that P overflows and the row's output is NaN, never a finite wrong value.
 template <typename T, bool Plain, typename Cache>
 struct WgmmaOperands {
-  static constexpr bool kHalfProducts = kIsByteCache<Cache> && Plain;
+  static constexpr bool kHalfProducts = wgmma_float16_products(kIsByteCache<Cache>, Plain);
   static constexpr bool kRescaledQ = kHalfProducts && !std::is_same_v<T, __half>;
   using MmaT = std::conditional_t<kHalfProducts, __half, T>;
 };
