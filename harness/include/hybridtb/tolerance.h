@@ -125,9 +125,11 @@ Tolerance tolerance_for(ToleranceCase which, int64_t reduction_length, int64_t i
 //           fp8 is exact in float16, P rounds to float16 (u = 2^-11 < u_m: within e_P), and a
 //           bfloat16 Q row is scaled by a power of two so that its largest element lies in
 //           [2^14, 2^15) — exact but for elements below 2^-28 of that one, which err by at most
-//           2^-39 of it: a logit error ≤ 128·2^-39·Σ|q k| scale, far inside e32's γ_3D term.)
-//           Per-token-head KV casts the raw int8/fp8 to the model dtype exactly and applies the
-//           scale in float32 (no extra term; the V scale is in e_P).
+//           2^-39 of it: a logit error ≤ 2^-39·max|q|·Σ|k_i|·scale ≤ 2^-39·D·max|q|·max|k|·scale,
+//           about 2^-32 of the logit scale at D 128, far inside e32's γ_3D term.)
+//           Per-token-head KV casts the raw int8/fp8 exactly (to the model dtype, or to float16 for
+//           the Hopper kernel's float16 products) and applies the scale in float32 (no extra term;
+//           the V scale is in e_P).
 //   atol  = e32 + e_P + e_KV + u_out·2^-6 (outputs near zero), rtol = u_out (the final store).
 // fp8 output (output_scale set): the stored value is e4m3(clamp(o / s)); the reference stores the
 // unrounded clamp: rtol = u(e4m3) = 2^-4, atol = 2^-10 (half the e4m3 subnormal spacing) +
