@@ -81,6 +81,21 @@ void check_decode_steps_match_naive(uint64_t seed) {
   }
 }
 
+// Mode advanced over the consecutive chunks [bounds[i], bounds[i + 1]) of `hidden` (empty ones
+// skipped), carrying `state`: the chunks' contributions in order.
+template <typename Mode>
+std::vector<double> run_chunks(const reference::ssm::Weights& weights, typename Mode::State& state,
+                               const std::vector<double>& hidden, const typename Mode::Dims& d,
+                               const std::vector<int64_t>& bounds, bool decode) {
+  std::vector<double> out;
+  for (size_t i = 0; i + 1 < bounds.size(); ++i) {
+    if (bounds[i + 1] == bounds[i]) continue;
+    const std::vector<double> y = Mode::run(weights, state, hidden, d, bounds[i], bounds[i + 1], decode);
+    out.insert(out.end(), y.begin(), y.end());
+  }
+  return out;
+}
+
 template <typename Mode>
 void check_prefill_equals_decode_steps(uint64_t seed) {
   constexpr int64_t L = 23;
@@ -92,11 +107,9 @@ void check_prefill_equals_decode_steps(uint64_t seed) {
     typename Mode::State prefill_state = initial;
     const std::vector<double> prefill = Mode::run(weights, prefill_state, hidden, d, 0, L, false);
     typename Mode::State step_state = initial;
-    std::vector<double> steps;
-    for (int64_t t = 0; t < L; ++t) {
-      const std::vector<double> y = Mode::run(weights, step_state, hidden, d, t, t + 1, true);
-      steps.insert(steps.end(), y.begin(), y.end());
-    }
+    std::vector<int64_t> every_token(L + 1);
+    for (int64_t t = 0; t <= L; ++t) every_token[static_cast<size_t>(t)] = t;
+    const std::vector<double> steps = run_chunks<Mode>(weights, step_state, hidden, d, every_token, true);
     const Tolerance tol = Mode::tolerance(d, L);
     expect_close(steps, prefill, tol, "decode steps vs prefill");
     expect_state_close(step_state, prefill_state, tol, "decode steps vs prefill");
@@ -120,13 +133,7 @@ void check_split_prefill_equals_one_shot(uint64_t seed) {
           SCOPED_TRACE("split at " + std::to_string(a) + ", " + std::to_string(b) +
                        (has_initial_state ? ", initial state" : ", zero state"));
           typename Mode::State state = initial;
-          std::vector<double> out = Mode::run(weights, state, hidden, d, 0, a, false);
-          if (b > a) {
-            const std::vector<double> mid = Mode::run(weights, state, hidden, d, a, b, false);
-            out.insert(out.end(), mid.begin(), mid.end());
-          }
-          const std::vector<double> tail = Mode::run(weights, state, hidden, d, b, L, false);
-          out.insert(out.end(), tail.begin(), tail.end());
+          const std::vector<double> out = run_chunks<Mode>(weights, state, hidden, d, {0, a, b, L}, false);
           expect_close(out, one_shot, tol, "split prefill");
           expect_state_close(state, one_shot_state, tol, "split prefill");
         }
