@@ -127,10 +127,10 @@ std::pair<double, std::string> attention_error_fp32(const ParityKey& key) {
                            std::ldexp(1.0, -16)) *
                     V
               : 0.0;
-  // Per-token-head v scales inside P, rounded to float16 (either 16-bit model: the Hopper prefill
-  // kernel's products are float16 for a bfloat16 model too): P ∈ [0, 2^6] (tolerance.h, e_P).
+  // float16 with per-token-head v scales inside P: P ∈ [0, 2^6] (tolerance.h, e_P; a bfloat16
+  // model's P stays bfloat16 in [0, 2^15]).
   const double e_p_scaled =
-      model16 && is_per_token_head(key.kv_cache_dtype)
+      key.model_dtype == DType::kFloat16 && is_per_token_head(key.kv_cache_dtype)
           ? static_cast<double>(key.reduction_length) * smallest_subnormal(DType::kFloat16) * 448.0 * std::ldexp(1.0, -7)
           : 0.0;
   const bool per_tensor_fp8 = is_quantized(key.kv_cache_dtype) && !is_per_token_head(key.kv_cache_dtype);

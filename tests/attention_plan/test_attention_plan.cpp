@@ -345,6 +345,35 @@ TEST(AttentionPlan, HopperRunsAPrefillThatOutweighsTheDecodesApart) {
   EXPECT_EQ(plan.prefill_variant, kPrefillTwoMTiles);
 }
 
+// The tensor-core decode's operands with a 1-byte cache (decode_float16_products): float16 for a
+// per-tensor cache (soft cap or not) and for a float16 model's per-token-head cache, the query heads
+// of a bfloat16 model rescaled; a bfloat16 model's per-token-head cache keeps bfloat16, and so does
+// a 16-bit cache. The summary names the float16 route.
+TEST(AttentionPlan, DecodeFloat16ProductsNamed) {
+  const BatchDescription b = batch_of({{4095, 1}, {2000, 1}}, llama().block_size);
+  AttentionConfig fp8 = llama();
+  fp8.kv_cache_dtype = KvCacheDtype::kFp8E4M3;
+  AttentionPlan plan = plan_for(fp8, b);
+  ASSERT_EQ(plan.summary.decode_mma_rows, 2) << plan.summary.describe();
+  EXPECT_EQ(plan.summary.decode_operands, "float16 (query heads rescaled by powers of two)");
+  EXPECT_NE(plan.summary.describe().find("products on float16 (query heads"), std::string::npos)
+      << plan.summary.describe();
+  AttentionConfig capped = fp8;
+  capped.logits_soft_cap = 30.0;
+  EXPECT_EQ(plan_for(capped, b).summary.decode_operands, "float16 (query heads rescaled by powers of two)");
+  AttentionConfig half = fp8;
+  half.dtype = DType::kFloat16;
+  EXPECT_EQ(plan_for(half, b).summary.decode_operands, "float16");
+  AttentionConfig int8_pth = llama();
+  int8_pth.kv_cache_dtype = KvCacheDtype::kInt8PerTokenHead;
+  EXPECT_EQ(plan_for(int8_pth, b).summary.decode_operands, "");
+  int8_pth.dtype = DType::kFloat16;
+  EXPECT_EQ(plan_for(int8_pth, b).summary.decode_operands, "float16");
+  plan = plan_for(llama(), b);
+  EXPECT_EQ(plan.summary.decode_operands, "");
+  EXPECT_EQ(plan.summary.describe().find("products on"), std::string::npos) << plan.summary.describe();
+}
+
 // The Hopper wgmma variant (3): taken at head size 128 with a 16-bit or 1-byte cache and at head sizes
 // 64 and 256 with a 16-bit cache in builds with sm_90a code; other layers run the default variant and
 // the summary says why; refused (naming the field) in builds without it.
@@ -387,6 +416,12 @@ TEST(AttentionPlan, WgmmaPrefillVariantRoutesOrRefuses) {
   fp8_capped.logits_soft_cap = 30.0;
   EXPECT_EQ(plan_for(fp8_capped, b, wgmma).summary.prefill_operands, "");
   EXPECT_EQ(plan_for(c, b, wgmma).summary.prefill_operands, "");
+  // Per-token-head: float16 for a float16 model; a bfloat16 model's keeps bfloat16 (its v scales).
+  AttentionConfig pth = llama();
+  pth.kv_cache_dtype = KvCacheDtype::kInt8PerTokenHead;
+  EXPECT_EQ(plan_for(pth, b, wgmma).summary.prefill_operands, "");
+  pth.dtype = DType::kFloat16;
+  EXPECT_EQ(plan_for(pth, b, wgmma).summary.prefill_operands, "float16");
   // Head sizes 64 and 256 with a 16-bit cache: taken, 128 rows per item.
   for (const int64_t d : {64, 256}) {
     AttentionConfig other = llama();

@@ -7,7 +7,8 @@
 // case asks the planner (AttentionRunner::summary) which decode path its rows take, so a case meant
 // for the tensor-core kernel cannot silently run on the SIMT one; 1-byte caches (fp8 e4m3/e5m2 per
 // tensor, int8/fp8 per token-head) take the tensor-core kernel, cast in registers (8 and 16 head
-// columns); mm_prefix rows and a float32 model with a 1-byte cache must fall back to the SIMT
+// columns; float16 products where DecodeOperands takes them, a bfloat16 model's query heads of any
+// magnitude); mm_prefix rows and a float32 model with a 1-byte cache must fall back to the SIMT
 // decode kernel with the reason named.
 // Skips with the reason on a machine without a CUDA device. Cases named Small* are the compute-sanitizer subset.
 #include <cuda_runtime_api.h>
@@ -181,6 +182,11 @@ std::vector<DecodeCase> cases() {
        .kv = KvCacheDtype::kInt8PerTokenHead});
   add({.name = "ByteCacheSoftCapSinksFp16", .dtype = DType::kFloat16, .requests = kDecodes,
        .kv = KvCacheDtype::kFp8E5M2, .soft_cap = 2.0, .sinks = true});
+  // A bfloat16 model's per-tensor cache with featured logits: float16 products, the query heads
+  // rescaled, the column's multiplier before the soft cap and ALiBi (DecodeOperands).
+  add({.name = "ByteCacheSoftCapAlibiFp8Bf16", .requests = kLong, .kv = KvCacheDtype::kFp8E4M3, .window = 4096,
+       .soft_cap = 5.0, .alibi = Alibi::kLinear, .sinks = true, .k_scale = 0.5f, .v_scale = 0.25f},
+      {.split = true});
   return all;
 }
 
@@ -225,6 +231,46 @@ TEST_P(CudaDecodeMmaTest, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaDecodeMmaTest, ::testing::ValuesIn(cases()), CaseName());
+
+// A bfloat16 model's query heads far outside float16's range on the tensor-core decode with a 1-byte
+// cache (every kind): per tensor its products run on float16 operands, each head first rescaled by a
+// power of two (DecodeOperands, float16_range_shift); per token-head on bfloat16. Query head 0 of
+// each kv head ×2^17 (its elements up to about 2^19, far above float16's 65504; its base-2 logits up
+// to about 2^22, the range float16's P allows), head 1 ×2^-40 (below float16's normal range), heads
+// 2 and 3 as drawn; split and unsplit rows.
+class CudaDecodeQueryRange : public CudaFixture<> {};
+
+TEST_F(CudaDecodeQueryRange, ByteKvBfloatHeadsOfAnyMagnitude) {
+  for (const auto& [kv, kv_label] : kByteKvDtypes) {
+    CudaCase c{.name = "QueryRange", .requests = {{9000, 1}, {700, 1}, {37, 1}}, .kv = kv, .k_scale = 0.5f,
+               .v_scale = 0.25f};
+    c.seed = 5;
+    BatchFile step = make_decode_step(c);
+    Tensor& q = step.inputs.query;  // [tokens][heads][head size]
+    const int64_t tokens = q.shape()[0];
+    const int64_t heads = q.shape()[1];
+    const int64_t d = q.shape()[2];
+    ASSERT_EQ(heads, 8);  // two kv heads of four query heads
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const double factor = h % 4 == 0 ? 0x1p17 : (h % 4 == 1 ? 0x1p-40 : 1.0);
+        for (int64_t i = 0; i < d; ++i) {
+          const int64_t at = (t * heads + h) * d + i;
+          store_from_double(q.data(), q.dtype(), at, load_as_double(q.data(), q.dtype(), at) * factor);
+        }
+      }
+    }
+    const AttentionPlanSummary plan = plan_of(step);
+    ASSERT_EQ(plan.decode_mma_rows, 3) << plan.describe();
+    EXPECT_GT(plan.split_rows, 0) << plan.describe();
+    const BackendSettings settings{step.config, step.builder};
+    auto reference = create_backend("reference", settings);
+    auto cuda = create_backend("cuda", settings);
+    const StepOutputs expected = run_step(*reference, step);
+    const StepOutputs actual = run_step(*cuda, step);
+    EXPECT_TRUE(cuda_matches_reference(step, actual, expected)) << kv_label;
+  }
+}
 
 }  // namespace
 }  // namespace hybridtb::testing

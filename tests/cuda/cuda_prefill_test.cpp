@@ -268,8 +268,8 @@ TEST_P(CudaPrefillTest, WgmmaMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Cases, CudaPrefillTest, ::testing::ValuesIn(cases()), CaseName());
 
 // A bfloat16 model's query rows far outside float16's range, on the wgmma variant with a 1-byte cache
-// (every kind) and plain logits, whose products run on float16 operands (Q rescaled per row by a power
-// of two: stage_q_as_half). In every CTA, query head 0 of each token is ×2^17 (its elements up to
+// (every kind) and plain logits: per tensor its products run on float16 operands (Q rescaled per row
+// by a power of two: stage_q_as_half), per token-head on bfloat16 (WgmmaOperands). In every CTA, query head 0 of each token is ×2^17 (its elements up to
 // about 2^19, far above float16's 65504; its base-2 logits up to about 2^22, the range float16's P
 // allows: WgmmaOperands), head 1 ×2^-40 (below float16's normal range), heads 2 and 3 as drawn.
 class CudaPrefillQueryRange : public CudaFixture<> {};

@@ -110,9 +110,9 @@ Tolerance tolerance_for(ToleranceCase which, int64_t reduction_length, int64_t i
 //           against the raw int8/fp8 value |r| ≤ 448: per term ≤ u_m·p·|v| (in u_m·V) plus
 //           ≤ (η/2)·|r| below the normal range of the type P rounds to. float16 keeps P ∈ [0, 2^6]
 //           so that p·v_scale stays finite (a v scale is at most 65504/127 ≈ 516: p·v_scale ≤
-//           2^6·516 < 65504), which adds n·(η/2)·448·2^-6 with η = 2^-24 — for a bfloat16 model
-//           too, since the Hopper prefill kernel rounds P to float16 there (its float16 products);
-//           bfloat16's own P ∈ [0, 2^15] (η = 2^-133) adds nothing measurable.
+//           2^6·516 < 65504), which adds n·(η/2)·448·2^-6 with η = 2^-24 for a float16 model; a
+//           bfloat16 model's v scales have no such bound, so its per-token-head caches keep P in
+//           bfloat16 on every kernel, P ∈ [0, 2^15] (η = 2^-133: nothing measurable).
 //   e_KV  = u_m·V + 2·λ·u_m·Λ₂·V  for fp8 per-tensor KV with a 16-bit model: the dequantised K and V
 //           are re-rounded to the model dtype. V: a convex combination of values each within u_m·V.
 //           K: the logit error Σ_i scale·q_i·k_i·ε_i (|ε_i| ≤ u_m) is bounded with the probabilistic
@@ -120,15 +120,16 @@ Tolerance tolerance_for(ToleranceCase which, int64_t reduction_length, int64_t i
 //           λ = 6 (failure probability ≤ 2e^-18 per logit); the worst-case bound u_m·Σ|q k| is ~√D
 //           looser than what any kernel shows. (Our tensor-core kernels cast the stored fp8 to the
 //           model dtype exactly and apply the per-tensor scales in float32: within this term. The
-//           Hopper prefill kernel with plain logits runs both products on float16 operands instead
-//           (per-token-head caches too):
+//           Hopper prefill kernel with plain logits and the tensor-core decode run both products on
+//           float16 operands instead, but for a bfloat16 model's per-token-head caches
+//           (byte_cache_float16_products):
 //           fp8 is exact in float16, P rounds to float16 (u = 2^-11 < u_m: within e_P), and a
 //           bfloat16 Q row is scaled by a power of two so that its largest element lies in
 //           [2^14, 2^15) — exact but for elements below 2^-28 of that one, which err by at most
 //           2^-39 of it: a logit error ≤ 2^-39·max|q|·Σ|k_i|·scale ≤ 2^-39·D·max|q|·max|k|·scale,
 //           about 2^-32 of the logit scale at D 128, far inside e32's γ_3D term.)
-//           Per-token-head KV casts the raw int8/fp8 exactly (to the model dtype, or to float16 for
-//           the Hopper kernel's float16 products) and applies the scale in float32 (no extra term;
+//           Per-token-head KV casts the raw int8/fp8 exactly (to the model dtype) and applies the
+//           scale in float32 (no extra term;
 //           the V scale is in e_P).
 //   atol  = e32 + e_P + e_KV + u_out·2^-6 (outputs near zero), rtol = u_out (the final store).
 // fp8 output (output_scale set): the stored value is e4m3(clamp(o / s)); the reference stores the

@@ -93,11 +93,23 @@ HYBRIDTB_HOST_DEVICE constexpr uint32_t wgmma_kv_tile_offset(int key, int chunk)
   return static_cast<uint32_t>((key / 8) * 16 * D + (chunk / 8) * 1024 + (key % 8) * 128 +
                                (((chunk % 8) ^ (key % 8)) << 4));
 }
-// Whether the wgmma prefill runs its two products on float16 operands whatever the model dtype
-// (prefill_wgmma_kernel.cuh, WgmmaOperands): with a 1-byte cache and plain logits (no soft cap, no
-// ALiBi), where every stored value is exact in float16 and its cast the cheapest.
-HYBRIDTB_HOST_DEVICE constexpr bool wgmma_float16_products(bool byte_cache, bool plain_logits) {
-  return byte_cache && plain_logits;
+// Whether a 1-byte cache's products can run on float16 operands whatever the model dtype: every
+// stored value is exact in float16 (its cast the cheapest), and P, which carries each key's v scale
+// with a per-token-head cache (byte_cache.cuh, CacheScales), stays within float16's range — a
+// float16 model's v scales are at most 65504 / 127, a bfloat16 model's have no such bound, so its
+// per-token-head caches keep bfloat16 products.
+HYBRIDTB_HOST_DEVICE constexpr bool byte_cache_float16_products(bool byte_cache, bool per_token_head, bool model_half) {
+  return byte_cache && (model_half || !per_token_head);
+}
+// The wgmma prefill (prefill_wgmma_kernel.cuh, WgmmaOperands) takes them with plain logits (no soft
+// cap, no ALiBi); its instances with featured logits keep the model dtype.
+HYBRIDTB_HOST_DEVICE constexpr bool wgmma_float16_products(bool byte_cache, bool per_token_head, bool model_half,
+                                                           bool plain_logits) {
+  return plain_logits && byte_cache_float16_products(byte_cache, per_token_head, model_half);
+}
+// The tensor-core decode (decode_mma_kernel.cuh, DecodeOperands) takes them whatever the logits.
+HYBRIDTB_HOST_DEVICE constexpr bool decode_float16_products(bool byte_cache, bool per_token_head, bool model_half) {
+  return byte_cache_float16_products(byte_cache, per_token_head, model_half);
 }
 // The variants by number: the template argument V of prefill_mma_kernel and
 // AttentionPathOverrides::prefill_variant.

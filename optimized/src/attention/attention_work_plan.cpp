@@ -415,6 +415,12 @@ void finish_summary(const AttentionPlanInput& in, const RoutedRows& rows, Attent
   s.decode_mma_rows = static_cast<int64_t>(rows.mma.size());
   s.decode_mma_ctas = static_cast<int64_t>(mma_items);
   if (!rows.simt.empty() && s.decode_fallback.empty()) s.decode_fallback = in.routes.decode_mma_why;
+  const AttentionConfig& c = *in.config;
+  const bool byte_cache = is_byte_element(element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype)));
+  const bool model_half = c.dtype == DType::kFloat16;
+  if (!rows.mma.empty() && decode_float16_products(byte_cache, is_per_token_head(c.kv_cache_dtype), model_half)) {
+    s.decode_operands = model_half ? "float16" : "float16 (query heads rescaled by powers of two)";
+  }
   s.generic_items = static_cast<int64_t>(plan.generic.size());
   s.prefill_items = static_cast<int64_t>(plan.prefill.size());
   if (s.generic_rows > 0) s.prefill_fallback = in.routes.prefill_why;
@@ -690,7 +696,8 @@ AttentionPlan plan_once(const AttentionPlanInput& in, bool hopper_default) {
   const bool plain_logits = !(c.logits_soft_cap > 0.0) && !c.alibi_slopes.has_value();
   const bool byte_cache = is_byte_element(element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype)));
   if (plan.prefill_variant == kPrefillWgmma && !plan.prefill.empty() &&
-      wgmma_float16_products(byte_cache, plain_logits)) {
+      wgmma_float16_products(byte_cache, is_per_token_head(c.kv_cache_dtype), c.dtype == DType::kFloat16,
+                             plain_logits)) {
     plan.summary.prefill_operands =
         c.dtype == DType::kFloat16 ? "float16" : "float16 (Q rows rescaled by powers of two)";
   }
@@ -761,6 +768,7 @@ std::string AttentionPlanSummary::describe() const {
   out << "decode fast path: " << decode_rows << " rows (" << split_rows << " split, " << decode_ctas
       << " key CTAs; tensor-core: " << decode_mma_rows << " rows in " << decode_mma_ctas << " key CTAs, SIMT: "
       << decode_rows - decode_mma_rows << " rows" << (decode_fallback.empty() ? "" : " [" + decode_fallback + "]")
+      << (decode_operands.empty() ? "" : "; products on " + decode_operands)
       << "); tensor-core prefill path: " << prefill_rows << " rows in " << prefill_items
       << " CTAs; generic path: " << generic_rows << " rows in " << generic_items << " CTAs";
   if (!prefill_fallback.empty()) out << " (not on the tensor-core path: " << prefill_fallback << ")";

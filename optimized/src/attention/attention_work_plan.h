@@ -141,6 +141,9 @@ struct AttentionPlanSummary {
   int64_t decode_mma_rows = 0;  // of decode_rows: on the tensor-core decode kernel (the rest: SIMT)
   int64_t decode_mma_ctas = 0;  // of decode_ctas: the tensor-core kernel's
   std::string decode_fallback;  // why decode rows took the SIMT decode kernel ("" if none did)
+  // The tensor-core decode's product operands where its 1-byte cache takes the float16 route
+  // (decode_float16_products: a float16 model's, a bfloat16 model's per-tensor), "" otherwise.
+  std::string decode_operands;
   int64_t prefill_rows = 0;    // query rows (tokens) on the tensor-core prefill path
   int64_t prefill_items = 0;   // CTAs of the prefill kernel
   std::string prefill_fallback;  // why non-decode rows took the generic path ("" if none did)

@@ -11,8 +11,10 @@
 // (a v scale is absmax / 127 or absmax / 448 of float16 values: at most 65504 / 127 ≈ 516, and
 // 2^6 · 516 < 65504).
 // The wgmma prefill kernel runs a 1-byte cache with plain logits on float16 products whatever the
-// model dtype (prefill_wgmma_kernel.cuh, WgmmaOperands), so its cast is the float16 one
-// (word_to_half_pairs), and its P shift is float16's (CacheScales<__half, …>).
+// model dtype (prefill_wgmma_kernel.cuh, WgmmaOperands), and so does the tensor-core decode but for
+// a bfloat16 model's per-token-head caches (decode_mma_kernel.cuh, DecodeOperands): their cast is
+// the float16 one (word_to_half_pairs), their P shift float16's (CacheScales<__half, …>), and a
+// bfloat16 model's query rows are rescaled into float16's range (float16_range_shift).
 // Used by the tensor-core prefill (prefill_mma_kernel.cuh, prefill_wgmma_kernel.cuh) and decode
 // (decode_mma_kernel.cuh) kernels.
 #pragma once
@@ -194,6 +196,31 @@ __device__ __forceinline__ void word_to_half_pairs(uint32_t w, uint32_t& first, 
     first = static_cast<uint32_t>(a.x) | (static_cast<uint32_t>(a.y) << 16);
     second = static_cast<uint32_t>(b.x) | (static_cast<uint32_t>(b.y) << 16);
   }
+}
+
+// Rescaling a bfloat16 query row (or head) into float16's range for the float16 products: the power
+// of two s = clamp(14 − e, −113, 14), 2^e ≤ max|q| < 2^(e+1), given max|q|'s bfloat16 bits
+// (the magnitudes' bit patterns order as their values). The row's largest element lands in
+// [2^14, 2^15) (below float16's 65504, whatever bfloat16 held: 2^-113 is as far down as bfloat16's
+// largest values need); every element from 2^-14 of it down to 2^-28 is exact in float16
+// (bfloat16's 8 significant bits within float16's 11), smaller ones round to float16's subnormals,
+// within 2^-25 of the scaled row, i.e. 2^-39 of its largest element (tolerance.h, e_KV). A row of
+// zeros stays zeros.
+__device__ __forceinline__ int float16_range_shift(uint32_t max_bits) {
+  const int e = static_cast<int>(max_bits >> 7) - 127;  // bfloat16's exponent field
+  return min(max(14 - e, -113), 14);
+}
+// A pair of bfloat16 (bits) times 2^shift, rounded to float16 (exact but below float16's normal
+// range: float16_range_shift).
+__device__ __forceinline__ uint32_t bfloat16_pair_to_half(uint32_t pair, int shift) {
+  const float up = __uint_as_float(static_cast<uint32_t>(127 + shift) << 23);
+  __nv_bfloat162 b;
+  memcpy(&b, &pair, 4);
+  const float2 v = __bfloat1622float2(b);
+  const __half2 h = __floats2half2_rn(v.x * up, v.y * up);
+  uint32_t out;
+  memcpy(&out, &h, 4);
+  return out;
 }
 
 // 16 stored bytes → two 16-byte chunks of 8 elements of T (the low 8 bytes, then the high 8), each

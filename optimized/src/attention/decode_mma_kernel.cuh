@@ -34,17 +34,25 @@
 // 1-byte caches (Cache = PerTensorBytes / PerTokenHeadBytes): a warp's ring holds the raw K/V bytes
 // of its tiles (and their per-token-head scales, one lane per key and half), in 16-byte chunks
 // swizzled for 16-byte shared loads (byte_chunk_offset), and the cast to the model dtype happens in
-// registers on the way to the MMA fragments (ByteCast::word, byte_cache.cuh): no tile of T in
-// shared memory, no extra pass over it. The cast pairs a word's bytes 0/2 and 1/3, so both MMAs
-// read a permuted view, consistently on both sides:
+// registers on the way to the MMA fragments (byte_cache.cuh): no tile of T in shared memory, no
+// extra pass over it. Both products run on float16 operands wherever that is exact and bounded
+// (DecodeOperands: a float16 model, or a bfloat16 model's per-tensor caches), so the cast is the
+// float16 one (word_to_half_pairs: the hardware's e4m3 pair conversion, a byte permute for e5m2, a
+// permute and a subtraction for int8 — a third to a half of the cast to bfloat16's instructions);
+// a bfloat16 model's query heads are then rescaled into float16's range first, each by a power of
+// two its logits' multiplier undoes (the wgmma prefill's rule and bound: prefill_wgmma_kernel.cuh,
+// WgmmaOperands). A bfloat16 model's per-token-head caches cast to bfloat16 (ByteCast::word). The
+// casts pair a word's bytes 0/1 and 2/3 (float16) or 0/2 and 1/3 (ByteCast), so both MMAs read a
+// permuted view, consistently on both sides:
 //   Sᵀ = K·Qᵀ: lane (g, t) loads 16 bytes of key rows g and g + 8 at dims 64·j + 16·t + [0, 16);
-//     word w of them is k-step 4·j + w, its (lo, hi) pairs the A registers of k columns 2t.. and
+//     word w of them is k-step 4·j + w, its two pairs the A registers of k columns 2t.. and
 //     2t+8..; Qᵀ's B fragment holds the same dims (q_dim_of: a permutation of the head dimension,
 //     which leaves every dot product's terms unchanged — only their order inside the MMA).
 //   Oᵀ += Vᵀ·Pᵀ: lane (g, t) loads D/8 dims (v_dim_of: 16 of each 128 from 16·g, 8 from 8·g at D 64)
-//     of keys 2t, 2t + 1, 2t + 8, 2t + 9; a byte permute pairs the two keys of each dim (the keys stay in
-//     order, so Pᵀ is unchanged) and each word gives two m-tiles; the accumulator rows g and g + 8
-//     of m-tile md are dims v_dim_of(md, g) and + 1, which the merge stores where they belong.
+//     of keys 2t, 2t + 1, 2t + 8, 2t + 9; a byte permute puts the two keys of each dim in one pair
+//     (the keys stay in order, so Pᵀ is unchanged) and each word gives two m-tiles; the accumulator
+//     rows g and g + 8 of m-tile md are dims v_dim_of(md, g) and + 1, which the merge stores where
+//     they belong.
 // The stored kind (fp8 e4m3 / e5m2, int8) is picked once per CTA (with_byte_kind), so the key loop's
 // casts are straight-line code. The scales act in float32 (byte_cache.cuh: per tensor on the logit
 // scale and the numerators, per token-head on each key's logits and probabilities). The bytes read
@@ -107,10 +115,24 @@ __device__ __forceinline__ int byte_chunk_offset(int row, int chunk) {
   return row * D + ((chunk ^ x) << 4);
 }
 // The head dim of element e (0, 1) of Qᵀ's B register h (0: k rows 2t..2t+1, 1: 2t+8..2t+9) at
-// k-step kk for quad lane t: byte h + 2·e of word kk % 4 of the K chunk 4·(kk / 4) + t.
+// k-step kk for quad lane t: byte 2·h + e (the float16 cast's pairs) or h + 2·e (ByteCast's) of
+// word kk % 4 of the K chunk 4·(kk / 4) + t.
+template <bool kHalfPairs>
 __device__ __forceinline__ int q_dim_of(int kk, int t, int h, int e) {
-  return 64 * (kk / 4) + 16 * t + 4 * (kk % 4) + h + 2 * e;
+  return 64 * (kk / 4) + 16 * t + 4 * (kk % 4) + (kHalfPairs ? 2 * h + e : h + 2 * e);
 }
+
+// The operand type of the decode's two products (MmaT): T, except with a 1-byte cache where
+// decode_float16_products (attention_caps.h) holds: float16, every stored value exact in it and its
+// cast the cheapest; a bfloat16 model's query heads then rescaled into float16's range (kRescaledQ).
+// P rounds to float16 (finer than bfloat16) in float16's range (CacheScales<MmaT, Cache>).
+template <typename T, typename Cache>
+struct DecodeOperands {
+  static constexpr bool kHalfProducts =
+      decode_float16_products(kIsByteCache<Cache>, kIsPerTokenHeadCache<Cache>, std::is_same_v<T, __half>);
+  static constexpr bool kRescaledQ = kHalfProducts && !std::is_same_v<T, __half>;
+  using MmaT = std::conditional_t<kHalfProducts, __half, T>;
+};
 // The head dim of accumulator row g (+1 for row g + 8) of Oᵀ m-tile md.
 template <int D>
 __device__ __forceinline__ int v_dim_of(int md, int g) {
@@ -130,7 +152,9 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
   using namespace mma;
   constexpr bool kByteCache = kIsByteCache<Cache>;
   static_assert(kByteCache || std::is_same_v<Cache, T>, "the cache element is T or one byte");
-  using Scales = CacheScales<T, Cache>;
+  using Operands = DecodeOperands<T, Cache>;
+  using MmaT = typename Operands::MmaT;
+  using Scales = CacheScales<MmaT, Cache>;
   constexpr int W = decode_mma_config(D, kByteCache, NT).warps;
   constexpr int S = decode_mma_config(D, kByteCache, NT).stages;
   constexpr int BK = kDecodeMmaKeys;
@@ -170,7 +194,9 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
   const uint32_t s_ring = s_base + static_cast<uint32_t>(warp * S * (kByteCache ? kByteStage : kStageBytes));
 
   // --- Qᵀ as B fragments: column n = head head0 + n (zeros past nh), k = dims ---------------------
+  // kRescaledQ: column g's power of two 2^s (float16_range_shift) applied, and q_mul[nt] = 2^-s.
   uint32_t qf[NT][kMd][2];
+  [[maybe_unused]] float q_mul[NT];
   {
     const auto* q = static_cast<const uint16_t*>(p.query);
 #pragma unroll
@@ -184,11 +210,32 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           // 1-byte caches: the head dims of the K fragments' permuted view (q_dim_of).
-          const int64_t e0 = row + (kByteCache ? q_dim_of(kk, t4, h, 0) : kk * 16 + 2 * t4 + 8 * h);
-          const int64_t e1 = row + (kByteCache ? q_dim_of(kk, t4, h, 1) : kk * 16 + 2 * t4 + 8 * h + 1);
+          const int64_t e0 =
+              row + (kByteCache ? q_dim_of<Operands::kHalfProducts>(kk, t4, h, 0) : kk * 16 + 2 * t4 + 8 * h);
+          const int64_t e1 =
+              row + (kByteCache ? q_dim_of<Operands::kHalfProducts>(kk, t4, h, 1) : kk * 16 + 2 * t4 + 8 * h + 1);
           const uint32_t lo = ok ? q[e0] : 0u;
           const uint32_t hi = ok ? q[e1] : 0u;
           qf[nt][kk][h] = lo | (hi << 16);
+        }
+      }
+      if constexpr (Operands::kRescaledQ) {
+        // max|q| of column g over its four quad lanes, as bfloat16 bits (magnitudes order as values).
+        uint32_t pair_max = 0;
+#pragma unroll
+        for (int kk = 0; kk < kMd; ++kk) {
+          pair_max = __vmaxu2(pair_max, qf[nt][kk][0] & 0x7FFF7FFFu);
+          pair_max = __vmaxu2(pair_max, qf[nt][kk][1] & 0x7FFF7FFFu);
+        }
+        uint32_t max_bits = max(pair_max & 0xFFFFu, pair_max >> 16);
+        max_bits = max(max_bits, __shfl_xor_sync(0xffffffffu, max_bits, 1));
+        max_bits = max(max_bits, __shfl_xor_sync(0xffffffffu, max_bits, 2));
+        const int shift = float16_range_shift(max_bits);
+        q_mul[nt] = __uint_as_float(static_cast<uint32_t>(127 - shift) << 23);
+#pragma unroll
+        for (int kk = 0; kk < kMd; ++kk) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) qf[nt][kk][h] = bfloat16_pair_to_half(qf[nt][kk][h], shift);
         }
       }
     }
@@ -292,6 +339,20 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
     col_l[nt][0] = col_l[nt][1] = 0.0f;
   }
   const float scale_log2 = p.scale * kLog2e * scales.k;
+  // Each accumulator column's multiplier of its dot products: the per-tensor k scale, and with
+  // rescaled query heads the column's 2^-s (held by the lanes of g = the column: a shuffle).
+  float col_k[NT][2];     // featured logits: before attention_logit
+  float col_log2[NT][2];  // plain logits: the logit scale in base 2 as well
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      float mul = 1.0f;
+      if constexpr (Operands::kRescaledQ) mul = __shfl_sync(0xffffffffu, q_mul[nt], 4 * (2 * t4 + j));
+      col_k[nt][j] = scales.k * mul;
+      col_log2[nt][j] = scale_log2 * mul;
+    }
+  }
 
 #pragma unroll
   for (int i = 0; i < S; ++i) {
@@ -303,7 +364,8 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
   // The key loop; 1-byte caches: for the stored kind picked once per CTA (with_byte_kind), so the
   // casts inside are straight-line code with immediate constants.
   auto key_loop = [&](auto kind) {
-    using Cast = ByteCast<T, decltype(kind)::value>;  // 1-byte caches
+    constexpr ByteKind Kind = decltype(kind)::value;
+    using Cast = ByteCast<MmaT, Kind>;  // 1-byte caches cast to bfloat16
     for (int i = 0; i < my_tiles; ++i) {
       int64_t next_scale_at;
       const int64_t next_off = row_offset(i + S, next_scale_at);  // block table of the refill, before the wait
@@ -329,10 +391,16 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
 #pragma unroll
           for (int w = 0; w < 4; ++w) {
             uint32_t a[4];
-            Cast::word(w0[w], a[0], a[2]);  // row g: k columns 2t.. (bytes 0, 2), 2t+8.. (bytes 1, 3)
-            Cast::word(w1[w], a[1], a[3]);  // row g + 8
+            // row g: k columns 2t.. and 2t+8.. (float16: bytes 0, 1 and 2, 3; ByteCast: 0, 2 and 1, 3)
+            if constexpr (Operands::kHalfProducts) {
+              word_to_half_pairs<Kind>(w0[w], a[0], a[2]);
+              word_to_half_pairs<Kind>(w1[w], a[1], a[3]);  // row g + 8
+            } else {
+              Cast::word(w0[w], a[0], a[2]);
+              Cast::word(w1[w], a[1], a[3]);
+            }
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) Mma<T>::run(s[nt], a, qf[nt][4 * j + w][0], qf[nt][4 * j + w][1]);
+            for (int nt = 0; nt < NT; ++nt) Mma<MmaT>::run(s[nt], a, qf[nt][4 * j + w][0], qf[nt][4 * j + w][1]);
           }
         }
       } else {
@@ -341,7 +409,7 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
           uint32_t a[4];
           ldmatrix_x4(a, sk + swizzle<D>(lane % 16, 2 * kk + lane / 16));
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) Mma<T>::run(s[nt], a, qf[nt][kk][0], qf[nt][kk][1]);
+          for (int nt = 0; nt < NT; ++nt) Mma<MmaT>::run(s[nt], a, qf[nt][kk][0], qf[nt][kk][1]);
         }
       }
 
@@ -363,9 +431,9 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           if constexpr (Plain) {
-            s[nt][e] *= scale_log2 * key_k[e / 2];
+            s[nt][e] *= col_log2[nt][e % 2] * key_k[e / 2];
           } else {
-            s[nt][e] = attention_logit(p, s[nt][e] * (scales.k * key_k[e / 2]), col_head[nt][e % 2], pos,
+            s[nt][e] = attention_logit(p, s[nt][e] * (col_k[nt][e % 2] * key_k[e / 2]), col_head[nt][e % 2], pos,
                                        kt + g + 8 * (e / 2), context_len) *
                        kLog2e;
           }
@@ -409,8 +477,8 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
         for (int j = 0; j < 2; ++j) col_l[nt][j] = col_l[nt][j] * alpha[j] + (pr[j] + pr[j + 2]);
         // (key g, columns 2t4..2t4+1) → transposed: (keys 2t4..2t4+1, column g) = B fragment of Pᵀ;
         // with per-token-head v scales, p·v_scale of its key (Σp above stays unscaled).
-        pb[nt][0] = movmatrix_trans(Mma<T>::pack(pr[0] * key_v[0], pr[1] * key_v[0]));
-        pb[nt][1] = movmatrix_trans(Mma<T>::pack(pr[2] * key_v[1], pr[3] * key_v[1]));
+        pb[nt][0] = movmatrix_trans(Mma<MmaT>::pack(pr[0] * key_v[0], pr[1] * key_v[0]));
+        pb[nt][1] = movmatrix_trans(Mma<MmaT>::pack(pr[2] * key_v[1], pr[3] * key_v[1]));
 #pragma unroll
         for (int md = 0; md < kMd; ++md) {
           o[md][nt][0] *= alpha[0];
@@ -449,13 +517,21 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
         for (int w = 0; w < kVWords; ++w) {
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            // Bytes 2h, 2h + 1 of keys (2t, 2t + 1) → one word: the cast pairs the keys of each dim.
-            const uint32_t sel = h == 0 ? 0x5410u : 0x7632u;
+            // Bytes 2h, 2h + 1 of keys (2t, 2t + 1) → one word whose cast pairs the keys of each dim:
+            // (2t, dim 2h), (2t + 1, dim 2h), then dim 2h + 1 for float16's pairs (0/1, 2/3);
+            // (2t, 2h), (2t, 2h + 1), (2t + 1, 2h), (2t + 1, 2h + 1) for ByteCast's (0/2, 1/3).
             uint32_t a[4];
-            Cast::word(__byte_perm(vw[0][w], vw[1][w], sel), a[0], a[1]);  // dims 2h, 2h + 1; keys 2t..
-            Cast::word(__byte_perm(vw[2][w], vw[3][w], sel), a[2], a[3]);  // keys 2t+8..
+            if constexpr (Operands::kHalfProducts) {
+              const uint32_t sel = h == 0 ? 0x5140u : 0x7362u;
+              word_to_half_pairs<Kind>(__byte_perm(vw[0][w], vw[1][w], sel), a[0], a[1]);  // dims 2h, 2h + 1
+              word_to_half_pairs<Kind>(__byte_perm(vw[2][w], vw[3][w], sel), a[2], a[3]);  // keys 2t+8..
+            } else {
+              const uint32_t sel = h == 0 ? 0x5410u : 0x7632u;
+              Cast::word(__byte_perm(vw[0][w], vw[1][w], sel), a[0], a[1]);
+              Cast::word(__byte_perm(vw[2][w], vw[3][w], sel), a[2], a[3]);
+            }
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) Mma<T>::run(o[2 * w + h][nt], a, pb[nt][0], pb[nt][1]);
+            for (int nt = 0; nt < NT; ++nt) Mma<MmaT>::run(o[2 * w + h][nt], a, pb[nt][0], pb[nt][1]);
           }
         }
       } else {
@@ -465,7 +541,7 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
           uint32_t a[4];
           ldmatrix_x4_trans(a, sv + swizzle<D>((lane / 16) * 8 + lane % 8, 2 * md + (lane / 8) % 2));
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) Mma<T>::run(o[md][nt], a, pb[nt][0], pb[nt][1]);
+          for (int nt = 0; nt < NT; ++nt) Mma<MmaT>::run(o[md][nt], a, pb[nt][0], pb[nt][1]);
         }
       }
       __syncwarp();  // every lane is done reading stage i % S before it is refilled

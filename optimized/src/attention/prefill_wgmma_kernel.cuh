@@ -35,12 +35,12 @@
 //     handed back. The last tile's P·V follows the loop.
 // 1-byte caches (Cache = PerTensorBytes / PerTokenHeadBytes: fp8 e4m3 / e5m2 per tensor, int8 / fp8
 // per token-head; WgmmaLayout): the producer alone casts, so the consumers' loop is the 16-bit one.
-// With plain logits both products run on float16 operands whatever the model dtype (WgmmaOperands):
-// every stored value is exact in float16, the producer's cast shrinks to the hardware's pair
-// conversion (e4m3), a byte permute (e5m2) or a permute and a subtraction (int8), P rounds to
-// float16, and a bfloat16
-// model's Q rows are first rescaled into float16's range by the consumers (stage_q_as_half), each
-// row's power of two undone in its logits' multiplier.
+// With plain logits both products run on float16 operands whatever the model dtype, but for a
+// bfloat16 model's per-token-head caches (WgmmaOperands): every stored value is exact in float16,
+// the producer's cast shrinks to the hardware's pair conversion (e4m3), a byte permute (e5m2) or a
+// permute and a subtraction (int8), P rounds to float16, and a bfloat16 model's Q rows are first
+// rescaled into float16's range by the consumers (stage_q_as_half), each row's power of two undone
+// in its logits' multiplier.
 // With plain logits the producer is two warpgroups, each thread copying and casting half as many
 // chunks: one warpgroup's casts, at a quarter of an instruction per cycle per warp, set the pace.
 // It streams the tile's raw K and V tiles (each 128 keys × 128 bytes, plus the keys' per-token-head
@@ -143,7 +143,9 @@ struct WgmmaRegisters {
 };
 
 // The operand type of the two products (MmaT): T, except for a 1-byte cache with plain logits,
-// whose products run on float16 operands whatever the model dtype. Then the producer's cast is the
+// whose products run on float16 operands whatever the model dtype (wgmma_float16_products, but for
+// a bfloat16 model's per-token-head caches, whose v scales inside P float16 could not bound; they
+// keep bfloat16 products and the cast to bfloat16). Then the producer's cast is the
 // hardware's e4m3 pair conversion, a byte permute for e5m2 or a permute and a subtraction for int8
 // (word_to_half_pairs: a quarter to a half of the instructions of the cast to bfloat16, whose
 // producer warpgroups set the kernel's pace), every stored value is exact in float16, and P rounds
@@ -156,7 +158,8 @@ struct WgmmaRegisters {
 // 65504 (2^15.25); beyond that P overflows and the row's output is NaN, never a finite wrong value.
 template <typename T, bool Plain, typename Cache>
 struct WgmmaOperands {
-  static constexpr bool kHalfProducts = wgmma_float16_products(kIsByteCache<Cache>, Plain);
+  static constexpr bool kHalfProducts =
+      wgmma_float16_products(kIsByteCache<Cache>, kIsPerTokenHeadCache<Cache>, std::is_same_v<T, __half>, Plain);
   static constexpr bool kRescaledQ = kHalfProducts && !std::is_same_v<T, __half>;
   using MmaT = std::conditional_t<kHalfProducts, __half, T>;
 };
@@ -277,16 +280,12 @@ __device__ __forceinline__ void consumer_registers() {
 
 // Rows [row_begin, row_begin + kThreads / 16 · kPasses) of a bfloat16 Q tile [kRows][128] (the
 // 128-byte swizzle layout at smem) in float16 for the float16 products (WgmmaOperands::kRescaledQ),
-// in place, by kThreads threads: each row times 2^s, s = clamp(14 − e, −113, 14) with 2^e ≤ max|q| <
-// 2^(e+1) over the row, then rounded to float16; row_mul[r] = 2^-s, which the row's logit multiplier
-// takes on. Scaling by a power of two is exact, the row's largest element lands in [2^14, 2^15)
-// (below float16's 65504, whatever bfloat16 held: 2^-113 is as far down as bfloat16's largest values
-// need), and every element from 2^-14 of that down to 2^-28 of the row's largest is exact in float16
-// (bfloat16's 8 significant bits within float16's 11); smaller ones round to float16's subnormals,
-// within 2^-25 of the scaled row, i.e. 2^-39 of its largest element (tolerance.h: far inside e32). A
-// row of zeros (padding) stays zeros. Thread tid takes chunk tid % 16 of rows row_begin + tid / 16 +
-// (kThreads / 16)·i, so the half-warp of a row reduces its max by shuffles. The caller makes the
-// writes visible to the async proxy and to the other threads.
+// in place, by kThreads threads: each row times 2^s (s = float16_range_shift of the row's max|q|:
+// exact but for elements below 2^-28 of the row's largest, byte_cache.cuh), then rounded to
+// float16; row_mul[r] = 2^-s, which the row's logit multiplier takes on. A row of zeros (padding)
+// stays zeros. Thread tid takes chunk tid % 16 of rows row_begin + tid / 16 + (kThreads / 16)·i, so
+// the half-warp of a row reduces its max by shuffles. The caller makes the writes visible to the
+// async proxy and to the other threads.
 template <int kRows, int kThreads, int kPasses>
 __device__ __forceinline__ void stage_q_as_half(unsigned char* smem, float* row_mul, int tid, int row_begin) {
   constexpr int kChunks = 128 / 8;  // 16-byte chunks per row
@@ -305,17 +304,9 @@ __device__ __forceinline__ void stage_q_as_half(unsigned char* smem, float* row_
     uint32_t max_bits = max(pair_max & 0xFFFFu, pair_max >> 16);
 #pragma unroll
     for (int lanes = 1; lanes < kChunks; lanes *= 2) max_bits = max(max_bits, __shfl_xor_sync(0xffffffffu, max_bits, lanes));
-    const int e = static_cast<int>(max_bits >> 7) - 127;  // bfloat16's exponent field
-    const int shift = min(max(14 - e, -113), 14);
-    const float up = __uint_as_float(static_cast<uint32_t>(127 + shift) << 23);
+    const int shift = float16_range_shift(max_bits);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      __nv_bfloat162 b;
-      memcpy(&b, &w[k], 4);
-      const float2 v = __bfloat1622float2(b);
-      const __half2 h = __floats2half2_rn(v.x * up, v.y * up);
-      memcpy(&w[k], &h, 4);
-    }
+    for (int k = 0; k < 4; ++k) w[k] = bfloat16_pair_to_half(w[k], shift);
     *chunk = make_uint4(w[0], w[1], w[2], w[3]);
     if (c == 0) row_mul[r] = __uint_as_float(static_cast<uint32_t>(127 - shift) << 23);
   }
