@@ -51,8 +51,9 @@ CASES = [
 ]
 
 
-def counts(requests, window):
-    """Visible (query, key) pairs and distinct in-window keys, as bench_attention.cpp counts them."""
+def counts(requests, window, kv_element_bytes=2):
+    """Visible (query, key) pairs and distinct in-window keys, as bench_attention.cpp counts them (a
+    1-byte cache's K/V at kv_element_bytes 1)."""
     pairs = 0
     kv_tokens = 0
     for context, qlen in requests:
@@ -62,7 +63,7 @@ def counts(requests, window):
         first = max(0, context - window + 1) if window > 0 else 0
         kv_tokens += context + qlen - first
     tokens = sum(q for _, q in requests)
-    bytes_moved = kv_tokens * HKV * D * 2 * 2 + 2 * tokens * HQ * D * 2
+    bytes_moved = kv_tokens * HKV * D * 2 * kv_element_bytes + 2 * tokens * HQ * D * 2
     flops = 4.0 * D * HQ * pairs
     return bytes_moved, flops
 

@@ -8,6 +8,11 @@ optimized/bench/bench_attention.cpp (the case list is torch_attention_peer.CASES
 shuffled (block 0 the null block), one block-table row per request. Unlike the PyTorch peer this
 one reads the same paged layout as ours, through the block table, inside the timed region.
 
+The 1-byte KV-cache rows of the benchmark (BYTE_CASES: fp8 e4m3 / e5m2 with per-tensor scales, int8 /
+fp8 per token-head) run the same kernels on a cache of that dtype, as vLLM's Triton backend takes
+it (the cast to the model dtype inside the kernel); their bytes count K/V at one per element, as
+the benchmark counts them.
+
 Launch parameters as vLLM's Triton backend sets them: window (w-1, 0), per-tensor descales of 1,
 and on releases with split-K scratch buffers the builder's threshold MIN_LAUNCH_GRID_SIZE_2D //
 num_kv_heads and NUM_PAR_SOFTMAX_SEGMENTS segments (both read from that release's
@@ -37,6 +42,22 @@ from torch_attention_peer import CASES, D, HKV, HQ, counts  # noqa: E402
 from vllm_kernels import load  # noqa: E402
 
 BS = 16
+
+# The benchmark's 1-byte KV-cache rows (bench_attention.cpp): (name, kind, requests, window,
+# kv_cache_dtype).
+BYTE_CASES = [
+    ("prefill 1x4k fp8_e4m3", "prefill", [(0, 4096)], 0, "fp8_e4m3"),
+    ("prefill 1x4k fp8_e5m2", "prefill", [(0, 4096)], 0, "fp8_e5m2"),
+    ("prefill 1x4k int8_pth", "prefill", [(0, 4096)], 0, "int8_per_token_head"),
+    ("prefill 1x4k fp8_pth", "prefill", [(0, 4096)], 0, "fp8_per_token_head"),
+    ("prefill 1x8k fp8_e4m3", "prefill", [(0, 8192)], 0, "fp8_e4m3"),
+    ("prefill 1x32k fp8_e4m3", "prefill", [(0, 32768)], 0, "fp8_e4m3"),
+    ("prefill 1x32k w4096 fp8_e4m3", "prefill", [(0, 32768)], 4096, "fp8_e4m3"),
+    ("decode 64x4k fp8_e4m3", "decode", [(4095, 1)] * 64, 0, "fp8_e4m3"),
+    ("decode 64x4k int8_pth", "decode", [(4095, 1)] * 64, 0, "int8_per_token_head"),
+    ("decode 64x4k fp8_pth", "decode", [(4095, 1)] * 64, 0, "fp8_per_token_head"),
+    ("decode 8x32k fp8_e4m3", "decode", [(32767, 1)] * 8, 0, "fp8_e4m3"),
+]
 
 
 def builder_constants(root):
@@ -177,22 +198,23 @@ def main():
               "timing": "2 warm-up calls, CUDA events around each call back to back, no L2 flush, median",
               "cases": []}
     print(f"{'case':<22} {'peer':<10} {'median_us':>10} {'GB/s':>9} {'TFLOP/s':>9}")
-    for name, kind, requests, window in CASES:
-        bytes_moved, flops = counts(requests, window)
+    for name, kind, requests, window, kv in [c + ("auto",) for c in CASES] + BYTE_CASES:
+        bytes_moved, flops = counts(requests, window, 2 if kv == "auto" else 1)
         try:
-            s = PagedStep(kernels, requests, window, split_k=(threshold, segments))
+            s = PagedStep(kernels, requests, window, kv_cache_dtype=kv, split_k=(threshold, segments))
             for peer, fn in (("vllm", s.attention), ("vllm_step", s.step)):
                 med, lo, hi = median_us(fn, reps)
-                entry = {"name": name, "kind": kind, "window": window, "peer": peer, "bytes": bytes_moved,
-                         "flops": flops, "median_us": med, "min_us": lo, "max_us": hi, "samples": reps,
+                entry = {"name": name, "kind": kind, "window": window, "kv_cache_dtype": kv, "peer": peer,
+                         "bytes": bytes_moved, "flops": flops, "median_us": med, "min_us": lo, "max_us": hi,
+                         "samples": reps,
                          "GBps": bytes_moved / (med * 1e-6) / 1e9, "TFLOPs": flops / (med * 1e-6) / 1e12}
                 report["cases"].append(entry)
                 print(f"{name:<22} {peer:<10} {med:>10.1f} {entry['GBps']:>9.1f} {entry['TFLOPs']:>9.1f}", flush=True)
             assert not torch.isnan(s.out).any(), f"{name}: vLLM's output has NaN"
             del s
         except Exception as e:  # out of memory and the like: record, go on
-            report["cases"].append({"name": name, "kind": kind, "window": window, "peer": "vllm",
-                                    "skipped": f"{type(e).__name__}: {e}"[:300]})
+            report["cases"].append({"name": name, "kind": kind, "window": window, "kv_cache_dtype": kv,
+                                    "peer": "vllm", "skipped": f"{type(e).__name__}: {e}"[:300]})
             print(f"{name:<22} vllm       skipped: {type(e).__name__}: {str(e)[:80]}", flush=True)
         torch.cuda.empty_cache()
     with open(args.out, "w") as f:
