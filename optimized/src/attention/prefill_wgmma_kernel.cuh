@@ -89,7 +89,12 @@ constexpr int kWgmmaByteHead = 128;  // the head size of the 1-byte caches' inst
 //   kStages: the K/V ring's depth, as deep as the 227 KiB of an SM allow beside Q (128 rows × D);
 //   kProducerRegisters / kConsumerRegisters: setmaxnreg. 384 threads start at 65536 / 384 → 168
 //     registers each; the producer gives part of its share to the consumers (producer · 128 +
-//     consumer · 256 ≤ 65536), each side without spills (-Xptxas -v).
+//     consumer · 256 ≤ 65536), each side without spills (-Xptxas -v);
+//   kKvApart: a stage's K and V tiles land and are handed back on barriers of their own (`full` /
+//     `v_full`, `k_empty` / `empty`), so that K of tile t + 2 loads once S_t has landed and V of
+//     tile t + 1 once P_{t−1}·V_{t−1} has, a whole iteration before each is read; with K and V
+//     together, a two-stage ring loads tile t + 1 only once P_{t−1}·V_{t−1} has landed, right
+//     before the consumers wait for it.
 template <int D>
 struct WgmmaConfig;
 // D 128: three stages of 64 KiB (K and V tiles of 128 keys) beside Q's 32 KiB; the loader's unrolled
@@ -101,6 +106,7 @@ struct WgmmaConfig<128> {
   static constexpr int kStages = 3;
   static constexpr int kProducerRegisters = 56;
   static constexpr int kConsumerRegisters = 224;
+  static constexpr bool kKvApart = false;
 };
 // D 64: tiles of 128 keys are 32 KiB a stage, so six stages (192 KiB) beside Q's 16 KiB hide more of
 // the cache's latency (FlashAttention-3 runs D 64 with more stages too); O is 32 registers, S and P
@@ -112,11 +118,13 @@ struct WgmmaConfig<64> {
   static constexpr int kStages = 6;
   static constexpr int kProducerRegisters = 56;
   static constexpr int kConsumerRegisters = 224;
+  static constexpr bool kKvApart = false;
 };
 // D 256: O is 64 × 256 per consumer warpgroup, 128 float registers a thread, so S is 64 × 64 (32
 // registers, P 16): tiles of 64 keys, 64 KiB a stage (K and V), two stages beside Q's 64 KiB (a
-// third would pass 227 KiB). D 128's split holds S, O (128) and P (16) without spills; 48 producer
-// registers (for 232 a consumer) spill its loader's rows of 32 chunks.
+// third would pass 227 KiB), so K and V travel apart (kKvApart). D 128's split holds S, O (128) and
+// P (16) without spills; 48 producer registers (for 232 a consumer) spill its loader's rows of 32
+// chunks.
 template <>
 struct WgmmaConfig<256> {
   static constexpr int kHead = 256;
@@ -124,6 +132,7 @@ struct WgmmaConfig<256> {
   static constexpr int kStages = 2;
   static constexpr int kProducerRegisters = 56;
   static constexpr int kConsumerRegisters = 224;
+  static constexpr bool kKvApart = true;
 };
 
 // The warpgroups and register split of one instantiation: Config's (one producer warpgroup), except
@@ -219,7 +228,8 @@ constexpr int kWgmmaRawSlots = 3;
 // ring of kStages × (K tile, V tile) [BN keys][D] of T, each in the 128-byte swizzle layout; for a
 // 1-byte cache then the raw slots (the raw tile [128 keys][128 bytes], its keys' scales [128] in
 // float32), per stage the tile's k and v scales [2][128] (prefill_scale_slot order) and Q's row
-// multipliers [128] (stage_q_as_half); then the mbarriers (q full, per stage full and empty, and for a 1-byte cache k_empty and v_full); + 1024
+// multipliers [128] (stage_q_as_half); then the mbarriers (q full, per stage full and empty, and with
+// K and V apart k_empty and v_full); + 1024
 // bytes to align the dynamic shared memory to a swizzle atom. 16-bit caches: 209 KiB (D 64), 225 KiB (D 128),
 // 193 KiB (D 256).
 template <typename Config, typename Cache>
@@ -230,6 +240,7 @@ struct WgmmaLayout {
   static_assert(kBn == prefill_wgmma_config(kHead).bn, "the planner's tiles (attention_caps.h)");
   static_assert(!kBytes || kHead == kWgmmaByteHead, "1-byte caches: head size 128 only");
   static constexpr int kStages = kBytes ? kWgmmaByteStages : Config::kStages;
+  static constexpr bool kKvApart = kBytes || Config::kKvApart;  // a 1-byte cache's K and V are cast apart
   static constexpr int kRawSlots = kBytes ? kWgmmaRawSlots : 0;
   static constexpr int kTileBytes = 2 * kHead * kBn;  // a K or V tile of T
   static constexpr int kQBytes = 2 * kHead * 128;     // the Q tile: 128 rows
@@ -237,7 +248,7 @@ struct WgmmaLayout {
   static constexpr int kRawSlotBytes = kRawBytes + 4 * kBn;
   static constexpr int kScaleBytes = kBytes ? 2 * 4 * kBn : 0;  // per stage
   static constexpr int kQScaleBytes = kBytes ? 4 * 128 : 0;      // Q's row multipliers (stage_q_as_half)
-  static constexpr int kBarriers = 1 + (kBytes ? 4 : 2) * kStages;
+  static constexpr int kBarriers = 1 + (kKvApart ? 4 : 2) * kStages;
   static constexpr int kK = kQBytes;
   static constexpr int kV = kK + kStages * kTileBytes;
   static constexpr int kRaw = kV + kStages * kTileBytes;
@@ -566,9 +577,10 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
   auto* bars = reinterpret_cast<uint64_t*>(smem_aligned + Layout::kBars);
   uint64_t* q_full = bars;                 // Q staged (every producer thread arrives)
   uint64_t* full = bars + 1;               // [stage]: the tile in it landed (producer arrivals + its TMA bytes)
-  uint64_t* empty = bars + 1 + kStages;    // [stage]: both consumers are done with it (1-byte: with its V) (256)
-  uint64_t* k_empty = bars + 1 + 2 * kStages;  // 1-byte caches, [stage]: both consumers are done with its K
-  uint64_t* v_full = bars + 1 + 3 * kStages;   // 1-byte caches, [stage]: its V tile landed (`full`: its K)
+  uint64_t* empty = bars + 1 + kStages;    // [stage]: both consumers are done with it (K and V apart: with its V) (256)
+  uint64_t* k_empty = bars + 1 + 2 * kStages;  // K and V apart, [stage]: both consumers are done with its K
+  uint64_t* v_full = bars + 1 + 3 * kStages;   // K and V apart, [stage]: its V tile landed (`full`: its K)
+  constexpr bool kKvApart = Layout::kKvApart;
 
   const GenericItem item = p.prefill_items[blockIdx.x];
   const int tid = static_cast<int>(threadIdx.x);
@@ -582,7 +594,7 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
     for (int st = 0; st < kStages; ++st) {
       tma::mbarrier_init(full + st, kProducerThreads);
       tma::mbarrier_init(empty + st, 128 * kWgmmaConsumers);
-      if constexpr (kByteCache) {
+      if constexpr (kKvApart) {
         tma::mbarrier_init(k_empty + st, 128 * kWgmmaConsumers);
         tma::mbarrier_init(v_full + st, kProducerThreads);
       }
@@ -612,71 +624,93 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
       // depend on the tile only), so it is the warpgroup's alike.
       constexpr int kNoneDue = -1;
       int due = static_cast<int>(q_full - bars);
+      // This thread's arrival for the due group, once its copies have landed and been fenced: on its
+      // barrier, and for a cp.async tile with K and V apart on the stage's `v_full` too (its one
+      // group copies both halves).
+      auto arrive_due = [&] {
+        tma::mbarrier_arrive(bars + due);
+        if constexpr (kKvApart) {
+          if (due != static_cast<int>(q_full - bars)) tma::mbarrier_arrive(v_full + (due - static_cast<int>(full - bars)));
+        }
+      };
       for (int t = 0; t < num_tiles; ++t) {
         const int stage = t % kStages;
         // The stage's previous tile (t − kStages) was handed back in its (t / stages)-th phase. The
         // consumers hand it back after waiting for tile t − kStages + 1, whose arrivals this thread
         // has made (only the latest tile's can be pending, and with two stages that is t − 1 itself:
-        // completed first), so this wait cannot hold up its own arrival.
+        // completed first), so this wait cannot hold up its own arrival. With K and V apart this is
+        // the wait for the stage's K slot; its V slot's follows (v_slot_wait).
         if constexpr (kStages < 3) {
           if (t >= kStages && due != kNoneDue) {
             cp_async_wait<0>();
             wgmma::fence_proxy_async();
-            tma::mbarrier_arrive(bars + due);
+            arrive_due();
             due = kNoneDue;
           }
         }
-        if (t >= kStages) tma::mbarrier_wait(empty + stage, static_cast<uint32_t>((t / kStages - 1) & 1));
+        if (t >= kStages) {
+          tma::mbarrier_wait((kKvApart ? k_empty : empty) + stage, static_cast<uint32_t>((t / kStages - 1) & 1));
+        }
+        auto v_slot_wait = [&] {
+          if (kKvApart && t >= kStages) tma::mbarrier_wait(empty + stage, static_cast<uint32_t>((t / kStages - 1) & 1));
+        };
         const int kt = item.key_begin + t * BN;
         // TMA only where it copies exactly what cp.async would: whole pages (kv_tma: the map exists, so
         // the block size is wgmma_kv_tma_block's; the tile starts on a page) and every key read (no
         // zero-filled row; every page of the tile is in the request's block table).
         if (p.kv_tma && kt % p.block_size == 0 && work.keys_all_read(kt, BN)) {
-          uint64_t* bar = full + stage;
-          if (tid < 32) {
-            // Warp 0: the tile's block-table entries, one per lane, then the elected lane announces
-            // the tile's bytes and issues per page, slab and K/V one box into the stage.
-            const int pages = BN / p.block_size;
-            const int first_block = kt / p.block_size;
-            const int32_t lane_page =
-                tid < pages ? p.block_table[static_cast<int64_t>(work.request) * p.block_table_stride + first_block + tid]
-                            : 0;
-            const bool elected = tma::elect_one();
-            if (elected) {
-              tma::mbarrier_arrive_expect_tx(bar, 2 * kTileBytes);
+          // Warp 0: the tile's block-table entries, one per lane, then the elected lane announces the
+          // bytes of halves [first, last] (0: K, 1: V) on `bar` and issues per page one box of each.
+          auto load_halves = [&](uint64_t* bar, int first, int last) {
+            if (tid < 32) {
+              const int pages = BN / p.block_size;
+              const int first_block = kt / p.block_size;
+              const int32_t lane_page =
+                  tid < pages ? p.block_table[static_cast<int64_t>(work.request) * p.block_table_stride + first_block + tid]
+                              : 0;
+              const bool elected = tma::elect_one();
+              if (elected) {
+                tma::mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>((last - first + 1) * kTileBytes));
+              } else {
+                tma::mbarrier_arrive(bar);
+              }
+              const uint32_t page_bytes = static_cast<uint32_t>(p.block_size * D * 2);
+              const int slab = work.kv_head * (D / kKvBoxDims);  // the head's first slab
+  #pragma unroll 1
+              for (int g = 0; g < pages; ++g) {
+                const int32_t page = __shfl_sync(0xffffffffu, lane_page, g);
+                if (elected) {
+                  // Page g: tile rows g·block_size …, one box per half.
+                  const uint32_t dst = stage_of(t) + static_cast<uint32_t>(g) * page_bytes;
+                  if constexpr (D == kKvBoxDims) {  // the cache's own view: {0, kv head, 0, half, page}
+                    if (first == 0) tma::load_tile_5d(s_k + dst, &kv_map, 0, work.kv_head, 0, 0, page, bar);
+                    if (last == 1) tma::load_tile_5d(s_v + dst, &kv_map, 0, work.kv_head, 0, 1, page, bar);
+                  } else {
+                    const int joined = page * p.kv_tma_block_step;
+                    if (first == 0) tma::load_tile_5d(s_k + dst, &kv_map, 0, 0, slab, 0, joined, bar);
+                    if (last == 1) tma::load_tile_5d(s_v + dst, &kv_map, 0, 0, slab, 0, joined + p.kv_tma_half_step, bar);
+                  }
+                }
+              }
             } else {
               tma::mbarrier_arrive(bar);
             }
-            const uint32_t page_bytes = static_cast<uint32_t>(p.block_size * D * 2);
-            const int slab = work.kv_head * (D / kKvBoxDims);  // the head's first slab
-  #pragma unroll 1
-            for (int g = 0; g < pages; ++g) {
-              const int32_t page = __shfl_sync(0xffffffffu, lane_page, g);
-              if (elected) {
-                // Page g: tile rows g·block_size …, K and V, one box each.
-                const uint32_t dst = stage_of(t) + static_cast<uint32_t>(g) * page_bytes;
-                if constexpr (D == kKvBoxDims) {  // the cache's own view: {0, kv head, 0, half, page}
-                  tma::load_tile_5d(s_k + dst, &kv_map, 0, work.kv_head, 0, 0, page, bar);
-                  tma::load_tile_5d(s_v + dst, &kv_map, 0, work.kv_head, 0, 1, page, bar);
-                } else {
-                  const int joined = page * p.kv_tma_block_step;
-                  tma::load_tile_5d(s_k + dst, &kv_map, 0, 0, slab, 0, joined, bar);
-                  tma::load_tile_5d(s_v + dst, &kv_map, 0, 0, slab, 0, joined + p.kv_tma_half_step, bar);
-                }
-              }
-            }
-          } else {
-            tma::mbarrier_arrive(bar);
-          }
+          };
+          load_halves(full + stage, 0, kKvApart ? 0 : 1);
           // The consumers need the due cp.async group's tile before this one (and the next `empty`
           // wait may depend on it): complete it now, with this tile's copies in flight.
           if (due != kNoneDue) {
             cp_async_wait<0>();
             wgmma::fence_proxy_async();
-            tma::mbarrier_arrive(bars + due);
+            arrive_due();
             due = kNoneDue;
           }
+          if constexpr (kKvApart) {  // V's boxes on `v_full` once its slot is free
+            v_slot_wait();
+            load_halves(v_full + stage, 1, 1);
+          }
         } else {
+          v_slot_wait();  // a cp.async tile copies both halves
           // The thread index hidden from the compiler per tile: the rows' swizzled offsets, all of them
           // derived from it, are then computed per tile instead of held across the loop, which would
           // not fit kProducerRegisters beside the TMA branch (a few integer operations per row).
@@ -688,7 +722,7 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
           if (due != kNoneDue) {
             cp_async_wait<1>();  // the group before this one: Q or the previous cp.async tile
             wgmma::fence_proxy_async();
-            tma::mbarrier_arrive(bars + due);
+            arrive_due();
           }
           due = static_cast<int>(full - bars) + stage;
         }
@@ -696,7 +730,7 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
       if (due != kNoneDue) {
         cp_async_wait<0>();
         wgmma::fence_proxy_async();
-        tma::mbarrier_arrive(bars + due);
+        arrive_due();
       }
     }
     return;
@@ -788,13 +822,13 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
     }
     wgmma::commit();
   };
-  // Tile `it` landed (its `full` phase) and is visible to the async proxy; for a 1-byte cache its K
+  // Tile `it` landed (its `full` phase) and is visible to the async proxy; with K and V apart its K
   // tile alone, and wait_v its V tile (`v_full`).
   auto wait_tile = [&](int it) {
     tma::mbarrier_wait(full + it % kStages, static_cast<uint32_t>((it / kStages) & 1));
   };
   auto wait_v = [&](int it) {
-    if constexpr (kByteCache) tma::mbarrier_wait(v_full + it % kStages, static_cast<uint32_t>((it / kStages) & 1));
+    if constexpr (kKvApart) tma::mbarrier_wait(v_full + it % kStages, static_cast<uint32_t>((it / kStages) & 1));
   };
   // S = Q·K_itᵀ issued and committed, not awaited. Q of this warpgroup: rows 64·cwg …; k-step kk =
   // columns 16·kk … (slab kk / 4, 32 bytes per step).
@@ -815,7 +849,7 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
   };
   // Logits (base 2), masks (only where some key of the tile is hidden from some row) and the online
   // softmax of tile `it` (rows g, g + 8; a quad of lanes shares a row): acc becomes P in float32.
-  // A 1-byte cache's K tile (and its k scales) is then handed back (k_empty).
+  // With K and V apart its K tile (and a 1-byte cache's k scales) is then handed back (k_empty).
   auto softmax_tile = [&](float (&acc)[kNt][4], int it, float (&alpha)[2]) {
     const int kt = item.key_begin + it * BN;
     const bool full_tile = work.tile_full<BN>(p, it);
@@ -829,7 +863,7 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
       if constexpr (kPerToken) scale_keys(acc, it, 0, scale_log2);  // key_mul: ones
       prefill_logits<Plain>(p, work, acc, key_mul, rows, kt, t4);
     }  // else the plain logits' one multiplier goes into the softmax (below)
-    if constexpr (kByteCache) tma::mbarrier_arrive(k_empty + it % kStages);
+    if constexpr (kKvApart) tma::mbarrier_arrive(k_empty + it % kStages);
     if (!full_tile) prefill_mask<Plain>(p, work, acc, rows, kt, t4);
     if constexpr (Operands::kRescaledQ) {
       // Each row's dot products are 2^s times its logits' (stage_q_as_half): the row's multiplier is
