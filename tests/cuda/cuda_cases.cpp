@@ -88,6 +88,22 @@ BatchFile make_step(const CudaCase& c, int64_t num_slots) {
   return file;
 }
 
+void scale_query_heads_beyond_float16(BatchFile& step) {
+  Tensor& q = step.inputs.query;  // [tokens][heads][head size]
+  const int64_t tokens = q.shape()[0];
+  const int64_t heads = q.shape()[1];
+  const int64_t d = q.shape()[2];
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const double factor = h % 4 == 0 ? 0x1p17 : (h % 4 == 1 ? 0x1p-40 : 1.0);
+      for (int64_t i = 0; i < d; ++i) {
+        const int64_t at = (t * heads + h) * d + i;
+        store_from_double(q.data(), q.dtype(), at, load_as_double(q.data(), q.dtype(), at) * factor);
+      }
+    }
+  }
+}
+
 void PrintTo(const CudaCase& c, std::ostream* out) { *out << c.name; }
 
 }  // namespace hybridtb::testing

@@ -84,6 +84,13 @@ BuilderConfig make_builder(const CudaCase& c);
 // batch's need + 2 spare slots no request names) and weights, random from the tensor seed.
 BatchFile make_step(const CudaCase& c, int64_t num_slots = 0);
 
+// A bfloat16 model's query heads far outside float16's range, for the 1-byte caches' float16
+// products (a query row or head rescaled by its own power of two): head h of every token ×2^17
+// where h % 4 == 0 (its elements up to about 2^19, far above float16's 65504; its base-2 logits up
+// to about 2^22, the range float16's P allows), ×2^-40 where h % 4 == 1 (below float16's normal
+// range), the others as drawn.
+void scale_query_heads_beyond_float16(BatchFile& step);
+
 // gtest prints a parameter with this (instead of its bytes).
 void PrintTo(const CudaCase& c, std::ostream* out);
 

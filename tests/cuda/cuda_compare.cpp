@@ -163,4 +163,12 @@ namespace {
   return ::testing::AssertionSuccess();
 }
 
+::testing::AssertionResult cuda_run_matches_reference(const BatchFile& step, const BackendSettings& settings) {
+  auto reference = create_backend("reference", settings);
+  auto cuda = create_backend("cuda", settings);
+  const StepOutputs expected = run_step(*reference, step);
+  const StepOutputs actual = run_step(*cuda, step);
+  return cuda_matches_reference(step, actual, expected);
+}
+
 }  // namespace hybridtb::testing

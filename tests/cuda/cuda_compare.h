@@ -62,5 +62,8 @@ Tolerance cuda_attention_tolerance(const BatchFile& step);
 // Every check of a CUDA step against the reference's (see the file comment).
 ::testing::AssertionResult cuda_matches_reference(const BatchFile& step, const StepOutputs& cuda,
                                                   const StepOutputs& reference);
+// `step` run on the reference and on the cuda backend, each created with `settings`, and compared
+// (cuda_matches_reference).
+::testing::AssertionResult cuda_run_matches_reference(const BatchFile& step, const BackendSettings& settings);
 
 }  // namespace hybridtb::testing

@@ -235,9 +235,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaDecodeMmaTest, ::testing::ValuesIn(cases()),
 // A bfloat16 model's query heads far outside float16's range on the tensor-core decode with a 1-byte
 // cache (every kind): per tensor its products run on float16 operands, each head first rescaled by a
 // power of two (DecodeOperands, float16_range_shift); per token-head on bfloat16. Query head 0 of
-// each kv head ×2^17 (its elements up to about 2^19, far above float16's 65504; its base-2 logits up
-// to about 2^22, the range float16's P allows), head 1 ×2^-40 (below float16's normal range), heads
-// 2 and 3 as drawn; split and unsplit rows.
+// each kv head's group ×2^17 and head 1 ×2^-40 (scale_query_heads_beyond_float16); split and
+// unsplit rows.
 class CudaDecodeQueryRange : public CudaFixture<> {};
 
 TEST_F(CudaDecodeQueryRange, ByteKvBfloatHeadsOfAnyMagnitude) {
@@ -246,29 +245,12 @@ TEST_F(CudaDecodeQueryRange, ByteKvBfloatHeadsOfAnyMagnitude) {
                .v_scale = 0.25f};
     c.seed = 5;
     BatchFile step = make_decode_step(c);
-    Tensor& q = step.inputs.query;  // [tokens][heads][head size]
-    const int64_t tokens = q.shape()[0];
-    const int64_t heads = q.shape()[1];
-    const int64_t d = q.shape()[2];
-    ASSERT_EQ(heads, 8);  // two kv heads of four query heads
-    for (int64_t t = 0; t < tokens; ++t) {
-      for (int64_t h = 0; h < heads; ++h) {
-        const double factor = h % 4 == 0 ? 0x1p17 : (h % 4 == 1 ? 0x1p-40 : 1.0);
-        for (int64_t i = 0; i < d; ++i) {
-          const int64_t at = (t * heads + h) * d + i;
-          store_from_double(q.data(), q.dtype(), at, load_as_double(q.data(), q.dtype(), at) * factor);
-        }
-      }
-    }
+    ASSERT_EQ(step.config.num_heads, 8);  // two kv heads of four query heads
+    scale_query_heads_beyond_float16(step);
     const AttentionPlanSummary plan = plan_of(step);
     ASSERT_EQ(plan.decode_mma_rows, 3) << plan.describe();
     EXPECT_GT(plan.split_rows, 0) << plan.describe();
-    const BackendSettings settings{step.config, step.builder};
-    auto reference = create_backend("reference", settings);
-    auto cuda = create_backend("cuda", settings);
-    const StepOutputs expected = run_step(*reference, step);
-    const StepOutputs actual = run_step(*cuda, step);
-    EXPECT_TRUE(cuda_matches_reference(step, actual, expected)) << kv_label;
+    EXPECT_TRUE(cuda_run_matches_reference(step, BackendSettings{step.config, step.builder})) << kv_label;
   }
 }
 
