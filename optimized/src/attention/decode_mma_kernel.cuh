@@ -259,23 +259,34 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
   const int lo = max(item.key_begin, item.causal_begin);  // every key of [lo, hi) is visible
   const int hi = min(item.key_end, item.causal_end);
 
-  // Element offset of the K row of key kt + (lane & 15), or −1 if that key is not read; with
-  // `scale_at` its index in the per-token-head scale caches.
+  // The row of key tile_key(i) + (lane & 15): its block-table entry and slot, block −1 if that key
+  // is not read. The entry is loaded here and first used by row_offset, a tile's work later (the
+  // refill's row is found before the wait for the tile it follows and addressed after that tile's
+  // products), so its latency hides behind them.
+  struct KeyRow {
+    int32_t block;
+    int slot;
+  };
   const int64_t table_row = static_cast<int64_t>(request) * p.block_table_stride;
   const int64_t head_offset = static_cast<int64_t>(kv_head) * p.cache_stride_head;
-  auto row_offset = [&](int i, int64_t& scale_at) -> int64_t {
-    scale_at = 0;
-    if (i >= my_tiles) return -1;
+  auto key_row = [&](int i) -> KeyRow {
+    if (i >= my_tiles) return {-1, 0};
     const int k = tile_key(i) + (lane & (BK - 1));
     if (k < item.key_begin || k >= item.key_end ||
         !key_needed(p, request, seq_len, pos, pos, item.causal_begin, item.causal_end, k)) {
-      return -1;
+      return {-1, 0};
     }
     const int blk = block_shift >= 0 ? (k >> block_shift) : k / p.block_size;
-    const int64_t block = __ldg(p.block_table + table_row + blk);
-    const int slot = k - blk * p.block_size;
-    scale_at = (block * p.block_size + slot) * p.num_kv_heads + kv_head;
-    return block * p.cache_stride_block + static_cast<int64_t>(slot) * p.cache_stride_slot + head_offset;
+    return {__ldg(p.block_table + table_row + blk), k - blk * p.block_size};
+  };
+  // Element offset of the K row of `row`, or −1 if its key is not read; with `scale_at` its index in
+  // the per-token-head scale caches.
+  auto row_offset = [&](KeyRow row, int64_t& scale_at) -> int64_t {
+    scale_at = 0;
+    if (row.block < 0) return -1;
+    const int64_t block = row.block;
+    scale_at = (block * p.block_size + row.slot) * p.num_kv_heads + kv_head;
+    return block * p.cache_stride_block + static_cast<int64_t>(row.slot) * p.cache_stride_slot + head_offset;
   };
   const T* cache = static_cast<const T*>(p.kv_cache);
   const auto* cache_bytes = static_cast<const uint8_t*>(p.kv_cache);
@@ -357,7 +368,7 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
 #pragma unroll
   for (int i = 0; i < S; ++i) {
     int64_t scale_at;
-    const int64_t off = row_offset(i, scale_at);
+    const int64_t off = row_offset(key_row(i), scale_at);
     issue(i, off, scale_at);
   }
 
@@ -367,8 +378,7 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
     constexpr ByteKind Kind = decltype(kind)::value;
     using Cast = ByteCast<MmaT, Kind>;  // 1-byte caches cast to bfloat16
     for (int i = 0; i < my_tiles; ++i) {
-      int64_t next_scale_at;
-      const int64_t next_off = row_offset(i + S, next_scale_at);  // block table of the refill, before the wait
+      const KeyRow next_row = key_row(i + S);  // block table of the refill, before the wait
       cp_async_wait<S - 1>();
       __syncwarp();  // every lane's copies of tile i are visible to the warp
       // 16-bit caches: the stage's K and V tiles; 1-byte caches: its K bytes, V bytes and scales.
@@ -545,6 +555,8 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
         }
       }
       __syncwarp();  // every lane is done reading stage i % S before it is refilled
+      int64_t next_scale_at;
+      const int64_t next_off = row_offset(next_row, next_scale_at);
       issue(i + S, next_off, next_scale_at);
     }
   };
