@@ -510,20 +510,23 @@ struct WgmmaProducts {
       wgmma::WgmmaN64<T>::ss(acc, a, b, accumulate);
     }
   }
-  // acc += A·B, A in registers, B the k-step's 16 keys of the V tile from v_rows (MN-major in
+  // The descriptor of B for pv at v_rows, the k-step's 16 keys of a V tile (MN-major in
   // wgmma_kv_tile_offset's layout: slabs 1024 bytes apart along the dims, key groups kKvGroupBytes<D>).
-  __device__ __forceinline__ static void pv(float (&acc)[D / 8][4], const uint32_t (&a)[4], uint32_t v_rows) {
-    constexpr uint32_t kSlabBytes = 1024;
+  static constexpr uint32_t kVSlabBytes = 1024;
+  __device__ __forceinline__ static uint64_t v_desc(uint32_t v_rows) {
+    return wgmma::sw128_desc(v_rows, kVSlabBytes, kKvGroupBytes<D>);
+  }
+  // acc += A·B, A in registers, B by v_desc.
+  __device__ __forceinline__ static void pv(float (&acc)[D / 8][4], const uint32_t (&a)[4], uint64_t b) {
     if constexpr (D == 128) {
-      wgmma::Wgmma<T>::rs(acc, a, wgmma::sw128_desc(v_rows, kSlabBytes, kKvGroupBytes<D>));
+      wgmma::Wgmma<T>::rs(acc, a, b);
     } else if constexpr (D == 64) {
-      wgmma::WgmmaN64<T>::rs(acc, a, wgmma::sw128_desc(v_rows, kSlabBytes, kKvGroupBytes<D>));
+      wgmma::WgmmaN64<T>::rs(acc, a, b);
     } else {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         auto& half = *reinterpret_cast<float(*)[16][4]>(&acc[16 * h][0]);
-        wgmma::Wgmma<T>::rs(half, a, wgmma::sw128_desc(v_rows + static_cast<uint32_t>(2 * h) * kSlabBytes, kSlabBytes,
-                                                       kKvGroupBytes<D>));
+        wgmma::Wgmma<T>::rs(half, a, wgmma::sw128_desc_advance(b, static_cast<uint32_t>(2 * h) * kVSlabBytes));
       }
     }
   }
@@ -741,7 +744,9 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
   const int ctid = tid - kProducerThreads;  // thread of the consumers' 256
   const int lane = ctid % 32;
   const int warp = ctid / 32;  // rows 16·warp … + 15
-  const int cwg = ctid / 128;  // rows 64·cwg … + 63
+  // Rows 64·cwg … + 63. Broadcast from lane 0, the compiler knows the value warp-uniform and keeps
+  // what derives from it (Q's descriptors) in uniform registers beside the MMAs' other operands.
+  const int cwg = __shfl_sync(0xffffffffu, ctid / 128, 0);
   // This thread's rows: g and g + 8 of its warp's 16.
   const int g = lane / 4;
   const int t4 = lane % 4;
@@ -816,9 +821,10 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
   // O += P·V for one tile (V: B MN-major; k-step kk = keys 16·kk …, two key groups per step),
   // issued and committed, not awaited. The caller's wgmma::fence() must precede it.
   auto add_pv = [](float (&acc)[kDt][4], const uint32_t (&pv)[BN / 16][4], uint32_t sv) {
+    const uint64_t v_desc = Mmas::v_desc(sv);
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      Mmas::pv(acc, pv[kk], sv + static_cast<uint32_t>(kk * 2) * kKvGroupBytes<D>);
+      Mmas::pv(acc, pv[kk], wgmma::sw128_desc_advance(v_desc, static_cast<uint32_t>(kk * 2) * kKvGroupBytes<D>));
     }
     wgmma::commit();
   };
@@ -832,18 +838,19 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
   };
   // S = Q·K_itᵀ issued and committed, not awaited. Q of this warpgroup: rows 64·cwg …; k-step kk =
   // columns 16·kk … (slab kk / 4, 32 bytes per step).
-  const uint32_t q_rows = s_q + static_cast<uint32_t>(cwg * 64 * 128);
+  // The descriptors are formed once (Q's per warpgroup, K's per tile) and advanced per k-step.
+  const uint64_t q_desc = wgmma::sw128_desc(s_q + static_cast<uint32_t>(cwg * 64 * 128), 16, 1024);
   auto issue_s = [&](float (&acc)[kNt][4], int it) {
 #pragma unroll
     for (int n = 0; n < kNt; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;  // overwritten (k-step 0)
     wgmma::pin(acc);  // defined before the fence, not between it and the MMAs
     wgmma::fence();
+    const uint64_t k_desc = wgmma::sw128_desc(s_k + stage_of(it), 16, kKvGroupBytes<D>);
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t slab_q = static_cast<uint32_t>((kk / 4) * kRows * 128 + (kk % 4) * 32);
       const uint32_t slab_k = static_cast<uint32_t>((kk / 4) * 1024 + (kk % 4) * 32);  // slab kk / 4 of key 0
-      Mmas::s(acc, wgmma::sw128_desc(q_rows + slab_q, 16, 1024),
-              wgmma::sw128_desc(s_k + stage_of(it) + slab_k, 16, kKvGroupBytes<D>), kk > 0);
+      Mmas::s(acc, wgmma::sw128_desc_advance(q_desc, slab_q), wgmma::sw128_desc_advance(k_desc, slab_k), kk > 0);
     }
     wgmma::commit();
   };

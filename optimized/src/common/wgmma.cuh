@@ -42,6 +42,15 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_addr, uint32_t lead
          (static_cast<uint64_t>(stride_bytes >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
 }
 
+// `desc` with its start address `bytes` further on (a multiple of 16). The start address field is
+// bits 0–13 (a shared-memory address's bits 4–17), and an operand's address plus its offsets stays
+// below 256 KiB, so the sum never carries out of the field: the low word alone changes. One
+// integer add per k step, where building each step's descriptor anew masks, shifts and merges.
+__device__ __forceinline__ uint64_t sw128_desc_advance(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
 // Orders this warpgroup's register accesses before the wgmma.mma_async that follow (accumulators
 // written by ordinary instructions, register A operands).
 __device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
