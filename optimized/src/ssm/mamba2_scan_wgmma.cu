@@ -128,7 +128,9 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma
   // 128-register bound of two blocks per SM).
   __builtin_assume(tid >= 0 && tid < L::kThreads);
   const int warp = tid / 32;
-  const int wg = warp / 4;             // the warpgroup: columns 64·wg … of the tile
+  // The warpgroup: columns 64·wg … of the tile. Broadcast from lane 0, the compiler knows it
+  // warp-uniform and forms the descriptors that derive from it in uniform registers.
+  const int wg = __shfl_sync(0xffffffffu, warp / 4, 0);
   const int wm = 16 * (warp % 4);      // the warp's rows of the accumulators
   const int64_t item = int64_t{c} * p.heads + h;
   const TH* H = static_cast<const TH*>(kStates32 ? static_cast<const void*>(p.chunk_states) : p.chunk_states16) +
@@ -171,12 +173,13 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma
     wgmma::fence_proxy_async();
     __syncthreads();  // slab i staged; every warpgroup's MMAs of slab i − 1 (the other stage) done
     const uint32_t a = smem_addr + static_cast<uint32_t>((i % L::kStages) * L::kStageBytes);
-    const uint32_t b = a + static_cast<uint32_t>(L::kCBytes + wg * 64 * 128);
+    const uint64_t a_desc = wgmma::sw128_desc(a, 16, 1024);
+    const uint64_t b_desc = wgmma::sw128_desc(a + static_cast<uint32_t>(L::kCBytes + wg * 64 * 128), 16, 1024);
     wgmma::pin(off);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < L::kSlabN / 16; ++kk) {  // k step kk: 32 bytes into the 128-byte rows (zeros past N)
-      Mmas::ss(off, wgmma::sw128_desc(a + 32u * kk, 16, 1024), wgmma::sw128_desc(b + 32u * kk, 16, 1024), true);
+      Mmas::ss(off, wgmma::sw128_desc_advance(a_desc, 32u * kk), wgmma::sw128_desc_advance(b_desc, 32u * kk), true);
     }
     wgmma::commit();
     if (i + 1 < slabs) store(i + 1);
@@ -242,16 +245,17 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma
 #pragma unroll
   for (int n = 0; n < 8; ++n) diag[n][0] = diag[n][1] = diag[n][2] = diag[n][3] = 0.0f;
   {
-    const uint32_t m_addr = smem_addr + L::kMOffset;
-    const uint32_t x_addr = smem_addr + static_cast<uint32_t>(L::kXOffset + wg * L::kXSlabBytes);
+    const uint64_t m_desc = wgmma::sw128_desc(smem_addr + L::kMOffset, 16, 1024);
+    const uint64_t x_desc =
+        wgmma::sw128_desc(smem_addr + static_cast<uint32_t>(L::kXOffset + wg * L::kXSlabBytes), L::kXSlabBytes, 1024);
     const auto issue = [&](auto ksteps) {
       wgmma::pin(diag);
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < decltype(ksteps)::value; ++kk) {  // M: slab kk / 4, 32 bytes per step; x: 16 rows
         const uint32_t slab_m = static_cast<uint32_t>((kk / 4) * kTile * 128 + (kk % 4) * 32);
-        Mmas::ss_mn(diag, wgmma::sw128_desc(m_addr + slab_m, 16, 1024),
-                    wgmma::sw128_desc(x_addr + static_cast<uint32_t>(kk * 16 * 128), L::kXSlabBytes, 1024), true);
+        Mmas::ss_mn(diag, wgmma::sw128_desc_advance(m_desc, slab_m),
+                    wgmma::sw128_desc_advance(x_desc, static_cast<uint32_t>(kk * 16 * 128)), true);
       }
       wgmma::commit();
       wgmma::wait<0>();

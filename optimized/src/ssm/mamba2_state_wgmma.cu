@@ -95,7 +95,9 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_state_wgmm
   const int length = chunk.end - chunk.begin;
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
-  const int wg = warp / 4;          // the warpgroup: rows 64·wg … of the tile
+  // The warpgroup: rows 64·wg … of the tile. Broadcast from lane 0, the compiler knows it
+  // warp-uniform and forms the descriptors that derive from it in uniform registers.
+  const int wg = __shfl_sync(0xffffffffu, warp / 4, 0);
   const int wm = 16 * (warp % 4);   // the warp's rows of the accumulators
   const int lane = tid % 32;
   const int64_t item = int64_t{c} * p.heads + h;
@@ -129,7 +131,7 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_state_wgmm
   b_regs.store(b_stage(0));
   float* const out = p.chunk_states + item * P * N;
   const bool pairs = N % 2 == 0 && (reinterpret_cast<uintptr_t>(p.chunk_states) & 7) == 0;
-  const uint32_t x_addr = smem_addr + static_cast<uint32_t>(wg * L::kXSlabBytes);
+  const uint64_t x_desc = wgmma::sw128_desc(smem_addr + static_cast<uint32_t>(wg * L::kXSlabBytes), L::kXSlabBytes, 1024);
   for (int i = 0; i < n_tiles; ++i) {
     if (i + 1 < n_tiles) b_regs.load(b_src(i + 1));  // in flight during tile i's MMAs
     wgmma::fence_proxy_async();
@@ -139,14 +141,13 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_state_wgmm
     for (int n = 0; n < 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     // Every warpgroup runs its MMAs, also one wholly past P (zeros; P ≤ 64 only): no wgmma on a
     // divergent path, which the compiler would serialize.
-    const uint32_t b_addr = mma::shared_address(b_stage(i));
+    const uint64_t b_desc = wgmma::sw128_desc(mma::shared_address(b_stage(i)), L::kBBytes, 1024);
     wgmma::pin(acc);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kQ / 16; ++kk) {  // k step kk: tokens 16·kk … (16 rows of 128 bytes)
       const uint32_t k_rows = static_cast<uint32_t>(kk * 16 * 128);
-      Mmas::mn_mn(acc, wgmma::sw128_desc(x_addr + k_rows, L::kXSlabBytes, 1024),
-                  wgmma::sw128_desc(b_addr + k_rows, L::kBBytes, 1024), true);
+      Mmas::mn_mn(acc, wgmma::sw128_desc_advance(x_desc, k_rows), wgmma::sw128_desc_advance(b_desc, k_rows), true);
     }
     wgmma::commit();
     if (i + 1 < n_tiles) b_regs.store(b_stage(i + 1));
