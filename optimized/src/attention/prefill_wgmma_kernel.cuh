@@ -662,15 +662,16 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
         // the block size is wgmma_kv_tma_block's; the tile starts on a page) and every key read (no
         // zero-filled row; every page of the tile is in the request's block table).
         if (p.kv_tma && kt % p.block_size == 0 && work.keys_all_read(kt, BN)) {
-          // Warp 0: the tile's block-table entries, one per lane, then the elected lane announces the
-          // bytes of halves [first, last] (0: K, 1: V) on `bar` and issues per page one box of each.
+          // Warp 0: the tile's block-table entries, one per lane (read once, for K's and V's boxes
+          // alike), then for each call the elected lane announces the bytes of halves [first, last]
+          // (0: K, 1: V) on `bar` and issues per page one box of each.
+          const int pages = BN / p.block_size;
+          const int32_t lane_page =
+              tid < pages
+                  ? p.block_table[static_cast<int64_t>(work.request) * p.block_table_stride + kt / p.block_size + tid]
+                  : 0;
           auto load_halves = [&](uint64_t* bar, int first, int last) {
             if (tid < 32) {
-              const int pages = BN / p.block_size;
-              const int first_block = kt / p.block_size;
-              const int32_t lane_page =
-                  tid < pages ? p.block_table[static_cast<int64_t>(work.request) * p.block_table_stride + first_block + tid]
-                              : 0;
               const bool elected = tma::elect_one();
               if (elected) {
                 tma::mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>((last - first + 1) * kTileBytes));
