@@ -28,7 +28,7 @@
 // accumulation is float32, the slabs and k steps run in a fixed order (one accumulator chain per
 // product; the order within one MMA instruction is the hardware's): bitwise reproducible run to
 // run. Staged values past the chunk, P or N are zeros (partial tiles and odd sizes cost padded
-// work only; where rows are not whole aligned quads, the element path of SwizzleRegs,
+// work only; where rows are not whole aligned 16-byte vectors, the element path of SwizzleRegs,
 // mamba2_wgmma_tiles.cuh, as mamba2_kernels.cu's TileRegs16 has).
 #include <cuda_runtime.h>
 
@@ -104,7 +104,8 @@ template <typename T, typename TH>
 __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma_kernel(Mamba2Params p) {
   constexpr bool kStates32 = std::is_same_v<TH, float>;
   using Mmas = wgmma::WgmmaN64<T>;
-  __shared__ float delta[kQ], lambda[kQ];
+  __shared__ __align__(16) float delta[kQ];  // 16-byte aligned: step 2 reads them by float4
+  __shared__ __align__(16) float lambda[kQ];
   extern __shared__ __align__(1024) uint8_t scan_raw[];
   uint8_t* const smem = scan_raw + ((1024u - (mma::shared_address(scan_raw) & 1023u)) & 1023u);
   const uint32_t smem_addr = mma::shared_address(smem);
@@ -200,18 +201,35 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma
       const int sb = bk * kTile;
       const SrcTile<float> x_src{x_rows + int64_t{sb} * conv_dim, conv_dim, min(length, s_end) - sb, P - p0};
       if (sb < s_end) x_regs.load(x_src);
-      for (int e = tid; e < kMRows * kQ / 2; e += L::kThreads) {  // pairs (s, s + 1) of one row
-        const int i = bk * kMRows + e / (kQ / 2), s = 2 * (e % (kQ / 2));
-        const int t = t0 + i;
-        if (s >= s_end) continue;
-        const float* cb_row = f32 + i * L::kCbStride;
-        float m[2];
+      // M's rows bk·kMRows … by 16-byte chunks of the layout (columns s0 … s0 + 7 of one row, one
+      // 16-byte store): chunks at or past s_end are not read by step 3; chunks wholly above the
+      // diagonal (s0 > t) or in rows past the chunk are zeros. Columns s > t inside a chunk select
+      // zero (their C·Bᵀ values were not copied).
+      constexpr int kChunksPerRow = kQ / 8;
+      static_assert(kMRows * kChunksPerRow % L::kThreads == 0, "whole chunks per thread");
 #pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          m[k] = s + k <= t && t < length ? cb_row[s + k] * expf(lambda[t] - lambda[s + k]) * delta[s + k] : 0.0f;
+      for (int k = 0; k < kMRows * kChunksPerRow / L::kThreads; ++k) {
+        const int e = tid + L::kThreads * k;
+        const int i = bk * kMRows + e / kChunksPerRow, s0 = 8 * (e % kChunksPerRow);
+        if (s0 >= s_end) continue;
+        const int t = t0 + i;
+        uint4 packed = make_uint4(0u, 0u, 0u, 0u);
+        if (t < length && s0 <= t) {
+          float cb[8], lam[8], del[8];
+#pragma unroll
+          for (int q = 0; q < 8; q += 4) {
+            *reinterpret_cast<float4*>(cb + q) = *reinterpret_cast<const float4*>(f32 + i * L::kCbStride + s0 + q);
+            *reinterpret_cast<float4*>(lam + q) = *reinterpret_cast<const float4*>(lambda + s0 + q);
+            *reinterpret_cast<float4*>(del + q) = *reinterpret_cast<const float4*>(delta + s0 + q);
+          }
+          const float lambda_t = lambda[t];
+          float m[8];
+#pragma unroll
+          for (int q = 0; q < 8; ++q) m[q] = s0 + q <= t ? cb[q] * expf(lambda_t - lam[q]) * del[q] : 0.0f;
+          packed = make_uint4(mma::Mma<T>::pack(m[0], m[1]), mma::Mma<T>::pack(m[2], m[3]),
+                              mma::Mma<T>::pack(m[4], m[5]), mma::Mma<T>::pack(m[6], m[7]));
         }
-        *reinterpret_cast<uint32_t*>(ms + wgmma::sw128_offset<kTile>(i, s / 8) + (s % 8) * 2) =
-            mma::Mma<T>::pack(m[0], m[1]);
+        *reinterpret_cast<uint4*>(ms + wgmma::sw128_offset<kTile>(i, s0 / 8)) = packed;
       }
       if (sb < s_end) x_regs.template store<kQ>(xs, sb);
     }

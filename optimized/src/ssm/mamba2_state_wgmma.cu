@@ -27,7 +27,7 @@
 // always runs all kQ / 16 (a compile-time count), over staged zeros past the chunk: the sums are
 // the same but for the order inside the MMA instructions (the 16-bit-operand row of the tolerance
 // table bounds both). Staged values past the chunk, P or N are zeros (partial tiles and odd sizes
-// cost padded work only; 4-byte element loads where rows are not whole aligned quads).
+// cost padded work only; 4-byte element loads where rows are not whole aligned 16-byte vectors).
 // This kernel reads x once and writes the float32 states (twice x's bytes) once, both far more
 // than L2 holds at long prefills: x's loads and the states' stores are evict-first (__ldcs,
 // __stcs), so that L2 keeps the B of the chunks in flight, which every head of the group reads.

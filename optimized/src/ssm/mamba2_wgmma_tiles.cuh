@@ -20,19 +20,20 @@ namespace hybridtb::cuda::ssm {
 
 // A global tile of elements E (float: float32 values; uint16_t: the bits of values of the product
 // dtype, rounded already): rows [0, rows) × columns [0, cols), rows `stride` elements apart; zeros
-// elsewhere. Whole quads (4 elements) aligned to their size take one load each: 16 bytes for
-// float, 8 for uint16_t.
+// elsewhere. Whole vectors (16 bytes: 4 float32 values or 8 16-bit elements) aligned to their size
+// take one load each.
 template <typename E>
 struct SrcTile {
   static_assert(std::is_same_v<E, float> || std::is_same_v<E, uint16_t>, "float32 values or 16-bit bits");
-  // A quad in registers: 4 floats, or the 4 16-bit elements as two packed pairs (low half first).
-  using Quad = std::conditional_t<std::is_same_v<E, float>, float4, uint2>;
+  static constexpr int kVec = 16 / static_cast<int>(sizeof(E));  // elements per 16-byte load
+  // A vector in registers: 4 floats, or the 8 16-bit elements as four packed pairs (low half first).
+  using Vec = std::conditional_t<std::is_same_v<E, float>, float4, uint4>;
   const E* from;
   int64_t stride;
   int rows, cols;
 
-  __device__ __forceinline__ bool quads() const {
-    return stride % 4 == 0 && cols % 4 == 0 && (reinterpret_cast<uintptr_t>(from) & (sizeof(Quad) - 1)) == 0;
+  __device__ __forceinline__ bool whole_vectors() const {
+    return stride % kVec == 0 && cols % kVec == 0 && (reinterpret_cast<uintptr_t>(from) & 15) == 0;
   }
 };
 
@@ -47,35 +48,36 @@ struct Unscaled {
 
 // A SrcTile<E> as a [kRows][kWidth] tile of T (__half, __nv_bfloat16) in the 128-byte swizzle
 // layout (slabs of 64 columns, wgmma::sw128_offset), staged through registers by a block of
-// kThreads threads: load() issues the thread's quad loads, store() writes them as 8 bytes of T per
-// quad: float32 values multiplied by a per-row scale and rounded (RNE), 16-bit bits as they are.
-// Where quads are not whole and aligned, load() only notes the source and store() loads element by
-// element as it writes. Quad e = thread + kThreads·k covers row e / (kWidth / 4): a warp's loads
-// are whole rows.
+// kThreads threads: load() issues the thread's 16-byte loads, store() writes each vector as T:
+// float32 values multiplied by a per-row scale and rounded (RNE), 8 bytes; 16-bit bits as they
+// are, one whole 16-byte chunk of the layout. Where vectors are not whole and aligned, load() only
+// notes the source and store() loads element by element as it writes. Vector e = thread +
+// kThreads·k covers row e / (kWidth / kVec): a warp's loads are whole rows.
 template <typename T, typename E, int kWidth, int kRows, int kThreads, LoadCache kLoad = LoadCache::kDefault>
 struct SwizzleRegs {
   using Src = SrcTile<E>;
-  using Quad = typename Src::Quad;
-  static constexpr int kQuadsPerRow = kWidth / 4;
-  static constexpr int kQuads = kRows * kQuadsPerRow / kThreads;  // per thread
-  static_assert(kWidth % 64 == 0 && kRows * kQuadsPerRow % kThreads == 0, "whole slabs, whole quads");
-  Quad v[kQuads];
+  using Vec = typename Src::Vec;
+  static constexpr int kVec = Src::kVec;
+  static constexpr int kVecsPerRow = kWidth / kVec;
+  static constexpr int kVecs = kRows * kVecsPerRow / kThreads;  // per thread
+  static_assert(kWidth % 64 == 0 && kRows * kVecsPerRow % kThreads == 0, "whole slabs, whole vectors");
+  Vec v[kVecs];
   Src src;
-  bool quads;
+  bool whole;
 
   __device__ __forceinline__ void load(const Src& t) {
     const int tid = static_cast<int>(threadIdx.x);
     src = t;
-    quads = t.quads();
-    if (!quads) return;
+    whole = t.whole_vectors();
+    if (!whole) return;
 #pragma unroll
-    for (int k = 0; k < kQuads; ++k) {
+    for (int k = 0; k < kVecs; ++k) {
       const int e = tid + kThreads * k;
-      const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
+      const int i = e / kVecsPerRow, c = kVec * (e % kVecsPerRow);
       // The address ahead of the bounds test: its column part is the same for all of the thread's
-      // quads where kThreads is a multiple of kQuadsPerRow, formed once.
-      const Quad* at = reinterpret_cast<const Quad*>(t.from + i * t.stride + c);
-      v[k] = i < t.rows && c < t.cols ? (kLoad == LoadCache::kStreaming ? __ldcs(at) : *at) : Quad{};
+      // vectors where kThreads is a multiple of kVecsPerRow, formed once.
+      const Vec* at = reinterpret_cast<const Vec*>(t.from + i * t.stride + c);
+      v[k] = i < t.rows && c < t.cols ? (kLoad == LoadCache::kStreaming ? __ldcs(at) : *at) : Vec{};
     }
   }
   // Rows row0 … of a [kSlabRows][kWidth] tile; each float32 row i of the source multiplied by
@@ -84,33 +86,34 @@ struct SwizzleRegs {
   __device__ __forceinline__ void store(uint8_t* tile, int row0, Scale&& scale = Scale{}) {
     const int tid = static_cast<int>(threadIdx.x);
 #pragma unroll
-    for (int k = 0; k < kQuads; ++k) {
+    for (int k = 0; k < kVecs; ++k) {
       const int e = tid + kThreads * k;
-      const int i = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
-      if (!quads) {  // element loads, zeros past rows and cols (int offsets: launchers check kQ·conv_dim < 2^31)
-        const E* at = src.from + i * static_cast<int>(src.stride) + c;
-        const bool row = i < src.rows;
-        if constexpr (std::is_same_v<E, float>) {
+      const int i = e / kVecsPerRow, c = kVec * (e % kVecsPerRow);
+      uint8_t* const to = tile + wgmma::sw128_offset<kSlabRows>(row0 + i, c / 8) + (c % 8) * 2;
+      if constexpr (std::is_same_v<E, float>) {
+        if (!whole) {  // element loads, zeros past rows and cols (int offsets: launchers check kQ·conv_dim < 2^31)
+          const float* at = src.from + i * static_cast<int>(src.stride) + c;
+          const bool row = i < src.rows;
           v[k].x = row && c < src.cols ? at[0] : 0.0f;
           v[k].y = row && c + 1 < src.cols ? at[1] : 0.0f;
           v[k].z = row && c + 2 < src.cols ? at[2] : 0.0f;
           v[k].w = row && c + 3 < src.cols ? at[3] : 0.0f;
-        } else {
-          uint32_t h[4];
-#pragma unroll
-          for (int q = 0; q < 4; ++q) h[q] = row && c + q < src.cols ? at[q] : 0u;
-          v[k] = make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
         }
-      }
-      uint2 packed;
-      if constexpr (std::is_same_v<E, float>) {
         const float w = scale(row0 + i);
-        packed = make_uint2(mma::Mma<T>::pack(v[k].x * w, v[k].y * w), mma::Mma<T>::pack(v[k].z * w, v[k].w * w));
+        *reinterpret_cast<uint2*>(to) =
+            make_uint2(mma::Mma<T>::pack(v[k].x * w, v[k].y * w), mma::Mma<T>::pack(v[k].z * w, v[k].w * w));
       } else {
         static_assert(std::is_same_v<std::decay_t<Scale>, Unscaled>, "16-bit sources are stored as they are");
-        packed = v[k];
+        if (!whole) {
+          const uint16_t* at = src.from + i * static_cast<int>(src.stride) + c;
+          const bool row = i < src.rows;
+          uint32_t h[kVec];
+#pragma unroll
+          for (int q = 0; q < kVec; ++q) h[q] = row && c + q < src.cols ? at[q] : 0u;
+          v[k] = make_uint4(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
+        }
+        *reinterpret_cast<uint4*>(to) = v[k];
       }
-      *reinterpret_cast<uint2*>(tile + wgmma::sw128_offset<kSlabRows>(row0 + i, c / 8) + (c % 8) * 2) = packed;
     }
   }
   // The whole tile, unscaled.
