@@ -53,6 +53,7 @@ namespace {
 constexpr int kQ = kMamba2ChunkTokens;  // tokens per chunk
 constexpr int kTile = 64;               // t rows per block (one wgmma M extent)
 constexpr int kTBlocks = kQ / kTile;    // t tiles of a chunk
+constexpr float kLog2e = 1.4426950408889634f;
 
 // The launch configuration and the shared layout (bytes; every tile starts at a 1024-byte boundary:
 // the swizzle atoms).
@@ -222,10 +223,16 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma
             *reinterpret_cast<float4*>(lam + q) = *reinterpret_cast<const float4*>(lambda + s0 + q);
             *reinterpret_cast<float4*>(del + q) = *reinterpret_cast<const float4*>(delta + s0 + q);
           }
+          // exp(Λ_t − Λ_s) as exp2 of the difference scaled by log2(e), as Triton lowers tl.exp in
+          // vLLM's chunk scan: MUFU.EX2 and a few instructions instead of expf's accurate path (the
+          // two agree within a few float32 ulps, far below the 16-bit rounding that follows).
           const float lambda_t = lambda[t];
           float m[8];
 #pragma unroll
-          for (int q = 0; q < 8; ++q) m[q] = s0 + q <= t ? cb[q] * expf(lambda_t - lam[q]) * del[q] : 0.0f;
+          for (int q = 0; q < 8; ++q) {  // every column's product, then the select: no branch per column
+            const float value = cb[q] * exp2f((lambda_t - lam[q]) * kLog2e) * del[q];
+            m[q] = s0 + q <= t ? value : 0.0f;
+          }
           packed = make_uint4(mma::Mma<T>::pack(m[0], m[1]), mma::Mma<T>::pack(m[2], m[3]),
                               mma::Mma<T>::pack(m[4], m[5]), mma::Mma<T>::pack(m[6], m[7]));
         }
