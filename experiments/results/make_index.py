@@ -37,10 +37,10 @@ COMMANDS = {
     "linear-bench": "build/optimized/hybridtb_bench_linear --out F (gpu-check.sh stage bench: OUT/bench-linear.json)",
     "linear-prefill": "build/optimized/hybridtb_bench_linear --filter prefill --out F",
     "gdn-prefill": "build/optimized/hybridtb_bench_linear --filter 'gdn prefill' --out F",
-    "gdn-kernels": "build/optimized/hybridtb_bench_linear --out bench-linear.json; python3 experiments/peers/"
-                   "vllm_linear_peer.py --vllm DIR [--fla DIR | --no-fla] --ours bench-linear.json --cases gdn "
-                   "--kernels 3; ncu "
-                   "--clock-control none --section SpeedOfLight on one launch of each GDN prefill kernel (the log)",
+    "linear-kernels": "build/optimized/hybridtb_bench_linear --out bench-linear.json; python3 experiments/peers/"
+                      "vllm_linear_peer.py --vllm DIR --no-fla --ours bench-linear.json --kernels 3 --json F2; ncu "
+                      "--clock-control none --section SpeedOfLight on one launch of each GDN / Mamba-2 prefill kernel "
+                      "(the log: both prefills kernel by kernel, ours beside vLLM's)",
     "per-layer": "build/optimized/hybridtb_bench_per_layer --out F",
     "peer-attention-ratio": "python3 experiments/peers/peer_ratio.py bench.json peer.json [peer-vllm.json] --out F "
                             "(gpu-check.sh stage peer: OUT/peer-ratio.json)",
