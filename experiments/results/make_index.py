@@ -38,7 +38,7 @@ COMMANDS = {
     "linear-prefill": "build/optimized/hybridtb_bench_linear --filter prefill --out F",
     "gdn-prefill": "build/optimized/hybridtb_bench_linear --filter 'gdn prefill' --out F",
     "linear-kernels": "build/optimized/hybridtb_bench_linear --out bench-linear.json; python3 experiments/peers/"
-                      "vllm_linear_peer.py --vllm DIR --no-fla --ours bench-linear.json --kernels 3 --json F2; ncu "
+                      "vllm_linear_peer.py --vllm DIR --no-fla --ours bench-linear.json --kernels 3 --json peer-linear.json; ncu "
                       "--clock-control none --section SpeedOfLight on one launch of each GDN / Mamba-2 prefill kernel "
                       "(the log: both prefills kernel by kernel, ours beside vLLM's)",
     "per-layer": "build/optimized/hybridtb_bench_per_layer --out F",
