@@ -611,8 +611,9 @@ int run(int argc, char** argv) {
     // The chunk kernels' bodies the backend picks on this device (mamba2.cpp), unless forced.
     const bool hopper = ComputeCapability{prop.major, prop.minor}.is_hopper();
     p.chunk_wgmma = !body.force_mma_sync && mamba2_wgmma_built() && hopper ? 1 : 0;
-    if (!float32 && p.chunk_wgmma != 0) {  // 16-bit entering states, as mamba2.cpp plans them
+    if (!float32 && p.chunk_wgmma != 0) {  // 16-bit entering states, B and C, as mamba2.cpp plans them
       p.chunk_states16 = b.alloc(static_cast<size_t>(p.num_chunks) * s.Hs * s.P * s.N * sizeof(uint16_t));
+      p.bc16 = b.alloc(static_cast<size_t>(p.num_tokens) * 2 * s.G * s.N * sizeof(uint16_t));
     }
     const size_t pool_bytes = 2 * static_cast<size_t>(p.ssm_state.slot_size) * sizeof(float);
     const std::vector<Restore> restores{{p.ssm_state.data, b.saved(p.ssm_state.data, pool_bytes), pool_bytes}};

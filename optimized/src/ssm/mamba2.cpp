@@ -102,8 +102,9 @@ bool plan_prefill(const GpuStep& step, const GpuWave& wave, const Mamba2Sizes& s
   p.chunk_decay = step.scratch_of<float>(p.num_chunks * s.heads);
   p.chunk_cumsum = step.scratch_of<float>(p.num_chunks * s.heads * 3 * kMamba2ChunkTokens);
   p.chunk_cb = step.scratch_of<float>(p.num_chunks * s.groups * kMamba2ChunkTokens * kMamba2ChunkTokens);
-  if (p.product_operands != ElementKind::kFloat32 && p.chunk_wgmma != 0) {  // 16-bit entering states
+  if (p.product_operands != ElementKind::kFloat32 && p.chunk_wgmma != 0) {  // 16-bit entering states, B and C
     p.chunk_states16 = step.scratch_of<uint16_t>(p.num_chunks * s.heads * s.head_dim * s.state);
+    p.bc16 = step.scratch_of<uint16_t>(p.num_tokens * 2 * s.groups * s.state);
   }
   return true;
 }

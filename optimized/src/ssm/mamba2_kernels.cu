@@ -287,6 +287,35 @@ __device__ __forceinline__ void copy_tile_async(float* dst, int ds, const float*
   }
 }
 
+// Shared float32 rows [0, rows) × columns [0, min(cols, kWidth)) of a staged tile (row stride ds)
+// rounded once to T (RNE, mma::Mma<T>::pack: the values the 16-bit staging of these floats stores)
+// into global 16-bit rows `to` (gs elements apart), by the block's threads: 16-byte stores of 8
+// elements where every row allows it (gs and cols multiples of 8, `to` 16-byte aligned), else one
+// element at a time. Nothing past rows or cols is written.
+template <typename T, int kWidth, int kRows>
+__device__ __forceinline__ void store_rounded_rows(uint16_t* to, int64_t gs, const float* tile, int ds, int rows,
+                                                   int cols) {
+  using Pack = mma::Mma<T>;
+  const int tid = static_cast<int>(threadIdx.x);
+  if (gs % 8 == 0 && cols % 8 == 0 && aligned16(to)) {
+    constexpr int kOcts = kWidth / 8;
+    static_assert(kWidth % 8 == 0, "whole 8-element groups");
+    for (int e = tid; e < kRows * kOcts; e += kChunkThreads) {
+      const int i = e / kOcts, c = 8 * (e % kOcts);
+      if (i >= rows || c >= cols) continue;
+      const float4 lo = *reinterpret_cast<const float4*>(tile + i * ds + c);
+      const float4 hi = *reinterpret_cast<const float4*>(tile + i * ds + c + 4);
+      *reinterpret_cast<uint4*>(to + i * gs + c) =
+          make_uint4(Pack::pack(lo.x, lo.y), Pack::pack(lo.z, lo.w), Pack::pack(hi.x, hi.y), Pack::pack(hi.z, hi.w));
+    }
+  } else {
+    for (int e = tid; e < kRows * kWidth; e += kChunkThreads) {
+      const int i = e / kWidth, c = e % kWidth;
+      if (i < rows && c < cols) to[i * gs + c] = static_cast<uint16_t>(Pack::pack(tile[i * ds + c], 0.0f) & 0xffffu);
+    }
+  }
+}
+
 // A row stride of an odd number of 16-byte units puts 8 consecutive rows in 8 distinct 16-byte bank
 // groups (an odd multiple of 1 … 7 is no multiple of 8): ldmatrix conflict-free.
 // (Row strides in 16-bit elements.)
@@ -432,7 +461,9 @@ __global__ void __launch_bounds__(32 * kCumsumWarps) chunk_cumsum_kernel(Mamba2P
 // block the 8-column tiles wholly above the diagonal are stored as zeros, blocks above the diagonal
 // and rows past the chunk are never written (the chunk scan reads s ≤ t < length only). Warp w owns
 // rows 16·(w % 4) … and columns 32·(w / 4) … of the block; C and B staged row-major ([t][n],
-// [s][n]) by cp.async over N in steps of kNStep, two steps in flight.
+// [s][n]) by cp.async over N in steps of kNStep, two steps in flight. Where Mamba2Params::bc16 is
+// set (16-bit operands for the wgmma chunk kernels) the diagonal blocks, whose C and B rows are the
+// same 64 rows, also store those rows' B and C rounded to T there, once for every head.
 constexpr int kStepFloats = kTile * kStepStride;  // one [64][36] staging tile
 
 template <typename T>
@@ -467,6 +498,17 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_cb_kernel(Mamba2Params p)
   float cb[4][4] = {};
   for (int i = 0; i < steps; ++i) {
     advance_step(i, steps, stage);
+    if constexpr (!std::is_same_v<T, float>) {
+      if (p.bc16 != nullptr && sb == tb) {  // block-uniform
+        const int nb = i * kNStep;
+        const int64_t row16 = 2 * int64_t{p.groups} * N;
+        uint16_t* const rows16 = static_cast<uint16_t*>(p.bc16) + int64_t{chunk.begin + t0} * row16 + nb;
+        store_rounded_rows<T, kNStep, kTile>(rows16 + int64_t{p.groups + g} * N, row16, stages[i % 2][0], kStepStride,
+                                             length - t0, N - nb);
+        store_rounded_rows<T, kNStep, kTile>(rows16 + int64_t{g} * N, row16, stages[i % 2][1], kStepStride,
+                                             length - t0, N - nb);
+      }
+    }
     const int ksteps = (min(kNStep, N - i * kNStep) + 7) / 8;
     if (cb_tiles > 0 && t0 + wm < length) {
       warp_mma<T, 4, kStepStride, 1, kStepStride, 1>(cb, stages[i % 2][0] + wm * kStepStride,
@@ -1144,6 +1186,9 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
     }
     if (p.chunk_wgmma != 0 && !mamba2_wgmma_built()) {
       throw Error("mamba2 prefill: chunk_wgmma set, but this build has no sm_90a code (mamba2_wgmma_built)");
+    }
+    if (p.chunk_wgmma != 0 && p.bc16 == nullptr) {
+      throw Error("mamba2 prefill: chunk_wgmma set with 16-bit operands, but bc16 (the rounded B and C rows) is null");
     }
   }
   const unsigned chunks = static_cast<unsigned>(p.num_chunks);

@@ -81,6 +81,12 @@ struct Mamba2Params {
   // float32, and the wgmma chunk scan reads it from here: the same operand values with half the
   // bytes written and read back. nullptr: the entering states stay float32 in chunk_states.
   void* chunk_states16 = nullptr;
+  // [num_tokens, 2·G·N] of the 16-bit product dtype, or nullptr: the conv rows' B and C (xbc's
+  // columns d_ssm …) rounded (RNE) once by the C·Bᵀ kernel, for the wgmma chunk states and chunk
+  // scan, which read them instead of rounding xbc's float32 B and C in every head's block (the same
+  // operand values, a quarter of the bytes). Required where chunk_wgmma is set with 16-bit
+  // operands; rows of prefill chunks only are written.
+  void* bc16 = nullptr;
   // The operands of the chunk kernels' products (C·Bᵀ, chunk states, chunk scan): kFloat32 = float32
   // operands in 3xTF32 (float32-accurate); kFloat16 / kBFloat16 = operands rounded to that dtype (the
   // model's: x, B, C, and the float32 decayed C·Bᵀ weights, weighted x and entering states rounded

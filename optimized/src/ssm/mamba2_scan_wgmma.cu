@@ -13,8 +13,9 @@
 // columns, wgmma.cuh).
 //   1. off[t, p] = Σ_n C_t[n]·H[p, n] over N in slabs of kSlabN = 64 (one 128-byte swizzle row of 16-bit
 //      elements): per slab the C tile [64 t][64 n] and the H tile [128 p][64 n] (K-major, 128-byte
-//      swizzle), rounded to T as they are staged through registers (H read as T where the state
-//      passing rounded it already: Mamba2Params::chunk_states16; the next slab's global loads in
+//      swizzle), staged through registers (C read as T, rounded once for every head by the C·Bᵀ
+//      kernel: Mamba2Params::bc16; H read as T where the state passing rounded it already:
+//      Mamba2Params::chunk_states16, else rounded as staged; the next slab's global loads in
 //      flight over this slab's MMAs), a ring of two stages, one block barrier per slab; per
 //      warpgroup and slab 4 wgmma m64n64k16 (A = C, B = its 64 rows of H, both from shared memory).
 //   2. M[t, s] = cb[t, s]·exp(Λ_t − Λ_s)·Δ_s (s ≤ t < length, else 0), rounded to T → shared [t][s]
@@ -138,16 +139,19 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma
   const TH* H = static_cast<const TH*>(kStates32 ? static_cast<const void*>(p.chunk_states) : p.chunk_states16) +
                 item * P * N;  // the state entering the chunk
   const float* rows = p.xbc + int64_t{chunk.begin} * conv_dim;  // the chunk's conv rows
-  const float* C = rows + int64_t{t0} * conv_dim + d_ssm + (int64_t{p.groups} + g) * N;
+  // C rounded once by the C·Bᵀ kernel (Mamba2Params::bc16: rows of B then C, 2·G·N apart).
+  const int64_t bc_row = 2 * int64_t{p.groups} * N;
+  const uint16_t* C =
+      static_cast<const uint16_t*>(p.bc16) + (chunk.begin + int64_t{t0}) * bc_row + (int64_t{p.groups} + g) * N;
   const int s_end = t0 + kTile;  // s < s_end: the columns of M step 3 reads
 
   // The tile's C·Bᵀ values (rows t < length, quads of s ≤ t) by cp.async, in flight over step 1.
     copy_cb_rows_async<kTile, L::kThreads>(f32, L::kCbStride, p, c, g, t0, length, tid);
 
   // 1. off = C·Hᵀ over N, slab by slab.
-  SwizzleRegs<T, float, L::kSlabN, kTile, L::kThreads> c_regs;
+  SwizzleRegs<T, uint16_t, L::kSlabN, kTile, L::kThreads> c_regs;
   SwizzleRegs<T, TH, L::kSlabN, L::kPTile, L::kThreads> h_regs;
-  const auto c_src = [&](int i) { return SrcTile<float>{C + i * L::kSlabN, conv_dim, length - t0, N - i * L::kSlabN}; };
+  const auto c_src = [&](int i) { return SrcTile<uint16_t>{C + i * L::kSlabN, bc_row, length - t0, N - i * L::kSlabN}; };
   const auto h_src = [&](int i) {
     return SrcTile<TH>{H + int64_t{p0} * N + i * L::kSlabN, N, P - p0, N - i * L::kSlabN};
   };

@@ -15,7 +15,8 @@
 //      flight at once, 64 registers per thread), into shared memory (MN-major: two 64-column slabs
 //      of the 128-byte swizzle layout), once for the block.
 //   2. Over N in tiles of kNTile = 64 (one 128-byte swizzle row of 16-bit elements): B [s][n]
-//      rounded to T as it is staged through registers (MN-major, a ring of two stages; the next
+//      as T (rounded once for every head by the C·Bᵀ kernel: Mamba2Params::bc16), staged through
+//      registers (MN-major, a ring of two stages; the next
 //      tile's global loads in flight over this tile's MMAs), one block barrier per tile; per
 //      warpgroup and tile kQ / 16 wgmma m64n64k16 with both operands MN-major from shared memory
 //      (A = its 64-row slab of the weighted x, by the transposed descriptor), then its 64 × 64
@@ -102,7 +103,9 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_state_wgmm
   const int lane = tid % 32;
   const int64_t item = int64_t{c} * p.heads + h;
   const float* rows = p.xbc + int64_t{chunk.begin} * conv_dim;  // the chunk's conv rows
-  const float* B = rows + d_ssm + int64_t{g} * N;
+  // B rounded once by the C·Bᵀ kernel (Mamba2Params::bc16: rows of B then C, 2·G·N apart).
+  const int64_t bc_row = 2 * int64_t{p.groups} * N;
+  const uint16_t* B = static_cast<const uint16_t*>(p.bc16) + int64_t{chunk.begin} * bc_row + int64_t{g} * N;
 
   // 1. The weighted x tile, once: every part's loads issued, then the weights, then the stores.
   {
@@ -123,8 +126,8 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_state_wgmm
   }
 
   // 2. Over N, tile by tile.
-  SwizzleRegs<T, float, L::kNTile, kQ, L::kThreads> b_regs;
-  const auto b_src = [&](int i) { return SrcTile<float>{B + i * L::kNTile, conv_dim, length, N - i * L::kNTile}; };
+  SwizzleRegs<T, uint16_t, L::kNTile, kQ, L::kThreads> b_regs;
+  const auto b_src = [&](int i) { return SrcTile<uint16_t>{B + i * L::kNTile, bc_row, length, N - i * L::kNTile}; };
   const auto b_stage = [&](int i) { return smem + L::kBOffset + (i % L::kStages) * L::kBBytes; };
   const int n_tiles = (N + L::kNTile - 1) / L::kNTile;
   b_regs.load(b_src(0));
