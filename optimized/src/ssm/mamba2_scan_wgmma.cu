@@ -13,11 +13,13 @@
 // columns, wgmma.cuh).
 //   1. off[t, p] = Σ_n C_t[n]·H[p, n] over N in slabs of kSlabN = 64 (one 128-byte swizzle row of 16-bit
 //      elements): per slab the C tile [64 t][64 n] and the H tile [128 p][64 n] (K-major, 128-byte
-//      swizzle), staged through registers (C read as T, rounded once for every head by the C·Bᵀ
-//      kernel: Mamba2Params::bc16; H read as T where the state passing rounded it already:
-//      Mamba2Params::chunk_states16, else rounded as staged; the next slab's global loads in
-//      flight over this slab's MMAs), a ring of two stages, one block barrier per slab; per
-//      warpgroup and slab 4 wgmma m64n64k16 (A = C, B = its 64 rows of H, both from shared memory).
+//      swizzle) in a ring of three stages, one block barrier per slab; C read as T (rounded once
+//      for every head by the C·Bᵀ kernel: Mamba2Params::bc16), H as T where the state passing
+//      rounded it already (Mamba2Params::chunk_states16). Where both are whole 16-byte vectors (N a
+//      multiple of 8) they are copied by cp.async straight into the stages, two slabs ahead;
+//      otherwise (float32 entering states, odd N) staged through registers, rounded as stored, the
+//      next slab's loads in flight over this slab's MMAs. Per warpgroup and slab 4 wgmma m64n64k16
+//      (A = C, B = its 64 rows of H, both from shared memory).
 //   2. M[t, s] = cb[t, s]·exp(Λ_t − Λ_s)·Δ_s (s ≤ t < length, else 0), rounded to T → shared [t][s]
 //      (K-major), once for the block; the x tile [s][p] of s < t0 + 64 rounded → shared (MN-major,
 //      two 64-column slabs), both over the consumed ring; the tile's float32 C·Bᵀ rows were copied
@@ -60,10 +62,10 @@ constexpr float kLog2e = 1.4426950408889634f;
 // the swizzle atoms).
 struct ScanWgmmaLayout {
   static constexpr int kThreads = 256;     // two warpgroups
-  static constexpr int kBlocksPerSm = 2;   // 84 KB of shared memory, ≤ 128 registers per thread
+  static constexpr int kBlocksPerSm = 2;   // 108 KB of shared memory, ≤ 128 registers per thread
   static constexpr int kPTile = 128;       // P columns per block (64 per warpgroup)
   static constexpr int kSlabN = 64;        // N per step of step 1: one 128-byte swizzle row
-  static constexpr int kStages = 2;        // the C, H ring
+  static constexpr int kStages = 3;        // the C, H ring
   static constexpr int kCBytes = kTile * 128;    // C [t][n] of one slab
   static constexpr int kHBytes = kPTile * 128;   // H [p][n] of one slab
   static constexpr int kStageBytes = kCBytes + kHBytes;
@@ -165,19 +167,14 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma
     h_regs.store(stage + L::kCBytes);
   };
   const int slabs = (N + L::kSlabN - 1) / L::kSlabN;
-  load(0);
-  if (tid < kQ) {
-    delta[tid] = p.chunk_cumsum[item * 3 * kQ + tid];
-    lambda[tid] = p.chunk_cumsum[item * 3 * kQ + kQ + tid];
-  }
-  store(0);
   float off[8][4];
 #pragma unroll
   for (int n = 0; n < 8; ++n) off[n][0] = off[n][1] = off[n][2] = off[n][3] = 0.0f;
-  for (int i = 0; i < slabs; ++i) {
-    if (i + 1 < slabs) load(i + 1);  // in flight during slab i's MMAs
+  // Slab i's MMAs (its stage staged and fenced by every thread before the barrier; after it, every
+  // warpgroup's MMAs of slab i − 1 are done, so its stage may be refilled), committed, not waited.
+  const auto slab_mmas = [&](int i) {
     wgmma::fence_proxy_async();
-    __syncthreads();  // slab i staged; every warpgroup's MMAs of slab i − 1 (the other stage) done
+    __syncthreads();
     const uint32_t a = smem_addr + static_cast<uint32_t>((i % L::kStages) * L::kStageBytes);
     const uint64_t a_desc = wgmma::sw128_desc(a, 16, 1024);
     const uint64_t b_desc = wgmma::sw128_desc(a + static_cast<uint32_t>(L::kCBytes + wg * 64 * 128), 16, 1024);
@@ -188,9 +185,53 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_scan_wgmma
       Mmas::ss(off, wgmma::sw128_desc_advance(a_desc, 32u * kk), wgmma::sw128_desc_advance(b_desc, 32u * kk), true);
     }
     wgmma::commit();
-    if (i + 1 < slabs) store(i + 1);
-    wgmma::wait<0>();
-    wgmma::pin(off);
+  };
+  const auto load_cumsum = [&] {
+    if (tid < kQ) {
+      delta[tid] = p.chunk_cumsum[item * 3 * kQ + tid];
+      lambda[tid] = p.chunk_cumsum[item * 3 * kQ + kQ + tid];
+    }
+  };
+  // 16-bit entering states and C of whole, aligned 16-byte vectors (N a multiple of 8): both
+  // copied by cp.async straight into the swizzled stages, two slabs ahead (no registers, no stores
+  // of their own); otherwise staged through registers, one slab ahead.
+  bool copied = false;
+  if constexpr (!kStates32) copied = c_src(0).whole_vectors() && h_src(0).whole_vectors();  // block-uniform
+  if (copied) {
+    const auto copy = [&](int i) {
+      const uint32_t stage = smem_addr + static_cast<uint32_t>((i % L::kStages) * L::kStageBytes);
+      copy_swizzled_async<L::kSlabN, kTile, L::kThreads>(stage, c_src(i));
+      if constexpr (!kStates32) {
+        copy_swizzled_async<L::kSlabN, L::kPTile, L::kThreads>(stage + static_cast<uint32_t>(L::kCBytes), h_src(i));
+      }
+      mma::cp_async_commit();
+    };
+    static_assert(L::kStages >= 3, "two slabs in flight beside the one the MMAs read");
+    copy(0);
+    if (slabs > 1) copy(1);
+    load_cumsum();
+    for (int i = 0; i < slabs; ++i) {
+      if (i + 1 < slabs) {
+        mma::cp_async_wait<1>();  // slab i landed (slab i + 1 may be in flight)
+      } else {
+        mma::cp_async_wait<0>();
+      }
+      slab_mmas(i);
+      if (i + 2 < slabs) copy(i + 2);  // into slab i − 1's stage, free after slab_mmas' barrier
+      wgmma::wait<0>();
+      wgmma::pin(off);
+    }
+  } else {
+    load(0);
+    load_cumsum();
+    store(0);
+    for (int i = 0; i < slabs; ++i) {
+      if (i + 1 < slabs) load(i + 1);  // in flight during slab i's MMAs
+      slab_mmas(i);
+      if (i + 1 < slabs) store(i + 1);
+      wgmma::wait<0>();
+      wgmma::pin(off);
+    }
   }
 
   // 2. M and the x tile over the ring (every warpgroup's step-1 MMAs are done after the barrier).

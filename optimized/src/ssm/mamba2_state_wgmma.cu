@@ -15,9 +15,11 @@
 //      flight at once, 64 registers per thread), into shared memory (MN-major: two 64-column slabs
 //      of the 128-byte swizzle layout), once for the block.
 //   2. Over N in tiles of kNTile = 64 (one 128-byte swizzle row of 16-bit elements): B [s][n]
-//      as T (rounded once for every head by the C·Bᵀ kernel: Mamba2Params::bc16), staged through
-//      registers (MN-major, a ring of two stages; the next
-//      tile's global loads in flight over this tile's MMAs), one block barrier per tile; per
+//      as T (rounded once for every head by the C·Bᵀ kernel: Mamba2Params::bc16), MN-major, a
+//      stage per tile: where its rows are whole 16-byte vectors (N a multiple of 8) every tile is
+//      copied by cp.async at the block's start, in flight over step 1, and one barrier serves all
+//      tiles; otherwise staged through registers, the next tile's loads in flight over this tile's
+//      MMAs, one block barrier per tile. Per
 //      warpgroup and tile kQ / 16 wgmma m64n64k16 with both operands MN-major from shared memory
 //      (A = its 64-row slab of the weighted x, by the transposed descriptor), then its 64 × 64
 //      float32 states stored straight from the accumulators (8-byte pairs: whole 32-byte sectors).
@@ -53,10 +55,10 @@ constexpr int kQ = kMamba2ChunkTokens;  // tokens per chunk: the product's k ext
 // the swizzle atoms).
 struct StateWgmmaLayout {
   static constexpr int kThreads = 256;    // two warpgroups
-  static constexpr int kBlocksPerSm = 2;  // 65 KB of shared memory, ≤ 128 registers (at 3, 80: spills)
+  static constexpr int kBlocksPerSm = 2;  // 97 KB of shared memory, ≤ 128 registers (at 3, 80: spills)
   static constexpr int kPTile = 128;      // P rows per block (64 per warpgroup)
   static constexpr int kNTile = 64;       // N columns per step: one 128-byte swizzle row
-  static constexpr int kStages = 2;       // the B ring
+  static constexpr int kStages = kMamba2MaxState / 64;  // B's stages: the whole of N (≤ 256), 64 columns each
   static constexpr int kXPartRows = 64;   // tokens of the weighted x per SwizzleRegs (all in flight at once)
   static constexpr int kXSlabBytes = kQ * 128;      // 64 columns p of the weighted x [s][p]: A's leading offset
   static constexpr int kXBytes = kQ * kPTile * 2;   // the weighted x tile
@@ -107,6 +109,22 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_state_wgmm
   const int64_t bc_row = 2 * int64_t{p.groups} * N;
   const uint16_t* B = static_cast<const uint16_t*>(p.bc16) + int64_t{chunk.begin} * bc_row + int64_t{g} * N;
 
+  // B [s][n] of 16-bit whole, aligned vectors (N a multiple of 8): every tile of N copied by
+  // cp.async into its own stage first, in flight over step 1; otherwise staged through registers
+  // tile by tile in step 2 (odd N).
+  SwizzleRegs<T, uint16_t, L::kNTile, kQ, L::kThreads> b_regs;
+  const auto b_src = [&](int i) { return SrcTile<uint16_t>{B + i * L::kNTile, bc_row, length, N - i * L::kNTile}; };
+  const auto b_stage = [&](int i) { return smem + L::kBOffset + (i % L::kStages) * L::kBBytes; };
+  const int n_tiles = (N + L::kNTile - 1) / L::kNTile;
+  static_assert(L::kStages * L::kNTile >= kMamba2MaxState, "a stage for every tile of N");
+  const bool copied = b_src(0).whole_vectors();  // block-uniform
+  if (copied) {
+    for (int i = 0; i < n_tiles; ++i) {
+      copy_swizzled_async<L::kNTile, kQ, L::kThreads>(mma::shared_address(b_stage(i)), b_src(i));
+    }
+    mma::cp_async_commit();
+  }
+
   // 1. The weighted x tile, once: every part's loads issued, then the weights, then the stores.
   {
     constexpr int kXParts = kQ / L::kXPartRows;
@@ -126,19 +144,21 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_state_wgmm
   }
 
   // 2. Over N, tile by tile.
-  SwizzleRegs<T, uint16_t, L::kNTile, kQ, L::kThreads> b_regs;
-  const auto b_src = [&](int i) { return SrcTile<uint16_t>{B + i * L::kNTile, bc_row, length, N - i * L::kNTile}; };
-  const auto b_stage = [&](int i) { return smem + L::kBOffset + (i % L::kStages) * L::kBBytes; };
-  const int n_tiles = (N + L::kNTile - 1) / L::kNTile;
-  b_regs.load(b_src(0));
-  b_regs.store(b_stage(0));
+  if (copied) {
+    mma::cp_async_wait<0>();
+  } else {
+    b_regs.load(b_src(0));
+    b_regs.store(b_stage(0));
+  }
   float* const out = p.chunk_states + item * P * N;
   const bool pairs = N % 2 == 0 && (reinterpret_cast<uintptr_t>(p.chunk_states) & 7) == 0;
   const uint64_t x_desc = wgmma::sw128_desc(smem_addr + static_cast<uint32_t>(wg * L::kXSlabBytes), L::kXSlabBytes, 1024);
   for (int i = 0; i < n_tiles; ++i) {
-    if (i + 1 < n_tiles) b_regs.load(b_src(i + 1));  // in flight during tile i's MMAs
-    wgmma::fence_proxy_async();
-    __syncthreads();  // tile i (and x) staged; every warpgroup's MMAs of tile i − 1 (the other stage) done
+    if (!copied && i + 1 < n_tiles) b_regs.load(b_src(i + 1));  // in flight during tile i's MMAs
+    if (!copied || i == 0) {  // copied: every tile has its own stage, landed before the loop
+      wgmma::fence_proxy_async();
+      __syncthreads();  // tile i (and x) staged; every warpgroup's MMAs of tile i − 1 done
+    }
     float acc[8][4];
 #pragma unroll
     for (int n = 0; n < 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
@@ -153,7 +173,7 @@ __global__ void __launch_bounds__(L::kThreads, L::kBlocksPerSm) chunk_state_wgmm
       Mmas::mn_mn(acc, wgmma::sw128_desc_advance(x_desc, k_rows), wgmma::sw128_desc_advance(b_desc, k_rows), true);
     }
     wgmma::commit();
-    if (i + 1 < n_tiles) b_regs.store(b_stage(i + 1));
+    if (!copied && i + 1 < n_tiles) b_regs.store(b_stage(i + 1));
     wgmma::wait<0>();
     wgmma::pin(acc);
     // The warp's rows p0 + 64·wg + wm + (lane / 4, + 8), columns n0 + 8·j + 2·(lane % 4) ….

@@ -120,4 +120,21 @@ struct SwizzleRegs {
   __device__ __forceinline__ void store(uint8_t* tile) { store<kRows>(tile, 0); }
 };
 
+// A SrcTile<uint16_t> of whole, aligned vectors (its whole_vectors()) as a [kRows][kWidth] tile of
+// the 128-byte swizzle layout at shared address `tile`, by cp.async of a block of kThreads threads:
+// one 16-byte copy per 8 elements, zeros past rows and cols. The caller commits and waits.
+template <int kWidth, int kRows, int kThreads>
+__device__ __forceinline__ void copy_swizzled_async(uint32_t tile, const SrcTile<uint16_t>& t) {
+  constexpr int kVecsPerRow = kWidth / 8;
+  static_assert(kWidth % 64 == 0 && kRows * kVecsPerRow % kThreads == 0, "whole slabs, whole vectors per thread");
+  const int tid = static_cast<int>(threadIdx.x);
+#pragma unroll
+  for (int k = 0; k < kRows * kVecsPerRow / kThreads; ++k) {
+    const int e = tid + kThreads * k;
+    const int i = e / kVecsPerRow, c = 8 * (e % kVecsPerRow);
+    const bool ok = i < t.rows && c < t.cols;
+    mma::cp_async_16(tile + wgmma::sw128_offset<kRows>(i, c / 8), ok ? t.from + i * t.stride + c : t.from, ok);
+  }
+}
+
 }  // namespace hybridtb::cuda::ssm
