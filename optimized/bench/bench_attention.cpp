@@ -415,7 +415,8 @@ int main(int argc, char** argv) {
     if (!over_separate.empty()) report["mixed_over_separate"] = over_separate;
     std::printf("ceilings: read %.0f GB/s, copy %.0f GB/s (read+write), bf16 GEMM %.0f TFLOP/s\n", read / 1e9,
                 copy / 1e9, gemm);
-    std::printf("note: prefill rows run on the mma.sync tensor-core kernel ('generic' rows: the SIMT kernel)\n");
+    std::printf("note: each row's plan names its prefill kernel; 'mma.sync' rows pin the mma.sync one, 'generic' rows "
+                "the SIMT kernel\n");
     if (!out_path.empty()) {
       std::ofstream(out_path) << report.dump(2) << "\n";
     }

@@ -409,6 +409,7 @@ TEST(AttentionPlan, WgmmaPrefillVariantRoutesOrRefuses) {
   // with a soft cap, nor with a 16-bit cache.
   EXPECT_EQ(plan.summary.prefill_operands, "float16 (Q rows rescaled by powers of two)");
   EXPECT_NE(plan.summary.describe().find("wgmma products on float16"), std::string::npos) << plan.summary.describe();
+  EXPECT_NE(plan.summary.describe().find(" CTAs (wgmma); "), std::string::npos) << plan.summary.describe();
   AttentionConfig fp8_half = fp8;
   fp8_half.dtype = DType::kFloat16;
   EXPECT_EQ(plan_for(fp8_half, b, wgmma).summary.prefill_operands, "float16");
@@ -604,7 +605,12 @@ TEST(AttentionPlan, EngineMetadataIsCheckedAndReported) {
 TEST(AttentionPlan, PrintedPlanNamesEveryRequestAndKernel) {
   const AttentionConfig c = llama();
   const BatchDescription b = batch_of({{32767, 1}, {0, 64}, {0, 0}}, c.block_size, 2);
-  const std::string text = describe_plan(plan_for(c, b), c);
+  const AttentionPlan plan = plan_for(c, b);
+  const std::string text = describe_plan(plan, c);
+  // The one-line summary names the prefill kernel too.
+  EXPECT_NE(plan.summary.describe().find("tensor-core prefill path: 64 rows in 16 CTAs (mma.sync, two m-tiles); "),
+            std::string::npos)
+      << plan.summary.describe();
   for (const char* line : {
            "attention plan: 3 requests, 65 query rows, 132 SMs\n",
            "layer: decoder, dtype bfloat16, kv_cache_dtype auto, heads 32/8, head size 128, block 16, window 0\n",
@@ -613,7 +619,7 @@ TEST(AttentionPlan, PrintedPlanNamesEveryRequestAndKernel) {
            "  request 2: query_len 0, padding (no work, nothing written)\n",
            "  tensor-core decode: 1 rows, 32 items of up to 1024 keys, 8 heads per CTA, grid 256 CTAs\n",
            "  combine: 1 split rows, grid 32 CTAs\n",
-           "  tensor-core prefill: 64 rows, variant 1 (128 rows per CTA), grid 16 CTAs\n",
+           "  tensor-core prefill: 64 rows, variant 1 (mma.sync, two m-tiles, 128 rows per CTA), grid 16 CTAs\n",
            "  mixed (the tensor-core prefill and decode CTAs above in one grid, interleaved): grid 272 CTAs (16 "
            "prefill, 256 decode), the combine after it\n",
            "  generic: 0 rows, grid 0 CTAs\n",

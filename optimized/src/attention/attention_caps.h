@@ -118,6 +118,20 @@ constexpr int kPrefillTwoMTiles = 1;
 constexpr int kPrefillThreeCtas = 2;
 constexpr int kPrefillWgmma = 3;
 constexpr int kPrefillVariants = 4;
+// What each variant is, for the plan's text (AttentionPlanSummary::describe).
+constexpr const char* prefill_variant_name(int variant) {
+  switch (variant) {
+    case kPrefillOneMTile:
+      return "mma.sync, one m-tile";
+    case kPrefillTwoMTiles:
+      return "mma.sync, two m-tiles";
+    case kPrefillThreeCtas:
+      return "mma.sync, three CTAs";
+    case kPrefillWgmma:
+      return "wgmma";
+  }
+  return "?";
+}
 HYBRIDTB_HOST_DEVICE constexpr PrefillConfig prefill_config(int d, int variant) {
   if (variant == kPrefillTwoMTiles) return prefill_two_mtile_config();
   if (variant == kPrefillThreeCtas) return prefill_three_ctas_config();

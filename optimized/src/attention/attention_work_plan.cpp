@@ -769,8 +769,9 @@ std::string AttentionPlanSummary::describe() const {
       << " key CTAs; tensor-core: " << decode_mma_rows << " rows in " << decode_mma_ctas << " key CTAs, SIMT: "
       << decode_rows - decode_mma_rows << " rows" << (decode_fallback.empty() ? "" : " [" + decode_fallback + "]")
       << (decode_operands.empty() ? "" : "; products on " + decode_operands)
-      << "); tensor-core prefill path: " << prefill_rows << " rows in " << prefill_items
-      << " CTAs; generic path: " << generic_rows << " rows in " << generic_items << " CTAs";
+      << "); tensor-core prefill path: " << prefill_rows << " rows in " << prefill_items << " CTAs"
+      << (prefill_rows > 0 ? detail::concat(" (", prefill_variant_name(prefill_variant), ")") : std::string())
+      << "; generic path: " << generic_rows << " rows in " << generic_items << " CTAs";
   if (!prefill_fallback.empty()) out << " (not on the tensor-core path: " << prefill_fallback << ")";
   if (!prefill_variant_fallback.empty()) out << " [" << prefill_variant_fallback << "]";
   if (prefill_kv_tma) {
@@ -837,7 +838,7 @@ void describe_kernels(std::ostream& out, const AttentionPlan& plan, const Attent
       << (s.decode_fallback.empty() ? "" : " [" + s.decode_fallback + "]") << "\n";
   out << "  combine: " << s.split_rows << " split rows, grid " << plan.combine_grid_ctas << " CTAs\n";
   out << "  tensor-core prefill: " << s.prefill_rows << " rows, variant " << plan.prefill_variant << " ("
-      << plan.prefill_rows_per_item << " rows per CTA), grid " << plan.prefill.size() << " CTAs"
+      << prefill_variant_name(plan.prefill_variant) << ", " << plan.prefill_rows_per_item << " rows per CTA), grid " << plan.prefill.size() << " CTAs"
       << (s.prefill_variant_fallback.empty() ? "" : " [" + s.prefill_variant_fallback + "]") << "\n";
   if (s.mixed()) {
     out << "  mixed (the tensor-core prefill and decode CTAs above in one grid, interleaved): grid "
