@@ -96,17 +96,22 @@ if want sanitizer; then
   t0=$(date +%s)
   : >"$OUT/sanitizer.log"
   san_rc=0
+  san_binaries=0
   for binary in "$BUILD"/tests/cuda/cuda_*_test; do
     [[ -x "$binary" ]] || continue
     "$binary" --gtest_list_tests 2>/dev/null | grep -q 'Small' || continue
+    san_binaries=$((san_binaries + 1))
     for tool in memcheck racecheck; do
       echo "=== compute-sanitizer --tool $tool $(basename "$binary") (Small* cases) ===" >>"$OUT/sanitizer.log"
       compute-sanitizer --tool "$tool" --error-exitcode 3 "$binary" --gtest_filter='*Small*' \
         >>"$OUT/sanitizer.log" 2>&1 || san_rc=1
     done
   done
+  # One line for all runs: memcheck's errors and racecheck's hazards summed over the binaries.
+  san_errors=$(grep -oE 'ERROR SUMMARY: [0-9]+ error' "$OUT/sanitizer.log" | awk '{n += $3} END {print n + 0}')
+  san_hazards=$(grep -oE 'RACECHECK SUMMARY: [0-9]+ hazard' "$OUT/sanitizer.log" | awk '{n += $3} END {print n + 0}')
   record sanitizer "$([[ $san_rc -eq 0 ]] && echo ok || echo FAIL)" \
-    "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log" | tr '\n' ';') ($(( $(date +%s) - t0 )) s)"
+    "memcheck $san_errors errors, racecheck $san_hazards hazards on the Small* cases of $san_binaries GPU test binaries ($(( $(date +%s) - t0 )) s)"
 fi
 
 # --- example batches: `hybridtb parity` (cuda against reference, the one tolerance table) -------
