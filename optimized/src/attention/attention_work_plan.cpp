@@ -838,7 +838,8 @@ void describe_kernels(std::ostream& out, const AttentionPlan& plan, const Attent
       << (s.decode_fallback.empty() ? "" : " [" + s.decode_fallback + "]") << "\n";
   out << "  combine: " << s.split_rows << " split rows, grid " << plan.combine_grid_ctas << " CTAs\n";
   out << "  tensor-core prefill: " << s.prefill_rows << " rows, variant " << plan.prefill_variant << " ("
-      << prefill_variant_name(plan.prefill_variant) << ", " << plan.prefill_rows_per_item << " rows per CTA), grid " << plan.prefill.size() << " CTAs"
+      << prefill_variant_name(plan.prefill_variant) << ", " << plan.prefill_rows_per_item << " rows per CTA), grid "
+      << plan.prefill.size() << " CTAs"
       << (s.prefill_variant_fallback.empty() ? "" : " [" + s.prefill_variant_fallback + "]") << "\n";
   if (s.mixed()) {
     out << "  mixed (the tensor-core prefill and decode CTAs above in one grid, interleaved): grid "
