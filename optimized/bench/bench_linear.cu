@@ -55,7 +55,11 @@
 //       with a bfloat16 model): bfloat16 products with float32 accumulation, as vLLM's Triton SSD
 //       kernels, on m16n8k16 — the chunk states and the chunk scan on wgmma instead on a compute
 //       capability 9.0 device where the build has their sm_90a code (Mamba2Params::chunk_wgmma, as
-//       the backend sets it; "chunk_bodies" says which ran).
+//       the backend sets it; "chunk_bodies" says which ran), there with the chunk states and the
+//       state passing as one kernel ("state_pass").
+//   mamba2 prefill {8k, 32k} bf16 operands states apart — on a 9.0 device, the same with the chunk
+//       states and the state passing as two kernels (BackendSettings::ssm_prefill_fused_state_pass
+//       false): the fused kernel's baseline.
 //   mamba2 prefill {8k, 32k} bf16 operands mma.sync — the same with the mma.sync chunk states and
 //       chunk scan everywhere (BackendSettings::ssm_prefill_wgmma false): the wgmma bodies' baseline.
 // Inputs are deterministic non-zero values (a hash fill; q and k normalised by one untimed
@@ -590,15 +594,18 @@ int run(int argc, char** argv) {
   // --- Mamba-2 chunked prefill (one fresh request of 8k or 32k tokens; fp32 pool), with the
   // products' operands in float32 (3xTF32, the default) and in bfloat16 (ssm_prefill_operands model
   // with a bfloat16 model: Mamba2Params::product_operands), the latter also with the mma.sync chunk
-  // kernels forced (BackendSettings::ssm_prefill_wgmma false) ---
+  // kernels forced (BackendSettings::ssm_prefill_wgmma false) and, on Hopper, with the chunk states
+  // and the state passing as two kernels (Mamba2Params::fuse_state_passing 0) ---
   struct Mamba2Body {
     ElementKind operands;
     bool force_mma_sync;
+    bool states_apart;
     const char* suffix;
   };
-  const Mamba2Body mamba2_bodies[] = {{ElementKind::kFloat32, false, ""},
-                                      {ElementKind::kBFloat16, false, " bf16 operands"},
-                                      {ElementKind::kBFloat16, true, " bf16 operands mma.sync"}};
+  const Mamba2Body mamba2_bodies[] = {{ElementKind::kFloat32, false, false, ""},
+                                      {ElementKind::kBFloat16, false, false, " bf16 operands"},
+                                      {ElementKind::kBFloat16, false, true, " bf16 operands states apart"},
+                                      {ElementKind::kBFloat16, true, false, " bf16 operands mma.sync"}};
   for (const int T : {8192, 32768})
   for (const Mamba2Body& body : mamba2_bodies) {
     const bool float32 = body.operands == ElementKind::kFloat32;
@@ -611,6 +618,8 @@ int run(int argc, char** argv) {
     // The chunk kernels' bodies the backend picks on this device (mamba2.cpp), unless forced.
     const bool hopper = ComputeCapability{prop.major, prop.minor}.is_hopper();
     p.chunk_wgmma = !body.force_mma_sync && mamba2_wgmma_built() && hopper ? 1 : 0;
+    if (body.states_apart && p.chunk_wgmma == 0) continue;  // the fused state pass is a wgmma kernel
+    p.fuse_state_passing = body.states_apart ? 0 : 1;
     if (!float32 && p.chunk_wgmma != 0) {  // 16-bit entering states, B and C, as mamba2.cpp plans them
       p.chunk_states16 = b.alloc(static_cast<size_t>(p.num_chunks) * s.Hs * s.P * s.N * sizeof(uint16_t));
       p.bc16 = b.alloc(static_cast<size_t>(p.num_tokens) * 2 * s.G * s.N * sizeof(uint16_t));
@@ -626,6 +635,9 @@ int run(int argc, char** argv) {
         .str("shape", "Falcon-H1-7B: Hs 24, P 128, N 256, G 1")
         .str("product_operands", float32 ? "float32 (3xTF32)" : "bf16 (float32 accumulation)")
         .str("chunk_bodies", !float32 && p.chunk_wgmma != 0 ? "wgmma" : "mma.sync")
+        .str("state_pass", mamba2_fused_state_pass(p)
+                               ? "fused with the chunk states"
+                               : "apart")
         .num("tokens", T)
         .num("chunk", kMamba2ChunkTokens)
         .num("median_us", ms * 1e3)

@@ -457,8 +457,7 @@ class CudaBackend final : public Backend {
     if (DecodeShapePlan* plan = graph_plan(batch)) return plan->ssm_forward(tensors, contribution);
     HYBRIDTB_CHECK(metadata.mamba.has_value(), "ssm_mode ", config.ssm_mode,
                    " needs the Mamba metadata, which encoder-only layers do not have");
-    ssm::ssm_forward(config, *metadata.mamba, batch, tensors, contribution, *device_->ssm,
-                     settings_.ssm_prefill_operands, settings_.ssm_prefill_wgmma);
+    ssm::ssm_forward(config, *metadata.mamba, batch, tensors, contribution, *device_->ssm, prefill_choice());
   }
 
   // HybridAttentionImpl.forward: the SSM branch first (so an unsupported or invalid SSM step is
@@ -509,8 +508,7 @@ class CudaBackend final : public Backend {
     if (DecodeShapePlan* plan = graph_plan(batch)) return plan->ssm_forward(tensors, output);
     HYBRIDTB_CHECK(metadata.mamba.has_value(), "layer_kind ", to_string(config.layer_kind),
                    " needs the Mamba metadata (its state slots)");
-    ssm::linear_attention_forward(config, *metadata.mamba, batch, tensors, output, *device_->ssm,
-                                  settings_.ssm_prefill_operands, settings_.ssm_prefill_wgmma);
+    ssm::linear_attention_forward(config, *metadata.mamba, batch, tensors, output, *device_->ssm, prefill_choice());
   }
 
   void* native_stream() override { return device_->stream; }
@@ -576,6 +574,13 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // How the SSM and linear layers' chunked prefills run, from the settings.
+  ssm::SsmPrefillChoice prefill_choice() const {
+    return {.operands = settings_.ssm_prefill_operands,
+            .wgmma = settings_.ssm_prefill_wgmma,
+            .fused_state_pass = settings_.ssm_prefill_fused_state_pass};
+  }
+
   // Graph mode: the current shape plan, after checking that `batch` has its shape; nullptr eagerly.
   DecodeShapePlan* graph_plan(const BatchDescription& batch) const {
     if (graph_plan_ == nullptr) return nullptr;

@@ -536,6 +536,32 @@ INSTANTIATE_TEST_SUITE_P(Mamba2, CudaSsmMmaSyncPrefill, ::testing::ValuesIn(sixt
 INSTANTIATE_TEST_SUITE_P(Gdn, CudaSsmMmaSyncPrefill, ::testing::ValuesIn(sixteen_bit(gdn_prefill_cases())),
                          CaseName());
 
+class CudaSsmFusedStatePass : public CudaParamFixture<CudaCase> {};
+
+// BackendSettings::ssm_prefill_fused_state_pass false: Mamba-2's chunk states and state passing as
+// two kernels. Where the fused kernel runs (the 16-bit wgmma bodies; every case here but the odd N,
+// which takes the two kernels either way) it does the same float32 arithmetic on the same operands,
+// so the outputs and every pool are the same bits.
+TEST_P(CudaSsmFusedStatePass, SameBitsAsTheTwoKernelsApart) {
+  if (!prefill_wgmma_runs_here("mamba2")) {
+    GTEST_SKIP() << "the fused state pass is a wgmma kernel: needs a compute capability 9.0 device and sm_90a code";
+  }
+  const BatchFile step = make_step(GetParam());
+  auto fused = create_backend("cuda", model_operand_settings(step));
+  BackendSettings apart_settings = model_operand_settings(step);
+  apart_settings.ssm_prefill_fused_state_pass = false;
+  auto apart = create_backend("cuda", apart_settings);
+  const StepOutputs a = run_step(*fused, step);
+  const StepOutputs b = run_step(*apart, step);
+  EXPECT_TRUE(bitwise_equal(a.ssm_output, b.ssm_output)) << "ssm_output: fused state pass vs the two kernels apart";
+  for (const auto& [name, pool] : a.ssm_state) {
+    EXPECT_TRUE(bitwise_equal(pool, b.ssm_state.at(name))) << "pool " << name << ": fused vs apart";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Mamba2, CudaSsmFusedStatePass, ::testing::ValuesIn(sixteen_bit(mamba2_prefill_cases())),
+                         CaseName());
+
 // --- chunked prefill == one-shot prefill, on the GPU ---------------------------------------------
 
 // Rows [begin, end) of a [T, Hq, D] tensor.

@@ -200,6 +200,11 @@ struct BackendSettings {
   // other GPU runs, everywhere (for testing and comparing the two; both are within the
   // 16-bit-operand SSM row). Other modes, float32 operands and the reference ignore it.
   bool ssm_prefill_wgmma = true;
+  // cuda: Mamba-2's chunk states and state passing as one kernel where the 16-bit wgmma chunk scan
+  // runs (each block keeps its states' float32 sums in registers along the chunks); false: the two
+  // kernels apart, for comparing them (the same bits either way). Other modes and the reference
+  // ignore it.
+  bool ssm_prefill_fused_state_pass = true;
 };
 
 // Backends by name ("reference", later "cuda"). Registration is explicit (see

@@ -144,7 +144,7 @@ void launch_gdn_core(const GpuStep& step, const GdnCoreIo& io) {
   base.recurrent_state = step.pools.at("recurrent_state");
   // ssm_prefill_operands model: the chunked prefill's product operands in the model dtype when it is
   // 16-bit (a float32 model's operands are float32 already: 3xTF32). Decodes have no products.
-  if (step.prefill_operands == SsmPrefillOperands::kModel) {
+  if (step.prefill.operands == SsmPrefillOperands::kModel) {
     if (step.config->dtype == DType::kFloat16) base.product_operands = ElementKind::kFloat16;
     if (step.config->dtype == DType::kBFloat16) base.product_operands = ElementKind::kBFloat16;
   }
@@ -152,7 +152,7 @@ void launch_gdn_core(const GpuStep& step, const GdnCoreIo& io) {
   // with the context) and the build has it, unless the mma.sync body is asked for.
   const bool hopper = step.context->compute_capability().is_hopper();
   base.state_wgmma =
-      base.product_operands != ElementKind::kFloat32 && step.prefill_wgmma && gdn_wgmma_built() && hopper ? 1 : 0;
+      base.product_operands != ElementKind::kFloat32 && step.prefill.wgmma && gdn_wgmma_built() && hopper ? 1 : 0;
   const CausalConvParams conv = mode_causal_conv(step, s.conv_dim(), io.mixed_qkv, base.qkv);
 
   if (step.fixed) {

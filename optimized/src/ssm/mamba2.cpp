@@ -17,7 +17,9 @@
 // nothing either); with BackendSettings::ssm_prefill_operands model and a 16-bit model, the chunked
 // prefill's product operands are rounded to the model dtype (mamba2_kernels.h, product_operands),
 // and its chunk states and chunk scan run on wgmma on a compute capability 9.0 device (chunk_wgmma;
-// mma.sync elsewhere, or everywhere with BackendSettings::ssm_prefill_wgmma false).
+// mma.sync elsewhere, or everywhere with BackendSettings::ssm_prefill_wgmma false); there the chunk
+// states and the state passing run as one walk over each sequence's chunks unless
+// BackendSettings::ssm_prefill_fused_state_pass is false (mamba2_fused_state_pass).
 // A Mamba-2 layer of a per-layer model (layer_kind mamba2) runs the core alone on the layer's own
 // xBC and dt (linear_forward).
 #include <algorithm>
@@ -98,13 +100,16 @@ bool plan_prefill(const GpuStep& step, const GpuWave& wave, const Mamba2Sizes& s
   p.num_chunks = static_cast<int32_t>(chunks.size());
   p.sequences = context.upload(sequences);
   p.num_sequences = static_cast<int32_t>(sequences.size());
-  p.chunk_states = step.scratch_of<float>(p.num_chunks * s.heads * s.head_dim * s.state);
   p.chunk_decay = step.scratch_of<float>(p.num_chunks * s.heads);
   p.chunk_cumsum = step.scratch_of<float>(p.num_chunks * s.heads * 3 * kMamba2ChunkTokens);
   p.chunk_cb = step.scratch_of<float>(p.num_chunks * s.groups * kMamba2ChunkTokens * kMamba2ChunkTokens);
   if (p.product_operands != ElementKind::kFloat32 && p.chunk_wgmma != 0) {  // 16-bit entering states, B and C
     p.chunk_states16 = step.scratch_of<uint16_t>(p.num_chunks * s.heads * s.head_dim * s.state);
     p.bc16 = step.scratch_of<uint16_t>(p.num_tokens * 2 * s.groups * s.state);
+  }
+  // The float32 chunk states: none where one kernel computes and passes them (in registers).
+  if (!mamba2_fused_state_pass(p)) {
+    p.chunk_states = step.scratch_of<float>(p.num_chunks * s.heads * s.head_dim * s.state);
   }
   return true;
 }
@@ -211,7 +216,7 @@ class Mamba2GpuMode final : public GpuMode {
     base.ssm_state = step.pools.at("ssm_state");
     // ssm_prefill_operands model: the chunk kernels' operands in the model dtype when it is 16-bit
     // (a float32 model's operands are float32 already: 3xTF32).
-    if (step.prefill_operands == SsmPrefillOperands::kModel) {
+    if (step.prefill.operands == SsmPrefillOperands::kModel) {
       if (step.config->dtype == DType::kFloat16) base.product_operands = ElementKind::kFloat16;
       if (step.config->dtype == DType::kBFloat16) base.product_operands = ElementKind::kBFloat16;
     }
@@ -219,7 +224,8 @@ class Mamba2GpuMode final : public GpuMode {
     // capability, queried once with the context) and the build has it, unless the mma.sync bodies
     // are asked for.
     const bool hopper = step.context->compute_capability().is_hopper();
-    base.chunk_wgmma = step.prefill_wgmma && mamba2_wgmma_built() && hopper ? 1 : 0;
+    base.chunk_wgmma = step.prefill.wgmma && mamba2_wgmma_built() && hopper ? 1 : 0;
+    base.fuse_state_passing = step.prefill.fused_state_pass ? 1 : 0;
 
     if (step.fixed) {
       // One wave of R entries, each empty or one decode token: both updates read and write the

@@ -37,8 +37,10 @@
 // states with 16-bit operands run on warpgroup MMAs instead (mamba2_scan_wgmma.cu: blocks of
 // 64 t × 128 P, so that M is formed once per chunk, t tile and head; C·Hᵀ in 64-wide N slabs of
 // m64n64k16 from shared 128-byte-swizzle tiles, M·x likewise; mamba2_state_wgmma.cu: blocks of
-// 128 P per chunk and head, the weighted x staged once, B in 64-wide N tiles): the same values
-// rounded to 16 bits at the same points, float32 accumulation, the slabs in a fixed order; only the
+// 128 P per chunk and head, the weighted x staged once, B in 64-wide N tiles; where the scan reads
+// 16-bit entering states, the chunk states and the state passing as one kernel, a block per
+// sequence, head, 128 P and 64 N walking the chunks, the float32 sums kept in registers): the same
+// values rounded to 16 bits at the same points, float32 accumulation, the slabs in a fixed order; only the
 // order of the products inside one MMA instruction differs from mma.sync's (the 16-bit-operand row
 // of the tolerance table bounds both). Elsewhere (other GPUs, or the mma.sync bodies asked for:
 // BackendSettings::ssm_prefill_wgmma false) chunk_state_kernel and chunk_scan_kernel below run them.
@@ -288,10 +290,10 @@ __device__ __forceinline__ void copy_tile_async(float* dst, int ds, const float*
 }
 
 // Shared float32 rows [0, rows) × columns [0, min(cols, kWidth)) of a staged tile (row stride ds)
-// rounded once to T (RNE, mma::Mma<T>::pack: the values the 16-bit staging of these floats stores)
-// into global 16-bit rows `to` (gs elements apart), by the block's threads: 16-byte stores of 8
-// elements where every row allows it (gs and cols multiples of 8, `to` 16-byte aligned), else one
-// element at a time. Nothing past rows or cols is written.
+// rounded once to T (RNE: mma::Mma<T>::pack, float_to_element; the values the 16-bit staging of
+// these floats stores) into global 16-bit rows `to` (gs elements apart), by the block's threads:
+// 16-byte stores of 8 elements where every row allows it (gs and cols multiples of 8, `to` 16-byte
+// aligned), else one element at a time. Nothing past rows or cols is written.
 template <typename T, int kWidth, int kRows>
 __device__ __forceinline__ void store_rounded_rows(uint16_t* to, int64_t gs, const float* tile, int ds, int rows,
                                                    int cols) {
@@ -311,7 +313,7 @@ __device__ __forceinline__ void store_rounded_rows(uint16_t* to, int64_t gs, con
   } else {
     for (int e = tid; e < kRows * kWidth; e += kChunkThreads) {
       const int i = e / kWidth, c = e % kWidth;
-      if (i < rows && c < cols) to[i * gs + c] = static_cast<uint16_t>(Pack::pack(tile[i * ds + c], 0.0f) & 0xffffu);
+      if (i < rows && c < cols) reinterpret_cast<T*>(to)[i * gs + c] = float_to_element<T>(tile[i * ds + c]);
     }
   }
 }
@@ -1196,6 +1198,18 @@ void launch_chunk_kernels(const Mamba2Params& p, cudaStream_t stream) {
   chunk_cb_kernel<T><<<dim3(chunks, static_cast<unsigned>(p.groups), kTBlocks * (kTBlocks + 1) / 2), kChunkThreads, 0,
                        stream>>>(p);
   HYBRIDTB_CUDA_CHECK_LAUNCH();
+#if defined(HYBRIDTB_MAMBA2_WGMMA)
+  if constexpr (!std::is_same_v<T, float>) {  // the states and their passing in one kernel
+    if (mamba2_fused_state_pass(p)) {
+      launch_mamba2_state_pass_wgmma(p, stream);
+      launch_mamba2_chunk_scan_wgmma(p, stream);
+      return;
+    }
+  }
+#endif
+  if (p.chunk_states == nullptr) {
+    throw Error("mamba2 prefill: chunk_states is null, but the chunk states and the state passing run apart here");
+  }
   bool states_launched = false;
 #if defined(HYBRIDTB_MAMBA2_WGMMA)
   if constexpr (!std::is_same_v<T, float>) {
@@ -1259,6 +1273,19 @@ bool mamba2_wgmma_built() {
 #else
   return false;
 #endif
+}
+
+bool mamba2_fused_state_pass(const Mamba2Params& p) {
+  const auto aligned = [](const void* at, uintptr_t bytes) {
+    return (reinterpret_cast<uintptr_t>(at) & (bytes - 1)) == 0;
+  };
+  const bool sixteen_bit = p.product_operands == ElementKind::kFloat16 || p.product_operands == ElementKind::kBFloat16;
+  const bool pool_pairs = aligned(p.ssm_state.data, 8) && p.ssm_state.slot_size % 2 == 0;
+  const int64_t conv_dim = int64_t{p.heads} * p.head_dim + 2 * int64_t{p.groups} * p.state;
+  const bool x_vectors = p.head_dim % 4 == 0 && conv_dim % 4 == 0 && aligned(p.xbc, 16);
+  return p.fuse_state_passing != 0 && p.chunk_wgmma != 0 && sixteen_bit && mamba2_wgmma_built() &&
+         p.chunk_states16 != nullptr && p.bc16 != nullptr && p.state % 8 == 0 && aligned(p.bc16, 16) &&
+         aligned(p.chunk_states16, 4) && pool_pairs && x_vectors;
 }
 
 void launch_mamba2_decode(const Mamba2Params& p, cudaStream_t stream) {

@@ -68,7 +68,7 @@ struct Mamba2Params {
   const Mamba2Sequence* sequences = nullptr;  // [num_sequences]
   int32_t num_sequences = 0;
   // [num_chunks, Hs, P, N]: each chunk's own state sum, then the state entering it (unless
-  // chunk_states16 takes that).
+  // chunk_states16 takes that); not used, and may be null, where mamba2_fused_state_pass(p).
   float* chunk_states = nullptr;
   float* chunk_decay = nullptr;   // [num_chunks, Hs]: exp(Σ_chunk Δ·A), the decay across the whole chunk
   // [num_chunks, Hs, 3, kMamba2ChunkTokens]: per token s of the chunk Δ_s, Λ_s (the cumulative
@@ -100,11 +100,24 @@ struct Mamba2Params {
   // The caller decides once per device (mamba2.cpp: the SsmContext's compute capability and
   // BackendSettings::ssm_prefill_wgmma), so that a launch makes no device query.
   int32_t chunk_wgmma = 0;
+  // With chunk_wgmma and 16-bit entering states: 1 = the chunk states and the state passing in one
+  // kernel where it takes p (mamba2_fused_state_pass: chunk_states is then not used; the same
+  // values written), 0 = the two kernels apart (the benchmark's "states apart" rows time them).
+  int32_t fuse_state_passing = 1;
 };
 
 // Whether this build has the sm_90a chunk scan and chunk states on wgmma (CMAKE_CUDA_ARCHITECTURES
 // with 90; the TUs of hybridtb_mamba2_wgmma), which Mamba2Params::chunk_wgmma selects.
 bool mamba2_wgmma_built();
+
+// Whether launch_mamba2_prefill runs the chunk states and the state passing as one kernel on p
+// (and leaves chunk_states alone, which may then be null): fuse_state_passing set, the 16-bit
+// wgmma chunk kernels (chunk_wgmma, 16-bit operands, a build with their code), 16-bit entering
+// states (chunk_states16, 4-byte aligned), B's rows of bc16 whole 16-byte vectors (N a multiple
+// of 8, bc16 16-byte aligned), x's rows of xbc whole 16-byte vectors (P and the conv width
+// multiples of 4, xbc 16-byte aligned), the pool's rows in pairs of columns (8-byte aligned, even
+// slots).
+bool mamba2_fused_state_pass(const Mamba2Params& p);
 
 // The single-step update (vLLM's selective_state_update) of the wave's decode entries: per head,
 // Δ = softplus(dt + dt_bias), S = exp(Δ·A)·S + Δ·x ⊗ B, y = S·C + D·x; S read from read_slot (zeros

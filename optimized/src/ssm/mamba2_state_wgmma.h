@@ -15,4 +15,10 @@ namespace hybridtb::cuda::ssm {
 // kBFloat16), after chunk_cumsum. Device: compute capability 9.0.
 void launch_mamba2_chunk_state_wgmma(const Mamba2Params& p, cudaStream_t stream);
 
+// The chunk states and the state passing in one launch (chunk_state_pass_wgmma_kernel): the states
+// entering each chunk into chunk_states16, the boundary and final states into the pool, bitwise
+// what launch_mamba2_chunk_state_wgmma and the state passing write there, without chunk_states.
+// Device: compute capability 9.0; p as mamba2_fused_state_pass takes it.
+void launch_mamba2_state_pass_wgmma(const Mamba2Params& p, cudaStream_t stream);
+
 }  // namespace hybridtb::cuda::ssm

@@ -514,10 +514,9 @@ void run_waves(PlannedStep& planned) {
 // fixed step's launches (the ones a replayed CUDA graph runs: the same bits eager or replayed).
 void run_ssm_step(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
                   const StepTensors& tensors, const TensorView& output, SsmContext& context,
-                  SsmPrefillOperands prefill_operands, bool prefill_wgmma) {
+                  const SsmPrefillChoice& prefill) {
   PlannedStep planned = bind_tensors(config, tensors, output, context);
-  planned.step.prefill_operands = prefill_operands;
-  planned.step.prefill_wgmma = prefill_wgmma;
+  planned.step.prefill = prefill;
   plan_requests(planned, config, metadata, batch);
   check_rows(planned, planned.step.num_tokens);
   check_slots(planned);
@@ -537,18 +536,18 @@ void run_ssm_step(const AttentionConfig& config, const MambaAttentionMetadata& m
 
 void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
                  const StepTensors& tensors, const TensorView& contribution, SsmContext& context,
-                 SsmPrefillOperands prefill_operands, bool prefill_wgmma) {
+                 const SsmPrefillChoice& prefill) {
   HYBRIDTB_CHECK(!config.is_linear_layer(), "ssm_forward called for a layer_kind ", to_string(config.layer_kind),
                  " layer (run it with linear_attention_forward)");
-  run_ssm_step(config, metadata, batch, tensors, contribution, context, prefill_operands, prefill_wgmma);
+  run_ssm_step(config, metadata, batch, tensors, contribution, context, prefill);
 }
 
 void linear_attention_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata,
                               const BatchDescription& batch, const StepTensors& tensors, const TensorView& output,
-                              SsmContext& context, SsmPrefillOperands prefill_operands, bool prefill_wgmma) {
+                              SsmContext& context, const SsmPrefillChoice& prefill) {
   HYBRIDTB_CHECK(config.is_linear_layer(), "linear_attention_forward called for a full_attention layer (ssm_mode ",
                  config.ssm_mode, "): run it with hybrid_forward");
-  run_ssm_step(config, metadata, batch, tensors, output, context, prefill_operands, prefill_wgmma);
+  run_ssm_step(config, metadata, batch, tensors, output, context, prefill);
 }
 
 // --- the fixed-shape decode step ---------------------------------------------------------------------

@@ -126,6 +126,18 @@ struct GpuWave {
   std::vector<GpuRequest> host;
 };
 
+// How the chunked prefills run: BackendSettings' ssm_prefill_operands, ssm_prefill_wgmma and
+// ssm_prefill_fused_state_pass, as the backend passes them down.
+struct SsmPrefillChoice {
+  SsmPrefillOperands operands = SsmPrefillOperands::kFloat32;  // the products' operands
+  // false: mamba2's 16-bit chunk states and chunk scan and gdn's 16-bit state pass on mma.sync
+  // where the device would take wgmma (Mamba2Params::chunk_wgmma, GdnParams::state_wgmma).
+  bool wgmma = true;
+  // false: mamba2's chunk states and state passing as two kernels where one would run them
+  // (Mamba2Params::fuse_state_passing).
+  bool fused_state_pass = true;
+};
+
 // What a GPU mode's forward gets. Two forms:
 //  - eager (ssm_forward, fixed == false): num_tokens = num_actual_tokens; `active` flags rows
 //    kRowActive / kRowSkipped; the waves list only requests that run, on the device and the host;
@@ -171,14 +183,9 @@ struct GpuStep {
   std::vector<GpuBoundary> boundaries;     // host: every block-boundary write (mode all), by request
   std::vector<GpuWave> waves;
   ScratchBlocks* fixed_scratch = nullptr;  // fixed: where scratch() comes from
-  // The operands of the chunked-prefill products (BackendSettings::ssm_prefill_operands; mamba2's
-  // SSD prefill and gdn's chunked WY prefill read it, the other modes ignore it). A fixed decode
-  // step has no prefill.
-  SsmPrefillOperands prefill_operands = SsmPrefillOperands::kFloat32;
-  // BackendSettings::ssm_prefill_wgmma: false keeps mamba2's 16-bit chunk states and chunk scan and
-  // gdn's 16-bit state pass on mma.sync where the device would take wgmma (Mamba2Params::chunk_wgmma,
-  // GdnParams::state_wgmma); the other modes ignore it.
-  bool prefill_wgmma = true;
+  // How the chunked prefills run (mamba2's SSD prefill and gdn's chunked WY prefill read it, the
+  // other modes ignore it). A fixed decode step has no prefill.
+  SsmPrefillChoice prefill;
 
   const GpuWeight* weight(const std::string& name) const {
     const auto it = weights.find(name);
@@ -248,11 +255,10 @@ ElementKind gpu_element_kind(DType dtype, const std::string& what);
 // runs through a temporary FixedDecodeStep (prepare + launch: the launches a replayed CUDA graph
 // runs, so the same bits), unless two of its requests share a state slot or the query has fewer
 // rows than the batch's padded token count (then the wave driver runs it, as every other step).
-// prefill_operands: the operands of the chunked-prefill products (BackendSettings::ssm_prefill_operands);
-// prefill_wgmma: BackendSettings::ssm_prefill_wgmma (GpuStep::prefill_wgmma).
+// prefill: how the chunked prefills run (BackendSettings' ssm_prefill_* fields; GpuStep::prefill).
 void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata, const BatchDescription& batch,
                  const StepTensors& tensors, const TensorView& contribution, SsmContext& context,
-                 SsmPrefillOperands prefill_operands = SsmPrefillOperands::kFloat32, bool prefill_wgmma = true);
+                 const SsmPrefillChoice& prefill = {});
 
 // A linear-attention layer (config.layer_kind gdn or mamba2; Backend::linear_attention_forward) on
 // the GPU: the mode's core over tensors.linear_inputs ([T, width] each, any float dtype), its state
@@ -262,8 +268,7 @@ void ssm_forward(const AttentionConfig& config, const MambaAttentionMetadata& me
 // checks, errors and fixed decode steps as ssm_forward.
 void linear_attention_forward(const AttentionConfig& config, const MambaAttentionMetadata& metadata,
                               const BatchDescription& batch, const StepTensors& tensors, const TensorView& output,
-                              SsmContext& context, SsmPrefillOperands prefill_operands = SsmPrefillOperands::kFloat32,
-                              bool prefill_wgmma = true);
+                              SsmContext& context, const SsmPrefillChoice& prefill = {});
 
 // True if this step runs as a fixed-shape decode step: config.ssm_mode has a GPU mode, the
 // metadata has no prefills, and no speculative decoding (num_speculative_tokens == 0). Every request
@@ -336,7 +341,7 @@ class FixedDecodeStep {
   // The eager driver (ssm_driver.cpp: ssm_forward and linear_attention_forward) hands a step it has
   // already checked and planned straight to these.
   friend void run_ssm_step(const AttentionConfig&, const MambaAttentionMetadata&, const BatchDescription&,
-                           const StepTensors&, const TensorView&, SsmContext&, SsmPrefillOperands, bool);
+                           const StepTensors&, const TensorView&, SsmContext&, const SsmPrefillChoice&);
   void upload_plan(const PlannedStep& planned, const MambaAttentionMetadata& metadata, const BatchDescription& batch);
   // Launches the mode on `bound`; then the zero pass over the rows flagged kRowSkipped. A step that
   // may be captured into a graph always has the pass (a replay may bring skipped rows); the eager
