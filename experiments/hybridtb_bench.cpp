@@ -10,8 +10,9 @@
 // attention epilogues ("fused") or as a separate pass ("two_kernel", hybrid layers only:
 // BackendSettings::fuse_hybrid_add off), or the step captured once as a CUDA graph and replayed
 // with its metadata re-uploaded ("graph": decode steps; --cuda-graph adds it to GPU cases);
-// build_metadata, uploads, the restore of the mutated state (the KV-cache blocks this step writes,
-// the SSM pools) and the L2 flush happen outside the timed region.
+// build_metadata, uploads, the restore of the mutated state (the SSM pools, from copies on the
+// backend's device; the KV writes repeat the same bits) and the L2 flush happen outside the timed
+// region.
 //   reference: process CPU time (all its threads; Google Benchmark's, paused around the restore);
 //   cuda:      CUDA events on the backend's stream (Backend::native_stream) + UseManualTime, the
 //              stream held by a gate kernel while the step is enqueued (nvbench's blocking kernel):
@@ -46,7 +47,6 @@
 #include <memory>
 #include <optional>
 #include <regex>
-#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -268,7 +268,7 @@ struct Prepared {
   HybridMetadata metadata;
   std::optional<LayerBuffers> buffers;  // the inputs in the backend's memory and the output buffers
   std::unique_ptr<StepGraph> graph;  // path "graph": the captured step
-  std::vector<std::pair<int64_t, int64_t>> written_blocks;  // [begin, end) runs of KV blocks this step writes
+  std::map<std::string, Tensor> pristine_pools;  // the state pools before the step, on the backend
   std::unique_ptr<gpu::StepTimer> timer;
   std::string skip;  // non-empty: skip every repetition with this reason
 };
@@ -299,21 +299,14 @@ struct Runner {
     return data;
   }
 
-  // Puts back what a step mutates: the KV-cache blocks it writes (and their scales) and every SSM
-  // pool, from the pristine host copies in the batch file. Outside the timed region.
-  void restore(Prepared& p, const BatchFile& file) {
+  // Puts back what a step mutates, outside the timed region: the state pools, which a step reads
+  // and writes in place, from copies on the backend's own device (a device-to-device copy, not the
+  // host upload it replaces). The KV cache and its scales are not restored: the rows a step writes
+  // are a function of its inputs alone, so every repetition writes the same bits into the same slots
+  // and reads the same attention (step_restore_test).
+  void restore(Prepared& p) {
     Backend& b = *p.backend;
-    for (const auto& [begin, end] : p.written_blocks) {
-      b.copy(p.buffers->device.kv_cache.view().slice_rows(begin, end),
-             file.inputs.kv_cache.view().slice_rows(begin, end));
-      if (!file.inputs.k_scale_cache.empty()) {
-        b.copy(p.buffers->device.k_scale_cache.view().slice_rows(begin, end),
-               file.inputs.k_scale_cache.view().slice_rows(begin, end));
-        b.copy(p.buffers->device.v_scale_cache.view().slice_rows(begin, end),
-               file.inputs.v_scale_cache.view().slice_rows(begin, end));
-      }
-    }
-    for (const auto& [name, pool] : file.inputs.ssm_state) b.copy(p.buffers->device.ssm_state.at(name), pool);
+    for (const auto& [name, pool] : p.pristine_pools) b.copy(p.buffers->device.ssm_state.at(name), pool);
     b.synchronize();
   }
 
@@ -347,17 +340,10 @@ struct Runner {
     }
     p->buffers.emplace(b, file);
 
-    std::set<int64_t> blocks;
-    for (int64_t i = 0; i < (file.config.is_linear_layer() ? 0 : file.batch.num_actual_tokens); ++i) {
-      const int64_t slot = file.batch.slot_mapping[static_cast<size_t>(i)];
-      if (slot >= 0) blocks.insert(slot / file.config.block_size);
-    }
-    for (int64_t blk : blocks) {
-      if (!p->written_blocks.empty() && p->written_blocks.back().second == blk) {
-        ++p->written_blocks.back().second;
-      } else {
-        p->written_blocks.emplace_back(blk, blk + 1);
-      }
+    for (const auto& [name, pool] : p->buffers->device.ssm_state) {
+      Tensor copy = b.allocate(pool.dtype(), pool.shape());
+      b.copy(copy.view(), pool);
+      p->pristine_pools.emplace(name, std::move(copy));
     }
     if (bench.gpu) p->timer = std::make_unique<gpu::StepTimer>(b.native_stream());
     try {
@@ -365,7 +351,7 @@ struct Runner {
         p->graph = b.capture_decode_step(p->metadata, file.batch, p->buffers->views(), p->buffers->outputs());
       }
       for (int w = 0; w < (bench.gpu ? 2 : 1); ++w) {
-        restore(*p, file);
+        restore(*p);
         run_step(*p, file);
         b.synchronize();
       }
@@ -438,7 +424,7 @@ struct Runner {
         double latency_sum = 0;
         int64_t steps = 0;
         for (auto _ : state) {
-          restore(p, file);
+          restore(p);
           if (flusher) flusher->flush();
           p.timer->start();
           run_step(p, file);
@@ -458,7 +444,7 @@ struct Runner {
       } else {
         for (auto _ : state) {
           state.PauseTiming();
-          restore(p, file);
+          restore(p);
           state.ResumeTiming();
           run_step(p, file);
         }
