@@ -21,6 +21,8 @@
 # folder holding vllm/): its Triton kernels then run as a second peer in the peer stage
 # (peer-vllm.json, their ratios in peer-ratio.json), the linear-peer stage (its GDN / Mamba-2 prefill
 # kernels beside ours: peer-linear.json, peer-linear.log) and the suite stage (suite_peer.py --vllm).
+# HYBRIDTB_FLA_SRC, when set, names an unpacked fla-core wheel (the folder holding fla/): the
+# linear-peer stage then times FLA's GDN prefill kernels beside vLLM's (vllm_linear_peer.py --fla).
 # HYBRIDTB_GIT_COMMIT in the environment names the commit where the
 # tree has no .git (the device machine gets a copy without it).
 # HYBRIDTB_TP_TIMEOUT (seconds, default 180) bounds each `hybridtb tp` run of the tp stage.
@@ -282,7 +284,8 @@ fi
 # Their Triton GDN / Mamba-2 prefill kernels on the linear benchmark's cases, each output checked
 # against our cuda backend on the same inputs (vllm_linear_peer.py), with each peer's per-kernel GPU
 # times (--kernels 3); needs HYBRIDTB_VLLM_SRC and the bench stage's bench-linear.json in the same
-# OUTDIR. HYBRIDTB_LINEAR_PEER_CASES (a regex) picks cases.
+# OUTDIR; FLA's GDN kernels too where HYBRIDTB_FLA_SRC names an unpacked fla-core wheel.
+# HYBRIDTB_LINEAR_PEER_CASES (a regex) picks cases.
 if want linear-peer; then
   if [[ -z "${HYBRIDTB_VLLM_SRC:-}" ]]; then
     record linear-peer skip "HYBRIDTB_VLLM_SRC names no unpacked vLLM release"
@@ -292,7 +295,8 @@ if want linear-peer; then
     t0=$(date +%s)
     python3 experiments/peers/vllm_linear_peer.py --vllm "$HYBRIDTB_VLLM_SRC" --ours "$OUT/bench-linear.json" \
       --hybridtb "$BUILD/harness/cli/hybridtb" ${HYBRIDTB_LINEAR_PEER_CASES:+--cases "$HYBRIDTB_LINEAR_PEER_CASES"} \
-      --kernels 3 --json "$OUT/peer-linear.json" >"$OUT/peer-linear.log" 2>&1
+      ${HYBRIDTB_FLA_SRC:+--fla "$HYBRIDTB_FLA_SRC"} --kernels 3 --json "$OUT/peer-linear.json" \
+      >"$OUT/peer-linear.log" 2>&1
     rc=$?
     record linear-peer "$([[ $rc -eq 0 ]] && echo ok || echo FAIL)" "peer-linear.json ($(( $(date +%s) - t0 )) s)"
   fi
