@@ -102,6 +102,29 @@ TEST(AttentionPlan, DecodeRowsTakeTheTensorCoreDecodeKernelWithTheirSplit) {
   EXPECT_EQ(plan.summary.split_rows, 1);
 }
 
+// The block ids the kernels read without bounds checks: every id of a request's blocks up to its
+// seq_len lies in the cache, the error names the first that does not; columns past a request's
+// blocks are not read, so not checked. Returns one past the largest id read.
+TEST(AttentionPlan, ReferencedBlocksChecksEveryIdReadAndNamesTheFirstBadOne) {
+  const AttentionConfig c = llama();
+  BatchDescription b = batch_of({{40, 1}, {100, 1}}, c.block_size);  // blocks 0–2 and 3–9, 7 columns
+  EXPECT_EQ(referenced_blocks(c, b, 10), 10);
+  b.block_table.at(0, 5) = 1 << 30;  // past request 0's 3 blocks: never read
+  EXPECT_EQ(referenced_blocks(c, b, 10), 10);
+  const auto message = [&](int64_t cache_blocks) {
+    try {
+      referenced_blocks(c, b, cache_blocks);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(9), "request 1: block_table entry 9 is outside the cache's 9 blocks");
+  b.block_table.at(1, 2) = -1;
+  b.block_table.at(1, 4) = -7;
+  EXPECT_EQ(message(10), "request 1: block_table entry -1 is outside the cache's 10 blocks");
+}
+
 TEST(AttentionPlan, ManyShortDecodesAreNotSplit) {
   const AttentionConfig c = llama();
   const AttentionPlan plan = plan_for(c, batch_of(std::vector<Req>(256, {4095, 1}), c.block_size));
