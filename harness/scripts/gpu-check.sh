@@ -112,8 +112,9 @@ if want sanitizer; then
   # One line for all runs: memcheck's errors and racecheck's hazards summed over the binaries.
   san_errors=$(grep -oE 'ERROR SUMMARY: [0-9]+ error' "$OUT/sanitizer.log" | awk '{n += $3} END {print n + 0}')
   san_hazards=$(grep -oE 'RACECHECK SUMMARY: [0-9]+ hazard' "$OUT/sanitizer.log" | awk '{n += $3} END {print n + 0}')
+  san_what="memcheck $san_errors errors, racecheck $san_hazards hazards"
   record sanitizer "$([[ $san_rc -eq 0 ]] && echo ok || echo FAIL)" \
-    "memcheck $san_errors errors, racecheck $san_hazards hazards on the Small* cases of $san_binaries GPU test binaries ($(( $(date +%s) - t0 )) s)"
+    "$san_what on the Small* cases of $san_binaries GPU test binaries ($(( $(date +%s) - t0 )) s)"
 fi
 
 # --- example batches: `hybridtb parity` (cuda against reference, the one tolerance table) -------
