@@ -923,6 +923,8 @@ def check(c, cli, workdir):
         shutil.rmtree(out, ignore_errors=True)
     for f in failures:
         print("FAIL " + f)
+    if not failures:
+        shutil.rmtree(workdir, ignore_errors=True)  # a failing case's file stays for inspection
     return 1 if failures else 0
 
 

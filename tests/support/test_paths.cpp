@@ -5,8 +5,42 @@
 #include <array>
 #include <cstdio>
 #include <sys/wait.h>
+#include <system_error>
+#include <utility>
 
 namespace hybridtb::testing {
+namespace {
+
+// Removes the scratch directory of a test that passed when the test ends (some tests write batch
+// files of hundreds of MB, and a CI machine's disk is small); a failed test's stays for inspection.
+class ScratchCleaner : public ::testing::EmptyTestEventListener {
+ public:
+  void set(std::filesystem::path dir) { dir_ = std::move(dir); }
+
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    if (dir_.empty()) return;
+    if (info.result() != nullptr && info.result()->Passed()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir_, ignored);
+    }
+    dir_.clear();
+  }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+// Registered on the first scratch_dir() call; GoogleTest owns the listener from then on.
+ScratchCleaner& cleaner() {
+  static ScratchCleaner* const instance = [] {
+    auto* c = new ScratchCleaner;
+    ::testing::UnitTest::GetInstance()->listeners().Append(c);
+    return c;
+  }();
+  return *instance;
+}
+
+}  // namespace
 
 std::filesystem::path source_dir() { return HYBRIDTB_SOURCE_DIR; }
 
@@ -19,6 +53,7 @@ std::filesystem::path scratch_dir() {
   const std::filesystem::path dir = std::filesystem::path(HYBRIDTB_BINARY_DIR) / "test_scratch" / name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  if (info != nullptr) cleaner().set(dir);
   return dir;
 }
 

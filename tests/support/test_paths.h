@@ -8,8 +8,8 @@
 namespace hybridtb::testing {
 
 std::filesystem::path source_dir();
-// A new empty directory under the build tree, unique to the running test; removed at exit of the
-// test binary only if the test passed (left behind for inspection otherwise).
+// A new empty directory under the build tree, unique to the running test; removed when the test
+// ends if it passed (left behind for inspection otherwise).
 std::filesystem::path scratch_dir();
 // Absolute path of a python3 with h5py and numpy, or "" if none was found at configure time.
 std::string python_with_h5py();
