@@ -48,6 +48,9 @@ CASES = [
     ("prefill 1x32k", "prefill", [(0, 32768)], 0),
     ("prefill 1x32k w4096", "prefill", [(0, 32768)], 4096),
     ("mixed 2048+64x4k", "mixed", [(4095, 1)] * 64 + [(0, 2048)], 0),
+    # Speculative decode steps: each request's 1 + num_speculative_tokens query rows.
+    ("speculative 64x4@4k", "decode", [(4092, 4)] * 64, 0),
+    ("speculative 64x2@8k + 64x8k", "decode", [(8190, 2)] * 64 + [(8191, 1)] * 64, 0),
 ]
 
 

@@ -65,6 +65,7 @@ struct BenchCase {
   bool separate_mixed = false;  // a mixed step's prefill and decode kernels launched apart (no mixed grid)
   int64_t block_size = 16;      // KV cache page (vLLM's default; hybrid models' pages are often larger)
   int64_t head_size = 128;      // Llama-3-8B's; the d64 / d256 rows time the other head sizes
+  bool short_queries_as_prefill = false;  // short queries as prefill items, not decode rows per token
 };
 
 std::vector<Request> repeat(int64_t count, Request r) { return std::vector<Request>(static_cast<size_t>(count), r); }
@@ -194,6 +195,7 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
   overrides.simt_decode = bc.simt_decode;
   overrides.separate_mixed = bc.separate_mixed;
   overrides.mma_decode_split = mma_decode_split;
+  overrides.short_queries_as_prefill = bc.short_queries_as_prefill;
   AttentionRunner runner(config, memory, num_sms, overrides);
   runner.prepare(batch, tensors, out, stream);
   runner.launch(stream);  // warm-up
@@ -360,6 +362,20 @@ int main(int argc, char** argv) {
       cases.push_back(one_grid);
       cases.push_back(separate);
       cases.push_back(mma_sync);
+    }
+    // Speculative decode steps (each request's 1 + num_speculative_tokens query rows; the standard
+    // suite's s64x4@4k, and s64x2@8k beside 64 decodes at 8k): as planned, one decode row per query
+    // token (kDecodeRowsMaxQueryLen), and as prefill items. Bytes count each request's keys once.
+    std::vector<Request> speculative_8k = repeat(64, {8190, 2});
+    for (const Request& r : repeat(64, {8191, 1})) speculative_8k.push_back(r);
+    for (const auto& [name, requests] : {std::pair{std::string("speculative 64x4@4k"), repeat(64, {4092, 4})},
+                                         std::pair{std::string("speculative 64x2@8k + 64x8k"), speculative_8k}}) {
+      BenchCase decode_rows{name, "decode", requests};
+      BenchCase prefill_items = decode_rows;
+      prefill_items.name += " as prefill items";
+      prefill_items.short_queries_as_prefill = true;
+      cases.push_back(decode_rows);
+      cases.push_back(prefill_items);
     }
     if (!prefill_wgmma_built() || prop.major != 9 || prop.minor != 0) {
       std::fprintf(stderr, "mma.sync and wgmma rows left out (the default rows run mma.sync): %s\n",

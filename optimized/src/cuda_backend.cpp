@@ -378,6 +378,7 @@ class CudaBackend final : public Backend {
       slots_ = std::make_unique<Workspace>(*device_->memory);
       AttentionPathOverrides overrides;
       overrides.separate_mixed = !settings_.mixed_grid;
+      overrides.short_queries_as_prefill = !settings_.short_queries_as_decode_rows;
       overrides.prefill_variant = settings_.prefill_variant;
       runner_ = std::make_unique<AttentionRunner>(settings_.attention, *device_->memory, device_->num_sms, overrides);
     }

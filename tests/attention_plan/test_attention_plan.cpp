@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -123,6 +124,149 @@ TEST(AttentionPlan, ReferencedBlocksChecksEveryIdReadAndNamesTheFirstBadOne) {
   b.block_table.at(1, 2) = -1;
   b.block_table.at(1, 4) = -7;
   EXPECT_EQ(message(10), "request 1: block_table entry -1 is outside the cache's 10 blocks");
+}
+
+// Staging writes the upload in place (the runner's pinned buffer, holding the last step's bytes):
+// every byte is written, whatever the buffer held; rows of a captured width wider than the batch's
+// hold the batch's row, then zeros; the block ids are checked on the way as referenced_blocks checks
+// them, with its span and its message.
+TEST(AttentionPlan, StagingWritesEveryByteAndChecksTheBlockIdsItCopies) {
+  const AttentionConfig c = llama();
+  const FixedShapeCapacity fixed =
+      fixed_shape_capacity(c, {}, batch_of({{4000, 1}, {100, 1}, {0, 0}}, c.block_size), kSms);
+  BatchDescription b = batch_of({{1000, 1}, {100, 1}, {0, 0}}, c.block_size);  // blocks 0–62, 63–69
+  const AttentionPlan plan = plan_for(c, b, {}, &fixed);
+  const int64_t cols = b.block_table.size(1);
+  ASSERT_GT(plan.block_table_stride, cols);
+  const size_t size = plan.staging.bytes;
+  std::vector<unsigned char> zeroed(size, 0), dirty(size, 0xab);
+  EXPECT_EQ(stage_plan(plan, c, b, 70, zeroed), referenced_blocks(c, b, 70));
+  EXPECT_EQ(stage_plan(plan, c, b, 70, dirty), 70);
+  EXPECT_EQ(dirty, zeroed);
+  EXPECT_EQ(stage_plan(plan, c, b), zeroed);
+  for (int64_t r = 0; r < b.num_reqs(); ++r) {
+    std::vector<int32_t> row(static_cast<size_t>(plan.block_table_stride));
+    std::memcpy(row.data(), zeroed.data() + plan.staging.block_table + r * plan.block_table_stride * 4,
+                row.size() * sizeof(int32_t));
+    for (int64_t k = 0; k < plan.block_table_stride; ++k) {
+      EXPECT_EQ(row[static_cast<size_t>(k)], k < cols ? b.block_table.at(r, k) : 0) << "row " << r << " column " << k;
+    }
+  }
+  const auto message = [&](int64_t cache_blocks) {
+    try {
+      stage_plan(plan, c, b, cache_blocks, dirty);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(69), "request 1: block_table entry 69 is outside the cache's 69 blocks");
+  b.block_table.at(0, 40) = -3;
+  EXPECT_EQ(message(70), "request 0: block_table entry -3 is outside the cache's 70 blocks");
+  std::vector<unsigned char> short_buffer(size - 1);
+  EXPECT_THROW(stage_plan(plan, c, b, 70, short_buffer), Error);
+  // An encoder-only layer has no cache: its block table is copied, not checked.
+  AttentionConfig encoder = c;
+  encoder.attn_type = AttnType::kEncoderOnly;
+  EXPECT_EQ(stage_plan(plan, encoder, b, 0, dirty), 0);
+}
+
+// The keys each decode row of `request` reads, by its token: the union of its items' ranges and the
+// causal interval they carry, with the row's split count.
+struct RowKeys {
+  int32_t key_begin = std::numeric_limits<int32_t>::max();
+  int32_t key_end = 0;
+  int32_t causal_begin = 0;
+  int32_t causal_end = 0;
+  int64_t items = 0;
+};
+std::map<int32_t, RowKeys> decode_rows_by_token(const std::vector<DecodeItem>& items, int32_t request) {
+  std::map<int32_t, RowKeys> rows;
+  for (const DecodeItem& item : items) {
+    if (item.request != request) continue;
+    RowKeys& row = rows[item.token];
+    row.key_begin = std::min(row.key_begin, item.key_begin);
+    row.key_end = std::max(row.key_end, item.key_end);
+    row.causal_begin = item.causal_begin;
+    row.causal_end = item.causal_end;
+    ++row.items;
+  }
+  return rows;
+}
+
+// A speculative step's short query (query_len ≤ kDecodeRowsMaxQueryLen) runs one tensor-core decode
+// row per token, each reading its own causal keys (with a window: its own window), split as any
+// decode row; the request's route spans the rows' keys and counts their splits.
+TEST(AttentionPlan, ShortQueriesRunOneDecodeRowPerToken) {
+  for (const int64_t window : {int64_t{0}, int64_t{1000}}) {
+    SCOPED_TRACE("window " + std::to_string(window));
+    const AttentionConfig c = llama(window);
+    const BatchDescription b = batch_of({{2000, 1}, {20000, 4}, {0, 100}}, c.block_size);
+    const AttentionPlan plan = plan_for(c, b);
+    EXPECT_EQ(plan.requests[1].path, RowPath::kDecodeMma);
+    EXPECT_EQ(plan.requests[2].path, RowPath::kPrefillMma);
+    EXPECT_EQ(plan.summary.decode_rows, 5);
+    EXPECT_EQ(plan.summary.decode_mma_rows, 5);
+    EXPECT_EQ(plan.summary.prefill_rows, 100);
+    const std::map<int32_t, RowKeys> rows = decode_rows_by_token(plan.decode_mma, 1);
+    ASSERT_EQ(rows.size(), 4u);
+    int64_t items = 0;
+    for (int32_t i = 0; i < 4; ++i) {
+      ASSERT_TRUE(rows.contains(1 + i)) << "token " << 1 + i;
+      const RowKeys& row = rows.at(1 + i);
+      const int32_t pos = 20000 + i;
+      const int32_t first = window > 0 ? pos - static_cast<int32_t>(window) + 1 : 0;
+      EXPECT_EQ(row.key_begin, first) << "token " << 1 + i;
+      EXPECT_EQ(row.key_end, pos + 1) << "token " << 1 + i;
+      EXPECT_EQ(row.causal_begin, first);
+      EXPECT_EQ(row.causal_end, pos + 1);
+      items += row.items;
+    }
+    EXPECT_EQ(plan.requests[1].key_begin, rows.at(1).key_begin);
+    EXPECT_EQ(plan.requests[1].key_end, 20004);
+    EXPECT_EQ(plan.requests[1].splits, items);
+    int64_t combined = 0;
+    for (const CombineItem& item : plan.combine) combined += item.token >= 1 && item.token <= 4 ? 1 : 0;
+    EXPECT_EQ(combined, window > 0 ? 0 : 4);  // 20k keys split, 1000 do not
+  }
+}
+
+// Past kDecodeRowsMaxQueryLen tokens, or where asked (the comparison switch), a short query runs as
+// prefill items; a step captured in a CUDA graph still refuses it.
+TEST(AttentionPlan, ShortQueriesAsPrefillItemsWhenLongerOrAsked) {
+  const AttentionConfig c = llama();
+  const BatchDescription b =
+      batch_of({{300, kDecodeRowsMaxQueryLen}, {300, kDecodeRowsMaxQueryLen + 1}}, c.block_size);
+  const AttentionPlan plan = plan_for(c, b);
+  EXPECT_EQ(plan.requests[0].path, RowPath::kDecodeMma);
+  EXPECT_EQ(plan.requests[1].path, RowPath::kPrefillMma);
+  AttentionPathOverrides as_prefill;
+  as_prefill.short_queries_as_prefill = true;
+  const AttentionPlan asked = plan_for(c, b, as_prefill);
+  EXPECT_EQ(asked.requests[0].path, RowPath::kPrefillMma);
+  EXPECT_EQ(asked.summary.decode_rows, 0);
+  EXPECT_EQ(asked.summary.prefill_rows, 2 * kDecodeRowsMaxQueryLen + 1);
+  EXPECT_THROW(fixed_shape_capacity(c, {}, batch_of({{300, 2}}, c.block_size), kSms), NotSupported);
+}
+
+// An mm_prefix range that a short query's rows lie in widens their keys past the causal interval
+// (bidirectional within the range): the request's rows take the SIMT decode kernel, which reads
+// those keys, and the summary says why.
+TEST(AttentionPlan, ShortQueryInAnMmPrefixRangeTakesTheSimtDecode) {
+  const AttentionConfig c = llama();
+  BatchDescription b = batch_of({{300, 1}, {40, 4}}, c.block_size);  // query positions 40–43
+  b.mm_prefix_range = IntArray({2, 1, 2}, {-1, -1, 38, 42});
+  const AttentionPlan plan = plan_for(c, b);
+  EXPECT_EQ(plan.requests[0].path, RowPath::kDecodeMma);
+  EXPECT_EQ(plan.requests[1].path, RowPath::kDecodeSimt);
+  EXPECT_NE(plan.summary.decode_fallback.find("mm_prefix"), std::string::npos) << plan.summary.describe();
+  const std::map<int32_t, RowKeys> rows = decode_rows_by_token(plan.decode, 1);
+  ASSERT_EQ(rows.size(), 4u);
+  for (int32_t i = 0; i < 4; ++i) {
+    const RowKeys& row = rows.at(1 + i);
+    EXPECT_EQ(row.causal_end, 41 + i) << "token " << 1 + i;
+    EXPECT_EQ(row.key_end, i < 3 ? 43 : 44) << "token " << 1 + i;  // positions 40–42 see keys to 42
+  }
 }
 
 TEST(AttentionPlan, ManyShortDecodesAreNotSplit) {
@@ -584,7 +728,7 @@ TEST(AttentionPlan, WorkspaceSizesFollowTheWorkLists) {
                         s.decode_mma_items, s.combine_items, s.mixed_items}) {
     EXPECT_EQ(offset % 16, 0u);
   }
-  const std::vector<unsigned char> bytes = stage_plan(plan, b);
+  const std::vector<unsigned char> bytes = stage_plan(plan, c, b);
   ASSERT_EQ(bytes.size(), s.bytes);
   std::vector<DecodeItem> staged(plan.decode_mma.size());
   std::memcpy(staged.data(), bytes.data() + s.decode_mma_items, staged.size() * sizeof(DecodeItem));

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "hybridtb/dtype.h"
@@ -169,6 +170,22 @@ namespace {
   const StepOutputs expected = run_step(*reference, step);
   const StepOutputs actual = run_step(*cuda, step);
   return cuda_matches_reference(step, actual, expected);
+}
+
+::testing::AssertionResult cuda_run_matches_reference_reproducibly(const BatchFile& step,
+                                                                   const BackendSettings& settings) {
+  auto reference = create_backend("reference", settings);
+  auto cuda = create_backend("cuda", settings);
+  const StepOutputs expected = run_step(*reference, step);
+  const StepOutputs actual = run_step(*cuda, step);
+  if (::testing::AssertionResult matches = cuda_matches_reference(step, actual, expected); !matches) return matches;
+  const StepOutputs again = run_step(*cuda, step);
+  for (const auto& [what, first, second] : {std::tuple{"output", &actual.output, &again.output},
+                                            std::tuple{"attn_output", &actual.attn_output, &again.attn_output},
+                                            std::tuple{"kv_cache", &actual.kv_cache, &again.kv_cache}}) {
+    if (!bitwise_equal(*first, *second)) return ::testing::AssertionFailure() << what << " differs between two runs";
+  }
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace hybridtb::testing

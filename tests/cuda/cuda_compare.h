@@ -65,5 +65,9 @@ Tolerance cuda_attention_tolerance(const BatchFile& step);
 // `step` run on the reference and on the cuda backend, each created with `settings`, and compared
 // (cuda_matches_reference).
 ::testing::AssertionResult cuda_run_matches_reference(const BatchFile& step, const BackendSettings& settings);
+// The same, and a second run of the step on the same cuda backend stores the same bits (output,
+// attn_output, KV cache: fixed reduction orders, no atomics).
+::testing::AssertionResult cuda_run_matches_reference_reproducibly(const BatchFile& step,
+                                                                   const BackendSettings& settings);
 
 }  // namespace hybridtb::testing

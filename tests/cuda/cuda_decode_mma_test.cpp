@@ -190,9 +190,13 @@ std::vector<DecodeCase> cases() {
   return all;
 }
 
+// The rows the decode kernels run: one per query token of a request of 1 to kDecodeRowsMaxQueryLen.
 int64_t decode_rows_of(const BatchFile& step) {
   int64_t n = 0;
-  for (int64_t r = 0; r < step.batch.num_reqs(); ++r) n += step.batch.query_len(r) == 1 ? 1 : 0;
+  for (int64_t r = 0; r < step.batch.num_reqs(); ++r) {
+    const int64_t q = step.batch.query_len(r);
+    n += q <= cuda::kDecodeRowsMaxQueryLen ? q : 0;
+  }
   return n;
 }
 

@@ -209,8 +209,11 @@ void check_case(const PrefillCase& param, int variant) {
     const int64_t q = step.batch.query_len(r);
     if (q > 1 || (q == 1 && c.encoder)) non_decode_rows += q;
   }
+  // Short queries (kDecodeRowsMaxQueryLen) stay on the prefill kernel here: this test is the prefill
+  // kernel's (CudaShortQueries runs them on both routes).
   cuda::AttentionPathOverrides overrides;
   overrides.prefill_variant = variant;
+  overrides.short_queries_as_prefill = true;
   const cuda::AttentionPlanSummary plan = plan_of(step, overrides);
   std::cout << "[ PLAN ] " << c.name << ": " << plan.describe() << "\n";
   if (variant == cuda::kPrefillWgmma) {
@@ -245,6 +248,7 @@ void check_case(const PrefillCase& param, int variant) {
 
   BackendSettings settings{step.config, step.builder};
   settings.prefill_variant = variant;
+  settings.short_queries_as_decode_rows = false;
   auto reference = create_backend("reference", settings);
   auto cuda = create_backend("cuda", settings);
   const StepOutputs expected = run_step(*reference, step);
@@ -291,6 +295,70 @@ TEST_F(CudaPrefillQueryRange, WgmmaByteKvBfloatRowsOfAnyMagnitude) {
     EXPECT_TRUE(cuda_run_matches_reference(step, settings)) << kv_label;
   }
 }
+
+// Short queries (a speculative step's: 2 to kDecodeRowsMaxQueryLen query tokens) beside decodes and
+// a prefill, on both routes: one decode row per token (the default) and prefill items. Each row sees
+// its own causal keys (the window, ALiBi's offset from the request's first query row, mm_prefix
+// ranges that widen them onto the SIMT decode); both routes match the reference, padding rows are
+// untouched, and each is bitwise reproducible.
+struct OnSimtDecode {
+  bool simt = false;  // an mm_prefix range sends the short queries to the SIMT decode kernel
+};
+using ShortQueryCase = CheckedCase<OnSimtDecode>;
+
+std::vector<ShortQueryCase> short_query_cases() {
+  // Decodes first (vLLM's order), then the short queries, then a chunk.
+  const std::vector<RequestSpec> kSpeculative = {{300, 1}, {4000, 1}, {1200, 4}, {17, 2}, {5000, 8}, {33, 3},
+                                                 {64, 5}, {800, 100}};
+  std::vector<ShortQueryCase> all;
+  auto add = [&](CudaCase c, bool simt = false) {
+    c.seed = 9;
+    all.push_back({std::move(c), {simt}});
+  };
+  add({.name = "SmallShortQueriesBf16", .requests = kSpeculative});
+  add({.name = "ShortQueriesFp16Head64Window", .num_heads = 16, .num_kv_heads = 4, .head_size = 64,
+       .dtype = DType::kFloat16, .requests = kSpeculative, .window = 1000});
+  add({.name = "ShortQueriesHead256AlibiSinks", .num_heads = 8, .num_kv_heads = 2, .head_size = 256,
+       .requests = kSpeculative, .alibi = Alibi::kLinear, .sinks = true});
+  add({.name = "ShortQueriesSoftCapWindow3", .requests = kSpeculative, .window = 3, .soft_cap = 5.0});
+  add({.name = "ShortQueriesAlibiSqrt", .requests = kSpeculative, .alibi = Alibi::kSqrt});
+  add({.name = "ShortQueriesFp8KvGqa8", .num_heads = 16, .num_kv_heads = 2, .requests = kSpeculative,
+       .kv = KvCacheDtype::kFp8E4M3, .k_scale = 0.5f, .v_scale = 0.25f});
+  add({.name = "ShortQueriesInt8PerTokenHeadPadded", .requests = {{700, 1}, {90, 6}, {0, 40}},
+       .kv = KvCacheDtype::kInt8PerTokenHead, .padding_tokens = 3, .padding_requests = 1});
+  add({.name = "ShortQueriesMmPrefix", .requests = {{300, 1}, {40, 4, {{38, 42}}}, {0, 50}}}, true);
+  return all;
+}
+
+class CudaShortQueries : public CudaParamFixture<ShortQueryCase> {};
+
+TEST_P(CudaShortQueries, BothRoutesMatchTheReference) {
+  const ShortQueryCase& param = GetParam();
+  const BatchFile step = make_step(param.batch);
+  int64_t short_rows = 0;
+  for (int64_t r = 0; r < step.batch.num_reqs(); ++r) {
+    const int64_t q = step.batch.query_len(r);
+    if (q > 1 && q <= cuda::kDecodeRowsMaxQueryLen) short_rows += q;
+  }
+  ASSERT_GT(short_rows, 0);
+  cuda::AttentionPathOverrides as_prefill;
+  as_prefill.short_queries_as_prefill = true;
+  const cuda::AttentionPlanSummary decode_plan = plan_of(step);
+  const cuda::AttentionPlanSummary prefill_plan = plan_of(step, as_prefill);
+  std::cout << "[ PLAN ] " << param.batch.name << ": " << decode_plan.describe() << "\n";
+  EXPECT_EQ(decode_plan.decode_rows - prefill_plan.decode_rows, short_rows) << decode_plan.describe();
+  EXPECT_EQ(prefill_plan.prefill_rows - decode_plan.prefill_rows, short_rows) << prefill_plan.describe();
+  EXPECT_EQ(param.expect.simt, decode_plan.decode_mma_rows < decode_plan.decode_rows) << decode_plan.describe();
+
+  for (const bool as_decode_rows : {true, false}) {
+    SCOPED_TRACE(as_decode_rows ? "decode rows" : "prefill items");
+    BackendSettings settings{step.config, step.builder};
+    settings.short_queries_as_decode_rows = as_decode_rows;
+    EXPECT_TRUE(cuda_run_matches_reference_reproducibly(step, settings));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaShortQueries, ::testing::ValuesIn(short_query_cases()), CaseName());
 
 }  // namespace
 }  // namespace hybridtb::testing

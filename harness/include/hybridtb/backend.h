@@ -179,6 +179,10 @@ struct BackendSettings {
   // applies; false: in separate launches (AttentionPathOverrides::separate_mixed, for comparing the
   // two). Both give the same bits. The reference ignores it.
   bool mixed_grid = true;
+  // cuda: requests of a few query tokens (a speculative step's) run one decode row per token on the
+  // decode kernels; false: as prefill items (AttentionPathOverrides::short_queries_as_prefill, for
+  // comparing the two). The reference ignores it.
+  bool short_queries_as_decode_rows = true;
   // cuda: the tile variant of the tensor-core prefill kernel (AttentionPathOverrides::prefill_variant:
   // −1 the default — the Hopper wgmma kernel on a compute capability 9.0 GPU where it applies,
   // else the head size's mma.sync variant —, 3 the wgmma kernel, …; for comparing them). The

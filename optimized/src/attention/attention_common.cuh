@@ -45,6 +45,21 @@ __device__ __forceinline__ bool key_needed(const AttentionParams& p, int request
   return false;
 }
 
+// A decode row's position and ALiBi offset. A request's query rows are its last query_len tokens: a
+// decode has one; a short query (a speculative step's, up to kDecodeRowsMaxQueryLen rows,
+// attention_work_plan.h) runs one decode item per row. ALiBi's offset is the keys before the
+// request's first query row, as for a prefill row (prefill_common.cuh's context_len).
+struct DecodeRowPosition {
+  int pos;
+  int context_len;
+};
+__device__ __forceinline__ DecodeRowPosition decode_row_position(const AttentionParams& p, int request, int token,
+                                                                 int seq_len) {
+  const int query_begin = p.query_start_loc[request];
+  const int query_end = p.query_start_loc[request + 1];
+  return {seq_len - (query_end - token), seq_len - (query_end - query_begin)};
+}
+
 // scale · dot, then the soft cap, then ALiBi (vLLM's order, reference logit()). Encoder_only
 // layers get none of soft cap / ALiBi (the host clears them).
 __device__ __forceinline__ float attention_logit(const AttentionParams& p, float dot, int head, int pos, int k,

@@ -184,7 +184,7 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
   check_attention_batch(config_, batch, fixed);
   TensorLayoutFacts facts;
   AttentionParams p = bind(batch.num_tokens(), tensors, output, fused, facts);
-  if (config_.attn_type != AttnType::kEncoderOnly) referenced_blocks(config_, batch, tensors.kv_cache.size(0));
+  const int64_t cache_blocks = config_.attn_type == AttnType::kEncoderOnly ? 0 : tensors.kv_cache.size(0);
   AttentionPlanInput input;
   input.config = &config_;
   input.batch = &batch;
@@ -197,9 +197,9 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
                  " is not 16-byte aligned, which the decode kernels need");
   plan_ = plan_attention(input);
   if (plan_.prefill_variant == kPrefillWgmma && plan_.mixed.empty() && !plan_.prefill.empty()) {
-    bind_kv_map(p, config_.attn_type == AttnType::kEncoderOnly ? 0 : tensors.kv_cache.size(0));
+    bind_kv_map(p, cache_blocks);
   }
-  upload(batch, p, stream);
+  upload(batch, cache_blocks, p, stream);  // checks the block ids the kernels read against the cache
   params_ = p;
   if (fixed_) check_fixed_params();
 }
@@ -222,7 +222,6 @@ void AttentionRunner::prepare_plan(const BatchDescription& batch, cudaStream_t s
   check_attention_batch(config_, batch, &*fixed_);
   // fix_shape checked that the decode kernels take this configuration; launch_on checks the cache's
   // alignment they need. A fixed-shape batch has no prefill rows.
-  const int64_t spanned = referenced_blocks(config_, batch, std::numeric_limits<int64_t>::max());
   AttentionPlanInput input;
   input.config = &config_;
   input.batch = &batch;
@@ -233,9 +232,9 @@ void AttentionRunner::prepare_plan(const BatchDescription& batch, cudaStream_t s
   input.fixed = &*fixed_;
   plan_ = plan_attention(input);
   AttentionParams p = config_params();
-  upload(batch, p, stream);
+  // launch_on checks the span against the cache it is given.
+  plan_blocks_ = upload(batch, std::numeric_limits<int64_t>::max(), p, stream);
   params_ = p;
-  plan_blocks_ = spanned;
   plan_tokens_ = batch.num_tokens();
   planned_alone_ = true;
 }
@@ -265,19 +264,22 @@ void AttentionRunner::launch_on(const StepTensors& tensors, const TensorView& ou
   launch_with(p, stream);
 }
 
-// The plan's staging bytes in one copy (through pinned memory: the block table of a large batch is
-// megabytes, which from pageable memory would make the host wait for the stream) and the split
-// partials; their device pointers, the block table's stride and the mm range count into `p`.
-void AttentionRunner::upload(const BatchDescription& batch, AttentionParams& p, cudaStream_t stream) {
+// The plan's staging bytes in one copy (staged in place in pinned memory: the block table of a large
+// batch is megabytes, which from pageable memory would make the host wait for the stream) and the
+// split partials; their device pointers, the block table's stride and the mm range count into `p`.
+// The block ids are checked against cache_blocks while they are staged; returns the blocks spanned.
+int64_t AttentionRunner::upload(const BatchDescription& batch, int64_t cache_blocks, AttentionParams& p,
+                                cudaStream_t stream) {
   const AttentionPlan& plan = plan_;
   if (plan.partial_slots > 0) {
     auto* base = static_cast<unsigned char*>(partials_.device(plan.partial_acc_bytes + plan.partial_ml_bytes));
     p.partial_acc = reinterpret_cast<float*>(base);
     p.partial_ml = reinterpret_cast<float*>(base + plan.partial_acc_bytes);
   }
-  stage_plan(plan, batch, staging_);
-  auto* dev = static_cast<unsigned char*>(meta_.device(staging_.size() + 16));
-  pinned_.upload(dev, staging_.data(), staging_.size(), stream);
+  const size_t bytes = plan.staging.bytes;
+  const int64_t spanned = stage_plan(plan, config_, batch, cache_blocks, {pinned_.acquire(bytes), bytes});
+  auto* dev = static_cast<unsigned char*>(meta_.device(bytes + 16));
+  pinned_.upload(dev, bytes, stream);
   const StagingLayout& s = plan.staging;
   p.block_table_stride = plan.block_table_stride;
   p.num_mm_ranges = plan.num_mm_ranges;
@@ -291,6 +293,7 @@ void AttentionRunner::upload(const BatchDescription& batch, AttentionParams& p, 
   decode_mma_items_ = reinterpret_cast<const DecodeItem*>(dev + s.decode_mma_items);
   mixed_items_ = reinterpret_cast<const MixedItem*>(dev + s.mixed_items);
   p.combine_items = reinterpret_cast<const CombineItem*>(dev + s.combine_items);
+  return spanned;
 }
 
 // A captured graph baked the first prepare()'s pointers and scalars into its kernel nodes: later

@@ -78,7 +78,7 @@ class AttentionRunner {
   AttentionParams bind(int64_t t, const StepTensors& tensors, const TensorView& output, const FusedAdd& fused,
                        TensorLayoutFacts& facts) const;
   void bind_cache(const StepTensors& tensors, AttentionParams& p, TensorLayoutFacts& facts) const;
-  void upload(const BatchDescription& batch, AttentionParams& p, cudaStream_t stream);
+  int64_t upload(const BatchDescription& batch, int64_t cache_blocks, AttentionParams& p, cudaStream_t stream);
   void bind_kv_map(const AttentionParams& p, int64_t num_blocks);
   void launch_with(const AttentionParams& params, cudaStream_t stream) const;
   void check_fixed_params();
@@ -92,8 +92,7 @@ class AttentionRunner {
   Workspace partials_;
   std::shared_ptr<void> alibi_;
   std::shared_ptr<void> sinks_;
-  std::vector<unsigned char> staging_;  // the upload's bytes (capacity kept across calls)
-  PinnedStaging pinned_;
+  PinnedStaging pinned_;  // the plan's bytes, staged in place for the one upload
   AttentionPlan plan_;
   AttentionParams params_{};
   const DecodeItem* decode_mma_items_ = nullptr;

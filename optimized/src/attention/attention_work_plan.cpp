@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <limits>
+#include <span>
 #include <sstream>
 
 #include "attention/attention_caps.h"
@@ -64,8 +66,9 @@ std::string decode_mma_reason(const AttentionConfig& c, const AttentionPathOverr
 // The work of one planning pass before the decode rows are split.
 struct DecodeRow {
   int64_t request;
+  int64_t token;  // the global query row
   KeyRange range;
-  size_t route;  // index into AttentionPlan::requests
+  size_t route;   // index into AttentionPlan::requests
 };
 struct RoutedRows {
   std::vector<DecodeRow> simt;
@@ -125,20 +128,27 @@ RoutedRows route_requests(const AttentionPlanInput& in, AttentionPlan& plan) {
       plan.requests.push_back(route);
       continue;
     }
-    if (routes.decode_ok && q_len == 1) {
-      const int64_t context_len = batch.seq_len(r) - 1;
-      const KeyRange range = key_range(c, batch, r, context_len, context_len);
-      const bool mm_free = range.key_begin == range.causal_begin && range.key_end == range.causal_end;
-      route.key_begin = range.key_begin;
-      route.key_end = range.key_end;
-      const DecodeRow row{r, range, plan.requests.size()};
-      if (routes.decode_mma_why.empty() && mm_free) {
-        route.path = RowPath::kDecodeMma;
-        rows.mma.push_back(row);
-      } else {
-        if (routes.decode_mma_why.empty()) plan.summary.decode_fallback = "mm_prefix ranges widen the visible keys";
-        route.path = RowPath::kDecodeSimt;
-        rows.simt.push_back(row);
+    const bool short_query = q_len <= kDecodeRowsMaxQueryLen && !in.overrides.short_queries_as_prefill;
+    if (routes.decode_ok && (q_len == 1 || short_query)) {
+      // One decode row per query token, all on one kernel: the tensor-core decode unless an mm_prefix
+      // range widens some row's keys past its causal interval.
+      const int64_t context_len = batch.seq_len(r) - q_len;
+      const auto row_keys = [&](int64_t i) { return key_range(c, batch, r, context_len + i, context_len + i); };
+      bool mm_free = true;
+      for (int64_t i = 0; i < q_len; ++i) {
+        const KeyRange range = row_keys(i);
+        mm_free = mm_free && range.key_begin == range.causal_begin && range.key_end == range.causal_end;
+        route.key_begin = i == 0 ? range.key_begin : std::min<int64_t>(route.key_begin, range.key_begin);
+        route.key_end = i == 0 ? range.key_end : std::max<int64_t>(route.key_end, range.key_end);
+      }
+      const bool on_mma = routes.decode_mma_why.empty() && mm_free;
+      if (routes.decode_mma_why.empty() && !mm_free) {
+        plan.summary.decode_fallback = "mm_prefix ranges widen the visible keys";
+      }
+      route.path = on_mma ? RowPath::kDecodeMma : RowPath::kDecodeSimt;
+      std::vector<DecodeRow>& list = on_mma ? rows.mma : rows.simt;
+      for (int64_t i = 0; i < q_len; ++i) {
+        list.push_back({r, batch.query_start_loc[r] + i, row_keys(i), plan.requests.size()});
       }
       plan.requests.push_back(route);
       continue;
@@ -182,14 +192,14 @@ int64_t split_decode_rows(const AttentionPlanInput& in, const std::vector<Decode
     const int64_t n = row.range.key_end - row.range.key_begin;
     const int64_t splits = std::max<int64_t>(1, (n + chunk - 1) / chunk);
     const int64_t length = ((n + splits - 1) / splits + 63) / 64 * 64;  // ≤ chunk; (splits − 1)·length < n
-    const int32_t token = in.batch->query_start_loc[row.request];
+    const int32_t token = to_i32(row.token);
     for (int64_t s = 0; s < splits; ++s) {
       const int64_t kb = row.range.key_begin + s * length;
       const int64_t ke = std::min<int64_t>(row.range.key_end, kb + length);
       items.push_back({to_i32(row.request), token, to_i32(kb), to_i32(ke), row.range.causal_begin,
                        row.range.causal_end, to_i32(splits), splits > 1 ? next_slot + to_i32(s) : 0});
     }
-    plan.requests[row.route].splits = splits;
+    plan.requests[row.route].splits += splits;  // summed over a short query's rows
     if (splits > 1) {
       plan.combine.push_back({token, next_slot, to_i32(splits), 0});
       next_slot += to_i32(splits);
@@ -603,33 +613,53 @@ void check_attention_batch(const AttentionConfig& c, const BatchDescription& bat
   }
 }
 
-int64_t referenced_blocks(const AttentionConfig& c, const BatchDescription& batch, int64_t cache_blocks) {
-  const int64_t r_count = batch.num_reqs();
-  HYBRIDTB_CHECK(batch.block_table.rank() == 2 && batch.block_table.size(0) >= r_count,
+namespace {
+
+// How many blocks request r reads (its seq_len over the block size), checked against the table's
+// columns.
+int64_t blocks_read(const AttentionConfig& c, const BatchDescription& batch, int64_t r, int64_t cols) {
+  const int64_t blocks = (batch.seq_len(r) + c.block_size - 1) / c.block_size;
+  HYBRIDTB_CHECK(blocks <= cols, "request ", r, ": seq_len ", batch.seq_len(r),
+                 " needs more blocks than block_table has columns (", cols, ")");
+  return blocks;
+}
+
+// Block ids are consulted on the device without bounds checks: request r's `blocks` ids must lie in
+// [0, cache_blocks). Checked as one row (its least and greatest id: a step of 64 requests at 32k keys
+// has 131 072 entries, checked every step; the offending entry is looked up only to name it).
+// Returns one past the greatest id (0 for no blocks). Also built for AVX2 where the CPU has it (its
+// 32-bit min and max are single instructions; SSE2 emulates each with four).
+[[gnu::target_clones("avx2", "default")]]
+int64_t check_block_row(const int32_t* row, int64_t blocks, int64_t cache_blocks, int64_t r) {
+  if (blocks <= 0) return 0;
+  int32_t least = row[0], greatest = row[0];
+  for (int64_t b = 1; b < blocks; ++b) {  // branch-free: the compiler vectorises it
+    least = std::min(least, row[b]);
+    greatest = std::max(greatest, row[b]);
+  }
+  if (least < 0 || greatest >= cache_blocks) {
+    const int32_t* const bad =
+        std::find_if(row, row + blocks, [&](int32_t id) { return id < 0 || id >= cache_blocks; });
+    HYBRIDTB_CHECK(false, "request ", r, ": block_table entry ", *bad, " is outside the cache's ", cache_blocks,
+                   " blocks");
+  }
+  return int64_t{greatest} + 1;
+}
+
+void check_block_table_rows(const BatchDescription& batch) {
+  HYBRIDTB_CHECK(batch.block_table.rank() == 2 && batch.block_table.size(0) >= batch.num_reqs(),
                  "block_table must have one row per request, got ", batch.block_table.describe());
+}
+
+}  // namespace
+
+int64_t referenced_blocks(const AttentionConfig& c, const BatchDescription& batch, int64_t cache_blocks) {
+  check_block_table_rows(batch);
   const int64_t cols = batch.block_table.size(1);
   int64_t spanned = 0;
-  // Block ids are consulted on the device without bounds checks: check them here, a request's
-  // blocks as one row (its least and greatest id: a step of 64 requests at 32k keys has 131 072
-  // entries, checked every step; the offending entry is looked up only to name it).
-  for (int64_t r = 0; r < r_count; ++r) {
-    const int64_t blocks = (batch.seq_len(r) + c.block_size - 1) / c.block_size;
-    HYBRIDTB_CHECK(blocks <= cols, "request ", r, ": seq_len ", batch.seq_len(r),
-                   " needs more blocks than block_table has columns (", cols, ")");
-    if (blocks <= 0) continue;
+  for (int64_t r = 0; r < batch.num_reqs(); ++r) {
     const int32_t* const row = batch.block_table.values.data() + r * cols;
-    int32_t least = row[0], greatest = row[0];
-    for (int64_t b = 1; b < blocks; ++b) {  // branch-free: the compiler vectorises it
-      least = std::min(least, row[b]);
-      greatest = std::max(greatest, row[b]);
-    }
-    if (least < 0 || greatest >= cache_blocks) {
-      const int32_t* const bad =
-          std::find_if(row, row + blocks, [&](int32_t id) { return id < 0 || id >= cache_blocks; });
-      HYBRIDTB_CHECK(false, "request ", r, ": block_table entry ", *bad, " is outside the cache's ", cache_blocks,
-                     " blocks");
-    }
-    spanned = std::max<int64_t>(spanned, int64_t{greatest} + 1);
+    spanned = std::max(spanned, check_block_row(row, blocks_read(c, batch, r, cols), cache_blocks, r));
   }
   return spanned;
 }
@@ -733,43 +763,76 @@ AttentionPlan plan_attention(const AttentionPlanInput& in) {
 
 namespace {
 
-template <typename T>
-void put(std::vector<unsigned char>& bytes, size_t offset, const T* values, size_t count) {
-  if (count > 0) std::memcpy(bytes.data() + offset, values, count * sizeof(T));
-}
+// Writes the staging bytes in order: each array at its offset, the gap before it zeroed, so every
+// byte of the buffer is written once (it may be the pinned upload buffer, holding the last step's).
+class StagingWriter {
+ public:
+  explicit StagingWriter(std::span<unsigned char> bytes) : bytes_(bytes) {}
+
+  // The next `count` bytes at `offset` (≥ the end of the last write), the gap before them zeroed.
+  unsigned char* at(size_t offset, size_t count) {
+    HYBRIDTB_CHECK(offset >= end_ && offset + count <= bytes_.size(), "staging: bytes [", offset, ", ",
+                   offset + count, ") do not follow ", end_, " within the buffer's ", bytes_.size());
+    std::memset(bytes_.data() + end_, 0, offset - end_);
+    end_ = offset + count;
+    return bytes_.data() + offset;
+  }
+
+  template <typename T>
+  void put(size_t offset, const T* values, size_t count) {
+    unsigned char* out = at(offset, count * sizeof(T));
+    if (count > 0) std::memcpy(out, values, count * sizeof(T));
+  }
+
+  void finish() { at(bytes_.size(), 0); }
+
+ private:
+  std::span<unsigned char> bytes_;
+  size_t end_ = 0;
+};
 
 }  // namespace
 
-std::vector<unsigned char> stage_plan(const AttentionPlan& plan, const BatchDescription& batch) {
-  std::vector<unsigned char> bytes;
-  stage_plan(plan, batch, bytes);
+std::vector<unsigned char> stage_plan(const AttentionPlan& plan, const AttentionConfig& config,
+                                      const BatchDescription& batch) {
+  std::vector<unsigned char> bytes(plan.staging.bytes);
+  stage_plan(plan, config, batch, std::numeric_limits<int64_t>::max(), bytes);
   return bytes;
 }
 
-void stage_plan(const AttentionPlan& plan, const BatchDescription& batch, std::vector<unsigned char>& bytes) {
+int64_t stage_plan(const AttentionPlan& plan, const AttentionConfig& config, const BatchDescription& batch,
+                   int64_t cache_blocks, std::span<unsigned char> bytes) {
   const StagingLayout& s = plan.staging;
-  bytes.assign(s.bytes, 0);
-  put(bytes, s.query_start_loc, batch.query_start_loc.values.data(), batch.query_start_loc.values.size());
-  put(bytes, s.seq_lens, batch.seq_lens.values.data(), batch.seq_lens.values.size());
+  HYBRIDTB_CHECK(bytes.size() == s.bytes, "staging: a buffer of ", bytes.size(), " bytes for a plan of ", s.bytes);
+  StagingWriter out(bytes);
+  out.put(s.query_start_loc, batch.query_start_loc.values.data(), batch.query_start_loc.values.size());
+  out.put(s.seq_lens, batch.seq_lens.values.data(), batch.seq_lens.values.size());
+  // The block table a row at a time, each row's ids checked while it is in cache (the table of a
+  // large decode step is megabytes, staged every step: one pass over it); rows of a captured width
+  // wider than the batch's get zero columns after its own (never read).
   const int64_t r_count = batch.num_reqs();
+  const bool decoder = config.attn_type != AttnType::kEncoderOnly;
   const int64_t cols = batch.block_table.rank() == 2 ? batch.block_table.size(1) : 0;
-  if (cols == plan.block_table_stride) {
-    put(bytes, s.block_table, batch.block_table.values.data(), static_cast<size_t>(r_count * cols));
-  } else {  // each row copied into a row of the captured width (the rest zero, unused)
-    for (int64_t r = 0; r < r_count; ++r) {
-      put(bytes, s.block_table + static_cast<size_t>(r * plan.block_table_stride) * sizeof(int32_t),
-          batch.block_table.values.data() + r * cols, static_cast<size_t>(cols));
-    }
+  const int64_t stride = plan.block_table_stride;
+  if (decoder) check_block_table_rows(batch);
+  int64_t spanned = 0;
+  for (int64_t r = 0; r < r_count; ++r) {
+    const int32_t* const row = batch.block_table.values.data() + r * cols;
+    out.put(s.block_table + static_cast<size_t>(r * stride) * sizeof(int32_t), row, static_cast<size_t>(cols));
+    if (!decoder) continue;
+    spanned = std::max(spanned, check_block_row(row, blocks_read(config, batch, r, cols), cache_blocks, r));
   }
   if (plan.num_mm_ranges > 0) {
-    put(bytes, s.mm_prefix, batch.mm_prefix_range->values.data(), batch.mm_prefix_range->values.size());
+    out.put(s.mm_prefix, batch.mm_prefix_range->values.data(), batch.mm_prefix_range->values.size());
   }
-  put(bytes, s.generic_items, plan.generic.data(), plan.generic.size());
-  put(bytes, s.prefill_items, plan.prefill.data(), plan.prefill.size());
-  put(bytes, s.decode_items, plan.decode.data(), plan.decode.size());
-  put(bytes, s.decode_mma_items, plan.decode_mma.data(), plan.decode_mma.size());
-  put(bytes, s.combine_items, plan.combine.data(), plan.combine.size());
-  put(bytes, s.mixed_items, plan.mixed.data(), plan.mixed.size());
+  out.put(s.generic_items, plan.generic.data(), plan.generic.size());
+  out.put(s.prefill_items, plan.prefill.data(), plan.prefill.size());
+  out.put(s.decode_items, plan.decode.data(), plan.decode.size());
+  out.put(s.decode_mma_items, plan.decode_mma.data(), plan.decode_mma.size());
+  out.put(s.combine_items, plan.combine.data(), plan.combine.size());
+  out.put(s.mixed_items, plan.mixed.data(), plan.mixed.size());
+  out.finish();
+  return spanned;
 }
 
 // --- text ----------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@
 //   - query_len 1 of a decoder layer whose cache the decode kernels read: the tensor-core decode
 //     kernel (16-bit cache = model dtype, D 64/128/256) unless its mm_prefix ranges add keys, else
 //     the SIMT decode kernel; long key ranges split across CTAs (the split policy below) and are
-//     finished by the combine kernel;
+//     finished by the combine kernel. A short query (query_len ≤ kDecodeRowsMaxQueryLen: a
+//     speculative step's draft tokens) runs the same way, one decode row per query token;
 //   - other rows: the tensor-core prefill kernel where it applies (16-bit model dtype = cache
 //     element, D 64/128/256, aligned rows), else the generic SIMT kernel.
 // A step with both tensor-core prefill items and tensor-core decode items runs them in one grid of
@@ -25,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -61,6 +63,17 @@ inline constexpr DecodeSplitPolicy kMmaDecodeSplit{4, 1024, 4096};
 // 166.6 µs on mma.sync and 122.6 on wgmma, a 4096-token one (138 GFLOP) 591.9 and 362.0 µs; the
 // threshold sits just below the 2k prompt (where the two cross, below it, was not measured).
 inline constexpr double kWgmmaPrefillMinFlops = 32e9;
+
+// Requests with at most this many query tokens run one decode row per token (each row reads its own
+// causal keys) instead of prefill items. A speculative decode step verifies a few draft tokens per
+// request: as prefill items, 64 such requests at 4k keys are 64 CTAs per kv head of 16-row tiles
+// that are mostly padding, each reading its request's whole context; as decode rows, the decode
+// kernels split the reads over the GPU as for any decode. Each row reads the context again, so the
+// reads grow with the query length: past a handful of tokens the prefill tiles' reuse of a K/V tile
+// by every row wins. The standard suite's speculative cases (s8x4, s64x4, s64x2 beside 64 decodes)
+// have 2 to 4 query tokens (1 to 3 draft tokens); 8 is a choice the benchmark's "as prefill items"
+// rows measure.
+inline constexpr int64_t kDecodeRowsMaxQueryLen = 8;
 
 // A step with both tensor-core prefill items and tensor-core decode CTAs runs them in one grid of
 // the mixed kernel, whose prefill body is the mma.sync one. Where the wgmma prefill is the default
@@ -100,6 +113,9 @@ struct AttentionPathOverrides {
   // Tensor-core prefill and decode items of one step in separate launches even where the mixed
   // kernel applies (the benchmark's "separate" rows; the tests' bitwise comparison of the two).
   bool separate_mixed = false;
+  // Short queries (kDecodeRowsMaxQueryLen) as prefill items, not one decode row per token (the
+  // benchmark's "as prefill items" rows; the tests' comparison of the two routes).
+  bool short_queries_as_prefill = false;
 };
 
 // What the bound tensors allow (decided by the runner from the device pointers and strides; the
@@ -256,9 +272,16 @@ int64_t referenced_blocks(const AttentionConfig& config, const BatchDescription&
 
 // The plan of one step (throws Error on an invalid batch, naming the field).
 AttentionPlan plan_attention(const AttentionPlanInput& input);
-// The bytes of the one upload, laid out as plan.staging says (into `bytes`, whose capacity is reused).
-void stage_plan(const AttentionPlan& plan, const BatchDescription& batch, std::vector<unsigned char>& bytes);
-std::vector<unsigned char> stage_plan(const AttentionPlan& plan, const BatchDescription& batch);
+// The bytes of the one upload, laid out as plan.staging says, into `bytes` (plan.staging.bytes long:
+// the runner's pinned upload buffer, so each byte is written once, the gaps between arrays zero). A
+// decoder layer's block ids are checked on the way as referenced_blocks checks them against
+// cache_blocks (one pass over a block table of megabytes, staged every step). Returns the blocks the
+// batch spans (the largest id + 1; 0 for an encoder-only layer, which has no cache).
+int64_t stage_plan(const AttentionPlan& plan, const AttentionConfig& config, const BatchDescription& batch,
+                   int64_t cache_blocks, std::span<unsigned char> bytes);
+// The same into a new buffer, the ids checked against no cache size.
+std::vector<unsigned char> stage_plan(const AttentionPlan& plan, const AttentionConfig& config,
+                                      const BatchDescription& batch);
 // Human-readable text, one line per fact ("request 0: decode, tensor-core decode, ...").
 std::string describe_plan(const AttentionPlan& plan, const AttentionConfig& config);
 

@@ -144,8 +144,9 @@ __global__ void __launch_bounds__(kDecodeThreads, HPP <= 4 ? 4 : 2) decode_atten
   const int sub = lane % kTpk;                   // lane within the group
   const int request = item.request;
   const int seq_len = p.seq_lens[request];
-  const int pos = seq_len - 1;                   // the query row's position
-  const int context_len = seq_len - 1;
+  const DecodeRowPosition row_position = decode_row_position(p, request, item.token, seq_len);
+  const int pos = row_position.pos;  // lambdas below capture it (no structured binding in C++17)
+  const int context_len = row_position.context_len;
 
   float q[HPP][kEpl];
 #pragma unroll

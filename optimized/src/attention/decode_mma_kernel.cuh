@@ -189,8 +189,9 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
   const int t4 = lane % 4;
   const int request = item.request;
   const int seq_len = p.seq_lens[request];
-  const int pos = seq_len - 1;  // the query row's position
-  const int context_len = seq_len - 1;
+  const DecodeRowPosition row_position = decode_row_position(p, request, item.token, seq_len);
+  const int pos = row_position.pos;  // lambdas below capture it (no structured binding in C++17)
+  const int context_len = row_position.context_len;
   const uint32_t s_ring = s_base + static_cast<uint32_t>(warp * S * (kByteCache ? kByteStage : kStageBytes));
 
   // --- Qᵀ as B fragments: column n = head head0 + n (zeros past nh), k = dims ---------------------

@@ -63,8 +63,7 @@ PinnedStaging::~PinnedStaging() {
   if (data_ != nullptr) cudaFreeHost(data_);  // NOLINT
 }
 
-void PinnedStaging::upload(void* device, const void* host, size_t bytes, cudaStream_t stream) {
-  if (bytes == 0) return;
+unsigned char* PinnedStaging::acquire(size_t bytes) {
   if (copied_ == nullptr) {
     HYBRIDTB_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
   } else {
@@ -77,7 +76,12 @@ void PinnedStaging::upload(void* device, const void* host, size_t bytes, cudaStr
     HYBRIDTB_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&data_), bytes, cudaHostAllocDefault));
     size_ = bytes;
   }
-  std::memcpy(data_, host, bytes);
+  return data_;
+}
+
+void PinnedStaging::upload(void* device, size_t bytes, cudaStream_t stream) {
+  if (bytes == 0) return;
+  HYBRIDTB_CHECK(bytes <= size_, "PinnedStaging::upload: ", bytes, " bytes from a buffer of ", size_);
   HYBRIDTB_CUDA_CHECK(cudaMemcpyAsync(device, data_, bytes, cudaMemcpyHostToDevice, stream));
   HYBRIDTB_CUDA_CHECK(cudaEventRecord(copied_, stream));
 }

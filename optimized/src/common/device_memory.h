@@ -43,19 +43,23 @@ class Workspace {
   size_t size_ = 0;
 };
 
-// Pinned host memory for one stream's uploads. A pageable source makes a large cudaMemcpyAsync
-// wait for the stream (the driver stages it synchronously), which would stall the host behind the
-// GPU — and deadlock behind a benchmark's gate kernel; from pinned memory the copy is queued and
-// the host goes on. The buffer is reused: upload() first waits for the copy that read it last.
+// Pinned host memory for one stream's uploads, filled in place by the caller. A pageable source
+// makes a large cudaMemcpyAsync wait for the stream (the driver stages it synchronously), which would
+// stall the host behind the GPU — and deadlock behind a benchmark's gate kernel; from pinned memory
+// the copy is queued and the host goes on. The buffer is reused: acquire() first waits for the copy
+// that read it last.
 class PinnedStaging {
  public:
   PinnedStaging() = default;
   ~PinnedStaging();
   PinnedStaging(const PinnedStaging&) = delete;
   PinnedStaging& operator=(const PinnedStaging&) = delete;
-  // Copies `bytes` from `host` into the pinned buffer (grown if needed) and enqueues its copy to
-  // `device` on `stream`; returns at once.
-  void upload(void* device, const void* host, size_t bytes, cudaStream_t stream);
+  // The buffer, at least `bytes` long (grown if needed, its contents then lost), for the caller to
+  // fill, once the last copy out of it has finished.
+  unsigned char* acquire(size_t bytes);
+  // Enqueues the copy of the buffer's first `bytes` (≤ the last acquire's) to `device` on `stream`;
+  // returns at once.
+  void upload(void* device, size_t bytes, cudaStream_t stream);
 
  private:
   unsigned char* data_ = nullptr;
