@@ -195,40 +195,92 @@ std::map<int32_t, RowKeys> decode_rows_by_token(const std::vector<DecodeItem>& i
 }
 
 // A speculative step's short query (query_len ≤ kDecodeRowsMaxQueryLen) runs one tensor-core decode
-// row per token, each reading its own causal keys (with a window: its own window), split as any
-// decode row; the request's route spans the rows' keys and counts their splits.
-TEST(AttentionPlan, ShortQueriesRunOneDecodeRowPerToken) {
+// row per token, its rows packed into the decode CTAs' columns (Llama-3: 4 query heads per kv head,
+// so 16 columns hold 4 rows), each CTA reading the union of its rows' keys (with a window: from the
+// first row's window start to the last row's position), split as any decode row; every split row
+// gets its own partial slots and combine item; the request's route spans the keys and counts the
+// CTAs along the key axis.
+TEST(AttentionPlan, ShortQueriesPackTheirRowsIntoDecodeCtas) {
   for (const int64_t window : {int64_t{0}, int64_t{1000}}) {
     SCOPED_TRACE("window " + std::to_string(window));
     const AttentionConfig c = llama(window);
     const BatchDescription b = batch_of({{2000, 1}, {20000, 4}, {0, 100}}, c.block_size);
     const AttentionPlan plan = plan_for(c, b);
+    EXPECT_EQ(plan.mma_columns, 16);
     EXPECT_EQ(plan.requests[1].path, RowPath::kDecodeMma);
     EXPECT_EQ(plan.requests[2].path, RowPath::kPrefillMma);
     EXPECT_EQ(plan.summary.decode_rows, 5);
     EXPECT_EQ(plan.summary.decode_mma_rows, 5);
     EXPECT_EQ(plan.summary.prefill_rows, 100);
-    const std::map<int32_t, RowKeys> rows = decode_rows_by_token(plan.decode_mma, 1);
-    ASSERT_EQ(rows.size(), 4u);
+    const int32_t first = window > 0 ? 20000 - static_cast<int32_t>(window) + 1 : 0;
     int64_t items = 0;
-    for (int32_t i = 0; i < 4; ++i) {
-      ASSERT_TRUE(rows.contains(1 + i)) << "token " << 1 + i;
-      const RowKeys& row = rows.at(1 + i);
-      const int32_t pos = 20000 + i;
-      const int32_t first = window > 0 ? pos - static_cast<int32_t>(window) + 1 : 0;
-      EXPECT_EQ(row.key_begin, first) << "token " << 1 + i;
-      EXPECT_EQ(row.key_end, pos + 1) << "token " << 1 + i;
-      EXPECT_EQ(row.causal_begin, first);
-      EXPECT_EQ(row.causal_end, pos + 1);
-      items += row.items;
+    std::vector<int32_t> slots;
+    for (const DecodeItem& item : plan.decode_mma) {
+      if (item.request != 1) continue;
+      ++items;
+      EXPECT_EQ(item.token, 1);
+      EXPECT_EQ(item.num_tokens, 4);
+      EXPECT_EQ(item.causal_begin, first);
+      EXPECT_EQ(item.causal_end, 20004);
+      EXPECT_GE(item.key_begin, first);
+      EXPECT_LE(item.key_end, 20004);
+      for (int32_t j = 0; item.num_splits > 1 && j < item.num_tokens; ++j) {
+        slots.push_back(item.partial_slot + j * item.num_splits);
+      }
     }
-    EXPECT_EQ(plan.requests[1].key_begin, rows.at(1).key_begin);
+    EXPECT_EQ(plan.requests[1].key_begin, first);
     EXPECT_EQ(plan.requests[1].key_end, 20004);
     EXPECT_EQ(plan.requests[1].splits, items);
-    int64_t combined = 0;
-    for (const CombineItem& item : plan.combine) combined += item.token >= 1 && item.token <= 4 ? 1 : 0;
-    EXPECT_EQ(combined, window > 0 ? 0 : 4);  // 20k keys split, 1000 do not
+    std::vector<int32_t> combined;
+    for (const CombineItem& item : plan.combine) {
+      if (item.token < 1 || item.token > 4) continue;
+      EXPECT_EQ(item.num_splits, items);
+      for (int32_t k = 0; k < item.num_splits; ++k) combined.push_back(item.first_slot + k);
+    }
+    std::sort(slots.begin(), slots.end());
+    std::sort(combined.begin(), combined.end());
+    EXPECT_EQ(slots, combined);  // every split row's partial slots are the ones its combine reads
+    EXPECT_EQ(std::adjacent_find(slots.begin(), slots.end()), slots.end());  // and no two rows share one
+    EXPECT_EQ(combined.size(), window > 0 ? 0u : 4u * static_cast<size_t>(items));  // 20k keys split, 1000 do not
   }
+}
+
+// Rows pack as far as the columns allow: 8 columns hold 2 rows of 4 heads (a step whose short
+// queries have 2 rows keeps 8), 16 hold 4 (the rest of a longer query takes another CTA), 8 heads
+// per kv head 2 rows in 16, and 16 heads per kv head none (their 16 columns are one row's).
+TEST(AttentionPlan, ShortQueryRowsPerDecodeCta) {
+  struct Case {
+    int64_t kv_heads;
+    std::vector<Req> reqs;
+    int columns;
+    std::vector<int32_t> rows_per_item;  // of request 0's items, in token order
+  };
+  const std::vector<Case> cases = {{8, {{1000, 2}, {900, 1}}, 8, {2}},
+                                   {8, {{1000, 6}}, 16, {4, 2}},
+                                   {4, {{1000, 5}}, 16, {2, 2, 1}},
+                                   {2, {{1000, 3}}, 16, {1, 1, 1}}};
+  for (const Case& k : cases) {
+    AttentionConfig c = llama();
+    c.num_kv_heads = k.kv_heads;
+    SCOPED_TRACE(std::to_string(c.num_queries_per_kv()) + " heads per kv head");
+    const AttentionPlan plan = plan_for(c, batch_of(k.reqs, c.block_size));
+    EXPECT_EQ(plan.mma_columns, k.columns);
+    std::vector<int32_t> rows;
+    int32_t next_token = 0;
+    for (const DecodeItem& item : plan.decode_mma) {
+      if (item.request != 0) continue;
+      EXPECT_EQ(item.token, next_token);  // consecutive rows, each in one item (no split at 1000 keys)
+      next_token += item.num_tokens;
+      rows.push_back(item.num_tokens);
+      EXPECT_EQ(item.causal_end, 1000 + next_token);  // the last row's position + 1
+    }
+    EXPECT_EQ(rows, k.rows_per_item);
+  }
+  // A step of plain decodes and one with short queries taken as prefill items keep the heads' columns.
+  EXPECT_EQ(plan_for(llama(), batch_of({{1000, 1}}, 16)).mma_columns, 8);
+  AttentionPathOverrides as_prefill;
+  as_prefill.short_queries_as_prefill = true;
+  EXPECT_EQ(plan_for(llama(), batch_of({{1000, 4}}, 16), as_prefill).mma_columns, 8);
 }
 
 // Past kDecodeRowsMaxQueryLen tokens, or where asked (the comparison switch), a short query runs as
@@ -784,7 +836,7 @@ TEST(AttentionPlan, PrintedPlanNamesEveryRequestAndKernel) {
            "  request 0: query_len 1, tensor-core decode, keys [0, 32768), 32 splits\n",
            "  request 1: query_len 64, tensor-core prefill, 16 CTAs\n",
            "  request 2: query_len 0, padding (no work, nothing written)\n",
-           "  tensor-core decode: 1 rows, 32 items of up to 1024 keys, 8 heads per CTA, grid 256 CTAs\n",
+           "  tensor-core decode: 1 rows, 32 items of up to 1024 keys, 8 columns per CTA, grid 256 CTAs\n",
            "  combine: 1 split rows, grid 32 CTAs\n",
            "  tensor-core prefill: 64 rows, variant 1 (mma.sync, two m-tiles, 128 rows per CTA), grid 16 CTAs\n",
            "  mixed (the tensor-core prefill and decode CTAs above in one grid, interleaved): grid 272 CTAs (16 "
@@ -993,8 +1045,8 @@ TEST(AttentionPlan, MixedGridOnlyWhereBothBodiesAgree) {
   }
   {
     AttentionConfig c = llama();
-    c.num_kv_heads = 2;  // 16 query heads per kv head: 16 heads per decode CTA
-    cases.push_back({"16 heads per decode CTA", c, {}, false, "16 heads per decode CTA"});
+    c.num_kv_heads = 2;  // 16 query heads per kv head: 16 columns per decode CTA
+    cases.push_back({"16 columns per decode CTA", c, {}, false, "16 columns per decode CTA"});
   }
   {
     AttentionPathOverrides v0;

@@ -5,7 +5,8 @@
 // both ALiBi forms), sinks, windows, fp8 output, split decode rows (the combine after the mixed
 // grid), a chunk with context, padding, an mm_prefix decode row on the SIMT decode kernel beside
 // the mixed grid, and the fused SSM add; and the layers the mixed kernel does not take (head size
-// 256, a 1-byte cache, 16 query heads per decode CTA), which must launch separately and say why.
+// 256, a 1-byte cache, 16 query heads per kv head: 16 decode columns), which must launch separately
+// and say why.
 // Per case:
 //   - the planner runs the case mixed or not, as the case expects (AttentionRunner::summary);
 //   - mixed == separate BIT FOR BIT: output, attn_output, ssm_output, KV cache, every state pool;
@@ -93,7 +94,7 @@ std::vector<MixedCase> cases() {
   add({.name = "SeparateFp8CacheBf16", .requests = kMix, .kv = KvCacheDtype::kFp8E4M3, .k_scale = 0.5f,
        .v_scale = 0.25f, .seed = 52}, {.mixed = false, .fallback = "kv_cache_dtype fp8_e4m3"});
   add({.name = "SeparateGqa16Bf16", .num_heads = 32, .num_kv_heads = 2, .requests = kMix, .seed = 53},
-      {.mixed = false, .fallback = "16 heads per decode CTA"});
+      {.mixed = false, .fallback = "16 columns per decode CTA"});
   return all;
 }
 

@@ -327,6 +327,13 @@ std::vector<ShortQueryCase> short_query_cases() {
   add({.name = "ShortQueriesInt8PerTokenHeadPadded", .requests = {{700, 1}, {90, 6}, {0, 40}},
        .kv = KvCacheDtype::kInt8PerTokenHead, .padding_tokens = 3, .padding_requests = 1});
   add({.name = "ShortQueriesMmPrefix", .requests = {{300, 1}, {40, 4, {{38, 42}}}, {0, 50}}}, true);
+  // Rows per decode CTA: 3 heads per kv head (5 rows in 16 columns), one (8 rows in 8), and 2-row
+  // queries beside a prefill (8 columns: the mixed kernel runs the packed rows).
+  add({.name = "ShortQueriesThreeHeadsPerKvHead", .num_heads = 6, .num_kv_heads = 2, .head_size = 64,
+       .requests = kSpeculative, .alibi = Alibi::kSqrt});
+  add({.name = "ShortQueriesOneHeadPerKvHeadWindow", .num_heads = 4, .num_kv_heads = 4, .requests = kSpeculative,
+       .window = 6});
+  add({.name = "ShortQueriesOfTwoBesideAPrefill", .requests = {{300, 1}, {1200, 2}, {17, 2}, {5000, 2}, {0, 64}}});
   return all;
 }
 

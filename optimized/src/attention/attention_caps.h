@@ -30,9 +30,9 @@ int decode_mma_heads_per_pass(int64_t queries_per_kv, int64_t head_size);
 bool prefill_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_size);
 // The mixed kernel (tensor-core prefill and decode CTAs of one step in one grid, mixed_kernel.cuh):
 // float16/bfloat16 with a cache of the same dtype, head sizes 64/128 (where both kernels run 128
-// threads), 8 query heads per decode CTA (the decode kernel's NT 1) and the head size's default
+// threads), 8 MMA columns per decode CTA (the decode kernel's NT 1) and the head size's default
 // prefill variant. Must agree with attention_inst_mixed.cuh.
-bool mixed_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_size, int decode_heads_per_cta,
+bool mixed_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_size, int decode_columns,
                      int prefill_variant);
 // A 1-byte cache element (fp8 e4m3/e5m2, int8).
 HYBRIDTB_HOST_DEVICE constexpr bool is_byte_element(ElementKind kind) {

@@ -29,19 +29,23 @@ struct GenericItem {
 };
 
 // One CTA of the decode kernels (SIMT and tensor-core): keys [key_begin, key_end) of one decode
-// request (for every kv head via gridDim.y). With num_splits > 1 it writes a partial softmax state
-// into partial slot `partial_slot` and the combine kernel finishes the row. request < 0: a sentinel
-// (grids sized for a fixed capacity, e.g. CUDA-graph capture, padded with unused items): the CTA
-// returns at once and touches nothing; the other fields are then ignored.
+// request (for every kv head via gridDim.y), for its query rows token … token + num_tokens − 1 (a
+// short query's consecutive rows packed into the tensor-core decode's MMA columns, each at its own
+// position; the SIMT decode takes one row per item). With num_splits > 1 it writes a partial softmax
+// state per row — row token + j into partial slot partial_slot + j·num_splits — and the combine
+// kernel finishes the rows. request < 0: a sentinel (grids sized for a fixed capacity, e.g.
+// CUDA-graph capture, padded with unused items): the CTA returns at once and touches nothing; the
+// other fields are then ignored.
 struct DecodeItem {
   int32_t request;        // < 0: sentinel (unused item)
-  int32_t token;          // global query row
+  int32_t token;          // global query row (the first of the item's rows)
   int32_t key_begin;
   int32_t key_end;
-  int32_t causal_begin;   // as in GenericItem
+  int32_t causal_begin;   // as in GenericItem: the union of the rows' causal/window intervals
   int32_t causal_end;
   int32_t num_splits;
-  int32_t partial_slot;   // first slot of this request's splits + split index
+  int32_t partial_slot;   // the first row's slot: first slot of its splits + split index
+  int32_t num_tokens;     // query rows of the item (1 but for packed short queries)
 };
 
 // A decode row finished by the combine kernel: partial slots [first_slot, first_slot + num_splits).
@@ -109,6 +113,7 @@ struct AttentionParams {
   int32_t num_heads;
   int32_t num_kv_heads;
   int32_t queries_per_kv;
+  int32_t decode_mma_columns;  // the tensor-core decode's MMA columns per CTA, 8 or 16 (AttentionPlan::mma_columns)
   int32_t head_size;
   int32_t block_size;
   int32_t sliding_window;  // 0 = none

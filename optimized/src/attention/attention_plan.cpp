@@ -341,6 +341,7 @@ void AttentionRunner::launch_with(const AttentionParams& params, cudaStream_t st
   if (!plan.decode_mma.empty()) {
     AttentionParams mma_params = params;
     mma_params.decode_items = decode_mma_items_;
+    mma_params.decode_mma_columns = plan.mma_columns;
     if (mixed) {
       mma_params.mixed_items = mixed_items_;
       launch_mixed(mma_params, static_cast<int64_t>(plan.mixed.size()), block_shift_, stream);

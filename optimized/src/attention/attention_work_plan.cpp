@@ -63,17 +63,48 @@ std::string decode_mma_reason(const AttentionConfig& c, const AttentionPathOverr
   return "";
 }
 
-// The work of one planning pass before the decode rows are split.
+// The work of one planning pass before the decode rows are split: consecutive query rows of one
+// request that share the decode CTAs (a short query's tokens packed into the tensor-core decode's
+// columns; one row otherwise), with the union of their keys.
 struct DecodeRow {
   int64_t request;
-  int64_t token;  // the global query row
+  int64_t token;   // the global query row of the first
+  int64_t tokens;  // query rows token … token + tokens − 1
   KeyRange range;
-  size_t route;   // index into AttentionPlan::requests
+  size_t route;    // index into AttentionPlan::requests
 };
 struct RoutedRows {
   std::vector<DecodeRow> simt;
   std::vector<DecodeRow> mma;
+  static int64_t count(const std::vector<DecodeRow>& rows) {
+    int64_t n = 0;
+    for (const DecodeRow& row : rows) n += row.tokens;
+    return n;
+  }
 };
+
+// Query rows of one request that one tensor-core decode CTA of `columns` MMA columns packs: every
+// row brings the kv head's qpk query heads.
+int64_t decode_mma_tokens_per_cta(int64_t columns, int64_t qpk) { return qpk <= columns ? columns / qpk : 1; }
+
+// The tensor-core decode's MMA columns per CTA: the query heads of a kv head (8, or 16 where more
+// than 8 share one at D ≤ 128: decode_mma_heads_per_pass), or 16 where the step has a short query
+// whose tokens 16 columns pack more of than 8 (Llama-3's 4 heads per kv head: a speculative step's
+// 4 query rows read the request's keys once instead of twice; every CTA of the step then computes
+// 16 columns, and a step with prefill items runs them apart, the mixed grid taking 8).
+int decode_mma_columns(const AttentionPlanInput& in) {
+  const AttentionConfig& c = *in.config;
+  const int64_t qpk = c.num_queries_per_kv();
+  const int columns = decode_mma_heads_per_pass(qpk, c.head_size);
+  if (columns != 8 || c.head_size > 128 || in.overrides.short_queries_as_prefill) return columns;
+  int64_t widest = 1;  // the longest short query
+  for (int64_t r = 0; r < in.batch->num_reqs(); ++r) {
+    const int64_t q = in.batch->query_len(r);
+    if (q <= kDecodeRowsMaxQueryLen) widest = std::max(widest, q);
+  }
+  const auto packed = [&](int64_t cols) { return std::min(widest, decode_mma_tokens_per_cta(cols, qpk)); };
+  return packed(16) > packed(8) ? 16 : 8;
+}
 
 // Items of `q_len` rows of request r cut into tiles of `tokens` × `heads` (token, head) rows.
 void append_row_items(const AttentionConfig& c, const BatchDescription& batch, int64_t r, int64_t tokens,
@@ -131,7 +162,8 @@ RoutedRows route_requests(const AttentionPlanInput& in, AttentionPlan& plan) {
     const bool short_query = q_len <= kDecodeRowsMaxQueryLen && !in.overrides.short_queries_as_prefill;
     if (routes.decode_ok && (q_len == 1 || short_query)) {
       // One decode row per query token, all on one kernel: the tensor-core decode unless an mm_prefix
-      // range widens some row's keys past its causal interval.
+      // range widens some row's keys past its causal interval; there a short query's rows share CTAs
+      // (decode_mma_tokens_per_cta), on the SIMT decode each row has its own.
       const int64_t context_len = batch.seq_len(r) - q_len;
       const auto row_keys = [&](int64_t i) { return key_range(c, batch, r, context_len + i, context_len + i); };
       bool mm_free = true;
@@ -147,8 +179,11 @@ RoutedRows route_requests(const AttentionPlanInput& in, AttentionPlan& plan) {
       }
       route.path = on_mma ? RowPath::kDecodeMma : RowPath::kDecodeSimt;
       std::vector<DecodeRow>& list = on_mma ? rows.mma : rows.simt;
-      for (int64_t i = 0; i < q_len; ++i) {
-        list.push_back({r, batch.query_start_loc[r] + i, row_keys(i), plan.requests.size()});
+      const int64_t pack = on_mma ? decode_mma_tokens_per_cta(plan.mma_columns, qpk) : 1;
+      for (int64_t i = 0; i < q_len; i += pack) {
+        const int64_t n = std::min(pack, q_len - i);
+        const KeyRange keys = key_range(c, batch, r, context_len + i, context_len + i + n - 1);
+        list.push_back({r, batch.query_start_loc[r] + i, n, keys, plan.requests.size()});
       }
       plan.requests.push_back(route);
       continue;
@@ -170,8 +205,8 @@ RoutedRows route_requests(const AttentionPlanInput& in, AttentionPlan& plan) {
 // head (DecodeSplitPolicy: the chunk is the power of two that gives about ctas_per_sm CTAs per SM,
 // within [min_keys, max_keys]); a row of n keys takes ceil(n / chunk) splits of equal length
 // (rounded up to 64 keys, the last one shorter), so no split is a short remainder. Numbers the
-// partial slots from next_slot on and adds a combine item for every split row. Returns the chunk
-// (0 without rows).
+// partial slots from next_slot on (a packed row's query rows one after the other, each its splits'
+// slots) and adds a combine item for every split query row. Returns the chunk (0 without rows).
 int64_t split_decode_rows(const AttentionPlanInput& in, const std::vector<DecodeRow>& rows, int64_t passes,
                           const DecodeSplitPolicy& policy, std::vector<DecodeItem>& items, int32_t& next_slot,
                           AttentionPlan& plan) {
@@ -197,13 +232,16 @@ int64_t split_decode_rows(const AttentionPlanInput& in, const std::vector<Decode
       const int64_t kb = row.range.key_begin + s * length;
       const int64_t ke = std::min<int64_t>(row.range.key_end, kb + length);
       items.push_back({to_i32(row.request), token, to_i32(kb), to_i32(ke), row.range.causal_begin,
-                       row.range.causal_end, to_i32(splits), splits > 1 ? next_slot + to_i32(s) : 0});
+                       row.range.causal_end, to_i32(splits), splits > 1 ? next_slot + to_i32(s) : 0,
+                       to_i32(row.tokens)});
     }
     plan.requests[row.route].splits += splits;  // summed over a short query's rows
     if (splits > 1) {
-      plan.combine.push_back({token, next_slot, to_i32(splits), 0});
-      next_slot += to_i32(splits);
-      ++plan.summary.split_rows;
+      for (int64_t j = 0; j < row.tokens; ++j) {
+        plan.combine.push_back({to_i32(row.token + j), next_slot, to_i32(splits), 0});
+        next_slot += to_i32(splits);
+      }
+      plan.summary.split_rows += row.tokens;
     }
   }
   return chunk;
@@ -217,7 +255,7 @@ void pad_to_capacity(const FixedShapeCapacity& f, AttentionPlan& plan, int32_t& 
                  "CUDA graph: the step needs ", plan.decode.size(), " SIMT and ", plan.decode_mma.size(),
                  " tensor-core decode items, the graph holds ", f.decode_capacity, " and ", f.decode_mma_capacity,
                  " (internal error: the capacity bound of fix_shape() does not hold)");
-  const DecodeItem unused_item{-1, 0, 0, 0, 0, 0, 0, 0};
+  const DecodeItem unused_item{-1, 0, 0, 0, 0, 0, 0, 0, 0};
   plan.decode.resize(static_cast<size_t>(f.decode_capacity), unused_item);
   plan.decode_mma.resize(static_cast<size_t>(f.decode_mma_capacity), unused_item);
   plan.combine.resize(static_cast<size_t>(f.num_reqs), CombineItem{-1, 0, 0, 0});
@@ -231,10 +269,10 @@ std::string mixed_reason(const AttentionPlanInput& in, const AttentionPlan& plan
   if (in.overrides.separate_mixed) return "separate launches forced";
   const ElementKind q_kind = element_kind(c.dtype);
   const ElementKind kv_kind = element_kind(kv_storage_dtype(c.kv_cache_dtype, c.dtype));
-  if (mixed_supported(q_kind, kv_kind, c.head_size, plan.mma_heads_per_pass, plan.prefill_variant)) return "";
+  if (mixed_supported(q_kind, kv_kind, c.head_size, plan.mma_columns, plan.prefill_variant)) return "";
   return detail::concat("kv_cache_dtype ", to_string(c.kv_cache_dtype), ", head size ", c.head_size, ", ",
-                        plan.mma_heads_per_pass, " heads per decode CTA, prefill variant ", plan.prefill_variant,
-                        " (the mixed kernel takes a 16-bit cache of the model dtype, D 64/128, 8 heads per decode "
+                        plan.mma_columns, " columns per decode CTA, prefill variant ", plan.prefill_variant,
+                        " (the mixed kernel takes a 16-bit cache of the model dtype, D 64/128, 8 columns per decode "
                         "CTA, the default variant)");
 }
 
@@ -420,9 +458,9 @@ void finish_summary(const AttentionPlanInput& in, const RoutedRows& rows, Attent
                                                               [](const DecodeItem& i) { return i.request >= 0; }));
   const size_t mma_items = static_cast<size_t>(std::count_if(plan.decode_mma.begin(), plan.decode_mma.end(),
                                                              [](const DecodeItem& i) { return i.request >= 0; }));
-  s.decode_rows = static_cast<int64_t>(rows.simt.size() + rows.mma.size());
+  s.decode_rows = RoutedRows::count(rows.simt) + RoutedRows::count(rows.mma);
   s.decode_ctas = static_cast<int64_t>(simt_items + mma_items);
-  s.decode_mma_rows = static_cast<int64_t>(rows.mma.size());
+  s.decode_mma_rows = RoutedRows::count(rows.mma);
   s.decode_mma_ctas = static_cast<int64_t>(mma_items);
   if (!rows.simt.empty() && s.decode_fallback.empty()) s.decode_fallback = in.routes.decode_mma_why;
   const AttentionConfig& c = *in.config;
@@ -467,10 +505,10 @@ bool prefill_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_siz
   return kind_ok && (head_size == 64 || head_size == 128 || head_size == 256);
 }
 
-bool mixed_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_size, int decode_heads_per_cta,
+bool mixed_supported(ElementKind q_kind, ElementKind kv_kind, int64_t head_size, int decode_columns,
                      int prefill_variant) {
   const bool model_ok = q_kind == ElementKind::kFloat16 || q_kind == ElementKind::kBFloat16;
-  return model_ok && kv_kind == q_kind && (head_size == 64 || head_size == 128) && decode_heads_per_cta == 8 &&
+  return model_ok && kv_kind == q_kind && (head_size == 64 || head_size == 128) && decode_columns == 8 &&
          prefill_variant == prefill_default_variant(head_size);
 }
 
@@ -679,13 +717,13 @@ AttentionPlan plan_once(const AttentionPlanInput& in, bool hopper_default) {
     plan.engine = *in.engine;
   }
   plan.heads_per_pass = decode_heads_per_pass(qpk);
-  plan.mma_heads_per_pass = decode_mma_heads_per_pass(qpk, c.head_size);
+  plan.mma_columns = decode_mma_columns(in);
   choose_prefill_variant(in, hopper_default, plan);
   const RoutedRows rows = route_requests(in, plan);
   // Partial slots are numbered across both decode kernels; the combine kernel finishes every split row.
   int32_t next_slot = 0;
   const int64_t passes = (qpk + plan.heads_per_pass - 1) / plan.heads_per_pass;
-  const int64_t mma_passes = (qpk + plan.mma_heads_per_pass - 1) / plan.mma_heads_per_pass;
+  const int64_t mma_passes = (qpk + plan.mma_columns - 1) / plan.mma_columns;
   plan.decode_chunk = split_decode_rows(in, rows.simt, passes, kSimtDecodeSplit, plan.decode, next_slot, plan);
   plan.decode_mma_chunk =
       split_decode_rows(in, rows.mma, mma_passes, in.overrides.mma_decode_split.value_or(kMmaDecodeSplit),
@@ -905,7 +943,7 @@ void describe_kernels(std::ostream& out, const AttentionPlan& plan, const Attent
   out << "kernels:\n";
   out << "  tensor-core decode: " << s.decode_mma_rows << " rows, " << plan.decode_mma.size() << " items"
       << (plan.decode_mma_chunk > 0 ? detail::concat(" of up to ", plan.decode_mma_chunk, " keys") : "") << ", "
-      << plan.mma_heads_per_pass << " heads per CTA, grid " << plan.decode_mma_grid_ctas << " CTAs\n";
+      << plan.mma_columns << " columns per CTA, grid " << plan.decode_mma_grid_ctas << " CTAs\n";
   out << "  SIMT decode: " << s.decode_rows - s.decode_mma_rows << " rows, " << plan.decode.size() << " items"
       << (plan.decode_chunk > 0 ? detail::concat(" of up to ", plan.decode_chunk, " keys") : "") << ", "
       << plan.heads_per_pass << " heads per CTA, grid " << plan.decode_grid_ctas << " CTAs"

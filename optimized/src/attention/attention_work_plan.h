@@ -14,7 +14,9 @@
 //     kernel (16-bit cache = model dtype, D 64/128/256) unless its mm_prefix ranges add keys, else
 //     the SIMT decode kernel; long key ranges split across CTAs (the split policy below) and are
 //     finished by the combine kernel. A short query (query_len ≤ kDecodeRowsMaxQueryLen: a
-//     speculative step's draft tokens) runs the same way, one decode row per query token;
+//     speculative step's draft tokens) runs the same way, one decode row per query token, its rows
+//     packed into the tensor-core decode's MMA columns (query heads × tokens ≤ 8 or 16 per CTA), so
+//     a CTA reads the request's keys once for all of them;
 //   - other rows: the tensor-core prefill kernel where it applies (16-bit model dtype = cache
 //     element, D 64/128/256, aligned rows), else the generic SIMT kernel.
 // A step with both tensor-core prefill items and tensor-core decode items runs them in one grid of
@@ -64,15 +66,17 @@ inline constexpr DecodeSplitPolicy kMmaDecodeSplit{4, 1024, 4096};
 // threshold sits just below the 2k prompt (where the two cross, below it, was not measured).
 inline constexpr double kWgmmaPrefillMinFlops = 32e9;
 
-// Requests with at most this many query tokens run one decode row per token (each row reads its own
+// Requests with at most this many query tokens run one decode row per token (each row sees its own
 // causal keys) instead of prefill items. A speculative decode step verifies a few draft tokens per
 // request: as prefill items, 64 such requests at 4k keys are 64 CTAs per kv head of 16-row tiles
 // that are mostly padding, each reading its request's whole context; as decode rows, the decode
-// kernels split the reads over the GPU as for any decode. Each row reads the context again, so the
-// reads grow with the query length: past a handful of tokens the prefill tiles' reuse of a K/V tile
-// by every row wins. The standard suite's speculative cases (s8x4, s64x4, s64x2 beside 64 decodes)
-// have 2 to 4 query tokens (1 to 3 draft tokens); 8 is a choice the benchmark's "as prefill items"
-// rows measure.
+// kernels split the reads over the GPU as for any decode, and the tensor-core decode packs a
+// request's rows into the columns its kv head's query heads leave (decode_mma_columns), so that one
+// CTA reads the keys once for as many rows as fit (16 columns: 4 rows of Llama-3's 4 heads per kv
+// head, 2 of 8). Rows that do not fit read the keys again, so the reads grow with the query length:
+// past a handful of tokens the prefill tiles' reuse of a K/V tile by every row wins. The standard
+// suite's speculative cases (s8x4, s64x4, s64x2 beside 64 decodes) have 2 to 4 query tokens (1 to 3
+// draft tokens); 8 is a choice the benchmark's "as prefill items" rows measure.
 inline constexpr int64_t kDecodeRowsMaxQueryLen = 8;
 
 // A step with both tensor-core prefill items and tensor-core decode CTAs runs them in one grid of
@@ -227,7 +231,7 @@ struct AttentionPlan {
   std::vector<MixedItem> mixed;
   // Kernel shapes.
   int heads_per_pass = 1;           // SIMT decode: query heads per CTA
-  int mma_heads_per_pass = 8;       // tensor-core decode: query heads per CTA (mma N columns)
+  int mma_columns = 8;              // tensor-core decode: MMA N columns per CTA (decode_mma_columns)
   int64_t decode_chunk = 0;         // SIMT decode: keys per split (0: no rows)
   int64_t decode_mma_chunk = 0;     // tensor-core decode: keys per split (0: no rows)
   int prefill_variant = 0;          // tensor-core prefill tile variant

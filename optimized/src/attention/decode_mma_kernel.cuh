@@ -1,14 +1,16 @@
-// The tensor-core decode path: one query row per request (query_len 1, decoder), head size D in
-// {64, 128, 256}, float16 / bfloat16 caches (kv_cache_dtype auto) or 1-byte caches (fp8 e4m3/e5m2,
-// int8; per-tensor or per-token-head scales), GQA packed into the N side of mma.sync m16n8k16
-// (float32 accumulation).
+// The tensor-core decode path: decode query rows (query_len 1, decoder; and a short query's rows,
+// kDecodeRowsMaxQueryLen), head size D in {64, 128, 256}, float16 / bfloat16 caches (kv_cache_dtype
+// auto) or 1-byte caches (fp8 e4m3/e5m2, int8; per-tensor or per-token-head scales), GQA packed
+// into the N side of mma.sync m16n8k16 (float32 accumulation).
 //
 // Orientation: the query heads of one kv head are few (1–16), the keys many, so the kernel computes
-// the transposed products — Sᵀ = K·Qᵀ (M = 16 keys, N = 8·NT query heads, K = D) and
-// Oᵀ += Vᵀ·Pᵀ (M = 16 dims, N = heads, K = 16 keys). K and Vᵀ are the A operands (ldmatrix /
-// ldmatrix.trans from the cp.async ring), Qᵀ is a B fragment kept in registers for the whole CTA,
-// Pᵀ goes from the Sᵀ accumulator to a B fragment with movmatrix.trans (no shared memory). Unused
-// head columns (qpk < 8·NT) are zero queries, computed and never stored.
+// the transposed products — Sᵀ = K·Qᵀ (M = 16 keys, N = 8·NT columns, K = D) and
+// Oᵀ += Vᵀ·Pᵀ (M = 16 dims, N = columns, K = 16 keys). A column is one query head of one query row:
+// an item of a short query packs num_tokens consecutive rows of its request (column j·qpk + h: row
+// j, head h), each masked at its own position, so the keys are read once for all of them. K and Vᵀ
+// are the A operands (ldmatrix / ldmatrix.trans from the cp.async ring), Qᵀ is a B fragment kept in
+// registers for the whole CTA, Pᵀ goes from the Sᵀ accumulator to a B fragment with movmatrix.trans
+// (no shared memory). Unused columns (qpk · rows < 8·NT) are zero queries, computed and never stored.
 //
 // One CTA = one DecodeItem (a request's key split) × one kv head × one pass of 8·NT query heads.
 // Each of its W warps streams its own 16-key tiles (tile t of the CTA goes to warp t mod W) through
@@ -16,7 +18,7 @@
 // keys is loaded one tile ahead, one lane per key, and broadcast by shuffle), so no CTA barrier
 // sits in the key loop; all S stages are in flight while a warp waits. Per tile: Sᵀ (D/16 mma per
 // 8 heads), logits in base 2 (scale·log2e in one multiply on the plain path; soft cap / ALiBi via
-// attention_logit otherwise), online softmax per head column (max over the tile by 3 shuffles,
+// attention_logit otherwise), online softmax per column (max over the tile by 3 shuffles,
 // exp2), P rounded to the model dtype (the P·V operand, as vLLM's Triton kernel and FlashAttention
 // do; P is scaled by 2^15 — exact, it cancels in Σp·v / Σp — so that float16 keeps small weights
 // normal: CacheScales::kPShift), Oᵀ += Vᵀ·Pᵀ. The warps' states are merged in shared memory in warp
@@ -24,12 +26,13 @@
 // fused hybrid add) — or, for split rows, the partial state (natural-log max, denominator,
 // numerators) for decode_combine_kernel. Sentinel items (request < 0) return at once.
 //
-// Masks: only tiles not entirely inside the visible range evaluate key_visible()
-// (attention_common.cuh) per element; masked scores are *selected* to −inf. Keys outside the
-// item's range or invisible to the row (key_needed false: outside the window, at/after seq_len)
-// are never read: cp.async zero-fills them (null-block safety). No atomics, fixed orders: bitwise
-// reproducible. The planner (attention_work_plan.cpp) sends here only rows whose mm_prefix ranges add no
-// key (then visibility is the causal/window interval). Checked by tests/cuda/cuda_decode_mma_test.cpp.
+// Masks: only tiles not entirely inside the range every row sees evaluate key_visible()
+// (attention_common.cuh) per element, at the column's row position; masked scores are *selected*
+// to −inf. The planner (attention_work_plan.cpp) sends here only rows whose mm_prefix ranges add no
+// key, so a row sees its causal/window interval, and keys outside the item's range or outside the
+// union of its rows' intervals (the window, at/after seq_len) are never read: cp.async zero-fills
+// them (null-block safety). No atomics, fixed orders: bitwise reproducible. Checked by
+// tests/cuda/cuda_decode_mma_test.cpp and, for packed short queries, cuda_prefill_test's CudaShortQueries.
 //
 // 1-byte caches (Cache = PerTensorBytes / PerTokenHeadBytes): a warp's ring holds the raw K/V bytes
 // of its tiles (and their per-token-head scales, one lane per key and half), in 16-byte chunks
@@ -180,8 +183,11 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
 
   const DecodeItem item = p.decode_items[item_index];
   if (item.request < 0) return;  // sentinel item (uniform per CTA: before any barrier or copy)
+  // Columns: query row j of the item, query head h of the pass → column j·heads + h (the planner
+  // packs a short query's rows only where heads · num_tokens ≤ kCols, in one pass).
   const int head0 = kv_head * p.queries_per_kv + head_pass * kCols;
-  const int nh = min(kCols, p.queries_per_kv - head_pass * kCols);
+  const int heads = min(kCols, p.queries_per_kv - head_pass * kCols);
+  const int nh = heads * item.num_tokens;  // columns in use
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / 32;
   const int lane = tid % 32;
@@ -190,7 +196,7 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
   const int request = item.request;
   const int seq_len = p.seq_lens[request];
   const DecodeRowPosition row_position = decode_row_position(p, request, item.token, seq_len);
-  const int pos = row_position.pos;  // lambdas below capture it (no structured binding in C++17)
+  const int pos = row_position.pos;  // the first row's; lambdas below capture it (no structured binding in C++17)
   const int context_len = row_position.context_len;
   const uint32_t s_ring = s_base + static_cast<uint32_t>(warp * S * (kByteCache ? kByteStage : kStageBytes));
 
@@ -204,8 +210,8 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
     for (int nt = 0; nt < NT; ++nt) {
       const int col = nt * 8 + g;
       const bool ok = col < nh;
-      const int64_t row = static_cast<int64_t>(item.token) * p.q_stride_token +
-                          static_cast<int64_t>(head0 + (ok ? col : 0)) * p.q_stride_head;
+      const int64_t row = static_cast<int64_t>(item.token + (ok ? col / heads : 0)) * p.q_stride_token +
+                          static_cast<int64_t>(head0 + (ok ? col % heads : 0)) * p.q_stride_head;
 #pragma unroll
       for (int kk = 0; kk < kMd; ++kk) {
 #pragma unroll
@@ -241,14 +247,17 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
       }
     }
   }
-  // Heads of this thread's accumulator columns (padding columns use head0: valid for the ALiBi slope).
+  // Heads and positions of this thread's accumulator columns (padding columns use head0 and the
+  // first row's: valid for the ALiBi slope and the masks).
   int col_head[NT][2];
+  int col_pos[NT][2];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int col = nt * 8 + 2 * t4 + j;
-      col_head[nt][j] = head0 + (col < nh ? col : 0);
+      col_head[nt][j] = head0 + (col < nh ? col % heads : 0);
+      col_pos[nt][j] = pos + (col < nh ? col / heads : 0);
     }
   }
 
@@ -257,8 +266,11 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
   const int num_tiles = item.key_end > tile0 ? (item.key_end - tile0 + BK - 1) / BK : 0;
   const int my_tiles = num_tiles > warp ? (num_tiles - warp + W - 1) / W : 0;
   auto tile_key = [&](int i) { return tile0 + (i * W + warp) * BK; };
-  const int lo = max(item.key_begin, item.causal_begin);  // every key of [lo, hi) is visible
-  const int hi = min(item.key_end, item.causal_end);
+  // Every key of [lo, hi) is visible to every row: in the item's keys, at or before the first row's
+  // position and inside the last row's window.
+  const int pos_last = pos + item.num_tokens - 1;
+  const int lo = max(max(item.key_begin, item.causal_begin), p.sliding_window > 0 ? pos_last - p.sliding_window + 1 : 0);
+  const int hi = min(min(item.key_end, item.causal_end), pos + 1);
 
   // The row of key tile_key(i) + (lane & 15): its block-table entry and slot, block −1 if that key
   // is not read. The entry is loaded here and first used by row_offset, a tile's work later (the
@@ -273,8 +285,8 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
   auto key_row = [&](int i) -> KeyRow {
     if (i >= my_tiles) return {-1, 0};
     const int k = tile_key(i) + (lane & (BK - 1));
-    if (k < item.key_begin || k >= item.key_end ||
-        !key_needed(p, request, seq_len, pos, pos, item.causal_begin, item.causal_end, k)) {
+    // key_needed without its mm_prefix ranges, which add no key to the rows this kernel takes.
+    if (k < item.key_begin || k >= item.key_end || k < item.causal_begin || k >= item.causal_end) {
       return {-1, 0};
     }
     const int blk = block_shift >= 0 ? (k >> block_shift) : k / p.block_size;
@@ -444,8 +456,8 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
           if constexpr (Plain) {
             s[nt][e] *= col_log2[nt][e % 2] * key_k[e / 2];
           } else {
-            s[nt][e] = attention_logit(p, s[nt][e] * (col_k[nt][e % 2] * key_k[e / 2]), col_head[nt][e % 2], pos,
-                                       kt + g + 8 * (e / 2), context_len) *
+            s[nt][e] = attention_logit(p, s[nt][e] * (col_k[nt][e % 2] * key_k[e / 2]), col_head[nt][e % 2],
+                                       col_pos[nt][e % 2], kt + g + 8 * (e / 2), context_len) *
                        kLog2e;
           }
         }
@@ -457,14 +469,14 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
           for (int e = 0; e < 4; ++e) {
             const int k = kt + g + 8 * (e / 2);
             // Select, never multiply: a masked score is −inf whatever the key held.
-            if (!(k >= item.key_begin && k < item.key_end && key_visible(p, request, seq_len, pos, k))) {
+            if (!(k >= item.key_begin && k < item.key_end && key_visible(p, request, seq_len, col_pos[nt][e % 2], k))) {
               s[nt][e] = kNegInf;
             }
           }
         }
       }
 
-      // --- online softmax per head column; Pᵀ fragments -----------------------------------------------
+      // --- online softmax per column; Pᵀ fragments ----------------------------------------------------
       uint32_t pb[NT][2];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
@@ -618,7 +630,9 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
     }
   }
   __syncthreads();
-  for (int idx = tid; idx < nh * D; idx += 32 * W) {
+  // (heads again, from the pass: cheaper than a register held across the key loop)
+  const int merge_heads = min(kCols, p.queries_per_kv - head_pass * kCols);
+  for (int idx = tid; idx < merge_heads * item.num_tokens * D; idx += 32 * W) {
     const int col = idx / D;
     const int c = idx % D;
     float mx = kNegInf;
@@ -635,15 +649,17 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
     }
     // l and acc are relative to 2^{mx − shift}: natural-log reference point for row_finalize.
     const float m_nat = mx == kNegInf ? kNegInf : (mx - Scales::kPShift) * kLn2;
-    const int head = head0 + col;
+    const int row = col / merge_heads;  // of the item's query rows
+    const int head = head0 + col % merge_heads;
     if (item.num_splits == 1) {
       const RowScale f = row_finalize(p, head, m_nat, l);
       const float out = f.zero != 0.0f ? 0.0f : acc * f.acc_factor;
-      store_output_vec<T, 1>(
-          p, static_cast<int64_t>(item.token) * p.o_stride_token + static_cast<int64_t>(head) * p.o_stride_head + c,
-          {out});
+      store_output_vec<T, 1>(p,
+                             static_cast<int64_t>(item.token + row) * p.o_stride_token +
+                                 static_cast<int64_t>(head) * p.o_stride_head + c,
+                             {out});
     } else {
-      const int64_t slot = static_cast<int64_t>(item.partial_slot) * p.num_heads + head;
+      const int64_t slot = static_cast<int64_t>(item.partial_slot + row * item.num_splits) * p.num_heads + head;
       p.partial_acc[slot * D + c] = acc;
       if (c == 0) {
         p.partial_ml[slot * 2] = m_nat;
@@ -685,17 +701,18 @@ void launch_decode_mma_plain(const AttentionParams& params, int64_t num_items, i
   return launch_decode_mma_instance<T, D, NT, false, Cache>(params, num_items, block_shift, stream);
 }
 
-// NT (head columns / 8) of the instances: 8 query heads per CTA, or 16 (queries_per_kv > 8, D ≤ 128).
-constexpr int kDecodeMma8Heads = 1;
-constexpr int kDecodeMma16Heads = 2;
+// NT (columns / 8) of the instances: 8 columns per CTA, or 16 (queries_per_kv > 8, or packed short
+// queries; D ≤ 128), as the plan chose (AttentionPlan::mma_columns → params.decode_mma_columns).
+constexpr int kDecodeMma8Columns = 1;
+constexpr int kDecodeMma16Columns = 2;
 
 template <typename T, int D, typename Cache>
 void launch_decode_mma_d(const AttentionParams& params, int64_t num_items, int block_shift, cudaStream_t stream) {
-  if (decode_mma_heads_per_pass(params.queries_per_kv, D) == 8) {
-    return launch_decode_mma_plain<T, D, kDecodeMma8Heads, Cache>(params, num_items, block_shift, stream);
+  if (params.decode_mma_columns == 8) {
+    return launch_decode_mma_plain<T, D, kDecodeMma8Columns, Cache>(params, num_items, block_shift, stream);
   }
   if constexpr (D <= 128) {
-    return launch_decode_mma_plain<T, D, kDecodeMma16Heads, Cache>(params, num_items, block_shift, stream);
+    return launch_decode_mma_plain<T, D, kDecodeMma16Columns, Cache>(params, num_items, block_shift, stream);
   }
   throw Error(detail::concat("decode mma: no 16-column instance for head size ", D));
 }
