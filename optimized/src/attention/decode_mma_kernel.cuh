@@ -269,7 +269,8 @@ __device__ __forceinline__ void decode_mma_body(const AttentionParams& p, int bl
   // Every key of [lo, hi) is visible to every row: in the item's keys, at or before the first row's
   // position and inside the last row's window.
   const int pos_last = pos + item.num_tokens - 1;
-  const int lo = max(max(item.key_begin, item.causal_begin), p.sliding_window > 0 ? pos_last - p.sliding_window + 1 : 0);
+  const int window_first = p.sliding_window > 0 ? pos_last - p.sliding_window + 1 : 0;
+  const int lo = max(max(item.key_begin, item.causal_begin), window_first);
   const int hi = min(min(item.key_end, item.causal_end), pos + 1);
 
   // The row of key tile_key(i) + (lane & 15): its block-table entry and slot, block −1 if that key
