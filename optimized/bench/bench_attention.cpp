@@ -1,20 +1,18 @@
-// hybridtb_bench_attention [--out FILE.json] [--quick] [--filter REGEX] [--mma-decode-split C,MIN,MAX]: times the CUDA attention kernels (prepare
-// once, launch timed with CUDA events, warm-up, median) on Llama-3-8B shapes (32 query / 8 kv heads,
-// head 128 (the d64 / d256 rows: 64 / 256), bf16, block 16, shuffled paged KV), with the ceilings measured in the same run (read-only
-// streaming kernel and D2D copy for bandwidth, a cuBLAS bf16 GEMM for tensor-core FLOP/s).
-// Bytes count each in-window K/V byte once plus Q and O; FLOPs are 4·D·Hq·(visible query-key
-// pairs): a window counts only its in-window pairs.
-// Prefill cases: 1×2k/4k/8k/32k tokens, no window and window 4096, on the tensor-core
-// path, plus 1×4k on the generic SIMT kernel for comparison; 1-byte KV caches (fp8 e4m3/e5m2 per
-// tensor, int8/fp8 per token-head) for prefill and decode, their bytes counted at one per element; the mixed steps (2048 fresh
-// tokens or a 2048-token chunk at context 4096, each beside 64 decodes at 4k) run as planned (one grid,
-// or on Hopper the wgmma prefill and the decode apart where the prefill outweighs the decodes), in
-// their "separate" rows as separate launches, and in their "mma.sync" rows (Hopper) in one grid on the
-// pinned mma.sync prefill body; the first is also reported as a ratio to the sum of
-// its parts (decode 64×4k + prefill 1×2k), each as a ratio to its separate launches. --filter runs only the cases whose name
-// matches REGEX (ECMAScript, anywhere in the name; the ceilings are measured all the same).
-// --mma-decode-split replaces the tensor-core decode kernel's key-split policy (about C CTAs per SM,
-// splits of MIN to MAX keys; attention_work_plan.h) for every case, to tune it. Run by
+// hybridtb_bench_attention [--out FILE.json] [--quick] [--filter REGEX] [--mma-decode-split C,MIN,MAX]: times the CUDA
+// attention kernels (prepare once, launch timed with CUDA events, warm-up, median) on Llama-3-8B shapes (32 query / 8
+// kv heads, head 128 (the d64 / d256 rows: 64 / 256), bf16, block 16, shuffled paged KV unless the row says), with the
+// ceilings measured in the same run (read-only streaming kernel and D2D copy for bandwidth, a cuBLAS bf16 GEMM for
+// tensor-core FLOP/s). Bytes count each in-window K/V byte once plus Q and O; FLOPs are 4·D·Hq·(visible query-key
+// pairs): a window counts only its in-window pairs. Prefill cases: 1×2k/4k/8k/32k tokens, no window and window 4096, on
+// the tensor-core path, plus 1×4k on the generic SIMT kernel for comparison; 1-byte KV caches (fp8 e4m3/e5m2 per
+// tensor, int8/fp8 per token-head) for prefill and decode, their bytes counted at one per element; the mixed steps
+// (2048 fresh tokens or a 2048-token chunk at context 4096, each beside 64 decodes at 4k) run as planned (one grid, or
+// on Hopper the wgmma prefill and the decode apart where the prefill outweighs the decodes), in their "separate" rows
+// as separate launches, and in their "mma.sync" rows (Hopper) in one grid on the pinned mma.sync prefill body; the
+// first is also reported as a ratio to the sum of its parts (decode 64×4k + prefill 1×2k), each as a ratio to its
+// separate launches. --filter runs only the cases whose name matches REGEX (ECMAScript, anywhere in the name; the
+// ceilings are measured all the same). --mma-decode-split replaces the tensor-core decode kernel's key-split policy
+// (about C CTAs per SM, splits of MIN to MAX keys; attention_work_plan.h) for every case, to tune it. Run by
 // harness/scripts/gpu-check.sh.
 #include <cuda_runtime_api.h>
 
@@ -53,6 +51,12 @@ struct Request {
   int64_t query_len;
 };
 
+// Where a case's pages lie in the cache: shuffled over every request's blocks (the default, as an
+// allocator's free list leaves them after a while), in order (request after request, block after
+// block), or, for a window, only the window's pages allocated (shuffled) and the blocks wholly
+// before it pointing at the null block 0, as vLLM's sliding-window manager frees them.
+enum class PageLayout { kShuffled, kInOrder, kWindowOnly };
+
 struct BenchCase {
   std::string name;
   std::string kind;  // decode | prefill | mixed
@@ -66,6 +70,7 @@ struct BenchCase {
   int64_t block_size = 16;      // KV cache page (vLLM's default; hybrid models' pages are often larger)
   int64_t head_size = 128;      // Llama-3-8B's; the d64 / d256 rows time the other head sizes
   bool short_queries_as_prefill = false;  // short queries as prefill items, not decode rows per token
+  PageLayout pages = PageLayout::kShuffled;
 };
 
 std::vector<Request> repeat(int64_t count, Request r) { return std::vector<Request>(static_cast<size_t>(count), r); }
@@ -112,24 +117,27 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
   const int64_t hkv = config.num_kv_heads;
   const int64_t d = config.head_size;
 
-  // Batch: shuffled physical blocks (block 0 reserved as vLLM's null block).
+  // Batch: physical blocks laid out as bc.pages says (block 0 reserved as vLLM's null block).
   BatchDescription batch;
   std::vector<int32_t> qsl{0};
   std::vector<int32_t> seq_lens;
+  std::vector<int64_t> first_kept_block;  // per request: blocks before it are the null block
   int64_t total_blocks = 0;
   int64_t max_blocks = 1;
   for (const Request& r : bc.requests) {
     qsl.push_back(static_cast<int32_t>(qsl.back() + r.query_len));
     seq_lens.push_back(static_cast<int32_t>(r.context_len + r.query_len));
     const int64_t blocks = (r.context_len + r.query_len + bs - 1) / bs;
-    total_blocks += blocks;
+    const int64_t window_first = bc.window > 0 ? std::max<int64_t>(0, r.context_len - bc.window + 1) : 0;
+    first_kept_block.push_back(bc.pages == PageLayout::kWindowOnly ? window_first / bs : 0);
+    total_blocks += blocks - first_kept_block.back();
     max_blocks = std::max(max_blocks, blocks);
   }
   const int64_t num_blocks = total_blocks + 1;
   std::vector<int32_t> ids(static_cast<size_t>(total_blocks));
   std::iota(ids.begin(), ids.end(), 1);
   std::mt19937_64 rng(42);
-  std::shuffle(ids.begin(), ids.end(), rng);
+  if (bc.pages != PageLayout::kInOrder) std::shuffle(ids.begin(), ids.end(), rng);
   const auto num_reqs = static_cast<int64_t>(bc.requests.size());
   batch.query_start_loc = IntArray::vector(qsl);
   batch.seq_lens = IntArray::vector(seq_lens);
@@ -140,7 +148,9 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
   for (int64_t r = 0; r < num_reqs; ++r) {
     const Request& q = bc.requests[static_cast<size_t>(r)];
     const int64_t seq = q.context_len + q.query_len;
-    for (int64_t b = 0; b < (seq + bs - 1) / bs; ++b) batch.block_table.at(r, b) = ids[next++];
+    for (int64_t b = first_kept_block[static_cast<size_t>(r)]; b < (seq + bs - 1) / bs; ++b) {
+      batch.block_table.at(r, b) = ids[next++];
+    }
     for (int64_t i = 0; i < q.query_len; ++i) {
       const int64_t p = q.context_len + i;
       batch.slot_mapping.push_back(static_cast<int64_t>(batch.block_table.at(r, p / bs)) * bs + p % bs);
@@ -212,6 +222,9 @@ nlohmann::json run_case(const BenchCase& bc, int num_sms, cudaStream_t stream, b
   j["name"] = bc.name;
   j["kind"] = bc.kind;
   j["window"] = bc.window;
+  j["pages"] = bc.pages == PageLayout::kInOrder      ? "in order"
+               : bc.pages == PageLayout::kWindowOnly ? "window only"
+                                                     : "shuffled";
   j["block_size"] = bc.block_size;
   j["head_size"] = bc.head_size;
   j["median_us"] = ms * 1e3;
@@ -243,7 +256,9 @@ int main(int argc, char** argv) {
     } else if (arg == "--mma-decode-split" && i + 1 < argc) {
       DecodeSplitPolicy policy{};
       char tail = 0;
-      if (std::sscanf(argv[++i], "%ld,%ld,%ld%c", &policy.ctas_per_sm, &policy.min_keys, &policy.max_keys, &tail) != 3 ||
+      const int fields =
+          std::sscanf(argv[++i], "%ld,%ld,%ld%c", &policy.ctas_per_sm, &policy.min_keys, &policy.max_keys, &tail);
+      if (fields != 3 ||
           policy.ctas_per_sm < 1 || policy.min_keys < 64 || policy.max_keys < policy.min_keys ||
           !std::has_single_bit(static_cast<uint64_t>(policy.min_keys)) ||
           !std::has_single_bit(static_cast<uint64_t>(policy.max_keys))) {
@@ -285,6 +300,15 @@ int main(int argc, char** argv) {
         {"decode 8x32k", "decode", repeat(8, {32767, 1})},
         {"decode 64x32k", "decode", repeat(64, {32767, 1})},
         {"decode 64x32k w4096", "decode", repeat(64, {32767, 1}), 4096},
+        // The same steps with the pages in order, and with only the window's pages allocated: what
+        // the scattered pages of a large cache cost the windowed rows (their keys are 256 pages of
+        // 64 KiB per request, over an 8.6 GB cache at 32k; 1.1 GB with the window's pages alone).
+        {.name = "decode 64x4k pages in order", .kind = "decode", .requests = repeat(64, {4095, 1}),
+         .pages = PageLayout::kInOrder},
+        {.name = "decode 64x32k w4096 pages in order", .kind = "decode", .requests = repeat(64, {32767, 1}),
+         .window = 4096, .pages = PageLayout::kInOrder},
+        {.name = "decode 64x32k w4096 window pages only", .kind = "decode", .requests = repeat(64, {32767, 1}),
+         .window = 4096, .pages = PageLayout::kWindowOnly},
         {"prefill 1x2k", "prefill", repeat(1, {0, 2048})},
         {"prefill 1x4k", "prefill", repeat(1, {0, 4096})},
         {"prefill 1x4k generic", "prefill", repeat(1, {0, 4096}), 0, true},
