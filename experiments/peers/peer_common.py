@@ -80,6 +80,16 @@ def kernel_breakdown(fn, calls, flush):
     return sorted(rows, key=lambda r: -r["us"])
 
 
+def read_flush(nbytes=256 << 20):
+    """The L2 flush every GPU timing here uses (hybridtb's ReadFlusher, bench_kernels.h): a read of a
+    zero-filled buffer far larger than L2. The lines it leaves are clean, so no write-back of its own
+    competes with the timed call, and the GPU is busy with it while the host enqueues that call."""
+    import torch
+
+    buffer = torch.zeros(nbytes // 4, dtype=torch.float32, device="cuda")
+    return buffer.sum
+
+
 def sample_us(fn, samples, warmup, flush, restore=None):
     """The peers' timing loop: `warmup` untimed calls (each after restore()), a device sync, then
     `samples` timed calls, each after restore() and flush() (outside the events). Returns

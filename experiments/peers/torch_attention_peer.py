@@ -12,8 +12,9 @@ SDPA with a dense boolean mask (its memory-efficient kernel) and FlexAttention w
 are counted with the same formulas as the CUDA benchmark (in-window keys read once per kv head,
 plus Q and O; 4·D·Hq per visible query-key pair), so GB/s and TFLOP/s compare directly.
 
-Timing: CUDA events around each call, a 256 MiB L2-flush write before every sample (outside the
-events), warm-up, median of the samples.
+Timing as hybridtb_bench_attention's and vllm_attention_peer.py's: warm-up, then before each sample
+an L2 flush by a 256 MiB read (peer_common.read_flush: clean lines, so no write-back lands in the
+timed call, and the GPU busy while the host enqueues it), CUDA events around the call, median.
 
     python3 experiments/peers/torch_attention_peer.py --out peer.json [--quick] [--no-flex]
 
@@ -26,7 +27,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from peer_common import environment, sample_us
+from peer_common import environment, read_flush, sample_us
 
 HQ, HKV, D = 32, 8, 128
 DTYPE = torch.bfloat16
@@ -72,7 +73,7 @@ def counts(requests, window, kv_element_bytes=2):
 
 
 def median_us(fn, samples, flush):
-    return sample_us(fn, samples, 3, flush.zero_)  # the flush is a write (memset) of 256 MiB
+    return sample_us(fn, samples, 3, flush)
 
 
 def rand(*shape):
@@ -180,12 +181,13 @@ def main():
             flex = torch.compile(flex_attention, dynamic=False)
         except Exception as e:  # older torch: report it, keep SDPA
             print(f"FlexAttention unavailable: {e}", file=sys.stderr)
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    flush = read_flush()
     samples = 10 if args.quick else 30
     report = {
         "peer": "pytorch",
         "environment": environment(),
         "shape": {"num_heads": HQ, "num_kv_heads": HKV, "head_size": D, "dtype": "bfloat16"},
+        "timing": "3 warm-up calls, then per sample a 256 MiB read (L2 flush), CUDA events around the call; median",
         "cases": [],
     }
     print(f"{'case':<22} {'peer':<6} {'median_us':>10} {'GB/s':>9} {'TFLOP/s':>9}")

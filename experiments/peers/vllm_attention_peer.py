@@ -18,8 +18,8 @@ and on releases with split-K scratch buffers the builder's threshold MIN_LAUNCH_
 num_kv_heads and NUM_PAR_SOFTMAX_SEGMENTS segments (both read from that release's
 v1/attention/backends/triton_attn.py), scratch for every query token.
 
-Timing as hybridtb_bench_attention times ours: two warm-up calls, then CUDA events around each call,
-back to back (no L2 flush: the large cases exceed L2 anyway), median. Entries: peer "vllm" (the
+Timing as hybridtb_bench_attention times ours: two warm-up calls, then before each sample an L2
+flush by a 256 MiB read (peer_common.read_flush), CUDA events around the call, median. Entries: peer "vllm" (the
 attention call alone, like-for-like with the benchmark's kernel) and peer "vllm_step" (the KV write
 of the step's new tokens + the attention).
 
@@ -29,7 +29,6 @@ import argparse
 import ast
 import json
 import os
-import statistics
 import sys
 
 import torch
@@ -37,7 +36,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from peer_common import environment  # noqa: E402
+from peer_common import environment, read_flush, sample_us  # noqa: E402
 from torch_attention_peer import CASES, D, HKV, HQ, counts  # noqa: E402
 from vllm_kernels import load  # noqa: E402
 
@@ -74,20 +73,6 @@ def builder_constants(root):
     return found.get("MIN_LAUNCH_GRID_SIZE_2D"), found.get("NUM_PAR_SOFTMAX_SEGMENTS")
 
 
-def median_us(fn, reps, warmup=2):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    start = torch.cuda.Event(enable_timing=True)
-    stop = torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(reps):
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) * 1e3)
-    return statistics.median(times), min(times), max(times)
 
 
 class PagedStep:
@@ -191,11 +176,12 @@ def main():
     kernels = load(args.vllm)
     threshold, segments = split_k_for(kernels, HKV)
     reps = 10 if args.quick else 30
+    flush = read_flush()
     report = {"peer": "vllm", "environment": dict(environment(), triton=__import__("triton").__version__,
                                                    vllm=kernels.describe(), vllm_files=kernels.source_files),
               "shape": {"num_heads": HQ, "num_kv_heads": HKV, "head_size": D, "dtype": "bfloat16", "block_size": BS},
               "split_k": {"seq_threshold_3d": threshold, "num_par_softmax_segments": segments},
-              "timing": "2 warm-up calls, CUDA events around each call back to back, no L2 flush, median",
+              "timing": "2 warm-up calls, then per sample a 256 MiB read (L2 flush), CUDA events around the call; median",
               "cases": []}
     print(f"{'case':<22} {'peer':<10} {'median_us':>10} {'GB/s':>9} {'TFLOP/s':>9}")
     for name, kind, requests, window, kv in [c + ("auto",) for c in CASES] + BYTE_CASES:
@@ -203,7 +189,7 @@ def main():
         try:
             s = PagedStep(kernels, requests, window, kv_cache_dtype=kv, split_k=(threshold, segments))
             for peer, fn in (("vllm", s.attention), ("vllm_step", s.step)):
-                med, lo, hi = median_us(fn, reps)
+                med, lo, hi = sample_us(fn, reps, 2, flush)
                 entry = {"name": name, "kind": kind, "window": window, "kv_cache_dtype": kv, "peer": peer,
                          "bytes": bytes_moved, "flops": flops, "median_us": med, "min_us": lo, "max_us": hi,
                          "samples": reps,

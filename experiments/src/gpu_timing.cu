@@ -35,7 +35,6 @@ __global__ void gate_kernel(const volatile int* release, unsigned long long time
 
 constexpr unsigned long long kGateTimeoutNs = 2'000'000'000ull;  // 2 s
 
-
 }  // namespace
 
 bool available(std::string* reason) {
@@ -88,21 +87,19 @@ Ceilings measure_ceilings() {
   return c;
 }
 
-L2Flusher::L2Flusher() {
-  int device = 0, l2 = 0;
-  HYBRIDTB_CUDA_CHECK(cudaGetDevice(&device));
-  HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device));
-  bytes_ = std::max<int64_t>(2 * static_cast<int64_t>(l2), int64_t{1} << 20);
-  HYBRIDTB_CUDA_CHECK(cudaMalloc(&buffer_, static_cast<size_t>(bytes_)));
-}
+struct L2Flusher::Impl {
+  cuda::bench::ReadFlusher flusher;
+};
 
-L2Flusher::~L2Flusher() { cudaFree(buffer_); }
+L2Flusher::L2Flusher() : impl_(std::make_unique<Impl>()) {}
+
+L2Flusher::~L2Flusher() = default;
 
 void L2Flusher::flush() {
-  // Persisting-L2 lines would survive the memset (nvbench PR #459); nothing here sets any, but a
+  // Persisting-L2 lines would survive the flush (nvbench PR #459); nothing here sets any, but a
   // backend might, so reset them too (harmless when none).
   cudaCtxResetPersistingL2Cache();
-  HYBRIDTB_CUDA_CHECK(cudaMemsetAsync(buffer_, 0x5a, static_cast<size_t>(bytes_), nullptr));
+  impl_->flusher.flush(nullptr);
   HYBRIDTB_CUDA_CHECK(cudaDeviceSynchronize());
 }
 

@@ -33,8 +33,10 @@ struct Ceilings {
 // Measures the three ceilings (about a second). Call before the cases allocate their memory.
 Ceilings measure_ceilings();
 
-// Evicts the L2 by writing a buffer of twice its size (cudaMemsetAsync), then synchronizes the
-// device, so each timed step starts from a cold L2 as a real serving step (other layers ran before).
+// Evicts the L2 before a timed step (the attention benchmark's ReadFlusher: a 256 MiB read of
+// zeros, whose clean lines leave no write-back to compete with the step, as a memset's dirty ones
+// would), then synchronizes the device, so each timed step starts from a cold L2 as a real serving
+// step (other layers ran before).
 class L2Flusher {
  public:
   L2Flusher();
@@ -44,8 +46,8 @@ class L2Flusher {
   void flush();
 
  private:
-  void* buffer_ = nullptr;
-  int64_t bytes_ = 0;
+  struct Impl;  // the ReadFlusher (gpu_timing.cu)
+  std::unique_ptr<Impl> impl_;
 };
 
 // CUDA-event timing of one step run through the Backend interface.

@@ -1,10 +1,10 @@
 // hybridtb_bench_attention [--out FILE.json] [--quick] [--filter REGEX] [--mma-decode-split C,MIN,MAX]: times the CUDA
-// attention kernels (prepare once, launch timed with CUDA events, warm-up, median) on Llama-3-8B shapes (32 query / 8
-// kv heads, head 128 (the d64 / d256 rows: 64 / 256), bf16, block 16, shuffled paged KV unless the row says), with the
-// ceilings measured in the same run (read-only streaming kernel and D2D copy for bandwidth, a cuBLAS bf16 GEMM for
-// tensor-core FLOP/s). Bytes count each in-window K/V byte once plus Q and O; FLOPs are 4·D·Hq·(visible query-key
-// pairs): a window counts only its in-window pairs. One KV cache, sized for the largest case, is allocated once and
-// serves every case. Prefill cases: 1×2k/4k/8k/32k tokens, no window and window 4096, on
+// attention kernels (prepare once, launch timed with CUDA events after an L2 flush by a 256 MiB read, warm-up, median)
+// on Llama-3-8B shapes (32 query / 8 kv heads, head 128 (the d64 / d256 rows: 64 / 256), bf16, block 16, shuffled paged
+// KV unless the row says), with the ceilings measured in the same run (read-only streaming kernel and D2D copy for
+// bandwidth, a cuBLAS bf16 GEMM for tensor-core FLOP/s). Bytes count each in-window K/V byte once plus Q and O; FLOPs
+// are 4·D·Hq·(visible query-key pairs): a window counts only its in-window pairs. One KV cache, sized for the largest
+// case, is allocated once and serves every case. Prefill cases: 1×2k/4k/8k/32k tokens, no window and window 4096, on
 // the tensor-core path, plus 1×4k on the generic SIMT kernel for comparison; 1-byte KV caches (fp8 e4m3/e5m2 per
 // tensor, int8/fp8 per token-head) for prefill and decode, their bytes counted at one per element; the mixed steps
 // (2048 fresh tokens or a 2048-token chunk at context 4096, each beside 64 decodes at 4k) run as planned (one grid, or
@@ -125,9 +125,10 @@ nlohmann::json run_environment() {
           {"max_mem_clock_mhz", facts.max_mem_clock_mhz}};
 }
 
-// Runs one case with its KV cache at the start of `cache_arena` (at least cache_bytes(bc) bytes).
-nlohmann::json run_case(const BenchCase& bc, void* cache_arena, int num_sms, cudaStream_t stream, bool quick,
-                        const std::optional<DecodeSplitPolicy>& mma_decode_split) {
+// Runs one case with its KV cache at the start of `cache_arena` (at least cache_bytes(bc) bytes), L2
+// flushed by `flusher` before every timed launch.
+nlohmann::json run_case(const BenchCase& bc, void* cache_arena, const bench::ReadFlusher& flusher, int num_sms,
+                        cudaStream_t stream, bool quick, const std::optional<DecodeSplitPolicy>& mma_decode_split) {
   AttentionConfig config;
   config.num_heads = kNumHeads;
   config.num_kv_heads = kNumKvHeads;
@@ -229,9 +230,10 @@ nlohmann::json run_case(const BenchCase& bc, void* cache_arena, int num_sms, cud
   runner.launch(stream);  // warm-up
   runner.launch(stream);
   HYBRIDTB_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const double once = bench::median_ms(1, stream, [&] { runner.launch(stream); });
+  const auto flush_l2 = [&] { flusher.flush(stream); };
+  const double once = bench::median_ms_after(1, stream, flush_l2, [&] { runner.launch(stream); });
   const int reps = std::clamp(static_cast<int>((quick ? 100.0 : 300.0) / std::max(once, 1e-3)), 5, 50);
-  const double ms = bench::median_ms(reps, stream, [&] { runner.launch(stream); });
+  const double ms = bench::median_ms_after(reps, stream, flush_l2, [&] { runner.launch(stream); });
 
   const double bytes = static_cast<double>(kv_tokens) * static_cast<double>(hkv * d * 2 * element_bytes) +
                        2.0 * static_cast<double>(t * hq * d * 2);
@@ -437,10 +439,12 @@ int main(int argc, char** argv) {
     int64_t arena_bytes = 0;
     for (const BenchCase& bc : cases) arena_bytes = std::max(arena_bytes, cache_bytes(bc));
     const DeviceBuffer cache_arena(static_cast<size_t>(arena_bytes));
+    const bench::ReadFlusher flusher;
     nlohmann::json results = nlohmann::json::array();
     std::printf("%-22s %10s %9s %7s %9s  %s\n", "case", "median_us", "GB/s", "%read", "TFLOP/s", "plan");
     for (const BenchCase& bc : cases) {
-      nlohmann::json j = run_case(bc, cache_arena.ptr, prop.multiProcessorCount, stream, quick, mma_decode_split);
+      nlohmann::json j =
+          run_case(bc, cache_arena.ptr, flusher, prop.multiProcessorCount, stream, quick, mma_decode_split);
       j["pct_of_read_ceiling"] = 100.0 * j["GBps"].get<double>() * 1e9 / read;
       j["pct_of_gemm_ceiling"] = 100.0 * j["TFLOPs"].get<double>() / gemm;
       std::printf("%-22s %10.1f %9.1f %6.1f%% %9.1f  %s\n", bc.name.c_str(), j["median_us"].get<double>(),

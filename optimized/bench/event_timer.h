@@ -1,5 +1,6 @@
 // median_ms: the benchmarks' one timing loop — CUDA events on the given stream around each
-// repetition, optional untimed warm-up launches, the median of the repetitions in milliseconds.
+// repetition, optional untimed warm-up launches, the median of the repetitions in milliseconds;
+// median_ms_after: the same with work enqueued before each repetition (an L2 flush).
 // Host-only (cuda_runtime_api.h), usable from .cpp and .cu files.
 #pragma once
 
@@ -12,8 +13,11 @@
 
 namespace hybridtb::cuda::bench {
 
-template <typename Fn>
-double median_ms(int reps, cudaStream_t stream, Fn fn, int warmup = 0) {
+// As median_ms below, with before() called ahead of every repetition, outside the events: what it
+// enqueues on `stream` (an L2 flush) runs before the timed work and keeps the GPU busy while the
+// host enqueues it.
+template <typename Before, typename Fn>
+double median_ms_after(int reps, cudaStream_t stream, Before before, Fn fn, int warmup = 0) {
   cudaEvent_t start;
   cudaEvent_t stop;
   HYBRIDTB_CUDA_CHECK(cudaEventCreate(&start));
@@ -21,6 +25,7 @@ double median_ms(int reps, cudaStream_t stream, Fn fn, int warmup = 0) {
   for (int w = 0; w < warmup; ++w) fn();
   std::vector<float> times;
   for (int r = 0; r < reps; ++r) {
+    before();
     HYBRIDTB_CUDA_CHECK(cudaEventRecord(start, stream));
     fn();
     HYBRIDTB_CUDA_CHECK(cudaEventRecord(stop, stream));
@@ -33,6 +38,11 @@ double median_ms(int reps, cudaStream_t stream, Fn fn, int warmup = 0) {
   HYBRIDTB_CUDA_CHECK(cudaEventDestroy(stop));
   std::sort(times.begin(), times.end());
   return static_cast<double>(times[times.size() / 2]);
+}
+
+template <typename Fn>
+double median_ms(int reps, cudaStream_t stream, Fn fn, int warmup = 0) {
+  return median_ms_after(reps, stream, [] {}, fn, warmup);
 }
 
 }  // namespace hybridtb::cuda::bench
