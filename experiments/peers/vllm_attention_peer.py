@@ -19,9 +19,9 @@ num_kv_heads and NUM_PAR_SOFTMAX_SEGMENTS segments (both read from that release'
 v1/attention/backends/triton_attn.py), scratch for every query token.
 
 Timing as hybridtb_bench_attention times ours: two warm-up calls, then before each sample an L2
-flush by a 256 MiB read (peer_common.read_flush), CUDA events around the call, median. Entries: peer "vllm" (the
-attention call alone, like-for-like with the benchmark's kernel) and peer "vllm_step" (the KV write
-of the step's new tokens + the attention).
+flush by a 256 MiB read (peer_common.read_flush), CUDA events around the call, median. Entries:
+peer "vllm" (the attention call alone, like-for-like with the benchmark's kernel) and peer
+"vllm_step" (the KV write of the step's new tokens + the attention).
 
     python3 experiments/peers/vllm_attention_peer.py --vllm DIR --out peer-vllm.json [--quick]
 """
@@ -71,8 +71,6 @@ def builder_constants(root):
                 if getattr(t, "id", None) in ("MIN_LAUNCH_GRID_SIZE_2D", "NUM_PAR_SOFTMAX_SEGMENTS"):
                     found[t.id] = node.value.value
     return found.get("MIN_LAUNCH_GRID_SIZE_2D"), found.get("NUM_PAR_SOFTMAX_SEGMENTS")
-
-
 
 
 class PagedStep:
@@ -181,7 +179,8 @@ def main():
                                                    vllm=kernels.describe(), vllm_files=kernels.source_files),
               "shape": {"num_heads": HQ, "num_kv_heads": HKV, "head_size": D, "dtype": "bfloat16", "block_size": BS},
               "split_k": {"seq_threshold_3d": threshold, "num_par_softmax_segments": segments},
-              "timing": "2 warm-up calls, then per sample a 256 MiB read (L2 flush), CUDA events around the call; median",
+              "timing": "2 warm-up calls, then per sample a 256 MiB read (L2 flush), CUDA events around the "
+                        "call; median",
               "cases": []}
     print(f"{'case':<22} {'peer':<10} {'median_us':>10} {'GB/s':>9} {'TFLOP/s':>9}")
     for name, kind, requests, window, kv in [c + ("auto",) for c in CASES] + BYTE_CASES:
