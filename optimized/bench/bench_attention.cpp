@@ -79,10 +79,26 @@ std::vector<Request> repeat(int64_t count, Request r) { return std::vector<Reque
 constexpr int64_t kNumHeads = 32;    // Llama-3-8B's query heads
 constexpr int64_t kNumKvHeads = 8;   // and kv heads
 
+// The first key a request's first query token sees (0 without a window).
+int64_t window_first_key(const BenchCase& bc, const Request& r) {
+  return bc.window > 0 ? std::max<int64_t>(0, r.context_len - bc.window + 1) : 0;
+}
+
 // A request's first allocated block: the blocks before it point at the null block (window-only pages).
 int64_t first_kept_block(const BenchCase& bc, const Request& r) {
-  if (bc.pages != PageLayout::kWindowOnly || bc.window <= 0) return 0;
-  return std::max<int64_t>(0, r.context_len - bc.window + 1) / bc.block_size;
+  return bc.pages == PageLayout::kWindowOnly ? window_first_key(bc, r) / bc.block_size : 0;
+}
+
+const char* to_string(PageLayout pages) {
+  switch (pages) {
+    case PageLayout::kInOrder:
+      return "in order";
+    case PageLayout::kWindowOnly:
+      return "window only";
+    case PageLayout::kShuffled:
+      break;
+  }
+  return "shuffled";
 }
 
 // The case's cache blocks: every request's allocated blocks plus the null block 0.
@@ -176,8 +192,7 @@ nlohmann::json run_case(const BenchCase& bc, void* cache_arena, const bench::Rea
       batch.slot_mapping.push_back(static_cast<int64_t>(batch.block_table.at(r, p / bs)) * bs + p % bs);
       pairs += bc.window > 0 ? std::min<int64_t>(bc.window, p + 1) : p + 1;
     }
-    const int64_t first = bc.window > 0 ? std::max<int64_t>(0, q.context_len - bc.window + 1) : 0;
-    kv_tokens += seq - first;
+    kv_tokens += seq - window_first_key(bc, q);
   }
   batch.num_actual_tokens = qsl.back();
   const int64_t t = batch.num_actual_tokens;
@@ -242,9 +257,7 @@ nlohmann::json run_case(const BenchCase& bc, void* cache_arena, const bench::Rea
   j["name"] = bc.name;
   j["kind"] = bc.kind;
   j["window"] = bc.window;
-  j["pages"] = bc.pages == PageLayout::kInOrder      ? "in order"
-               : bc.pages == PageLayout::kWindowOnly ? "window only"
-                                                     : "shuffled";
+  j["pages"] = to_string(bc.pages);
   j["block_size"] = bc.block_size;
   j["head_size"] = bc.head_size;
   j["median_us"] = ms * 1e3;
