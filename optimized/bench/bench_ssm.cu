@@ -109,32 +109,17 @@ struct Setup {
   size_t pool_bytes = 0;
 };
 
-// The median of `reps` CUDA-event samples of fn() after `warmup` untimed calls; before every sample,
+// The median of `reps` CUDA-event samples of fn() after `warmup` untimed calls; before every call,
 // outside the events: the ssm_state pool restored and L2 flushed (a 256 MiB read, clean lines).
 template <typename Fn>
 double median_ms_flushed(int reps, int warmup, cudaStream_t stream, const Setup& s, const bench::ReadFlusher& flush,
                          Fn fn) {
-  cudaEvent_t start;
-  cudaEvent_t stop;
-  HYBRIDTB_CUDA_CHECK(cudaEventCreate(&start));
-  HYBRIDTB_CUDA_CHECK(cudaEventCreate(&stop));
-  std::vector<float> times;
-  for (int r = 0; r < warmup + reps; ++r) {
+  const auto restore_and_flush = [&] {
     HYBRIDTB_CUDA_CHECK(
         cudaMemcpyAsync(s.p.ssm_state.data, s.pool_saved, s.pool_bytes, cudaMemcpyDeviceToDevice, stream));
     flush.flush(stream);
-    HYBRIDTB_CUDA_CHECK(cudaEventRecord(start, stream));
-    fn();
-    HYBRIDTB_CUDA_CHECK(cudaEventRecord(stop, stream));
-    HYBRIDTB_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    HYBRIDTB_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    if (r >= warmup) times.push_back(ms);
-  }
-  HYBRIDTB_CUDA_CHECK(cudaEventDestroy(start));
-  HYBRIDTB_CUDA_CHECK(cudaEventDestroy(stop));
-  std::sort(times.begin(), times.end());
-  return static_cast<double>(times[times.size() / 2]);
+  };
+  return bench::median_ms_after(reps, stream, restore_and_flush, fn, warmup);
 }
 
 // `requests` requests of `length` tokens each (length 1: decodes), fp32 weights and pools.

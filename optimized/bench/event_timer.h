@@ -13,16 +13,19 @@
 
 namespace hybridtb::cuda::bench {
 
-// As median_ms below, with before() called ahead of every repetition, outside the events: what it
-// enqueues on `stream` (an L2 flush) runs before the timed work and keeps the GPU busy while the
-// host enqueues it.
+// As median_ms below, with before() called ahead of every repetition and every warm-up call,
+// outside the events: what it enqueues on `stream` (a state restore, an L2 flush) runs before the
+// timed work and keeps the GPU busy while the host enqueues it.
 template <typename Before, typename Fn>
 double median_ms_after(int reps, cudaStream_t stream, Before before, Fn fn, int warmup = 0) {
   cudaEvent_t start;
   cudaEvent_t stop;
   HYBRIDTB_CUDA_CHECK(cudaEventCreate(&start));
   HYBRIDTB_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int w = 0; w < warmup; ++w) fn();
+  for (int w = 0; w < warmup; ++w) {
+    before();
+    fn();
+  }
   std::vector<float> times;
   for (int r = 0; r < reps; ++r) {
     before();
