@@ -153,21 +153,24 @@ void fill_bytes(void* data, int64_t count, ByteElement kind, uint64_t seed, cuda
   HYBRIDTB_CUDA_CHECK_LAUNCH();
 }
 
-double measure_read_bandwidth(int64_t bytes, int reps, cudaStream_t stream) {
-  void* buffer = nullptr;
-  unsigned* sink = nullptr;
-  HYBRIDTB_CUDA_CHECK(cudaMalloc(&buffer, static_cast<size_t>(bytes)));
-  HYBRIDTB_CUDA_CHECK(cudaMalloc(&sink, sizeof(unsigned)));
-  fill_normal_16bit(buffer, bytes / 2, false, 7, stream);
+__device__ unsigned g_read_sink;  // enqueue_read's: a read of live data must not write into it
+
+void enqueue_read(const void* data, int64_t bytes, cudaStream_t stream) {
+  HYBRIDTB_CHECK(bytes % 16 == 0, "enqueue_read: ", bytes, " bytes is not a multiple of 16");
   int sms = 0;
   HYBRIDTB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const int64_t count = bytes / 16;
-  const double ms = median_ms(reps, stream, [&] {
-    read_kernel<<<sms * 8, 512, 0, stream>>>(static_cast<const uint4*>(buffer), count, sink);
-    HYBRIDTB_CUDA_CHECK_LAUNCH();
-  }, /*warmup=*/1);
+  unsigned* sink = nullptr;
+  HYBRIDTB_CUDA_CHECK(cudaGetSymbolAddress(reinterpret_cast<void**>(&sink), g_read_sink));
+  read_kernel<<<sms * 8, 512, 0, stream>>>(static_cast<const uint4*>(data), bytes / 16, sink);
+  HYBRIDTB_CUDA_CHECK_LAUNCH();
+}
+
+double measure_read_bandwidth(int64_t bytes, int reps, cudaStream_t stream) {
+  void* buffer = nullptr;
+  HYBRIDTB_CUDA_CHECK(cudaMalloc(&buffer, static_cast<size_t>(bytes)));
+  fill_normal_16bit(buffer, bytes / 2, false, 7, stream);
+  const double ms = median_ms(reps, stream, [&] { enqueue_read(buffer, bytes / 16 * 16, stream); }, /*warmup=*/1);
   HYBRIDTB_CUDA_CHECK(cudaFree(buffer));
-  HYBRIDTB_CUDA_CHECK(cudaFree(sink));
   return static_cast<double>(bytes) / (ms * 1e-3);
 }
 

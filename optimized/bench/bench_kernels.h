@@ -22,6 +22,10 @@ void fill_bytes(void* data, int64_t count, ByteElement kind, uint64_t seed, cuda
 
 // Median over `reps` of a read-only streaming kernel over `bytes` (16-byte loads): bytes/s.
 double measure_read_bandwidth(int64_t bytes, int reps, cudaStream_t stream);
+// Enqueues that streaming read over the first `bytes` of `data` (a multiple of 16) on `stream`: one
+// launch reading a case's own bytes, which pays the launch, ramp and tail that any one-launch read of
+// that size pays (the read ceiling above, over 4 GiB, spreads them thin).
+void enqueue_read(const void* data, int64_t bytes, cudaStream_t stream);
 // Median over `reps` of cudaMemcpyAsync device-to-device of `bytes`, counting read + write: bytes/s.
 double measure_copy_bandwidth(int64_t bytes, int reps, cudaStream_t stream);
 // The copy ceiling the SSM benches report: the best of `rounds` rounds of measure_copy_bandwidth (a
