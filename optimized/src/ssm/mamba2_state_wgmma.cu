@@ -256,9 +256,19 @@ __device__ __forceinline__ void load_state_pairs(const void* head, int P, int N,
     }
   }
 }
+// A 16-bit E is packed for all pairs before the first store, so that no pack waits for an earlier
+// store to release its register.
 template <typename E>
 __device__ __forceinline__ void store_state_pairs(void* head, int P, int N, int row0, int col0,
                                                   const float (&H)[8][4]) {
+  [[maybe_unused]] uint32_t packed[2][8];
+  if constexpr (!std::is_same_v<E, float>) {
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+#pragma unroll
+      for (int jn = 0; jn < 8; ++jn) packed[e / 2][jn] = mma::Mma<E>::pack(H[jn][e], H[jn][e + 1]);
+    }
+  }
 #pragma unroll
   for (int e = 0; e < 4; e += 2) {
     const int row = row0 + (e == 0 ? 0 : 8);
@@ -271,7 +281,7 @@ __device__ __forceinline__ void store_state_pairs(void* head, int P, int N, int 
       if constexpr (std::is_same_v<E, float>) {
         *reinterpret_cast<float2*>(at) = make_float2(H[jn][e], H[jn][e + 1]);
       } else {
-        *reinterpret_cast<uint32_t*>(at) = mma::Mma<E>::pack(H[jn][e], H[jn][e + 1]);
+        *reinterpret_cast<uint32_t*>(at) = packed[e / 2][jn];
       }
     }
   }
@@ -317,17 +327,30 @@ __global__ void __launch_bounds__(PassWgmmaLayout::kThreads, 1) chunk_state_pass
                        ok);
     }
   };
-  // Chunk j's copied x weighted (its weights' stage), rounded to T, into its weighted x buffer.
+  // Chunk j's copied x weighted (its weights' stage), rounded to T, into its weighted x buffer: the
+  // shared loads of kWeighBatch vectors and their weights first, then their products and stores,
+  // so that a batch's loads are in flight together (one at a time, each product waited for its load).
+  constexpr int kWeighBatch = 4;
+  static_assert(W::kXVecs % kWeighBatch == 0);
   const auto weigh_x = [&](int j) {
     const float* const raw = reinterpret_cast<const float*>(smem + (j % 2) * W::kRawBytes);
     uint8_t* const to = smem + W::kXOffset + (j % 2) * W::kXBytes;
 #pragma unroll
-    for (int k = 0; k < W::kXVecs; ++k) {
-      const int e = tid + W::kThreads * k, i = e / 32, col = 4 * (e % 32);
-      const float4 v = *reinterpret_cast<const float4*>(raw + i * W::kPTile + col);
-      const float w = weight[j % W::kWeightStages][i];
-      *reinterpret_cast<uint2*>(to + wgmma::sw128_offset<kQ>(i, col / 8) + (col % 8) * 2) =
-          make_uint2(mma::Mma<T>::pack(v.x * w, v.y * w), mma::Mma<T>::pack(v.z * w, v.w * w));
+    for (int k0 = 0; k0 < W::kXVecs; k0 += kWeighBatch) {
+      float4 v[kWeighBatch];
+      float w[kWeighBatch];
+#pragma unroll
+      for (int b = 0; b < kWeighBatch; ++b) {
+        const int e = tid + W::kThreads * (k0 + b), i = e / 32, col = 4 * (e % 32);
+        v[b] = *reinterpret_cast<const float4*>(raw + i * W::kPTile + col);
+        w[b] = weight[j % W::kWeightStages][i];
+      }
+#pragma unroll
+      for (int b = 0; b < kWeighBatch; ++b) {
+        const int e = tid + W::kThreads * (k0 + b), i = e / 32, col = 4 * (e % 32);
+        *reinterpret_cast<uint2*>(to + wgmma::sw128_offset<kQ>(i, col / 8) + (col % 8) * 2) = make_uint2(
+            mma::Mma<T>::pack(v[b].x * w[b], v[b].y * w[b]), mma::Mma<T>::pack(v[b].z * w[b], v[b].w * w[b]));
+      }
     }
   };
   const auto b_src = [&](const Mamba2Chunk& c) {
@@ -336,11 +359,15 @@ __global__ void __launch_bounds__(PassWgmmaLayout::kThreads, 1) chunk_state_pass
   };
   const auto x_buffer = [&](int j) { return smem + W::kXOffset + (j % 2) * W::kXBytes; };
   const auto b_stage = [&](int j) { return smem_addr + static_cast<uint32_t>(W::kBOffset + (j % 2) * W::kBBytes); };
-  const auto load_weights = [&](int j) {  // chunk j's weights into its stage (zeros past the chunk)
-    if (tid < kQ && j < num_chunks) {
-      weight[j % W::kWeightStages][tid] =
-          p.chunk_cumsum[(int64_t{first + j} * p.heads + h) * 3 * kQ + 2 * kQ + tid];
-    }
+  // Chunk j's weights: fetch_weight reads this thread's (tid < kQ; zero past the chunks) from global
+  // memory, store_weight puts it into the chunk's stage. The loop fetches a chunk's weight an
+  // iteration before it stores it, so that no store waits for its load's latency.
+  const auto fetch_weight = [&](int j) {
+    return tid < kQ && j < num_chunks ? p.chunk_cumsum[(int64_t{first + j} * p.heads + h) * 3 * kQ + 2 * kQ + tid]
+                                      : 0.0f;
+  };
+  const auto store_weight = [&](int j, float w) {
+    if (tid < kQ) weight[j % W::kWeightStages][tid] = w;
   };
 
   // The thread's elements: rows row0 (+ 8), columns col0 + 8·jn (+ 1): the accumulators' layout.
@@ -381,8 +408,9 @@ __global__ void __launch_bounds__(PassWgmmaLayout::kThreads, 1) chunk_state_pass
   if (num_chunks > 1) copy_x(next, 1);
   mma::cp_async_commit();
   float decay = num_chunks > 0 ? p.chunk_decay[int64_t{first} * p.heads + h] : 0.0f;
-  load_weights(0);
-  load_weights(1);
+  store_weight(0, fetch_weight(0));
+  store_weight(1, fetch_weight(1));
+  float weight_ahead = fetch_weight(2);  // chunk j + 2's, stored in iteration j
   __syncthreads();  // the weights
 
   T* const entering = static_cast<T*>(p.chunk_states16);
@@ -393,14 +421,13 @@ __global__ void __launch_bounds__(PassWgmmaLayout::kThreads, 1) chunk_state_pass
     weigh_x(j);
     wgmma::fence_proxy_async();
     __syncthreads();  // chunk j staged; every warpgroup past chunk j − 1 (its buffers free)
-    // Chunk j + 1's B, chunk j + 2's x (into chunk j's stage, converted above) and weights: in
-    // flight over chunk j's MMAs and the next chunk's.
+    // Chunk j + 1's B and chunk j + 2's x (into chunk j's stage, converted above): in flight over
+    // chunk j's MMAs and the next chunk's (chunk j + 2's weights are stored under the MMAs).
     if (j + 1 < num_chunks) copy_swizzled_async<W::kNTile, kQ, W::kThreads>(b_stage(j + 1), b_src(next));
     mma::cp_async_commit();
     if (j + 2 < num_chunks) copy_x(after, j + 2);
     mma::cp_async_commit();
     const float next_decay = j + 1 < num_chunks ? p.chunk_decay[int64_t{ci + 1} * p.heads + h] : 0.0f;
-    load_weights(j + 2);
     const Mamba2Chunk after_next = chunk_at(j + 3);
 
     // S_c: the chunk states' MMAs (chunk_state_wgmma_kernel's, operand for operand).
@@ -419,6 +446,8 @@ __global__ void __launch_bounds__(PassWgmmaLayout::kThreads, 1) chunk_state_pass
       Mmas::mn_mn(acc, wgmma::sw128_desc_advance(x_desc, k_rows), wgmma::sw128_desc_advance(b_desc, k_rows), true);
     }
     wgmma::commit();
+    store_weight(j + 2, weight_ahead);  // chunk j − 1's stage: every thread is past weigh_x(j − 1)
+    weight_ahead = fetch_weight(j + 3);
     // The state entering chunk c, rounded as the state passing rounds it.
     store_state_pairs<T>(entering + int64_t{ci} * p.heads * P * N + head_base, P, N, row0, col0, H);
     wgmma::wait<0>();
