@@ -9,6 +9,7 @@
 #include <map>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attention/attention_caps.h"
@@ -920,6 +921,54 @@ void expect_mixed_order_rule(const AttentionPlan& plan) {
     }
     started[kind] += static_cast<double>(work);
     --left[kind];
+  }
+}
+
+// Prefill items are ordered longest key span first; equal spans keep the order they were cut in
+// (request, then token block, then head), so the order is a pure function of the batch.
+TEST(AttentionPlan, PrefillItemsLongestSpanFirstTiesInCutOrder) {
+  for (const int64_t window : {int64_t{0}, int64_t{300}}) {
+    const AttentionConfig c = llama(window);
+    // Several prompts and chunks: spans repeat within and across requests (windows saturate).
+    const AttentionPlan plan =
+        plan_for(c, batch_of({{0, 1000}, {4000, 333}, {0, 64}, {96, 1000}, {0, 1000}}, c.block_size));
+    ASSERT_GT(plan.prefill.size(), 100u);
+    for (size_t i = 1; i < plan.prefill.size(); ++i) {
+      const GenericItem& a = plan.prefill[i - 1];
+      const GenericItem& b = plan.prefill[i];
+      const int64_t span_a = a.key_end - a.key_begin;
+      const int64_t span_b = b.key_end - b.key_begin;
+      ASSERT_GE(span_a, span_b) << "window " << window << ", items " << i - 1 << " and " << i;
+      if (span_a == span_b) {
+        EXPECT_LT(std::tie(a.request, a.token_begin, a.head_begin), std::tie(b.request, b.token_begin, b.head_begin))
+            << "window " << window << ", items " << i - 1 << " and " << i;
+      }
+    }
+  }
+}
+
+// A plan computed into a recycled one (the runner passes its previous plan, to reuse its storage)
+// is the plan computed afresh, whatever the recycled plan held.
+TEST(AttentionPlan, PlanningIntoARecycledPlanGivesTheFreshPlan) {
+  const AttentionConfig c = llama(512);
+  std::vector<Req> mixed(64, {4095, 1});
+  mixed.push_back({4096, 2048});
+  const std::vector<std::vector<Req>> steps = {mixed, {{0, 8192}}, std::vector<Req>(8, {32767, 1}), {{10, 3}}, mixed};
+  AttentionPlan recycled;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const BatchDescription b = batch_of(steps[i], c.block_size);
+    AttentionPlanInput in;
+    in.config = &c;
+    in.batch = &b;
+    in.num_sms = kSms;
+    in.hopper_wgmma = true;
+    in.routes = route_layer(c, {}, TensorLayoutFacts{});
+    const AttentionPlan fresh = plan_attention(in);
+    recycled = plan_attention(in, std::move(recycled));
+    EXPECT_EQ(stage_plan(recycled, c, b), stage_plan(fresh, c, b)) << "step " << i;
+    EXPECT_EQ(describe_plan(recycled, c), describe_plan(fresh, c)) << "step " << i;
+    EXPECT_EQ(recycled.partial_slots, fresh.partial_slots) << "step " << i;
+    EXPECT_EQ(recycled.requests.size(), fresh.requests.size()) << "step " << i;
   }
 }
 

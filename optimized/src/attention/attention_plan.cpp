@@ -195,7 +195,7 @@ void AttentionRunner::prepare(const BatchDescription& batch, const StepTensors& 
   input.fixed = fixed;
   HYBRIDTB_CHECK(!fixed_ || input.routes.decode_ok, "CUDA graph: the KV cache ", tensors.kv_cache.describe(),
                  " is not 16-byte aligned, which the decode kernels need");
-  plan_ = plan_attention(input);
+  plan_ = plan_attention(input, std::move(plan_));  // its storage reused
   if (plan_.prefill_variant == kPrefillWgmma && plan_.mixed.empty() && !plan_.prefill.empty()) {
     bind_kv_map(p, cache_blocks);
   }
@@ -230,7 +230,7 @@ void AttentionRunner::prepare_plan(const BatchDescription& batch, cudaStream_t s
   input.overrides = overrides_;
   input.routes = route_graph_step(config_, overrides_);
   input.fixed = &*fixed_;
-  plan_ = plan_attention(input);
+  plan_ = plan_attention(input, std::move(plan_));  // its storage reused
   AttentionParams p = config_params();
   // launch_on checks the span against the cache it is given.
   plan_blocks_ = upload(batch, std::numeric_limits<int64_t>::max(), p, stream);

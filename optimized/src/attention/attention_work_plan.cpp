@@ -22,6 +22,37 @@ namespace {
 
 int32_t to_i32(int64_t v) { return static_cast<int32_t>(v); }
 
+// Reorders `items` stably by weight(item), largest first, as std::stable_sort would, but sorting
+// 4-byte indices (its scratch small enough for the heap to keep between steps; a step's work list
+// runs to hundreds of KiB, whose scratch the allocator maps and unmaps on every call) and then
+// moving each item once, cycle by cycle. A list already in that order is left as it is.
+template <typename Item, typename Weight>
+void order_by_weight_descending(std::vector<Item>& items, Weight weight) {
+  const auto heavier = [&](const Item& a, const Item& b) { return weight(a) > weight(b); };
+  if (std::is_sorted(items.begin(), items.end(), heavier)) return;
+  std::vector<int64_t> weights(items.size());
+  std::vector<uint32_t> order(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    weights[i] = weight(items[i]);
+    order[i] = static_cast<uint32_t>(i);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return weights[a] > weights[b]; });
+  // items[i] ← items[order[i]], one cycle of the permutation at a time; a placed slot gets order[j] = j.
+  for (size_t start = 0; start < items.size(); ++start) {
+    if (order[start] == start) continue;
+    Item first = items[start];
+    size_t j = start;
+    while (order[j] != start) {
+      const size_t from = order[j];
+      items[j] = items[from];
+      order[j] = static_cast<uint32_t>(j);
+      j = from;
+    }
+    items[j] = first;
+    order[j] = static_cast<uint32_t>(j);
+  }
+}
+
 struct KeyRange {
   int32_t key_begin, key_end, causal_begin, causal_end;
 };
@@ -339,7 +370,7 @@ void plan_mixed_order(AttentionPlan& plan, int64_t kv_heads, int64_t passes) {
       }
     }
   }
-  std::stable_sort(decode.begin(), decode.end(), [](const Cta& a, const Cta& b) { return a.work > b.work; });
+  order_by_weight_descending(decode, [](const Cta& cta) { return cta.work; });
   const auto total = [](const std::vector<Cta>& ctas) {
     int64_t sum = 0;
     for (const Cta& c : ctas) sum += c.work;
@@ -706,10 +737,28 @@ int64_t referenced_blocks(const AttentionConfig& c, const BatchDescription& batc
 namespace {
 
 // The plan with the Hopper default allowed or not (plan_attention).
-AttentionPlan plan_once(const AttentionPlanInput& in, bool hopper_default) {
+// An empty plan holding `storage`'s vectors, cleared, with their capacity: a step planned into it
+// allocates only where it outgrows the previous one.
+AttentionPlan recycle(AttentionPlan storage) {
+  AttentionPlan plan;
+  const auto take = [](auto& to, auto& from) {
+    from.clear();
+    to = std::move(from);
+  };
+  take(plan.requests, storage.requests);
+  take(plan.generic, storage.generic);
+  take(plan.prefill, storage.prefill);
+  take(plan.decode, storage.decode);
+  take(plan.decode_mma, storage.decode_mma);
+  take(plan.combine, storage.combine);
+  take(plan.mixed, storage.mixed);
+  return plan;
+}
+
+AttentionPlan plan_once(const AttentionPlanInput& in, bool hopper_default, AttentionPlan storage) {
   const AttentionConfig& c = *in.config;
   const int64_t qpk = c.num_queries_per_kv();
-  AttentionPlan plan;
+  AttentionPlan plan = recycle(std::move(storage));
   plan.num_sms = in.num_sms;
   plan.fixed_shape = in.fixed != nullptr;
   if (in.engine != nullptr) {
@@ -737,9 +786,7 @@ AttentionPlan plan_once(const AttentionPlanInput& in, bool hopper_default) {
   // Longest key spans first (causal tails, long contexts), so the short CTAs fill the last wave.
   // Stable: the order is a pure function of the batch; each CTA writes its own rows, so the order
   // never changes a result bit.
-  std::stable_sort(plan.prefill.begin(), plan.prefill.end(), [](const GenericItem& a, const GenericItem& b) {
-    return a.key_end - a.key_begin > b.key_end - b.key_begin;
-  });
+  order_by_weight_descending(plan.prefill, [](const GenericItem& g) { return int64_t{g.key_end} - g.key_begin; });
   plan.decode_grid_ctas = static_cast<int64_t>(plan.decode.size()) * c.num_kv_heads * passes;
   plan.decode_mma_grid_ctas = static_cast<int64_t>(plan.decode_mma.size()) * c.num_kv_heads * mma_passes;
   plan.combine_grid_ctas = static_cast<int64_t>(plan.combine.size()) * c.num_heads;
@@ -791,10 +838,10 @@ AttentionPlan plan_once(const AttentionPlanInput& in, bool hopper_default) {
 // 128 rows per item and the items stand; at D 64 and 256 the mma.sync default takes 64, so where the
 // first plan yielded, the step is planned again without the Hopper default (the second plan does
 // not revisit the decision, which the first made on the wgmma kernel's items).
-AttentionPlan plan_attention(const AttentionPlanInput& in) {
-  AttentionPlan plan = plan_once(in, /*hopper_default=*/true);
+AttentionPlan plan_attention(const AttentionPlanInput& in, AttentionPlan recycled) {
+  AttentionPlan plan = plan_once(in, /*hopper_default=*/true, std::move(recycled));
   if (plan.prefill_rows_per_item != prefill_rows_per_item(in.config->head_size, plan.prefill_variant)) {
-    plan = plan_once(in, /*hopper_default=*/false);
+    plan = plan_once(in, /*hopper_default=*/false, std::move(plan));
   }
   return plan;
 }

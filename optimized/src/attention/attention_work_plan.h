@@ -274,8 +274,10 @@ void check_attention_batch(const AttentionConfig& config, const BatchDescription
 // returns how many blocks the batch spans (the largest id + 1; 0 for none).
 int64_t referenced_blocks(const AttentionConfig& config, const BatchDescription& batch, int64_t cache_blocks);
 
-// The plan of one step (throws Error on an invalid batch, naming the field).
-AttentionPlan plan_attention(const AttentionPlanInput& input);
+// The plan of one step (throws Error on an invalid batch, naming the field). `recycled`: a plan no
+// longer needed (the runner's previous one), whose vectors' storage the new plan reuses, so that
+// steps of about one size allocate nothing; its contents play no part.
+AttentionPlan plan_attention(const AttentionPlanInput& input, AttentionPlan recycled = {});
 // The bytes of the one upload, laid out as plan.staging says, into `bytes` (plan.staging.bytes long:
 // the runner's pinned upload buffer, so each byte is written once, the gaps between arrays zero). A
 // decoder layer's block ids are checked on the way as referenced_blocks checks them against
