@@ -2,7 +2,8 @@
 // attention kernels (prepare once, launch timed with CUDA events after an L2 flush by a 256 MiB read, warm-up, median)
 // on Llama-3-8B shapes (32 query / 8 kv heads, head 128 (the d64 / d256 rows: 64 / 256), bf16, block 16, shuffled paged
 // KV unless the row says), with the ceilings measured in the same run (read-only streaming kernel and D2D copy for
-// bandwidth, a cuBLAS bf16 GEMM for tensor-core FLOP/s). Bytes count each in-window K/V byte once plus Q and O; FLOPs
+// bandwidth, a cuBLAS bf16 GEMM for tensor-core FLOP/s; beside each decode row, that read kernel over the row's own
+// bytes in one launch, timed the same way: sized_read_us). Bytes count each in-window K/V byte once plus Q and O; FLOPs
 // are 4·D·Hq·(visible query-key pairs): a window counts only its in-window pairs. One KV cache, sized for the largest
 // case, is allocated once and serves every case. Prefill cases: 1×2k/4k/8k/32k tokens, no window and window 4096, on
 // the tensor-core path, plus 1×4k on the generic SIMT kernel for comparison; 1-byte KV caches (fp8 e4m3/e5m2 per
