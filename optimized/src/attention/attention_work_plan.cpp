@@ -736,7 +736,6 @@ int64_t referenced_blocks(const AttentionConfig& c, const BatchDescription& batc
 // --- the plan --------------------------------------------------------------------------------------
 namespace {
 
-// The plan with the Hopper default allowed or not (plan_attention).
 // An empty plan holding `storage`'s vectors, cleared, with their capacity: a step planned into it
 // allocates only where it outgrows the previous one.
 AttentionPlan recycle(AttentionPlan storage) {
@@ -755,6 +754,7 @@ AttentionPlan recycle(AttentionPlan storage) {
   return plan;
 }
 
+// The plan with the Hopper default allowed or not (plan_attention), in `storage`'s vectors.
 AttentionPlan plan_once(const AttentionPlanInput& in, bool hopper_default, AttentionPlan storage) {
   const AttentionConfig& c = *in.config;
   const int64_t qpk = c.num_queries_per_kv();

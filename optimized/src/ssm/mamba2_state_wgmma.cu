@@ -329,7 +329,7 @@ __global__ void __launch_bounds__(PassWgmmaLayout::kThreads, 1) chunk_state_pass
   };
   // Chunk j's copied x weighted (its weights' stage), rounded to T, into its weighted x buffer: the
   // shared loads of kWeighBatch vectors and their weights first, then their products and stores,
-  // so that a batch's loads are in flight together (one at a time, each product waited for its load).
+  // so that a batch's loads are in flight together rather than each product waiting for its own.
   constexpr int kWeighBatch = 4;
   static_assert(W::kXVecs % kWeighBatch == 0);
   const auto weigh_x = [&](int j) {
