@@ -2,7 +2,7 @@
 // translation unit for -gencode arch=compute_90a,code=sm_90a): shared-memory matrix descriptors of
 // the 128-byte swizzle layout, the fence / commit / wait of the asynchronous MMAs, and
 // m64n128k16 and m64n64k16 (A from shared memory or from registers) and m64n{8,16,32}k16 of a
-// narrow B, with float32 accumulation for float16 / bfloat16 inputs.
+// narrow B, with float32 accumulation for float16 / bfloat16 inputs; stmatrix's transposed stores.
 //
 // Shared layout (the canonical 128-byte swizzle, what a descriptor with layout type 1 reads): a
 // [rows][cols] tile of 16-bit elements is stored as cols / 64 column slabs, each [rows][128 B];
@@ -49,6 +49,21 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_addr, uint32_t lead
 __device__ __forceinline__ uint64_t sw128_desc_advance(uint64_t desc, uint32_t bytes) {
   const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
   return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
+// Four 8×8 b16 matrices to shared memory, each stored transposed (stmatrix, sm_90): lane l gives the
+// address of row l % 8 of matrix l / 8 in memory, and r[i] holds the lane's (row g, cols 2t..2t+1) of
+// matrix i, which land in memory rows 2t and 2t + 1 at column g: an accumulator fragment stored
+// column-major, 16 bytes a row.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+// Two such matrices: lanes 0–15 give the addresses.
+__device__ __forceinline__ void stmatrix_x2_trans(uint32_t addr, const uint32_t (&r)[2]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1,%2};\n" ::"r"(addr), "r"(r[0]), "r"(r[1])
+               : "memory");
 }
 
 // Orders this warpgroup's register accesses before the wgmma.mma_async that follow (accumulators

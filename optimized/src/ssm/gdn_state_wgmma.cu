@@ -11,7 +11,7 @@
 //       A = the chunk's W tile as the intra kernel left it (K-major, 128-byte swizzle);
 //       V_new rounded to v_new for the output pass; V_new·diag(e^(G_n − G_i)) rounded into shared
 //       memory as [kRows][64 tokens] (the K-major B operand of (f)); h_c ← M for the output pass
-//       (gdn_entry_state_row's packed order) from the registers, one lane exchange per 8-byte item,
+//       (gdn_entry_state_row's packed order) from (a)'s copy by 16-byte loads and byte permutes,
 //       while (b)'s MMAs run;
 //   (f) Mᵀ ← e^(G_n)·Mᵀ + K̂ᵀ·(V_new·decay): Mᵀ [dk][kRows] in float32 accumulators, one m64nR per 64
 //       of dk (A = the chunk's k̂ tile [64 tokens][dk], MN-major: the transposed descriptor), over
@@ -19,14 +19,16 @@
 //       one to write_slot.
 // The W and k̂ tiles arrive whole, 16 KiB each, by one bulk copy each into a ring of three stages
 // (a chunk's pair per stage, two chunks ahead), on one mbarrier per stage; U, G, the chunk's last G
-// and its boundary slot are loaded into registers a chunk ahead (the chunk list two ahead), and every
-// shared-memory offset a thread writes is formed once. Two block barriers per chunk: after
-// (a), and after (b)'s stores of V_new·decay. The sums are float32 in the MMAs' accumulators, the
-// values rounded to T are the mma.sync kernel's (M, V_new, V_new·decay rounded to nearest even; W and
-// k̂ as the intra kernel rounded them), so the 16-bit-operand row of the tolerance table bounds both
-// kernels; only the order of the additions inside an MMA instruction differs (fixed: bitwise
-// reproducible run to run). Each thread loads, updates and stores the same elements of M, so a slot
-// read and written by one request (read_slot == write_slot) is safe.
+// and its boundary slot are loaded into registers a chunk ahead (the chunk list two ahead). The
+// tiles of (a) and (b) are written by stmatrix.trans (the accumulators' 8 × 8 blocks transposed, 16
+// bytes a row), and every shared-memory offset and operand descriptor is formed once. Two block
+// barriers per chunk: after (a), and after (b)'s stores of V_new·decay. The sums are float32 in the
+// MMAs' accumulators, the values rounded to T are the mma.sync kernel's (M, V_new, V_new·decay
+// rounded to nearest even; W and k̂ as the intra kernel rounded them), so the 16-bit-operand row of
+// the tolerance table bounds both kernels; only the order of the additions inside an MMA
+// instruction differs (fixed: bitwise reproducible run to run). Each thread loads, updates and
+// stores the same elements of M, so a slot read and written by one request (read_slot ==
+// write_slot) is safe.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -87,7 +89,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) chunk_state_wgmma_kern
   uint8_t* const smem = state_raw + ((1024u - (mma::shared_address(state_raw) & 1023u)) & 1023u);
   const uint32_t smem_addr = mma::shared_address(smem);
   uint8_t* const held = smem + Smem::kHeld;
-  uint8_t* const decayed = smem + Smem::kDecayed;
   uint64_t* const stage_ready = reinterpret_cast<uint64_t*>(smem + Smem::kBarriers);
 
   const GdnPrefill prefill = p.prefills[blockIdx.y];
@@ -182,25 +183,33 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) chunk_state_wgmma_kern
   };
 
   const int h_row = gdn_entry_state_row(dk, p.product_operands);  // dk rounded up to 16
-  // The thread's byte offsets in the 128-byte swizzle layout (row r, column c of a tile at r·128 +
-  // ((c / 8 ^ r % 8) << 4) + (c % 8)·2 within its 64-column slab), the same every chunk: held's
-  // element (row_of(j, e), col_of(hf, e)) at held_at[e] + hf·kHeldSlab + j·1024 (its row's
-  // r % 8 = 2t + e % 2, its column's 16-byte chunk 2·warp + e / 2); decayed's element (row_of(j, k),
-  // token 16·warp + g + 8·half) at decayed_at[half][k] + j·1024.
-  uint32_t held_at[4], decayed_at[2][2];
+  const bool h_vectors = (reinterpret_cast<uintptr_t>(p.h) & 15) == 0;
+  // Both tiles this thread writes, M's copy (per 64-column half) and V_new·decay, hold an
+  // accumulator's 8 × 8 blocks transposed: block (j, q) = rows 8j … of the tile × the warp's 16-byte
+  // chunk 2·warp + q of its columns (M's columns 16·warp + 8q … of the half; tokens 16·warp + 8q …),
+  // stored by stmatrix.trans from the pair (rows 2t, 2t + 1; column g). Lane l gives the address of
+  // row l % 8 of block l / 8 of an x4 (j = its pair of row tiles, q = l / 8 % 2) in the 128-byte
+  // swizzle layout: row r at r·128, 16-byte chunk c at (c ^ r % 8) << 4.
+  const uint32_t block_row_at = [&] {
+    const int blk = (lane / 8) % (kN8 == 1 ? 2 : 4), r8 = lane % 8;
+    return static_cast<uint32_t>((blk / 2) * 1024 + r8 * 128 + (((2 * warp + blk % 2) ^ r8) << 4));
+  }();
+  const auto store_blocks = [&](uint32_t tile_addr, const uint32_t (&pairs)[kN8][2]) {
+    if constexpr (kN8 == 1) {
+      wgmma::stmatrix_x2_trans(tile_addr + block_row_at, {pairs[0][0], pairs[0][1]});
+    } else {
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int r8 = 2 * t + e % 2;
-    held_at[e] = static_cast<uint32_t>(r8 * 128 + (((2 * warp + e / 2) ^ r8) << 4) + 2 * g);
-  }
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const int r8 = 2 * t + k;
-      decayed_at[half][k] = static_cast<uint32_t>(r8 * 128 + (((2 * warp + half) ^ r8) << 4) + 2 * g);
+      for (int x4 = 0; x4 < kN8 / 2; ++x4) {
+        wgmma::stmatrix_x4_trans(tile_addr + block_row_at + x4 * 2048,
+                                 {pairs[2 * x4][0], pairs[2 * x4][1], pairs[2 * x4 + 1][0], pairs[2 * x4 + 1][1]});
+      }
     }
-  }
+  };
+  // The operands' descriptors, formed once: W's and k̂'s at stage 0, advanced per chunk and k step.
+  const uint64_t w_desc0 = wgmma::sw128_desc(smem_addr, 16, 1024);
+  const uint64_t k_desc0 = wgmma::sw128_desc(smem_addr + kTileBytes, kSlabBytes, 1024);
+  const uint64_t held_desc = wgmma::sw128_desc(smem_addr + Smem::kHeld, 16, 1024);
+  const uint64_t decayed_desc = wgmma::sw128_desc(smem_addr + Smem::kDecayed, 16, 1024);
   // The chunk list is read two chunks ahead, the inputs loaded one chunk ahead: neither load waits on
   // the other within a chunk.
   const auto chunk_at = [&](int ci) { return ci < end_chunk ? p.chunks[ci] : GdnChunk{}; };
@@ -210,20 +219,21 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) chunk_state_wgmma_kern
     const int j_chunk = ci - first, s = j_chunk % kStages;
     const ChunkInputs<kRows> next_in = load_inputs(next_chunk);  // in flight over this chunk
     const GdnChunk after_next = chunk_at(ci + 2);
-    const uint32_t w_addr = smem_addr + static_cast<uint32_t>(s * Smem::kStageBytes);
-    const uint32_t k_addr = w_addr + kTileBytes;
+    const uint32_t stage_offset = static_cast<uint32_t>(s * Smem::kStageBytes);
+    const uint64_t w_desc = wgmma::sw128_desc_advance(w_desc0, stage_offset);
+    const uint64_t k_desc = wgmma::sw128_desc_advance(k_desc0, stage_offset);
 
     // (a) M rounded into held [kRows][128] (columns past dk and rows past `rows` are zeros in m).
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       if (hf >= halves) break;
+      uint32_t pairs[kN8][2];
 #pragma unroll
       for (int j = 0; j < kN8; ++j) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          *reinterpret_cast<T*>(held + held_at[e] + hf * Smem::kHeldSlab + j * 1024) = float_to_element<T>(m[hf][j][e]);
-        }
+        for (int q = 0; q < 2; ++q) pairs[j][q] = mma::Mma<T>::pack(m[hf][j][2 * q], m[hf][j][2 * q + 1]);
       }
+      store_blocks(smem_addr + static_cast<uint32_t>(Smem::kHeld + hf * Smem::kHeldSlab), pairs);
     }
     wgmma::fence_proxy_async();
     __syncthreads();  // M's copy complete; every thread is past chunk ci − 1 (its stage and V_new·decay read)
@@ -241,36 +251,35 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) chunk_state_wgmma_kern
       if (kk >= k_steps) break;
       const uint32_t step = static_cast<uint32_t>((kk / 4) * kSlabBytes + 32 * (kk % 4));
       const uint32_t b_step = static_cast<uint32_t>((kk / 4) * Smem::kHeldSlab + 32 * (kk % 4));
-      Mmas::template ss<kRows, false>(wm, wgmma::sw128_desc(w_addr + step, 16, 1024),
-                                      wgmma::sw128_desc(smem_addr + Smem::kHeld + b_step, 16, 1024));
+      Mmas::template ss<kRows, false>(wm, wgmma::sw128_desc_advance(w_desc, step),
+                                      wgmma::sw128_desc_advance(held_desc, b_step));
     }
     wgmma::commit();
-    // h_c ← M for the output pass, from the registers while the MMAs run, in gdn_entry_state_row's
-    // packed order: the 8-byte item at position 4·q of a 16-column group holds columns q, q + 4,
-    // q + 8, q + 12 (q < 4). Lane g < 4 holds columns g, g + 8 of the warp's group (e / 2) for rows
-    // v, v + 1 (e % 2), lane g + 4 (lane + 16) columns g + 4, g + 12: one exchange of two values
-    // per tile, then lane g < 4 stores row v's item q = g and lane g + 4 row v + 1's.
+    // h_c ← M for the output pass while the MMAs run, from M's rounded copy in held, in
+    // gdn_entry_state_row's packed order: the 8-byte item at position 4·q of a 16-column group holds
+    // columns q, q + 4, q + 8, q + 12 (q < 4). A thread per (row, 16-column group): its two 16-byte
+    // chunks a (columns 0 … 7 as pairs) and b (8 … 15) regrouped by byte permutes, 32 bytes stored.
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int c0 = 64 * hf + 16 * warp;  // the warp's 16-column group
-      if (hf >= halves) break;
-#pragma unroll
-      for (int j = 0; j < kN8; ++j) {
-        const bool low = g < 4;
-        const float (&x)[4] = m[hf][j];
-        // low: keep row v (e 0, 2), send row v + 1 (e 1, 3); high: the other way round.
-        const float send_a = low ? x[1] : x[0], send_b = low ? x[3] : x[2];
-        const float got_a = __shfl_xor_sync(0xffffffffu, send_a, 16), got_b = __shfl_xor_sync(0xffffffffu, send_b, 16);
-        const float keep_a = low ? x[0] : x[1], keep_b = low ? x[2] : x[3];
-        // columns q, q + 4, q + 8, q + 12 of the kept row
-        const float item[4] = {low ? keep_a : got_a, low ? got_a : keep_a, low ? keep_b : got_b, low ? got_b : keep_b};
-        const int v = row_of(j, low ? 0 : 1);
-        if (v < rows && c0 < h_row) {
-          uint16_t* const h_out =
-              static_cast<uint16_t*>(p.h) + ((int64_t{ci} * Hv + h) * dv + v0 + v) * h_row + c0 + 4 * (g % 4);
-          *reinterpret_cast<uint2*>(h_out) =
-              make_uint2(mma::Mma<T>::pack(item[0], item[1]), mma::Mma<T>::pack(item[2], item[3]));
-        }
+    for (int item = tid; item < kRows * 8; item += kThreads) {
+      const int v = item / 8, group = item % 8, r8 = v % 8;
+      if (v >= rows || 16 * group >= h_row) continue;
+      const uint8_t* const row = held + (group / 4) * Smem::kHeldSlab + (v / 8) * 1024 + r8 * 128;
+      const uint4 a = *reinterpret_cast<const uint4*>(row + (((2 * (group % 4)) ^ r8) << 4));
+      const uint4 b = *reinterpret_cast<const uint4*>(row + (((2 * (group % 4) + 1) ^ r8) << 4));
+      const uint4 items01 = make_uint4(__byte_perm(a.x, a.z, 0x5410), __byte_perm(b.x, b.z, 0x5410),
+                                       __byte_perm(a.x, a.z, 0x7632), __byte_perm(b.x, b.z, 0x7632));
+      const uint4 items23 = make_uint4(__byte_perm(a.y, a.w, 0x5410), __byte_perm(b.y, b.w, 0x5410),
+                                       __byte_perm(a.y, a.w, 0x7632), __byte_perm(b.y, b.w, 0x7632));
+      uint16_t* const h_out =
+          static_cast<uint16_t*>(p.h) + ((int64_t{ci} * Hv + h) * dv + v0 + v) * h_row + 16 * group;
+      if (h_vectors) {
+        reinterpret_cast<uint4*>(h_out)[0] = items01;
+        reinterpret_cast<uint4*>(h_out)[1] = items23;
+      } else {
+        reinterpret_cast<uint2*>(h_out)[0] = make_uint2(items01.x, items01.y);
+        reinterpret_cast<uint2*>(h_out)[1] = make_uint2(items01.z, items01.w);
+        reinterpret_cast<uint2*>(h_out)[2] = make_uint2(items23.x, items23.y);
+        reinterpret_cast<uint2*>(h_out)[3] = make_uint2(items23.z, items23.w);
       }
     }
     wgmma::wait<0>();
@@ -279,6 +288,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) chunk_state_wgmma_kern
     // V_new = U − W·Mᵀ to v_new (rounded; [chunk][head][row][token], zeros past the chunk's n
     // tokens, where U and W are zeros) and V_new·e^(G_n − G_i) rounded into decayed [kRows][64].
     const int n = chunk.end - chunk.begin;
+    // The thread's first element of v_new (row 2t, token 16·warp + g); the others at fixed offsets.
+    T* const v_new_out = static_cast<T*>(p.v_new) + ((int64_t{ci} * Hv + h) * dv + v0 + 2 * t) * kC + token_of(0);
+    uint32_t decayed_pairs[kN8][2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int i = token_of(2 * half);
@@ -288,14 +300,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) chunk_state_wgmma_kern
         const float v_new[2] = {in.u[half][j].x - wm[j][2 * half], in.u[half][j].y - wm[j][2 * half + 1]};
 #pragma unroll
         for (int k = 0; k < 2; ++k) {
-          const int v = row_of(j, k);
-          if (v < rows) {
-            static_cast<T*>(p.v_new)[((int64_t{ci} * Hv + h) * dv + v0 + v) * kC + i] = float_to_element<T>(v_new[k]);
-          }
-          *reinterpret_cast<T*>(decayed + decayed_at[half][k] + j * 1024) = float_to_element<T>(v_new[k] * decay);
+          if (row_of(j, k) < rows) v_new_out[(8 * j + k) * kC + 8 * half] = float_to_element<T>(v_new[k]);
         }
+        decayed_pairs[j][half] = mma::Mma<T>::pack(v_new[0] * decay, v_new[1] * decay);
       }
     }
+    store_blocks(smem_addr + static_cast<uint32_t>(Smem::kDecayed), decayed_pairs);
     wgmma::fence_proxy_async();
     __syncthreads();  // V_new·decay complete
 
@@ -318,8 +328,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) chunk_state_wgmma_kern
 #pragma unroll
       for (int kk = 0; kk < kC / 16; ++kk) {
         Mmas::template ss<kRows, true>(
-            m[hf], wgmma::sw128_desc(k_addr + static_cast<uint32_t>(hf * kSlabBytes + kk * 16 * 128), kSlabBytes, 1024),
-            wgmma::sw128_desc(smem_addr + Smem::kDecayed + static_cast<uint32_t>(32 * kk), 16, 1024));
+            m[hf], wgmma::sw128_desc_advance(k_desc, static_cast<uint32_t>(hf * kSlabBytes + kk * 16 * 128)),
+            wgmma::sw128_desc_advance(decayed_desc, static_cast<uint32_t>(32 * kk)));
       }
     }
     wgmma::commit();
