@@ -41,6 +41,7 @@
 #include "common/wgmma.cuh"
 #include "ssm/gdn_kernels.h"
 #include "ssm/gdn_state_wgmma.h"
+#include "ssm/pool_quads.cuh"
 
 namespace hybridtb::cuda::ssm {
 namespace {
@@ -183,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) chunk_state_wgmma_kern
   };
 
   const int h_row = gdn_entry_state_row(dk, p.product_operands);  // dk rounded up to 16
-  const bool h_vectors = (reinterpret_cast<uintptr_t>(p.h) & 15) == 0;
+  const bool h_vectors = aligned16(p.h);
   // Both tiles this thread writes, M's copy (per 64-column half) and V_new·decay, hold an
   // accumulator's 8 × 8 blocks transposed: block (j, q) = rows 8j … of the tile × the warp's 16-byte
   // chunk 2·warp + q of its columns (M's columns 16·warp + 8q … of the half; tokens 16·warp + 8q …),
