@@ -4,7 +4,8 @@
 # removed and the advisory passed on; one reporting only an injected warpgroup.arrive (C7519) passes
 # with its object; a failing compile keeps its own exit status; no command at all is a usage error
 # (exit 2). Given a CUDA compiler (third argument, empty where there is none), also around it on the
-# kernels of wgmma_guard/ for sm_90a: what this ptxas prints for them is what the guard reads.
+# kernels of wgmma_guard/ for sm_90a (arrive_injected.cu plain and with a divergent accumulator
+# write, serialised.cu): what this ptxas prints for them is what the guard reads.
 set -uo pipefail
 guard=$1
 work=$2
@@ -24,62 +25,54 @@ done
 exit "${STATUS:-0}"
 FAKE
 chmod +x "$work/fake-nvcc"
-serialized="ptxas info    : (C7520) Potential Performance Loss: wgmma.mma_async instructions are serialized"
-serialized+=" due to program dependence on compiler-inserted WG.AR in divergent path in the function 'k'"
-injected="ptxas info    : (C7519) warpgroup.arrive is injected in around line 10 by compiler to allow use of registers"
-injected+=" in GMMA in function 'k'"
+# One guarded compile by the stand-in: guarded NAME EXPECTED_EXIT (ADVICE and STATUS from the caller's
+# environment); the object NAME.o kept where the compile passes, removed where the guard fails it.
+guarded() {
+  bash "$guard" "$work/fake-nvcc" -c "$1.cu" -o "$work/$1.o" 2>"$work/$1.err"
+  local status=$?
+  (( status == $2 )) || fail "$1: exit $status, expected $2: $(cat "$work/$1.err")"
+  if (( $2 == 0 )); then
+    [[ -s $work/$1.o ]] || fail "$1: the object is missing"
+  elif (( $2 == 1 )); then
+    [[ ! -e $work/$1.o ]] || fail "$1: the object was kept"
+  fi
+  [[ -z ${ADVICE:-} ]] || grep -qF "$ADVICE" "$work/$1.err" || fail "$1: the compiler's message was not passed on"
+}
+advice="ptxas info    : (C7520) Potential Performance Loss: wgmma.mma_async instructions are serialized"
+ADVICE="$advice due to program dependence on compiler-inserted WG.AR in divergent path in the function 'k'" \
+  guarded serialised 1
+grep -q "error: ptxas serialised the warpgroup MMAs of a kernel compiled into $work/serialised.o" \
+  "$work/serialised.err" || fail "serialised: no error naming the object"
+advice="ptxas info    : (C7517) warpgroup.wait is injected in around line 56 by compiler to allow use of registers"
+ADVICE="$advice defined by GMMA in function 'k'" guarded wait_injected 1
+advice="ptxas info    : (C7519) warpgroup.arrive is injected in around line 10 by compiler to allow use of registers"
+ADVICE="$advice in GMMA in function 'k'" guarded arrive_injected 0
+ADVICE="error: something" STATUS=3 guarded failing_compile 3
 
-ADVICE=$serialized bash "$guard" "$work/fake-nvcc" -c a.cu -o "$work/a.o" 2>"$work/a.err"
-status=$?
-(( status == 1 )) || fail "serialised MMAs: exit $status, expected 1"
-[[ ! -e $work/a.o ]] || fail "serialised MMAs: the object was kept"
-grep -q "(C7520)" "$work/a.err" || fail "serialised MMAs: the advisory was not passed on"
-grep -q "error: ptxas serialised the warpgroup MMAs of a kernel compiled into $work/a.o" "$work/a.err" ||
-  fail "serialised MMAs: no error naming the object: $(cat "$work/a.err")"
-
-ADVICE=$injected bash "$guard" "$work/fake-nvcc" -c b.cu -o "$work/b.o" 2>"$work/b.err"
-status=$?
-(( status == 0 )) || fail "C7519 only: exit $status, expected 0"
-[[ -s $work/b.o ]] || fail "C7519 only: the object is missing"
-grep -q "(C7519)" "$work/b.err" || fail "C7519 only: the advisory was not passed on"
-
-waits="ptxas info    : (C7517) warpgroup.wait is injected in around line 56 by compiler to allow use of registers"
-waits+=" defined by GMMA in function 'k'"
-ADVICE=$waits bash "$guard" "$work/fake-nvcc" -c e.cu -o "$work/e.o" 2>"$work/e.err"
-status=$?
-(( status == 1 )) || fail "injected wait: exit $status, expected 1"
-[[ ! -e $work/e.o ]] || fail "injected wait: the object was kept"
-
-STATUS=3 ADVICE="error: something" bash "$guard" "$work/fake-nvcc" -c c.cu -o "$work/c.o" 2>"$work/c.err"
-status=$?
-(( status == 3 )) || fail "failing compile: exit $status, expected the compiler's 3"
-grep -q "error: something" "$work/c.err" || fail "failing compile: its message was not passed on"
-
-bash "$guard" 2>"$work/d.err"
+bash "$guard" 2>"$work/usage.err"
 status=$?
 (( status == 2 )) || fail "no command: exit $status, expected 2"
-grep -q "usage:" "$work/d.err" || fail "no command: no usage line"
+grep -q "usage:" "$work/usage.err" || fail "no command: no usage line"
 if [[ -z $nvcc ]]; then
   echo "ok (stand-in compilers; the real-compiler cases need a CUDA compiler: none configured)"
   exit 0
 fi
-compile() {  # snippet → exit status of the guarded compile; stderr in $work/<snippet>.err
-  bash "$guard" "$nvcc" -gencode=arch=compute_90a,code=sm_90a -c "$snippets/$1.cu" -o "$work/$1.o" \
-    2>"$work/$1.err"
+# One guarded compile by nvcc: compiled NAME SOURCE EXPECTED_EXIT ADVISORY [NVCC FLAGS…]
+compiled() {
+  local name=$1 source=$2 expected=$3 advisory=$4
+  shift 4
+  bash "$guard" "$nvcc" -gencode=arch=compute_90a,code=sm_90a "$@" -c "$snippets/$source" -o "$work/nvcc-$name.o" \
+    2>"$work/nvcc-$name.err"
+  local status=$?
+  (( status == expected )) || fail "nvcc, $name: exit $status, expected $expected: $(cat "$work/nvcc-$name.err")"
+  if (( expected == 0 )); then
+    [[ -s $work/nvcc-$name.o ]] || fail "nvcc, $name: no object"
+  else
+    [[ ! -e $work/nvcc-$name.o ]] || fail "nvcc, $name: the object was kept"
+  fi
+  grep -q "$advisory" "$work/nvcc-$name.err" || fail "nvcc, $name: no '$advisory' advisory (ptxas changed?)"
 }
-compile arrive_injected
-status=$?
-(( status == 0 )) || fail "nvcc, arrive_injected.cu: exit $status, expected 0: $(cat "$work/arrive_injected.err")"
-[[ -s $work/arrive_injected.o ]] || fail "nvcc, arrive_injected.cu: no object"
-grep -q "(C7519)" "$work/arrive_injected.err" || fail "nvcc, arrive_injected.cu: no C7519 advisory (ptxas changed?)"
-for snippet in serialised wait_injected; do
-  compile $snippet
-  status=$?
-  (( status == 1 )) || fail "nvcc, $snippet.cu: exit $status, expected 1: $(cat "$work/$snippet.err")"
-  [[ ! -e $work/$snippet.o ]] || fail "nvcc, $snippet.cu: the object was kept"
-done
-grep -q "wgmma.mma_async instructions are serialized" "$work/serialised.err" ||
-  fail "nvcc, serialised.cu: no serialisation advisory"
-grep -q "warpgroup.wait is injected" "$work/wait_injected.err" ||
-  fail "nvcc, wait_injected.cu: no injected-wait advisory"
+compiled arrive_injected arrive_injected.cu 0 "warpgroup.arrive is injected"
+compiled serialised serialised.cu 1 "wgmma.mma_async instructions are serialized"
+compiled wait_injected arrive_injected.cu 1 "warpgroup.wait is injected" -DWRITE_ACCUMULATOR_IN_DIVERGENT_PATH
 echo "ok (stand-in compilers and $nvcc)"
