@@ -25,17 +25,23 @@ done
 exit "${STATUS:-0}"
 FAKE
 chmod +x "$work/fake-nvcc"
+# The outcome of one guarded compile: expect_outcome LABEL STATUS EXPECTED_STATUS OBJECT STDERR_FILE.
+# A passing compile (0) keeps its object, one the guard fails (1) has it removed; any other status is
+# the compiler's own and leaves the object to it.
+expect_outcome() {
+  local label=$1 status=$2 expected=$3 object=$4 stderr_file=$5
+  (( status == expected )) || fail "$label: exit $status, expected $expected: $(cat "$stderr_file")"
+  if (( expected == 0 )); then
+    [[ -s $object ]] || fail "$label: the object is missing"
+  elif (( expected == 1 )); then
+    [[ ! -e $object ]] || fail "$label: the object was kept"
+  fi
+}
 # One guarded compile by the stand-in: guarded NAME EXPECTED_EXIT (ADVICE and STATUS from the caller's
-# environment); the object NAME.o kept where the compile passes, removed where the guard fails it.
+# environment), its object NAME.o.
 guarded() {
   bash "$guard" "$work/fake-nvcc" -c "$1.cu" -o "$work/$1.o" 2>"$work/$1.err"
-  local status=$?
-  (( status == $2 )) || fail "$1: exit $status, expected $2: $(cat "$work/$1.err")"
-  if (( $2 == 0 )); then
-    [[ -s $work/$1.o ]] || fail "$1: the object is missing"
-  elif (( $2 == 1 )); then
-    [[ ! -e $work/$1.o ]] || fail "$1: the object was kept"
-  fi
+  expect_outcome "$1" $? "$2" "$work/$1.o" "$work/$1.err"
   [[ -z ${ADVICE:-} ]] || grep -qF "$ADVICE" "$work/$1.err" || fail "$1: the compiler's message was not passed on"
 }
 advice="ptxas info    : (C7520) Potential Performance Loss: wgmma.mma_async instructions are serialized"
@@ -63,13 +69,7 @@ compiled() {
   shift 4
   bash "$guard" "$nvcc" -gencode=arch=compute_90a,code=sm_90a "$@" -c "$snippets/$source" -o "$work/nvcc-$name.o" \
     2>"$work/nvcc-$name.err"
-  local status=$?
-  (( status == expected )) || fail "nvcc, $name: exit $status, expected $expected: $(cat "$work/nvcc-$name.err")"
-  if (( expected == 0 )); then
-    [[ -s $work/nvcc-$name.o ]] || fail "nvcc, $name: no object"
-  else
-    [[ ! -e $work/nvcc-$name.o ]] || fail "nvcc, $name: the object was kept"
-  fi
+  expect_outcome "nvcc, $name" $? "$expected" "$work/nvcc-$name.o" "$work/nvcc-$name.err"
   grep -q "$advisory" "$work/nvcc-$name.err" || fail "nvcc, $name: no '$advisory' advisory (ptxas changed?)"
 }
 compiled arrive_injected arrive_injected.cu 0 "warpgroup.arrive is injected"
