@@ -493,6 +493,18 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
   mma::cp_async_wait<0>();  // no copy in flight at exit (the groups past the last unit are empty)
 }
 
+// The item with its tiles starting on a page where whole pages go by TMA (kv_tma): its first key
+// rounded down to a multiple of the block size. The keys before it are visible to no row of the item
+// (key_begin is the hull of what its rows see), so the first tile masks them and its loader
+// zero-fills them without reading memory; every later tile that reads all its keys is then whole
+// pages. Without it a sliding window's items start one key past a page (position − window + 1 with
+// 128-row items), and not one of their tiles would go by TMA. Without TMA (a 1-byte cache's tiles)
+// the rounding could only add a tile; an item without keys stays as it is (no tile).
+__device__ __forceinline__ GenericItem tiles_from_page_start(GenericItem item, const AttentionParams& p) {
+  if (p.kv_tma && item.key_end > item.key_begin) item.key_begin -= item.key_begin % p.block_size;
+  return item;
+}
+
 // The S and P·V products of one consumer warpgroup for BN keys per tile and head size D, on the
 // wgmma shapes of common/wgmma.cuh: S [64 × BN] by m64nBNk16 (BN 128 or 64); O [64 × D] by m64n128k16
 // (D 128), m64n64k16 (D 64) or two m64n128k16 on the halves of O and of each V row (D 256: dims
@@ -585,7 +597,7 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
   uint64_t* v_full = bars + 1 + 3 * kStages;   // K and V apart, [stage]: its V tile landed (`full`: its K)
   constexpr bool kKvApart = Layout::kKvApart;
 
-  const GenericItem item = p.prefill_items[blockIdx.x];
+  const GenericItem item = tiles_from_page_start(p.prefill_items[blockIdx.x], p);
   const int tid = static_cast<int>(threadIdx.x);
   const int wg = tid / 128;  // producers first (Registers::kProducerWarpgroups), then the 2 consumers
   const PrefillItem work(p, item);
