@@ -98,13 +98,12 @@ std::vector<PrefillCase> cases() {
   add({.name = "ChunksBlock80Head64", .head_size = 64, .block_size = 80, .requests = kChunks});
   // The wgmma kernel's K/V tiles: by TMA where a tile starts on a page and reads every key (block
   // sizes 16–128), by cp.async elsewhere — tiles at the diagonal, the first tile of a window whose
-  // items start mid-page (window 1000: keys from 128·i − 999; the tiles start at the page before,
-  // the keys ahead of the window zero-filled, and the later tiles are whole pages), block sizes that
-  // do not divide 128 (48: cp.async only), tiles before the window that an mm_prefix range reaches
-  // back to (cp.async tiles, then TMA tiles in one item) — both kinds through one ring; fresh
-  // 1000+-token prompts, chunks with context, more kv heads (the map's head coordinate), shuffled
-  // pages. A chunk after 1009 keys of context under window 500: every item's first key 14 past a
-  // page, so starting at the page takes its 627 keys from five tiles to six.
+  // items start mid-page (window 1000 with 32 tokens per item: keys from 32·i − 999; the tiles start
+  // at the page before, the keys ahead of the window zero-filled, and the later tiles are whole
+  // pages), block sizes that do not divide 128 (48: cp.async only), tiles before the window that an
+  // mm_prefix range reaches back to (cp.async tiles, then TMA tiles in one item) — both kinds through
+  // one ring; fresh 1000+-token prompts, chunks with context (after 1009 keys under window 500: every
+  // item's first key 14 past a page of 16), more kv heads (the map's head coordinate), shuffled pages.
   add({.name = "TmaPagesBlock16Prompt1500", .requests = {{0, 1500}, {0, 1030}}});
   add({.name = "TmaPagesBlock32Fp16", .block_size = 32, .dtype = DType::kFloat16, .requests = {{0, 1200}, {700, 900}}});
   add({.name = "TmaPagesBlock64Kv8", .num_heads = 16, .num_kv_heads = 8, .block_size = 64,

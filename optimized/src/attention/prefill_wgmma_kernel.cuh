@@ -497,9 +497,10 @@ __device__ __forceinline__ void prefill_wgmma_byte_producer(const AttentionParam
 // rounded down to a multiple of the block size. The keys before it are visible to no row of the item
 // (key_begin is the hull of what its rows see), so the first tile masks them and its loader
 // zero-fills them without reading memory; every later tile that reads all its keys is then whole
-// pages. Without it a sliding window's items start one key past a page (position − window + 1 with
-// 128-row items), and not one of their tiles would go by TMA. Without TMA (a 1-byte cache's tiles)
-// the rounding could only add a tile; an item without keys stays as it is (no tile).
+// pages. Without it the items of a window a whole number of pages wide start one key past a page
+// (position − window + 1, the positions a multiple of the item's tokens), and not one of their tiles
+// would go by TMA. Without TMA (a 1-byte cache's tiles) the rounding could only add a tile; an item
+// without keys stays as it is (no tile).
 __device__ __forceinline__ GenericItem tiles_from_page_start(GenericItem item, const AttentionParams& p) {
   if (p.kv_tma && item.key_end > item.key_begin) item.key_begin -= item.key_begin % p.block_size;
   return item;
