@@ -103,7 +103,9 @@ std::vector<PrefillCase> cases() {
   // pages), block sizes that do not divide 128 (48: cp.async only), tiles before the window that an
   // mm_prefix range reaches back to (cp.async tiles, then TMA tiles in one item) — both kinds through
   // one ring; fresh 1000+-token prompts, chunks with context (after 1009 keys under window 500: every
-  // item's first key 14 past a page of 16), more kv heads (the map's head coordinate), shuffled pages.
+  // item's first key 14 past a page of 16; under window 473 9 past it, so that starting at the page
+  // takes an item's 504 keys from four tiles to five), more kv heads (the map's head coordinate),
+  // shuffled pages.
   add({.name = "TmaPagesBlock16Prompt1500", .requests = {{0, 1500}, {0, 1030}}});
   add({.name = "TmaPagesBlock32Fp16", .block_size = 32, .dtype = DType::kFloat16, .requests = {{0, 1200}, {700, 900}}});
   add({.name = "TmaPagesBlock64Kv8", .num_heads = 16, .num_kv_heads = 8, .block_size = 64,
@@ -115,6 +117,7 @@ std::vector<PrefillCase> cases() {
   add({.name = "TmaCpAsyncOnlyBlock48", .block_size = 48, .requests = {{0, 1500}}});
   add({.name = "TmaMmPrefixWindow300", .requests = {{0, 700, {{0, 650}}}}, .window = 300});
   add({.name = "TmaWindowChunkFromPage", .requests = {{1009, 700}}, .window = 500});
+  add({.name = "TmaWindowChunkAddsTile", .requests = {{1009, 700}}, .window = 473});
   // The same at head sizes 64 (tiles of 128 keys, one 64-dim box per page) and 256 (tiles of 64 keys,
   // four boxes per page; block size 128 does not divide a tile: cp.async only): TMA pages, windows
   // starting mid-page, soft cap, more kv heads.
