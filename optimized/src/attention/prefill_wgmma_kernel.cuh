@@ -680,8 +680,14 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
         // the block size is wgmma_kv_tma_block's; the tile starts on a page) and every key read (no
         // zero-filled row; every page of the tile is in the request's block table).
         if (p.kv_tma && kt % p.block_size == 0 && work.keys_all_read(kt, BN)) {
-          // The issuing warps (Config::kTmaIssueWarps): each reads the tile's block-table entries, lane g
-          // page g (once, for K's and V's boxes alike).
+          // The tile's block-table entries, lane g page g, in each issuing warp (Config::kTmaIssueWarps;
+          // read once, for K's and V's boxes alike). For each call warp 0's elected lane announces the
+          // bytes of halves [first, last] (0: K, 1: V) on `bar`, every other thread arrives, and the
+          // elected lanes issue one box per page and half: with one issuing warp its lane every page
+          // after the arrivals, with more each warp's lane pages warp, warp + kIssueWarps, … before its
+          // arrival (a box may land before the announcement: the phase waits for that arrival). One
+          // warp keeps its own code: written as the general form, ptxas schedules head size 64's kernel
+          // otherwise and it took 1.16× the time (A/B on an H200).
           constexpr int kIssueWarps = Config::kTmaIssueWarps;
           static_assert(kIssueWarps >= 1 && kIssueWarps <= 4, "issuing warps of the producer warpgroup");
           const int pages = BN / p.block_size;
@@ -689,39 +695,76 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
           const int lane = tid % 32;
           const bool issuer = warp < kIssueWarps;
           const int32_t lane_page =
-              issuer && lane < pages
-                  ? p.block_table[static_cast<int64_t>(work.request) * p.block_table_stride + kt / p.block_size + lane]
-                  : 0;
-          // Halves [first, last] (0: K, 1: V) of the tile on `bar`: warp 0's elected lane announces their
-          // bytes, each issuing warp's elected lane issues the boxes of pages warp, warp + kIssueWarps, …
-          // (one box per page and half), every other thread arrives. A box may land before the
-          // announcement: the phase waits for that arrival all the same.
+              kIssueWarps == 1
+                  ? (tid < pages
+                         ? p.block_table[static_cast<int64_t>(work.request) * p.block_table_stride +
+                                         kt / p.block_size + tid]
+                         : 0)
+                  : (issuer && lane < pages
+                         ? p.block_table[static_cast<int64_t>(work.request) * p.block_table_stride +
+                                         kt / p.block_size + lane]
+                         : 0);
           auto load_halves = [&](uint64_t* bar, int first, int last) {
-            const bool elected = tma::elect_one();
-            if (elected && warp == 0) {
-              tma::mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>((last - first + 1) * kTileBytes));
-            }
-            if (issuer) {
-              const uint32_t page_bytes = static_cast<uint32_t>(p.block_size * D * 2);
-              const int slab = work.kv_head * (D / kKvBoxDims);  // the head's first slab
-#pragma unroll 1
-              for (int g = warp; g < pages; g += kIssueWarps) {
-                const int32_t page = __shfl_sync(0xffffffffu, lane_page, g);
+            if constexpr (kIssueWarps == 1) {
+              if (tid < 32) {
+                const bool elected = tma::elect_one();
                 if (elected) {
-                  // Page g: tile rows g·block_size …, one box per half.
-                  const uint32_t dst = stage_of(t) + static_cast<uint32_t>(g) * page_bytes;
-                  if constexpr (D == kKvBoxDims) {  // the cache's own view: {0, kv head, 0, half, page}
-                    if (first == 0) tma::load_tile_5d(s_k + dst, &kv_map, 0, work.kv_head, 0, 0, page, bar);
-                    if (last == 1) tma::load_tile_5d(s_v + dst, &kv_map, 0, work.kv_head, 0, 1, page, bar);
-                  } else {
-                    const int joined = page * p.kv_tma_block_step;
-                    if (first == 0) tma::load_tile_5d(s_k + dst, &kv_map, 0, 0, slab, 0, joined, bar);
-                    if (last == 1) tma::load_tile_5d(s_v + dst, &kv_map, 0, 0, slab, 0, joined + p.kv_tma_half_step, bar);
+                  tma::mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>((last - first + 1) * kTileBytes));
+                } else {
+                  tma::mbarrier_arrive(bar);
+                }
+                const uint32_t page_bytes = static_cast<uint32_t>(p.block_size * D * 2);
+                const int slab = work.kv_head * (D / kKvBoxDims);  // the head's first slab
+#pragma unroll 1
+                for (int g = 0; g < pages; ++g) {
+                  const int32_t page = __shfl_sync(0xffffffffu, lane_page, g);
+                  if (elected) {
+                    // Page g: tile rows g·block_size …, one box per half.
+                    const uint32_t dst = stage_of(t) + static_cast<uint32_t>(g) * page_bytes;
+                    if constexpr (D == kKvBoxDims) {  // the cache's own view: {0, kv head, 0, half, page}
+                      if (first == 0) tma::load_tile_5d(s_k + dst, &kv_map, 0, work.kv_head, 0, 0, page, bar);
+                      if (last == 1) tma::load_tile_5d(s_v + dst, &kv_map, 0, work.kv_head, 0, 1, page, bar);
+                    } else {
+                      const int joined = page * p.kv_tma_block_step;
+                      if (first == 0) tma::load_tile_5d(s_k + dst, &kv_map, 0, 0, slab, 0, joined, bar);
+                      if (last == 1) {
+                        tma::load_tile_5d(s_v + dst, &kv_map, 0, 0, slab, 0, joined + p.kv_tma_half_step, bar);
+                      }
+                    }
+                  }
+                }
+              } else {
+                tma::mbarrier_arrive(bar);
+              }
+            } else {
+              const bool elected = tma::elect_one();
+              if (elected && warp == 0) {
+                tma::mbarrier_arrive_expect_tx(bar, static_cast<uint32_t>((last - first + 1) * kTileBytes));
+              }
+              if (issuer) {
+                const uint32_t page_bytes = static_cast<uint32_t>(p.block_size * D * 2);
+                const int slab = work.kv_head * (D / kKvBoxDims);  // the head's first slab
+#pragma unroll 1
+                for (int g = warp; g < pages; g += kIssueWarps) {
+                  const int32_t page = __shfl_sync(0xffffffffu, lane_page, g);
+                  if (elected) {
+                    // Page g: tile rows g·block_size …, one box per half.
+                    const uint32_t dst = stage_of(t) + static_cast<uint32_t>(g) * page_bytes;
+                    if constexpr (D == kKvBoxDims) {  // the cache's own view: {0, kv head, 0, half, page}
+                      if (first == 0) tma::load_tile_5d(s_k + dst, &kv_map, 0, work.kv_head, 0, 0, page, bar);
+                      if (last == 1) tma::load_tile_5d(s_v + dst, &kv_map, 0, work.kv_head, 0, 1, page, bar);
+                    } else {
+                      const int joined = page * p.kv_tma_block_step;
+                      if (first == 0) tma::load_tile_5d(s_k + dst, &kv_map, 0, 0, slab, 0, joined, bar);
+                      if (last == 1) {
+                        tma::load_tile_5d(s_v + dst, &kv_map, 0, 0, slab, 0, joined + p.kv_tma_half_step, bar);
+                      }
+                    }
                   }
                 }
               }
+              if (!(elected && warp == 0)) tma::mbarrier_arrive(bar);
             }
-            if (!(elected && warp == 0)) tma::mbarrier_arrive(bar);
           };
           load_halves(full + stage, 0, kKvApart ? 0 : 1);
           // The consumers need the due cp.async group's tile before this one (and the next `empty`
