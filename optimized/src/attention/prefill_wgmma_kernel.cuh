@@ -705,6 +705,18 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
                                          kt / p.block_size + lane]
                          : 0);
           auto load_halves = [&](uint64_t* bar, int first, int last) {
+            // Page g: tile rows g·block_size …, one box per half.
+            auto issue_page = [&](int g, int32_t page, uint32_t page_bytes, int slab) {
+              const uint32_t dst = stage_of(t) + static_cast<uint32_t>(g) * page_bytes;
+              if constexpr (D == kKvBoxDims) {  // the cache's own view: {0, kv head, 0, half, page}
+                if (first == 0) tma::load_tile_5d(s_k + dst, &kv_map, 0, work.kv_head, 0, 0, page, bar);
+                if (last == 1) tma::load_tile_5d(s_v + dst, &kv_map, 0, work.kv_head, 0, 1, page, bar);
+              } else {
+                const int joined = page * p.kv_tma_block_step;
+                if (first == 0) tma::load_tile_5d(s_k + dst, &kv_map, 0, 0, slab, 0, joined, bar);
+                if (last == 1) tma::load_tile_5d(s_v + dst, &kv_map, 0, 0, slab, 0, joined + p.kv_tma_half_step, bar);
+              }
+            };
             if constexpr (kIssueWarps == 1) {
               if (tid < 32) {
                 const bool elected = tma::elect_one();
@@ -718,20 +730,7 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
 #pragma unroll 1
                 for (int g = 0; g < pages; ++g) {
                   const int32_t page = __shfl_sync(0xffffffffu, lane_page, g);
-                  if (elected) {
-                    // Page g: tile rows g·block_size …, one box per half.
-                    const uint32_t dst = stage_of(t) + static_cast<uint32_t>(g) * page_bytes;
-                    if constexpr (D == kKvBoxDims) {  // the cache's own view: {0, kv head, 0, half, page}
-                      if (first == 0) tma::load_tile_5d(s_k + dst, &kv_map, 0, work.kv_head, 0, 0, page, bar);
-                      if (last == 1) tma::load_tile_5d(s_v + dst, &kv_map, 0, work.kv_head, 0, 1, page, bar);
-                    } else {
-                      const int joined = page * p.kv_tma_block_step;
-                      if (first == 0) tma::load_tile_5d(s_k + dst, &kv_map, 0, 0, slab, 0, joined, bar);
-                      if (last == 1) {
-                        tma::load_tile_5d(s_v + dst, &kv_map, 0, 0, slab, 0, joined + p.kv_tma_half_step, bar);
-                      }
-                    }
-                  }
+                  if (elected) issue_page(g, page, page_bytes, slab);
                 }
               } else {
                 tma::mbarrier_arrive(bar);
@@ -747,20 +746,7 @@ __global__ void __launch_bounds__((WgmmaRegisters<Config, Plain, Cache>::kThread
 #pragma unroll 1
                 for (int g = warp; g < pages; g += kIssueWarps) {
                   const int32_t page = __shfl_sync(0xffffffffu, lane_page, g);
-                  if (elected) {
-                    // Page g: tile rows g·block_size …, one box per half.
-                    const uint32_t dst = stage_of(t) + static_cast<uint32_t>(g) * page_bytes;
-                    if constexpr (D == kKvBoxDims) {  // the cache's own view: {0, kv head, 0, half, page}
-                      if (first == 0) tma::load_tile_5d(s_k + dst, &kv_map, 0, work.kv_head, 0, 0, page, bar);
-                      if (last == 1) tma::load_tile_5d(s_v + dst, &kv_map, 0, work.kv_head, 0, 1, page, bar);
-                    } else {
-                      const int joined = page * p.kv_tma_block_step;
-                      if (first == 0) tma::load_tile_5d(s_k + dst, &kv_map, 0, 0, slab, 0, joined, bar);
-                      if (last == 1) {
-                        tma::load_tile_5d(s_v + dst, &kv_map, 0, 0, slab, 0, joined + p.kv_tma_half_step, bar);
-                      }
-                    }
-                  }
+                  if (elected) issue_page(g, page, page_bytes, slab);
                 }
               }
               if (!(elected && warp == 0)) tma::mbarrier_arrive(bar);
